@@ -1,0 +1,302 @@
+//! # backend-cpu
+//!
+//! The reference [`Backend`](sparse_core::Backend): every device primitive
+//! written plainly over `Vec`s on the host, to be obviously right. Other
+//! backends are tested against it.
+//!
+//! ```
+//! use backend_cpu::Cpu;
+//! use sparse_core::{BufferOps, SelectOps};
+//!
+//! let b = Cpu;
+//! let x = b.upload(&[0.5f32, -3.0, 3.0, 1.0])?;
+//! let top = b.topk_abs(&x, 2)?; // |-3| and |3| tie: both taken
+//! assert_eq!(b.download(&top.indices)?, vec![1, 2]);
+//! # Ok::<(), sparse_core::Error>(())
+//! ```
+//!
+//! Choices: exact top-k sorts nothing larger than needed
+//! (`select_nth_unstable_by` on `(key desc, index asc)`, then a sort of the
+//! `k` winners by index); sums of `mean_abs` are accumulated in `f64`; hash
+//! partitioning runs Zen's Alg. 1 sequentially in input order, which is one
+//! valid serialization of the parallel algorithm (read-after-write then never
+//! sees a lost race).
+
+use sparse_core::backend::check_k;
+use sparse_core::encoding::{bits_from_indices, indices_from_bits};
+use sparse_core::qsgd::{self, QsgdParams, Quantized};
+use sparse_core::{
+    BufferOps, CodecOps, DenseOps, Element, Error, Extreme, HashOps, HashPartitions,
+    HierarchicalHash, ReduceOps, Result, Scalar, SelectOps, Selected, abs_key, signed_key,
+};
+
+/// The CPU reference backend. Buffers are `Vec`s.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cpu;
+
+fn check_nan<E: Element>(x: &[E]) -> Result<()> {
+    match x.iter().position(|v| v.is_nan()) {
+        Some(index) => Err(Error::NonFinite { index }),
+        None => Ok(()),
+    }
+}
+
+fn check_indices(indices: &[u32], len: usize) -> Result<()> {
+    match indices.iter().position(|&i| i as usize >= len) {
+        Some(position) => Err(Error::IndexOutOfRange {
+            index: indices[position] as u64,
+            position,
+            dim: len as u64,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn same_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+impl BufferOps for Cpu {
+    type Buffer<T: Scalar> = Vec<T>;
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+    fn upload<T: Scalar>(&self, data: &[T]) -> Result<Vec<T>> {
+        Ok(data.to_vec())
+    }
+    fn download<T: Scalar>(&self, buf: &Vec<T>) -> Result<Vec<T>> {
+        Ok(buf.clone())
+    }
+    fn zeros<T: Scalar>(&self, len: usize) -> Result<Vec<T>> {
+        Ok(vec![T::zeroed(); len])
+    }
+    fn len<T: Scalar>(&self, buf: &Vec<T>) -> usize {
+        buf.len()
+    }
+}
+
+impl ReduceOps for Cpu {
+    fn max_abs<E: Element>(&self, x: &Vec<E>) -> Result<E> {
+        check_nan(x)?;
+        Ok(x.iter().fold(E::zero(), |m, v| m.max(v.abs())))
+    }
+    fn mean_abs<E: Element>(&self, x: &Vec<E>) -> Result<f64> {
+        check_nan(x)?;
+        if x.is_empty() {
+            return Ok(0.0);
+        }
+        Ok(x.iter().map(|v| v.to_f64_exact().abs()).sum::<f64>() / x.len() as f64)
+    }
+    fn count_above<E: Element>(&self, x: &Vec<E>, t: E) -> Result<usize> {
+        check_nan(x)?;
+        Ok(x.iter().filter(|v| v.abs() > t).count())
+    }
+}
+
+/// Exact top-k over precomputed keys: the `k` largest keys, ties to the
+/// lower index; returned in index order.
+fn topk_by_key<E: Element>(x: &[E], k: usize, key: impl Fn(E) -> u64) -> Selected<Cpu, E> {
+    let mut order: Vec<(u64, u32)> = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (key(v), i as u32))
+        .collect();
+    let better = |a: &(u64, u32), b: &(u64, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+    if k < order.len() && k > 0 {
+        order.select_nth_unstable_by(k - 1, better);
+    }
+    let mut indices: Vec<u32> = order[..k].iter().map(|&(_, i)| i).collect();
+    indices.sort_unstable();
+    let values = indices.iter().map(|&i| x[i as usize]).collect();
+    Selected { indices, values }
+}
+
+impl SelectOps for Cpu {
+    fn compact_above<E: Element>(&self, x: &Vec<E>, t: E) -> Result<Selected<Self, E>> {
+        check_nan(x)?;
+        let indices: Vec<u32> = (0..x.len() as u32)
+            .filter(|&i| x[i as usize].abs() > t)
+            .collect();
+        let values = indices.iter().map(|&i| x[i as usize]).collect();
+        Ok(Selected { indices, values })
+    }
+    fn topk_abs<E: Element>(&self, x: &Vec<E>, k: usize) -> Result<Selected<Self, E>> {
+        check_k(k, x.len())?;
+        check_nan(x)?;
+        Ok(topk_by_key(x, k, abs_key))
+    }
+    fn topk_signed<E: Element>(
+        &self,
+        x: &Vec<E>,
+        k: usize,
+        end: Extreme,
+    ) -> Result<Selected<Self, E>> {
+        check_k(k, x.len())?;
+        check_nan(x)?;
+        Ok(match end {
+            Extreme::Largest => topk_by_key(x, k, signed_key),
+            Extreme::Smallest => topk_by_key(x, k, |v| !signed_key(v)),
+        })
+    }
+}
+
+impl DenseOps for Cpu {
+    fn scatter_add<E: Element>(
+        &self,
+        dense: &mut Vec<E>,
+        indices: &Vec<u32>,
+        values: &Vec<E>,
+    ) -> Result<()> {
+        same_len("scatter_add indices vs values", indices.len(), values.len())?;
+        check_indices(indices, dense.len())?;
+        for (&i, &v) in indices.iter().zip(values) {
+            dense[i as usize] = dense[i as usize] + v;
+        }
+        Ok(())
+    }
+    fn mask<E: Element>(&self, dense: &mut Vec<E>, indices: &Vec<u32>) -> Result<()> {
+        check_indices(indices, dense.len())?;
+        for &i in indices {
+            dense[i as usize] = E::zero();
+        }
+        Ok(())
+    }
+    fn axpy<E: Element>(&self, a: E, x: &Vec<E>, y: &mut Vec<E>) -> Result<()> {
+        same_len("axpy x vs y", y.len(), x.len())?;
+        for (yi, &xi) in y.iter_mut().zip(x) {
+            *yi = a * xi + *yi;
+        }
+        Ok(())
+    }
+    fn scale<E: Element>(&self, a: E, x: &mut Vec<E>) -> Result<()> {
+        for v in x.iter_mut() {
+            *v = a * *v;
+        }
+        Ok(())
+    }
+}
+
+impl HashOps for Cpu {
+    fn hash_partition<E: Element>(
+        &self,
+        indices: &Vec<u32>,
+        values: &Vec<E>,
+        h: &HierarchicalHash,
+    ) -> Result<HashPartitions<E>> {
+        same_len(
+            "hash_partition indices vs values",
+            indices.len(),
+            values.len(),
+        )?;
+        let p = h.h0.partitions() as usize;
+        let (r1, width) = (h.r1 as usize, h.r1 as usize + h.r2 as usize);
+        // Slot value 0 is empty; an index is stored as index + 1 (Zen's
+        // indices start at 1 for the same reason).
+        let mut slots = vec![0u32; p * width];
+        let mut slot_val = vec![E::zero(); p * width];
+        let mut counter = vec![r1; p];
+        let mut fallback: Vec<Vec<(u32, E)>> = vec![Vec::new(); p];
+        let (mut serial, mut spilled) = (0, 0);
+        'entries: for (&idx, &val) in indices.iter().zip(values) {
+            let part = h.h0.partition(idx) as usize;
+            let row = part * width;
+            for f in &h.rehash {
+                let q = row + f.hash_to(idx, h.r1) as usize;
+                if slots[q] == 0 {
+                    slots[q] = idx + 1;
+                    slot_val[q] = val;
+                    continue 'entries;
+                }
+            }
+            let c = counter[part];
+            counter[part] += 1;
+            if c < width {
+                slots[row + c] = idx + 1;
+                slot_val[row + c] = val;
+                serial += 1;
+            } else {
+                fallback[part].push((idx, val));
+                spilled += 1;
+            }
+        }
+        let mut out = HashPartitions {
+            offsets: vec![0],
+            indices: Vec::with_capacity(indices.len()),
+            values: Vec::with_capacity(indices.len()),
+            serial,
+            fallback: spilled,
+        };
+        for part in 0..p {
+            for q in part * width..(part + 1) * width {
+                if slots[q] != 0 {
+                    out.indices.push(slots[q] - 1);
+                    out.values.push(slot_val[q]);
+                }
+            }
+            for &(i, v) in &fallback[part] {
+                out.indices.push(i);
+                out.values.push(v);
+            }
+            out.offsets.push(out.indices.len());
+        }
+        Ok(out)
+    }
+}
+
+impl CodecOps for Cpu {
+    fn bitmap_encode(&self, indices: &Vec<u32>, lo: u32, len: usize) -> Result<Vec<u32>> {
+        if let Some(position) = indices
+            .iter()
+            .position(|&i| i < lo || (i - lo) as usize >= len)
+        {
+            return Err(Error::IndexOutOfRange {
+                index: indices[position] as u64,
+                position,
+                dim: lo as u64 + len as u64,
+            });
+        }
+        Ok(bits_from_indices(indices, lo, len))
+    }
+    fn bitmap_decode(&self, words: &Vec<u32>, lo: u32, len: usize) -> Result<Vec<u32>> {
+        same_len("bitmap words", len.div_ceil(32), words.len())?;
+        Ok(indices_from_bits(words, lo, len))
+    }
+    fn qsgd_quantize<E: Element>(
+        &self,
+        x: &Vec<E>,
+        p: &QsgdParams,
+        counter_base: u32,
+    ) -> Result<(Vec<E>, Vec<u32>)> {
+        let q = qsgd::quantize(x, p, counter_base)?;
+        Ok((q.scales, q.words))
+    }
+    fn qsgd_dequantize<E: Element>(
+        &self,
+        scales: &Vec<E>,
+        words: &Vec<u32>,
+        n: usize,
+        p: &QsgdParams,
+    ) -> Result<Vec<E>> {
+        qsgd::dequantize(
+            &Quantized {
+                scales: scales.clone(),
+                words: words.clone(),
+            },
+            n,
+            p,
+        )
+    }
+}
+
+#[cfg(test)]
+mod suite {
+    sparse_core::backend_test_suite!(crate::Cpu);
+}

@@ -1,0 +1,252 @@
+//! The `Backend` trait: the device primitives every backend implements.
+//!
+//! One trait per concern ([`BufferOps`], [`ReduceOps`], [`SelectOps`],
+//! [`DenseOps`], [`HashOps`], [`CodecOps`]), gathered by [`Backend`], which
+//! every type implementing all of them gets by a blanket impl. Selection
+//! algorithms (`sparse-select`) and optimizers (`residual-sgd`) are written
+//! over these primitives only, so they run unchanged on every backend.
+//!
+//! Contract shared by all backends:
+//! - primitives that compare magnitudes (`max_abs`, `mean_abs`,
+//!   `count_above`, `compact_above`, `topk_*`) return
+//!   [`Error::NonFinite`] with the lowest offending index if the input holds
+//!   NaN; infinities are ordinary (largest) magnitudes;
+//! - selections return indices in increasing order, values alongside;
+//! - exact top-k breaks ties by index: among equal keys the lower index wins;
+//! - integer outputs are identical on every backend; float reductions agree
+//!   within the tolerance each test states.
+
+use crate::hash::HierarchicalHash;
+use crate::qsgd::QsgdParams;
+use crate::{Element, Error, Result};
+use bytemuck::Pod;
+
+/// Plain-old-data a buffer can hold: elements and `u32`.
+pub trait Scalar: Pod + Send + Sync + std::fmt::Debug + PartialEq + 'static {}
+impl<T: Pod + Send + Sync + std::fmt::Debug + PartialEq + 'static> Scalar for T {}
+
+/// Device buffers: allocation and host transfer.
+pub trait BufferOps {
+    /// A buffer of `T` in the backend's memory.
+    type Buffer<T: Scalar>: Send + Sync;
+    /// The backend's name, used in errors and benchmark rows.
+    fn name(&self) -> &'static str;
+    /// Copies host data to a new device buffer.
+    ///
+    /// # Errors
+    /// [`Error::Device`] if the device fails.
+    fn upload<T: Scalar>(&self, data: &[T]) -> Result<Self::Buffer<T>>;
+    /// Copies a device buffer to the host.
+    ///
+    /// # Errors
+    /// [`Error::Device`] if the device fails.
+    fn download<T: Scalar>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
+    /// A new buffer of `len` zero bytes-patterns (`0` / `+0.0`).
+    ///
+    /// # Errors
+    /// [`Error::Device`] if the device fails.
+    fn zeros<T: Scalar>(&self, len: usize) -> Result<Self::Buffer<T>>;
+    /// Number of items in a buffer.
+    fn len<T: Scalar>(&self, buf: &Self::Buffer<T>) -> usize;
+}
+
+/// Reductions over `|x|`.
+pub trait ReduceOps: BufferOps {
+    /// `max |x_i|`, or 0 for an empty buffer.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] on NaN.
+    fn max_abs<E: Element>(&self, x: &Self::Buffer<E>) -> Result<E>;
+    /// `sum |x_i| / n`, or 0 for an empty buffer (accumulated at least in
+    /// `f32`; backends state their tolerance).
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] on NaN.
+    fn mean_abs<E: Element>(&self, x: &Self::Buffer<E>) -> Result<f64>;
+    /// The number of `i` with `|x_i| > t`.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] on NaN.
+    fn count_above<E: Element>(&self, x: &Self::Buffer<E>, t: E) -> Result<usize>;
+}
+
+/// Which end of the signed order a signed top-k takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extreme {
+    /// The `k` largest values (top-k).
+    Largest,
+    /// The `k` smallest values (low-k).
+    Smallest,
+}
+
+/// A selection on the device: indices in increasing order and their values.
+pub struct Selected<B: BufferOps + ?Sized, E: Scalar> {
+    /// Selected indices, increasing.
+    pub indices: B::Buffer<u32>,
+    /// `x[indices[j]]`.
+    pub values: B::Buffer<E>,
+}
+
+/// Selection primitives.
+pub trait SelectOps: BufferOps {
+    /// Stream compaction: every `i` with `|x_i| > t`, in index order.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] on NaN.
+    fn compact_above<E: Element>(&self, x: &Self::Buffer<E>, t: E) -> Result<Selected<Self, E>>;
+    /// Exact top-k by magnitude; ties go to the lower index.
+    ///
+    /// # Errors
+    /// [`Error::KOutOfRange`] if `k > len`; [`Error::NonFinite`] on NaN.
+    fn topk_abs<E: Element>(&self, x: &Self::Buffer<E>, k: usize) -> Result<Selected<Self, E>>;
+    /// Exact top-k (or low-k) by signed value; ties go to the lower index
+    /// (`-0.0` orders below `+0.0`).
+    ///
+    /// # Errors
+    /// [`Error::KOutOfRange`] if `k > len`; [`Error::NonFinite`] on NaN.
+    fn topk_signed<E: Element>(
+        &self,
+        x: &Self::Buffer<E>,
+        k: usize,
+        end: Extreme,
+    ) -> Result<Selected<Self, E>>;
+}
+
+/// Dense updates.
+pub trait DenseOps: BufferOps {
+    /// `dense[indices[j]] += values[j]`; indices must be unique.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] if `indices` and `values` differ in length;
+    /// [`Error::IndexOutOfRange`] for an index past `dense` (backends that
+    /// cannot check on the device may skip such indices instead, and say so).
+    fn scatter_add<E: Element>(
+        &self,
+        dense: &mut Self::Buffer<E>,
+        indices: &Self::Buffer<u32>,
+        values: &Self::Buffer<E>,
+    ) -> Result<()>;
+    /// `dense[i] = 0` for every `i` in `indices` (RGC's factor masking).
+    ///
+    /// # Errors
+    /// As [`DenseOps::scatter_add`].
+    fn mask<E: Element>(
+        &self,
+        dense: &mut Self::Buffer<E>,
+        indices: &Self::Buffer<u32>,
+    ) -> Result<()>;
+    /// `y = a x + y`.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] if `x` and `y` differ in length.
+    fn axpy<E: Element>(&self, a: E, x: &Self::Buffer<E>, y: &mut Self::Buffer<E>) -> Result<()>;
+    /// `x = a x`.
+    ///
+    /// # Errors
+    /// [`Error::Device`] if the device fails.
+    fn scale<E: Element>(&self, a: E, x: &mut Self::Buffer<E>) -> Result<()>;
+}
+
+/// The partitions produced by hierarchical hashing, on the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HashPartitions<E> {
+    /// Partition `p` is `indices[offsets[p]..offsets[p + 1]]`.
+    pub offsets: Vec<usize>,
+    /// Indices grouped by partition; order inside a partition unspecified.
+    pub indices: Vec<u32>,
+    /// The value of each index.
+    pub values: Vec<E>,
+    /// Indices written to the serial overflow area.
+    pub serial: usize,
+    /// Indices that found the overflow area full and went to the fallback
+    /// list (still delivered: nothing is dropped).
+    pub fallback: usize,
+}
+
+impl<E> HashPartitions<E> {
+    /// Number of entries in each partition.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.offsets.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+}
+
+/// Zen's hierarchical hash partitioning (Alg. 1).
+pub trait HashOps: BufferOps {
+    /// Partitions the entries by `h.h0`, placing each through the rehash
+    /// functions, the serial overflow area and, if that is full, a fallback
+    /// list. Every input entry appears exactly once in the output, in
+    /// partition `h0(index)`. Indices must be unique.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] if `indices` and `values` differ in length.
+    fn hash_partition<E: Element>(
+        &self,
+        indices: &Self::Buffer<u32>,
+        values: &Self::Buffer<E>,
+        h: &HierarchicalHash,
+    ) -> Result<HashPartitions<E>>;
+}
+
+/// Codecs that run where the data lives.
+pub trait CodecOps: BufferOps {
+    /// The bitmap of `indices` over `lo..lo + len`, in the layout of
+    /// [`crate::encoding::bits_from_indices`].
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] if an index is outside the range.
+    fn bitmap_encode(
+        &self,
+        indices: &Self::Buffer<u32>,
+        lo: u32,
+        len: usize,
+    ) -> Result<Self::Buffer<u32>>;
+    /// The increasing indices of the set bits below `len`, offset by `lo`.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] if `words` is not `ceil(len / 32)` long.
+    fn bitmap_decode(
+        &self,
+        words: &Self::Buffer<u32>,
+        lo: u32,
+        len: usize,
+    ) -> Result<Self::Buffer<u32>>;
+    /// QSGD quantization of `x` (see [`crate::qsgd`]): per-bucket scales and
+    /// packed code words, bit-identical to [`crate::qsgd::quantize`].
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] on NaN or infinity.
+    fn qsgd_quantize<E: Element>(
+        &self,
+        x: &Self::Buffer<E>,
+        p: &QsgdParams,
+        counter_base: u32,
+    ) -> Result<(Self::Buffer<E>, Self::Buffer<u32>)>;
+    /// QSGD decoding of `n` values.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] if the buffers do not fit `n`.
+    fn qsgd_dequantize<E: Element>(
+        &self,
+        scales: &Self::Buffer<E>,
+        words: &Self::Buffer<u32>,
+        n: usize,
+        p: &QsgdParams,
+    ) -> Result<Self::Buffer<E>>;
+}
+
+/// Every device primitive: implemented automatically for any type that
+/// implements all the ops traits.
+pub trait Backend: BufferOps + ReduceOps + SelectOps + DenseOps + HashOps + CodecOps {}
+impl<T: BufferOps + ReduceOps + SelectOps + DenseOps + HashOps + CodecOps> Backend for T {}
+
+/// Checks `k <= len`, the shared precondition of the top-k primitives.
+///
+/// # Errors
+/// [`Error::KOutOfRange`].
+pub fn check_k(k: usize, len: usize) -> Result<()> {
+    if k > len {
+        Err(Error::KOutOfRange { k, len })
+    } else {
+        Ok(())
+    }
+}

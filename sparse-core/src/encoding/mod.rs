@@ -1,0 +1,127 @@
+//! Encodings of sparse vectors into bytes, behind one trait.
+//!
+//! An encoding is an *index part* (how the positions are written: [`Coo`],
+//! [`Block`], [`Bitmap`], [`HashBitmap`]) combined with a *value codec*
+//! ([`Raw`], [`F16`], [`Bf16`], [`SameSignMean`], [`Qsgd`]): `Coo<Raw>` is
+//! plain COO, `Coo<Qsgd>` COO with QSGD values, and so on.
+//!
+//! Every encoding has an exact [`Encoding::encoded_len`]. Decoders treat the
+//! bytes as hostile: lengths are checked against the bytes present before
+//! anything is allocated, every field is validated, trailing bytes are an
+//! error, so every strict prefix of a valid encoding is rejected.
+//!
+//! Layout: a 4-byte header (format tag, element code, value codec tag,
+//! format version), `dim: u32`, then the index part, then the values section
+//! (the codec's own header, then its payload). All integers little-endian.
+
+mod bitmap;
+mod block;
+mod coo;
+mod hash_bitmap;
+mod reader;
+mod value;
+
+pub use bitmap::{Bitmap, bits_from_indices, indices_from_bits};
+pub use block::{Block, DEFAULT_BLOCK};
+pub use coo::Coo;
+pub use hash_bitmap::{HashBitmap, PartitionIndex};
+pub use reader::Reader;
+pub use value::{Bf16, F16, Qsgd, Raw, SameSignMean, ValueCodec};
+
+use crate::{Element, Error, Result, SparseVec};
+
+/// Bytes of the common header: tag, element code, codec tag, version, `dim`.
+pub const HEADER_BYTES: usize = 8;
+const VERSION: u8 = 1;
+
+/// A sparse-vector encoding.
+pub trait Encoding<E: Element> {
+    /// A stable name such as `"coo"` or `"bitmap+qsgd4"`.
+    fn name(&self) -> String;
+    /// Whether `decode(encode(v))` equals `v` exactly.
+    fn lossless(&self) -> bool;
+    /// Bytes spent on locating entries (indices, block ids, bitmap words).
+    ///
+    /// # Errors
+    /// As [`Encoding::encode_into`].
+    fn index_bytes(&self, v: &SparseVec<E>) -> Result<usize>;
+    /// The exact length of `encode(v)`.
+    ///
+    /// # Errors
+    /// As [`Encoding::encode_into`].
+    fn encoded_len(&self, v: &SparseVec<E>) -> Result<usize>;
+    /// Appends the encoding of `v` to `out`.
+    ///
+    /// # Errors
+    /// [`Error::Unencodable`] when `v` does not fit the encoding (an index
+    /// outside a bitmap's range or partition, mixed signs for
+    /// [`SameSignMean`]); [`Error::NonFinite`] for QSGD on NaN.
+    fn encode_into(&self, v: &SparseVec<E>, out: &mut Vec<u8>) -> Result<()>;
+    /// The encoding of `v` in a new buffer of exactly `encoded_len` bytes.
+    ///
+    /// # Errors
+    /// As [`Encoding::encode_into`].
+    fn encode(&self, v: &SparseVec<E>) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.encoded_len(v)?);
+        self.encode_into(v, &mut out)?;
+        debug_assert_eq!(out.len(), self.encoded_len(v)?);
+        Ok(out)
+    }
+    /// Decodes bytes produced by [`Encoding::encode`] with the same
+    /// parameters.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for anything that is not such an encoding.
+    fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>>;
+}
+
+fn write_header<E: Element>(out: &mut Vec<u8>, tag: u8, codec: u8, dim: usize) {
+    out.extend_from_slice(&[tag, E::CODE, codec, VERSION]);
+    out.extend_from_slice(&(dim as u32).to_le_bytes());
+}
+
+fn read_header<E: Element>(
+    r: &mut Reader<'_>,
+    what: &'static str,
+    tag: u8,
+    codec: u8,
+) -> Result<usize> {
+    let h = r.bytes(4)?;
+    if h[0] != tag {
+        return Err(Error::corrupt(
+            what,
+            format!("format tag {} (expected {tag})", h[0]),
+        ));
+    }
+    if h[1] != E::CODE {
+        return Err(Error::corrupt(
+            what,
+            format!(
+                "element code {} (expected {} for {})",
+                h[1],
+                E::CODE,
+                E::NAME
+            ),
+        ));
+    }
+    if h[2] != codec {
+        return Err(Error::corrupt(
+            what,
+            format!("value codec tag {} (expected {codec})", h[2]),
+        ));
+    }
+    if h[3] != VERSION {
+        return Err(Error::corrupt(what, format!("version {}", h[3])));
+    }
+    Ok(r.u32()? as usize)
+}
+
+fn unencodable(codec: &'static str, reason: impl std::fmt::Display) -> Error {
+    Error::Unencodable {
+        codec,
+        reason: reason.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

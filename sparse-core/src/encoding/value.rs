@@ -1,0 +1,221 @@
+//! Value codecs: how the values section of an encoding is written.
+
+use super::{Reader, unencodable};
+use crate::qsgd::{self, QsgdParams, Quantized};
+use crate::{Element, Error, Result};
+
+/// Writes and reads the values of an encoding.
+pub trait ValueCodec<E: Element>: Clone {
+    /// Tag stored in the encoding header.
+    const TAG: u8;
+    /// Short name (`"raw"`, `"f16"`, `"ssmean"`, `"qsgd4"`).
+    fn name(&self) -> String;
+    /// Whether decoding returns the values exactly.
+    fn lossless(&self) -> bool;
+    /// Exact bytes for `n` values.
+    fn encoded_len(&self, n: usize) -> usize;
+    /// Appends the values section.
+    ///
+    /// # Errors
+    /// [`Error::Unencodable`] or [`Error::NonFinite`] where the codec cannot
+    /// represent the input.
+    fn encode(&self, values: &[E], out: &mut Vec<u8>) -> Result<()>;
+    /// Reads a values section of `n` values; checks lengths before
+    /// allocating.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`].
+    fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>>;
+}
+
+/// Values as they are (the element's own little-endian bytes). Lossless.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Raw;
+
+impl<E: Element> ValueCodec<E> for Raw {
+    const TAG: u8 = 0;
+    fn name(&self) -> String {
+        "raw".into()
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    fn encoded_len(&self, n: usize) -> usize {
+        n * E::BYTES
+    }
+    fn encode(&self, values: &[E], out: &mut Vec<u8>) -> Result<()> {
+        out.extend_from_slice(bytemuck::cast_slice(values));
+        if cfg!(target_endian = "big") {
+            unreachable!("big-endian hosts are not supported");
+        }
+        Ok(())
+    }
+    fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>> {
+        r.elements(n)
+    }
+}
+
+macro_rules! half_codec {
+    ($name:ident, $t:ty, $tag:literal, $label:literal, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $name;
+
+        impl<E: Element> ValueCodec<E> for $name {
+            const TAG: u8 = $tag;
+            fn name(&self) -> String {
+                $label.into()
+            }
+            fn lossless(&self) -> bool {
+                E::CODE == <$t as Element>::CODE
+            }
+            fn encoded_len(&self, n: usize) -> usize {
+                n * 2
+            }
+            fn encode(&self, values: &[E], out: &mut Vec<u8>) -> Result<()> {
+                out.reserve(values.len() * 2);
+                for &v in values {
+                    <$t>::from_f64(v.to_f64_exact()).write_le(out);
+                }
+                Ok(())
+            }
+            fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>> {
+                let h: Vec<$t> = r.elements(n)?;
+                Ok(h.into_iter()
+                    .map(|x| E::from_f64_nearest(x.to_f64()))
+                    .collect())
+            }
+        }
+    };
+}
+
+half_codec!(
+    F16,
+    half::f16,
+    1,
+    "f16",
+    "Values rounded to IEEE half precision (lossless for `f16` input; values beyond 65504 become infinite)."
+);
+half_codec!(
+    Bf16,
+    half::bf16,
+    2,
+    "bf16",
+    "Values rounded to bfloat16 (lossless for `bf16` input)."
+);
+
+/// RedSync's same-sign mean quantization: all values are replaced by their
+/// mean, stored once. The signs must be uniform (RedSync selects the top-k
+/// and the low-k separately so that each set is one-signed); zeros are
+/// allowed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SameSignMean;
+
+impl<E: Element> ValueCodec<E> for SameSignMean {
+    const TAG: u8 = 3;
+    fn name(&self) -> String {
+        "ssmean".into()
+    }
+    fn lossless(&self) -> bool {
+        false
+    }
+    fn encoded_len(&self, _n: usize) -> usize {
+        E::BYTES
+    }
+    fn encode(&self, values: &[E], out: &mut Vec<u8>) -> Result<()> {
+        let (mut pos, mut neg, mut sum) = (false, false, 0.0f64);
+        for &v in values {
+            if !v.is_finite() {
+                return Err(unencodable("ssmean", "non-finite value"));
+            }
+            pos |= v > E::zero();
+            neg |= v < E::zero();
+            sum += v.to_f64_exact();
+        }
+        if pos && neg {
+            return Err(unencodable("ssmean", "values of both signs"));
+        }
+        let mean = if values.is_empty() {
+            0.0
+        } else {
+            sum / values.len() as f64
+        };
+        E::from_f64_nearest(mean).write_le(out);
+        Ok(())
+    }
+    fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>> {
+        let mean: E = r.elements(1)?[0];
+        if !mean.is_finite() {
+            return Err(Error::corrupt("ssmean", "non-finite mean"));
+        }
+        Ok(vec![mean; n])
+    }
+}
+
+/// QSGD values (see [`crate::qsgd`]): a section of `bits: u8`,
+/// `bucket: u32`, one scale per bucket, then the packed code words. The
+/// random draws use the value's position in the section as the counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qsgd(pub QsgdParams);
+
+impl Qsgd {
+    /// QSGD with `bits` in {2, 4, 8}, the default bucket of 1024, and `seed`.
+    ///
+    /// # Errors
+    /// As [`QsgdParams::new`].
+    pub fn new(bits: u32, seed: u64) -> Result<Self> {
+        Ok(Self(QsgdParams::new(bits, qsgd::DEFAULT_BUCKET, seed)?))
+    }
+}
+
+impl<E: Element> ValueCodec<E> for Qsgd {
+    const TAG: u8 = 4;
+    fn name(&self) -> String {
+        format!("qsgd{}", self.0.bits)
+    }
+    fn lossless(&self) -> bool {
+        false
+    }
+    fn encoded_len(&self, n: usize) -> usize {
+        5 + self.0.buckets(n) * E::BYTES + self.0.words(n) * 4
+    }
+    fn encode(&self, values: &[E], out: &mut Vec<u8>) -> Result<()> {
+        let q = qsgd::quantize(values, &self.0, 0)?;
+        out.push(self.0.bits as u8);
+        out.extend_from_slice(&(self.0.bucket as u32).to_le_bytes());
+        for s in q.scales {
+            s.write_le(out);
+        }
+        for w in q.words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        Ok(())
+    }
+    fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>> {
+        let bits = r.u8()? as u32;
+        let bucket = r.u32()? as usize;
+        let p = QsgdParams::new(bits, bucket, 0).map_err(|e| Error::corrupt("qsgd", e))?;
+        let scales: Vec<E> = r.elements(p.buckets(n))?;
+        if let Some(b) = scales.iter().position(|s| !s.is_finite() || *s < E::zero()) {
+            return Err(Error::corrupt(
+                "qsgd",
+                format!("scale of bucket {b} is negative or not finite"),
+            ));
+        }
+        let words = r.u32s(p.words(n))?;
+        let used = n * bits as usize;
+        if used % 32 != 0 && words.last().is_some_and(|w| w >> (used % 32) != 0) {
+            return Err(Error::corrupt("qsgd", "non-zero padding bits"));
+        }
+        let q = Quantized { scales, words };
+        let sign = 1u32 << (bits - 1);
+        let mask = (1u32 << bits) - 1;
+        for j in 0..n {
+            let code = (q.words[j * bits as usize / 32] >> ((j * bits as usize) % 32)) & mask;
+            if code == sign {
+                return Err(Error::corrupt("qsgd", format!("negative zero code at {j}")));
+            }
+        }
+        qsgd::dequantize(&q, n, &p)
+    }
+}

@@ -1,0 +1,135 @@
+//! The one error type of `sparse-core` and of every crate built on it.
+
+use std::fmt;
+
+/// Every fallible operation in the workspace returns this error.
+///
+/// Variants carry structured fields so that callers can react to the cause
+/// rather than parse a message. New variants may be added, hence
+/// `#[non_exhaustive]`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A dimension does not fit the `u32` index space.
+    #[error("dimension {dim} exceeds the u32 index space (max {max})")]
+    DimensionTooLarge {
+        /// The requested dimension.
+        dim: u64,
+        /// The largest dimension allowed.
+        max: u64,
+    },
+    /// An index is not below the dimension.
+    #[error("index {index} at position {position} is out of range for dimension {dim}")]
+    IndexOutOfRange {
+        /// The offending index.
+        index: u64,
+        /// Its position in the index list.
+        position: usize,
+        /// The dimension of the vector.
+        dim: u64,
+    },
+    /// Indices are not strictly increasing (unsorted or duplicated).
+    #[error("indices not strictly increasing at position {position}: {prev} then {next}")]
+    NotStrictlyIncreasing {
+        /// Position of the second index of the bad pair.
+        position: usize,
+        /// The earlier index.
+        prev: u32,
+        /// The later index, which is not larger.
+        next: u32,
+    },
+    /// Two lengths that must agree do not.
+    #[error("length mismatch in {what}: expected {expected}, got {got}")]
+    LengthMismatch {
+        /// What was being compared.
+        what: &'static str,
+        /// The expected length.
+        expected: usize,
+        /// The length found.
+        got: usize,
+    },
+    /// Two vectors that are combined have different dimensions.
+    #[error("dimension mismatch: {left} vs {right}")]
+    DimensionMismatch {
+        /// Dimension of the left operand.
+        left: u64,
+        /// Dimension of the right operand.
+        right: u64,
+    },
+    /// `k` exceeds the number of elements it selects from.
+    #[error("k = {k} is out of range for {len} elements")]
+    KOutOfRange {
+        /// The requested count.
+        k: usize,
+        /// The number of elements available.
+        len: usize,
+    },
+    /// An input holds NaN (or infinity where that is rejected).
+    #[error("non-finite value at index {index}")]
+    NonFinite {
+        /// The first index holding a non-finite value.
+        index: usize,
+    },
+    /// A parameter is outside its allowed range.
+    #[error("invalid parameter {name}: {reason}")]
+    InvalidParameter {
+        /// The parameter's name.
+        name: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// Bytes handed to a decoder are not a valid encoding.
+    #[error("corrupt {what}: {detail}")]
+    Corrupt {
+        /// Which encoding or field was being decoded.
+        what: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A value cannot be represented by a codec (for example mixed signs
+    /// for the same-sign mean codec).
+    #[error("{codec} cannot encode this input: {reason}")]
+    Unencodable {
+        /// The codec.
+        codec: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A backend does not offer this capability.
+    #[error("backend {backend} does not support {what}")]
+    Unsupported {
+        /// The backend's name.
+        backend: &'static str,
+        /// The missing capability.
+        what: String,
+    },
+    /// A backend's device reported an error.
+    #[error("device error in backend {backend}: {detail}")]
+    Device {
+        /// The backend's name.
+        backend: &'static str,
+        /// The device's message.
+        detail: String,
+    },
+}
+
+impl Error {
+    /// Shorthand for [`Error::Corrupt`].
+    pub fn corrupt(what: &'static str, detail: impl fmt::Display) -> Self {
+        Error::Corrupt {
+            what,
+            detail: detail.to_string(),
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidParameter`].
+    pub fn invalid(name: &'static str, reason: impl fmt::Display) -> Self {
+        Error::InvalidParameter {
+            name,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// `Result` with the workspace [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

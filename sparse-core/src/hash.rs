@@ -1,0 +1,313 @@
+//! Seeded hashing shared by every rank and backend.
+//!
+//! Everything here uses 32-bit integer arithmetic only (xor, shifts, wrapping
+//! multiplies, table lookups), so a GPU kernel without 64-bit integers (WGSL)
+//! computes bit-identical results.
+//!
+//! - [`mix32`] and [`CounterRng`]: a counter-based generator (the value for
+//!   counter `c` is a pure function of the seed and `c`), used by QSGD's
+//!   stochastic rounding so that every backend draws the same numbers.
+//! - [`UniversalHash`]: simple tabulation hashing, a 3-independent (hence
+//!   universal) family, seeded.
+//! - [`H0`]: Zen's partition function `h0`, shared by all ranks.
+//! - [`HierarchicalHash`]: `h0` plus the `k` rehash functions of Zen Alg. 1.
+
+/// A bijective 32-bit finalizer with strong avalanche ("lowbias32", C.
+/// Wellons' hash prospector).
+#[inline]
+pub fn mix32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x
+}
+
+/// SplitMix64: a small sequential generator used to expand seeds (host only).
+#[derive(Debug, Clone)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// Next 64 random bits.
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Next 32 random bits.
+    #[inline]
+    pub fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+    /// Uniform in `[0, 1)` with 53 random bits.
+    #[inline]
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+    /// Uniform in `0..n` (`n > 0`), by rejection (unbiased).
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0, "below(0)");
+        let zone = u64::MAX - (u64::MAX % n);
+        loop {
+            let r = self.next_u64();
+            if r < zone {
+                return r % n;
+            }
+        }
+    }
+}
+
+/// Counter-based generator: `u32_at(c)` depends only on the seed and `c`.
+///
+/// Two keys derived from the seed are mixed with the counter in two rounds of
+/// [`mix32`]. A kernel reproduces it from [`CounterRng::keys`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterRng {
+    key0: u32,
+    key1: u32,
+}
+
+impl CounterRng {
+    /// The generator for `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut s = SplitMix64(seed);
+        Self {
+            key0: s.next_u32(),
+            key1: s.next_u32(),
+        }
+    }
+    /// The two 32-bit keys (for kernels).
+    pub fn keys(&self) -> [u32; 2] {
+        [self.key0, self.key1]
+    }
+    /// 32 random bits for counter `c`.
+    #[inline]
+    pub fn u32_at(&self, c: u32) -> u32 {
+        mix32(mix32(c ^ self.key0).wrapping_add(self.key1))
+    }
+    /// Uniform in `[0, 1)` with 24 random bits, exactly representable in
+    /// `f32`: `(u32_at(c) >> 8) * 2^-24`.
+    #[inline]
+    pub fn unit_f32_at(&self, c: u32) -> f32 {
+        (self.u32_at(c) >> 8) as f32 * (1.0 / 16_777_216.0)
+    }
+}
+
+/// One function of the simple tabulation family: four tables of 256 random
+/// words, `h(x) = T0[x0] ^ T1[x1] ^ T2[x2] ^ T3[x3]` over the bytes of `x`.
+///
+/// Simple tabulation is 3-independent (Patrascu and Thorup 2012), so it is a
+/// universal family as Zen requires of `h0` and of the rehash functions.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UniversalHash {
+    tables: Box<[u32; 1024]>,
+    seed: u64,
+}
+
+impl std::fmt::Debug for UniversalHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UniversalHash")
+            .field("seed", &self.seed)
+            .finish()
+    }
+}
+
+impl UniversalHash {
+    /// The function drawn from the family by `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut rng = SplitMix64(seed ^ 0x5a17_ab1e_0000_0000);
+        let mut tables = Box::new([0u32; 1024]);
+        for t in tables.iter_mut() {
+            *t = rng.next_u32();
+        }
+        Self { tables, seed }
+    }
+    /// The seed it was drawn with.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+    /// The 1024 table words (table `j` at `[256 j .. 256 (j + 1)]`), for
+    /// uploading to a device.
+    pub fn tables(&self) -> &[u32; 1024] {
+        &self.tables
+    }
+    /// The 32-bit hash of `x`.
+    #[inline]
+    pub fn hash(&self, x: u32) -> u32 {
+        let t = &self.tables;
+        t[(x & 0xff) as usize]
+            ^ t[256 + ((x >> 8) & 0xff) as usize]
+            ^ t[512 + ((x >> 16) & 0xff) as usize]
+            ^ t[768 + (x >> 24) as usize]
+    }
+    /// The hash reduced to `0..m` (`m > 0`) by `hash(x) % m`. The bias is at
+    /// most `m / 2^32`; `%` keeps the mapping reproducible on any device.
+    #[inline]
+    pub fn hash_to(&self, x: u32, m: u32) -> u32 {
+        self.hash(x) % m
+    }
+}
+
+/// Zen's partition function `h0`: index -> partition (server) in
+/// `0..partitions`. Every rank builds it from the same seed, so an index maps
+/// to the same partition everywhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct H0 {
+    hash: UniversalHash,
+    partitions: u32,
+}
+
+impl H0 {
+    /// `h0` over `partitions` partitions.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidParameter`] if `partitions == 0`.
+    pub fn new(seed: u64, partitions: u32) -> crate::Result<Self> {
+        if partitions == 0 {
+            return Err(crate::Error::invalid("partitions", "must be at least 1"));
+        }
+        Ok(Self {
+            hash: UniversalHash::new(seed),
+            partitions,
+        })
+    }
+    /// The number of partitions.
+    pub fn partitions(&self) -> u32 {
+        self.partitions
+    }
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.hash.seed()
+    }
+    /// The underlying hash function.
+    pub fn hash(&self) -> &UniversalHash {
+        &self.hash
+    }
+    /// The partition of `idx`.
+    #[inline]
+    pub fn partition(&self, idx: u32) -> u32 {
+        self.hash.hash_to(idx, self.partitions)
+    }
+    /// Zen's index sets `I_i = { idx < dim : h0(idx) = i }`, each sorted.
+    /// Computed once per (dimension, `h0`) and shared by encoder and decoder.
+    pub fn index_sets(&self, dim: usize) -> Vec<Vec<u32>> {
+        let p = self.partitions as usize;
+        let mut counts = vec![0usize; p];
+        for idx in 0..dim as u32 {
+            counts[self.partition(idx) as usize] += 1;
+        }
+        let mut sets: Vec<Vec<u32>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
+        for idx in 0..dim as u32 {
+            sets[self.partition(idx) as usize].push(idx);
+        }
+        sets
+    }
+}
+
+/// Zen Alg. 1's hash functions and memory sizes: `h0` (shared by all ranks)
+/// picks the partition; `k` rehash functions place an index among `r1`
+/// parallel slots of that partition; collisions go to `r2` serial overflow
+/// slots through an atomic counter; if those are full too, to an unbounded
+/// fallback list (nothing is ever lost).
+#[derive(Debug, Clone)]
+pub struct HierarchicalHash {
+    /// The partition function.
+    pub h0: H0,
+    /// The rehash functions `h_1 .. h_k`.
+    pub rehash: Vec<UniversalHash>,
+    /// Parallel slots per partition.
+    pub r1: u32,
+    /// Serial overflow slots per partition.
+    pub r2: u32,
+}
+
+impl HierarchicalHash {
+    /// Zen's defaults for `nnz` non-zeros: `k = 3`, `r1 = 2 nnz`,
+    /// `r2 = r1 / 10` (at least 1 each).
+    ///
+    /// # Errors
+    /// As [`H0::new`].
+    pub fn with_defaults(
+        h0_seed: u64,
+        rehash_seed: u64,
+        partitions: u32,
+        nnz: usize,
+    ) -> crate::Result<Self> {
+        let r1 = (2 * nnz).clamp(1, u32::MAX as usize) as u32;
+        Self::new(h0_seed, rehash_seed, partitions, 3, r1, (r1 / 10).max(1))
+    }
+
+    /// Explicit parameters.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidParameter`] if `partitions`, `k` or `r1` is 0.
+    pub fn new(
+        h0_seed: u64,
+        rehash_seed: u64,
+        partitions: u32,
+        k: usize,
+        r1: u32,
+        r2: u32,
+    ) -> crate::Result<Self> {
+        if k == 0 {
+            return Err(crate::Error::invalid("k", "at least one rehash function"));
+        }
+        if r1 == 0 {
+            return Err(crate::Error::invalid("r1", "at least one parallel slot"));
+        }
+        let mut s = SplitMix64(rehash_seed);
+        Ok(Self {
+            h0: H0::new(h0_seed, partitions)?,
+            rehash: (0..k).map(|_| UniversalHash::new(s.next_u64())).collect(),
+            r1,
+            r2,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_values() {
+        // Value-stability: these pin the exact mapping every backend must reproduce.
+        assert_eq!(mix32(0), 0);
+        assert_eq!(mix32(1), 0x6889_90c0);
+        let rng = CounterRng::new(42);
+        let a: Vec<u32> = (0..4).map(|c| rng.u32_at(c)).collect();
+        let rng2 = CounterRng::new(42);
+        assert_eq!(a, (0..4).map(|c| rng2.u32_at(c)).collect::<Vec<_>>());
+        assert_ne!(a[0], a[1]);
+    }
+
+    #[test]
+    fn same_seed_same_mapping_and_balance() {
+        let a = H0::new(7, 16).unwrap();
+        let b = H0::new(7, 16).unwrap();
+        let sets = a.index_sets(100_000);
+        for (i, s) in sets.iter().enumerate() {
+            assert!(s.windows(2).all(|w| w[0] < w[1]));
+            for &idx in s.iter().take(50) {
+                assert_eq!(b.partition(idx), i as u32);
+            }
+            // Expected 6250 each; a universal hash keeps every bin within 10%.
+            assert!((5600..6900).contains(&s.len()), "bin {i}: {}", s.len());
+        }
+        assert_eq!(sets.iter().map(Vec::len).sum::<usize>(), 100_000);
+        assert!(H0::new(1, 0).is_err());
+    }
+
+    #[test]
+    fn unit_f32_is_uniform() {
+        let rng = CounterRng::new(3);
+        let n = 100_000;
+        let mean: f64 = (0..n).map(|c| rng.unit_f32_at(c) as f64).sum::<f64>() / n as f64;
+        assert!((mean - 0.5).abs() < 0.005, "{mean}");
+        assert!((0..n).all(|c| (0.0..1.0).contains(&rng.unit_f32_at(c))));
+    }
+}

@@ -1,0 +1,93 @@
+//! # sparse-core
+//!
+//! The base of the sparse-communication workspace: element types
+//! ([`Element`]), sparse vectors ([`SparseVec`]) and SparCML's sparse
+//! streams ([`Stream`]), encodings ([`encoding`]), seeded hashing
+//! ([`hash`]), QSGD ([`qsgd`]), the alpha-beta cost model ([`cost`]), Zen's
+//! sparsity statistics ([`stats`]), the [`Backend`] trait of device
+//! primitives, and one error type ([`Error`]).
+//!
+//! ```
+//! use sparse_core::{SparseVec, Stream, encoding::{Coo, Encoding, Raw}};
+//!
+//! let a = SparseVec::new(8, vec![1, 5], vec![1.0f32, -2.0])?;
+//! let b = SparseVec::new(8, vec![5, 6], vec![3.0f32, 4.0])?;
+//! let sum = a.merge_sum(&b)?;
+//! assert_eq!(sum.to_dense(), vec![0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 4.0, 0.0]);
+//!
+//! let bytes = Coo(Raw).encode(&sum)?;
+//! let back: SparseVec<f32> = Coo(Raw).decode(&bytes)?;
+//! assert_eq!(back, sum);
+//!
+//! // Three entries of eight stay sparse (delta = 8 * 4 / 8 = 4).
+//! assert!(!Stream::from_sparse(sum).is_dense());
+//! # Ok::<(), sparse_core::Error>(())
+//! ```
+//!
+//! Features: `testing` exports the backend test suite and the seeded
+//! gradient generators ([`testing`]).
+
+pub mod backend;
+pub mod cost;
+mod element;
+pub mod encoding;
+mod error;
+pub mod hash;
+pub mod qsgd;
+pub mod sparse;
+pub mod stats;
+mod stream;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use backend::{
+    Backend, BufferOps, CodecOps, DenseOps, Extreme, HashOps, HashPartitions, ReduceOps, Scalar,
+    SelectOps, Selected,
+};
+pub use element::{Element, abs_key, signed_key};
+pub use error::{Error, Result};
+pub use hash::{CounterRng, H0, HierarchicalHash, SplitMix64, UniversalHash};
+pub use sparse::SparseVec;
+pub use stream::{INDEX_BYTES, Stream, delta};
+
+/// Helpers shared by this crate's unit tests.
+#[cfg(test)]
+mod testing_support {
+    use crate::{Element, SparseVec, SplitMix64};
+
+    /// A vector of dimension `dim` with `nnz` random distinct indices and
+    /// non-zero normal values.
+    pub fn random_vec<E: Element>(dim: usize, nnz: usize, seed: u64) -> SparseVec<E> {
+        let mut rng = SplitMix64(seed);
+        let mut all: Vec<u32> = (0..dim as u32).collect();
+        for i in 0..nnz {
+            let j = i + rng.below((dim - i) as u64) as usize;
+            all.swap(i, j);
+        }
+        let mut idx = all[..nnz].to_vec();
+        idx.sort_unstable();
+        let values = (0..nnz)
+            .map(|_| {
+                let v = E::from_f64_nearest((rng.next_f64() - 0.5) * 8.0);
+                if v == E::zero() { E::one() } else { v }
+            })
+            .collect();
+        SparseVec::new(dim, idx, values).expect("valid by construction")
+    }
+
+    /// Dimensions from 1 to 10^6, nnz from 0 to the dimension.
+    pub fn vectors<E: Element>(seed: u64) -> Vec<SparseVec<E>> {
+        let mut out = Vec::new();
+        for dim in [1usize, 2, 31, 32, 33, 1000, 65_537, 1_000_000] {
+            let mut nnzs = vec![0, 1, dim / 1000, dim / 10, dim / 2, dim];
+            if dim >= 65_537 {
+                nnzs.retain(|&n| n <= dim / 10 || n == dim);
+            }
+            nnzs.dedup();
+            for nnz in nnzs {
+                out.push(random_vec(dim, nnz, seed ^ (dim * 31 + nnz) as u64));
+            }
+        }
+        out
+    }
+}

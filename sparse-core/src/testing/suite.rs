@@ -1,0 +1,568 @@
+//! The backend test suite, written once. Each `pub fn name<B: Backend>(b)`
+//! checks one primitive against a brute-force oracle (or the reference
+//! implementation in `sparse-core` where the output is a pinned layout) and
+//! panics on a mismatch. [`crate::backend_test_suite!`] wraps each in a
+//! `#[test]`.
+//!
+//! Element types a backend does not support (it returns
+//! [`Error::Unsupported`]) are skipped with a printed note.
+
+use super::generate::{ValueDist, dense_values};
+use crate::backend::{Backend, Extreme};
+use crate::encoding::{bits_from_indices, indices_from_bits};
+use crate::hash::HierarchicalHash;
+use crate::qsgd::{self, QsgdParams};
+use crate::{Element, Error, Result, SplitMix64, abs_key, signed_key};
+use half::{bf16, f16};
+
+/// Unwraps, or returns `None` (with a note) if the backend lacks the
+/// capability.
+fn supported<T>(r: Result<T>, what: &str) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(Error::Unsupported { backend, what: w }) => {
+            println!("skipped {what}: backend {backend} does not support {w}");
+            None
+        }
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+/// Named inputs covering the cases that break selection code: random,
+/// heavy-tailed, all equal, many ties, all zero, negative, subnormal,
+/// signed zeros and infinities, across sizes that are not multiples of any
+/// block size.
+pub fn inputs(seed: u64) -> Vec<(String, Vec<f64>)> {
+    let mut out = Vec::new();
+    let mut rng = SplitMix64(seed);
+    for n in [1usize, 2, 3, 31, 256, 1000, 4097] {
+        out.push((
+            format!("normal n={n}"),
+            dense_values::<f64>(n, ValueDist::Normal { std: 1.0 }, rng.next_u64()),
+        ));
+        out.push((
+            format!("heavy n={n}"),
+            dense_values::<f64>(n, ValueDist::HeavyTailed { scale: 1.0 }, rng.next_u64()),
+        ));
+        out.push((
+            format!("ties n={n}"),
+            (0..n).map(|_| rng.below(5) as f64 - 2.0).collect(),
+        ));
+    }
+    out.push(("all equal".into(), vec![0.5; 777]));
+    out.push(("all zero".into(), vec![0.0; 300]));
+    out.push((
+        "negative".into(),
+        (0..500).map(|i| -1.0 - (i % 37) as f64).collect(),
+    ));
+    // Subnormal in f32 (and flushed or rounded in narrower types).
+    out.push((
+        "subnormal".into(),
+        (0..300).map(|i| (i as f64 - 150.0) * 1e-42).collect(),
+    ));
+    let mut special = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        2.0,
+        -0.0,
+        0.0,
+    ];
+    special.extend((0..50).map(|i| (i % 3) as f64 - 1.0));
+    out.push(("signed zeros and infinities".into(), special));
+    out
+}
+
+fn convert<E: Element>(x: &[f64]) -> Vec<E> {
+    x.iter().map(|&v| E::from_f64_nearest(v)).collect()
+}
+
+/// Brute-force exact top-k oracle: sort by key descending, then by index
+/// ascending; return the chosen indices in increasing order.
+pub fn oracle_topk(keys: &[u64], k: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+    order.sort_by(|&a, &b| keys[b as usize].cmp(&keys[a as usize]).then(a.cmp(&b)));
+    let mut chosen = order[..k].to_vec();
+    chosen.sort_unstable();
+    chosen
+}
+
+fn ks(n: usize) -> Vec<usize> {
+    let mut k = vec![0, 1, n / 1000, n / 3, n.saturating_sub(1), n];
+    k.sort_unstable();
+    k.dedup();
+    k
+}
+
+fn check_selected<B: Backend, E: Element>(
+    b: &B,
+    sel: crate::backend::Selected<B, E>,
+    x: &[E],
+    want: &[u32],
+    ctx: &str,
+) {
+    let idx = b.download(&sel.indices).unwrap();
+    let val = b.download(&sel.values).unwrap();
+    assert_eq!(idx, want, "{ctx}: indices");
+    let expect: Vec<u64> = want.iter().map(|&i| x[i as usize].to_bits_u64()).collect();
+    assert_eq!(
+        val.iter().map(|v| v.to_bits_u64()).collect::<Vec<_>>(),
+        expect,
+        "{ctx}: values"
+    );
+}
+
+/// `max_abs` exact, `mean_abs` within `1e-5` relative (`f32` accumulation
+/// allowed) against sums in `f64`.
+pub fn reductions<B: Backend>(b: &B) {
+    fn run<B: Backend, E: Element>(b: &B) {
+        for (name, raw) in inputs(11) {
+            let x: Vec<E> = convert(&raw);
+            let Some(buf) = supported(b.upload(&x), E::NAME) else {
+                return;
+            };
+            let Some(max) = supported(b.max_abs(&buf), E::NAME) else {
+                return;
+            };
+            let want = x.iter().fold(E::zero(), |m, v| m.max(v.abs()));
+            assert_eq!(
+                max.to_bits_u64(),
+                want.to_bits_u64(),
+                "{} {name}: max_abs",
+                E::NAME
+            );
+            let mean = b.mean_abs(&buf).unwrap();
+            let exact = x.iter().map(|v| v.to_f64_exact().abs()).sum::<f64>() / x.len() as f64;
+            if exact.is_finite() {
+                assert!(
+                    (mean - exact).abs() <= 1e-5 * exact.max(f64::MIN_POSITIVE),
+                    "{} {name}: mean_abs {mean} vs {exact}",
+                    E::NAME
+                );
+            } else {
+                assert!(
+                    mean.is_infinite(),
+                    "{} {name}: mean_abs {mean} vs {exact}",
+                    E::NAME
+                );
+            }
+        }
+        let empty = b.upload::<E>(&[]).unwrap();
+        assert_eq!(b.max_abs(&empty).unwrap(), E::zero());
+        assert_eq!(b.mean_abs(&empty).unwrap(), 0.0);
+    }
+    run::<B, f32>(b);
+    run::<B, f64>(b);
+    run::<B, f16>(b);
+    run::<B, bf16>(b);
+}
+
+/// `count_above` equals a brute-force count for thresholds at, between and
+/// beyond the data's magnitudes.
+pub fn count_above<B: Backend>(b: &B) {
+    fn run<B: Backend, E: Element>(b: &B) {
+        for (name, raw) in inputs(12) {
+            let x: Vec<E> = convert(&raw);
+            let Some(buf) = supported(b.upload(&x), E::NAME) else {
+                return;
+            };
+            let mut ts: Vec<E> = vec![
+                E::zero(),
+                E::from_f64_nearest(0.5),
+                E::from_f64_nearest(1.0),
+                E::infinity(),
+            ];
+            ts.extend(x.iter().step_by(x.len() / 5 + 1).map(|v| v.abs()));
+            for t in ts {
+                let want = x.iter().filter(|v| v.abs() > t).count();
+                let Some(got) = supported(b.count_above(&buf, t), E::NAME) else {
+                    return;
+                };
+                assert_eq!(got, want, "{} {name}: count_above({t:?})", E::NAME);
+            }
+        }
+    }
+    run::<B, f32>(b);
+    run::<B, f64>(b);
+    run::<B, f16>(b);
+    run::<B, bf16>(b);
+}
+
+/// `compact_above` returns exactly the brute-force filter, in index order.
+pub fn compact_above<B: Backend>(b: &B) {
+    fn run<B: Backend, E: Element>(b: &B) {
+        for (name, raw) in inputs(13) {
+            let x: Vec<E> = convert(&raw);
+            let Some(buf) = supported(b.upload(&x), E::NAME) else {
+                return;
+            };
+            for t in [
+                E::zero(),
+                E::from_f64_nearest(0.7),
+                E::from_f64_nearest(1.5),
+            ] {
+                let want: Vec<u32> = (0..x.len() as u32)
+                    .filter(|&i| x[i as usize].abs() > t)
+                    .collect();
+                let Some(sel) = supported(b.compact_above(&buf, t), E::NAME) else {
+                    return;
+                };
+                check_selected(
+                    b,
+                    sel,
+                    &x,
+                    &want,
+                    &format!("{} {name} compact_above({t:?})", E::NAME),
+                );
+            }
+        }
+    }
+    run::<B, f32>(b);
+    run::<B, f64>(b);
+    run::<B, f16>(b);
+    run::<B, bf16>(b);
+}
+
+/// Exact top-k by magnitude equals the sorting oracle (tie rule included)
+/// for k = 0, 1, n/1000, n/3, n-1, n.
+pub fn topk_abs<B: Backend>(b: &B) {
+    fn run<B: Backend, E: Element>(b: &B) {
+        for (name, raw) in inputs(14) {
+            let x: Vec<E> = convert(&raw);
+            let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+            let Some(buf) = supported(b.upload(&x), E::NAME) else {
+                return;
+            };
+            for k in ks(x.len()) {
+                let Some(sel) = supported(b.topk_abs(&buf, k), E::NAME) else {
+                    return;
+                };
+                check_selected(
+                    b,
+                    sel,
+                    &x,
+                    &oracle_topk(&keys, k),
+                    &format!("{} {name} topk_abs k={k}", E::NAME),
+                );
+            }
+        }
+    }
+    run::<B, f32>(b);
+    run::<B, f64>(b);
+    run::<B, f16>(b);
+    run::<B, bf16>(b);
+}
+
+/// Signed top-k and low-k equal the sorting oracle on the signed order.
+pub fn topk_signed<B: Backend>(b: &B) {
+    fn run<B: Backend, E: Element>(b: &B) {
+        for (name, raw) in inputs(15) {
+            let x: Vec<E> = convert(&raw);
+            let hi: Vec<u64> = x.iter().map(|&v| signed_key(v)).collect();
+            let lo: Vec<u64> = hi.iter().map(|&k| !k).collect();
+            let Some(buf) = supported(b.upload(&x), E::NAME) else {
+                return;
+            };
+            for k in ks(x.len()) {
+                for (end, keys) in [(Extreme::Largest, &hi), (Extreme::Smallest, &lo)] {
+                    let Some(sel) = supported(b.topk_signed(&buf, k, end), E::NAME) else {
+                        return;
+                    };
+                    check_selected(
+                        b,
+                        sel,
+                        &x,
+                        &oracle_topk(keys, k),
+                        &format!("{} {name} topk_signed {end:?} k={k}", E::NAME),
+                    );
+                }
+            }
+        }
+    }
+    run::<B, f32>(b);
+    run::<B, f64>(b);
+    run::<B, f16>(b);
+    run::<B, bf16>(b);
+}
+
+/// Pinned values: the tie rule on a hand-written input.
+pub fn topk_pinned_ties<B: Backend>(b: &B) {
+    let x = [1.0f32, -3.0, 3.0, 2.0, -3.0, 0.0, 3.0];
+    let buf = b.upload(&x).unwrap();
+    let idx = |s: crate::backend::Selected<B, f32>| b.download(&s.indices).unwrap();
+    // |x| = 3 at 1, 2, 4, 6: the three lowest indices win.
+    assert_eq!(idx(b.topk_abs(&buf, 3).unwrap()), vec![1, 2, 4]);
+    assert_eq!(idx(b.topk_abs(&buf, 5).unwrap()), vec![1, 2, 3, 4, 6]);
+    assert_eq!(
+        idx(b.topk_signed(&buf, 2, Extreme::Largest).unwrap()),
+        vec![2, 6]
+    );
+    assert_eq!(
+        idx(b.topk_signed(&buf, 1, Extreme::Smallest).unwrap()),
+        vec![1]
+    );
+    // -3, -3 and 0 are the three smallest.
+    assert_eq!(
+        idx(b.topk_signed(&buf, 3, Extreme::Smallest).unwrap()),
+        vec![1, 4, 5]
+    );
+}
+
+/// NaN is an error naming the first NaN; k > n is an error; lengths are
+/// checked.
+pub fn errors<B: Backend>(b: &B) {
+    let x = [1.0f32, 2.0, f32::NAN, 4.0, f32::NAN];
+    let buf = b.upload(&x).unwrap();
+    let nan = Error::NonFinite { index: 2 };
+    assert_eq!(b.max_abs(&buf).err(), Some(nan.clone()));
+    assert_eq!(b.mean_abs(&buf).err(), Some(nan.clone()));
+    assert_eq!(b.count_above(&buf, 0.0).err(), Some(nan.clone()));
+    assert_eq!(b.compact_above(&buf, 0.0).err(), Some(nan.clone()));
+    assert_eq!(b.topk_abs(&buf, 1).err(), Some(nan.clone()));
+    assert_eq!(b.topk_signed(&buf, 1, Extreme::Largest).err(), Some(nan));
+    let ok = b.upload(&[1.0f32, 2.0]).unwrap();
+    assert_eq!(
+        b.topk_abs(&ok, 3).err(),
+        Some(Error::KOutOfRange { k: 3, len: 2 })
+    );
+    assert_eq!(
+        b.topk_signed(&ok, 3, Extreme::Smallest).err(),
+        Some(Error::KOutOfRange { k: 3, len: 2 })
+    );
+    let mut y = b.upload(&[1.0f32; 3]).unwrap();
+    assert!(matches!(
+        b.axpy(1.0, &ok, &mut y),
+        Err(Error::LengthMismatch { .. })
+    ));
+    let i = b.upload(&[0u32, 1]).unwrap();
+    let v = b.upload(&[1.0f32]).unwrap();
+    assert!(matches!(
+        b.scatter_add(&mut y, &i, &v),
+        Err(Error::LengthMismatch { .. })
+    ));
+    let far = b.upload(&[0u32, 3]).unwrap();
+    let two = b.upload(&[1.0f32, 1.0]).unwrap();
+    assert!(matches!(
+        b.scatter_add(&mut y, &far, &two),
+        Err(Error::IndexOutOfRange { index: 3, .. })
+    ));
+    assert!(matches!(
+        b.mask(&mut y, &far),
+        Err(Error::IndexOutOfRange { index: 3, .. })
+    ));
+    assert!(matches!(
+        b.bitmap_encode(&far, 0, 3),
+        Err(Error::IndexOutOfRange { index: 3, .. })
+    ));
+}
+
+/// `scatter_add` and `mask` against dense loops.
+pub fn scatter_add_and_mask<B: Backend>(b: &B) {
+    let mut rng = SplitMix64(21);
+    for n in [1usize, 5, 64, 1000, 10_007] {
+        let base: Vec<f32> = dense_values(n, ValueDist::Integer { max: 100 }, rng.next_u64());
+        let mut idx: Vec<u32> = (0..n as u32).filter(|_| rng.below(3) == 0).collect();
+        if idx.is_empty() {
+            idx.push(0);
+        }
+        let vals: Vec<f32> =
+            dense_values(idx.len(), ValueDist::Integer { max: 50 }, rng.next_u64());
+        let mut want = base.clone();
+        for (&i, &v) in idx.iter().zip(&vals) {
+            want[i as usize] += v;
+        }
+        let mut d = b.upload(&base).unwrap();
+        let (bi, bv) = (b.upload(&idx).unwrap(), b.upload(&vals).unwrap());
+        b.scatter_add(&mut d, &bi, &bv).unwrap();
+        assert_eq!(b.download(&d).unwrap(), want, "scatter_add n={n}");
+        for &i in &idx {
+            want[i as usize] = 0.0;
+        }
+        b.mask(&mut d, &bi).unwrap();
+        assert_eq!(b.download(&d).unwrap(), want, "mask n={n}");
+    }
+}
+
+/// `axpy` and `scale` against host loops (exact on integer-valued inputs).
+pub fn axpy_and_scale<B: Backend>(b: &B) {
+    for n in [0usize, 1, 3, 1025] {
+        let x: Vec<f32> = dense_values(n, ValueDist::Integer { max: 1000 }, 1);
+        let y: Vec<f32> = dense_values(n, ValueDist::Integer { max: 1000 }, 2);
+        let (bx, mut by) = (b.upload(&x).unwrap(), b.upload(&y).unwrap());
+        b.axpy(-3.0, &bx, &mut by).unwrap();
+        let want: Vec<f32> = x.iter().zip(&y).map(|(a, c)| -3.0 * a + c).collect();
+        assert_eq!(b.download(&by).unwrap(), want, "axpy n={n}");
+        b.scale(0.5, &mut by).unwrap();
+        assert_eq!(
+            b.download(&by).unwrap(),
+            want.iter().map(|v| v * 0.5).collect::<Vec<_>>(),
+            "scale n={n}"
+        );
+    }
+}
+
+fn check_partitions<B: Backend>(
+    b: &B,
+    idx: &[u32],
+    h: &HierarchicalHash,
+    ctx: &str,
+) -> crate::backend::HashPartitions<f32> {
+    let vals: Vec<f32> = idx.iter().map(|&i| i as f32 * 0.5 + 1.0).collect();
+    let (bi, bv) = (b.upload(idx).unwrap(), b.upload(&vals).unwrap());
+    let parts = b.hash_partition(&bi, &bv, h).unwrap();
+    let p = h.h0.partitions() as usize;
+    assert_eq!(parts.offsets.len(), p + 1, "{ctx}: offsets");
+    assert_eq!(parts.offsets[0], 0);
+    assert_eq!(parts.offsets[p], idx.len(), "{ctx}: every index delivered");
+    let mut seen: Vec<u32> = Vec::with_capacity(idx.len());
+    for q in 0..p {
+        for j in parts.offsets[q]..parts.offsets[q + 1] {
+            let i = parts.indices[j];
+            assert_eq!(
+                h.h0.partition(i),
+                q as u32,
+                "{ctx}: index {i} in wrong partition"
+            );
+            assert_eq!(parts.values[j], i as f32 * 0.5 + 1.0, "{ctx}: value of {i}");
+            seen.push(i);
+        }
+    }
+    seen.sort_unstable();
+    let mut want = idx.to_vec();
+    want.sort_unstable();
+    assert_eq!(seen, want, "{ctx}: each index exactly once");
+    parts
+}
+
+/// Hierarchical hashing with default sizes: every index exactly once, in
+/// partition `h0(index)`, with its value.
+pub fn hash_partition<B: Backend>(b: &B) {
+    let mut rng = SplitMix64(31);
+    for (nnz, parts) in [(0usize, 4u32), (1, 1), (1000, 16), (30_000, 7)] {
+        let mut idx: Vec<u32> = (0..nnz).map(|_| rng.next_u32() % 4_000_000).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let h = HierarchicalHash::with_defaults(99, rng.next_u64(), parts, idx.len()).unwrap();
+        check_partitions(b, &idx, &h, &format!("nnz={nnz} P={parts}"));
+    }
+}
+
+/// Tiny `r1` and `r2` force collisions, serial writes and the fallback;
+/// still nothing is lost.
+pub fn hash_partition_forced_collisions<B: Backend>(b: &B) {
+    let idx: Vec<u32> = (0..5000u32).map(|i| i * 7 + 3).collect();
+    let h = HierarchicalHash::new(5, 6, 4, 3, 8, 2).unwrap();
+    let parts = check_partitions(b, &idx, &h, "r1=8 r2=2");
+    assert!(
+        parts.serial > 0 && parts.fallback > 0,
+        "collisions must reach serial ({}) and fallback ({})",
+        parts.serial,
+        parts.fallback
+    );
+    assert_eq!(parts.serial, 4 * 2, "serial area is filled exactly");
+    let h = HierarchicalHash::new(5, 6, 3, 1, 1, 0).unwrap();
+    check_partitions(b, &idx, &h, "r1=1 r2=0");
+}
+
+/// Bitmap encode equals the layout oracle; decode inverts it.
+pub fn bitmap<B: Backend>(b: &B) {
+    let mut rng = SplitMix64(41);
+    for (lo, len) in [
+        (0u32, 1usize),
+        (0, 31),
+        (5, 32),
+        (100, 33),
+        (7, 10_000),
+        (0, 100_003),
+    ] {
+        let idx: Vec<u32> = (0..len as u32)
+            .filter(|_| rng.below(4) == 0)
+            .map(|i| i + lo)
+            .collect();
+        let words = b.bitmap_encode(&b.upload(&idx).unwrap(), lo, len).unwrap();
+        let host = b.download(&words).unwrap();
+        assert_eq!(
+            host,
+            bits_from_indices(&idx, lo, len),
+            "bitmap_encode lo={lo} len={len}"
+        );
+        let back = b.bitmap_decode(&words, lo, len).unwrap();
+        assert_eq!(
+            b.download(&back).unwrap(),
+            idx,
+            "bitmap_decode lo={lo} len={len}"
+        );
+        assert_eq!(indices_from_bits(&host, lo, len), idx);
+    }
+    let empty = b
+        .bitmap_encode(&b.upload::<u32>(&[]).unwrap(), 0, 0)
+        .unwrap();
+    assert_eq!(b.len(&empty), 0);
+}
+
+/// QSGD quantization is bit-identical to the reference layout of
+/// [`crate::qsgd`] (same counter-based draws); dequantization matches.
+pub fn qsgd<B: Backend>(b: &B) {
+    for bits in [2, 4, 8] {
+        for (n, bucket) in [(1usize, 1024usize), (1000, 1024), (5000, 512), (4097, 100)] {
+            let x: Vec<f32> =
+                dense_values(n, ValueDist::Normal { std: 2.0 }, n as u64 + bits as u64);
+            let p = QsgdParams::new(bits, bucket, 77).unwrap();
+            let want = qsgd::quantize(&x, &p, 1000).unwrap();
+            let (s, w) = b.qsgd_quantize(&b.upload(&x).unwrap(), &p, 1000).unwrap();
+            assert_eq!(
+                b.download(&s).unwrap(),
+                want.scales,
+                "qsgd scales bits={bits} n={n}"
+            );
+            assert_eq!(
+                b.download(&w).unwrap(),
+                want.words,
+                "qsgd words bits={bits} n={n}"
+            );
+            let back = b.qsgd_dequantize(&s, &w, n, &p).unwrap();
+            assert_eq!(
+                b.download(&back).unwrap(),
+                qsgd::dequantize(&want, n, &p).unwrap(),
+                "qsgd dequantize bits={bits} n={n}"
+            );
+        }
+    }
+    let bad = b.upload(&[1.0f32, f32::INFINITY]).unwrap();
+    assert_eq!(
+        b.qsgd_quantize(&bad, &QsgdParams::new(4, 8, 0).unwrap(), 0)
+            .err(),
+        Some(Error::NonFinite { index: 1 })
+    );
+}
+
+/// Top-k and compaction on 2^20 elements (catches multi-pass and
+/// multi-block bugs that small inputs miss).
+pub fn large_topk<B: Backend>(b: &B) {
+    let n = 1 << 20;
+    let x: Vec<f32> = dense_values(n, ValueDist::HeavyTailed { scale: 1.0 }, 51);
+    let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+    let buf = b.upload(&x).unwrap();
+    for k in [1, n / 1000, n / 10] {
+        check_selected(
+            b,
+            b.topk_abs(&buf, k).unwrap(),
+            &x,
+            &oracle_topk(&keys, k),
+            &format!("large topk k={k}"),
+        );
+    }
+    let t = 3.0f32;
+    let want: Vec<u32> = (0..n as u32).filter(|&i| x[i as usize].abs() > t).collect();
+    assert_eq!(b.count_above(&buf, t).unwrap(), want.len());
+    check_selected(
+        b,
+        b.compact_above(&buf, t).unwrap(),
+        &x,
+        &want,
+        "large compact",
+    );
+}
