@@ -234,14 +234,14 @@ impl HashOps for Cpu {
             serial,
             fallback: spilled,
         };
-        for part in 0..p {
+        for (part, spill) in fallback.iter().enumerate() {
             for q in part * width..(part + 1) * width {
                 if slots[q] != 0 {
                     out.indices.push(slots[q] - 1);
                     out.values.push(slot_val[q]);
                 }
             }
-            for &(i, v) in &fallback[part] {
+            for &(i, v) in spill {
                 out.indices.push(i);
                 out.values.push(v);
             }

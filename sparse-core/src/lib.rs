@@ -40,6 +40,11 @@ mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+/// The workspace README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 pub use backend::{
     Backend, BufferOps, CodecOps, DenseOps, Extreme, HashOps, HashPartitions, ReduceOps, Scalar,
     SelectOps, Selected,

@@ -143,4 +143,62 @@ mod tests {
         assert!(!s.is_dense());
         assert_eq!(s.stored(), 4);
     }
+
+    #[test]
+    fn sums_equal_dense_sums_in_all_combinations() {
+        use crate::testing_support::random_vec;
+        let n = 1000; // delta = 500 for f32
+        for (na, nb) in [
+            (0, 0),
+            (10, 20),
+            (300, 300),
+            (499, 2),
+            (600, 10),
+            (900, 950),
+        ] {
+            let a = random_vec::<f32>(n, na, na as u64 + 1);
+            let b = random_vec::<f32>(n, nb, nb as u64 + 1000);
+            let want: Vec<f32> = a
+                .to_dense()
+                .iter()
+                .zip(b.to_dense())
+                .map(|(x, y)| x + y)
+                .collect();
+            let forms = |v: &SparseVec<f32>| {
+                [
+                    Stream::from_sparse(v.clone()),
+                    Stream::from_dense(v.to_dense()),
+                ]
+            };
+            for sa in forms(&a) {
+                for sb in forms(&b) {
+                    let s = sa.sum(&sb).unwrap();
+                    assert_eq!(
+                        s.to_dense(),
+                        want,
+                        "{na}+{nb} dense={},{}",
+                        sa.is_dense(),
+                        sb.is_dense()
+                    );
+                    assert_eq!(s.dim(), n);
+                    if sa.is_dense() || sb.is_dense() {
+                        assert!(s.is_dense());
+                    } else {
+                        let union = a.merge_sum(&b).unwrap().nnz();
+                        assert_eq!(
+                            s.is_dense(),
+                            union > Stream::<f32>::delta(n),
+                            "{na}+{nb}: union {union}"
+                        );
+                        assert!(s.payload_bytes() <= n * 4);
+                    }
+                }
+            }
+        }
+        let short = Stream::<f32>::from_dense(vec![0.0; 3]);
+        assert!(matches!(
+            short.sum(&Stream::from_dense(vec![0.0; 4])),
+            Err(Error::DimensionMismatch { .. })
+        ));
+    }
 }

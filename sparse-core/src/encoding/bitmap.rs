@@ -106,9 +106,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Bitmap<V> {
         write_header::<E>(out, TAG, V::TAG, v.dim());
         out.extend_from_slice(&lo.to_le_bytes());
         out.extend_from_slice(&hi.to_le_bytes());
-        for w in bits_from_indices(v.indices(), lo, (hi - lo) as usize) {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
+        super::write_words(out, &bits_from_indices(v.indices(), lo, (hi - lo) as usize));
         self.codec.encode(v.values(), out)
     }
     fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>> {

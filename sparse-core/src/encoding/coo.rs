@@ -25,9 +25,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Coo<V> {
     fn encode_into(&self, v: &SparseVec<E>, out: &mut Vec<u8>) -> Result<()> {
         write_header::<E>(out, TAG, V::TAG, v.dim());
         out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
-        for &i in v.indices() {
-            out.extend_from_slice(&i.to_le_bytes());
-        }
+        super::write_words(out, v.indices());
         self.0.encode(v.values(), out)
     }
     fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>> {

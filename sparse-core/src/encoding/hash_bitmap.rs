@@ -16,6 +16,9 @@ pub struct PartitionIndex {
     h0: H0,
     dim: usize,
     sets: Vec<Vec<u32>>,
+    /// `rank[idx]`: the position of `idx` in its set, so that encoding costs
+    /// one lookup per entry instead of a binary search over a large set.
+    rank: Vec<u32>,
 }
 
 impl PartitionIndex {
@@ -26,7 +29,18 @@ impl PartitionIndex {
     pub fn new(h0: H0, dim: usize) -> Result<Self> {
         crate::sparse::check_dim(dim)?;
         let sets = h0.index_sets(dim);
-        Ok(Self { h0, dim, sets })
+        let mut rank = vec![0u32; dim];
+        for set in &sets {
+            for (pos, &idx) in set.iter().enumerate() {
+                rank[idx as usize] = pos as u32;
+            }
+        }
+        Ok(Self {
+            h0,
+            dim,
+            sets,
+            rank,
+        })
     }
     /// The partition function.
     pub fn h0(&self) -> &H0 {
@@ -139,15 +153,13 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for HashBitmap<V> {
         let set = self.set();
         let mut positions = Vec::with_capacity(v.nnz());
         for &i in v.indices() {
-            match set.binary_search(&i) {
-                Ok(p) => positions.push(p as u32),
-                Err(_) => {
-                    return Err(unencodable(
-                        "hash-bitmap",
-                        format!("index {i} is not in partition {}", self.partition),
-                    ));
-                }
+            if self.index.h0.partition(i) != self.partition {
+                return Err(unencodable(
+                    "hash-bitmap",
+                    format!("index {i} is not in partition {}", self.partition),
+                ));
             }
+            positions.push(self.index.rank[i as usize]);
         }
         write_header::<E>(out, TAG, V::TAG, v.dim());
         let seed = self.index.h0.seed();
@@ -160,9 +172,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for HashBitmap<V> {
         ] {
             out.extend_from_slice(&x.to_le_bytes());
         }
-        for w in bits_from_indices(&positions, 0, set.len()) {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
+        super::write_words(out, &bits_from_indices(&positions, 0, set.len()));
         self.codec.encode(v.values(), out)
     }
     fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>> {

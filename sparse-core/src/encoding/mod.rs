@@ -116,6 +116,17 @@ fn read_header<E: Element>(
     Ok(r.u32()? as usize)
 }
 
+/// Appends `words` as little-endian `u32`s.
+fn write_words(out: &mut Vec<u8>, words: &[u32]) {
+    if cfg!(target_endian = "little") {
+        out.extend_from_slice(bytemuck::cast_slice(words));
+    } else {
+        for w in words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+}
+
 fn unencodable(codec: &'static str, reason: impl std::fmt::Display) -> Error {
     Error::Unencodable {
         codec,

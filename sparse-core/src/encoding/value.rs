@@ -44,9 +44,10 @@ impl<E: Element> ValueCodec<E> for Raw {
         n * E::BYTES
     }
     fn encode(&self, values: &[E], out: &mut Vec<u8>) -> Result<()> {
-        out.extend_from_slice(bytemuck::cast_slice(values));
-        if cfg!(target_endian = "big") {
-            unreachable!("big-endian hosts are not supported");
+        if cfg!(target_endian = "little") {
+            out.extend_from_slice(bytemuck::cast_slice(values));
+        } else {
+            values.iter().for_each(|v| v.write_le(out));
         }
         Ok(())
     }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every check of the workspace; CI runs exactly this (.ci/run).
+# Idempotent: installs what is missing (Debian packages, only when absent),
+# then: fmt, clippy, all tests (doc tests included), bench builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# --- System packages -------------------------------------------------------
+# Packages the checks need. Nothing yet: the MPI and Vulkan-kernel stages
+# (issues 5 and 6) add theirs here (libmpich-dev mpich libclang-dev,
+# mesa-vulkan-drivers libvulkan1). apt-get update runs only when one is missing.
+required_pkgs=()
+need_pkgs=()
+for pkg in "${required_pkgs[@]}"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+done
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+    step "installing ${need_pkgs[*]}"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}"
+fi
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo test (unit, integration, doc)"
+cargo test --workspace
+
+step "cargo bench --no-run"
+cargo bench --workspace --no-run
+
+step "sparse-bench smoke run"
+cargo run --quiet -p bench --bin sparse-bench -- encode --n 100000 --density 0.01 --min-ms 1 --json >/dev/null
+
+echo
+echo "all checks passed"
