@@ -121,10 +121,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Bitmap<V> {
             ));
         }
         let len = (hi - lo) as usize;
-        let words = r.u32s(len.div_ceil(32))?;
-        if len % 32 != 0 && words.last().is_some_and(|w| w >> (len % 32) != 0) {
-            return Err(Error::corrupt("bitmap", "bits set beyond the range"));
-        }
+        let words = r.packed_words(len)?;
         let indices = indices_from_bits(&words, lo, len);
         let values = self.codec.decode(&mut r, indices.len())?;
         r.finish()?;

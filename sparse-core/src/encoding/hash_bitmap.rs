@@ -200,13 +200,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for HashBitmap<V> {
                 ),
             ));
         }
-        let words = r.u32s(self.words())?;
-        if set_len % 32 != 0 && words.last().is_some_and(|w| w >> (set_len % 32) != 0) {
-            return Err(Error::corrupt(
-                "hash-bitmap",
-                "bits set beyond the index set",
-            ));
-        }
+        let words = r.packed_words(set_len)?;
         let set = self.set();
         let indices: Vec<u32> = indices_from_bits(&words, 0, set_len)
             .into_iter()

@@ -87,6 +87,18 @@ impl<'a> Reader<'a> {
             .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect())
     }
+    /// The `ceil(bits / 32)` words of a packed bit field of `bits` bits;
+    /// bits past `bits` in the last word must be zero.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] if truncated or padding bits are set.
+    pub fn packed_words(&mut self, bits: usize) -> Result<Vec<u32>> {
+        let words = self.u32s(bits.div_ceil(32))?;
+        if bits % 32 != 0 && words.last().is_some_and(|w| w >> (bits % 32) != 0) {
+            return Err(Error::corrupt(self.what, "non-zero padding bits"));
+        }
+        Ok(words)
+    }
     /// `n` elements.
     ///
     /// # Errors

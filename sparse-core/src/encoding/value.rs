@@ -203,11 +203,7 @@ impl<E: Element> ValueCodec<E> for Qsgd {
                 format!("scale of bucket {b} is negative or not finite"),
             ));
         }
-        let words = r.u32s(p.words(n))?;
-        let used = n * bits as usize;
-        if used % 32 != 0 && words.last().is_some_and(|w| w >> (used % 32) != 0) {
-            return Err(Error::corrupt("qsgd", "non-zero padding bits"));
-        }
+        let words = r.packed_words(n * bits as usize)?;
         let q = Quantized { scales, words };
         let sign = 1u32 << (bits - 1);
         let mask = (1u32 << bits) - 1;

@@ -15,6 +15,16 @@ use crate::qsgd::{self, QsgdParams};
 use crate::{Element, Error, Result, SplitMix64, abs_key, signed_key};
 use half::{bf16, f16};
 
+/// Runs the generic check `$run::<B, E>` for every element type.
+macro_rules! each_element {
+    ($run:ident, $b:expr) => {
+        $run::<B, f32>($b);
+        $run::<B, f64>($b);
+        $run::<B, f16>($b);
+        $run::<B, bf16>($b);
+    };
+}
+
 /// Unwraps, or returns `None` (with a note) if the backend lacks the
 /// capability.
 fn supported<T>(r: Result<T>, what: &str) -> Option<T> {
@@ -154,10 +164,7 @@ pub fn reductions<B: Backend>(b: &B) {
         assert_eq!(b.max_abs(&empty).unwrap(), E::zero());
         assert_eq!(b.mean_abs(&empty).unwrap(), 0.0);
     }
-    run::<B, f32>(b);
-    run::<B, f64>(b);
-    run::<B, f16>(b);
-    run::<B, bf16>(b);
+    each_element!(run, b);
 }
 
 /// `count_above` equals a brute-force count for thresholds at, between and
@@ -185,10 +192,7 @@ pub fn count_above<B: Backend>(b: &B) {
             }
         }
     }
-    run::<B, f32>(b);
-    run::<B, f64>(b);
-    run::<B, f16>(b);
-    run::<B, bf16>(b);
+    each_element!(run, b);
 }
 
 /// `compact_above` returns exactly the brute-force filter, in index order.
@@ -220,10 +224,7 @@ pub fn compact_above<B: Backend>(b: &B) {
             }
         }
     }
-    run::<B, f32>(b);
-    run::<B, f64>(b);
-    run::<B, f16>(b);
-    run::<B, bf16>(b);
+    each_element!(run, b);
 }
 
 /// Exact top-k by magnitude equals the sorting oracle (tie rule included)
@@ -250,10 +251,7 @@ pub fn topk_abs<B: Backend>(b: &B) {
             }
         }
     }
-    run::<B, f32>(b);
-    run::<B, f64>(b);
-    run::<B, f16>(b);
-    run::<B, bf16>(b);
+    each_element!(run, b);
 }
 
 /// Signed top-k and low-k equal the sorting oracle on the signed order.
@@ -282,10 +280,7 @@ pub fn topk_signed<B: Backend>(b: &B) {
             }
         }
     }
-    run::<B, f32>(b);
-    run::<B, f64>(b);
-    run::<B, f16>(b);
-    run::<B, bf16>(b);
+    each_element!(run, b);
 }
 
 /// Pinned values: the tie rule on a hand-written input.
