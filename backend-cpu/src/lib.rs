@@ -22,13 +22,14 @@
 //! valid serialization of the parallel algorithm (read-after-write then never
 //! sees a lost race).
 
-use sparse_core::backend::check_k;
+use sparse_core::backend::{check_digit, check_k, check_segments};
 use sparse_core::encoding::{bits_from_indices, indices_from_bits};
 use sparse_core::qsgd::{self, QsgdParams, Quantized};
 use sparse_core::{
     BufferOps, CodecOps, DenseOps, Element, Error, Extreme, HashOps, HashPartitions,
     HierarchicalHash, ReduceOps, Result, Scalar, SelectOps, Selected, abs_key, signed_key,
 };
+use sparse_core::{Digit, KeyOrder};
 
 /// The CPU reference backend. Buffers are `Vec`s.
 #[derive(Debug, Clone, Copy, Default)]
@@ -133,6 +134,68 @@ impl SelectOps for Cpu {
         check_nan(x)?;
         Ok(topk_by_key(x, k, abs_key))
     }
+    fn digit_histogram<E: Element>(
+        &self,
+        x: &Vec<E>,
+        order: KeyOrder,
+        d: Digit,
+    ) -> Result<Vec<u32>> {
+        check_digit::<E>(d)?;
+        check_nan(x)?;
+        let mut hist = vec![0u32; 1 << d.digit_bits];
+        let top = d.shift + d.digit_bits;
+        let mask = (1u64 << d.digit_bits) - 1;
+        for &v in x {
+            let key = order.key(v);
+            if top >= 64 || key >> top == d.prefix {
+                hist[((key >> d.shift) & mask) as usize] += 1;
+            }
+        }
+        Ok(hist)
+    }
+    fn compact_key<E: Element>(
+        &self,
+        x: &Vec<E>,
+        order: KeyOrder,
+        key: u64,
+        take_equal: usize,
+    ) -> Result<Selected<Self, E>> {
+        check_nan(x)?;
+        let mut equal_left = take_equal;
+        Ok(select_where(x, |_, v| {
+            let k = order.key(v);
+            if k == key && equal_left > 0 {
+                equal_left -= 1;
+                return true;
+            }
+            k > key
+        }))
+    }
+    fn topk_abs_segmented<E: Element>(
+        &self,
+        x: &Vec<E>,
+        offsets: &[usize],
+        ks: &[usize],
+    ) -> Result<Selected<Self, E>> {
+        check_segments(offsets, ks, x.len())?;
+        check_nan(x)?;
+        let mut out: Selected<Self, E> = Selected {
+            indices: Vec::new(),
+            values: Vec::new(),
+        };
+        for (j, &k) in ks.iter().enumerate() {
+            let base = offsets[j];
+            let seg = topk_by_key(&x[base..offsets[j + 1]], k, abs_key);
+            out.indices
+                .extend(seg.indices.iter().map(|&i| i + base as u32));
+            out.values.extend(seg.values);
+        }
+        Ok(out)
+    }
+    fn gather<E: Element>(&self, x: &Vec<E>, indices: &Vec<u32>) -> Result<Vec<E>> {
+        check_indices(indices, x.len())?;
+        Ok(indices.iter().map(|&i| x[i as usize]).collect())
+    }
     fn topk_signed<E: Element>(
         &self,
         x: &Vec<E>,
@@ -146,6 +209,18 @@ impl SelectOps for Cpu {
             Extreme::Smallest => topk_by_key(x, k, |v| !signed_key(v)),
         })
     }
+}
+
+fn select_where<E: Element>(x: &[E], mut keep: impl FnMut(usize, E) -> bool) -> Selected<Cpu, E> {
+    let mut indices = Vec::new();
+    let mut values = Vec::new();
+    for (i, &v) in x.iter().enumerate() {
+        if keep(i, v) {
+            indices.push(i as u32);
+            values.push(v);
+        }
+    }
+    Selected { indices, values }
 }
 
 impl DenseOps for Cpu {

@@ -46,8 +46,8 @@ pub mod testing;
 pub struct ReadmeDoctests;
 
 pub use backend::{
-    Backend, BufferOps, CodecOps, DenseOps, Extreme, HashOps, HashPartitions, ReduceOps, Scalar,
-    SelectOps, Selected,
+    Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, HashOps, HashPartitions, KeyOrder,
+    ReduceOps, Scalar, SelectOps, Selected,
 };
 pub use element::{Element, abs_key, signed_key};
 pub use error::{Error, Result};

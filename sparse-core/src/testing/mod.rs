@@ -14,7 +14,7 @@ macro_rules! backend_test_suite {
         $crate::backend_test_suite!(@each $make;
             reductions, count_above, compact_above, topk_abs, topk_signed, topk_pinned_ties,
             errors, scatter_add_and_mask, axpy_and_scale, hash_partition, hash_partition_forced_collisions,
-            bitmap, qsgd, large_topk);
+            bitmap, qsgd, large_topk, digit_histogram, compact_key, topk_segmented, gather);
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
         $(

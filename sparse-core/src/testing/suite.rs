@@ -561,3 +561,167 @@ pub fn large_topk<B: Backend>(b: &B) {
         "large compact",
     );
 }
+
+const ORDERS: [crate::KeyOrder; 3] = [
+    crate::KeyOrder::Abs,
+    crate::KeyOrder::Signed,
+    crate::KeyOrder::SignedReversed,
+];
+
+/// Digit histograms equal brute-force counts for the top, middle and bottom
+/// digits, with matching and non-matching prefixes.
+pub fn digit_histogram<B: Backend>(b: &B) {
+    fn run<B: Backend, E: Element>(b: &B) {
+        let width = (E::BYTES * 8) as u32;
+        for (name, raw) in inputs(16) {
+            let x: Vec<E> = convert(&raw);
+            let Some(buf) = supported(b.upload(&x), E::NAME) else {
+                return;
+            };
+            for order in ORDERS {
+                let keys: Vec<u64> = x.iter().map(|&v| order.key(v)).collect();
+                for (shift, bits) in [(width - 8, 8), (width - 11, 11), (width / 2, 4), (0, 5)] {
+                    let top = shift + bits;
+                    let prefixes = if top >= width {
+                        vec![0]
+                    } else {
+                        vec![keys[0] >> top, (keys[0] >> top) ^ 1]
+                    };
+                    for prefix in prefixes {
+                        let mut want = vec![0u32; 1 << bits];
+                        for &k in &keys {
+                            if top >= 64 || k >> top == prefix {
+                                want[((k >> shift) & ((1 << bits) - 1)) as usize] += 1;
+                            }
+                        }
+                        let digit = crate::Digit {
+                            shift,
+                            digit_bits: bits,
+                            prefix,
+                        };
+                        let Some(got) = supported(b.digit_histogram(&buf, order, digit), E::NAME)
+                        else {
+                            return;
+                        };
+                        assert_eq!(got, want, "{} {name} {order:?} {digit:?}", E::NAME);
+                    }
+                }
+            }
+            let bad = crate::Digit {
+                shift: width - 4,
+                digit_bits: 8,
+                prefix: 0,
+            };
+            assert!(matches!(
+                b.digit_histogram(&buf, crate::KeyOrder::Abs, bad),
+                Err(Error::InvalidParameter { .. })
+            ));
+        }
+    }
+    each_element!(run, b);
+}
+
+/// Compaction by key with a tie quota equals the brute-force filter.
+pub fn compact_key<B: Backend>(b: &B) {
+    fn run<B: Backend, E: Element>(b: &B) {
+        for (name, raw) in inputs(17) {
+            let x: Vec<E> = convert(&raw);
+            let Some(buf) = supported(b.upload(&x), E::NAME) else {
+                return;
+            };
+            for order in ORDERS {
+                let keys: Vec<u64> = x.iter().map(|&v| order.key(v)).collect();
+                for &key in [keys[0], keys[keys.len() / 2], 0, u64::MAX].iter() {
+                    for take in [0usize, 1, 3, usize::MAX] {
+                        let mut left = take;
+                        let want: Vec<u32> = (0..x.len() as u32)
+                            .filter(|&i| {
+                                let k = keys[i as usize];
+                                if k == key && left > 0 {
+                                    left -= 1;
+                                    true
+                                } else {
+                                    k > key
+                                }
+                            })
+                            .collect();
+                        let Some(sel) = supported(b.compact_key(&buf, order, key, take), E::NAME)
+                        else {
+                            return;
+                        };
+                        check_selected(
+                            b,
+                            sel,
+                            &x,
+                            &want,
+                            &format!("{} {name} {order:?} key={key} take={take}", E::NAME),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    each_element!(run, b);
+}
+
+/// Segmented top-k equals the per-segment sorting oracle; bad segments are
+/// errors.
+pub fn topk_segmented<B: Backend>(b: &B) {
+    for (name, raw) in inputs(18) {
+        let x: Vec<f32> = convert(&raw);
+        let n = x.len();
+        let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+        let buf = b.upload(&x).unwrap();
+        for parts in [1usize, 2, 3, 7] {
+            let offsets: Vec<usize> = (0..=parts).map(|p| p * n / parts).collect();
+            for frac in [0.0, 0.01, 0.5, 1.0] {
+                let ks: Vec<usize> = offsets
+                    .windows(2)
+                    .map(|w| ((w[1] - w[0]) as f64 * frac).ceil() as usize)
+                    .collect();
+                let mut want = Vec::new();
+                for (j, &k) in ks.iter().enumerate() {
+                    let seg = &keys[offsets[j]..offsets[j + 1]];
+                    want.extend(
+                        oracle_topk(seg, k)
+                            .into_iter()
+                            .map(|i| i + offsets[j] as u32),
+                    );
+                }
+                let sel = b.topk_abs_segmented(&buf, &offsets, &ks).unwrap();
+                check_selected(
+                    b,
+                    sel,
+                    &x,
+                    &want,
+                    &format!("{name} segments={parts} frac={frac}"),
+                );
+            }
+        }
+        assert!(b.topk_abs_segmented(&buf, &[0, n + 1], &[0]).is_err());
+        assert!(b.topk_abs_segmented(&buf, &[0, n], &[0, 0]).is_err());
+        assert!(matches!(
+            b.topk_abs_segmented(&buf, &[0, n], &[n + 1]),
+            Err(Error::KOutOfRange { .. })
+        ));
+    }
+}
+
+/// Gather returns `x[i]` for each index and rejects indices past the end.
+pub fn gather<B: Backend>(b: &B) {
+    let x: Vec<f32> = dense_values(1000, ValueDist::Normal { std: 1.0 }, 3);
+    let mut rng = SplitMix64(4);
+    let idx: Vec<u32> = (0..300).map(|_| rng.below(1000) as u32).collect();
+    let got = b
+        .gather(&b.upload(&x).unwrap(), &b.upload(&idx).unwrap())
+        .unwrap();
+    assert_eq!(
+        b.download(&got).unwrap(),
+        idx.iter().map(|&i| x[i as usize]).collect::<Vec<_>>()
+    );
+    let far = b.upload(&[1000u32]).unwrap();
+    assert!(matches!(
+        b.gather(&b.upload(&x).unwrap(), &far),
+        Err(Error::IndexOutOfRange { .. })
+    ));
+}
