@@ -30,6 +30,8 @@ pub trait Element:
     fn from_f32_nearest(v: f32) -> Self;
     /// The bit pattern as an unsigned integer, zero-extended to 64 bits.
     fn to_bits_u64(self) -> u64;
+    /// The value with the given bit pattern (low `BYTES * 8` bits used).
+    fn from_bits_u64(bits: u64) -> Self;
     /// Writes the little-endian bytes of `self` to `out`.
     fn write_le(self, out: &mut Vec<u8>);
     /// Reads one element from exactly [`Element::BYTES`] little-endian bytes.
@@ -65,6 +67,10 @@ macro_rules! impl_element {
             #[inline]
             fn to_bits_u64(self) -> u64 {
                 bytemuck::cast::<$t, $bits>(self) as u64
+            }
+            #[inline]
+            fn from_bits_u64(bits: u64) -> Self {
+                bytemuck::cast::<$bits, $t>(bits as $bits)
             }
             #[inline]
             fn write_le(self, out: &mut Vec<u8>) {

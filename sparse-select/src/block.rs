@@ -1,0 +1,105 @@
+//! Block top-k (SparDL) and bucket top-k (SparCML).
+
+use crate::{Selection, Selector, check_k, selection, stats};
+use sparse_core::stats::{even_len, even_start};
+use sparse_core::{Backend, Element, Error, Result};
+
+/// SparDL's block top-k: `x` is split evenly into `blocks` contiguous blocks
+/// (the first `n % blocks` one longer, as Spar-Reduce-Scatter splits the
+/// gradient) and block `j` contributes its exact top `k_j`, with
+/// `k_j = k / blocks` plus one for the first `k % blocks` blocks. A block
+/// shorter than its share gives all it has, so fewer than k may be selected
+/// when `n` is tiny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockTopK {
+    /// Number of blocks (SparDL: the number of workers).
+    pub blocks: usize,
+}
+
+impl BlockTopK {
+    /// The segment offsets and per-segment k for `n` elements.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `blocks == 0`.
+    pub fn plan(&self, n: usize, k: usize) -> Result<(Vec<usize>, Vec<usize>)> {
+        if self.blocks == 0 {
+            return Err(Error::invalid("blocks", "must be at least 1"));
+        }
+        let p = self.blocks;
+        let offsets: Vec<usize> = (0..=p)
+            .map(|j| if j == p { n } else { even_start(j, n, p) })
+            .collect();
+        let ks = (0..p)
+            .map(|j| (k / p + usize::from(j < k % p)).min(even_len(j, n, p)))
+            .collect();
+        Ok((offsets, ks))
+    }
+}
+
+impl<B: Backend, E: Element> Selector<B, E> for BlockTopK {
+    fn name(&self) -> String {
+        format!("block_topk(P={})", self.blocks)
+    }
+    fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
+        let n = check_k(b, x, k)?;
+        stats(b, x)?;
+        let (offsets, ks) = self.plan(n, k)?;
+        Ok(selection(b, b.topk_abs_segmented(x, &offsets, &ks)?, None))
+    }
+}
+
+/// SparCML's bucket top-k: the exact top `per_bucket` of every `bucket`
+/// consecutive elements (SparCML: 512); the last bucket gives at most its
+/// length. With `per_bucket = None`, it is derived from k as
+/// `ceil(k * bucket / n)`, so that at least k are selected overall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketTopK {
+    /// Elements per bucket.
+    pub bucket: usize,
+    /// Elements kept per bucket; `None` derives it from k.
+    pub per_bucket: Option<usize>,
+}
+
+impl Default for BucketTopK {
+    fn default() -> Self {
+        Self {
+            bucket: 512,
+            per_bucket: None,
+        }
+    }
+}
+
+impl BucketTopK {
+    /// The segment offsets and per-segment k for `n` elements.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `bucket == 0`.
+    pub fn plan(&self, n: usize, k: usize) -> Result<(Vec<usize>, Vec<usize>)> {
+        if self.bucket == 0 {
+            return Err(Error::invalid("bucket", "must be at least 1"));
+        }
+        let per = self.per_bucket.unwrap_or_else(|| {
+            if n == 0 {
+                0
+            } else {
+                (k * self.bucket).div_ceil(n)
+            }
+        });
+        let mut offsets: Vec<usize> = (0..n).step_by(self.bucket).collect();
+        offsets.push(n);
+        let ks = offsets.windows(2).map(|w| per.min(w[1] - w[0])).collect();
+        Ok((offsets, ks))
+    }
+}
+
+impl<B: Backend, E: Element> Selector<B, E> for BucketTopK {
+    fn name(&self) -> String {
+        format!("bucket_topk({})", self.bucket)
+    }
+    fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
+        let n = check_k(b, x, k)?;
+        stats(b, x)?;
+        let (offsets, ks) = self.plan(n, k)?;
+        Ok(selection(b, b.topk_abs_segmented(x, &offsets, &ks)?, None))
+    }
+}

@@ -1,0 +1,142 @@
+//! # sparse-select
+//!
+//! Communication-set selection: which coordinates of a residual to send.
+//! Every algorithm here is orchestration over the primitives of
+//! [`sparse_core::Backend`], so it runs unchanged on every backend.
+//!
+//! | selector | paper | output |
+//! |---|---|---|
+//! | [`RadixTopK`] | RedSync sec. 5.2 (Alabi et al.'s radix select) | exact top-k (tie: lower index), by magnitude or signed (top-k / low-k) |
+//! | [`TrimmedTopK`] | RedSync Alg. 2 | exact top-k after trimming below a threshold from mean and max |
+//! | [`ThresholdBinarySearch`] | RedSync Alg. 3 | between k and 2k elements above a threshold |
+//! | [`ThresholdReuse`] | RedSync Alg. 5 | binary search, its threshold reused for `interval` calls |
+//! | [`SampledThreshold`] | DGC (Lin et al.), as RedSync discusses | threshold from a sample, re-selected on overshoot |
+//! | [`BlockTopK`] | SparDL | top-k/P in each of P blocks |
+//! | [`BucketTopK`] | SparCML | top-k' of every 512 consecutive elements |
+//! | [`Policy`] | RedSync Alg. 5 | per-layer choice by size, quantized top-k/low-k alternation |
+//! | [`ZenPartitioner`] | Zen Alg. 1 | non-zeros split into partitions by hierarchical hashing |
+//!
+//! ```
+//! use backend_cpu::Cpu;
+//! use sparse_core::BufferOps;
+//! use sparse_select::{RadixTopK, Selector};
+//!
+//! let x = Cpu.upload(&[0.1f32, -4.0, 2.0, 4.0, 0.0])?;
+//! let top = RadixTopK::magnitude().select(&Cpu, &x, 2)?;
+//! assert_eq!(Cpu.download(&top.indices)?, vec![1, 3]);
+//! # Ok::<(), sparse_core::Error>(())
+//! ```
+//!
+//! Input contract: NaN or infinity in `x` is [`Error::NonFinite`]; `k > n`
+//! is [`Error::KOutOfRange`].
+
+mod block;
+mod policy;
+mod radix;
+mod threshold;
+mod trimmed;
+mod zen;
+
+pub use block::{BlockTopK, BucketTopK};
+pub use policy::{Policy, PolicyChoice};
+pub use radix::{RadixTopK, kth_key};
+pub use threshold::{SampledThreshold, ThresholdBinarySearch, ThresholdReuse};
+pub use trimmed::TrimmedTopK;
+pub use zen::{ZenPartition, ZenPartitioner};
+
+use sparse_core::{Backend, BufferOps, Element, Error, Result, Scalar};
+
+/// A selected communication set, on the device.
+pub struct Selection<B: BufferOps + ?Sized, E: Scalar> {
+    /// Selected indices, increasing.
+    pub indices: B::Buffer<u32>,
+    /// `x[indices[j]]`.
+    pub values: B::Buffer<E>,
+    /// Number of selected elements.
+    pub count: usize,
+    /// The magnitude threshold the selection used, if it is threshold-based
+    /// (every selected `|x|` is above it, every other one at or below it).
+    pub threshold: Option<f64>,
+}
+
+/// A communication-set selection algorithm; stateful where the algorithm
+/// keeps state across iterations (threshold reuse, B-SAG's h, the policy's
+/// top-k/low-k flag).
+pub trait Selector<B: Backend, E: Element> {
+    /// A short name for tables.
+    fn name(&self) -> String;
+    /// Selects from `x` with target size `k`.
+    ///
+    /// # Errors
+    /// [`Error::KOutOfRange`] if `k > len`; [`Error::NonFinite`] on NaN or
+    /// infinity; backend errors.
+    fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>>;
+}
+
+/// `max |x|` and `mean |x|`, rejecting NaN (the backend does) and infinity.
+pub(crate) fn stats<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<(f64, f64)> {
+    let max = b.max_abs(x)?;
+    if max.is_infinite() {
+        return Err(first_infinite(b, x));
+    }
+    Ok((max.to_f64_exact(), b.mean_abs(x)?))
+}
+
+/// The error naming the first infinite element (the slow path: only taken
+/// once an infinity is known to be there).
+pub(crate) fn first_infinite<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) -> Error {
+    match b
+        .compact_above(x, E::max_value())
+        .and_then(|s| b.download(&s.indices))
+    {
+        Ok(idx) => Error::NonFinite {
+            index: idx.first().copied().unwrap_or(0) as usize,
+        },
+        Err(e) => e,
+    }
+}
+
+/// Checks `k <= len`.
+pub(crate) fn check_k<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>, k: usize) -> Result<usize> {
+    let n = b.len(x);
+    sparse_core::backend::check_k(k, n)?;
+    Ok(n)
+}
+
+/// Wraps a device selection.
+pub(crate) fn selection<B: Backend, E: Element>(
+    b: &B,
+    s: sparse_core::Selected<B, E>,
+    threshold: Option<f64>,
+) -> Selection<B, E> {
+    let count = b.len(&s.indices);
+    Selection {
+        indices: s.indices,
+        values: s.values,
+        count,
+        threshold,
+    }
+}
+
+/// An empty selection.
+pub(crate) fn empty<B: Backend, E: Element>(b: &B) -> Result<Selection<B, E>> {
+    Ok(Selection {
+        indices: b.zeros(0)?,
+        values: b.zeros(0)?,
+        count: 0,
+        threshold: None,
+    })
+}
+
+/// A threshold in the element type: the largest `E` not above `t`, so that
+/// `|x| > result` holds exactly for the `x` with `|x| > t` (up to the
+/// rounding of `t` itself, which only moves the boundary between two
+/// adjacent representable values).
+pub(crate) fn to_threshold<E: Element>(t: f64) -> E {
+    let e = E::from_f64_nearest(t);
+    if e.to_f64_exact() > t {
+        E::from_bits_u64(e.to_bits_u64() - 1)
+    } else {
+        e
+    }
+}

@@ -1,0 +1,237 @@
+//! Threshold-based selection: RedSync's threshold binary search (Alg. 3),
+//! its reuse across iterations (Alg. 5), and DGC's sampled threshold.
+
+use crate::{Selection, Selector, check_k, empty, kth_key, selection, stats, to_threshold};
+use sparse_core::{Backend, CounterRng, Element, KeyOrder, Result};
+
+/// The exact fallback: every element whose magnitude is at least the k-th
+/// largest. It holds at least k elements, at most 2k unless ties at the
+/// k-th magnitude make that impossible, and then it is the fewest elements
+/// above any threshold that still holds k.
+fn at_least_kth<B: Backend, E: Element>(
+    b: &B,
+    x: &B::Buffer<E>,
+    k: usize,
+) -> Result<Selection<B, E>> {
+    let (key, _) = kth_key(b, x, KeyOrder::Abs, k)?;
+    let s = b.compact_key(x, KeyOrder::Abs, key, usize::MAX)?;
+    // Every selected |x| is >= the k-th magnitude v; the largest
+    // representable value below v is a strict threshold.
+    let t = if key == 0 {
+        -1.0
+    } else {
+        E::from_bits_u64(key - 1).to_f64_exact()
+    };
+    Ok(selection(b, s, Some(t)))
+}
+
+/// RedSync's threshold binary search (Alg. 3): bisect `ratio` in `[0, 1]`
+/// for a threshold `mean + ratio (max - mean)` of `|x|` that between k and
+/// 2k elements pass; stop when the interval is narrower than `epsilon`.
+///
+/// The listing assigns the threshold to the ratio bounds and tests
+/// `nnz < k/2`; this bisects the ratio and moves the bounds by the target
+/// band `[k, 2k]`. If the search ends without a threshold in the band (the
+/// band lies below the mean, or ties), the exact fallback selects every
+/// element at least as large as the k-th: never fewer than k, never more
+/// than 2k unless ties force it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThresholdBinarySearch {
+    /// Stop when `r - l <= epsilon`.
+    pub epsilon: f64,
+}
+
+impl Default for ThresholdBinarySearch {
+    fn default() -> Self {
+        Self { epsilon: 1e-3 }
+    }
+}
+
+impl ThresholdBinarySearch {
+    /// The threshold found (`Some`, with its count) or `None`.
+    fn search<B: Backend, E: Element>(
+        &self,
+        b: &B,
+        x: &B::Buffer<E>,
+        k: usize,
+        max: f64,
+        mean: f64,
+    ) -> Result<Option<(E, usize)>> {
+        let (mut l, mut r) = (0.0f64, 1.0f64);
+        while r - l > self.epsilon {
+            let ratio = l + (r - l) / 2.0;
+            let t = to_threshold::<E>(mean + ratio * (max - mean));
+            let c = b.count_above(x, t)?;
+            if c >= k && c <= 2 * k {
+                return Ok(Some((t, c)));
+            } else if c < k {
+                r = ratio;
+            } else {
+                l = ratio;
+            }
+        }
+        Ok(None)
+    }
+
+    fn run<B: Backend, E: Element>(
+        &self,
+        b: &B,
+        x: &B::Buffer<E>,
+        k: usize,
+    ) -> Result<(Selection<B, E>, Option<E>)> {
+        check_k(b, x, k)?;
+        let (max, mean) = stats(b, x)?;
+        if k == 0 {
+            return Ok((empty(b)?, None));
+        }
+        match self.search(b, x, k, max, mean)? {
+            Some((t, _)) => Ok((
+                selection(b, b.compact_above(x, t)?, Some(t.to_f64_exact())),
+                Some(t),
+            )),
+            None => Ok((at_least_kth(b, x, k)?, None)),
+        }
+    }
+}
+
+impl<B: Backend, E: Element> Selector<B, E> for ThresholdBinarySearch {
+    fn name(&self) -> String {
+        "threshold_bsearch".into()
+    }
+    fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
+        Ok(self.run(b, x, k)?.0)
+    }
+}
+
+/// Threshold binary search whose threshold is reused for the next calls
+/// (RedSync Alg. 5: a search every `interval` calls, default 5). A reused
+/// threshold costs one count: if between k and 2k elements still pass, they
+/// are selected; otherwise the search runs again and the interval restarts.
+#[derive(Debug, Clone)]
+pub struct ThresholdReuse<E> {
+    /// The search.
+    pub search: ThresholdBinarySearch,
+    /// Calls per search.
+    pub interval: usize,
+    threshold: Option<E>,
+    since_search: usize,
+    /// Searches run so far.
+    pub searches: usize,
+    /// Calls served by a reused threshold.
+    pub reuses: usize,
+}
+
+impl<E> ThresholdReuse<E> {
+    /// Reuse for `interval` calls (1 disables reuse).
+    pub fn new(interval: usize) -> Self {
+        Self {
+            search: ThresholdBinarySearch::default(),
+            interval: interval.max(1),
+            threshold: None,
+            since_search: 0,
+            searches: 0,
+            reuses: 0,
+        }
+    }
+}
+
+impl<E> Default for ThresholdReuse<E> {
+    fn default() -> Self {
+        Self::new(5)
+    }
+}
+
+impl<B: Backend, E: Element> Selector<B, E> for ThresholdReuse<E> {
+    fn name(&self) -> String {
+        "threshold_bsearch_reuse".into()
+    }
+    fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
+        if let Some(t) = self.threshold
+            && self.since_search < self.interval
+            && k > 0
+        {
+            check_k(b, x, k)?;
+            let c = b.count_above(x, t)?;
+            if c >= k && c <= 2 * k {
+                self.since_search += 1;
+                self.reuses += 1;
+                return Ok(selection(b, b.compact_above(x, t)?, Some(t.to_f64_exact())));
+            }
+        }
+        let (s, t) = self.search.run(b, x, k)?;
+        self.searches += 1;
+        self.threshold = t;
+        self.since_search = 1;
+        Ok(s)
+    }
+}
+
+/// DGC's sampled threshold (Lin et al., discussed in RedSync sec. 5.2.2):
+/// the threshold is the `ceil(k m / n)`-th largest magnitude of a random
+/// sample of `m = rate n` elements (at least `min_sample`). If more than 2k
+/// elements pass it, the top k of those are selected exactly (DGC's second
+/// selection on the already-selected set); if fewer than k pass, the exact
+/// fallback of [`ThresholdBinarySearch`] runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampledThreshold {
+    /// Sampled fraction of the input (DGC: 0.1% to 1%).
+    pub rate: f64,
+    /// Smallest sample.
+    pub min_sample: usize,
+    /// Seed of the sample positions; advanced on every call.
+    pub seed: u64,
+    /// Calls that needed the exact re-selection after an overshoot.
+    pub reselections: usize,
+}
+
+impl Default for SampledThreshold {
+    fn default() -> Self {
+        Self {
+            rate: 0.01,
+            min_sample: 1024,
+            seed: 0x5eed,
+            reselections: 0,
+        }
+    }
+}
+
+impl<B: Backend, E: Element> Selector<B, E> for SampledThreshold {
+    fn name(&self) -> String {
+        "sampled_threshold".into()
+    }
+    fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
+        let n = check_k(b, x, k)?;
+        stats(b, x)?;
+        if k == 0 {
+            return empty(b);
+        }
+        let m = ((self.rate * n as f64).ceil() as usize)
+            .max(self.min_sample)
+            .min(n);
+        let rng = CounterRng::new(self.seed);
+        self.seed = self.seed.wrapping_add(1);
+        let positions: Vec<u32> = (0..m as u32)
+            .map(|j| ((rng.u32_at(j) as u64 * n as u64) >> 32) as u32)
+            .collect();
+        let sample = b.gather(x, &b.upload(&positions)?)?;
+        let ks = (k as u128 * m as u128).div_ceil(n as u128).max(1) as usize;
+        let (key, _) = kth_key(b, &sample, KeyOrder::Abs, ks)?;
+        // Strictly above the sampled k-th magnitude.
+        let t = E::from_bits_u64(key);
+        let c = b.count_above(x, t)?;
+        if c > 2 * k {
+            self.reselections += 1;
+            let survivors = b.compact_above(x, t)?;
+            let (key, take) = kth_key(b, &survivors.values, KeyOrder::Abs, k)?;
+            return Ok(selection(
+                b,
+                b.compact_key(x, KeyOrder::Abs, key, take)?,
+                None,
+            ));
+        }
+        if c < k {
+            return at_least_kth(b, x, k);
+        }
+        Ok(selection(b, b.compact_above(x, t)?, Some(t.to_f64_exact())))
+    }
+}
