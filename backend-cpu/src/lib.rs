@@ -42,6 +42,105 @@ fn check_nan<E: Element>(x: &[E]) -> Result<()> {
     }
 }
 
+/// An unsigned integer as wide as an element: its bit pattern.
+trait Word: bytemuck::Pod + Ord + Copy {
+    const SIGN: Self;
+    fn clear(self, mask: Self) -> Self;
+    fn to_u64(self) -> u64;
+    fn from_u64(v: u64) -> Self;
+}
+
+macro_rules! word {
+    ($t:ty) => {
+        impl Word for $t {
+            const SIGN: Self = 1 << (<$t>::BITS - 1);
+            #[inline]
+            fn clear(self, mask: Self) -> Self {
+                self & !mask
+            }
+            #[inline]
+            fn to_u64(self) -> u64 {
+                self as u64
+            }
+            #[inline]
+            fn from_u64(v: u64) -> Self {
+                v as $t
+            }
+        }
+    };
+}
+word!(u16);
+word!(u32);
+word!(u64);
+
+/// Calls `$f::<W>(bits)` with the elements viewed as integers of their
+/// width: magnitudes then compare as integers (`abs_key`), and NaN is any
+/// magnitude key above infinity's. Branch-free integer loops vectorize,
+/// where `Float::max` with its NaN rules does not.
+macro_rules! by_width {
+    ($x:expr, $f:ident ( $($arg:expr),* )) => {
+        match E::BYTES {
+            2 => $f::<u16>(bytemuck::cast_slice($x) $(, $arg)*),
+            4 => $f::<u32>(bytemuck::cast_slice($x) $(, $arg)*),
+            _ => $f::<u64>(bytemuck::cast_slice($x) $(, $arg)*),
+        }
+    };
+}
+
+/// `(max magnitude key, NaN seen)`.
+fn max_key<W: Word>(bits: &[W], inf: u64) -> (u64, bool) {
+    let m = bits
+        .iter()
+        .fold(W::from_u64(0), |m, &b| m.max(b.clear(W::SIGN)));
+    (m.to_u64(), m.to_u64() > inf)
+}
+
+/// `(count of magnitude keys above t, NaN seen)`.
+fn count_keys_above<W: Word>(bits: &[W], t: u64, inf: u64) -> (usize, bool) {
+    let (t, inf) = (W::from_u64(t), W::from_u64(inf));
+    let (mut count, mut nan) = (0usize, false);
+    // A 32-bit counter per chunk keeps the lanes narrow enough to vectorize.
+    for chunk in bits.chunks(1 << 16) {
+        let (mut c, mut n) = (0u32, false);
+        for &b in chunk {
+            let k = b.clear(W::SIGN);
+            c += u32::from(k > t);
+            n |= k > inf;
+        }
+        count += c as usize;
+        nan |= n;
+    }
+    (count, nan)
+}
+
+/// `(indices with magnitude key above t, NaN seen)`, in index order. Chunks
+/// of 64 are first tested as a whole (a vectorized any-hit test), so the
+/// scalar, branchy pass only visits chunks that hold a hit.
+fn compact_keys_above<W: Word>(bits: &[W], t: u64, inf: u64) -> (Vec<u32>, bool) {
+    let (t, inf) = (W::from_u64(t), W::from_u64(inf));
+    let mut out = Vec::new();
+    let mut nan = false;
+    for (c, chunk) in bits.chunks(64).enumerate() {
+        let hits = chunk.iter().fold(false, |h, &b| h | (b.clear(W::SIGN) > t));
+        if hits {
+            for (o, &b) in chunk.iter().enumerate() {
+                let k = b.clear(W::SIGN);
+                nan |= k > inf;
+                if k > t {
+                    out.push((c * 64 + o) as u32);
+                }
+            }
+        }
+    }
+    (out, nan)
+}
+
+/// The NaN test fused into a primitive's own pass: `nan` is or-ed inside
+/// the loop, and only when it is set is the first NaN's index looked up.
+fn nan_error<E: Element>(nan: bool, x: &[E]) -> Result<()> {
+    if nan { check_nan(x) } else { Ok(()) }
+}
+
 fn check_indices(indices: &[u32], len: usize) -> Result<()> {
     match indices.iter().position(|&i| i as usize >= len) {
         Some(position) => Err(Error::IndexOutOfRange {
@@ -86,19 +185,34 @@ impl BufferOps for Cpu {
 
 impl ReduceOps for Cpu {
     fn max_abs<E: Element>(&self, x: &Vec<E>) -> Result<E> {
-        check_nan(x)?;
-        Ok(x.iter().fold(E::zero(), |m, v| m.max(v.abs())))
+        let (m, nan) = by_width!(x, max_key(abs_key(E::infinity())));
+        nan_error(nan, x)?;
+        Ok(E::from_bits_u64(m))
     }
     fn mean_abs<E: Element>(&self, x: &Vec<E>) -> Result<f64> {
-        check_nan(x)?;
         if x.is_empty() {
             return Ok(0.0);
         }
-        Ok(x.iter().map(|v| v.to_f64_exact().abs()).sum::<f64>() / x.len() as f64)
+        let mut nan = false;
+        let mut sum = 0.0f64;
+        for &v in x.iter() {
+            nan |= v.is_nan();
+            sum += v.to_f64_exact().abs();
+        }
+        nan_error(nan, x)?;
+        Ok(sum / x.len() as f64)
     }
     fn count_above<E: Element>(&self, x: &Vec<E>, t: E) -> Result<usize> {
-        check_nan(x)?;
-        Ok(x.iter().filter(|v| v.abs() > t).count())
+        let inf = abs_key(E::infinity());
+        if t < E::zero() || t.is_nan() {
+            // Every magnitude is above a negative threshold, none above NaN.
+            let (_, nan) = by_width!(x, max_key(inf));
+            nan_error(nan, x)?;
+            return Ok(if t.is_nan() { 0 } else { x.len() });
+        }
+        let (count, nan) = by_width!(x, count_keys_above(abs_key(t), inf));
+        nan_error(nan, x)?;
+        Ok(count)
     }
 }
 
@@ -122,10 +236,19 @@ fn topk_by_key<E: Element>(x: &[E], k: usize, key: impl Fn(E) -> u64) -> Selecte
 
 impl SelectOps for Cpu {
     fn compact_above<E: Element>(&self, x: &Vec<E>, t: E) -> Result<Selected<Self, E>> {
-        check_nan(x)?;
-        let indices: Vec<u32> = (0..x.len() as u32)
-            .filter(|&i| x[i as usize].abs() > t)
-            .collect();
+        if t < E::zero() || t.is_nan() {
+            let mut nan = false;
+            let s = select_where(x, |_, v| {
+                nan |= v.is_nan();
+                v.abs() > t
+            });
+            nan_error(nan, x)?;
+            return Ok(s);
+        }
+        // Any NaN has a magnitude key above infinity's and so above t: it
+        // lands in a chunk with a hit, where the scalar pass sees it.
+        let (indices, nan) = by_width!(x, compact_keys_above(abs_key(t), abs_key(E::infinity())));
+        nan_error(nan, x)?;
         let values = indices.iter().map(|&i| x[i as usize]).collect();
         Ok(Selected { indices, values })
     }
@@ -141,16 +264,18 @@ impl SelectOps for Cpu {
         d: Digit,
     ) -> Result<Vec<u32>> {
         check_digit::<E>(d)?;
-        check_nan(x)?;
         let mut hist = vec![0u32; 1 << d.digit_bits];
         let top = d.shift + d.digit_bits;
         let mask = (1u64 << d.digit_bits) - 1;
+        let mut nan = false;
         for &v in x {
+            nan |= v.is_nan();
             let key = order.key(v);
             if top >= 64 || key >> top == d.prefix {
                 hist[((key >> d.shift) & mask) as usize] += 1;
             }
         }
+        nan_error(nan, x)?;
         Ok(hist)
     }
     fn compact_key<E: Element>(
@@ -160,16 +285,19 @@ impl SelectOps for Cpu {
         key: u64,
         take_equal: usize,
     ) -> Result<Selected<Self, E>> {
-        check_nan(x)?;
         let mut equal_left = take_equal;
-        Ok(select_where(x, |_, v| {
+        let mut nan = false;
+        let s = select_where(x, |_, v| {
+            nan |= v.is_nan();
             let k = order.key(v);
             if k == key && equal_left > 0 {
                 equal_left -= 1;
                 return true;
             }
             k > key
-        }))
+        });
+        nan_error(nan, x)?;
+        Ok(s)
     }
     fn topk_abs_segmented<E: Element>(
         &self,

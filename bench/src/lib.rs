@@ -6,6 +6,7 @@
 //! figures to read.
 
 pub mod encode;
+pub mod select;
 
 use std::time::{Duration, Instant};
 

@@ -4,6 +4,7 @@
 
 use bench::encode::{self, EncodeArgs};
 use bench::print_table;
+use bench::select::{self, SelectArgs};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -42,6 +43,35 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Every communication-set selection algorithm on one residual, against
+    /// select_nth_unstable_by and a plain copy measured in the same run.
+    Select {
+        /// Elements in the residual.
+        #[arg(long, default_value_t = 1 << 20)]
+        n: usize,
+        /// Fraction to select, in (0, 1].
+        #[arg(long, default_value_t = 0.001)]
+        density: f64,
+        /// Backend the selectors run on.
+        #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+        backend: BackendKind,
+        /// Seed of the residual.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Minimum measuring time per algorithm, in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        min_ms: u64,
+        /// Print one JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Backends `--backend` can name.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum BackendKind {
+    /// The reference CPU backend.
+    Cpu,
 }
 
 fn main() -> ExitCode {
@@ -67,6 +97,23 @@ fn main() -> ExitCode {
                 n,
                 density,
                 ranks,
+                seed,
+                min_time: Duration::from_millis(min_ms),
+            },
+            json,
+        ),
+        Command::Select {
+            n,
+            density,
+            backend,
+            seed,
+            min_ms,
+            json,
+        } => run_select(
+            backend,
+            SelectArgs {
+                n,
+                density,
                 seed,
                 min_time: Duration::from_millis(min_ms),
             },
@@ -145,6 +192,48 @@ fn run_encode(a: EncodeArgs, json: bool) -> sparse_core::Result<()> {
                 "lossless",
                 "max_err",
             ],
+            &table,
+        );
+    }
+    Ok(())
+}
+
+fn run_select(backend: BackendKind, a: SelectArgs, json: bool) -> sparse_core::Result<()> {
+    let report = match backend {
+        BackendKind::Cpu => select::run(&backend_cpu::Cpu, &a)?,
+    };
+    let name = "cpu";
+    if json {
+        for r in &report.rows {
+            let obj = serde_json::json!({
+                "bench": "select", "backend": name, "algo": r.algo, "n": report.n, "k": report.k,
+                "selected": r.selected, "recall": r.recall, "ms": r.ms,
+                "copy_ms": report.copy_ms, "nth_ms": report.nth_ms,
+                "vs_copy": r.ms / report.copy_ms, "vs_nth": r.ms / report.nth_ms,
+            });
+            println!("{obj}");
+        }
+    } else {
+        println!(
+            "select: backend {name}, n = {}, k = {}; baselines in this run: copy {:.3} ms, select_nth_unstable_by {:.3} ms",
+            report.n, report.k, report.copy_ms, report.nth_ms
+        );
+        let table: Vec<Vec<String>> = report
+            .rows
+            .iter()
+            .map(|r| {
+                vec![
+                    r.algo.clone(),
+                    r.selected.to_string(),
+                    format!("{:.4}", r.recall),
+                    format!("{:.3}", r.ms),
+                    format!("{:.2}", r.ms / report.copy_ms),
+                    format!("{:.2}", report.nth_ms / r.ms),
+                ]
+            })
+            .collect();
+        print_table(
+            &["algo", "selected", "recall", "ms", "x_copy", "nth_speedup"],
             &table,
         );
     }

@@ -181,6 +181,7 @@ pub fn count_above<B: Backend>(b: &B) {
                 E::from_f64_nearest(0.5),
                 E::from_f64_nearest(1.0),
                 E::infinity(),
+                E::from_f64_nearest(-1.0),
             ];
             ts.extend(x.iter().step_by(x.len() / 5 + 1).map(|v| v.abs()));
             for t in ts {
@@ -207,6 +208,8 @@ pub fn compact_above<B: Backend>(b: &B) {
                 E::zero(),
                 E::from_f64_nearest(0.7),
                 E::from_f64_nearest(1.5),
+                E::from_f64_nearest(-0.5),
+                E::infinity(),
             ] {
                 let want: Vec<u32> = (0..x.len() as u32)
                     .filter(|&i| x[i as usize].abs() > t)

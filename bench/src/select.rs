@@ -1,0 +1,148 @@
+//! `sparse-bench select`: every selection algorithm on one dense residual,
+//! with two baselines measured in the same run: an exact top-k through
+//! `select_nth_unstable_by` (the standard library's introselect) and a
+//! plain copy of the array into a preallocated buffer (the memory floor).
+
+use crate::{Progress, time_median};
+use sparse_core::testing::generate::{ValueDist, dense_values};
+use sparse_core::{Backend, Result, abs_key};
+use sparse_select::{
+    BlockTopK, BucketTopK, Policy, RadixTopK, SampledThreshold, Selector, ThresholdBinarySearch,
+    ThresholdReuse, TrimmedTopK,
+};
+use std::time::Duration;
+
+/// Parameters of the select benchmark.
+#[derive(Debug, Clone)]
+pub struct SelectArgs {
+    /// Elements.
+    pub n: usize,
+    /// Fraction to select: `k = round(density * n)`, at least 1.
+    pub density: f64,
+    /// Seed of the residual.
+    pub seed: u64,
+    /// Minimum measuring time per algorithm.
+    pub min_time: Duration,
+}
+
+/// One row of the select table.
+#[derive(Debug, Clone)]
+pub struct SelectRow {
+    /// Algorithm.
+    pub algo: String,
+    /// Elements selected (median call).
+    pub selected: usize,
+    /// Fraction of the exact top-k that was selected.
+    pub recall: f64,
+    /// Median milliseconds per call.
+    pub ms: f64,
+}
+
+/// The result of a run: rows plus the baselines.
+#[derive(Debug, Clone)]
+pub struct SelectReport {
+    /// Elements.
+    pub n: usize,
+    /// Target count.
+    pub k: usize,
+    /// One row per algorithm.
+    pub rows: Vec<SelectRow>,
+    /// Median ms of copying the array.
+    pub copy_ms: f64,
+    /// Median ms of an exact top-k with `select_nth_unstable_by`.
+    pub nth_ms: f64,
+}
+
+/// The exact top-k by `select_nth_unstable_by` on `(|x| key, index)`, the
+/// baseline the radix select must beat; indices sorted.
+pub fn nth_topk(x: &[f32], k: usize) -> Vec<u32> {
+    let mut order: Vec<(u64, u32)> = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (abs_key(v), i as u32))
+        .collect();
+    if k > 0 && k < order.len() {
+        order.select_nth_unstable_by(k - 1, |a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    }
+    let mut idx: Vec<u32> = order[..k].iter().map(|p| p.1).collect();
+    idx.sort_unstable();
+    idx
+}
+
+/// Every selector, by name, for backend `B`.
+pub fn selectors<B: Backend>() -> Vec<Box<dyn Selector<B, f32>>> {
+    vec![
+        Box::new(RadixTopK::magnitude()),
+        Box::new(TrimmedTopK::default()),
+        Box::new(ThresholdBinarySearch::default()),
+        Box::new(ThresholdReuse::<f32>::default()),
+        Box::new(SampledThreshold::default()),
+        Box::new(BlockTopK { blocks: 8 }),
+        Box::new(BucketTopK::default()),
+        Box::new(Policy::<f32>::new(false)),
+    ]
+}
+
+/// Runs every selector on backend `b`.
+///
+/// # Errors
+/// Invalid parameters or backend errors.
+pub fn run<B: Backend>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
+    if !(a.density > 0.0 && a.density <= 1.0) {
+        return Err(sparse_core::Error::invalid(
+            "density",
+            format!("{} not in (0, 1]", a.density),
+        ));
+    }
+    let x: Vec<f32> = dense_values(a.n, ValueDist::Normal { std: 1.0 }, a.seed);
+    let k = ((a.density * a.n as f64).round() as usize).clamp(1, a.n);
+    let exact = nth_topk(&x, k);
+    let mut in_exact = vec![false; a.n];
+    for &i in &exact {
+        in_exact[i as usize] = true;
+    }
+    // The memory floor: one read and one write of the array, into a buffer
+    // allocated (and faulted in) beforehand.
+    let mut dst = x.clone();
+    let copy_ms = ms(time_median(3, a.min_time, || {
+        dst.copy_from_slice(&x);
+        dst[0]
+    }));
+    let nth_ms = ms(time_median(3, a.min_time, || nth_topk(&x, k)));
+    let buf = b.upload(&x)?;
+    let mut sels = selectors::<B>();
+    let mut bar = Progress::new(sels.len() as u64, "selectors");
+    let mut rows = Vec::new();
+    for s in sels.iter_mut() {
+        let mut last = 0usize;
+        let mut recall = 0.0;
+        let t = time_median(5, a.min_time, || -> Result<()> {
+            let sel = s.select(b, &buf, k)?;
+            let idx = b.download(&sel.indices)?;
+            last = idx.len();
+            recall = idx.iter().filter(|&&i| in_exact[i as usize]).count() as f64 / k as f64;
+            Ok(())
+        });
+        // Re-run once outside the timer to surface errors.
+        s.select(b, &buf, k)?;
+        rows.push(SelectRow {
+            algo: s.name(),
+            selected: last,
+            recall,
+            ms: ms(t),
+        });
+        bar.inc();
+    }
+    bar.finish();
+    Ok(SelectReport {
+        n: a.n,
+        k,
+        rows,
+        copy_ms,
+        nth_ms,
+    })
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
