@@ -40,6 +40,7 @@ cargo bench --workspace --no-run
 
 step "sparse-bench smoke run"
 cargo run --quiet -p bench --bin sparse-bench -- encode --n 100000 --density 0.01 --min-ms 1 --json >/dev/null
+cargo run --quiet -p bench --bin sparse-bench -- select --n 100000 --density 0.01 --min-ms 1 --json >/dev/null
 
 echo
 echo "all checks passed"

@@ -76,23 +76,17 @@ enum BackendKind {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let command = cli.command.unwrap_or(Command::Encode {
-        n: 1 << 20,
-        density: 0.001,
-        ranks: 8,
-        seed: 1,
-        min_ms: 50,
-        json: false,
-    });
-    let result = match command {
-        Command::Encode {
+
+    let result = match cli.command {
+        None => run_default(),
+        Some(Command::Encode {
             n,
             density,
             ranks,
             seed,
             min_ms,
             json,
-        } => run_encode(
+        }) => run_encode(
             EncodeArgs {
                 n,
                 density,
@@ -102,14 +96,14 @@ fn main() -> ExitCode {
             },
             json,
         ),
-        Command::Select {
+        Some(Command::Select {
             n,
             density,
             backend,
             seed,
             min_ms,
             json,
-        } => run_select(
+        }) => run_select(
             backend,
             SelectArgs {
                 n,
@@ -127,6 +121,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The default run: both subcommands at a small size, in a few seconds.
+fn run_default() -> sparse_core::Result<()> {
+    let min_time = Duration::from_millis(50);
+    run_encode(
+        EncodeArgs {
+            n: 1 << 20,
+            density: 0.001,
+            ranks: 8,
+            seed: 1,
+            min_time,
+        },
+        false,
+    )?;
+    println!();
+    run_select(
+        BackendKind::Cpu,
+        SelectArgs {
+            n: 1 << 20,
+            density: 0.001,
+            seed: 1,
+            min_time,
+        },
+        false,
+    )
 }
 
 fn run_encode(a: EncodeArgs, json: bool) -> sparse_core::Result<()> {
