@@ -10,6 +10,26 @@ pub mod select;
 
 use std::time::{Duration, Instant};
 
+/// Writes one line to stdout; a closed pipe (`sparse-bench ... | head`)
+/// ends the program quietly instead of panicking as `println!` would.
+pub fn emit(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{line}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("sparse-bench: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `println!` through [`emit`].
+#[macro_export]
+macro_rules! out {
+    () => { $crate::emit(format_args!("")) };
+    ($($arg:tt)*) => { $crate::emit(format_args!($($arg)*)) };
+}
+
 /// Runs `f` at least `min_reps` times and until `min_time` has passed, and
 /// returns the median time of one run.
 pub fn time_median<T>(min_reps: usize, min_time: Duration, mut f: impl FnMut() -> T) -> Duration {
@@ -87,7 +107,7 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
                 }
             })
             .collect();
-        println!("{}", s.join("  "));
+        out!("{}", s.join("  "));
     };
     line(header.to_vec());
     for r in rows {

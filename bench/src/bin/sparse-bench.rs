@@ -136,7 +136,7 @@ fn run_default() -> sparse_core::Result<()> {
         },
         false,
     )?;
-    println!();
+    bench::out!();
     run_select(
         BackendKind::Cpu,
         SelectArgs {
@@ -170,10 +170,10 @@ fn run_encode(a: EncodeArgs, json: bool) -> sparse_core::Result<()> {
                 "encode_gbps": r.encode_gbps, "decode_gbps": r.decode_gbps,
                 "lossless": r.lossless, "max_abs_err": r.max_abs_err,
             });
-            println!("{obj}");
+            bench::out!("{obj}");
         }
     } else {
-        println!(
+        bench::out!(
             "encode: n = {}, nnz = {} (density {}), f32, {} hash-bitmap partitions; GB/s of sparse input (8 bytes per entry)",
             v.dim(),
             v.nnz(),
@@ -231,12 +231,15 @@ fn run_select(backend: BackendKind, a: SelectArgs, json: bool) -> sparse_core::R
                 "copy_ms": report.copy_ms, "nth_ms": report.nth_ms,
                 "vs_copy": r.ms / report.copy_ms, "vs_nth": r.ms / report.nth_ms,
             });
-            println!("{obj}");
+            bench::out!("{obj}");
         }
     } else {
-        println!(
+        bench::out!(
             "select: backend {name}, n = {}, k = {}; baselines in this run: copy {:.3} ms, select_nth_unstable_by {:.3} ms",
-            report.n, report.k, report.copy_ms, report.nth_ms
+            report.n,
+            report.k,
+            report.copy_ms,
+            report.nth_ms
         );
         let table: Vec<Vec<String>> = report
             .rows
