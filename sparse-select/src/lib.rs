@@ -33,11 +33,36 @@
 mod block;
 mod policy;
 mod radix;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod threshold;
 mod trimmed;
 mod zen;
 
 pub use block::{BlockTopK, BucketTopK};
+
+/// Instantiates the selector test suite ([`testing`], feature `testing`)
+/// as `#[test]` functions for the backend built by `$make`.
+#[cfg(feature = "testing")]
+#[macro_export]
+macro_rules! selector_test_suite {
+    ($make:expr) => {
+        $crate::selector_test_suite!(@each $make;
+            radix_topk_is_exact_in_every_order, trimmed_topk_is_exact, threshold_binary_search_contract,
+            sampled_threshold_is_exact_or_keeps_the_contract, reuse_searches_once_per_interval_and_keeps_the_contract,
+            block_and_bucket_equal_their_per_block_oracles, bad_input_is_an_error_for_every_selector,
+            policy_picks_by_size_and_alternates_when_quantized, large_inputs_up_to_2_pow_22,
+            zen_partitioner_loses_nothing_and_agrees_across_ranks);
+    };
+    (@each $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::testing::$name(&$make);
+            }
+        )*
+    };
+}
 pub use policy::{Policy, PolicyChoice};
 pub use radix::{RadixTopK, kth_key};
 pub use threshold::{SampledThreshold, ThresholdBinarySearch, ThresholdReuse};
@@ -71,6 +96,21 @@ pub trait Selector<B: Backend, E: Element> {
     /// [`Error::KOutOfRange`] if `k > len`; [`Error::NonFinite`] on NaN or
     /// infinity; backend errors.
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>>;
+}
+
+/// The number of elements a density selects from `n`: `round(density n)`,
+/// at least 1 when `n > 0`.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] unless `0 < density <= 1`.
+pub fn k_for_density(n: usize, density: f64) -> Result<usize> {
+    if !(density > 0.0 && density <= 1.0) {
+        return Err(Error::invalid(
+            "density",
+            format!("{density} not in (0, 1]"),
+        ));
+    }
+    Ok(((density * n as f64).round() as usize).clamp(n.min(1), n))
 }
 
 /// `max |x|` and `mean |x|`, rejecting NaN (the backend does) and infinity.
@@ -138,5 +178,30 @@ pub(crate) fn to_threshold<E: Element>(t: f64) -> E {
         E::from_bits_u64(e.to_bits_u64() - 1)
     } else {
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn density_is_validated() {
+        assert_eq!(k_for_density(1000, 0.001), Ok(1));
+        assert_eq!(k_for_density(1000, 0.0001), Ok(1));
+        assert_eq!(k_for_density(1000, 1.0), Ok(1000));
+        assert_eq!(k_for_density(0, 0.5), Ok(0));
+        for bad in [0.0, -0.1, 1.5, f64::NAN, f64::INFINITY] {
+            assert!(
+                matches!(
+                    k_for_density(10, bad),
+                    Err(Error::InvalidParameter {
+                        name: "density",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
     }
 }

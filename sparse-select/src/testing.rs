@@ -1,0 +1,466 @@
+//! The selector test suite, behind the `testing` feature: every selector
+//! against a brute-force oracle (a full sort), on inputs that break
+//! selection code (random, heavy-tailed, all equal, many ties, all zero,
+//! negative, subnormal, signed zeros; n from 1 to 2^22). Each check is a
+//! `pub fn name<B: Backend>(b: &B)`, so every backend runs it unchanged
+//! through [`crate::selector_test_suite!`].
+
+use crate::{
+    BlockTopK, BucketTopK, Policy, PolicyChoice, RadixTopK, SampledThreshold, Selection, Selector,
+    ThresholdBinarySearch, ThresholdReuse, TrimmedTopK, ZenPartitioner,
+};
+use sparse_core::testing::generate::{ValueDist, dense_values};
+use sparse_core::testing::suite::{inputs, oracle_topk};
+use sparse_core::{Backend, Error, KeyOrder, abs_key};
+
+/// A selection downloaded to the host.
+struct Sel {
+    indices: Vec<u32>,
+    values: Vec<f32>,
+    count: usize,
+    threshold: Option<f64>,
+}
+
+fn host<B: Backend>(b: &B, s: Selection<B, f32>) -> Sel {
+    Sel {
+        indices: b.download(&s.indices).expect("download"),
+        values: b.download(&s.values).expect("download"),
+        count: s.count,
+        threshold: s.threshold,
+    }
+}
+
+/// Test inputs: the shared suite's cases (without infinities, which
+/// selectors reject) plus large random ones.
+fn cases() -> Vec<(String, Vec<f32>)> {
+    let mut out: Vec<(String, Vec<f32>)> = inputs(7)
+        .into_iter()
+        .map(|(name, x)| (name, x.iter().map(|&v| v as f32).collect::<Vec<f32>>()))
+        .filter(|(_, x)| x.iter().all(|v| v.is_finite()))
+        .collect();
+    out.push((
+        "signed zeros".into(),
+        vec![0.0, -0.0, 1.0, -1.0, -0.0, 0.0, 2.0, -2.0],
+    ));
+    for (n, seed) in [(1usize << 16, 1u64), (1 << 20, 2)] {
+        out.push((
+            format!("normal n={n}"),
+            dense_values(n, ValueDist::Normal { std: 1.0 }, seed),
+        ));
+        out.push((
+            format!("heavy n={n}"),
+            dense_values(n, ValueDist::HeavyTailed { scale: 1.0 }, seed + 10),
+        ));
+    }
+    out
+}
+
+fn ks(n: usize) -> Vec<usize> {
+    let mut k = vec![0, 1, n / 1000, n.saturating_sub(1), n];
+    k.sort_unstable();
+    k.dedup();
+    k
+}
+
+fn indices(s: &Sel) -> Vec<u32> {
+    assert_eq!(s.indices.len(), s.count);
+    assert_eq!(s.values.len(), s.count);
+    s.indices.clone()
+}
+
+fn check_values(x: &[f32], s: &Sel) {
+    for (&i, &v) in s.indices.iter().zip(&s.values) {
+        assert_eq!(v.to_bits(), x[i as usize].to_bits());
+    }
+    assert!(
+        s.indices.windows(2).all(|w| w[0] < w[1]),
+        "indices increasing"
+    );
+}
+
+/// One check of the suite (see the module doc).
+pub fn radix_topk_is_exact_in_every_order<B: Backend>(b: &B) {
+    for (name, x) in cases() {
+        let buf = b.upload(&x).unwrap();
+        for order in [KeyOrder::Abs, KeyOrder::Signed, KeyOrder::SignedReversed] {
+            let keys: Vec<u64> = x.iter().map(|&v| order.key(v)).collect();
+            for k in ks(x.len()) {
+                let s = RadixTopK { order }
+                    .select(b, &buf, k)
+                    .map(|s| host(b, s))
+                    .unwrap();
+                assert_eq!(indices(&s), oracle_topk(&keys, k), "{name} {order:?} k={k}");
+                check_values(&x, &s);
+            }
+        }
+    }
+}
+
+/// One check of the suite (see the module doc).
+pub fn trimmed_topk_is_exact<B: Backend>(b: &B) {
+    for (name, x) in cases() {
+        let buf = b.upload(&x).unwrap();
+        let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+        for k in ks(x.len()) {
+            let s = TrimmedTopK::default()
+                .select(b, &buf, k)
+                .map(|s| host(b, s))
+                .unwrap();
+            assert_eq!(indices(&s), oracle_topk(&keys, k), "{name} k={k}");
+            check_values(&x, &s);
+        }
+    }
+}
+
+/// The threshold contract: at least k selected; every selected magnitude
+/// beats every unselected one; at most 2k, unless ties at the k-th
+/// magnitude force more, and then exactly the elements at least as large as
+/// the k-th (the fewest above any threshold that holds k).
+fn check_threshold_contract(name: &str, x: &[f32], k: usize, s: &Sel) {
+    check_values(x, s);
+    let idx = indices(s);
+    let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+    if k == 0 {
+        assert!(idx.is_empty(), "{name}: k = 0");
+        return;
+    }
+    assert!(idx.len() >= k, "{name} k={k}: {} < k", idx.len());
+    let mut chosen = vec![false; x.len()];
+    for &i in &idx {
+        chosen[i as usize] = true;
+    }
+    let min_sel = idx.iter().map(|&i| keys[i as usize]).min().unwrap();
+    let max_unsel = (0..x.len()).filter(|&i| !chosen[i]).map(|i| keys[i]).max();
+    if let Some(m) = max_unsel {
+        assert!(
+            min_sel > m,
+            "{name} k={k}: a selected magnitude does not beat an unselected one"
+        );
+    }
+    if idx.len() > 2 * k {
+        let mut sorted = keys.clone();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        let kth = sorted[k - 1];
+        let fewest = keys.iter().filter(|&&key| key >= kth).count();
+        assert_eq!(
+            idx.len(),
+            fewest,
+            "{name} k={k}: more than 2k and not the fewest"
+        );
+    }
+    if let Some(t) = s.threshold {
+        for (i, &v) in x.iter().enumerate() {
+            assert_eq!(
+                chosen[i],
+                (v.abs() as f64) > t,
+                "{name} k={k}: threshold {t} vs |x[{i}]| = {}",
+                v.abs()
+            );
+        }
+    }
+}
+
+/// One check of the suite (see the module doc).
+pub fn threshold_binary_search_contract<B: Backend>(b: &B) {
+    for (name, x) in cases() {
+        let buf = b.upload(&x).unwrap();
+        for k in ks(x.len()) {
+            let s = host(
+                b,
+                ThresholdBinarySearch::default().select(b, &buf, k).unwrap(),
+            );
+            check_threshold_contract(&name, &x, k, &s);
+        }
+    }
+}
+
+/// One check of the suite (see the module doc).
+pub fn sampled_threshold_is_exact_or_keeps_the_contract<B: Backend>(b: &B) {
+    for (name, x) in cases() {
+        let buf = b.upload(&x).unwrap();
+        let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+        let mut sel = SampledThreshold::default();
+        for k in ks(x.len()) {
+            let s = sel.select(b, &buf, k).map(|s| host(b, s)).unwrap();
+            if s.threshold.is_none() && k > 0 {
+                assert_eq!(
+                    indices(&s),
+                    oracle_topk(&keys, k),
+                    "{name} k={k}: re-selection must be exact"
+                );
+            } else {
+                check_threshold_contract(&name, &x, k, &s);
+            }
+        }
+    }
+}
+
+/// One check of the suite (see the module doc).
+pub fn reuse_searches_once_per_interval_and_keeps_the_contract<B: Backend>(b: &B) {
+    let n = 1 << 16;
+    let k = n / 100;
+    let mut reuse = ThresholdReuse::<f32>::new(5);
+    for step in 0..12u64 {
+        // A slowly drifting gradient: same distribution, new draws.
+        let x: Vec<f32> = dense_values(n, ValueDist::Normal { std: 1.0 }, 100 + step);
+        let s = host(b, reuse.select(b, &b.upload(&x).unwrap(), k).unwrap());
+        check_threshold_contract(&format!("step {step}"), &x, k, &s);
+    }
+    // Same distribution every step: the threshold stays valid, so one search
+    // serves every interval of 5 calls.
+    assert_eq!(
+        reuse.searches, 3,
+        "searches: {}, reuses: {}",
+        reuse.searches, reuse.reuses
+    );
+    assert_eq!(reuse.reuses, 9);
+    // A changed scale invalidates the threshold: a new search.
+    let x: Vec<f32> = dense_values(n, ValueDist::Normal { std: 100.0 }, 999);
+    let s = host(b, reuse.select(b, &b.upload(&x).unwrap(), k).unwrap());
+    check_threshold_contract("rescaled", &x, k, &s);
+    assert_eq!(reuse.searches, 4);
+}
+
+/// One check of the suite (see the module doc).
+pub fn block_and_bucket_equal_their_per_block_oracles<B: Backend>(b: &B) {
+    for (name, x) in cases() {
+        let n = x.len();
+        let buf = b.upload(&x).unwrap();
+        let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+        for k in ks(n) {
+            for p in [1usize, 3, 4, 7] {
+                let plan = BlockTopK { blocks: p }.plan(n, k).unwrap();
+                assert_eq!(
+                    plan.1.iter().sum::<usize>(),
+                    k.min(n),
+                    "{name}: block shares sum to k"
+                );
+                let s = BlockTopK { blocks: p }
+                    .select(b, &buf, k)
+                    .map(|s| host(b, s))
+                    .unwrap();
+                assert_eq!(
+                    indices(&s),
+                    per_block_oracle(&keys, &plan.0, &plan.1),
+                    "{name} P={p} k={k}"
+                );
+            }
+            let bucket = BucketTopK::default();
+            let plan = bucket.plan(n, k).unwrap();
+            let s = BucketTopK::default()
+                .select(b, &buf, k)
+                .map(|s| host(b, s))
+                .unwrap();
+            assert_eq!(
+                indices(&s),
+                per_block_oracle(&keys, &plan.0, &plan.1),
+                "{name} buckets k={k}"
+            );
+            assert!(s.count >= k, "{name}: bucket top-k selects at least k");
+            assert!(plan.0.windows(2).all(|w| w[1] - w[0] <= 512));
+        }
+    }
+}
+
+fn per_block_oracle(keys: &[u64], offsets: &[usize], ks: &[usize]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for (j, &k) in ks.iter().enumerate() {
+        out.extend(
+            oracle_topk(&keys[offsets[j]..offsets[j + 1]], k)
+                .into_iter()
+                .map(|i| i + offsets[j] as u32),
+        );
+    }
+    out
+}
+
+/// One check of the suite (see the module doc).
+pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
+    let selectors = || -> Vec<Box<dyn Selector<B, f32>>> {
+        vec![
+            Box::new(RadixTopK::magnitude()),
+            Box::new(RadixTopK {
+                order: KeyOrder::Signed,
+            }),
+            Box::new(TrimmedTopK::default()),
+            Box::new(ThresholdBinarySearch::default()),
+            Box::new(ThresholdReuse::<f32>::default()),
+            Box::new(SampledThreshold::default()),
+            Box::new(BlockTopK { blocks: 2 }),
+            Box::new(BucketTopK::default()),
+            Box::new(Policy::<f32>::new(false)),
+        ]
+    };
+    for mut s in selectors() {
+        let name = s.name();
+        let nan = b.upload(&[1.0f32, 2.0, f32::NAN, 3.0]).unwrap();
+        assert_eq!(
+            s.select(b, &nan, 1).err(),
+            Some(Error::NonFinite { index: 2 }),
+            "{name}: NaN"
+        );
+        let inf = b
+            .upload(&[1.0f32, 2.0, 3.0, f32::NEG_INFINITY, f32::INFINITY])
+            .unwrap();
+        assert_eq!(
+            s.select(b, &inf, 2).err(),
+            Some(Error::NonFinite { index: 3 }),
+            "{name}: infinity"
+        );
+        assert_eq!(
+            s.select(b, &inf, 0).err(),
+            Some(Error::NonFinite { index: 3 }),
+            "{name}: infinity, k = 0"
+        );
+        let ok = b.upload(&[1.0f32, 2.0]).unwrap();
+        assert_eq!(
+            s.select(b, &ok, 3).err(),
+            Some(Error::KOutOfRange { k: 3, len: 2 }),
+            "{name}: k > n"
+        );
+    }
+    // f64 infinities too (the radix check has a slow path there).
+    let inf = b.upload(&[1.0f64, f64::INFINITY]).unwrap();
+    assert_eq!(
+        RadixTopK::magnitude().select(b, &inf, 1).err(),
+        Some(Error::NonFinite { index: 1 })
+    );
+    let big = b.upload(&[1.0f64, f64::MAX, -f64::MAX]).unwrap();
+    assert_eq!(
+        b.download(&RadixTopK::magnitude().select(b, &big, 1).unwrap().indices)
+            .unwrap(),
+        vec![1]
+    );
+}
+
+/// One check of the suite (see the module doc).
+pub fn policy_picks_by_size_and_alternates_when_quantized<B: Backend>(b: &B) {
+    let mut p = Policy::<f32>::new(false);
+    for (n, want) in [
+        (1000usize, PolicyChoice::Exact),
+        (100_000, PolicyChoice::Trimmed),
+        (2_000_000, PolicyChoice::BinarySearch),
+    ] {
+        let x: Vec<f32> = dense_values(n, ValueDist::Normal { std: 1.0 }, n as u64);
+        let s = host(b, p.select(b, &b.upload(&x).unwrap(), n / 1000).unwrap());
+        assert_eq!(p.last, Some(want), "n = {n}");
+        assert!(s.count >= n / 1000);
+    }
+    let mut q = Policy::<f32>::new(true);
+    let x: Vec<f32> = dense_values(10_000, ValueDist::Normal { std: 1.0 }, 5);
+    let buf = b.upload(&x).unwrap();
+    for round in 0..4 {
+        let s = q.select(b, &buf, 50).map(|s| host(b, s)).unwrap();
+        let top = round % 2 == 0;
+        assert_eq!(
+            q.last,
+            Some(if top {
+                PolicyChoice::SignedTop
+            } else {
+                PolicyChoice::SignedLow
+            })
+        );
+        let order = if top {
+            KeyOrder::Signed
+        } else {
+            KeyOrder::SignedReversed
+        };
+        let keys: Vec<u64> = x.iter().map(|&v| order.key(v)).collect();
+        assert_eq!(indices(&s), oracle_topk(&keys, 50));
+        assert!(
+            s.values
+                .iter()
+                .all(|&v| if top { v > 0.0 } else { v < 0.0 }),
+            "one-signed set"
+        );
+    }
+}
+
+/// One check of the suite (see the module doc).
+pub fn large_inputs_up_to_2_pow_22<B: Backend>(b: &B) {
+    let n = 1 << 22;
+    let x: Vec<f32> = dense_values(n, ValueDist::HeavyTailed { scale: 1.0 }, 42);
+    let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+    let buf = b.upload(&x).unwrap();
+    for k in [1, n / 1000] {
+        let want = oracle_topk(&keys, k);
+        assert_eq!(
+            indices(
+                &RadixTopK::magnitude()
+                    .select(b, &buf, k)
+                    .map(|s| host(b, s))
+                    .unwrap()
+            ),
+            want,
+            "radix k={k}"
+        );
+        assert_eq!(
+            indices(
+                &TrimmedTopK::default()
+                    .select(b, &buf, k)
+                    .map(|s| host(b, s))
+                    .unwrap()
+            ),
+            want,
+            "trimmed k={k}"
+        );
+        let s = host(
+            b,
+            ThresholdBinarySearch::default().select(b, &buf, k).unwrap(),
+        );
+        check_threshold_contract("2^22", &x, k, &s);
+    }
+}
+
+/// One check of the suite (see the module doc).
+pub fn zen_partitioner_loses_nothing_and_agrees_across_ranks<B: Backend>(b: &B) {
+    let mut idx: Vec<u32> = dense_values::<f64>(100_000, ValueDist::Uniform { half_width: 1.0 }, 3)
+        .iter()
+        .map(|v| ((v.abs() * 4e8) as u32) % 50_000_000)
+        .collect();
+    idx.sort_unstable();
+    idx.dedup();
+    let vals: Vec<f32> = idx.iter().map(|&i| i as f32).collect();
+    let (bi, bv) = (b.upload(&idx).unwrap(), b.upload(&vals).unwrap());
+    // Two ranks: same h0 seed, different rehash seeds.
+    let rank0 = ZenPartitioner::new(11, 1, 16, idx.len())
+        .unwrap()
+        .partition(b, &bi, &bv)
+        .unwrap();
+    let rank1 = ZenPartitioner::new(11, 2, 16, idx.len())
+        .unwrap()
+        .partition(b, &bi, &bv)
+        .unwrap();
+    for z in [&rank0, &rank1] {
+        let mut seen = z.parts.indices.clone();
+        seen.sort_unstable();
+        assert_eq!(seen, idx, "every index exactly once");
+        assert!(
+            z.imbalance <= 1.1,
+            "imbalance {} for nnz = {} over 16 partitions",
+            z.imbalance,
+            idx.len()
+        );
+    }
+    for p in 0..16 {
+        let set = |z: &crate::ZenPartition<f32>| {
+            let mut s = z.parts.indices[z.parts.offsets[p]..z.parts.offsets[p + 1]].to_vec();
+            s.sort_unstable();
+            s
+        };
+        assert_eq!(
+            set(&rank0),
+            set(&rank1),
+            "partition {p} identical on both ranks"
+        );
+    }
+    // Tiny memories force collisions into the overflow and the fallback.
+    let mut tiny = ZenPartitioner::new(11, 1, 16, idx.len()).unwrap();
+    tiny.hash.r1 = 64;
+    tiny.hash.r2 = 8;
+    let t = tiny.partition(b, &bi, &bv).unwrap();
+    assert!(t.parts.fallback > 0);
+    let mut seen = t.parts.indices.clone();
+    seen.sort_unstable();
+    assert_eq!(seen, idx);
+}
