@@ -4,6 +4,20 @@ use crate::{Selection, Selector, check_k, selection, stats};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Backend, Element, Error, Result};
 
+/// Validates, plans the segments for `n` elements, and runs the segmented
+/// top-k primitive: the shared body of block and bucket top-k.
+fn segmented<B: Backend, E: Element>(
+    b: &B,
+    x: &B::Buffer<E>,
+    k: usize,
+    plan: impl FnOnce(usize, usize) -> Result<(Vec<usize>, Vec<usize>)>,
+) -> Result<Selection<B, E>> {
+    let n = check_k(b, x, k)?;
+    stats(b, x)?;
+    let (offsets, ks) = plan(n, k)?;
+    Ok(selection(b, b.topk_abs_segmented(x, &offsets, &ks)?, None))
+}
+
 /// SparDL's block top-k: `x` is split evenly into `blocks` contiguous blocks
 /// (the first `n % blocks` one longer, as Spar-Reduce-Scatter splits the
 /// gradient) and block `j` contributes its exact top `k_j`, with
@@ -41,10 +55,7 @@ impl<B: Backend, E: Element> Selector<B, E> for BlockTopK {
         format!("block_topk(P={})", self.blocks)
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
-        let n = check_k(b, x, k)?;
-        stats(b, x)?;
-        let (offsets, ks) = self.plan(n, k)?;
-        Ok(selection(b, b.topk_abs_segmented(x, &offsets, &ks)?, None))
+        segmented(b, x, k, |n, k| self.plan(n, k))
     }
 }
 
@@ -97,9 +108,6 @@ impl<B: Backend, E: Element> Selector<B, E> for BucketTopK {
         format!("bucket_topk({})", self.bucket)
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
-        let n = check_k(b, x, k)?;
-        stats(b, x)?;
-        let (offsets, ks) = self.plan(n, k)?;
-        Ok(selection(b, b.topk_abs_segmented(x, &offsets, &ks)?, None))
+        segmented(b, x, k, |n, k| self.plan(n, k))
     }
 }
