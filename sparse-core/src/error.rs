@@ -103,6 +103,49 @@ pub enum Error {
         /// The missing capability.
         what: String,
     },
+    /// A peer did not send within the transport's timeout.
+    #[error("rank {rank}: no message from rank {peer} within {timeout_ms} ms")]
+    Timeout {
+        /// The waiting rank.
+        rank: usize,
+        /// The silent peer.
+        peer: usize,
+        /// The timeout.
+        timeout_ms: u64,
+    },
+    /// A peer failed (returned an error, panicked or was killed) and its
+    /// link is gone.
+    #[error("rank {rank}: peer rank {peer} failed")]
+    PeerFailed {
+        /// The rank that noticed.
+        rank: usize,
+        /// The failed peer.
+        peer: usize,
+    },
+    /// A fault injected by a test (the thread transport's fault plan).
+    #[error("rank {rank}: injected fault at step {step}")]
+    Injected {
+        /// The failing rank.
+        rank: usize,
+        /// The step it failed at.
+        step: u64,
+    },
+    /// A rank was addressed that is not in the communicator.
+    #[error("rank {rank} does not exist among {size} ranks")]
+    NoSuchRank {
+        /// The rank asked for.
+        rank: usize,
+        /// The communicator size.
+        size: usize,
+    },
+    /// A transport-specific failure.
+    #[error("transport error on rank {rank}: {detail}")]
+    Transport {
+        /// The rank.
+        rank: usize,
+        /// What happened.
+        detail: String,
+    },
     /// A backend's device reported an error.
     #[error("device error in backend {backend}: {detail}")]
     Device {

@@ -1,0 +1,274 @@
+//! Dense baselines: ring, recursive doubling and Rabenseifner allreduce,
+//! and Bruck allgather, for any number of ranks.
+//!
+//! Non-powers of two are handled as MPICH does (Thakur, Rabenseifner and
+//! Gropp): with `p'` the largest power of two not above `P` and
+//! `rem = P - p'`, each even rank below `2 rem` first sends its vector to the
+//! next odd rank and sits out; the `p'` remaining ranks run the algorithm;
+//! the odd ranks send the result back. Every rank ends with a bitwise
+//! identical result: each sum is formed once and then copied, or formed as
+//! `a + b` and `b + a`, which IEEE addition makes equal.
+
+use crate::Transport;
+use sparse_core::stats::{even_len, even_start};
+use sparse_core::{Element, Error, Result};
+
+/// The bytes of a slice of elements (little-endian hosts).
+pub fn to_bytes<E: Element>(x: &[E]) -> &[u8] {
+    bytemuck::cast_slice(x)
+}
+
+/// Elements from bytes; the length must be a multiple of the element size.
+///
+/// # Errors
+/// [`Error::Corrupt`] otherwise.
+pub fn from_bytes<E: Element>(b: &[u8], expected: usize) -> Result<Vec<E>> {
+    if b.len() != expected * E::BYTES {
+        return Err(Error::corrupt(
+            "dense message",
+            format!(
+                "{} bytes, expected {} elements of {}",
+                b.len(),
+                expected,
+                E::NAME
+            ),
+        ));
+    }
+    Ok(b.chunks_exact(E::BYTES).map(E::read_le).collect())
+}
+
+fn add_into<E: Element>(acc: &mut [E], other: &[E]) {
+    for (a, &b) in acc.iter_mut().zip(other) {
+        *a = *a + b;
+    }
+}
+
+/// Ring allreduce (Patarasuk and Yuan): a reduce-scatter and an allgather of
+/// `P - 1` steps each over `P` even chunks: `2 (P - 1)` rounds, each rank
+/// sends and receives `2 (P - 1) / P n` elements when `P` divides `n`.
+///
+/// # Errors
+/// Transport errors; [`Error::Corrupt`] if a peer sends a wrong length.
+pub fn ring_allreduce<T: Transport + ?Sized, E: Element>(t: &mut T, x: &[E]) -> Result<Vec<E>> {
+    let (p, r, n) = (t.size(), t.rank(), x.len());
+    let mut buf = x.to_vec();
+    if p == 1 {
+        return Ok(buf);
+    }
+    let chunk = |c: usize| even_start(c, n, p)..even_start(c, n, p) + even_len(c, n, p);
+    let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
+    for s in 0..p - 1 {
+        let (send_c, recv_c) = ((r + p - s) % p, (r + 2 * p - s - 1) % p);
+        let got = t.exchange(next, to_bytes(&buf[chunk(send_c)]), prev)?;
+        let range = chunk(recv_c);
+        let got: Vec<E> = from_bytes(&got, range.len())?;
+        add_into(&mut buf[range], &got);
+    }
+    for s in 0..p - 1 {
+        let (send_c, recv_c) = ((r + 1 + p - s) % p, (r + p - s) % p);
+        let got = t.exchange(next, to_bytes(&buf[chunk(send_c)]), prev)?;
+        let range = chunk(recv_c);
+        let got: Vec<E> = from_bytes(&got, range.len())?;
+        buf[range].copy_from_slice(&got);
+    }
+    Ok(buf)
+}
+
+/// MPICH's fold of `P` ranks onto `p'`: returns this rank's number among
+/// the `p'` (None for a rank that sits out) and the map back to real ranks.
+struct Fold {
+    pp: usize,
+    rem: usize,
+    newrank: Option<usize>,
+}
+
+impl Fold {
+    fn new<T: Transport + ?Sized>(t: &T) -> Self {
+        let p = t.size();
+        let pp = 1usize << (usize::BITS - 1 - p.leading_zeros());
+        let rem = p - pp;
+        let r = t.rank();
+        let newrank = if r < 2 * rem {
+            (r % 2 == 1).then_some(r / 2)
+        } else {
+            Some(r - rem)
+        };
+        Self { pp, rem, newrank }
+    }
+    fn real(&self, nr: usize) -> usize {
+        if nr < self.rem {
+            nr * 2 + 1
+        } else {
+            nr + self.rem
+        }
+    }
+    /// The extra ranks hand their vectors to their odd partners.
+    fn fold_in<T: Transport + ?Sized, E: Element>(&self, t: &mut T, buf: &mut [E]) -> Result<()> {
+        let r = t.rank();
+        if r < 2 * self.rem {
+            if r % 2 == 0 {
+                t.send(r + 1, to_bytes(buf))?;
+            } else {
+                let got: Vec<E> = from_bytes(&t.recv(r - 1)?, buf.len())?;
+                add_into(buf, &got);
+            }
+        }
+        Ok(())
+    }
+    /// The odd partners hand the result back.
+    fn fold_out<T: Transport + ?Sized, E: Element>(&self, t: &mut T, buf: &mut [E]) -> Result<()> {
+        let r = t.rank();
+        if r < 2 * self.rem {
+            if r % 2 == 1 {
+                t.send(r - 1, to_bytes(buf))?;
+            } else {
+                let got: Vec<E> = from_bytes(&t.recv(r + 1)?, buf.len())?;
+                buf.copy_from_slice(&got);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Recursive-doubling allreduce (MPICH): `lg p'` exchanges of the whole
+/// vector among `p'` ranks, plus the fold for non-powers of two.
+///
+/// # Errors
+/// Transport errors; [`Error::Corrupt`] if a peer sends a wrong length.
+pub fn recursive_doubling_allreduce<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    x: &[E],
+) -> Result<Vec<E>> {
+    let mut buf = x.to_vec();
+    if t.size() == 1 {
+        return Ok(buf);
+    }
+    let fold = Fold::new(t);
+    fold.fold_in(t, &mut buf)?;
+    if let Some(nr) = fold.newrank {
+        let mut mask = 1;
+        while mask < fold.pp {
+            let partner = fold.real(nr ^ mask);
+            let got: Vec<E> =
+                from_bytes(&t.exchange(partner, to_bytes(&buf), partner)?, buf.len())?;
+            add_into(&mut buf, &got);
+            mask <<= 1;
+        }
+    }
+    fold.fold_out(t, &mut buf)?;
+    Ok(buf)
+}
+
+/// Rabenseifner's allreduce (MPICH): recursive-halving reduce-scatter over
+/// `p'` even blocks, then recursive-doubling allgather, plus the fold:
+/// `2 lg p'` rounds and `2 (p' - 1) / p' n` elements each way when `p'`
+/// divides `n`.
+///
+/// # Errors
+/// Transport errors; [`Error::Corrupt`] if a peer sends a wrong length.
+pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    x: &[E],
+) -> Result<Vec<E>> {
+    let n = x.len();
+    let mut buf = x.to_vec();
+    if t.size() == 1 {
+        return Ok(buf);
+    }
+    let fold = Fold::new(t);
+    fold.fold_in(t, &mut buf)?;
+    if let Some(nr) = fold.newrank {
+        let pp = fold.pp;
+        let span = |lo: usize, hi: usize| {
+            even_start(lo, n, pp)..if hi == pp { n } else { even_start(hi, n, pp) }
+        };
+        // Reduce-scatter: halve the block range [lo, hi) each step.
+        let (mut lo, mut hi) = (0usize, pp);
+        let mut mask = pp / 2;
+        while mask > 0 {
+            let partner = fold.real(nr ^ mask);
+            let mid = lo + (hi - lo) / 2;
+            let (keep, give) = if nr & mask == 0 {
+                ((lo, mid), (mid, hi))
+            } else {
+                ((mid, hi), (lo, mid))
+            };
+            let got = t.exchange(partner, to_bytes(&buf[span(give.0, give.1)]), partner)?;
+            let range = span(keep.0, keep.1);
+            let got: Vec<E> = from_bytes(&got, range.len())?;
+            add_into(&mut buf[range], &got);
+            (lo, hi) = keep;
+            mask /= 2;
+        }
+        // Allgather: double the range back.
+        let mut mask = 1;
+        while mask < pp {
+            let partner = fold.real(nr ^ mask);
+            let width = hi - lo;
+            let other = if nr & mask == 0 {
+                (hi, hi + width)
+            } else {
+                (lo - width, lo)
+            };
+            let got = t.exchange(partner, to_bytes(&buf[span(lo, hi)]), partner)?;
+            let range = span(other.0, other.1);
+            let got: Vec<E> = from_bytes(&got, range.len())?;
+            buf[range].copy_from_slice(&got);
+            (lo, hi) = (lo.min(other.0), hi.max(other.1));
+            mask <<= 1;
+        }
+    }
+    fold.fold_out(t, &mut buf)?;
+    Ok(buf)
+}
+
+fn frame(blocks: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.iter().map(|b| 4 + b.len()).sum());
+    for b in blocks {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+    out
+}
+
+fn unframe(mut bytes: &[u8], count: usize) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::with_capacity(count.min(bytes.len() / 4));
+    for _ in 0..count {
+        if bytes.len() < 4 {
+            return Err(Error::corrupt("bruck frame", "truncated length"));
+        }
+        let len = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")) as usize;
+        if bytes.len() - 4 < len {
+            return Err(Error::corrupt("bruck frame", "truncated block"));
+        }
+        out.push(bytes[4..4 + len].to_vec());
+        bytes = &bytes[4 + len..];
+    }
+    if !bytes.is_empty() {
+        return Err(Error::corrupt("bruck frame", "trailing bytes"));
+    }
+    Ok(out)
+}
+
+/// Bruck allgather of one byte block per rank, of any lengths: `ceil(lg P)`
+/// rounds for any `P`; at step `i` a rank sends the `min(2^i, P - 2^i)`
+/// blocks it holds to rank `r - 2^i` and receives as many from `r + 2^i`.
+/// Each block travels with a 4-byte length, so a rank receives
+/// `sum over other ranks of (4 + len)` bytes. Returns the blocks by rank.
+///
+/// # Errors
+/// Transport errors; [`Error::Corrupt`] for a malformed frame.
+pub fn bruck_allgather<T: Transport + ?Sized>(t: &mut T, block: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let (p, r) = (t.size(), t.rank());
+    let mut blocks = vec![block.to_vec()];
+    let mut dist = 1;
+    while dist < p {
+        let count = dist.min(p - dist);
+        let got = t.exchange((r + p - dist) % p, &frame(&blocks[..count]), (r + dist) % p)?;
+        blocks.extend(unframe(&got, count)?);
+        dist <<= 1;
+    }
+    // blocks[i] is rank (r + i) % p's block.
+    blocks.rotate_right(r);
+    Ok(blocks)
+}

@@ -1,0 +1,219 @@
+//! The thread transport: P ranks as threads of one process.
+
+use crate::transport::{Traffic, TrafficCounter, Transport};
+use sparse_core::{Error, Result};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::Duration;
+
+/// Runs `size` ranks as scoped threads connected by channels; the embedded
+/// transport of `cargo test` and the main job.
+///
+/// Every receive waits at most `timeout`. A rank that returns an error or
+/// panics drops its links, so the ranks waiting on it get
+/// [`Error::PeerFailed`] at once and fail in turn: nothing hangs. A fault
+/// plan makes rank `r` fail at its `s`-th communication call.
+#[derive(Debug, Clone)]
+pub struct ThreadCluster {
+    size: usize,
+    timeout: Duration,
+    fault: Option<(usize, u64)>,
+}
+
+impl ThreadCluster {
+    /// `size` ranks (at least 1), a 10 s receive timeout, no fault.
+    ///
+    /// # Panics
+    /// If `size == 0`.
+    pub fn new(size: usize) -> Self {
+        assert!(size > 0, "ThreadCluster::new(0)");
+        Self {
+            size,
+            timeout: Duration::from_secs(10),
+            fault: None,
+        }
+    }
+    /// Sets the receive timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Rank `rank` fails with [`Error::Injected`] at its `step`-th call of
+    /// send, receive or exchange (counting from 1).
+    pub fn fault(mut self, rank: usize, step: u64) -> Self {
+        self.fault = Some((rank, step));
+        self
+    }
+    /// Runs `f` on every rank and returns each rank's result, by rank. A
+    /// panic inside `f` becomes that rank's [`Error::Transport`].
+    pub fn run<T: Send, F>(&self, f: F) -> Vec<Result<T>>
+    where
+        F: Fn(&mut ThreadTransport) -> Result<T> + Sync,
+    {
+        let p = self.size;
+        // links[src][dst]: the channel from src to dst.
+        // senders[src][dst] and receivers[dst][src] are the two ends of the
+        // link from src to dst.
+        let mut senders: Vec<Vec<Sender<Vec<u8>>>> =
+            (0..p).map(|_| Vec::with_capacity(p)).collect();
+        let mut receivers: Vec<Vec<Option<Receiver<Vec<u8>>>>> =
+            (0..p).map(|_| (0..p).map(|_| None).collect()).collect();
+        for (src, row) in senders.iter_mut().enumerate() {
+            for rx_row in receivers.iter_mut() {
+                let (tx, rx) = channel();
+                row.push(tx);
+                rx_row[src] = Some(rx);
+            }
+        }
+        let transports: Vec<ThreadTransport> = senders
+            .into_iter()
+            .zip(receivers)
+            .enumerate()
+            .map(|(rank, (tx, rx))| ThreadTransport {
+                rank,
+                size: p,
+                senders: tx,
+                receivers: rx
+                    .into_iter()
+                    .map(|r| r.expect("every link made"))
+                    .collect(),
+                timeout: self.timeout,
+                counter: TrafficCounter::default(),
+                calls: 0,
+                fault: self.fault.filter(|&(r, _)| r == rank).map(|(_, s)| s),
+                failed: false,
+            })
+            .collect();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = transports
+                .into_iter()
+                .map(|mut t| {
+                    let f = &f;
+                    scope.spawn(move || {
+                        let rank = t.rank;
+                        let out =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut t)));
+                        // Dropping the transport closes this rank's links.
+                        drop(t);
+                        out.unwrap_or_else(|p| {
+                            let detail = p
+                                .downcast_ref::<String>()
+                                .cloned()
+                                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                                .unwrap_or_default();
+                            Err(Error::Transport {
+                                rank,
+                                detail: format!("panicked: {detail}"),
+                            })
+                        })
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("rank threads catch their panics"))
+                .collect()
+        })
+    }
+}
+
+/// One rank's end of a [`ThreadCluster`].
+#[derive(Debug)]
+pub struct ThreadTransport {
+    rank: usize,
+    size: usize,
+    senders: Vec<Sender<Vec<u8>>>,
+    receivers: Vec<Receiver<Vec<u8>>>,
+    timeout: Duration,
+    counter: TrafficCounter,
+    calls: u64,
+    fault: Option<u64>,
+    failed: bool,
+}
+
+impl ThreadTransport {
+    /// Counts a call and fires the injected fault when due; after a fault
+    /// every call fails and the links are closed.
+    fn step(&mut self) -> Result<()> {
+        self.calls += 1;
+        if self.failed || self.fault == Some(self.calls) {
+            self.failed = true;
+            self.senders.clear();
+            self.receivers.clear();
+            return Err(Error::Injected {
+                rank: self.rank,
+                step: self.fault.unwrap_or(self.calls),
+            });
+        }
+        self.counter.round();
+        Ok(())
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<()> {
+        if peer >= self.size {
+            Err(Error::NoSuchRank {
+                rank: peer,
+                size: self.size,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn send_raw(&mut self, to: usize, data: &[u8]) -> Result<()> {
+        self.check_peer(to)?;
+        self.senders[to]
+            .send(data.to_vec())
+            .map_err(|_| Error::PeerFailed {
+                rank: self.rank,
+                peer: to,
+            })?;
+        self.counter.sent(data.len());
+        Ok(())
+    }
+
+    fn recv_raw(&mut self, from: usize) -> Result<Vec<u8>> {
+        self.check_peer(from)?;
+        match self.receivers[from].recv_timeout(self.timeout) {
+            Ok(msg) => {
+                self.counter.received(msg.len());
+                Ok(msg)
+            }
+            Err(RecvTimeoutError::Timeout) => Err(Error::Timeout {
+                rank: self.rank,
+                peer: from,
+                timeout_ms: self.timeout.as_millis() as u64,
+            }),
+            Err(RecvTimeoutError::Disconnected) => Err(Error::PeerFailed {
+                rank: self.rank,
+                peer: from,
+            }),
+        }
+    }
+}
+
+impl Transport for ThreadTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
+        self.step()?;
+        self.send_raw(to, data)
+    }
+    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
+        self.step()?;
+        self.recv_raw(from)
+    }
+    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
+        self.step()?;
+        // Channels are unbounded: sending first cannot block, so a ring of
+        // exchanges never deadlocks.
+        self.send_raw(to, data)?;
+        self.recv_raw(from)
+    }
+    fn traffic(&self) -> Traffic {
+        self.counter.traffic()
+    }
+}

@@ -1,0 +1,91 @@
+//! The `Transport` trait and its traffic counters.
+
+use sparse_core::Result;
+
+/// Bytes and messages one rank sent and received, and the rounds
+/// (send, receive or exchange calls) it took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Payload bytes sent.
+    pub bytes_sent: u64,
+    /// Payload bytes received.
+    pub bytes_recv: u64,
+    /// Messages sent.
+    pub msgs_sent: u64,
+    /// Messages received.
+    pub msgs_recv: u64,
+    /// Communication rounds: each send, receive or exchange is one.
+    pub rounds: u64,
+}
+
+impl Traffic {
+    /// The traffic between an earlier snapshot and this one.
+    pub fn since(&self, earlier: &Traffic) -> Traffic {
+        Traffic {
+            bytes_sent: self.bytes_sent - earlier.bytes_sent,
+            bytes_recv: self.bytes_recv - earlier.bytes_recv,
+            msgs_sent: self.msgs_sent - earlier.msgs_sent,
+            msgs_recv: self.msgs_recv - earlier.msgs_recv,
+            rounds: self.rounds - earlier.rounds,
+        }
+    }
+}
+
+/// The counting every transport does, kept in one place.
+#[derive(Debug, Clone, Default)]
+pub struct TrafficCounter {
+    traffic: Traffic,
+}
+
+impl TrafficCounter {
+    /// A message of `len` bytes was sent.
+    pub fn sent(&mut self, len: usize) {
+        self.traffic.bytes_sent += len as u64;
+        self.traffic.msgs_sent += 1;
+    }
+    /// A message of `len` bytes was received.
+    pub fn received(&mut self, len: usize) {
+        self.traffic.bytes_recv += len as u64;
+        self.traffic.msgs_recv += 1;
+    }
+    /// One round began.
+    pub fn round(&mut self) {
+        self.traffic.rounds += 1;
+    }
+    /// The totals so far.
+    pub fn traffic(&self) -> Traffic {
+        self.traffic
+    }
+}
+
+/// Point-to-point byte messaging between `size` ranks.
+///
+/// Messages between a pair of ranks arrive in the order they were sent.
+/// Buffers of any length, zero included, are allowed. Every implementation
+/// counts its traffic per rank ([`Transport::traffic`]).
+pub trait Transport {
+    /// This rank, in `0..size`.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// Sends `data` to rank `to` (one round).
+    ///
+    /// # Errors
+    /// [`sparse_core::Error::NoSuchRank`], or the transport's failure
+    /// ([`sparse_core::Error::PeerFailed`], ...).
+    fn send(&mut self, to: usize, data: &[u8]) -> Result<()>;
+    /// Receives the next message from rank `from` (one round).
+    ///
+    /// # Errors
+    /// [`sparse_core::Error::Timeout`], [`sparse_core::Error::PeerFailed`],
+    /// [`sparse_core::Error::NoSuchRank`], ...
+    fn recv(&mut self, from: usize) -> Result<Vec<u8>>;
+    /// Sends `data` to `to` and receives the next message from `from`, in
+    /// one round; `to` and `from` may differ (Bruck, SparDL).
+    ///
+    /// # Errors
+    /// As [`Transport::send`] and [`Transport::recv`].
+    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>>;
+    /// The traffic of this rank so far.
+    fn traffic(&self) -> Traffic;
+}
