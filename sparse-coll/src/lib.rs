@@ -2,9 +2,12 @@
 //!
 //! Collectives generic over a small [`Transport`] trait (rank, size, send,
 //! receive, and an exchange whose target and source may differ), with
-//! traffic counted per rank. This first part holds the transport, the
-//! embedded thread transport ([`ThreadCluster`]) and the dense baselines
-//! ([`dense`]); the sparse allreduces of the papers come next (issue 4).
+//! traffic counted per rank. Built so far: the transport, the embedded
+//! thread transport ([`ThreadCluster`]), the dense baselines ([`dense`]),
+//! the sparse-allreduce contract ([`Reduced`], [`agree`]), TopkA
+//! ([`topk_a`]) and SparCML's SSAR_Recursive_double
+//! ([`ssar_recursive_double`]); the other sparse allreduces are not built
+//! yet.
 //!
 //! ```
 //! use sparse_coll::{ThreadCluster, Transport, dense};
@@ -20,8 +23,14 @@
 //! ```
 
 pub mod dense;
+pub mod sparse;
+mod ssar;
 mod thread;
+mod topk_a;
 mod transport;
 
+pub use sparse::{Reduced, agree};
+pub use ssar::ssar_recursive_double;
 pub use thread::{ThreadCluster, ThreadTransport};
+pub use topk_a::topk_a;
 pub use transport::{Traffic, TrafficCounter, Transport};

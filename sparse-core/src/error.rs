@@ -138,6 +138,15 @@ pub enum Error {
         /// The communicator size.
         size: usize,
     },
+    /// Ranks disagree on a parameter of a collective (dimension, k,
+    /// algorithm): reported on every rank.
+    #[error("ranks disagree on {what}: {detail}")]
+    Disagreement {
+        /// The parameter.
+        what: &'static str,
+        /// The values seen, by rank.
+        detail: String,
+    },
     /// A transport-specific failure.
     #[error("transport error on rank {rank}: {detail}")]
     Transport {

@@ -1,0 +1,131 @@
+//! The sparse-allreduce contract, the entry agreement check, and the wire
+//! format of sparse streams.
+
+use crate::{Traffic, Transport, dense::bruck_allgather};
+use sparse_core::{Element, Error, Result, SparseVec, Stream};
+
+/// The outcome of a sparse allreduce on one rank.
+///
+/// - `result` is bitwise identical on every rank;
+/// - lossless algorithms return the exact sum and an empty `dropped`;
+/// - lossy ones return in `dropped` what this rank must keep (add back to its
+///   residual), so that the sum over ranks of the inputs equals `result`
+///   plus the sum over ranks of `dropped`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reduced<E> {
+    /// The reduced vector, identical on every rank.
+    pub result: SparseVec<E>,
+    /// What this rank keeps as residual.
+    pub dropped: SparseVec<E>,
+    /// This rank's traffic for the algorithm (the entry check excluded).
+    pub traffic: Traffic,
+}
+
+/// Checks that every rank calls the same collective with the same
+/// parameters (`fields`: name and value). Every rank learns every rank's
+/// values (a Bruck allgather of a few bytes), so all ranks return the same
+/// [`Error::Disagreement`] instead of some hanging in mismatched steps.
+///
+/// # Errors
+/// [`Error::Disagreement`]; transport errors.
+pub fn agree<T: Transport + ?Sized>(t: &mut T, fields: &[(&'static str, u64)]) -> Result<()> {
+    let mine: Vec<u8> = fields.iter().flat_map(|(_, v)| v.to_le_bytes()).collect();
+    let all = bruck_allgather(t, &mine)?;
+    for (i, (name, _)) in fields.iter().enumerate() {
+        let values: Vec<Option<u64>> = all
+            .iter()
+            .map(|b| {
+                b.get(8 * i..8 * i + 8)
+                    .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+            })
+            .collect();
+        if values.iter().any(|v| *v != values[0]) {
+            let detail = values
+                .iter()
+                .enumerate()
+                .map(|(r, v)| format!("rank {r}: {v:?}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(Error::Disagreement { what: name, detail });
+        }
+    }
+    if all.iter().any(|b| b.len() != mine.len()) {
+        return Err(Error::Disagreement {
+            what: "parameter count",
+            detail: format!("{:?}", all.iter().map(Vec::len).collect::<Vec<_>>()),
+        });
+    }
+    Ok(())
+}
+
+/// Bytes of a sparse stream on the wire: a tag byte (0 sparse, 1 dense),
+/// then for a sparse stream `nnz: u32`, the indices and the values; for a
+/// dense one the `dim` values.
+pub fn encode_stream<E: Element>(s: &Stream<E>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + s.payload_bytes());
+    match s {
+        Stream::Sparse(v) => {
+            out.push(0);
+            out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
+            out.extend_from_slice(bytemuck::cast_slice(v.indices()));
+            out.extend_from_slice(bytemuck::cast_slice(v.values()));
+        }
+        Stream::Dense(d) => {
+            out.push(1);
+            out.extend_from_slice(bytemuck::cast_slice(d));
+        }
+    }
+    out
+}
+
+/// Decodes [`encode_stream`]'s bytes for dimension `dim`.
+///
+/// # Errors
+/// [`Error::Corrupt`] for anything else.
+pub fn decode_stream<E: Element>(b: &[u8], dim: usize) -> Result<Stream<E>> {
+    let corrupt = |d: &str| Error::corrupt("stream message", d);
+    match b.first() {
+        Some(0) => {
+            let nnz = u32::from_le_bytes(
+                b.get(1..5)
+                    .ok_or_else(|| corrupt("truncated"))?
+                    .try_into()
+                    .expect("4 bytes"),
+            ) as usize;
+            if b.len() != 5 + nnz * (4 + E::BYTES) {
+                return Err(corrupt("length does not match nnz"));
+            }
+            let idx: Vec<u32> = b[5..5 + 4 * nnz]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            let val: Vec<E> = b[5 + 4 * nnz..]
+                .chunks_exact(E::BYTES)
+                .map(E::read_le)
+                .collect();
+            Ok(Stream::Sparse(
+                SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("stream message", e))?,
+            ))
+        }
+        Some(1) => {
+            if b.len() != 1 + dim * E::BYTES {
+                return Err(corrupt("dense length"));
+            }
+            Ok(Stream::Dense(
+                b[1..].chunks_exact(E::BYTES).map(E::read_le).collect(),
+            ))
+        }
+        _ => Err(corrupt("bad tag")),
+    }
+}
+
+/// A stream as a sparse vector (dense streams keep their non-zeros).
+///
+/// # Errors
+/// [`Error::DimensionTooLarge`] (not for valid streams).
+pub fn stream_to_sparse<E: Element>(s: Stream<E>) -> Result<SparseVec<E>> {
+    match s {
+        Stream::Sparse(v) => Ok(v),
+        Stream::Dense(d) => SparseVec::from_dense(&d),
+    }
+}

@@ -1,0 +1,62 @@
+//! TopkA / AGsparse (RedSync sec. 5.3, SparDL Table 1): every rank's
+//! selected pairs are allgathered and summed locally.
+
+use crate::Transport;
+use crate::dense::bruck_allgather;
+use crate::sparse::{Reduced, agree};
+use sparse_core::{Element, Error, Result, SparseVec};
+
+/// TopkA: each rank's `(indices, values)`, packed behind a 4-byte length
+/// (indices then values), is allgathered with Bruck's algorithm (any `P`,
+/// `ceil(lg P)` rounds); every rank then sums the `P` vectors in rank order,
+/// so the result is bitwise identical everywhere. Lossless. A rank receives
+/// `sum over other ranks q of (4 + nnz_q (4 + isize))` bytes: with `k` each,
+/// SparDL's `2 (P - 1) k` words plus the framing.
+///
+/// # Errors
+/// [`Error::Disagreement`] if ranks pass different dimensions; transport
+/// errors; [`Error::Corrupt`] for malformed messages.
+pub fn topk_a<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+) -> Result<Reduced<E>> {
+    agree(
+        t,
+        &[
+            ("algorithm", 1),
+            ("dimension", v.dim() as u64),
+            ("element", E::CODE as u64),
+        ],
+    )?;
+    let start = t.traffic();
+    let mut packed = Vec::with_capacity(v.nnz() * (4 + E::BYTES));
+    packed.extend_from_slice(bytemuck::cast_slice(v.indices()));
+    packed.extend_from_slice(bytemuck::cast_slice(v.values()));
+    let all = bruck_allgather(t, &packed)?;
+    let mut result = SparseVec::zeros(v.dim())?;
+    for b in &all {
+        if b.len() % (4 + E::BYTES) != 0 {
+            return Err(Error::corrupt(
+                "topk_a message",
+                format!("{} bytes", b.len()),
+            ));
+        }
+        let nnz = b.len() / (4 + E::BYTES);
+        let idx: Vec<u32> = b[..4 * nnz]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        let val: Vec<E> = b[4 * nnz..]
+            .chunks_exact(E::BYTES)
+            .map(E::read_le)
+            .collect();
+        let part =
+            SparseVec::new(v.dim(), idx, val).map_err(|e| Error::corrupt("topk_a message", e))?;
+        result = result.merge_sum(&part)?;
+    }
+    Ok(Reduced {
+        result,
+        dropped: SparseVec::zeros(v.dim())?,
+        traffic: t.traffic().since(&start),
+    })
+}

@@ -1,0 +1,238 @@
+//! Sparse allreduces on the thread transport, P = 1..=9, 16, 17: results
+//! against the dense oracle (exact on integer-valued inputs), bitwise
+//! identical on every rank, nothing dropped by lossless algorithms, traffic
+//! equal to the papers' formulas, and disagreeing ranks all erroring.
+
+use sparse_coll::{
+    Reduced, ThreadCluster, ThreadTransport, Transport, ssar_recursive_double, topk_a,
+};
+use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
+use sparse_core::{Error, Result, SparseVec, cost};
+
+const RANKS: [usize; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17];
+
+type Algo = fn(&mut ThreadTransport, &SparseVec<f32>) -> Result<Reduced<f32>>;
+const LOSSLESS: [(&str, Algo); 2] = [
+    ("topk_a", topk_a::<_, f32>),
+    ("ssar_recursive_double", ssar_recursive_double::<_, f32>),
+];
+
+/// Per-rank inputs: integer values; every third rank contributes nothing.
+fn inputs(
+    p: usize,
+    dim: usize,
+    density: f64,
+    overlap: f64,
+    skew: bool,
+    seed: u64,
+) -> Vec<SparseVec<f32>> {
+    let spec = GradientSpec {
+        overlap,
+        skew: skew.then_some(Skew {
+            partitions: 4.min(dim),
+            ratio: 3.0f64.min(4.min(dim) as f64),
+        }),
+        values: ValueDist::Integer { max: 100 },
+        ..GradientSpec::new(dim, density, seed)
+    };
+    let mut v = spec.generate::<f32>(p).expect("feasible spec");
+    for (r, x) in v.iter_mut().enumerate() {
+        if r % 3 == 2 {
+            *x = SparseVec::zeros(dim).unwrap();
+        }
+    }
+    v
+}
+
+fn run(p: usize, inputs: &[SparseVec<f32>], f: Algo) -> Vec<Reduced<f32>> {
+    ThreadCluster::new(p)
+        .run(|t| f(t, &inputs[t.rank()]))
+        .into_iter()
+        .map(|r| r.expect("rank succeeded"))
+        .collect()
+}
+
+fn oracle(inputs: &[SparseVec<f32>]) -> Vec<f32> {
+    let mut sum = vec![0.0f32; inputs[0].dim()];
+    for v in inputs {
+        v.add_to_dense(&mut sum);
+    }
+    sum
+}
+
+#[test]
+fn lossless_algorithms_equal_the_oracle_on_every_rank() {
+    for p in RANKS {
+        for (dim, density) in [(1usize, 1.0), (97, 0.05), (1000, 0.01), (10_007, 0.02)] {
+            for overlap in [0.0, 0.5, 1.0] {
+                for skew in [false, true] {
+                    // One coordinate: every rank holds it (full overlap).
+                    let (density, overlap) = if dim == 1 {
+                        (1.0, 1.0)
+                    } else {
+                        (density, overlap)
+                    };
+                    let ins = inputs(
+                        p,
+                        dim,
+                        density,
+                        overlap,
+                        skew && dim > 4,
+                        (p * 31 + dim) as u64,
+                    );
+                    let want = oracle(&ins);
+                    for (name, f) in LOSSLESS {
+                        let out = run(p, &ins, f);
+                        for (r, red) in out.iter().enumerate() {
+                            let ctx = format!(
+                                "{name} P={p} dim={dim} overlap={overlap} skew={skew} rank {r}"
+                            );
+                            assert_eq!(red.result.to_dense(), want, "{ctx}");
+                            assert_eq!(red.dropped.nnz(), 0, "{ctx}: lossless drops nothing");
+                            assert_eq!(
+                                red.result.indices(),
+                                out[0].result.indices(),
+                                "{ctx}: same pattern as rank 0"
+                            );
+                            let bits = |v: &SparseVec<f32>| {
+                                v.values().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                            };
+                            assert_eq!(
+                                bits(&red.result),
+                                bits(&out[0].result),
+                                "{ctx}: bitwise identical to rank 0"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn topk_a_traffic_is_exact() {
+    for p in RANKS {
+        let ins = inputs(p, 5000, 0.01, 0.3, false, p as u64);
+        let out = run(p, &ins, topk_a::<_, f32>);
+        for (r, red) in out.iter().enumerate() {
+            let want: usize = (0..p)
+                .filter(|&q| q != r)
+                .map(|q| 4 + ins[q].nnz() * 8)
+                .sum();
+            assert_eq!(red.traffic.bytes_recv, want as u64, "P={p} rank {r}");
+            assert_eq!(
+                red.traffic.rounds,
+                cost::ceil_log2(p) as u64,
+                "P={p}: Bruck rounds"
+            );
+        }
+        // With k on every rank: SparDL's 2 (P - 1) k words plus 4 framing bytes per block.
+        let k = 40;
+        let full: Vec<SparseVec<f32>> = GradientSpec {
+            values: ValueDist::Integer { max: 9 },
+            ..GradientSpec::new(4000, k as f64 / 4000.0, 3)
+        }
+        .generate(p)
+        .unwrap();
+        for red in run(p, &full, topk_a::<_, f32>) {
+            assert_eq!(
+                red.traffic.bytes_recv as f64,
+                cost::topk_a(p, k).bytes() + 4.0 * (p as f64 - 1.0)
+            );
+        }
+    }
+}
+
+#[test]
+fn ssar_recursive_double_meets_sparcmls_bounds_exactly() {
+    // Powers of two, k below delta: fully overlapping indices give the lower
+    // bound (k pairs per round), disjoint ones the upper ((P - 1) k pairs).
+    for p in [2usize, 4, 8, 16] {
+        let k = 25;
+        let lg = cost::ceil_log2(p) as f64;
+        let header = 5.0 * lg; // tag + nnz per message
+        for (overlap, bound) in [
+            (1.0, cost::ssar_recursive_double(p, k).lo),
+            (0.0, cost::ssar_recursive_double(p, k).hi),
+        ] {
+            let ins: Vec<SparseVec<f32>> = GradientSpec {
+                overlap,
+                values: ValueDist::Integer { max: 9 },
+                ..GradientSpec::new(100_000, k as f64 / 100_000.0, 7)
+            }
+            .generate(p)
+            .unwrap();
+            for red in run(p, &ins, ssar_recursive_double::<_, f32>) {
+                assert_eq!(
+                    red.traffic.bytes_recv as f64,
+                    bound.bytes() + header,
+                    "P={p} overlap={overlap}"
+                );
+                assert_eq!(red.traffic.rounds as f64, bound.rounds, "P={p}");
+            }
+        }
+    }
+}
+
+#[test]
+fn ssar_switches_to_dense_past_delta() {
+    // 8 disjoint ranks of 200 entries in dimension 1000: the union (1600 >
+    // delta = 500) goes dense, so no message exceeds the dense size.
+    let p = 8;
+    let ins: Vec<SparseVec<f32>> = GradientSpec {
+        values: ValueDist::Integer { max: 9 },
+        ..GradientSpec::new(2000, 0.1, 9)
+    }
+    .generate(p)
+    .unwrap();
+    let want = oracle(&ins);
+    for red in run(p, &ins, ssar_recursive_double::<_, f32>) {
+        assert_eq!(red.result.to_dense(), want);
+        assert!(
+            red.traffic.bytes_recv <= 3 * (1 + 2000 * 4),
+            "every message at most dense: {}",
+            red.traffic.bytes_recv
+        );
+    }
+}
+
+#[test]
+fn disagreeing_ranks_all_get_an_error() {
+    for (name, f) in LOSSLESS {
+        for p in [2usize, 5] {
+            let out = ThreadCluster::new(p).run(|t| {
+                let dim = if t.rank() == 1 { 99 } else { 100 };
+                f(t, &SparseVec::zeros(dim).unwrap())
+            });
+            for (r, res) in out.iter().enumerate() {
+                assert!(
+                    matches!(
+                        res,
+                        Err(Error::Disagreement {
+                            what: "dimension",
+                            ..
+                        })
+                    ),
+                    "{name} P={p} rank {r}: {res:?}"
+                );
+            }
+        }
+    }
+    // Different algorithms on different ranks.
+    let out = ThreadCluster::new(3).run(|t| {
+        let v = SparseVec::<f32>::zeros(10).unwrap();
+        if t.rank() == 0 {
+            topk_a(t, &v)
+        } else {
+            ssar_recursive_double(t, &v)
+        }
+    });
+    assert!(out.iter().all(|r| matches!(
+        r,
+        Err(Error::Disagreement {
+            what: "algorithm",
+            ..
+        })
+    )));
+}
