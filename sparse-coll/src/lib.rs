@@ -5,9 +5,10 @@
 //! traffic counted per rank. Built so far: the transport, the embedded
 //! thread transport ([`ThreadCluster`]), the dense baselines ([`dense`]),
 //! the sparse-allreduce contract ([`Reduced`], [`agree`]), TopkA
-//! ([`topk_a`]) and SparCML's SSAR_Recursive_double
-//! ([`ssar_recursive_double`]); the other sparse allreduces are not built
-//! yet.
+//! ([`topk_a`]) and SparCML's SSAR_Recursive_double, SSAR_Split_allgather
+//! and DSAR_Split_allgather ([`ssar_recursive_double`],
+//! [`ssar_split_allgather`], [`dsar_split_allgather`]); the other sparse
+//! allreduces are not built yet.
 //!
 //! ```
 //! use sparse_coll::{ThreadCluster, Transport, dense};
@@ -24,12 +25,14 @@
 
 pub mod dense;
 pub mod sparse;
+mod split_allgather;
 mod ssar;
 mod thread;
 mod topk_a;
 mod transport;
 
 pub use sparse::{Reduced, agree};
+pub use split_allgather::{dsar_split_allgather, ssar_split_allgather};
 pub use ssar::ssar_recursive_double;
 pub use thread::{ThreadCluster, ThreadTransport};
 pub use topk_a::topk_a;

@@ -4,17 +4,26 @@
 //! equal to the papers' formulas, and disagreeing ranks all erroring.
 
 use sparse_coll::{
-    Reduced, ThreadCluster, ThreadTransport, Transport, ssar_recursive_double, topk_a,
+    Reduced, ThreadCluster, ThreadTransport, Transport, dsar_split_allgather,
+    ssar_recursive_double, ssar_split_allgather, topk_a,
 };
+use sparse_core::qsgd::QsgdParams;
+use sparse_core::stats::{even_len, even_start};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
-use sparse_core::{Error, Result, SparseVec, cost};
+use sparse_core::{Error, Result, SparseVec, Stream, cost};
 
 const RANKS: [usize; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17];
 
 type Algo = fn(&mut ThreadTransport, &SparseVec<f32>) -> Result<Reduced<f32>>;
-const LOSSLESS: [(&str, Algo); 2] = [
+fn dsar_plain(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
+    dsar_split_allgather(t, v, None)
+}
+
+const LOSSLESS: [(&str, Algo); 4] = [
     ("topk_a", topk_a::<_, f32>),
     ("ssar_recursive_double", ssar_recursive_double::<_, f32>),
+    ("ssar_split_allgather", ssar_split_allgather::<_, f32>),
+    ("dsar_split_allgather", dsar_plain),
 ];
 
 /// Per-rank inputs: integer values; every third rank contributes nothing.
@@ -235,4 +244,104 @@ fn disagreeing_ranks_all_get_an_error() {
             ..
         })
     )));
+}
+
+/// Bytes rank `r` receives in SSAR/DSAR_Split_allgather, computed from the
+/// inputs alone: the split phase brings each other rank's entries of this
+/// rank's partition (1 tag + 4 nnz + 8 per pair), the allgather each other
+/// partition's block plus Bruck's 4-byte frame.
+fn split_bytes(ins: &[SparseVec<f32>], r: usize, dense: bool) -> u64 {
+    let (p, dim) = (ins.len(), ins[0].dim());
+    let range = |q: usize| even_start(q, dim, p)..even_start(q, dim, p) + even_len(q, dim, p);
+    let in_range = |v: &SparseVec<f32>, q: usize| {
+        v.indices()
+            .iter()
+            .filter(|&&i| range(q).contains(&(i as usize)))
+            .count()
+    };
+    let split: usize = (0..p)
+        .filter(|&q| q != r)
+        .map(|q| 5 + 8 * in_range(&ins[q], r))
+        .sum();
+    let gather: usize = (0..p)
+        .filter(|&q| q != r)
+        .map(|q| {
+            let len = even_len(q, dim, p);
+            let mut union: Vec<u32> = ins
+                .iter()
+                .flat_map(|v| {
+                    v.indices()
+                        .iter()
+                        .copied()
+                        .filter(|&i| range(q).contains(&(i as usize)))
+                })
+                .collect();
+            union.sort_unstable();
+            union.dedup();
+            let block = if dense || union.len() > Stream::<f32>::delta(len) {
+                1 + 4 * len
+            } else {
+                5 + 8 * union.len()
+            };
+            4 + block
+        })
+        .sum();
+    (split + gather) as u64
+}
+
+#[test]
+fn split_allgather_traffic_is_exact() {
+    for p in RANKS {
+        for (dim, density, overlap) in [
+            (1000usize, 0.02, 0.5),
+            (10_007, 0.001, 0.0),
+            (300, 0.3, 1.0),
+        ] {
+            let ins = inputs(p, dim, density, overlap, false, 5 + p as u64);
+            for (dense, f) in [
+                (false, ssar_split_allgather::<_, f32> as Algo),
+                (true, dsar_plain),
+            ] {
+                for (r, red) in run(p, &ins, f).iter().enumerate() {
+                    assert_eq!(
+                        red.traffic.bytes_recv,
+                        split_bytes(&ins, r, dense),
+                        "dense={dense} P={p} dim={dim} rank {r}"
+                    );
+                    assert_eq!(
+                        red.traffic.rounds as f64,
+                        cost::ssar_split_allgather(p, 1).lo.rounds,
+                        "P={p}: (P - 1) + ceil(lg P) rounds"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_dsar_conserves_the_sum() {
+    for p in [1usize, 3, 4, 8] {
+        let ins = inputs(p, 4099, 0.05, 0.3, false, 77);
+        let want = oracle(&ins);
+        let q = QsgdParams::new(4, 64, 5).unwrap();
+        let out: Vec<Reduced<f32>> = ThreadCluster::new(p)
+            .run(|t| dsar_split_allgather(t, &ins[t.rank()], Some(q)))
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let mut total = out[0].result.to_dense();
+        for red in &out {
+            assert_eq!(red.result, out[0].result, "P={p}: identical result");
+            red.dropped.add_to_dense(&mut total);
+        }
+        for (i, (a, b)) in total.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-3 * b.abs().max(1.0),
+                "P={p} coordinate {i}: result + dropped = {a}, inputs sum to {b}"
+            );
+        }
+        let lossy = out.iter().map(|r| r.dropped.nnz()).sum::<usize>();
+        assert!(lossy > 0, "4-bit quantization drops something");
+    }
 }

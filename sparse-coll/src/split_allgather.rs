@@ -1,0 +1,163 @@
+//! SparCML's SSAR_Split_allgather and DSAR_Split_allgather (sec. 5.3.2-3).
+
+use crate::Transport;
+use crate::dense::bruck_allgather;
+use crate::sparse::{Reduced, agree, decode_stream, encode_stream};
+use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
+use sparse_core::qsgd::QsgdParams;
+use sparse_core::stats::{even_len, even_start};
+use sparse_core::{Element, Error, Result, SparseVec, Stream};
+
+/// The entries of `v` in `lo..lo + len`, re-indexed from 0.
+fn slice<E: Element>(v: &SparseVec<E>, lo: usize, len: usize) -> SparseVec<E> {
+    let a = v.indices().partition_point(|&i| (i as usize) < lo);
+    let b = v.indices().partition_point(|&i| (i as usize) < lo + len);
+    let idx = v.indices()[a..b].iter().map(|&i| i - lo as u32).collect();
+    SparseVec::new_unchecked(len, idx, v.values()[a..b].to_vec())
+}
+
+/// Sparse entries re-indexed by `+ lo` into dimension `dim`.
+fn shift<E: Element>(v: &SparseVec<E>, lo: usize, dim: usize) -> SparseVec<E> {
+    SparseVec::new_unchecked(
+        dim,
+        v.indices().iter().map(|&i| i + lo as u32).collect(),
+        v.values().to_vec(),
+    )
+}
+
+/// How the reduced partitions travel in the allgather phase.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Sparse streams (SSAR: the result is expected to stay sparse; a
+    /// partition that fills in still switches to dense past delta).
+    Sparse,
+    /// DSAR: dense partitions, optionally QSGD-quantized.
+    Dense(Option<QsgdParams>),
+}
+
+fn split_allgather<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    phase: Phase,
+    id: u64,
+) -> Result<Reduced<E>> {
+    let dim = v.dim();
+    let qbits = match phase {
+        Phase::Dense(Some(q)) => q.bits as u64 | (q.bucket as u64) << 8,
+        _ => 0,
+    };
+    agree(
+        t,
+        &[
+            ("algorithm", id),
+            ("dimension", dim as u64),
+            ("element", E::CODE as u64),
+            ("quantization", qbits),
+        ],
+    )?;
+    let start = t.traffic();
+    let (p, r) = (t.size(), t.rank());
+    let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
+    // Split phase: P - 1 direct steps; at step s send partition (r + s) to
+    // its owner and receive this rank's partition from rank r - s.
+    let mut parts: Vec<Option<SparseVec<E>>> = vec![None; p];
+    parts[r] = Some(slice(v, lo, len));
+    for s in 1..p {
+        let (to, from) = ((r + s) % p, (r + p - s) % p);
+        let mine = Stream::Sparse(slice(v, even_start(to, dim, p), even_len(to, dim, p)));
+        let got = t.exchange(to, &encode_stream(&mine), from)?;
+        parts[from] = Some(match decode_stream::<E>(&got, len)? {
+            Stream::Sparse(s) => s,
+            Stream::Dense(_) => {
+                return Err(Error::corrupt(
+                    "split message",
+                    "dense stream in the split phase",
+                ));
+            }
+        });
+    }
+    // Reduce this rank's partition, contributions in rank order.
+    let mut acc = Stream::Sparse(SparseVec::zeros(len)?);
+    for part in parts.into_iter().flatten() {
+        acc = acc.sum(&Stream::Sparse(part))?;
+    }
+    // Encode the partition for the allgather; keep what quantization loses.
+    let mut dropped = SparseVec::zeros(dim)?;
+    let block = match phase {
+        Phase::Sparse => encode_stream(&acc),
+        Phase::Dense(None) => encode_stream(&Stream::Dense(acc.to_dense())),
+        Phase::Dense(Some(q)) => {
+            let exact = acc.to_dense();
+            let mut out = vec![2u8];
+            Qsgd(QsgdParams {
+                seed: q.seed ^ r as u64,
+                ..q
+            })
+            .encode(&exact, &mut out)?;
+            let sent: Vec<E> =
+                Qsgd(q).decode(&mut Reader::new(&out[1..], "qsgd partition"), len)?;
+            let diff: Vec<E> = exact.iter().zip(&sent).map(|(&a, &b)| a - b).collect();
+            dropped = shift(&SparseVec::from_dense(&diff)?, lo, dim);
+            out
+        }
+    };
+    let blocks = bruck_allgather(t, &block)?;
+    let mut result_idx = Vec::new();
+    let mut result_val = Vec::new();
+    for (q, b) in blocks.iter().enumerate() {
+        let (qlo, qlen) = (even_start(q, dim, p), even_len(q, dim, p));
+        let part: SparseVec<E> = if b.first() == Some(&2) {
+            let mut rd = Reader::new(&b[1..], "qsgd partition");
+            let vals: Vec<E> = Qsgd(QsgdParams::new(2, 1, 0)?).decode(&mut rd, qlen)?;
+            rd.finish()?;
+            SparseVec::from_dense(&vals)?
+        } else {
+            match decode_stream::<E>(b, qlen)? {
+                Stream::Sparse(s) => s,
+                Stream::Dense(d) => SparseVec::from_dense(&d)?,
+            }
+        };
+        result_idx.extend(part.indices().iter().map(|&i| i + qlo as u32));
+        result_val.extend_from_slice(part.values());
+    }
+    let result = SparseVec::new(dim, result_idx, result_val)
+        .map_err(|e| Error::corrupt("allgather block", e))?;
+    Ok(Reduced {
+        result,
+        dropped,
+        traffic: t.traffic().since(&start),
+    })
+}
+
+/// SSAR_Split_allgather: the dimension is split evenly into `P`
+/// partitions; in `P - 1` direct steps every rank sends each owner its
+/// entries of that partition; owners sum their partition (contributions in
+/// rank order) and a Bruck allgather (any `P`, `ceil(lg P)` rounds)
+/// concatenates the partitions, each as a sparse stream (dense past delta).
+/// Lossless; bitwise identical on every rank (each partition is summed once).
+///
+/// # Errors
+/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
+pub fn ssar_split_allgather<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+) -> Result<Reduced<E>> {
+    split_allgather(t, v, Phase::Sparse, 3)
+}
+
+/// DSAR_Split_allgather: the split phase of [`ssar_split_allgather`], then
+/// the partitions travel dense (`n / P` values each), as SparCML does when
+/// the result is expected past delta. With `qsgd`, the dense phase is
+/// QSGD-quantized (SparCML sec. 6): lossy, and each owner returns in
+/// `dropped` exactly what quantization removed from its partition, so that
+/// the inputs sum to `result` plus all `dropped`.
+///
+/// # Errors
+/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
+pub fn dsar_split_allgather<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    qsgd: Option<QsgdParams>,
+) -> Result<Reduced<E>> {
+    split_allgather(t, v, Phase::Dense(qsgd), 4)
+}
