@@ -7,8 +7,8 @@
 //! the sparse-allreduce contract ([`Reduced`], [`agree`]), TopkA
 //! ([`topk_a`]) and SparCML's SSAR_Recursive_double, SSAR_Split_allgather
 //! and DSAR_Split_allgather ([`ssar_recursive_double`],
-//! [`ssar_split_allgather`], [`dsar_split_allgather`]); the other sparse
-//! allreduces are not built yet.
+//! [`ssar_split_allgather`], [`dsar_split_allgather`]) and SparDL without
+//! SAG ([`spardl`]); the other sparse allreduces are not built yet.
 //!
 //! ```
 //! use sparse_coll::{ThreadCluster, Transport, dense};
@@ -24,6 +24,7 @@
 //! ```
 
 pub mod dense;
+mod spardl;
 pub mod sparse;
 mod split_allgather;
 mod ssar;
@@ -31,6 +32,7 @@ mod thread;
 mod topk_a;
 mod transport;
 
+pub use spardl::spardl;
 pub use sparse::{Reduced, agree};
 pub use split_allgather::{dsar_split_allgather, ssar_split_allgather};
 pub use ssar::ssar_recursive_double;

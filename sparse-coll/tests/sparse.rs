@@ -345,3 +345,105 @@ fn quantized_dsar_conserves_the_sum() {
         assert!(lossy > 0, "4-bit quantization drops something");
     }
 }
+
+#[test]
+fn spardl_conserves_the_sum_and_agrees_bitwise() {
+    for p in RANKS {
+        for (dim, density, overlap, k) in [
+            (1000usize, 0.05, 0.5, 20usize),
+            (10_007, 0.01, 0.0, 33),
+            (97, 0.3, 1.0, 5),
+            (500, 0.02, 0.2, 0),
+        ] {
+            for skew in [false, true] {
+                let ins = inputs(p, dim, density, overlap, skew, (p + dim + k) as u64);
+                let want = oracle(&ins);
+                let out: Vec<Reduced<f32>> = ThreadCluster::new(p)
+                    .run(|t| sparse_coll::spardl(t, &ins[t.rank()], k))
+                    .into_iter()
+                    .map(|r| r.unwrap())
+                    .collect();
+                let mut total = out[0].result.to_dense();
+                for (r, red) in out.iter().enumerate() {
+                    let ctx = format!("P={p} dim={dim} k={k} skew={skew} rank {r}");
+                    assert_eq!(red.result.indices(), out[0].result.indices(), "{ctx}");
+                    let bits = |v: &SparseVec<f32>| {
+                        v.values().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                    };
+                    assert_eq!(
+                        bits(&red.result),
+                        bits(&out[0].result),
+                        "{ctx}: bitwise identical"
+                    );
+                    red.dropped.add_to_dense(&mut total);
+                }
+                // Integer inputs: conservation is exact.
+                assert_eq!(
+                    total, want,
+                    "P={p} dim={dim} k={k}: inputs = result + all dropped"
+                );
+                // Each block keeps at most its share of k.
+                for q in 0..p {
+                    let (lo, len) = (even_start(q, dim, p), even_len(q, dim, p));
+                    let share = (k / p + usize::from(q < k % p)).min(len);
+                    let n = out[0]
+                        .result
+                        .indices()
+                        .iter()
+                        .filter(|&&i| (lo..lo + len).contains(&(i as usize)))
+                        .count();
+                    assert!(n <= share, "P={p} block {q}: {n} > {share}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn spardl_with_room_for_everything_is_lossless() {
+    for p in RANKS {
+        let ins = inputs(p, 2000, 0.01, 0.5, false, 3);
+        let want = oracle(&ins);
+        // Every block can keep its whole length: nothing is ever cut.
+        let k = 2000;
+        for red in ThreadCluster::new(p).run(|t| sparse_coll::spardl(t, &ins[t.rank()], k)) {
+            let red = red.unwrap();
+            assert_eq!(red.result.to_dense(), want, "P={p}");
+            assert_eq!(red.dropped.nnz(), 0);
+        }
+    }
+}
+
+#[test]
+fn spardl_traffic_matches_table_1() {
+    for p in RANKS {
+        // Dense inputs, k = 8 per block: every block sent is full.
+        let k = 8 * p;
+        let dim = 128 * p + 3;
+        let ins = inputs(p, dim, 0.5, 1.0, false, 9);
+        let ins: Vec<SparseVec<f32>> = ins
+            .into_iter()
+            .map(|v| {
+                if v.nnz() == 0 {
+                    SparseVec::from_dense(&vec![1.0; dim]).unwrap()
+                } else {
+                    v
+                }
+            })
+            .collect();
+        for red in ThreadCluster::new(p).run(|t| sparse_coll::spardl(t, &ins[t.rank()], k)) {
+            let red = red.unwrap();
+            let model = cost::spardl(p, k);
+            // 4 bytes of count per block in both phases, plus Bruck's frame.
+            assert_eq!(
+                red.traffic.bytes_recv as f64,
+                model.bytes() + 12.0 * (p as f64 - 1.0),
+                "P={p}"
+            );
+            assert_eq!(
+                red.traffic.rounds as f64, model.rounds,
+                "P={p}: 2 ceil(lg P) rounds"
+            );
+        }
+    }
+}
