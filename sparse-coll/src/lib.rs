@@ -7,8 +7,12 @@
 //! the sparse-allreduce contract ([`Reduced`], [`agree`]), TopkA
 //! ([`topk_a`]) and SparCML's SSAR_Recursive_double, SSAR_Split_allgather
 //! and DSAR_Split_allgather ([`ssar_recursive_double`],
-//! [`ssar_split_allgather`], [`dsar_split_allgather`]) and SparDL without
-//! SAG ([`spardl`]); the other sparse allreduces are not built yet.
+//! [`ssar_split_allgather`], [`dsar_split_allgather`]), SparDL without SAG
+//! ([`spardl`]), Zen's Balanced Parallelism ([`zen_balanced_parallelism`];
+//! its Hierarchical Centralization is SparCML's recursive doubling,
+//! [`ssar_recursive_double`], as Zen's Table 3 classifies it) and the
+//! OmniReduce-style block baseline ([`omnireduce_blocks`]); the other sparse
+//! allreduces are not built yet.
 //!
 //! ```
 //! use sparse_coll::{ThreadCluster, Transport, dense};
@@ -24,6 +28,7 @@
 //! ```
 
 pub mod dense;
+mod push_pull;
 mod spardl;
 pub mod sparse;
 mod split_allgather;
@@ -32,6 +37,7 @@ mod thread;
 mod topk_a;
 mod transport;
 
+pub use push_pull::{omnireduce_blocks, zen_balanced_parallelism};
 pub use spardl::spardl;
 pub use sparse::{Reduced, agree};
 pub use split_allgather::{dsar_split_allgather, ssar_split_allgather};

@@ -7,10 +7,14 @@ use sparse_coll::{
     Reduced, ThreadCluster, ThreadTransport, Transport, dsar_split_allgather,
     ssar_recursive_double, ssar_split_allgather, topk_a,
 };
+use sparse_coll::{omnireduce_blocks, zen_balanced_parallelism};
+use sparse_core::H0;
+use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
 use sparse_core::{Error, Result, SparseVec, Stream, cost};
+use std::sync::Arc;
 
 const RANKS: [usize; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17];
 
@@ -19,7 +23,23 @@ fn dsar_plain(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32
     dsar_split_allgather(t, v, None)
 }
 
-const LOSSLESS: [(&str, Algo); 4] = [
+const ZEN_SEED: u64 = 0x2e7;
+
+fn zen(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
+    let index = Arc::new(PartitionIndex::new(
+        H0::new(ZEN_SEED, t.size() as u32)?,
+        v.dim(),
+    )?);
+    zen_balanced_parallelism(t, v, &index)
+}
+
+fn omni(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
+    omnireduce_blocks(t, v, 16)
+}
+
+const LOSSLESS: [(&str, Algo); 6] = [
+    ("zen_balanced_parallelism", zen),
+    ("omnireduce_blocks", omni),
     ("topk_a", topk_a::<_, f32>),
     ("ssar_recursive_double", ssar_recursive_double::<_, f32>),
     ("ssar_split_allgather", ssar_split_allgather::<_, f32>),
@@ -446,4 +466,80 @@ fn spardl_traffic_matches_table_1() {
             );
         }
     }
+}
+
+#[test]
+fn zen_traffic_is_exact_and_its_pull_index_is_n_over_8() {
+    for p in RANKS {
+        let dim = 20_011;
+        let ins = inputs(p, dim, 0.01, 0.5, true, 21);
+        let index =
+            Arc::new(PartitionIndex::new(H0::new(ZEN_SEED, p as u32).unwrap(), dim).unwrap());
+        let union = ins.iter().fold(SparseVec::zeros(dim).unwrap(), |a, v| {
+            a.merge_sum(v).unwrap()
+        });
+        let parts = index.split(&union).unwrap();
+        let out: Vec<Reduced<f32>> = ThreadCluster::new(p)
+            .run(|t| zen(t, &ins[t.rank()]))
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        for (r, red) in out.iter().enumerate() {
+            let mut push = 0;
+            let mut pull = 0;
+            let mut pull_index = 0;
+            for q in (0..p).filter(|&q| q != r) {
+                push += Coo(Raw)
+                    .encoded_len(&index.split(&ins[q]).unwrap()[r])
+                    .unwrap();
+                let hb = HashBitmap::new(index.clone(), q as u32, Raw).unwrap();
+                pull += hb.encoded_len(&parts[q]).unwrap();
+                pull_index += hb.index_bytes(&parts[q]).unwrap();
+            }
+            assert_eq!(
+                red.traffic.bytes_recv,
+                (push + pull) as u64,
+                "P={p} rank {r}"
+            );
+            assert!(
+                pull_index <= dim / 8 + 4 * p,
+                "P={p}: pull index bytes {pull_index} > N/8 + 4P"
+            );
+            assert_eq!(
+                red.traffic.rounds,
+                2 * (p as u64 - 1),
+                "P={p}: push and pull steps"
+            );
+        }
+    }
+}
+
+#[test]
+fn zen_balances_skewed_pushes_that_omnireduce_does_not() {
+    let p = 4;
+    let dim = 40_000;
+    // Every non-zero in the first quarter: skewness ratio 4 (Zen Def. 5).
+    let spec = GradientSpec {
+        skew: Some(Skew {
+            partitions: 4,
+            ratio: 4.0,
+        }),
+        values: ValueDist::Integer { max: 9 },
+        ..GradientSpec::new(dim, 0.02, 5)
+    };
+    let ins: Vec<SparseVec<f32>> = spec.generate(p).unwrap();
+    let push_bytes = |f: Algo| -> Vec<u64> {
+        ThreadCluster::new(p)
+            .run(|t| f(t, &ins[t.rank()]))
+            .into_iter()
+            .map(|r| r.unwrap().traffic.bytes_recv)
+            .collect()
+    };
+    let imbalance = |b: Vec<u64>| {
+        *b.iter().max().unwrap() as f64 / (b.iter().sum::<u64>() as f64 / b.len() as f64)
+    };
+    let z = imbalance(push_bytes(zen));
+    let o = imbalance(push_bytes(omni));
+    assert!(z < 1.1, "Zen's receive volume is balanced: {z}");
+    assert!(o > 1.5, "the even split is not: {o}");
 }
