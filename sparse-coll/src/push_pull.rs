@@ -51,13 +51,10 @@ fn push_pull<T: Transport + ?Sized, E: Element, S: Scheme<E>>(
         received[from] = Some(part);
     }
     // Sum in rank order: rank 0's piece first.
+    received[r] = Some(pieces[r].clone());
     let mut mine = SparseVec::zeros(dim)?;
-    for q in 0..p {
-        mine = mine.merge_sum(if q == r {
-            &pieces[r]
-        } else {
-            received[q].as_ref().expect("one piece per rank")
-        })?;
+    for piece in received.iter().flatten() {
+        mine = mine.merge_sum(piece)?;
     }
     let pull_mine = scheme.pull(r)?.encode(&mine)?;
     let mut parts: Vec<Option<SparseVec<E>>> = vec![None; p];
