@@ -74,16 +74,18 @@ pub fn ring_allreduce<T: Transport + ?Sized, E: Element>(t: &mut T, x: &[E]) -> 
     Ok(buf)
 }
 
-/// MPICH's fold of `P` ranks onto `p'`: returns this rank's number among
-/// the `p'` (None for a rank that sits out) and the map back to real ranks.
-struct Fold {
-    pp: usize,
-    rem: usize,
-    newrank: Option<usize>,
+/// MPICH's fold of `P` ranks onto `p'`, the largest power of two not above
+/// `P`: each even rank below `2 rem` (`rem = P - p'`) hands its data to the
+/// next odd rank and sits out. `newrank` is this rank's number among the
+/// `p'` (None for a rank that sits out); `real` maps a number back.
+pub(crate) struct Fold {
+    pub(crate) pp: usize,
+    pub(crate) rem: usize,
+    pub(crate) newrank: Option<usize>,
 }
 
 impl Fold {
-    fn new<T: Transport + ?Sized>(t: &T) -> Self {
+    pub(crate) fn new<T: Transport + ?Sized>(t: &T) -> Self {
         let p = t.size();
         let pp = 1usize << (usize::BITS - 1 - p.leading_zeros());
         let rem = p - pp;
@@ -95,12 +97,18 @@ impl Fold {
         };
         Self { pp, rem, newrank }
     }
-    fn real(&self, nr: usize) -> usize {
+    pub(crate) fn real(&self, nr: usize) -> usize {
         if nr < self.rem {
             nr * 2 + 1
         } else {
             nr + self.rem
         }
+    }
+    /// Whether this rank takes part in the fold steps, and as which side:
+    /// `Some(true)` hands its data over and sits out, `Some(false)`
+    /// receives it, `None` is untouched.
+    pub(crate) fn role(&self, rank: usize) -> Option<bool> {
+        (rank < 2 * self.rem).then_some(rank % 2 == 0)
     }
     /// The extra ranks hand their vectors to their odd partners.
     fn fold_in<T: Transport + ?Sized, E: Element>(&self, t: &mut T, buf: &mut [E]) -> Result<()> {

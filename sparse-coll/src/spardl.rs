@@ -37,17 +37,6 @@ pub(crate) fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E
     (part(true), part(false))
 }
 
-/// The entries of `v` in `range` (global indices kept).
-fn sub<E: Element>(v: &SparseVec<E>, lo: usize, len: usize) -> SparseVec<E> {
-    let a = v.indices().partition_point(|&i| (i as usize) < lo);
-    let b = v.indices().partition_point(|&i| (i as usize) < lo + len);
-    SparseVec::new_unchecked(
-        v.dim(),
-        v.indices()[a..b].to_vec(),
-        v.values()[a..b].to_vec(),
-    )
-}
-
 fn put<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
     out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
     out.extend_from_slice(bytemuck::cast_slice(v.indices()));
@@ -129,7 +118,7 @@ pub fn spardl<T: Transport + ?Sized, E: Element>(
     let (p, w) = (t.size(), t.rank());
     let span = |j: usize| (even_start(j, dim, p), even_len(j, dim, p));
     let share = |j: usize| (k / p + usize::from(j < k % p)).min(span(j).1);
-    let mut blocks: Vec<SparseVec<E>> = (0..p).map(|j| sub(v, span(j).0, span(j).1)).collect();
+    let mut blocks: Vec<SparseVec<E>> = (0..p).map(|j| v.restrict(span(j).0, span(j).1)).collect();
     let mut dropped = SparseVec::zeros(dim)?;
     let l = usize::BITS - (p - 1).leading_zeros();
     for i in 1..=l {

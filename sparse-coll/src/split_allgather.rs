@@ -10,10 +10,8 @@ use sparse_core::{Element, Error, Result, SparseVec, Stream};
 
 /// The entries of `v` in `lo..lo + len`, re-indexed from 0.
 fn slice<E: Element>(v: &SparseVec<E>, lo: usize, len: usize) -> SparseVec<E> {
-    let a = v.indices().partition_point(|&i| (i as usize) < lo);
-    let b = v.indices().partition_point(|&i| (i as usize) < lo + len);
-    let idx = v.indices()[a..b].iter().map(|&i| i - lo as u32).collect();
-    SparseVec::new_unchecked(len, idx, v.values()[a..b].to_vec())
+    let (_, idx, val) = v.restrict(lo, len).into_parts();
+    SparseVec::new_unchecked(len, idx.iter().map(|&i| i - lo as u32).collect(), val)
 }
 
 /// Sparse entries re-indexed by `+ lo` into dimension `dim`.

@@ -1,6 +1,7 @@
 //! SparCML's SSAR_Recursive_double (sec. 5.3.1).
 
 use crate::Transport;
+use crate::dense::Fold;
 use crate::sparse::{Reduced, agree, decode_stream, encode_stream, stream_to_sparse};
 use sparse_core::{Element, Result, SparseVec, Stream};
 
@@ -34,38 +35,27 @@ pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
         ],
     )?;
     let start = t.traffic();
-    let (p, r) = (t.size(), t.rank());
-    let pp = 1usize << (usize::BITS - 1 - p.leading_zeros());
-    let rem = p - pp;
+    let r = t.rank();
+    let fold = Fold::new(t);
     let mut acc = Stream::from_sparse(v.clone());
-    let newrank = if r < 2 * rem {
-        (r % 2 == 1).then_some(r / 2)
-    } else {
-        Some(r - rem)
-    };
-    let real = |nr: usize| if nr < rem { nr * 2 + 1 } else { nr + rem };
-    if r < 2 * rem {
-        if r % 2 == 0 {
-            t.send(r + 1, &encode_stream(&acc))?;
-        } else {
-            acc = acc.sum(&decode_stream(&t.recv(r - 1)?, dim)?)?;
-        }
+    match fold.role(r) {
+        Some(true) => t.send(r + 1, &encode_stream(&acc))?,
+        Some(false) => acc = acc.sum(&decode_stream(&t.recv(r - 1)?, dim)?)?,
+        None => {}
     }
-    if let Some(nr) = newrank {
+    if let Some(nr) = fold.newrank {
         let mut mask = 1;
-        while mask < pp {
-            let partner = real(nr ^ mask);
+        while mask < fold.pp {
+            let partner = fold.real(nr ^ mask);
             let got = decode_stream(&t.exchange(partner, &encode_stream(&acc), partner)?, dim)?;
             acc = acc.sum(&got)?;
             mask <<= 1;
         }
     }
-    if r < 2 * rem {
-        if r % 2 == 1 {
-            t.send(r - 1, &encode_stream(&acc))?;
-        } else {
-            acc = decode_stream(&t.recv(r + 1)?, dim)?;
-        }
+    match fold.role(r) {
+        Some(true) => acc = decode_stream(&t.recv(r + 1)?, dim)?,
+        Some(false) => t.send(r - 1, &encode_stream(&acc))?,
+        None => {}
     }
     Ok(Reduced {
         result: stream_to_sparse(acc)?,

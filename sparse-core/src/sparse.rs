@@ -192,6 +192,18 @@ impl<E: Element> SparseVec<E> {
         })
     }
 
+    /// The entries with index in `lo..lo + len` (indices unchanged), in
+    /// O(log nnz + entries) by binary search.
+    pub fn restrict(&self, lo: usize, len: usize) -> Self {
+        let a = self.indices.partition_point(|&i| (i as usize) < lo);
+        let b = self.indices.partition_point(|&i| (i as usize) < lo + len);
+        Self {
+            dim: self.dim,
+            indices: self.indices[a..b].to_vec(),
+            values: self.values[a..b].to_vec(),
+        }
+    }
+
     /// The dimension.
     pub fn dim(&self) -> usize {
         self.dim
@@ -298,6 +310,8 @@ mod tests {
             .map(|(x, y)| x + y)
             .collect();
         assert_eq!(m.to_dense(), dense);
+        assert_eq!(m.restrict(1, 5).indices(), &[1, 3, 5]);
+        assert_eq!(m.restrict(8, 3).nnz(), 0);
         let c = SparseVec::<f64>::zeros(9).unwrap();
         assert!(matches!(
             a.merge_sum(&c),
