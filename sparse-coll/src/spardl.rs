@@ -3,7 +3,7 @@
 
 use crate::Transport;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Reduced, agree};
+use crate::sparse::{Reduced, agree, put_pairs, read_pairs};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 
@@ -39,8 +39,7 @@ pub(crate) fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E
 
 fn put<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
     out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
-    out.extend_from_slice(bytemuck::cast_slice(v.indices()));
-    out.extend_from_slice(bytemuck::cast_slice(v.values()));
+    put_pairs(out, v);
 }
 
 /// Reads one `nnz: u32, indices, values` block whose indices must lie in
@@ -59,21 +58,13 @@ fn take<E: Element>(b: &mut &[u8], dim: usize, lo: usize, len: usize) -> Result<
     if b.len() < need {
         return Err(corrupt("truncated pairs"));
     }
-    let idx: Vec<u32> = b[4..4 + 4 * nnz]
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-        .collect();
-    let val: Vec<E> = b[4 + 4 * nnz..need]
-        .chunks_exact(E::BYTES)
-        .map(E::read_le)
-        .collect();
+    let part = read_pairs::<E>(&b[4..need], nnz, dim, "spardl block")?;
     *b = &b[need..];
-    if idx.first().is_some_and(|&i| (i as usize) < lo)
-        || idx.last().is_some_and(|&i| i as usize >= lo + len)
-    {
+    let (first, last) = (part.indices().first(), part.indices().last());
+    if first.is_some_and(|&i| (i as usize) < lo) || last.is_some_and(|&i| i as usize >= lo + len) {
         return Err(corrupt("index outside its block"));
     }
-    SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("spardl block", e))
+    Ok(part)
 }
 
 /// SparDL without SAG: Spar-Reduce-Scatter, then Bruck all-gather.

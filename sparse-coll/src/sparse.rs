@@ -58,6 +58,42 @@ pub fn agree<T: Transport + ?Sized>(t: &mut T, fields: &[(&'static str, u64)]) -
     Ok(())
 }
 
+/// Appends the pairs of `v` as they travel in every sparse message: its
+/// `u32` indices, then its values.
+pub(crate) fn put_pairs<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
+    out.extend_from_slice(bytemuck::cast_slice(v.indices()));
+    out.extend_from_slice(bytemuck::cast_slice(v.values()));
+}
+
+/// Reads `nnz` pairs written by [`put_pairs`] from exactly `b` into a
+/// validated sparse vector of dimension `dim`.
+///
+/// # Errors
+/// [`Error::Corrupt`] (naming `what`) for a wrong length, unsorted or
+/// out-of-range indices.
+pub(crate) fn read_pairs<E: Element>(
+    b: &[u8],
+    nnz: usize,
+    dim: usize,
+    what: &'static str,
+) -> Result<SparseVec<E>> {
+    if nnz.checked_mul(4 + E::BYTES) != Some(b.len()) {
+        return Err(Error::corrupt(
+            what,
+            format!("{} bytes for {nnz} pairs", b.len()),
+        ));
+    }
+    let idx: Vec<u32> = b[..4 * nnz]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    let val: Vec<E> = b[4 * nnz..]
+        .chunks_exact(E::BYTES)
+        .map(E::read_le)
+        .collect();
+    SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt(what, e))
+}
+
 /// Bytes of a sparse stream on the wire: a tag byte (0 sparse, 1 dense),
 /// then for a sparse stream `nnz: u32`, the indices and the values; for a
 /// dense one the `dim` values.
@@ -67,8 +103,7 @@ pub fn encode_stream<E: Element>(s: &Stream<E>) -> Vec<u8> {
         Stream::Sparse(v) => {
             out.push(0);
             out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
-            out.extend_from_slice(bytemuck::cast_slice(v.indices()));
-            out.extend_from_slice(bytemuck::cast_slice(v.values()));
+            put_pairs(&mut out, v);
         }
         Stream::Dense(d) => {
             out.push(1);
@@ -92,20 +127,12 @@ pub fn decode_stream<E: Element>(b: &[u8], dim: usize) -> Result<Stream<E>> {
                     .try_into()
                     .expect("4 bytes"),
             ) as usize;
-            if b.len() != 5 + nnz * (4 + E::BYTES) {
-                return Err(corrupt("length does not match nnz"));
-            }
-            let idx: Vec<u32> = b[5..5 + 4 * nnz]
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            let val: Vec<E> = b[5 + 4 * nnz..]
-                .chunks_exact(E::BYTES)
-                .map(E::read_le)
-                .collect();
-            Ok(Stream::Sparse(
-                SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("stream message", e))?,
-            ))
+            Ok(Stream::Sparse(read_pairs(
+                &b[5..],
+                nnz,
+                dim,
+                "stream message",
+            )?))
         }
         Some(1) => {
             if b.len() != 1 + dim * E::BYTES {

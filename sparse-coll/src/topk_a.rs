@@ -3,8 +3,8 @@
 
 use crate::Transport;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Reduced, agree};
-use sparse_core::{Element, Error, Result, SparseVec};
+use crate::sparse::{Reduced, agree, put_pairs, read_pairs};
+use sparse_core::{Element, Result, SparseVec};
 
 /// TopkA: each rank's `(indices, values)`, packed behind a 4-byte length
 /// (indices then values), is allgathered with Bruck's algorithm (any `P`,
@@ -30,28 +30,12 @@ pub fn topk_a<T: Transport + ?Sized, E: Element>(
     )?;
     let start = t.traffic();
     let mut packed = Vec::with_capacity(v.nnz() * (4 + E::BYTES));
-    packed.extend_from_slice(bytemuck::cast_slice(v.indices()));
-    packed.extend_from_slice(bytemuck::cast_slice(v.values()));
+    put_pairs(&mut packed, v);
     let all = bruck_allgather(t, &packed)?;
     let mut result = SparseVec::zeros(v.dim())?;
     for b in &all {
-        if b.len() % (4 + E::BYTES) != 0 {
-            return Err(Error::corrupt(
-                "topk_a message",
-                format!("{} bytes", b.len()),
-            ));
-        }
-        let nnz = b.len() / (4 + E::BYTES);
-        let idx: Vec<u32> = b[..4 * nnz]
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect();
-        let val: Vec<E> = b[4 * nnz..]
-            .chunks_exact(E::BYTES)
-            .map(E::read_le)
-            .collect();
-        let part =
-            SparseVec::new(v.dim(), idx, val).map_err(|e| Error::corrupt("topk_a message", e))?;
+        // The Bruck frame carries the length: nnz follows from it.
+        let part = read_pairs(b, b.len() / (4 + E::BYTES), v.dim(), "topk_a message")?;
         result = result.merge_sum(&part)?;
     }
     Ok(Reduced {
