@@ -74,6 +74,12 @@ pub fn ring_allreduce<T: Transport + ?Sized, E: Element>(t: &mut T, x: &[E]) -> 
     Ok(buf)
 }
 
+/// The fold rule: ranks below `2 rem` take part, even ones handing over
+/// (`Some(true)`), odd ones receiving (`Some(false)`).
+fn role_of(rank: usize, rem: usize) -> Option<bool> {
+    (rank < 2 * rem).then_some(rank % 2 == 0)
+}
+
 /// MPICH's fold of `P` ranks onto `p'`, the largest power of two not above
 /// `P`: each even rank below `2 rem` (`rem = P - p'`) hands its data to the
 /// next odd rank and sits out. `newrank` is this rank's number among the
@@ -90,10 +96,10 @@ impl Fold {
         let pp = 1usize << (usize::BITS - 1 - p.leading_zeros());
         let rem = p - pp;
         let r = t.rank();
-        let newrank = if r < 2 * rem {
-            (r % 2 == 1).then_some(r / 2)
-        } else {
-            Some(r - rem)
+        let newrank = match role_of(r, rem) {
+            Some(true) => None,
+            Some(false) => Some(r / 2),
+            None => Some(r - rem),
         };
         Self { pp, rem, newrank }
     }
@@ -108,34 +114,55 @@ impl Fold {
     /// `Some(true)` hands its data over and sits out, `Some(false)`
     /// receives it, `None` is untouched.
     pub(crate) fn role(&self, rank: usize) -> Option<bool> {
-        (rank < 2 * self.rem).then_some(rank % 2 == 0)
+        role_of(rank, self.rem)
     }
     /// The extra ranks hand their vectors to their odd partners.
     fn fold_in<T: Transport + ?Sized, E: Element>(&self, t: &mut T, buf: &mut [E]) -> Result<()> {
         let r = t.rank();
-        if r < 2 * self.rem {
-            if r % 2 == 0 {
-                t.send(r + 1, to_bytes(buf))?;
-            } else {
+        match self.role(r) {
+            Some(true) => t.send(r + 1, to_bytes(buf)),
+            Some(false) => {
                 let got: Vec<E> = from_bytes(&t.recv(r - 1)?, buf.len())?;
                 add_into(buf, &got);
+                Ok(())
             }
+            None => Ok(()),
         }
-        Ok(())
     }
     /// The odd partners hand the result back.
     fn fold_out<T: Transport + ?Sized, E: Element>(&self, t: &mut T, buf: &mut [E]) -> Result<()> {
         let r = t.rank();
-        if r < 2 * self.rem {
-            if r % 2 == 1 {
-                t.send(r - 1, to_bytes(buf))?;
-            } else {
+        match self.role(r) {
+            Some(true) => {
                 let got: Vec<E> = from_bytes(&t.recv(r + 1)?, buf.len())?;
                 buf.copy_from_slice(&got);
+                Ok(())
             }
+            Some(false) => t.send(r - 1, to_bytes(buf)),
+            None => Ok(()),
         }
-        Ok(())
     }
+}
+
+/// The frame of the fold-based allreduces: copy the input, fold the extra
+/// ranks in, run `core` on the `p'` remaining ranks (with this rank's
+/// number among them), hand the result back out.
+fn folded<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    x: &[E],
+    core: impl FnOnce(&mut T, &Fold, usize, &mut [E]) -> Result<()>,
+) -> Result<Vec<E>> {
+    let mut buf = x.to_vec();
+    if t.size() == 1 {
+        return Ok(buf);
+    }
+    let fold = Fold::new(t);
+    fold.fold_in(t, &mut buf)?;
+    if let Some(nr) = fold.newrank {
+        core(t, &fold, nr, &mut buf)?;
+    }
+    fold.fold_out(t, &mut buf)?;
+    Ok(buf)
 }
 
 /// Recursive-doubling allreduce (MPICH): `lg p'` exchanges of the whole
@@ -147,24 +174,16 @@ pub fn recursive_doubling_allreduce<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     x: &[E],
 ) -> Result<Vec<E>> {
-    let mut buf = x.to_vec();
-    if t.size() == 1 {
-        return Ok(buf);
-    }
-    let fold = Fold::new(t);
-    fold.fold_in(t, &mut buf)?;
-    if let Some(nr) = fold.newrank {
+    folded(t, x, |t, fold, nr, buf| {
         let mut mask = 1;
         while mask < fold.pp {
             let partner = fold.real(nr ^ mask);
-            let got: Vec<E> =
-                from_bytes(&t.exchange(partner, to_bytes(&buf), partner)?, buf.len())?;
-            add_into(&mut buf, &got);
+            let got: Vec<E> = from_bytes(&t.exchange(partner, to_bytes(buf), partner)?, buf.len())?;
+            add_into(buf, &got);
             mask <<= 1;
         }
-    }
-    fold.fold_out(t, &mut buf)?;
-    Ok(buf)
+        Ok(())
+    })
 }
 
 /// Rabenseifner's allreduce (MPICH): recursive-halving reduce-scatter over
@@ -178,15 +197,8 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     x: &[E],
 ) -> Result<Vec<E>> {
-    let n = x.len();
-    let mut buf = x.to_vec();
-    if t.size() == 1 {
-        return Ok(buf);
-    }
-    let fold = Fold::new(t);
-    fold.fold_in(t, &mut buf)?;
-    if let Some(nr) = fold.newrank {
-        let pp = fold.pp;
+    folded(t, x, |t, fold, nr, buf| {
+        let (n, pp) = (buf.len(), fold.pp);
         let span = |lo: usize, hi: usize| {
             even_start(lo, n, pp)..if hi == pp { n } else { even_start(hi, n, pp) }
         };
@@ -225,9 +237,8 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
             (lo, hi) = (lo.min(other.0), hi.max(other.1));
             mask <<= 1;
         }
-    }
-    fold.fold_out(t, &mut buf)?;
-    Ok(buf)
+        Ok(())
+    })
 }
 
 fn frame(blocks: &[Vec<u8>]) -> Vec<u8> {
