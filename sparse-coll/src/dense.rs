@@ -291,3 +291,67 @@ pub fn bruck_allgather<T: Transport + ?Sized>(t: &mut T, block: &[u8]) -> Result
     blocks.rotate_right(r);
     Ok(blocks)
 }
+
+/// Recursive-doubling allgather of one byte block per rank, of any lengths
+/// (as MPICH's `MPI_Allgatherv` for a power of two): `lg P` exchanges in
+/// which partners swap every block they hold, each with a 4-byte length.
+/// Other `P` use MPICH's fold: each even rank below `2 rem` hands its block
+/// to the next odd rank (one round), the `p'` remaining ranks run recursive
+/// doubling, and the odd ranks send all `P` blocks back (one round). This is
+/// the extra cost SparDL charges TopkA, TopkDSA and Ok-Topk with on
+/// non-powers of two; [`bruck_allgather`] avoids it. Returns the blocks by
+/// rank.
+///
+/// # Errors
+/// Transport errors; [`Error::Corrupt`] for a malformed frame.
+pub fn recursive_doubling_allgather<T: Transport + ?Sized>(
+    t: &mut T,
+    block: &[u8],
+) -> Result<Vec<Vec<u8>>> {
+    let (p, r) = (t.size(), t.rank());
+    let mut held: Vec<Vec<u8>> = vec![Vec::new(); p];
+    held[r] = block.to_vec();
+    if p == 1 {
+        return Ok(held);
+    }
+    let fold = Fold::new(t);
+    // The ranks a number of the p' stands for, in increasing order.
+    let reals = |nr: usize| {
+        if nr < fold.rem {
+            vec![2 * nr, 2 * nr + 1]
+        } else {
+            vec![nr + fold.rem]
+        }
+    };
+    let collect = |held: &[Vec<u8>], ranks: &[usize]| {
+        frame(&ranks.iter().map(|&q| held[q].clone()).collect::<Vec<_>>())
+    };
+    match fold.role(r) {
+        Some(true) => t.send(r + 1, block)?,
+        Some(false) => held[r - 1] = t.recv(r - 1)?,
+        None => {}
+    }
+    if let Some(nr) = fold.newrank {
+        let mut mask = 1;
+        while mask < fold.pp {
+            let team = |x: usize| -> Vec<usize> {
+                let base = x & !(mask - 1);
+                (base..base + mask).flat_map(reals).collect()
+            };
+            let (mine, theirs) = (team(nr), team(nr ^ mask));
+            let partner = fold.real(nr ^ mask);
+            let got = t.exchange(partner, &collect(&held, &mine), partner)?;
+            for (q, b) in theirs.iter().zip(unframe(&got, theirs.len())?) {
+                held[*q] = b;
+            }
+            mask <<= 1;
+        }
+    }
+    let all: Vec<usize> = (0..p).collect();
+    match fold.role(r) {
+        Some(true) => held = unframe(&t.recv(r + 1)?, p)?,
+        Some(false) => t.send(r - 1, &collect(&held, &all))?,
+        None => {}
+    }
+    Ok(held)
+}

@@ -2,17 +2,23 @@
 //!
 //! Collectives generic over a small [`Transport`] trait (rank, size, send,
 //! receive, and an exchange whose target and source may differ), with
-//! traffic counted per rank. Built so far: the transport, the embedded
-//! thread transport ([`ThreadCluster`]), the dense baselines ([`dense`]),
-//! the sparse-allreduce contract ([`Reduced`], [`agree`]), TopkA
-//! ([`topk_a`]) and SparCML's SSAR_Recursive_double, SSAR_Split_allgather
-//! and DSAR_Split_allgather ([`ssar_recursive_double`],
-//! [`ssar_split_allgather`], [`dsar_split_allgather`]), SparDL without SAG
-//! ([`spardl`]), Zen's Balanced Parallelism ([`zen_balanced_parallelism`];
-//! its Hierarchical Centralization is SparCML's recursive doubling,
-//! [`ssar_recursive_double`], as Zen's Table 3 classifies it) and the
-//! OmniReduce-style block baseline ([`omnireduce_blocks`]); the other sparse
-//! allreduces are not built yet.
+//! traffic counted per rank, and a [`Group`] view of a subset of ranks.
+//!
+//! - the embedded thread transport ([`ThreadCluster`]);
+//! - dense baselines ([`dense`]): ring, recursive doubling, Rabenseifner,
+//!   Bruck and recursive-doubling allgather;
+//! - the sparse-allreduce contract ([`Reduced`], [`agree`]);
+//! - lossless sparse allreduces: TopkA ([`topk_a`]), TopkDSA ([`topk_dsa`]),
+//!   SparCML's SSAR_Recursive_double, SSAR_Split_allgather and
+//!   DSAR_Split_allgather ([`ssar_recursive_double`],
+//!   [`ssar_split_allgather`], [`dsar_split_allgather`]; QSGD makes the last
+//!   lossy), Zen's Balanced Parallelism ([`zen_balanced_parallelism`]; its
+//!   Hierarchical Centralization is SparCML's recursive doubling, as Zen's
+//!   Table 3 classifies it) and the OmniReduce-style block baseline
+//!   ([`omnireduce_blocks`]);
+//! - lossy ones, which return what they cut in `dropped`: gTopk
+//!   ([`gtopk`]), Ok-Topk ([`OkTopk`]), SparDL ([`spardl`]) and SparDL with
+//!   R-SAG ([`spardl_rsag`]) or B-SAG ([`SpardlBsag`]).
 //!
 //! ```
 //! use sparse_coll::{ThreadCluster, Transport, dense};
@@ -28,6 +34,9 @@
 //! ```
 
 pub mod dense;
+mod group;
+mod gtopk;
+mod ok_topk;
 mod push_pull;
 mod spardl;
 pub mod sparse;
@@ -37,10 +46,13 @@ mod thread;
 mod topk_a;
 mod transport;
 
+pub use group::Group;
+pub use gtopk::gtopk;
+pub use ok_topk::OkTopk;
 pub use push_pull::{omnireduce_blocks, zen_balanced_parallelism};
-pub use spardl::spardl;
+pub use spardl::{SpardlBsag, spardl, spardl_rsag};
 pub use sparse::{Reduced, agree};
-pub use split_allgather::{dsar_split_allgather, ssar_split_allgather};
+pub use split_allgather::{dsar_split_allgather, ssar_split_allgather, topk_dsa};
 pub use ssar::ssar_recursive_double;
 pub use thread::{ThreadCluster, ThreadTransport};
 pub use topk_a::topk_a;

@@ -1,9 +1,11 @@
-//! SparDL (Sec. 3.1-3.2): Spar-Reduce-Scatter with bags for any number of
-//! workers, global residual collection, then Bruck all-gather.
+//! SparDL (Sec. 3): Spar-Reduce-Scatter with bags for any number of
+//! workers, global residual collection, Bruck all-gather, and the
+//! Spar-All-Gather variants with teams: R-SAG and B-SAG with Alg. 2's
+//! h-adjustment.
 
-use crate::Transport;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Reduced, agree, put_pairs, read_pairs};
+use crate::sparse::{Reduced, agree, put_block, take_block};
+use crate::{Group, Transport};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 
@@ -37,47 +39,135 @@ pub(crate) fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E
     (part(true), part(false))
 }
 
-fn put<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
-    out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
-    put_pairs(out, v);
+/// The entries of `v` for which `pick` holds, and the rest.
+fn split_by<E: Element>(
+    v: &SparseVec<E>,
+    pick: impl Fn(u32) -> bool,
+) -> (SparseVec<E>, SparseVec<E>) {
+    let (mut a, mut b) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    for (i, x) in v.iter() {
+        let side = if pick(i) { &mut a } else { &mut b };
+        side.0.push(i);
+        side.1.push(x);
+    }
+    let dim = v.dim();
+    (
+        SparseVec::new_unchecked(dim, a.0, a.1),
+        SparseVec::new_unchecked(dim, b.0, b.1),
+    )
 }
 
-/// Reads one `nnz: u32, indices, values` block whose indices must lie in
-/// `lo..lo + len`.
-fn take<E: Element>(b: &mut &[u8], dim: usize, lo: usize, len: usize) -> Result<SparseVec<E>> {
-    let corrupt = |d: &str| Error::corrupt("spardl block", d);
-    let nnz = u32::from_le_bytes(
-        b.get(..4)
-            .ok_or_else(|| corrupt("truncated"))?
-            .try_into()
-            .expect("4 bytes"),
-    ) as usize;
-    let need = 4 + nnz
-        .checked_mul(4 + E::BYTES)
-        .ok_or_else(|| corrupt("nnz overflow"))?;
-    if b.len() < need {
-        return Err(corrupt("truncated pairs"));
+/// The block layout of SRS over `m` workers: block `j` is the even span
+/// `j` of the dimension, and its share of `k` is `k / m` (one more for the
+/// first `k % m` blocks), at most the span's length.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    dim: usize,
+    m: usize,
+    k: usize,
+}
+
+impl Layout {
+    fn span(&self, j: usize) -> (usize, usize) {
+        (
+            even_start(j, self.dim, self.m),
+            even_len(j, self.dim, self.m),
+        )
     }
-    let part = read_pairs::<E>(&b[4..need], nnz, dim, "spardl block")?;
-    *b = &b[need..];
-    let (first, last) = (part.indices().first(), part.indices().last());
-    if first.is_some_and(|&i| (i as usize) < lo) || last.is_some_and(|&i| i as usize >= lo + len) {
-        return Err(corrupt("index outside its block"));
+    fn share(&self, j: usize) -> usize {
+        (self.k / self.m + usize::from(j < self.k % self.m)).min(self.span(j).1)
     }
-    Ok(part)
+}
+
+/// Spar-Reduce-Scatter (Sec. 3.1) on `t` (a whole world or a team): returns
+/// this worker's block `t.rank()` summed over the workers, not yet cut to
+/// its share; every cut entry is added to `dropped`.
+///
+/// Worker `w` keeps block `w` (the preservation bag) and puts the blocks at
+/// circular offsets `2^(b-1) .. 2^b` into sending bag `b`, `b = 1 ..= l`,
+/// `l = ceil(lg m)` (the last bag holds `m - 2^(l-1)` blocks). At step `i`
+/// it sends bag `l - i + 1` to `w + 2^(l-i)` and receives the same bag of
+/// `w - 2^(l-i)`, whose blocks it still holds (Thm. 3.1), and adds them in.
+/// Every block is cut to its share right before it is sent.
+fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    lay: Layout,
+    dropped: &mut SparseVec<E>,
+) -> Result<SparseVec<E>> {
+    let (p, w, dim) = (t.size(), t.rank(), lay.dim);
+    let mut blocks: Vec<SparseVec<E>> = (0..p)
+        .map(|j| {
+            let (lo, len) = lay.span(j);
+            v.restrict(lo, len)
+        })
+        .collect();
+    let l = usize::BITS - (p - 1).leading_zeros();
+    for i in 1..=l {
+        let dist = 1usize << (l - i);
+        let bag = dist..(2 * dist).min(p);
+        let mut msg = Vec::new();
+        for d in bag.clone() {
+            let j = (w + d) % p;
+            let (kept, cut) = split_topk(&blocks[j], lay.share(j));
+            *dropped = dropped.merge_sum(&cut)?;
+            put_block(&mut msg, &kept);
+        }
+        let got = t.exchange((w + dist) % p, &msg, (w + p - dist) % p)?;
+        let mut rest: &[u8] = &got;
+        for d in 0..bag.len() {
+            let j = (w + d) % p;
+            let (lo, len) = lay.span(j);
+            let part = take_block::<E>(&mut rest, dim, lo, len, "spardl block")?;
+            blocks[j] = blocks[j].merge_sum(&part)?;
+        }
+        if !rest.is_empty() {
+            return Err(Error::corrupt("spardl bag", "trailing bytes"));
+        }
+    }
+    Ok(blocks.swap_remove(w))
+}
+
+/// The final Bruck all-gather of SparDL: every worker of `t` contributes
+/// its block (at most its share), and all get the concatenation.
+fn gather_blocks<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    mine: &SparseVec<E>,
+    lay: Layout,
+) -> Result<SparseVec<E>> {
+    let mut block = Vec::new();
+    put_block(&mut block, mine);
+    let all = bruck_allgather(t, &block)?;
+    let (mut idx, mut val) = (Vec::new(), Vec::new());
+    for (q, b) in all.iter().enumerate() {
+        let (lo, len) = lay.span(q);
+        let mut rest: &[u8] = b;
+        let part = take_block::<E>(&mut rest, lay.dim, lo, len, "spardl block")?;
+        if !rest.is_empty() || part.nnz() > lay.share(q) {
+            return Err(Error::corrupt(
+                "spardl block",
+                format!(
+                    "block {q}: {} entries for a share of {}",
+                    part.nnz(),
+                    lay.share(q)
+                ),
+            ));
+        }
+        idx.extend_from_slice(part.indices());
+        val.extend_from_slice(part.values());
+    }
+    Ok(SparseVec::new_unchecked(lay.dim, idx, val))
 }
 
 /// SparDL without SAG: Spar-Reduce-Scatter, then Bruck all-gather.
 ///
 /// The dimension is split evenly into `P` blocks and `k` into per-block
-/// shares `k_j` (`k / P`, one more for the first `k % P` blocks). Worker `w`
-/// keeps block `w` (the preservation bag) and puts the blocks at circular
-/// offsets `2^(b-1) .. 2^b` into sending bag `b`, `b = 1 ..= l`,
-/// `l = ceil(lg P)` (the last bag holds `P - 2^(l-1)` blocks). At step `i`
-/// it sends bag `l - i + 1` to `w + 2^(l-i)` and receives the same bag of
-/// `w - 2^(l-i)`, whose blocks it still holds (Thm. 3.1), and adds them in.
-/// Every block is cut to its top `k_j` right before it is sent, and the
-/// preserved block before the all-gather (the paper's optimized timing).
+/// shares `k_j` (`k / P`, one more for the first `k % P` blocks). SRS
+/// (see the bags in the crate README and Sec. 3.1) reduces block `w` at
+/// worker `w` in `ceil(lg P)` steps, whose sources and targets differ, so any
+/// `P` works without extra steps; every block is cut to its top `k_j` right
+/// before it is sent, and the preserved block before the all-gather (the
+/// paper's optimized timing).
 ///
 /// Global residual collection (Alg. 1): everything a cut removes, local or
 /// received, stays in this rank's `dropped`, so the inputs sum to `result`
@@ -106,60 +196,325 @@ pub fn spardl<T: Transport + ?Sized, E: Element>(
         ],
     )?;
     let start = t.traffic();
-    let (p, w) = (t.size(), t.rank());
-    let span = |j: usize| (even_start(j, dim, p), even_len(j, dim, p));
-    let share = |j: usize| (k / p + usize::from(j < k % p)).min(span(j).1);
-    let mut blocks: Vec<SparseVec<E>> = (0..p).map(|j| v.restrict(span(j).0, span(j).1)).collect();
+    let lay = Layout {
+        dim,
+        m: t.size(),
+        k,
+    };
     let mut dropped = SparseVec::zeros(dim)?;
-    let l = usize::BITS - (p - 1).leading_zeros();
-    for i in 1..=l {
-        let dist = 1usize << (l - i);
-        let bag = dist..(2 * dist).min(p);
-        let mut msg = Vec::new();
-        for d in bag.clone() {
-            let j = (w + d) % p;
-            let (kept, cut) = split_topk(&blocks[j], share(j));
-            dropped = dropped.merge_sum(&cut)?;
-            put(&mut msg, &kept);
-        }
-        let got = t.exchange((w + dist) % p, &msg, (w + p - dist) % p)?;
-        let mut rest: &[u8] = &got;
-        for d in 0..bag.len() {
-            let j = (w + d) % p;
-            let (lo, len) = span(j);
-            let part = take::<E>(&mut rest, dim, lo, len)?;
-            blocks[j] = blocks[j].merge_sum(&part)?;
-        }
-        if !rest.is_empty() {
-            return Err(Error::corrupt("spardl bag", "trailing bytes"));
-        }
-    }
-    let (mine, cut) = split_topk(&blocks[w], share(w));
+    let block = spar_reduce_scatter(t, v, lay, &mut dropped)?;
+    let (mine, cut) = split_topk(&block, lay.share(t.rank()));
     dropped = dropped.merge_sum(&cut)?;
-    let mut block = Vec::new();
-    put(&mut block, &mine);
-    let all = bruck_allgather(t, &block)?;
-    let (mut idx, mut val) = (Vec::new(), Vec::new());
-    for (q, b) in all.iter().enumerate() {
-        let (lo, len) = span(q);
-        let mut rest: &[u8] = b;
-        let part = take::<E>(&mut rest, dim, lo, len)?;
-        if !rest.is_empty() || part.nnz() > share(q) {
-            return Err(Error::corrupt(
-                "spardl block",
-                format!(
-                    "block {q}: {} entries for a share of {}",
-                    part.nnz(),
-                    share(q)
-                ),
-            ));
-        }
-        idx.extend_from_slice(part.indices());
-        val.extend_from_slice(part.values());
-    }
+    let result = gather_blocks(t, &mine, lay)?;
     Ok(Reduced {
-        result: SparseVec::new_unchecked(dim, idx, val),
+        result,
         dropped,
         traffic: t.traffic().since(&start),
     })
+}
+
+/// The teams of SparDL's SAG: `P` workers in `d` teams of `m = P / d`
+/// consecutive ranks. Team `w / m`, position `w % m`; the column of a
+/// worker is the `d` workers at its position, one per team.
+fn teams<T: Transport + ?Sized>(t: &T, d: usize) -> Result<(Vec<usize>, Vec<usize>)> {
+    let p = t.size();
+    if d == 0 || p % d != 0 {
+        return Err(Error::InvalidParameter {
+            name: "teams",
+            reason: format!("{d} teams do not divide {p} workers evenly"),
+        });
+    }
+    let (m, w) = (p / d, t.rank());
+    let team = (0..m).map(|j| (w / m) * m + j).collect();
+    let column = (0..d).map(|j| j * m + w % m).collect();
+    Ok((team, column))
+}
+
+/// SparDL with R-SAG (Sec. 3.3, `d` a power of two dividing `P`): SRS inside
+/// each team of `m = P / d` workers over `m` blocks with shares of
+/// `L = k / m` (Layout), then `lg d` recursive-doubling steps between the
+/// workers of a column, each exchanging its block, adding the partner's and
+/// cutting the sum to its top `L`, then the Bruck all-gather inside the
+/// team. Rounds `2 ceil(lg m) + lg d`; with full blocks each rank receives
+/// `2k (P - d) / P` words in each team phase and `2L` per R-SAG step
+/// (Eq. 5), plus 4 bytes of count per block.
+///
+/// Both partners of a step hold the same sum (`a + b` and `b + a`) and cut
+/// the same entries. The paper gives each partner half of every cut value.
+/// But at step `i` all `2^i` workers of an aligned range of the column hold
+/// that same sum and make the same cut, so halves would count each cut
+/// value `2^(i-1)` times over for `d > 2`; and `x / 2 + x / 2` is not always
+/// `x` in floating point (subnormals). Here each cut entry goes whole to
+/// exactly one of those `2^i` workers (the one at offset `index mod 2^i`),
+/// so the conservation identity holds exactly. `d = 1` is SparDL without
+/// SAG.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] if `d` is not a power of two dividing `P`;
+/// as [`spardl`].
+pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    k: usize,
+    d: usize,
+) -> Result<Reduced<E>> {
+    if !d.is_power_of_two() {
+        return Err(Error::InvalidParameter {
+            name: "teams",
+            reason: format!("R-SAG needs a power of two, not {d}"),
+        });
+    }
+    let dim = v.dim();
+    agree(
+        t,
+        &[
+            ("algorithm", 8),
+            ("dimension", dim as u64),
+            ("element", E::CODE as u64),
+            ("k", k as u64),
+            ("teams", d as u64),
+        ],
+    )?;
+    let (team, column) = teams(t, d)?;
+    let start = t.traffic();
+    let lay = Layout {
+        dim,
+        m: team.len(),
+        k,
+    };
+    let mut dropped = SparseVec::zeros(dim)?;
+    let pos = team.iter().position(|&r| r == t.rank()).expect("a member");
+    let mut block = spar_reduce_scatter(&mut Group::new(t, team.clone())?, v, lay, &mut dropped)?;
+    let (lo, len) = lay.span(pos);
+    let l = lay.share(pos);
+    let (kept, cut) = split_topk(&block, l);
+    dropped = dropped.merge_sum(&cut)?;
+    block = kept;
+    {
+        let mut col = Group::new(t, column)?;
+        let c = col.rank();
+        let mut mask = 1;
+        while mask < d {
+            let partner = c ^ mask;
+            let mut msg = Vec::new();
+            put_block(&mut msg, &block);
+            let got = col.exchange(partner, &msg, partner)?;
+            let mut rest: &[u8] = &got;
+            let other = take_block::<E>(&mut rest, dim, lo, len, "r-sag block")?;
+            if !rest.is_empty() || other.nnz() > l {
+                return Err(Error::corrupt("r-sag block", "over its share"));
+            }
+            let (kept, cut) = split_topk(&block.merge_sum(&other)?, l);
+            // After this step the 2 * mask column workers of this aligned
+            // range all hold this sum and cut the same entries: each cut
+            // entry goes to exactly one of them.
+            let group = 2 * mask;
+            let base = c & !(group - 1);
+            let (mine, _) = split_by(&cut, |i| base + i as usize % group == c);
+            dropped = dropped.merge_sum(&mine)?;
+            block = kept;
+            mask <<= 1;
+        }
+    }
+    let result = gather_blocks(&mut Group::new(t, team)?, &block, lay)?;
+    Ok(Reduced {
+        result,
+        dropped,
+        traffic: t.traffic().since(&start),
+    })
+}
+
+/// SparDL with B-SAG (Sec. 3.3, any `d` dividing `P`), with the state of
+/// Alg. 2's compression-ratio adjustment kept across calls.
+///
+/// Each call: SRS inside each team of `m = P / d` workers (as in
+/// [`spardl_rsag`]); every worker cuts its block to its top `h` and the `d`
+/// workers of a column all-gather their blocks with Bruck (`ceil(lg d)`
+/// rounds), sum them in column order (the same sum on all `d`), count the
+/// entries `N_t` and cut the sum to its top `L = k / m`; then the Bruck
+/// all-gather inside the team. The paper gives each column member `1/d`
+/// of every cut value; here each cut entry goes whole to column member
+/// `index % d`, so that conservation is exact in floating point.
+///
+/// Alg. 2, with `L` the share of this worker's block (`d k / P` when `P`
+/// divides `k`): `h` starts at `L / d` (`k / P`) and the step at
+/// `0.01 L (d - 1) / d` (`0.01 k (d - 1) / P`);
+/// before each later call, if `N_t > L` XOR `step > 0` (the step already
+/// points the right way: down when too many entries arrived) the step is
+/// doubled on the second such call in a row, otherwise it is reversed and
+/// halved; then `h += step`. The printed line 3 shows the XOR; the prose
+/// describing the direction is inverted, and the listing is followed. `h`
+/// is kept in `[L / d, L]` (`[k / P, d k / P]`), the range the paper derives, and rounded
+/// to whole entries.
+#[derive(Debug, Clone)]
+pub struct SpardlBsag {
+    k: usize,
+    d: usize,
+    h: f64,
+    step: f64,
+    flag: bool,
+    last_count: Option<usize>,
+}
+
+impl SpardlBsag {
+    /// B-SAG with `d` teams (`d` must divide the number of workers, checked
+    /// at each call) and a budget of `k` entries.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `d == 0`.
+    pub fn new(k: usize, d: usize) -> Result<Self> {
+        if d == 0 {
+            return Err(Error::InvalidParameter {
+                name: "teams",
+                reason: "at least one team".into(),
+            });
+        }
+        Ok(Self {
+            k,
+            d,
+            h: f64::NAN,
+            step: f64::NAN,
+            flag: false,
+            last_count: None,
+        })
+    }
+
+    /// The `h` of the next call for a column whose blocks have a share of
+    /// `l` (Alg. 2's `L`), after the adjustment for the last count.
+    fn next_h(&mut self, l: usize) -> usize {
+        let (l, d) = (l as f64, self.d as f64);
+        let (lo, hi) = (l / d, l);
+        if self.h.is_nan() {
+            self.h = lo;
+            self.step = 0.01 * l * (d - 1.0) / d;
+        } else if let Some(n) = self.last_count {
+            if (n as f64 > l) ^ (self.step > 0.0) {
+                if self.flag {
+                    self.step *= 2.0;
+                    self.flag = false;
+                } else {
+                    self.flag = true;
+                }
+            } else {
+                self.step = -self.step / 2.0;
+                self.flag = false;
+            }
+            self.h = (self.h + self.step).clamp(lo, hi);
+        }
+        self.h.round() as usize
+    }
+
+    /// The current `h` (entries each worker sends into B-SAG), `None`
+    /// before the first call.
+    pub fn h(&self) -> Option<f64> {
+        (!self.h.is_nan()).then_some(self.h)
+    }
+
+    /// `N_t` of the last call: the entries of this worker's column sum.
+    pub fn last_count(&self) -> Option<usize> {
+        self.last_count
+    }
+
+    /// One SparDL allreduce with B-SAG.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `d` does not divide `P`;
+    /// as [`spardl`].
+    pub fn allreduce<T: Transport + ?Sized, E: Element>(
+        &mut self,
+        t: &mut T,
+        v: &SparseVec<E>,
+    ) -> Result<Reduced<E>> {
+        let (dim, k, d) = (v.dim(), self.k, self.d);
+        agree(
+            t,
+            &[
+                ("algorithm", 9),
+                ("dimension", dim as u64),
+                ("element", E::CODE as u64),
+                ("k", k as u64),
+                ("teams", d as u64),
+            ],
+        )?;
+        let (team, column) = teams(t, d)?;
+        let start = t.traffic();
+        let lay = Layout {
+            dim,
+            m: team.len(),
+            k,
+        };
+        let mut dropped = SparseVec::zeros(dim)?;
+        let pos = team.iter().position(|&r| r == t.rank()).expect("a member");
+        let h = self.next_h(lay.share(pos));
+        let block = spar_reduce_scatter(&mut Group::new(t, team.clone())?, v, lay, &mut dropped)?;
+        let (lo, len) = lay.span(pos);
+        let (sent, cut) = split_topk(&block, h);
+        dropped = dropped.merge_sum(&cut)?;
+        let mut msg = Vec::new();
+        put_block(&mut msg, &sent);
+        let (all, c) = {
+            let mut col = Group::new(t, column)?;
+            (bruck_allgather(&mut col, &msg)?, col.rank())
+        };
+        let mut sum = SparseVec::zeros(dim)?;
+        for b in &all {
+            let mut rest: &[u8] = b;
+            let part = take_block::<E>(&mut rest, dim, lo, len, "b-sag block")?;
+            if !rest.is_empty() {
+                return Err(Error::corrupt("b-sag block", "trailing bytes"));
+            }
+            sum = sum.merge_sum(&part)?;
+        }
+        self.last_count = Some(sum.nnz());
+        let (kept, cut) = split_topk(&sum, lay.share(pos));
+        let (mine, _) = split_by(&cut, |i| i as usize % d == c);
+        dropped = dropped.merge_sum(&mine)?;
+        let result = gather_blocks(&mut Group::new(t, team)?, &kept, lay)?;
+        Ok(Reduced {
+            result,
+            dropped,
+            traffic: t.traffic().since(&start),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bsag_adjusts_h_as_alg_2_does() {
+        // k = 400, d = 4, P = 8: m = 2, L = k / m = 200.
+        let mut b = SpardlBsag::new(400, 4).unwrap();
+        let l = 200;
+        // Line 1: h = L / d = k / P = 50, step = 0.01 L (d - 1) / d = 1.5.
+        assert_eq!(b.next_h(l), 50);
+        assert_eq!((b.h, b.step, b.flag), (50.0, 1.5, false));
+        // Too few entries arrived (N <= L) and the step points up: keep the
+        // direction; the first time only sets the flag.
+        b.last_count = Some(120);
+        assert_eq!(b.next_h(l), 52);
+        assert_eq!((b.h, b.step, b.flag), (51.5, 1.5, true));
+        // The second time in a row doubles the step.
+        assert_eq!(b.next_h(l), 55);
+        assert_eq!((b.h, b.step, b.flag), (54.5, 3.0, false));
+        // Too many (N > L) while going up: reverse and halve.
+        b.last_count = Some(260);
+        b.next_h(l);
+        assert_eq!((b.h, b.step, b.flag), (53.0, -1.5, false));
+        // Still too many, going down: keep, then double.
+        b.next_h(l);
+        assert_eq!((b.h, b.step, b.flag), (51.5, -1.5, true));
+        b.next_h(l);
+        assert_eq!((b.h, b.step, b.flag), (50.0, -3.0, false));
+        // h never leaves [L / d, L].
+        b.next_h(l);
+        assert_eq!(b.h, 50.0);
+        b.last_count = Some(0);
+        for _ in 0..40 {
+            b.next_h(l);
+            assert!((50.0..=200.0).contains(&b.h));
+        }
+        assert_eq!(b.h, 200.0, "starved of entries, h climbs to L");
+    }
 }

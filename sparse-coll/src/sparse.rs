@@ -94,6 +94,43 @@ pub(crate) fn read_pairs<E: Element>(
     SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt(what, e))
 }
 
+/// Appends one block: `nnz: u32`, then the pairs.
+pub(crate) fn put_block<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
+    out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
+    put_pairs(out, v);
+}
+
+/// Reads one `nnz: u32, indices, values` block whose indices must lie in
+/// `lo..lo + len`.
+pub(crate) fn take_block<E: Element>(
+    b: &mut &[u8],
+    dim: usize,
+    lo: usize,
+    len: usize,
+    what: &'static str,
+) -> Result<SparseVec<E>> {
+    let corrupt = |d: &str| Error::corrupt(what, d);
+    let nnz = u32::from_le_bytes(
+        b.get(..4)
+            .ok_or_else(|| corrupt("truncated"))?
+            .try_into()
+            .expect("4 bytes"),
+    ) as usize;
+    let need = 4 + nnz
+        .checked_mul(4 + E::BYTES)
+        .ok_or_else(|| corrupt("nnz overflow"))?;
+    if b.len() < need {
+        return Err(corrupt("truncated pairs"));
+    }
+    let part = read_pairs::<E>(&b[4..need], nnz, dim, what)?;
+    *b = &b[need..];
+    let (first, last) = (part.indices().first(), part.indices().last());
+    if first.is_some_and(|&i| (i as usize) < lo) || last.is_some_and(|&i| i as usize >= lo + len) {
+        return Err(corrupt("index outside its block"));
+    }
+    Ok(part)
+}
+
 /// Bytes of a sparse stream on the wire: a tag byte (0 sparse, 1 dense),
 /// then for a sparse stream `nnz: u32`, the indices and the values; for a
 /// dense one the `dim` values.

@@ -1,7 +1,7 @@
 //! SparCML's SSAR_Split_allgather and DSAR_Split_allgather (sec. 5.3.2-3).
 
 use crate::Transport;
-use crate::dense::bruck_allgather;
+use crate::dense::{bruck_allgather, recursive_doubling_allgather};
 use crate::sparse::{Reduced, agree, decode_stream, encode_stream};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
@@ -33,10 +33,20 @@ enum Phase {
     Dense(Option<QsgdParams>),
 }
 
+/// The allgather of the reduced partitions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Gather {
+    /// Bruck: `ceil(lg P)` rounds for any `P` (SparCML's choice here).
+    Bruck,
+    /// Recursive doubling with MPICH's fold (TopkDSA as SparDL runs it).
+    RecursiveDoubling,
+}
+
 fn split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     phase: Phase,
+    gather: Gather,
     id: u64,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
@@ -99,7 +109,10 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
             out
         }
     };
-    let blocks = bruck_allgather(t, &block)?;
+    let blocks = match gather {
+        Gather::Bruck => bruck_allgather(t, &block)?,
+        Gather::RecursiveDoubling => recursive_doubling_allgather(t, &block)?,
+    };
     let mut result_idx = Vec::new();
     let mut result_val = Vec::new();
     for (q, b) in blocks.iter().enumerate() {
@@ -140,7 +153,7 @@ pub fn ssar_split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    split_allgather(t, v, Phase::Sparse, 3)
+    split_allgather(t, v, Phase::Sparse, Gather::Bruck, 3)
 }
 
 /// DSAR_Split_allgather: the split phase of [`ssar_split_allgather`], then
@@ -157,5 +170,27 @@ pub fn dsar_split_allgather<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     qsgd: Option<QsgdParams>,
 ) -> Result<Reduced<E>> {
-    split_allgather(t, v, Phase::Dense(qsgd), 4)
+    split_allgather(t, v, Phase::Dense(qsgd), Gather::Bruck, 4)
+}
+
+/// TopkDSA, the dynamic sparse allreduce of Renggli et al. (SparCML) as
+/// SparDL's Table 1 and experiments run it: the split phase of
+/// [`ssar_split_allgather`] (`P - 1` direct steps; each owner sums its
+/// partition), then a recursive-doubling allgather
+/// ([`crate::dense::recursive_doubling_allgather`]) of the partitions, each
+/// a sparse stream that turns dense past delta, so the allgather moves
+/// between `2k (P - 1) / P` and `n (P - 1) / P` words. Lossless.
+///
+/// Rounds: `(P - 1) + lg P` for a power of two; otherwise MPICH's fold adds
+/// two rounds for the folded ranks. Table 1's `P + 2 lg P` also counts the
+/// exchange of sizes that `MPI_Allgatherv` needs first; here each block
+/// carries its length, so that exchange is not needed.
+///
+/// # Errors
+/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
+pub fn topk_dsa<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+) -> Result<Reduced<E>> {
+    split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, 10)
 }

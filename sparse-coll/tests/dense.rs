@@ -2,7 +2,7 @@
 //! results against the dense oracle, bitwise identical on every rank, and
 //! traffic equal to the cost model's formulas.
 
-use sparse_coll::{ThreadCluster, Traffic, Transport, dense};
+use sparse_coll::{Group, ThreadCluster, Traffic, Transport, dense};
 use sparse_core::cost;
 use sparse_core::testing::generate::{ValueDist, dense_values};
 use sparse_core::{Error, Result};
@@ -136,6 +136,94 @@ fn bruck_allgather_any_sizes_and_counts() {
                 traffic.bytes_recv as f64,
                 cost::bruck_allgather(p, m).words + 4.0 * (p as f64 - 1.0)
             );
+        }
+    }
+}
+
+#[test]
+fn recursive_doubling_allgather_any_sizes_and_counts() {
+    for p in RANKS {
+        let block = |r: usize| vec![r as u8; (r * 5) % 9];
+        let out: Vec<(Vec<Vec<u8>>, Traffic)> = ThreadCluster::new(p)
+            .run(|t| {
+                let b = block(t.rank());
+                Ok((dense::recursive_doubling_allgather(t, &b)?, t.traffic()))
+            })
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let pp = 1usize << p.ilog2();
+        let rem = p - pp;
+        let framed = |qs: &mut dyn Iterator<Item = usize>| -> u64 {
+            qs.map(|q| 4 + block(q).len() as u64).sum()
+        };
+        for (r, (blocks, traffic)) in out.iter().enumerate() {
+            let want: Vec<Vec<u8>> = (0..p).map(block).collect();
+            assert_eq!(blocks, &want, "P={p} rank {r}");
+            // MPICH's fold: a folded (even) rank gets all P blocks back in one
+            // message; its odd partner got the folded block unframed.
+            let (bytes, rounds) = if r < 2 * rem && r % 2 == 0 {
+                (framed(&mut (0..p)), 2)
+            } else if r < 2 * rem {
+                (
+                    block(r - 1).len() as u64
+                        + framed(&mut (0..p).filter(|&q| q != r && q != r - 1)),
+                    pp.ilog2() + 2,
+                )
+            } else {
+                (framed(&mut (0..p).filter(|&q| q != r)), pp.ilog2())
+            };
+            assert_eq!(traffic.bytes_recv, bytes, "P={p} rank {r}: bytes");
+            assert_eq!(traffic.rounds, rounds as u64, "P={p} rank {r}: rounds");
+        }
+    }
+}
+
+#[test]
+fn groups_renumber_and_count_through_the_parent() {
+    // Even ranks form one group, odd ranks another, in reverse order.
+    let out = ThreadCluster::new(5).run(|t| {
+        let r = t.rank();
+        let mut members: Vec<usize> = (0..5).filter(|q| q % 2 == r % 2).collect();
+        members.reverse();
+        let before = t.traffic();
+        let mut g = Group::new(t, members.clone())?;
+        let (gr, gs) = (g.rank(), g.size());
+        let blocks = dense::bruck_allgather(&mut g, &[r as u8])?;
+        let bad = g.send(gs, &[]);
+        drop(g);
+        Ok((gr, gs, blocks, members, t.traffic().since(&before), bad))
+    });
+    for (r, res) in out.into_iter().enumerate() {
+        let (gr, gs, blocks, members, traffic, bad) = res.unwrap();
+        assert_eq!(members[gr], r, "group rank {gr} is parent rank {r}");
+        assert_eq!(gs, members.len());
+        let want: Vec<Vec<u8>> = members.iter().map(|&m| vec![m as u8]).collect();
+        assert_eq!(blocks, want, "rank {r}");
+        assert_eq!(
+            traffic.bytes_recv,
+            5 * (gs as u64 - 1),
+            "counted by the parent"
+        );
+        assert!(matches!(bad, Err(Error::NoSuchRank { .. })));
+    }
+    // This rank must be a member; members must be distinct parent ranks.
+    for res in ThreadCluster::new(3).run(|t| {
+        let errs = [
+            Group::new(t, vec![(t.rank() + 1) % 3]).err(),
+            Group::new(t, vec![t.rank(), t.rank()]).err(),
+            Group::new(t, vec![t.rank(), 3]).err(),
+        ];
+        Ok(errs)
+    }) {
+        for e in res.unwrap() {
+            assert!(matches!(
+                e,
+                Some(Error::InvalidParameter {
+                    name: "members",
+                    ..
+                })
+            ));
         }
     }
 }

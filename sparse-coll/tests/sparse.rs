@@ -5,7 +5,7 @@
 
 use sparse_coll::{
     Reduced, ThreadCluster, ThreadTransport, Transport, dsar_split_allgather,
-    ssar_recursive_double, ssar_split_allgather, topk_a,
+    ssar_recursive_double, ssar_split_allgather, topk_a, topk_dsa,
 };
 use sparse_coll::{omnireduce_blocks, zen_balanced_parallelism};
 use sparse_core::H0;
@@ -16,7 +16,8 @@ use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
 use sparse_core::{Error, Result, SparseVec, Stream, cost};
 use std::sync::Arc;
 
-const RANKS: [usize; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17];
+mod common;
+use common::{RANKS, inputs, oracle, run};
 
 type Algo = fn(&mut ThreadTransport, &SparseVec<f32>) -> Result<Reduced<f32>>;
 fn dsar_plain(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
@@ -37,7 +38,8 @@ fn omni(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
     omnireduce_blocks(t, v, 16)
 }
 
-const LOSSLESS: [(&str, Algo); 6] = [
+const LOSSLESS: [(&str, Algo); 7] = [
+    ("topk_dsa", topk_dsa::<_, f32>),
     ("zen_balanced_parallelism", zen),
     ("omnireduce_blocks", omni),
     ("topk_a", topk_a::<_, f32>),
@@ -45,49 +47,6 @@ const LOSSLESS: [(&str, Algo); 6] = [
     ("ssar_split_allgather", ssar_split_allgather::<_, f32>),
     ("dsar_split_allgather", dsar_plain),
 ];
-
-/// Per-rank inputs: integer values; every third rank contributes nothing.
-fn inputs(
-    p: usize,
-    dim: usize,
-    density: f64,
-    overlap: f64,
-    skew: bool,
-    seed: u64,
-) -> Vec<SparseVec<f32>> {
-    let spec = GradientSpec {
-        overlap,
-        skew: skew.then_some(Skew {
-            partitions: 4.min(dim),
-            ratio: 3.0f64.min(4.min(dim) as f64),
-        }),
-        values: ValueDist::Integer { max: 100 },
-        ..GradientSpec::new(dim, density, seed)
-    };
-    let mut v = spec.generate::<f32>(p).expect("feasible spec");
-    for (r, x) in v.iter_mut().enumerate() {
-        if r % 3 == 2 {
-            *x = SparseVec::zeros(dim).unwrap();
-        }
-    }
-    v
-}
-
-fn run(p: usize, inputs: &[SparseVec<f32>], f: Algo) -> Vec<Reduced<f32>> {
-    ThreadCluster::new(p)
-        .run(|t| f(t, &inputs[t.rank()]))
-        .into_iter()
-        .map(|r| r.expect("rank succeeded"))
-        .collect()
-}
-
-fn oracle(inputs: &[SparseVec<f32>]) -> Vec<f32> {
-    let mut sum = vec![0.0f32; inputs[0].dim()];
-    for v in inputs {
-        v.add_to_dense(&mut sum);
-    }
-    sum
-}
 
 #[test]
 fn lossless_algorithms_equal_the_oracle_on_every_rank() {
@@ -266,6 +225,31 @@ fn disagreeing_ranks_all_get_an_error() {
     )));
 }
 
+/// Bytes of partition `q`'s reduced block in the allgather phase of the
+/// split-allgather family: a dense stream (1 tag + 4 per value) or a sparse
+/// one (1 tag + 4 nnz + 8 per pair), whichever the union of the inputs'
+/// indices in that partition gives.
+fn partition_block_bytes(ins: &[SparseVec<f32>], q: usize, dense: bool) -> usize {
+    let (p, dim) = (ins.len(), ins[0].dim());
+    let range = even_start(q, dim, p)..even_start(q, dim, p) + even_len(q, dim, p);
+    let mut union: Vec<u32> = ins
+        .iter()
+        .flat_map(|v| {
+            v.indices()
+                .iter()
+                .copied()
+                .filter(|&i| range.contains(&(i as usize)))
+        })
+        .collect();
+    union.sort_unstable();
+    union.dedup();
+    if dense || union.len() > Stream::<f32>::delta(range.len()) {
+        1 + 4 * range.len()
+    } else {
+        5 + 8 * union.len()
+    }
+}
+
 /// Bytes rank `r` receives in SSAR/DSAR_Split_allgather, computed from the
 /// inputs alone: the split phase brings each other rank's entries of this
 /// rank's partition (1 tag + 4 nnz + 8 per pair), the allgather each other
@@ -285,28 +269,48 @@ fn split_bytes(ins: &[SparseVec<f32>], r: usize, dense: bool) -> u64 {
         .sum();
     let gather: usize = (0..p)
         .filter(|&q| q != r)
-        .map(|q| {
-            let len = even_len(q, dim, p);
-            let mut union: Vec<u32> = ins
-                .iter()
-                .flat_map(|v| {
-                    v.indices()
-                        .iter()
-                        .copied()
-                        .filter(|&i| range(q).contains(&(i as usize)))
-                })
-                .collect();
-            union.sort_unstable();
-            union.dedup();
-            let block = if dense || union.len() > Stream::<f32>::delta(len) {
-                1 + 4 * len
-            } else {
-                5 + 8 * union.len()
-            };
-            4 + block
-        })
+        .map(|q| 4 + partition_block_bytes(ins, q, dense))
         .sum();
     (split + gather) as u64
+}
+
+#[test]
+fn topk_dsa_traffic_is_exact() {
+    for p in RANKS {
+        let pp = 1usize << p.ilog2();
+        let rem = p - pp;
+        for (dim, density, overlap) in [(1000usize, 0.02, 0.5), (300, 0.3, 1.0)] {
+            let ins = inputs(p, dim, density, overlap, false, 11 + p as u64);
+            for (r, red) in run(p, &ins, topk_dsa::<_, f32>).iter().enumerate() {
+                // The split phase and every framed block from the others, as
+                // in SSAR_Split_allgather; MPICH's fold changes the edges:
+                // a folded rank gets back every block (its own too), its
+                // odd partner got the folded rank's block without a frame.
+                let (bytes, rounds) = match (r < 2 * rem, r % 2 == 0) {
+                    (true, true) => (
+                        split_bytes(&ins, r, false)
+                            + 4
+                            + partition_block_bytes(&ins, r, false) as u64,
+                        (p - 1) + 2,
+                    ),
+                    (true, false) => (
+                        split_bytes(&ins, r, false) - 4,
+                        (p - 1) + 2 + pp.ilog2() as usize,
+                    ),
+                    _ => (split_bytes(&ins, r, false), (p - 1) + pp.ilog2() as usize),
+                };
+                let ctx = format!("P={p} dim={dim} rank {r}");
+                assert_eq!(red.traffic.bytes_recv, bytes, "{ctx}");
+                assert_eq!(red.traffic.rounds, rounds as u64, "{ctx}");
+            }
+            // No rank takes more rounds than Table 1's P + 2 lg P.
+            let busiest = run(p, &ins, topk_dsa::<_, f32>)
+                .iter()
+                .map(|red| red.traffic.rounds)
+                .max();
+            assert!(busiest.unwrap() as f64 <= cost::topk_dsa(p, dim, 1).lo.rounds);
+        }
+    }
 }
 
 #[test]

@@ -1,0 +1,96 @@
+//! gTopk (Shi et al., as SparDL's Table 1 states it): a reduction tree with
+//! top-k re-selection, then a broadcast tree.
+
+use crate::Transport;
+use crate::spardl::split_topk;
+use crate::sparse::{Reduced, agree, put_block, take_block};
+use sparse_core::{Element, Error, Result, SparseVec};
+
+/// gTopk for any `P`: every rank cuts its input to its top `k`; in a
+/// binomial reduction tree (`ceil(lg P)` steps; at distance `2^i`, rank `r`
+/// with `r mod 2^(i+1) = 2^i` sends to `r - 2^i`), each receiver adds the
+/// incoming `k` pairs to its own and cuts the sum back to its top `k`
+/// (ties: lower index). Rank 0 ends with the global top-`k` set and sends
+/// it down the mirrored binomial broadcast tree, so every rank returns
+/// rank 0's bytes: bitwise identical. The binomial tree needs no power of
+/// two (Shi et al. assume one; SparDL notes gTopk only runs there).
+///
+/// Every cut stays in the `dropped` of the rank that made it, so the inputs
+/// sum to `result` plus all `dropped` (residual collection as in SparDL).
+/// Rank 0 is the busiest: `2 ceil(lg P)` rounds, receiving `ceil(lg P)`
+/// messages of `4 + k (4 + isize)` bytes when every rank has `k` entries,
+/// and sending as many (Table 1's `4 k lg P` words counts both).
+///
+/// # Errors
+/// [`Error::Disagreement`] (dimension, `k`), transport errors,
+/// [`Error::Corrupt`].
+pub fn gtopk<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    k: usize,
+) -> Result<Reduced<E>> {
+    let dim = v.dim();
+    agree(
+        t,
+        &[
+            ("algorithm", 6),
+            ("dimension", dim as u64),
+            ("element", E::CODE as u64),
+            ("k", k as u64),
+        ],
+    )?;
+    let start = t.traffic();
+    let (p, r) = (t.size(), t.rank());
+    let read = |b: &[u8]| -> Result<SparseVec<E>> {
+        let mut rest = b;
+        let part = take_block::<E>(&mut rest, dim, 0, dim, "gtopk message")?;
+        if !rest.is_empty() || part.nnz() > k {
+            return Err(Error::corrupt(
+                "gtopk message",
+                format!("{} entries for k = {k}", part.nnz()),
+            ));
+        }
+        Ok(part)
+    };
+    let (mut acc, mut dropped) = split_topk(v, k);
+    let mut dist = 1;
+    while dist < p {
+        if r % (2 * dist) == dist {
+            let mut msg = Vec::new();
+            put_block(&mut msg, &acc);
+            t.send(r - dist, &msg)?;
+            break;
+        }
+        if r + dist < p {
+            let got = read(&t.recv(r + dist)?)?;
+            let (kept, cut) = split_topk(&acc.merge_sum(&got)?, k);
+            dropped = dropped.merge_sum(&cut)?;
+            acc = kept;
+        }
+        dist <<= 1;
+    }
+    // Broadcast down the same tree: a rank receives from the parent it sent
+    // to (r minus its lowest set bit), then serves its own children.
+    let low = if r == 0 {
+        p.next_power_of_two()
+    } else {
+        1 << r.trailing_zeros()
+    };
+    if r != 0 {
+        acc = read(&t.recv(r - low)?)?;
+    }
+    let mut msg = Vec::new();
+    put_block(&mut msg, &acc);
+    let mut dist = low / 2;
+    while dist >= 1 {
+        if r + dist < p {
+            t.send(r + dist, &msg)?;
+        }
+        dist /= 2;
+    }
+    Ok(Reduced {
+        result: acc,
+        dropped,
+        traffic: t.traffic().since(&start),
+    })
+}

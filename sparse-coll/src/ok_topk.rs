@@ -1,0 +1,266 @@
+//! Ok-Topk (Li and Hoefler, as SparDL's Table 1 and experiments use it):
+//! split and reduce over balanced regions, global selection by a reused
+//! threshold, then allgather.
+
+use crate::Transport;
+use crate::dense::bruck_allgather;
+use crate::sparse::{Reduced, agree, put_block, take_block};
+use sparse_core::stats::even_start;
+use sparse_core::{Element, Error, Result, SparseVec, abs_key};
+use std::marker::PhantomData;
+
+/// Ok-Topk with its state across calls: the local and global thresholds and
+/// the region boundaries, re-estimated every `period` calls (the first call
+/// included) and reused in between, which is what makes Ok-Topk cheap.
+///
+/// One call, on each rank:
+/// 1. **local selection**: the entries of the input whose magnitude reaches
+///    the local threshold (on a refresh call, the exact `k`-th largest
+///    magnitude of the input); the others go to `dropped`;
+/// 2. **balanced regions** (refresh calls): every rank states how many
+///    entries it selected and the `P - 1` indices that cut them into `P`
+///    equal parts; a Bruck allgather shares them and each boundary is the
+///    count-weighted mean of the ranks' cuts (integer arithmetic, so every
+///    rank gets the same boundaries). Region `j` is owned by rank `j`;
+/// 3. **split and reduce**: `P - 1` direct steps; at step `s` a rank sends
+///    its entries of region `r + s` to that region's owner; owners sum their
+///    region in rank order;
+/// 4. **global selection**: owners keep the entries of their region sum
+///    whose magnitude reaches the global threshold (on a refresh call, the
+///    exact `k`-th largest magnitude over all regions, found by a Bruck
+///    allgather of every owner's top-`k` magnitudes); the rest goes to the
+///    owner's `dropped`;
+/// 5. **allgather**: Bruck allgather of the selected region entries, which
+///    every rank concatenates in region order (bitwise identical).
+///
+/// The inputs sum to `result` plus all `dropped`. Ok-Topk balances the
+/// selected entries across ranks before a recursive-doubling allgatherv;
+/// Bruck's allgather takes blocks of any size in `ceil(lg P)` rounds for
+/// any `P`, so that balancing step is left out. Rounds: `(P - 1) +
+/// ceil(lg P)`, plus `2 ceil(lg P)` on refresh calls. How the regions are
+/// balanced and how the thresholds are re-estimated are this crate's
+/// choices (the papers here do not specify them).
+#[derive(Debug, Clone)]
+pub struct OkTopk<E> {
+    k: usize,
+    period: u64,
+    calls: u64,
+    local: u64,
+    global: u64,
+    bounds: Vec<usize>,
+    _element: PhantomData<E>,
+}
+
+/// The `k`-th largest magnitude key of `keys` (0 when there are fewer than
+/// `k`, so that everything is selected; above every key when `k == 0`).
+fn kth_key(mut keys: Vec<u64>, k: usize) -> u64 {
+    if k == 0 {
+        return u64::MAX;
+    }
+    if keys.len() < k {
+        return 0;
+    }
+    let (_, kth, _) = keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+    *kth
+}
+
+/// The entries of `v` whose magnitude key reaches `th`, and the rest.
+fn above<E: Element>(v: &SparseVec<E>, th: u64) -> (SparseVec<E>, SparseVec<E>) {
+    let (mut a, mut b) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    for (i, x) in v.iter() {
+        let side = if abs_key(x) >= th { &mut a } else { &mut b };
+        side.0.push(i);
+        side.1.push(x);
+    }
+    (
+        SparseVec::new_unchecked(v.dim(), a.0, a.1),
+        SparseVec::new_unchecked(v.dim(), b.0, b.1),
+    )
+}
+
+impl<E: Element> OkTopk<E> {
+    /// Ok-Topk selecting about `k` entries, re-estimating its thresholds and
+    /// regions every `period` calls.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `period == 0`.
+    pub fn new(k: usize, period: u64) -> Result<Self> {
+        if period == 0 {
+            return Err(Error::InvalidParameter {
+                name: "period",
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(Self {
+            k,
+            period,
+            calls: 0,
+            local: 0,
+            global: 0,
+            bounds: Vec::new(),
+            _element: PhantomData,
+        })
+    }
+
+    /// The region boundaries in use (`P + 1` of them, from 0 to the
+    /// dimension); empty before the first call.
+    pub fn bounds(&self) -> &[usize] {
+        &self.bounds
+    }
+
+    /// Whether the next call re-estimates thresholds and regions.
+    pub fn refreshes_next(&self) -> bool {
+        self.calls % self.period == 0
+    }
+
+    fn balance<T: Transport + ?Sized>(&mut self, t: &mut T, sel: &SparseVec<E>) -> Result<()> {
+        let (p, dim) = (t.size(), sel.dim());
+        let n = sel.nnz();
+        let mut msg = (n as u64).to_le_bytes().to_vec();
+        for j in 1..p {
+            msg.extend_from_slice(
+                &sel.indices()
+                    .get(j * n / p)
+                    .copied()
+                    .unwrap_or(0)
+                    .to_le_bytes(),
+            );
+        }
+        let all = bruck_allgather(t, &msg)?;
+        let mut total = 0u128;
+        let mut sums = vec![0u128; p];
+        for b in &all {
+            if b.len() != 8 + 4 * (p - 1) {
+                return Err(Error::corrupt("ok-topk boundaries", "wrong length"));
+            }
+            let c = u64::from_le_bytes(b[..8].try_into().expect("8 bytes")) as u128;
+            total += c;
+            for (j, w) in b[8..].chunks_exact(4).enumerate() {
+                let cut = u32::from_le_bytes(w.try_into().expect("4 bytes")) as u128;
+                if cut as usize >= dim.max(1) {
+                    return Err(Error::corrupt("ok-topk boundaries", "cut out of range"));
+                }
+                sums[j + 1] += c * cut;
+            }
+        }
+        self.bounds = (0..=p)
+            .map(|j| match j {
+                0 => 0,
+                j if j == p => dim,
+                j if total == 0 => even_start(j, dim, p),
+                j => (sums[j] / total) as usize,
+            })
+            .collect();
+        Ok(())
+    }
+
+    fn global_threshold<T: Transport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        region: &SparseVec<E>,
+    ) -> Result<()> {
+        let keys: Vec<u64> = region.values().iter().map(|&x| abs_key(x)).collect();
+        let mut top = keys.clone();
+        if top.len() > self.k {
+            let th = kth_key(keys, self.k);
+            top.retain(|&x| x >= th);
+            top.sort_unstable_by(|a, b| b.cmp(a));
+            top.truncate(self.k);
+        }
+        let mut msg = Vec::with_capacity(top.len() * E::BYTES);
+        for key in &top {
+            msg.extend_from_slice(&key.to_le_bytes()[..E::BYTES]);
+        }
+        let all = bruck_allgather(t, &msg)?;
+        let mut union = Vec::new();
+        for b in &all {
+            if b.len() % E::BYTES != 0 {
+                return Err(Error::corrupt("ok-topk magnitudes", "ragged length"));
+            }
+            union.extend(b.chunks_exact(E::BYTES).map(|c| {
+                let mut w = [0u8; 8];
+                w[..E::BYTES].copy_from_slice(c);
+                u64::from_le_bytes(w)
+            }));
+        }
+        self.global = kth_key(union, self.k);
+        Ok(())
+    }
+
+    /// One Ok-Topk allreduce of `v`.
+    ///
+    /// # Errors
+    /// [`Error::Disagreement`] (dimension, `k`, period, or a rank whose
+    /// state is out of step), transport errors, [`Error::Corrupt`].
+    pub fn allreduce<T: Transport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        v: &SparseVec<E>,
+    ) -> Result<Reduced<E>> {
+        let dim = v.dim();
+        agree(
+            t,
+            &[
+                ("algorithm", 7),
+                ("dimension", dim as u64),
+                ("element", E::CODE as u64),
+                ("k", self.k as u64),
+                ("period", self.period),
+                ("call", self.calls),
+            ],
+        )?;
+        let start = t.traffic();
+        let (p, r) = (t.size(), t.rank());
+        let refresh = self.refreshes_next() || self.bounds.len() != p + 1;
+        if refresh {
+            self.local = kth_key(v.values().iter().map(|&x| abs_key(x)).collect(), self.k);
+        }
+        let (sel, mut dropped) = above(v, self.local);
+        if refresh {
+            self.balance(t, &sel)?;
+        }
+        let bounds = self.bounds.clone();
+        let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
+        let mut parts: Vec<SparseVec<E>> = vec![SparseVec::zeros(dim)?; p];
+        parts[r] = sel.restrict(region(r).0, region(r).1);
+        for s in 1..p {
+            let (to, from) = ((r + s) % p, (r + p - s) % p);
+            let mut msg = Vec::new();
+            put_block(&mut msg, &sel.restrict(region(to).0, region(to).1));
+            let got = t.exchange(to, &msg, from)?;
+            let mut rest: &[u8] = &got;
+            parts[from] = take_block(&mut rest, dim, region(r).0, region(r).1, "ok-topk piece")?;
+            if !rest.is_empty() {
+                return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
+            }
+        }
+        let mut sum = SparseVec::zeros(dim)?;
+        for part in &parts {
+            sum = sum.merge_sum(part)?;
+        }
+        if refresh {
+            self.global_threshold(t, &sum)?;
+        }
+        let (chosen, cut) = above(&sum, self.global);
+        dropped = dropped.merge_sum(&cut)?;
+        let mut msg = Vec::new();
+        put_block(&mut msg, &chosen);
+        let all = bruck_allgather(t, &msg)?;
+        let (mut idx, mut val) = (Vec::new(), Vec::new());
+        for (q, b) in all.iter().enumerate() {
+            let mut rest: &[u8] = b;
+            let part = take_block::<E>(&mut rest, dim, region(q).0, region(q).1, "ok-topk block")?;
+            if !rest.is_empty() {
+                return Err(Error::corrupt("ok-topk block", "trailing bytes"));
+            }
+            idx.extend_from_slice(part.indices());
+            val.extend_from_slice(part.values());
+        }
+        self.calls += 1;
+        Ok(Reduced {
+            result: SparseVec::new_unchecked(dim, idx, val),
+            dropped,
+            traffic: t.traffic().since(&start),
+        })
+    }
+}

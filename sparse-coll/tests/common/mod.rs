@@ -1,0 +1,89 @@
+//! Inputs, oracle and runner shared by the collective tests.
+#![allow(dead_code)]
+
+use sparse_coll::{Reduced, ThreadCluster, ThreadTransport, Transport};
+use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
+use sparse_core::{Result, SparseVec};
+
+/// The rank counts every collective is tested with.
+pub const RANKS: [usize; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17];
+
+/// Per-rank inputs: integer values; every third rank contributes nothing.
+pub fn inputs(
+    p: usize,
+    dim: usize,
+    density: f64,
+    overlap: f64,
+    skew: bool,
+    seed: u64,
+) -> Vec<SparseVec<f32>> {
+    let spec = GradientSpec {
+        overlap,
+        skew: skew.then_some(Skew {
+            partitions: 4.min(dim),
+            ratio: 3.0f64.min(4.min(dim) as f64),
+        }),
+        values: ValueDist::Integer { max: 100 },
+        ..GradientSpec::new(dim, density, seed)
+    };
+    let mut v = spec.generate::<f32>(p).expect("feasible spec");
+    for (r, x) in v.iter_mut().enumerate() {
+        if r % 3 == 2 {
+            *x = SparseVec::zeros(dim).unwrap();
+        }
+    }
+    v
+}
+
+/// Runs `f` on `p` thread ranks, rank `r` on `inputs[r]`.
+pub fn run<F>(p: usize, inputs: &[SparseVec<f32>], f: F) -> Vec<Reduced<f32>>
+where
+    F: Fn(&mut ThreadTransport, &SparseVec<f32>) -> Result<Reduced<f32>> + Sync,
+{
+    ThreadCluster::new(p)
+        .run(|t| f(t, &inputs[t.rank()]))
+        .into_iter()
+        .map(|r| r.expect("rank succeeded"))
+        .collect()
+}
+
+/// The dense sum of the inputs.
+pub fn oracle(inputs: &[SparseVec<f32>]) -> Vec<f32> {
+    let mut sum = vec![0.0f32; inputs[0].dim()];
+    for v in inputs {
+        v.add_to_dense(&mut sum);
+    }
+    sum
+}
+
+/// The values of `v` as bits, for bitwise comparisons.
+pub fn bits(v: &SparseVec<f32>) -> Vec<u32> {
+    v.values().iter().map(|x| x.to_bits()).collect()
+}
+
+/// Asserts the contract of a lossy allreduce on integer-valued inputs:
+/// every rank holds the same result, bit for bit, and the inputs sum
+/// exactly to the result plus every rank's `dropped`.
+pub fn assert_conserved(ins: &[SparseVec<f32>], out: &[Reduced<f32>], ctx: &str) {
+    let mut total = out[0].result.to_dense();
+    for (r, red) in out.iter().enumerate() {
+        assert_eq!(
+            red.result.indices(),
+            out[0].result.indices(),
+            "{ctx} rank {r}: same pattern as rank 0"
+        );
+        assert_eq!(
+            bits(&red.result),
+            bits(&out[0].result),
+            "{ctx} rank {r}: bitwise identical"
+        );
+        red.dropped.add_to_dense(&mut total);
+    }
+    let want = oracle(ins);
+    if let Some(i) = (0..want.len()).find(|&i| total[i] != want[i]) {
+        panic!(
+            "{ctx}: coordinate {i}: result + all dropped = {}, inputs sum to {}",
+            total[i], want[i]
+        );
+    }
+}

@@ -1,0 +1,363 @@
+//! The lossy sparse allreduces (gTopk, Ok-Topk, SparDL with R-SAG and
+//! B-SAG) on the thread transport: the conservation identity on
+//! integer-valued inputs (exact), bitwise identical results, budgets kept,
+//! brute-force oracles for what is selected, and traffic equal to the
+//! formulas for each input.
+
+mod common;
+use common::{RANKS, assert_conserved, inputs, oracle, run};
+use sparse_coll::{
+    OkTopk, Reduced, SpardlBsag, ThreadCluster, Transport, gtopk, spardl, spardl_rsag,
+};
+use sparse_core::stats::{even_len, even_start};
+use sparse_core::{Error, SparseVec, cost};
+
+/// `(dim, density, overlap, k)` cases: sparse and dense, k = 0 included.
+const CASES: [(usize, f64, f64, usize); 4] = [
+    (1000, 0.05, 0.5, 20),
+    (10_007, 0.01, 0.0, 33),
+    (97, 0.3, 1.0, 5),
+    (500, 0.02, 0.2, 0),
+];
+
+/// Every rank holds every coordinate (non-zero), so every block is full.
+fn full_inputs(p: usize, dim: usize) -> Vec<SparseVec<f32>> {
+    (0..p)
+        .map(|r| {
+            let d: Vec<f32> = (0..dim)
+                .map(|i| {
+                    (((i * 7 + r * 13) % 23) as f32 + 1.0) * if i % 3 == 0 { -1.0 } else { 1.0 }
+                })
+                .collect();
+            SparseVec::from_dense(&d).unwrap()
+        })
+        .collect()
+}
+
+fn ceil_lg(p: usize) -> u64 {
+    (usize::BITS - (p - 1).leading_zeros()) as u64
+}
+
+#[test]
+fn gtopk_conserves_the_sum_and_keeps_k() {
+    for p in RANKS {
+        for (dim, density, overlap, k) in CASES {
+            for skew in [false, true] {
+                let ins = inputs(p, dim, density, overlap, skew, (p * 7 + dim + k) as u64);
+                let out = run(p, &ins, |t, v| gtopk(t, v, k));
+                let ctx = format!("gtopk P={p} dim={dim} k={k} skew={skew}");
+                assert_conserved(&ins, &out, &ctx);
+                assert!(out[0].result.nnz() <= k, "{ctx}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gtopk_with_room_for_everything_is_lossless() {
+    for p in RANKS {
+        let ins = inputs(p, 300, 0.05, 0.3, false, 4);
+        for red in run(p, &ins, |t, v| gtopk(t, v, 300)) {
+            assert_eq!(red.result.to_dense(), oracle(&ins), "P={p}");
+            assert_eq!(red.dropped.nnz(), 0, "P={p}");
+        }
+    }
+}
+
+#[test]
+fn gtopk_traffic_matches_table_1() {
+    for p in RANKS {
+        let k = 10;
+        let out = run(p, &full_inputs(p, 200), |t, v| gtopk(t, v, k));
+        // Rank 0 receives ceil(lg P) messages of k pairs (4-byte count
+        // each) and sends as many down the broadcast tree.
+        let t0 = out[0].traffic;
+        let lg = ceil_lg(p);
+        assert_eq!(t0.bytes_recv, lg * (4 + 8 * k as u64), "P={p}");
+        assert_eq!(t0.bytes_sent, lg * (4 + 8 * k as u64), "P={p}");
+        assert_eq!(t0.rounds as f64, cost::gtopk(p, k).rounds, "P={p}");
+        assert_eq!(
+            (t0.bytes_recv + t0.bytes_sent) as f64,
+            cost::gtopk(p, k).bytes() + 8.0 * lg as f64,
+            "P={p}: Table 1's 4 k lg P words, sent and received"
+        );
+        for red in &out {
+            assert!(red.traffic.rounds <= 2 * lg);
+            assert!(red.traffic.bytes_recv <= t0.bytes_recv);
+        }
+    }
+}
+
+/// The `k`-th largest magnitude of `xs` (0 when there are fewer).
+fn kth_abs(xs: impl Iterator<Item = f32>, k: usize) -> f32 {
+    let mut m: Vec<f32> = xs.map(f32::abs).collect();
+    m.sort_by(|a, b| b.total_cmp(a));
+    if k == 0 {
+        f32::INFINITY
+    } else {
+        m.get(k - 1).copied().unwrap_or(0.0)
+    }
+}
+
+#[test]
+fn ok_topk_first_call_is_exact_against_a_brute_force_oracle() {
+    for p in RANKS {
+        for (dim, density, overlap, k) in CASES {
+            let ins = inputs(p, dim, density, overlap, true, (p + dim) as u64);
+            let out: Vec<(Reduced<f32>, Vec<usize>)> = ThreadCluster::new(p)
+                .run(|t| {
+                    let mut ok = OkTopk::new(k, 4)?;
+                    let red = ok.allreduce(t, &ins[t.rank()])?;
+                    Ok((red, ok.bounds().to_vec()))
+                })
+                .into_iter()
+                .map(|r| r.unwrap())
+                .collect();
+            let ctx = format!("ok-topk P={p} dim={dim} k={k}");
+            let reds: Vec<Reduced<f32>> = out.iter().map(|o| o.0.clone()).collect();
+            assert_conserved(&ins, &reds, &ctx);
+            let bounds = &out[0].1;
+            assert!(out.iter().all(|o| &o.1 == bounds), "{ctx}: same regions");
+            assert_eq!((bounds[0], bounds[p]), (0, dim));
+            // Local selection: each rank's entries reaching its k-th magnitude.
+            let sel: Vec<SparseVec<f32>> = ins
+                .iter()
+                .map(|v| {
+                    let th = kth_abs(v.values().iter().copied(), k);
+                    let (i, x): (Vec<u32>, Vec<f32>) =
+                        v.iter().filter(|(_, x)| x.abs() >= th).unzip();
+                    SparseVec::new(dim, i, x).unwrap()
+                })
+                .collect();
+            let mut sum = SparseVec::zeros(dim).unwrap();
+            for s in &sel {
+                sum = sum.merge_sum(s).unwrap();
+            }
+            // Global selection: the summed entries reaching the k-th magnitude.
+            let th = kth_abs(sum.values().iter().copied(), k);
+            let (i, x): (Vec<u32>, Vec<f32>) = sum.iter().filter(|(_, x)| x.abs() >= th).unzip();
+            assert_eq!(out[0].0.result, SparseVec::new(dim, i, x).unwrap(), "{ctx}");
+            // Traffic, from the inputs and the regions alone.
+            let region = |q: usize, v: &SparseVec<f32>| {
+                v.indices()
+                    .iter()
+                    .filter(|&&i| (bounds[q]..bounds[q + 1]).contains(&(i as usize)))
+                    .count() as u64
+            };
+            let (pu, ku) = (p as u64, k as u64);
+            for (r, (red, _)) in out.iter().enumerate() {
+                let others = (0..p).filter(|&q| q != r);
+                let split: u64 = others.clone().map(|q| 4 + 8 * region(r, &sel[q])).sum();
+                let cuts = (pu - 1) * (4 + 8 + 4 * (pu - 1));
+                let mags: u64 = others
+                    .clone()
+                    .map(|q| 4 + 4 * region(q, &sum).min(ku))
+                    .sum();
+                let gather: u64 = others.map(|q| 8 + 8 * region(q, &red.result)).sum();
+                assert_eq!(
+                    red.traffic.bytes_recv,
+                    split + cuts + mags + gather,
+                    "{ctx} rank {r}"
+                );
+                assert_eq!(red.traffic.rounds, (pu - 1) + 3 * ceil_lg(p), "{ctx}");
+            }
+        }
+    }
+}
+
+#[test]
+fn ok_topk_reuses_its_thresholds_between_refreshes() {
+    for p in [1usize, 3, 4, 7] {
+        let period = 3;
+        let calls: Vec<Vec<SparseVec<f32>>> = (0..7)
+            .map(|c| inputs(p, 2000, 0.05, 0.5, c % 2 == 0, 100 + c))
+            .collect();
+        let out: Vec<Vec<Reduced<f32>>> = ThreadCluster::new(p)
+            .run(|t| {
+                let mut ok = OkTopk::new(40, period)?;
+                calls
+                    .iter()
+                    .map(|ins| ok.allreduce(t, &ins[t.rank()]))
+                    .collect::<sparse_core::Result<Vec<_>>>()
+            })
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        for (c, ins) in calls.iter().enumerate() {
+            let reds: Vec<Reduced<f32>> = out.iter().map(|o| o[c].clone()).collect();
+            assert_conserved(ins, &reds, &format!("ok-topk P={p} call {c}"));
+            let extra = if c as u64 % period == 0 {
+                2 * ceil_lg(p)
+            } else {
+                0
+            };
+            for red in &reds {
+                assert_eq!(
+                    red.traffic.rounds,
+                    (p as u64 - 1) + ceil_lg(p) + extra,
+                    "P={p} call {c}: refresh calls add two allgathers"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn ok_topk_ranks_out_of_step_get_an_error() {
+    let out = ThreadCluster::new(3).run(|t| {
+        let v = SparseVec::<f32>::zeros(50)?;
+        let mut ok = OkTopk::new(5, 2)?;
+        if t.rank() == 1 {
+            // This rank's state runs one call ahead of the others'.
+            ok = ThreadCluster::new(1)
+                .run(|solo| {
+                    let mut ahead = ok.clone();
+                    ahead.allreduce(solo, &v).map(|_| ahead)
+                })
+                .pop()
+                .unwrap()?;
+        }
+        ok.allreduce(t, &v)
+    });
+    for r in out {
+        assert!(
+            matches!(r, Err(Error::Disagreement { what: "call", .. })),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn rsag_conserves_the_sum_and_keeps_shares() {
+    for p in RANKS {
+        for d in [1usize, 2, 4, 8].into_iter().filter(|d| p % d == 0) {
+            for (dim, density, overlap, k) in CASES {
+                let ins = inputs(p, dim, density, overlap, true, (p * 3 + d + k) as u64);
+                let out = run(p, &ins, |t, v| spardl_rsag(t, v, k, d));
+                let ctx = format!("r-sag P={p} d={d} dim={dim} k={k}");
+                assert_conserved(&ins, &out, &ctx);
+                let m = p / d;
+                for j in 0..m {
+                    let (lo, len) = (even_start(j, dim, m), even_len(j, dim, m));
+                    let share = (k / m + usize::from(j < k % m)).min(len);
+                    let n = out[0]
+                        .result
+                        .indices()
+                        .iter()
+                        .filter(|&&i| (lo..lo + len).contains(&(i as usize)))
+                        .count();
+                    assert!(n <= share, "{ctx} block {j}: {n} > {share}");
+                }
+                if d == 1 {
+                    let plain = run(p, &ins, |t, v| spardl(t, v, k));
+                    assert_eq!(out[0].result, plain[0].result, "{ctx}: d = 1 is SparDL");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rsag_traffic_matches_eq_5() {
+    for p in RANKS {
+        for d in [1usize, 2, 4, 8, 16].into_iter().filter(|d| p % d == 0) {
+            let (k, m) = (4 * p, p / d);
+            let out = run(p, &full_inputs(p, 64 * p + 3), |t, v| {
+                spardl_rsag(t, v, k, d)
+            });
+            let model = cost::spardl_rsag(p, k, d);
+            let lgd = d.ilog2() as f64;
+            for red in &out {
+                // 4 bytes of count per block in every phase, plus Bruck's frame.
+                assert_eq!(
+                    red.traffic.bytes_recv as f64,
+                    model.bytes() + 12.0 * (m as f64 - 1.0) + 4.0 * lgd,
+                    "P={p} d={d}"
+                );
+                assert_eq!(red.traffic.rounds as f64, model.rounds, "P={p} d={d}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sag_rejects_team_counts_that_do_not_fit() {
+    for (p, d) in [(4usize, 3usize), (6, 4), (5, 2)] {
+        for r in ThreadCluster::new(p).run(|t| spardl_rsag(t, &SparseVec::<f32>::zeros(40)?, 4, d))
+        {
+            assert!(
+                matches!(r, Err(Error::InvalidParameter { name: "teams", .. })),
+                "P={p} d={d}: {r:?}"
+            );
+        }
+    }
+    for r in ThreadCluster::new(4)
+        .run(|t| SpardlBsag::new(4, 3)?.allreduce(t, &SparseVec::<f32>::zeros(40)?))
+    {
+        assert!(matches!(
+            r,
+            Err(Error::InvalidParameter { name: "teams", .. })
+        ));
+    }
+}
+
+#[test]
+fn bsag_conserves_the_sum_over_calls() {
+    for p in RANKS {
+        for d in (1..=p).filter(|d| p % d == 0 && *d <= 6) {
+            let k = 30;
+            let calls: Vec<Vec<SparseVec<f32>>> = (0..4)
+                .map(|c| inputs(p, 1500, 0.04, 0.4, c % 2 == 1, (p * 11 + d + c) as u64))
+                .collect();
+            let out: Vec<Vec<(Reduced<f32>, f64)>> = ThreadCluster::new(p)
+                .run(|t| {
+                    let mut b = SpardlBsag::new(k, d)?;
+                    let mut v = Vec::new();
+                    for ins in &calls {
+                        let red = b.allreduce(t, &ins[t.rank()])?;
+                        v.push((red, b.h().unwrap()));
+                    }
+                    Ok(v)
+                })
+                .into_iter()
+                .map(|r| r.unwrap())
+                .collect();
+            let m = p / d;
+            for (c, ins) in calls.iter().enumerate() {
+                let reds: Vec<Reduced<f32>> = out.iter().map(|o| o[c].0.clone()).collect();
+                assert_conserved(ins, &reds, &format!("b-sag P={p} d={d} call {c}"));
+                for (w, o) in out.iter().enumerate() {
+                    let share = (k / m + usize::from(w % m < k % m)) as f64;
+                    let h = o[c].1;
+                    assert!(
+                        h >= share / d as f64 - 1e-9 && h <= share + 1e-9,
+                        "P={p} d={d} rank {w} call {c}: h = {h} outside [L/d, L]"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bsag_first_call_meets_its_lower_bound() {
+    for p in RANKS {
+        for d in (1..=p).filter(|d| p % d == 0) {
+            // P divides k: the first h is k / P = L / d, a whole number.
+            let (k, m) = (4 * p, p / d);
+            let out = run(p, &full_inputs(p, 64 * p + 3), |t, v| {
+                SpardlBsag::new(k, d)?.allreduce(t, v)
+            });
+            let model = cost::spardl_bsag(p, k, d).lo;
+            let framing = 4 * (m - 1) + 8 * (d - 1) + 8 * (m - 1);
+            for red in &out {
+                assert_eq!(
+                    red.traffic.bytes_recv as f64,
+                    model.bytes() + framing as f64,
+                    "P={p} d={d}"
+                );
+                assert_eq!(red.traffic.rounds as f64, model.rounds, "P={p} d={d}");
+            }
+        }
+    }
+}
