@@ -41,6 +41,10 @@ cargo bench --workspace --no-run
 step "sparse-bench smoke run"
 cargo run --quiet -p bench --bin sparse-bench -- encode --n 100000 --density 0.01 --min-ms 1 --json >/dev/null
 cargo run --quiet -p bench --bin sparse-bench -- select --n 100000 --density 0.01 --min-ms 1 --json >/dev/null
+rows=$(cargo run --quiet -p bench --bin sparse-bench -- allreduce --ranks 5 --n 100000 --density 0.01 --reps 1 --json)
+for field in algo ranks n nnz bytes_recv_max bytes_sent_max rounds model_bytes ms dense_ms max_abs_err lossless; do
+    [ "$(grep -c "\"$field\":" <<<"$rows")" -eq 14 ] || { echo "allreduce JSON rows lack $field"; exit 1; }
+done
 
 echo
 echo "all checks passed"

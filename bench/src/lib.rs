@@ -5,6 +5,7 @@
 //! baseline, because the machines it runs on are noisy: ratios are the
 //! figures to read.
 
+pub mod allreduce;
 pub mod encode;
 pub mod select;
 

@@ -223,14 +223,19 @@ impl Algorithm {
     /// Zen's way of choosing between its schemes from the densification
     /// ratio, applied to every algorithm:
     /// - TopkA: Table 1 with the mean `k`; SSAR_Recursive_double,
-    ///   SSAR_Split_allgather, TopkDSA, Ok-Topk and SparDL with B-SAG:
-    ///   their bounds (SparCML sec. 5.3, SparDL Table 1) with the mean `k`;
+    ///   SSAR_Split_allgather, Ok-Topk and SparDL with B-SAG: their bounds
+    ///   (SparCML sec. 5.3, SparDL Table 1) with the mean `k`;
+    /// - TopkDSA: SSAR_Split_allgather's words capped by DSAR's (each
+    ///   partition travels sparse or dense, whichever is smaller; Table 1's
+    ///   upper bound assumes a dense result), in the rounds of
+    ///   [`crate::topk_dsa`];
     /// - DSAR: the dense allgather plus the split phase at this overlap;
     /// - Zen's Balanced Parallelism: Eq. 1 at this densification ratio, in
     ///   `2 (P - 1)` rounds;
     /// - OmniReduce blocks: the blocks a uniform input of this density
     ///   touches, pushed and pulled in `2 (P - 1)` rounds;
-    /// - gTopk, SparDL and SparDL with R-SAG: Table 1 and Eq. 3, 5.
+    /// - gTopk, SparDL and SparDL with R-SAG: Table 1 and Eq. 3, 5 (gTopk's
+    ///   `4 k lg P` counts the root's words sent and received).
     pub fn model(&self, prof: &Profile) -> Cost {
         let (p, n) = (prof.p, prof.n);
         let k = prof.k_avg();
@@ -239,7 +244,19 @@ impl Algorithm {
         }
         match *self {
             Self::TopkA => cost::topk_a(p, k),
-            Self::TopkDsa => prof.within(cost::topk_dsa(p, n, k)),
+            Self::TopkDsa => {
+                // Each partition travels sparse or dense, whichever is
+                // smaller: SSAR_Split_allgather's words, capped by DSAR's.
+                let sparse = prof.within(cost::ssar_split_allgather(p, k)).words;
+                let dense = prof.within(cost::dsar_split_allgather(p, n, k, None)).words;
+                let rounds = (p - 1) as f64
+                    + if p.is_power_of_two() {
+                        ceil_log2(p) as f64
+                    } else {
+                        floor_log2(p) as f64 + 2.0
+                    };
+                Cost::new(rounds, sparse.min(dense))
+            }
             Self::SsarRecursiveDouble => {
                 let rounds = if p.is_power_of_two() {
                     ceil_log2(p) as f64

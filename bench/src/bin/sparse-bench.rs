@@ -2,6 +2,7 @@
 //! layer of the stack on synthetic gradients and prints a table (or JSON
 //! lines with `--json`), with its baselines measured in the same run.
 
+use bench::allreduce::{self, AllreduceArgs, AllreduceReport};
 use bench::encode::{self, EncodeArgs};
 use bench::print_table;
 use bench::select::{self, SelectArgs};
@@ -65,6 +66,46 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Every sparse allreduce on the same synthetic gradients, against the
+    /// dense ring allreduce measured in the same run.
+    Allreduce {
+        /// Transport the ranks talk over.
+        #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
+        transport: TransportKind,
+        /// Ranks (threads of this process).
+        #[arg(long, default_value_t = 8)]
+        ranks: usize,
+        /// Dimension of the gradient.
+        #[arg(long, default_value_t = 1 << 20)]
+        n: usize,
+        /// Fraction of non-zeros per rank, in (0, 1]; also k / n for the
+        /// lossy algorithms.
+        #[arg(long, default_value_t = 0.001)]
+        density: f64,
+        /// Fraction of each rank's indices shared by all ranks, in [0, 1].
+        #[arg(long, default_value_t = 0.5)]
+        overlap: f64,
+        /// Only these algorithms (repeat the flag, or separate with commas);
+        /// `auto` is the planner. All when absent.
+        #[arg(long, value_delimiter = ',')]
+        algo: Vec<String>,
+        /// Seed of the gradients.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Timed calls per algorithm, after one warm-up call.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Print one JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Transports `--transport` can name.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum TransportKind {
+    /// Ranks as threads of this process.
+    Threads,
 }
 
 /// Backends `--backend` can name.
@@ -113,6 +154,29 @@ fn main() -> ExitCode {
             },
             json,
         ),
+        Some(Command::Allreduce {
+            transport,
+            ranks,
+            n,
+            density,
+            overlap,
+            algo,
+            seed,
+            reps,
+            json,
+        }) => run_allreduce(
+            transport,
+            &AllreduceArgs {
+                ranks,
+                n,
+                density,
+                overlap,
+                algos: algo,
+                seed,
+                reps,
+            },
+            json,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -146,7 +210,106 @@ fn run_default() -> sparse_core::Result<()> {
             min_time,
         },
         false,
+    )?;
+    bench::out!();
+    run_allreduce(
+        TransportKind::Threads,
+        &AllreduceArgs {
+            ranks: 4,
+            n: 1 << 18,
+            density: 0.01,
+            overlap: 0.5,
+            algos: Vec::new(),
+            seed: 1,
+            reps: 3,
+        },
+        false,
     )
+}
+
+fn run_allreduce(
+    transport: TransportKind,
+    a: &AllreduceArgs,
+    json: bool,
+) -> sparse_core::Result<()> {
+    let rep = match transport {
+        TransportKind::Threads => allreduce::run_threads(a)?,
+    };
+    print_allreduce("threads", &rep, json);
+    Ok(())
+}
+
+fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
+    let prof = &rep.profile;
+    if json {
+        for r in &rep.rows {
+            let obj = serde_json::json!({
+                "bench": "allreduce", "transport": transport, "algo": r.algo, "teams": r.teams,
+                "chose": r.chose, "ranks": prof.p, "n": prof.n, "nnz": prof.k_max,
+                "nnz_sum": prof.k_sum, "union": prof.union, "result_nnz": r.result_nnz,
+                "bytes_recv_max": r.bytes_recv_max, "bytes_sent_max": r.bytes_sent_max,
+                "msgs_max": r.msgs_max, "rounds": r.rounds, "model_bytes": r.model_bytes,
+                "ms": r.ms, "dense_ms": rep.dense_ms, "vs_dense": r.ms / rep.dense_ms,
+                "dense_bytes_recv_max": rep.dense_bytes_recv_max,
+                "max_abs_err": r.max_abs_err, "lossless": r.lossless,
+            });
+            bench::out!("{obj}");
+        }
+        return;
+    }
+    bench::out!(
+        "allreduce: transport {transport}, {} ranks, n = {}, up to {} non-zeros per rank, union {}; dense ring allreduce in this run: {:.3} ms, {} bytes received by the busiest rank",
+        prof.p,
+        prof.n,
+        prof.k_max,
+        prof.union,
+        rep.dense_ms,
+        rep.dense_bytes_recv_max
+    );
+    let table: Vec<Vec<String>> = rep
+        .rows
+        .iter()
+        .map(|r| {
+            let name = match (&r.chose, r.teams) {
+                (Some(c), _) => format!("auto -> {c}"),
+                (None, d) if r.algo.starts_with("spardl_") => format!("{} d={d}", r.algo),
+                _ => r.algo.clone(),
+            };
+            vec![
+                name,
+                r.result_nnz.to_string(),
+                r.bytes_recv_max.to_string(),
+                r.bytes_sent_max.to_string(),
+                r.msgs_max.to_string(),
+                r.rounds.to_string(),
+                format!("{:.0}", r.model_bytes),
+                format!("{:.3}", r.ms),
+                format!("{:.3}", r.ms / rep.dense_ms),
+                format!("{:.2e}", r.max_abs_err),
+                if r.lossless {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "algo",
+            "result_nnz",
+            "recv_max",
+            "sent_max",
+            "msgs",
+            "rounds",
+            "model_bytes",
+            "ms",
+            "x_dense",
+            "max_err",
+            "lossless",
+        ],
+        &table,
+    );
 }
 
 fn run_encode(a: EncodeArgs, json: bool) -> sparse_core::Result<()> {

@@ -1,0 +1,329 @@
+//! `sparse-bench allreduce`: every sparse allreduce on the same synthetic
+//! gradients, with the dense ring allreduce measured in the same run, the
+//! traffic each rank counted, the cost model's bytes for the same input and
+//! the error against the dense oracle.
+
+use crate::Progress;
+use sparse_coll::{Algorithm, Allreduce, Auto, Profile, Reduced, Traffic, Transport, dense};
+use sparse_core::testing::generate::{GradientSpec, ValueDist};
+use sparse_core::{Error, Result, SparseVec};
+use std::time::{Duration, Instant};
+
+/// Parameters of the allreduce benchmark.
+#[derive(Debug, Clone)]
+pub struct AllreduceArgs {
+    /// Ranks.
+    pub ranks: usize,
+    /// Dimension.
+    pub n: usize,
+    /// Fraction of non-zeros per rank; also `k / n` for the lossy ones.
+    pub density: f64,
+    /// Fraction of each rank's indices drawn from a set shared by all.
+    pub overlap: f64,
+    /// Only the algorithms of these names (all when empty); `auto` is the
+    /// planner.
+    pub algos: Vec<String>,
+    /// Seed of the gradients.
+    pub seed: u64,
+    /// Timed calls per algorithm (after one untimed warm-up call).
+    pub reps: usize,
+}
+
+/// One row: an algorithm's traffic, time and error.
+#[derive(Debug, Clone)]
+pub struct AllreduceRow {
+    /// Algorithm name.
+    pub algo: String,
+    /// Teams (SparDL with SAG), else 1.
+    pub teams: usize,
+    /// For `auto`, the algorithm it ran.
+    pub chose: Option<String>,
+    /// Whether the algorithm is lossless.
+    pub lossless: bool,
+    /// Entries of the result.
+    pub result_nnz: usize,
+    /// The most bytes any rank received.
+    pub bytes_recv_max: u64,
+    /// The most bytes any rank sent.
+    pub bytes_sent_max: u64,
+    /// The most messages (sent plus received) of any rank.
+    pub msgs_max: u64,
+    /// The most rounds of any rank.
+    pub rounds: u64,
+    /// The cost model's bytes received by the busiest rank for this input.
+    pub model_bytes: f64,
+    /// Median over the timed calls of the slowest rank's milliseconds.
+    pub ms: f64,
+    /// Largest difference from the dense oracle, over all coordinates.
+    pub max_abs_err: f64,
+}
+
+/// Rows plus the input's profile and the dense baseline.
+#[derive(Debug, Clone)]
+pub struct AllreduceReport {
+    /// The input: ranks, dimension, entries.
+    pub profile: Profile,
+    /// Median ms of the dense ring allreduce in this run.
+    pub dense_ms: f64,
+    /// Bytes the busiest rank received in the dense ring allreduce.
+    pub dense_bytes_recv_max: u64,
+    /// One row per algorithm.
+    pub rows: Vec<AllreduceRow>,
+}
+
+/// Network constants the `auto` row plans with: 5 us per message and
+/// 10 GB/s (4e-10 s per 32-bit word).
+pub const AUTO_ALPHA: f64 = 5e-6;
+/// See [`AUTO_ALPHA`].
+pub const AUTO_BETA: f64 = 4e-10;
+
+/// The algorithms of a run on `p` ranks with budget `k`: every one of
+/// [`Algorithm::NAMES`], with 2 teams for R-SAG (1 when `P` is odd) and the
+/// smallest divisor above 1 of `P` for B-SAG.
+pub fn algorithms(p: usize, k: usize) -> Vec<(Algorithm, usize)> {
+    let rsag = if p % 2 == 0 { 2 } else { 1 };
+    let bsag = (2..=p).find(|d| p % d == 0).unwrap_or(1);
+    Algorithm::NAMES
+        .iter()
+        .map(|&name| {
+            let d = match name {
+                "spardl_rsag" => rsag,
+                "spardl_bsag" => bsag,
+                _ => 1,
+            };
+            (Algorithm::from_name(name, k, d).expect("known name"), d)
+        })
+        .collect()
+}
+
+/// What one rank measured for one algorithm.
+#[derive(Debug, Clone)]
+pub struct RankMeasure {
+    /// The last call's result (stateful algorithms and `auto` settle over
+    /// calls; the warm-up call profiles and refreshes).
+    pub reduced: Reduced<f32>,
+    /// For `auto`, the algorithm it ran.
+    pub chose: Option<Algorithm>,
+    /// Wall time of each timed call.
+    pub times: Vec<Duration>,
+}
+
+/// One rank's part of the benchmark, on any transport: for each algorithm
+/// (and `auto` when `with_auto`), one warm-up call, then `reps` timed
+/// calls, each started after `barrier`; the last call's result and traffic
+/// are kept.
+/// Returns the measures and the dense ring's (times, traffic).
+///
+/// # Errors
+/// The algorithms' and the transport's errors.
+pub fn run_rank<T: Transport + ?Sized>(
+    t: &mut T,
+    v: &SparseVec<f32>,
+    algos: &[(Algorithm, usize)],
+    with_auto: bool,
+    reps: usize,
+    barrier: &dyn Fn(&mut T) -> Result<()>,
+) -> Result<(Vec<RankMeasure>, Vec<Duration>, Traffic)> {
+    let mut out = Vec::new();
+    let timed = |t: &mut T, f: &mut dyn FnMut(&mut T) -> Result<Reduced<f32>>| -> Result<_> {
+        let mut last = f(t)?;
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            barrier(t)?;
+            let start = Instant::now();
+            last = f(t)?;
+            times.push(start.elapsed());
+        }
+        Ok((last, times))
+    };
+    for &(algo, _) in algos {
+        let mut runner = Allreduce::new(algo)?;
+        let (reduced, times) = timed(t, &mut |t| runner.run(t, v))?;
+        out.push(RankMeasure {
+            reduced,
+            chose: None,
+            times,
+        });
+    }
+    if with_auto {
+        let mut auto = Auto::lossless(AUTO_ALPHA, AUTO_BETA)?;
+        let (reduced, times) = timed(t, &mut |t| auto.allreduce(t, v))?;
+        out.push(RankMeasure {
+            reduced,
+            chose: auto.last_choice(),
+            times,
+        });
+    }
+    let dense_in = v.to_dense();
+    barrier(t)?;
+    let before = t.traffic();
+    dense::ring_allreduce(t, &dense_in)?;
+    let dense_traffic = t.traffic().since(&before);
+    let mut dense_times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        barrier(t)?;
+        let start = Instant::now();
+        dense::ring_allreduce(t, &dense_in)?;
+        dense_times.push(start.elapsed());
+    }
+    Ok((out, dense_times, dense_traffic))
+}
+
+/// The synthetic gradients of a run, one per rank (normal values).
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for an infeasible density and overlap.
+pub fn inputs(a: &AllreduceArgs) -> Result<Vec<SparseVec<f32>>> {
+    if !(a.density > 0.0 && a.density <= 1.0) {
+        return Err(Error::invalid(
+            "density",
+            format!("{} not in (0, 1]", a.density),
+        ));
+    }
+    if a.ranks == 0 || a.reps == 0 {
+        return Err(Error::invalid("ranks, reps", "must be at least 1"));
+    }
+    GradientSpec {
+        overlap: a.overlap,
+        values: ValueDist::Normal { std: 1.0 },
+        ..GradientSpec::new(a.n, a.density, a.seed)
+    }
+    .generate::<f32>(a.ranks)
+}
+
+/// The selected algorithms (by `a.algos`) and whether `auto` is among them.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for an unknown name.
+pub fn selection(a: &AllreduceArgs, k: usize) -> Result<(Vec<(Algorithm, usize)>, bool)> {
+    let all = algorithms(a.ranks, k);
+    for name in &a.algos {
+        if name != "auto" && !Algorithm::NAMES.contains(&name.as_str()) {
+            Algorithm::from_name(name, k, 1)?;
+        }
+    }
+    let want = |name: &str| a.algos.is_empty() || a.algos.iter().any(|x| x == name);
+    Ok((
+        all.into_iter().filter(|(x, _)| want(x.name())).collect(),
+        want("auto"),
+    ))
+}
+
+/// Combines every rank's measures into rows: traffic maxima over ranks,
+/// the median over calls of the slowest rank's time, the error of rank 0's
+/// last result against the dense oracle (results are identical on every rank,
+/// which is checked here too).
+///
+/// # Errors
+/// [`Error::Disagreement`] if two ranks hold different results.
+pub fn report(
+    ins: &[SparseVec<f32>],
+    algos: &[(Algorithm, usize)],
+    per_rank: &[(Vec<RankMeasure>, Vec<Duration>, Traffic)],
+) -> Result<AllreduceReport> {
+    let p = ins.len();
+    let n = ins[0].dim();
+    let mut oracle = vec![0.0f64; n];
+    let mut union = vec![false; n];
+    for v in ins {
+        for (i, x) in v.iter() {
+            oracle[i as usize] += x as f64;
+            union[i as usize] = true;
+        }
+    }
+    let profile = Profile {
+        p,
+        n,
+        value_bytes: 4,
+        k_max: ins.iter().map(SparseVec::nnz).max().unwrap_or(0),
+        k_sum: ins.iter().map(SparseVec::nnz).sum(),
+        union: union.iter().filter(|&&u| u).count(),
+    };
+    let mut rows = Vec::new();
+    let names: Vec<(Option<Algorithm>, usize)> = algos
+        .iter()
+        .map(|&(a, d)| (Some(a), d))
+        .chain((per_rank[0].0.len() > algos.len()).then_some((None, 1)))
+        .collect();
+    for (i, &(algo, teams)) in names.iter().enumerate() {
+        let m = |r: usize| &per_rank[r].0[i];
+        let first = &m(0).reduced.result;
+        for r in 1..p {
+            if m(r).reduced.result != *first {
+                return Err(Error::Disagreement {
+                    what: "result",
+                    detail: format!("rank {r} differs from rank 0"),
+                });
+            }
+        }
+        let traffic: Vec<Traffic> = (0..p).map(|r| m(r).reduced.traffic).collect();
+        let dense = first.to_dense();
+        let max_abs_err = dense
+            .iter()
+            .zip(&oracle)
+            .map(|(&a, &b)| (a as f64 - b).abs())
+            .fold(0.0, f64::max);
+        let chose = m(0).chose;
+        let modelled = algo.or(chose).expect("auto ran an algorithm");
+        rows.push(AllreduceRow {
+            algo: algo.map_or("auto", |a| a.name()).to_string(),
+            teams,
+            chose: chose.map(|a| a.name().to_string()),
+            lossless: modelled.lossless(),
+            result_nnz: first.nnz(),
+            bytes_recv_max: traffic.iter().map(|t| t.bytes_recv).max().unwrap_or(0),
+            bytes_sent_max: traffic.iter().map(|t| t.bytes_sent).max().unwrap_or(0),
+            msgs_max: traffic
+                .iter()
+                .map(|t| t.msgs_sent + t.msgs_recv)
+                .max()
+                .unwrap_or(0),
+            rounds: traffic.iter().map(|t| t.rounds).max().unwrap_or(0),
+            model_bytes: modelled.model(&profile).bytes(),
+            ms: slowest(&(0..p).map(|r| m(r).times.as_slice()).collect::<Vec<_>>()),
+            max_abs_err,
+        });
+    }
+    Ok(AllreduceReport {
+        profile,
+        dense_ms: slowest(&per_rank.iter().map(|x| x.1.as_slice()).collect::<Vec<_>>()),
+        dense_bytes_recv_max: per_rank.iter().map(|x| x.2.bytes_recv).max().unwrap_or(0),
+        rows,
+    })
+}
+
+/// The median over calls of the slowest rank's time, in milliseconds.
+fn slowest(per_rank: &[&[Duration]]) -> f64 {
+    let reps = per_rank[0].len();
+    let mut per_call: Vec<Duration> = (0..reps)
+        .map(|c| per_rank.iter().map(|t| t[c]).max().unwrap_or_default())
+        .collect();
+    per_call.sort_unstable();
+    per_call[per_call.len() / 2].as_secs_f64() * 1e3
+}
+
+/// The benchmark on the thread transport: `ranks` threads in this process.
+///
+/// # Errors
+/// Invalid parameters; the algorithms' errors.
+pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
+    let ins = inputs(a)?;
+    let k = ins[0].nnz().max(1);
+    let (algos, with_auto) = selection(a, k)?;
+    let barrier = std::sync::Barrier::new(a.ranks);
+    let bar = std::sync::Mutex::new(Progress::new(a.ranks as u64, "ranks done"));
+    let per_rank = sparse_coll::ThreadCluster::new(a.ranks)
+        .timeout(Duration::from_secs(120))
+        .run(|t| {
+            let res = run_rank(t, &ins[t.rank()], &algos, with_auto, a.reps, &|_| {
+                barrier.wait();
+                Ok(())
+            });
+            bar.lock().expect("progress lock").inc();
+            res
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    bar.into_inner().expect("progress lock").finish();
+    report(&ins, &algos, &per_rank)
+}
