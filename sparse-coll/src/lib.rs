@@ -33,6 +33,26 @@
 //! # Ok::<(), sparse_core::Error>(())
 //! ```
 
+//! Any algorithm by name, with the state it keeps across calls:
+//!
+//! ```
+//! use sparse_coll::{Algorithm, Allreduce, ThreadCluster, Transport};
+//! use sparse_core::SparseVec;
+//!
+//! // Four ranks, each with two entries of a 1000-dimensional gradient.
+//! let results = ThreadCluster::new(4).run(|t| {
+//!     let r = t.rank() as u32;
+//!     let v = SparseVec::new(1000, vec![r, 500 + r], vec![1.0f32, 2.0])?;
+//!     Allreduce::new(Algorithm::Spardl { k: 4 })?.run(t, &v)
+//! });
+//! for r in results {
+//!     let red = r?;
+//!     // result + every rank's dropped = the exact sum (global residual collection).
+//!     assert!(red.result.nnz() <= 4);
+//! }
+//! # Ok::<(), sparse_core::Error>(())
+//! ```
+
 pub mod dense;
 mod group;
 mod gtopk;
