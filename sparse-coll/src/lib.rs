@@ -63,6 +63,8 @@ mod spardl;
 pub mod sparse;
 mod split_allgather;
 mod ssar;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod thread;
 mod topk_a;
 mod transport;

@@ -361,3 +361,32 @@ fn bsag_first_call_meets_its_lower_bound() {
         }
     }
 }
+
+#[test]
+fn ranks_that_disagree_on_k_or_teams_all_get_an_error() {
+    for name in ["gtopk", "ok_topk", "spardl", "spardl_rsag", "spardl_bsag"] {
+        for p in [2usize, 4] {
+            let out = ThreadCluster::new(p).run(|t| {
+                let k = if t.rank() == 1 { 7 } else { 8 };
+                let algo = sparse_coll::Algorithm::from_name(name, k, 2)?;
+                sparse_coll::Allreduce::new(algo)?.run(t, &SparseVec::<f32>::zeros(100)?)
+            });
+            for (r, res) in out.iter().enumerate() {
+                assert!(
+                    matches!(res, Err(Error::Disagreement { what: "k", .. })),
+                    "{name} P={p} rank {r}: {res:?}"
+                );
+            }
+        }
+    }
+    let out = ThreadCluster::new(4).run(|t| {
+        let d = if t.rank() == 3 { 4 } else { 2 };
+        spardl_rsag(t, &SparseVec::<f32>::zeros(100)?, 8, d)
+    });
+    for res in out {
+        assert!(
+            matches!(res, Err(Error::Disagreement { what: "teams", .. })),
+            "{res:?}"
+        );
+    }
+}

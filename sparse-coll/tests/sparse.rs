@@ -1,4 +1,5 @@
-//! Sparse allreduces on the thread transport, P = 1..=9, 16, 17: results
+//! Sparse allreduces on the thread transport, beyond the collective suite
+//! (`tests/suite.rs`): results
 //! against the dense oracle (exact on integer-valued inputs), bitwise
 //! identical on every rank, nothing dropped by lossless algorithms, traffic
 //! equal to the papers' formulas, and disagreeing ranks all erroring.
@@ -13,7 +14,7 @@ use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
-use sparse_core::{Error, Result, SparseVec, Stream, cost};
+use sparse_core::{Error, Result, SparseVec, cost};
 use std::sync::Arc;
 
 mod common;
@@ -47,56 +48,6 @@ const LOSSLESS: [(&str, Algo); 7] = [
     ("ssar_split_allgather", ssar_split_allgather::<_, f32>),
     ("dsar_split_allgather", dsar_plain),
 ];
-
-#[test]
-fn lossless_algorithms_equal_the_oracle_on_every_rank() {
-    for p in RANKS {
-        for (dim, density) in [(1usize, 1.0), (97, 0.05), (1000, 0.01), (10_007, 0.02)] {
-            for overlap in [0.0, 0.5, 1.0] {
-                for skew in [false, true] {
-                    // One coordinate: every rank holds it (full overlap).
-                    let (density, overlap) = if dim == 1 {
-                        (1.0, 1.0)
-                    } else {
-                        (density, overlap)
-                    };
-                    let ins = inputs(
-                        p,
-                        dim,
-                        density,
-                        overlap,
-                        skew && dim > 4,
-                        (p * 31 + dim) as u64,
-                    );
-                    let want = oracle(&ins);
-                    for (name, f) in LOSSLESS {
-                        let out = run(p, &ins, f);
-                        for (r, red) in out.iter().enumerate() {
-                            let ctx = format!(
-                                "{name} P={p} dim={dim} overlap={overlap} skew={skew} rank {r}"
-                            );
-                            assert_eq!(red.result.to_dense(), want, "{ctx}");
-                            assert_eq!(red.dropped.nnz(), 0, "{ctx}: lossless drops nothing");
-                            assert_eq!(
-                                red.result.indices(),
-                                out[0].result.indices(),
-                                "{ctx}: same pattern as rank 0"
-                            );
-                            let bits = |v: &SparseVec<f32>| {
-                                v.values().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
-                            };
-                            assert_eq!(
-                                bits(&red.result),
-                                bits(&out[0].result),
-                                "{ctx}: bitwise identical to rank 0"
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
 
 #[test]
 fn topk_a_traffic_is_exact() {
@@ -223,124 +174,6 @@ fn disagreeing_ranks_all_get_an_error() {
             ..
         })
     )));
-}
-
-/// Bytes of partition `q`'s reduced block in the allgather phase of the
-/// split-allgather family: a dense stream (1 tag + 4 per value) or a sparse
-/// one (1 tag + 4 nnz + 8 per pair), whichever the union of the inputs'
-/// indices in that partition gives.
-fn partition_block_bytes(ins: &[SparseVec<f32>], q: usize, dense: bool) -> usize {
-    let (p, dim) = (ins.len(), ins[0].dim());
-    let range = even_start(q, dim, p)..even_start(q, dim, p) + even_len(q, dim, p);
-    let mut union: Vec<u32> = ins
-        .iter()
-        .flat_map(|v| {
-            v.indices()
-                .iter()
-                .copied()
-                .filter(|&i| range.contains(&(i as usize)))
-        })
-        .collect();
-    union.sort_unstable();
-    union.dedup();
-    if dense || union.len() > Stream::<f32>::delta(range.len()) {
-        1 + 4 * range.len()
-    } else {
-        5 + 8 * union.len()
-    }
-}
-
-/// Bytes rank `r` receives in SSAR/DSAR_Split_allgather, computed from the
-/// inputs alone: the split phase brings each other rank's entries of this
-/// rank's partition (1 tag + 4 nnz + 8 per pair), the allgather each other
-/// partition's block plus Bruck's 4-byte frame.
-fn split_bytes(ins: &[SparseVec<f32>], r: usize, dense: bool) -> u64 {
-    let (p, dim) = (ins.len(), ins[0].dim());
-    let range = |q: usize| even_start(q, dim, p)..even_start(q, dim, p) + even_len(q, dim, p);
-    let in_range = |v: &SparseVec<f32>, q: usize| {
-        v.indices()
-            .iter()
-            .filter(|&&i| range(q).contains(&(i as usize)))
-            .count()
-    };
-    let split: usize = (0..p)
-        .filter(|&q| q != r)
-        .map(|q| 5 + 8 * in_range(&ins[q], r))
-        .sum();
-    let gather: usize = (0..p)
-        .filter(|&q| q != r)
-        .map(|q| 4 + partition_block_bytes(ins, q, dense))
-        .sum();
-    (split + gather) as u64
-}
-
-#[test]
-fn topk_dsa_traffic_is_exact() {
-    for p in RANKS {
-        let pp = 1usize << p.ilog2();
-        let rem = p - pp;
-        for (dim, density, overlap) in [(1000usize, 0.02, 0.5), (300, 0.3, 1.0)] {
-            let ins = inputs(p, dim, density, overlap, false, 11 + p as u64);
-            for (r, red) in run(p, &ins, topk_dsa::<_, f32>).iter().enumerate() {
-                // The split phase and every framed block from the others, as
-                // in SSAR_Split_allgather; MPICH's fold changes the edges:
-                // a folded rank gets back every block (its own too), its
-                // odd partner got the folded rank's block without a frame.
-                let (bytes, rounds) = match (r < 2 * rem, r % 2 == 0) {
-                    (true, true) => (
-                        split_bytes(&ins, r, false)
-                            + 4
-                            + partition_block_bytes(&ins, r, false) as u64,
-                        (p - 1) + 2,
-                    ),
-                    (true, false) => (
-                        split_bytes(&ins, r, false) - 4,
-                        (p - 1) + 2 + pp.ilog2() as usize,
-                    ),
-                    _ => (split_bytes(&ins, r, false), (p - 1) + pp.ilog2() as usize),
-                };
-                let ctx = format!("P={p} dim={dim} rank {r}");
-                assert_eq!(red.traffic.bytes_recv, bytes, "{ctx}");
-                assert_eq!(red.traffic.rounds, rounds as u64, "{ctx}");
-            }
-            // No rank takes more rounds than Table 1's P + 2 lg P.
-            let busiest = run(p, &ins, topk_dsa::<_, f32>)
-                .iter()
-                .map(|red| red.traffic.rounds)
-                .max();
-            assert!(busiest.unwrap() as f64 <= cost::topk_dsa(p, dim, 1).lo.rounds);
-        }
-    }
-}
-
-#[test]
-fn split_allgather_traffic_is_exact() {
-    for p in RANKS {
-        for (dim, density, overlap) in [
-            (1000usize, 0.02, 0.5),
-            (10_007, 0.001, 0.0),
-            (300, 0.3, 1.0),
-        ] {
-            let ins = inputs(p, dim, density, overlap, false, 5 + p as u64);
-            for (dense, f) in [
-                (false, ssar_split_allgather::<_, f32> as Algo),
-                (true, dsar_plain),
-            ] {
-                for (r, red) in run(p, &ins, f).iter().enumerate() {
-                    assert_eq!(
-                        red.traffic.bytes_recv,
-                        split_bytes(&ins, r, dense),
-                        "dense={dense} P={p} dim={dim} rank {r}"
-                    );
-                    assert_eq!(
-                        red.traffic.rounds as f64,
-                        cost::ssar_split_allgather(p, 1).lo.rounds,
-                        "P={p}: (P - 1) + ceil(lg P) rounds"
-                    );
-                }
-            }
-        }
-    }
 }
 
 #[test]
