@@ -3,7 +3,7 @@
 
 use crate::Transport;
 use crate::spardl::split_topk;
-use crate::sparse::{Reduced, agree, put_block, take_block};
+use crate::sparse::{Id, Reduced, agree, put_block, take_block};
 use sparse_core::{Element, Error, Result, SparseVec};
 
 /// gTopk for any `P`: every rank cuts its input to its top `k`; in a
@@ -33,7 +33,7 @@ pub fn gtopk<T: Transport + ?Sized, E: Element>(
     agree(
         t,
         &[
-            ("algorithm", 6),
+            ("algorithm", Id::Gtopk as u64),
             ("dimension", dim as u64),
             ("element", E::CODE as u64),
             ("k", k as u64),

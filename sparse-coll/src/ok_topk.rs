@@ -4,7 +4,7 @@
 
 use crate::Transport;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Reduced, agree, put_block, take_block};
+use crate::sparse::{Id, Reduced, agree, put_block, take_block};
 use sparse_core::stats::even_start;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 use std::marker::PhantomData;
@@ -201,7 +201,7 @@ impl<E: Element> OkTopk<E> {
         agree(
             t,
             &[
-                ("algorithm", 7),
+                ("algorithm", Id::OkTopk as u64),
                 ("dimension", dim as u64),
                 ("element", E::CODE as u64),
                 ("k", self.k as u64),

@@ -4,7 +4,7 @@
 //! h-adjustment.
 
 use crate::dense::bruck_allgather;
-use crate::sparse::{Reduced, agree, put_block, take_block};
+use crate::sparse::{Id, Reduced, agree, put_block, take_block};
 use crate::{Group, Transport};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
@@ -189,7 +189,7 @@ pub fn spardl<T: Transport + ?Sized, E: Element>(
     agree(
         t,
         &[
-            ("algorithm", 5),
+            ("algorithm", Id::Spardl as u64),
             ("dimension", dim as u64),
             ("element", E::CODE as u64),
             ("k", k as u64),
@@ -268,7 +268,7 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
     agree(
         t,
         &[
-            ("algorithm", 8),
+            ("algorithm", Id::SpardlRsag as u64),
             ("dimension", dim as u64),
             ("element", E::CODE as u64),
             ("k", k as u64),
@@ -429,7 +429,7 @@ impl SpardlBsag {
         agree(
             t,
             &[
-                ("algorithm", 9),
+                ("algorithm", Id::SpardlBsag as u64),
                 ("dimension", dim as u64),
                 ("element", E::CODE as u64),
                 ("k", k as u64),

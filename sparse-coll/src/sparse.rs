@@ -21,6 +21,24 @@ pub struct Reduced<E> {
     pub traffic: Traffic,
 }
 
+/// The algorithm identifiers the entry check compares: distinct by
+/// construction.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Id {
+    TopkA = 1,
+    SsarRecursiveDouble,
+    SsarSplitAllgather,
+    DsarSplitAllgather,
+    Spardl,
+    ZenBalancedParallelism,
+    OmniReduceBlocks,
+    SpardlRsag,
+    SpardlBsag,
+    TopkDsa,
+    Gtopk,
+    OkTopk,
+}
+
 /// Checks that every rank calls the same collective with the same
 /// parameters (`fields`: name and value). Every rank learns every rank's
 /// values (a Bruck allgather of a few bytes), so all ranks return the same

@@ -2,7 +2,7 @@
 
 use crate::Transport;
 use crate::dense::{bruck_allgather, recursive_doubling_allgather};
-use crate::sparse::{Reduced, agree, decode_stream, encode_stream};
+use crate::sparse::{Id, Reduced, agree, decode_stream, encode_stream};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::stats::{even_len, even_start};
@@ -25,7 +25,7 @@ fn shift<E: Element>(v: &SparseVec<E>, lo: usize, dim: usize) -> SparseVec<E> {
 
 /// How the reduced partitions travel in the allgather phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Phase {
+pub(crate) enum Phase {
     /// Sparse streams (SSAR: the result is expected to stay sparse; a
     /// partition that fills in still switches to dense past delta).
     Sparse,
@@ -35,19 +35,19 @@ enum Phase {
 
 /// The allgather of the reduced partitions.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Gather {
+pub(crate) enum Gather {
     /// Bruck: `ceil(lg P)` rounds for any `P` (SparCML's choice here).
     Bruck,
     /// Recursive doubling with MPICH's fold (TopkDSA as SparDL runs it).
     RecursiveDoubling,
 }
 
-fn split_allgather<T: Transport + ?Sized, E: Element>(
+pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     phase: Phase,
     gather: Gather,
-    id: u64,
+    id: Id,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
     let qbits = match phase {
@@ -57,7 +57,7 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
     agree(
         t,
         &[
-            ("algorithm", id),
+            ("algorithm", id as u64),
             ("dimension", dim as u64),
             ("element", E::CODE as u64),
             ("quantization", qbits),
@@ -153,7 +153,7 @@ pub fn ssar_split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    split_allgather(t, v, Phase::Sparse, Gather::Bruck, 3)
+    split_allgather(t, v, Phase::Sparse, Gather::Bruck, Id::SsarSplitAllgather)
 }
 
 /// DSAR_Split_allgather: the split phase of [`ssar_split_allgather`], then
@@ -170,27 +170,11 @@ pub fn dsar_split_allgather<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     qsgd: Option<QsgdParams>,
 ) -> Result<Reduced<E>> {
-    split_allgather(t, v, Phase::Dense(qsgd), Gather::Bruck, 4)
-}
-
-/// TopkDSA, the dynamic sparse allreduce of Renggli et al. (SparCML) as
-/// SparDL's Table 1 and experiments run it: the split phase of
-/// [`ssar_split_allgather`] (`P - 1` direct steps; each owner sums its
-/// partition), then a recursive-doubling allgather
-/// ([`crate::dense::recursive_doubling_allgather`]) of the partitions, each
-/// a sparse stream that turns dense past delta, so the allgather moves
-/// between `2k (P - 1) / P` and `n (P - 1) / P` words. Lossless.
-///
-/// Rounds: `(P - 1) + lg P` for a power of two; otherwise MPICH's fold adds
-/// two rounds for the folded ranks. Table 1's `P + 2 lg P` also counts the
-/// exchange of sizes that `MPI_Allgatherv` needs first; here each block
-/// carries its length, so that exchange is not needed.
-///
-/// # Errors
-/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
-pub fn topk_dsa<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-) -> Result<Reduced<E>> {
-    split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, 10)
+    split_allgather(
+        t,
+        v,
+        Phase::Dense(qsgd),
+        Gather::Bruck,
+        Id::DsarSplitAllgather,
+    )
 }

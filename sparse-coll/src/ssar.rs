@@ -2,7 +2,7 @@
 
 use crate::Transport;
 use crate::dense::Fold;
-use crate::sparse::{Reduced, agree, decode_stream, encode_stream, stream_to_sparse};
+use crate::sparse::{Id, Reduced, agree, decode_stream, encode_stream, stream_to_sparse};
 use sparse_core::{Element, Result, SparseVec, Stream};
 
 /// SSAR_Recursive_double: in round `t` ranks `2^(t-1)` apart exchange their
@@ -29,7 +29,7 @@ pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
     agree(
         t,
         &[
-            ("algorithm", 2),
+            ("algorithm", Id::SsarRecursiveDouble as u64),
             ("dimension", dim as u64),
             ("element", E::CODE as u64),
         ],

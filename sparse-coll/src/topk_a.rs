@@ -3,7 +3,7 @@
 
 use crate::Transport;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Reduced, agree, put_pairs, read_pairs};
+use crate::sparse::{Id, Reduced, agree, put_pairs, read_pairs};
 use sparse_core::{Element, Result, SparseVec};
 
 /// TopkA: each rank's `(indices, values)`, packed behind a 4-byte length
@@ -23,7 +23,7 @@ pub fn topk_a<T: Transport + ?Sized, E: Element>(
     agree(
         t,
         &[
-            ("algorithm", 1),
+            ("algorithm", Id::TopkA as u64),
             ("dimension", v.dim() as u64),
             ("element", E::CODE as u64),
         ],

@@ -140,3 +140,37 @@ fn profiles_place_inputs_between_full_and_no_overlap() {
     let c = Algorithm::SsarRecursiveDouble.model(&prof(25));
     assert_eq!(c.words, 0.5 * (2.0 * 10.0 * 2.0) + 0.5 * (2.0 * 10.0 * 3.0));
 }
+
+#[test]
+fn ranks_running_different_algorithms_all_get_an_error() {
+    for a in Algorithm::NAMES {
+        for b in Algorithm::NAMES {
+            // dsar_qsgd is dsar_split_allgather with quantization: it
+            // disagrees on the quantization, not on the algorithm.
+            if a == b || (a.starts_with("dsar") && b.starts_with("dsar")) {
+                continue;
+            }
+            let out = ThreadCluster::new(2).run(|t| {
+                let name = if sparse_coll::Transport::rank(t) == 0 {
+                    a
+                } else {
+                    b
+                };
+                let algo = Algorithm::from_name(name, 8, 2)?;
+                Allreduce::new(algo)?.run(t, &SparseVec::<f32>::zeros(64)?)
+            });
+            for res in out {
+                assert!(
+                    matches!(
+                        res,
+                        Err(sparse_core::Error::Disagreement {
+                            what: "algorithm",
+                            ..
+                        })
+                    ),
+                    "{a} vs {b}: {res:?}"
+                );
+            }
+        }
+    }
+}
