@@ -8,10 +8,10 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 # --- System packages -------------------------------------------------------
-# Packages the checks need. Nothing yet: the MPI and Vulkan-kernel stages
-# (issues 5 and 6) add theirs here (libmpich-dev mpich libclang-dev,
-# mesa-vulkan-drivers libvulkan1). apt-get update runs only when one is missing.
-required_pkgs=()
+# Packages the checks need: MPICH and libclang (bindgen) for the MPI
+# transport. The Vulkan-kernel stage (issue 6) adds mesa-vulkan-drivers and
+# libvulkan1. apt-get update runs only when one is missing.
+required_pkgs=(libmpich-dev mpich libclang-dev)
 need_pkgs=()
 for pkg in "${required_pkgs[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
@@ -34,6 +34,13 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo test (unit, integration, doc)"
 cargo test --workspace
+
+# The MPI transport: clippy on the feature, then the collective suite under
+# mpiexec -n 1..5, disagreement and abort-on-panic (tests/mpi.rs launches
+# mpiexec with MPIEXEC_TIMEOUT and checks the world size and per-rank lines).
+step "MPI: clippy and tests under mpiexec"
+cargo clippy -p sparse-coll --features mpi,testing --all-targets -- -D warnings
+cargo test -p sparse-coll --features mpi,testing --test mpi
 
 step "cargo bench --no-run"
 cargo bench --workspace --no-run

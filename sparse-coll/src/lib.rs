@@ -56,6 +56,8 @@
 pub mod dense;
 mod group;
 mod gtopk;
+#[cfg(feature = "mpi")]
+mod mpi_transport;
 mod ok_topk;
 mod omnireduce;
 mod plan;
@@ -74,6 +76,8 @@ mod zen;
 
 pub use group::Group;
 pub use gtopk::gtopk;
+#[cfg(feature = "mpi")]
+pub use mpi_transport::MpiTransport;
 pub use ok_topk::OkTopk;
 pub use omnireduce::omnireduce_blocks;
 pub use plan::{Algorithm, Allreduce, Auto, Profile};

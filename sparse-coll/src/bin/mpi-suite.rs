@@ -1,0 +1,98 @@
+//! The collective suite under MPI: run it with `mpiexec -n P mpi-suite
+//! MODE`. Rank 0 prints `world size P`; every rank prints one `OK` line.
+//!
+//! Modes:
+//! - `suite`: `sparse_coll::testing::collective_suite` on `MPI_COMM_WORLD`;
+//! - `disagree`: rank 1 passes another dimension; every rank must get
+//!   `Error::Disagreement`;
+//! - `panic`: the last rank panics in the middle of a SparDL allreduce; the
+//!   panic hook must end the job (non-zero exit) at once.
+
+use sparse_coll::testing::collective_suite;
+use sparse_coll::{MpiTransport, Traffic, Transport, spardl, topk_a};
+use sparse_core::{Error, Result, SparseVec};
+
+/// A transport that panics at its `at`-th call.
+struct PanicAt<'a> {
+    inner: &'a mut MpiTransport,
+    calls: u64,
+    at: u64,
+}
+
+impl PanicAt<'_> {
+    fn tick(&mut self) {
+        self.calls += 1;
+        assert!(self.calls != self.at, "injected panic at call {}", self.at);
+    }
+}
+
+impl Transport for PanicAt<'_> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
+        self.tick();
+        self.inner.send(to, data)
+    }
+    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
+        self.tick();
+        self.inner.recv(from)
+    }
+    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
+        self.tick();
+        self.inner.exchange(to, data, from)
+    }
+    fn traffic(&self) -> Traffic {
+        self.inner.traffic()
+    }
+}
+
+fn main() {
+    let universe = mpi::initialize().expect("MPI initializes once");
+    MpiTransport::abort_on_panic();
+    let mut t = MpiTransport::new(universe.world());
+    let (r, p) = (t.rank(), t.size());
+    if r == 0 {
+        println!("world size {p}");
+    }
+    let mode = std::env::args().nth(1).unwrap_or_else(|| "suite".into());
+    match mode.as_str() {
+        "suite" => {
+            let runs = collective_suite(&mut t).expect("the suite runs");
+            println!("OK rank {r} of {p}: {runs} runs checked");
+        }
+        "disagree" => {
+            let dim = if r == 1 { 99 } else { 100 };
+            let res = topk_a(&mut t, &SparseVec::<f32>::zeros(dim).expect("dim"));
+            match res {
+                Err(Error::Disagreement {
+                    what: "dimension", ..
+                }) => {
+                    println!("OK rank {r} of {p}: disagreement reported")
+                }
+                other => panic!("rank {r}: expected a disagreement, got {other:?}"),
+            }
+        }
+        "panic" => {
+            let v = SparseVec::from_dense(&vec![1.0f32; 1000]).expect("dense");
+            // The agreement check takes ceil(lg P) calls: fail at the first
+            // call after it, inside Spar-Reduce-Scatter.
+            let lg = u64::from(usize::BITS - (p - 1).leading_zeros());
+            let at = if r == p - 1 { lg + 1 } else { u64::MAX };
+            let mut f = PanicAt {
+                inner: &mut t,
+                calls: 0,
+                at,
+            };
+            let res = spardl(&mut f, &v, 100);
+            println!(
+                "rank {r} of {p} finished: {:?}",
+                res.map(|x| x.result.nnz())
+            );
+        }
+        other => panic!("unknown mode {other:?}"),
+    }
+}

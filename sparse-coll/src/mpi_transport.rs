@@ -1,0 +1,125 @@
+//! The MPI transport (feature `mpi`): the same collectives over MPICH.
+
+use crate::{Traffic, TrafficCounter, Transport};
+use mpi::Tag;
+use mpi::point_to_point::{Destination, Source};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use sparse_core::{Error, Result};
+
+/// The tag of every message this transport sends: collectives on one
+/// communicator run one at a time, in the same order on every rank, and
+/// messages between two ranks arrive in the order they were sent (MPI's
+/// non-overtaking rule), which is all the [`Transport`] contract asks.
+const TAG: Tag = 0x5ca1;
+
+/// A [`Transport`] over an MPI communicator (usually `MPI_COMM_WORLD`).
+///
+/// Messages of any length, zero included, travel as `MPI_BYTE`s; a
+/// receive probes first (`MPI_Mprobe`), so sizes need not be known in
+/// advance. [`Transport::exchange`] posts a non-blocking send, then
+/// receives, then waits on the send, so rings and shifts never deadlock.
+/// Traffic is counted as on the thread transport.
+///
+/// MPI receives have no timeout: a rank that dies leaves its peers
+/// waiting. Programs therefore install [`MpiTransport::abort_on_panic`],
+/// which turns a panic on any rank into `MPI_Abort` of the whole job, and
+/// run under `mpiexec` with `MPIEXEC_TIMEOUT` as a backstop.
+pub struct MpiTransport {
+    comm: SimpleCommunicator,
+    counter: TrafficCounter,
+}
+
+impl std::fmt::Debug for MpiTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiTransport")
+            .field("rank", &self.comm.rank())
+            .field("size", &self.comm.size())
+            .field("traffic", &self.counter.traffic())
+            .finish()
+    }
+}
+
+impl MpiTransport {
+    /// A transport over `comm`.
+    pub fn new(comm: SimpleCommunicator) -> Self {
+        Self {
+            comm,
+            counter: TrafficCounter::default(),
+        }
+    }
+
+    /// The communicator, for MPI calls of the program's own (barriers,
+    /// `MPI_Allreduce` baselines, ...).
+    pub fn comm(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+
+    /// Installs a panic hook that prints the panic (as the default hook
+    /// does) and then calls `MPI_Abort` on `MPI_COMM_WORLD`, so that a rank
+    /// that fails ends the whole job with a non-zero status instead of
+    /// leaving the other ranks blocked in a receive.
+    pub fn abort_on_panic() {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            default(info);
+            eprintln!("sparse-coll: a rank panicked; calling MPI_Abort");
+            SimpleCommunicator::world().abort(101);
+        }));
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<i32> {
+        let size = self.comm.size() as usize;
+        if peer >= size {
+            return Err(Error::NoSuchRank { rank: peer, size });
+        }
+        Ok(peer as i32)
+    }
+
+    fn recv_raw(&mut self, from: i32) -> Vec<u8> {
+        let (msg, _status) = self
+            .comm
+            .process_at_rank(from)
+            .receive_vec_with_tag::<u8>(TAG);
+        self.counter.received(msg.len());
+        msg
+    }
+}
+
+impl Transport for MpiTransport {
+    fn rank(&self) -> usize {
+        self.comm.rank() as usize
+    }
+    fn size(&self) -> usize {
+        self.comm.size() as usize
+    }
+    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
+        let to = self.check_peer(to)?;
+        self.counter.round();
+        self.comm.process_at_rank(to).send_with_tag(data, TAG);
+        self.counter.sent(data.len());
+        Ok(())
+    }
+    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
+        let from = self.check_peer(from)?;
+        self.counter.round();
+        Ok(self.recv_raw(from))
+    }
+    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
+        let (to, from) = (self.check_peer(to)?, self.check_peer(from)?);
+        self.counter.round();
+        let got = mpi::request::scope(|scope| {
+            let req = self
+                .comm
+                .process_at_rank(to)
+                .immediate_send_with_tag(scope, data, TAG);
+            let got = self.recv_raw(from);
+            req.wait();
+            got
+        });
+        self.counter.sent(data.len());
+        Ok(got)
+    }
+    fn traffic(&self) -> Traffic {
+        self.counter.traffic()
+    }
+}

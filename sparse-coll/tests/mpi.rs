@@ -1,0 +1,64 @@
+//! The collective suite under `mpiexec` (features `mpi` and `testing`):
+//! each test launches the `mpi-suite` program on `n` ranks and checks the
+//! exit status, the world size it reports and one `OK` line per rank, so a
+//! binary started without the launcher (one rank) cannot pass for more.
+#![cfg(all(feature = "mpi", feature = "testing"))]
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn mpiexec(n: usize, mode: &str, timeout_s: u64) -> Output {
+    Command::new("mpiexec")
+        .env("MPIEXEC_TIMEOUT", timeout_s.to_string())
+        .args(["-n", &n.to_string(), env!("CARGO_BIN_EXE_mpi-suite"), mode])
+        .output()
+        .expect("mpiexec runs (install mpich)")
+}
+
+fn check_ok(n: usize, mode: &str, out: &Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ctx = format!(
+        "mpiexec -n {n} {mode}: {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{ctx}");
+    assert!(stdout.contains(&format!("world size {n}\n")), "{ctx}");
+    for r in 0..n {
+        assert_eq!(
+            stdout.matches(&format!("OK rank {r} of {n}")).count(),
+            1,
+            "{ctx}"
+        );
+    }
+}
+
+#[test]
+fn the_collective_suite_passes_on_1_to_5_ranks() {
+    for n in 1..=5 {
+        check_ok(n, "suite", &mpiexec(n, "suite", 300));
+    }
+}
+
+#[test]
+fn disagreeing_ranks_all_get_an_error() {
+    for n in [2usize, 3] {
+        check_ok(n, "disagree", &mpiexec(n, "disagree", 60));
+    }
+}
+
+#[test]
+fn a_panicking_rank_ends_the_job_within_5_seconds() {
+    for n in [2usize, 4] {
+        let start = Instant::now();
+        let out = mpiexec(n, "panic", 60);
+        let took = start.elapsed();
+        assert!(!out.status.success(), "n={n}: the job must fail");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("injected panic"),
+            "n={n}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(took < Duration::from_secs(5), "n={n}: took {took:?}");
+    }
+}
