@@ -39,7 +39,7 @@ cargo test --workspace
 # mpiexec -n 1..5, disagreement and abort-on-panic (tests/mpi.rs launches
 # mpiexec with MPIEXEC_TIMEOUT and checks the world size and per-rank lines).
 step "MPI: clippy and tests under mpiexec"
-cargo clippy -p sparse-coll --features mpi,testing --all-targets -- -D warnings
+cargo clippy -p sparse-coll -p bench --features sparse-coll/mpi,sparse-coll/testing,bench/mpi --all-targets -- -D warnings
 cargo test -p sparse-coll --features mpi,testing --test mpi
 
 step "cargo bench --no-run"
@@ -52,6 +52,26 @@ rows=$(cargo run --quiet -p bench --bin sparse-bench -- allreduce --ranks 5 --n 
 for field in algo ranks n nnz bytes_recv_max bytes_sent_max rounds model_bytes ms dense_ms max_abs_err lossless; do
     [ "$(grep -c "\"$field\":" <<<"$rows")" -eq 14 ] || { echo "allreduce JSON rows lack $field"; exit 1; }
 done
+
+# Last, because it rebuilds sparse-bench with the mpi feature: the MPI rows
+# must carry the same measured bytes as the thread transport's on the same
+# inputs, plus MPICH's own MPI_Allreduce.
+step "sparse-bench allreduce under mpiexec -n 2"
+args=(allreduce --n 100000 --density 0.01 --reps 1 --json)
+threads_rows=$(cargo run --quiet -p bench --bin sparse-bench -- "${args[@]}" --ranks 2)
+cargo build --quiet -p bench --features mpi --bin sparse-bench
+mpi_rows=$(MPIEXEC_TIMEOUT=120 mpiexec -n 2 target/debug/sparse-bench "${args[@]}" --transport mpi)
+python3 - "$threads_rows" "$mpi_rows" <<'PY'
+import json, sys
+threads = {r["algo"]: r for r in map(json.loads, sys.argv[1].splitlines())}
+mpi = {r["algo"]: r for r in map(json.loads, sys.argv[2].splitlines())}
+assert "mpi_allreduce" in mpi, "no mpi_allreduce row"
+assert all(r["ranks"] == 2 for r in mpi.values()), "world size is not 2"
+for algo, r in threads.items():
+    assert mpi[algo]["bytes_recv_max"] == r["bytes_recv_max"], (algo, mpi[algo], r)
+    assert mpi[algo]["rounds"] == r["rounds"], algo
+print(f"{len(mpi)} MPI rows; measured bytes equal the thread transport's")
+PY
 
 echo
 echo "all checks passed"

@@ -42,14 +42,15 @@ pub struct AllreduceRow {
     pub lossless: bool,
     /// Entries of the result.
     pub result_nnz: usize,
-    /// The most bytes any rank received.
-    pub bytes_recv_max: u64,
+    /// The most bytes any rank received (`None` where the library cannot
+    /// count them: MPI's own allreduce).
+    pub bytes_recv_max: Option<u64>,
     /// The most bytes any rank sent.
-    pub bytes_sent_max: u64,
+    pub bytes_sent_max: Option<u64>,
     /// The most messages (sent plus received) of any rank.
-    pub msgs_max: u64,
+    pub msgs_max: Option<u64>,
     /// The most rounds of any rank.
-    pub rounds: u64,
+    pub rounds: Option<u64>,
     /// The cost model's bytes received by the busiest rank for this input.
     pub model_bytes: f64,
     /// Median over the timed calls of the slowest rank's milliseconds.
@@ -209,17 +210,132 @@ pub fn selection(a: &AllreduceArgs, k: usize) -> Result<(Vec<(Algorithm, usize)>
     ))
 }
 
-/// Combines every rank's measures into rows: traffic maxima over ranks,
+/// What rank 0 needs of another rank's measure: small enough to gather
+/// from every rank of an MPI job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// Traffic of the last call.
+    pub traffic: Traffic,
+    /// Wall time of each timed call.
+    pub times: Vec<Duration>,
+    /// A digest of the last result (indices and value bits).
+    pub digest: u64,
+}
+
+impl Summary {
+    /// The summary of a measure.
+    pub fn of(m: &RankMeasure) -> Self {
+        Self {
+            traffic: m.reduced.traffic,
+            times: m.times.clone(),
+            digest: digest(&m.reduced.result),
+        }
+    }
+}
+
+/// FNV-1a over a result's dimension, indices and value bits.
+pub fn digest(v: &SparseVec<f32>) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let words = std::iter::once(v.dim() as u64)
+        .chain(v.indices().iter().map(|&i| u64::from(i)))
+        .chain(v.values().iter().map(|x| u64::from(x.to_bits())));
+    for w in words {
+        for b in w.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// One rank's summaries, the dense ring's times and traffic, as bytes.
+pub fn encode_summaries(s: &[Summary], dense_times: &[Duration], dense: Traffic) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut put = |x: u64| out.extend_from_slice(&x.to_le_bytes());
+    let traffic = |put: &mut dyn FnMut(u64), t: &Traffic| {
+        for x in [
+            t.bytes_sent,
+            t.bytes_recv,
+            t.msgs_sent,
+            t.msgs_recv,
+            t.rounds,
+        ] {
+            put(x);
+        }
+    };
+    put(s.len() as u64);
+    for m in s {
+        traffic(&mut put, &m.traffic);
+        put(m.digest);
+        put(m.times.len() as u64);
+        for t in &m.times {
+            put(t.as_nanos() as u64);
+        }
+    }
+    traffic(&mut put, &dense);
+    put(dense_times.len() as u64);
+    for t in dense_times {
+        put(t.as_nanos() as u64);
+    }
+    out
+}
+
+/// The inverse of [`encode_summaries`].
+///
+/// # Errors
+/// [`Error::Corrupt`] for bytes it did not write.
+pub fn decode_summaries(b: &[u8]) -> Result<(Vec<Summary>, Vec<Duration>, Traffic)> {
+    let mut words = b
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8")));
+    let mut next = || {
+        words
+            .next()
+            .ok_or_else(|| Error::corrupt("summaries", "truncated"))
+    };
+    let traffic = |next: &mut dyn FnMut() -> Result<u64>| -> Result<Traffic> {
+        Ok(Traffic {
+            bytes_sent: next()?,
+            bytes_recv: next()?,
+            msgs_sent: next()?,
+            msgs_recv: next()?,
+            rounds: next()?,
+        })
+    };
+    let count = next()? as usize;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let t = traffic(&mut next)?;
+        let digest = next()?;
+        let reps = next()? as usize;
+        let times = (0..reps)
+            .map(|_| next().map(Duration::from_nanos))
+            .collect::<Result<_>>()?;
+        out.push(Summary {
+            traffic: t,
+            times,
+            digest,
+        });
+    }
+    let dense = traffic(&mut next)?;
+    let reps = next()? as usize;
+    let dense_times = (0..reps)
+        .map(|_| next().map(Duration::from_nanos))
+        .collect::<Result<_>>()?;
+    Ok((out, dense_times, dense))
+}
+
+/// Combines every rank's summaries into rows: traffic maxima over ranks,
 /// the median over calls of the slowest rank's time, the error of rank 0's
-/// last result against the dense oracle (results are identical on every rank,
-/// which is checked here too).
+/// last result (`results`, with `auto`'s choice) against the dense oracle.
+/// Every rank's result digest must equal rank 0's.
 ///
 /// # Errors
 /// [`Error::Disagreement`] if two ranks hold different results.
 pub fn report(
     ins: &[SparseVec<f32>],
     algos: &[(Algorithm, usize)],
-    per_rank: &[(Vec<RankMeasure>, Vec<Duration>, Traffic)],
+    results: &[RankMeasure],
+    per_rank: &[(Vec<Summary>, Vec<Duration>, Traffic)],
 ) -> Result<AllreduceReport> {
     let p = ins.len();
     let n = ins[0].dim();
@@ -243,27 +359,22 @@ pub fn report(
     let names: Vec<(Option<Algorithm>, usize)> = algos
         .iter()
         .map(|&(a, d)| (Some(a), d))
-        .chain((per_rank[0].0.len() > algos.len()).then_some((None, 1)))
+        .chain((results.len() > algos.len()).then_some((None, 1)))
         .collect();
     for (i, &(algo, teams)) in names.iter().enumerate() {
         let m = |r: usize| &per_rank[r].0[i];
-        let first = &m(0).reduced.result;
-        for r in 1..p {
-            if m(r).reduced.result != *first {
+        let first = &results[i].reduced.result;
+        for r in 0..p {
+            if m(r).digest != digest(first) {
                 return Err(Error::Disagreement {
                     what: "result",
                     detail: format!("rank {r} differs from rank 0"),
                 });
             }
         }
-        let traffic: Vec<Traffic> = (0..p).map(|r| m(r).reduced.traffic).collect();
-        let dense = first.to_dense();
-        let max_abs_err = dense
-            .iter()
-            .zip(&oracle)
-            .map(|(&a, &b)| (a as f64 - b).abs())
-            .fold(0.0, f64::max);
-        let chose = m(0).chose;
+        let traffic: Vec<Traffic> = (0..p).map(|r| m(r).traffic).collect();
+        let max_abs_err = max_err(&first.to_dense(), &oracle);
+        let chose = results[i].chose;
         let modelled = algo.or(chose).expect("auto ran an algorithm");
         rows.push(AllreduceRow {
             algo: algo.map_or("auto", |a| a.name()).to_string(),
@@ -271,14 +382,10 @@ pub fn report(
             chose: chose.map(|a| a.name().to_string()),
             lossless: modelled.lossless(),
             result_nnz: first.nnz(),
-            bytes_recv_max: traffic.iter().map(|t| t.bytes_recv).max().unwrap_or(0),
-            bytes_sent_max: traffic.iter().map(|t| t.bytes_sent).max().unwrap_or(0),
-            msgs_max: traffic
-                .iter()
-                .map(|t| t.msgs_sent + t.msgs_recv)
-                .max()
-                .unwrap_or(0),
-            rounds: traffic.iter().map(|t| t.rounds).max().unwrap_or(0),
+            bytes_recv_max: traffic.iter().map(|t| t.bytes_recv).max(),
+            bytes_sent_max: traffic.iter().map(|t| t.bytes_sent).max(),
+            msgs_max: traffic.iter().map(|t| t.msgs_sent + t.msgs_recv).max(),
+            rounds: traffic.iter().map(|t| t.rounds).max(),
             model_bytes: modelled.model(&profile).bytes(),
             ms: slowest(&(0..p).map(|r| m(r).times.as_slice()).collect::<Vec<_>>()),
             max_abs_err,
@@ -290,6 +397,14 @@ pub fn report(
         dense_bytes_recv_max: per_rank.iter().map(|x| x.2.bytes_recv).max().unwrap_or(0),
         rows,
     })
+}
+
+/// The largest difference between `got` and the oracle.
+pub fn max_err(got: &[f32], oracle: &[f64]) -> f64 {
+    got.iter()
+        .zip(oracle)
+        .map(|(&a, &b)| (a as f64 - b).abs())
+        .fold(0.0, f64::max)
 }
 
 /// The median over calls of the slowest rank's time, in milliseconds.
@@ -325,5 +440,116 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
         .into_iter()
         .collect::<Result<Vec<_>>>()?;
     bar.into_inner().expect("progress lock").finish();
-    report(&ins, &algos, &per_rank)
+    let summaries: Vec<(Vec<Summary>, Vec<Duration>, Traffic)> = per_rank
+        .iter()
+        .map(|(m, d, t)| (m.iter().map(Summary::of).collect(), d.clone(), *t))
+        .collect();
+    report(&ins, &algos, &per_rank[0].0, &summaries)
+}
+
+/// The benchmark on MPI (feature `mpi`): every rank of `MPI_COMM_WORLD`
+/// runs [`run_rank`] with `MPI_Barrier` between calls, then MPICH's own
+/// dense `MPI_Allreduce` on the same data as a baseline row
+/// (`mpi_allreduce`, whose traffic MPI does not expose). Summaries are
+/// gathered to rank 0, which returns the report; other ranks return `None`.
+/// `a.ranks` is ignored: the world size is the rank count.
+///
+/// # Errors
+/// MPI already initialized; invalid parameters; the algorithms' errors.
+#[cfg(feature = "mpi")]
+pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
+    use mpi::collective::{CommunicatorCollectives, SystemOperation};
+    use sparse_coll::MpiTransport;
+    use sparse_coll::dense::bruck_allgather;
+
+    let universe = mpi::initialize().ok_or_else(|| Error::Transport {
+        rank: 0,
+        detail: "MPI was already initialized".into(),
+    })?;
+    MpiTransport::abort_on_panic();
+    let mut t = MpiTransport::new(universe.world());
+    let a = AllreduceArgs {
+        ranks: t.size(),
+        ..a.clone()
+    };
+    let (p, r) = (t.size(), t.rank());
+    let ins = inputs(&a)?;
+    let k = ins[0].nnz().max(1);
+    let (algos, with_auto) = selection(&a, k)?;
+    let (measures, dense_times, dense_traffic) = run_rank(
+        &mut t,
+        &ins[r],
+        &algos,
+        with_auto,
+        a.reps,
+        &|t: &mut MpiTransport| {
+            t.comm().barrier();
+            Ok(())
+        },
+    )?;
+    // MPICH's MPI_Allreduce on the dense gradient.
+    let dense_in = ins[r].to_dense();
+    let mut sum = vec![0.0f32; a.n];
+    t.comm()
+        .all_reduce_into(&dense_in[..], &mut sum[..], SystemOperation::sum());
+    let mut mpi_times = Vec::with_capacity(a.reps);
+    for _ in 0..a.reps {
+        t.comm().barrier();
+        let start = Instant::now();
+        t.comm()
+            .all_reduce_into(&dense_in[..], &mut sum[..], SystemOperation::sum());
+        mpi_times.push(start.elapsed());
+    }
+    let mut mine = encode_summaries(
+        &measures.iter().map(Summary::of).collect::<Vec<_>>(),
+        &dense_times,
+        dense_traffic,
+    );
+    mine.extend(
+        mpi_times
+            .iter()
+            .flat_map(|d| (d.as_nanos() as u64).to_le_bytes()),
+    );
+    let all = bruck_allgather(&mut t, &mine)?;
+    if r != 0 {
+        return Ok(None);
+    }
+    let tail = 8 * a.reps;
+    let mut per_rank = Vec::with_capacity(p);
+    let mut mpi_per_rank = Vec::with_capacity(p);
+    for b in &all {
+        let split = b
+            .len()
+            .checked_sub(tail)
+            .ok_or_else(|| Error::corrupt("summaries", "truncated"))?;
+        per_rank.push(decode_summaries(&b[..split])?);
+        mpi_per_rank.push(
+            b[split..]
+                .chunks_exact(8)
+                .map(|c| Duration::from_nanos(u64::from_le_bytes(c.try_into().expect("8"))))
+                .collect::<Vec<_>>(),
+        );
+    }
+    let mut rep = report(&ins, &algos, &measures, &per_rank)?;
+    let mut oracle = vec![0.0f64; a.n];
+    for v in &ins {
+        for (i, x) in v.iter() {
+            oracle[i as usize] += x as f64;
+        }
+    }
+    rep.rows.push(AllreduceRow {
+        algo: "mpi_allreduce".into(),
+        teams: 1,
+        chose: None,
+        lossless: true,
+        result_nnz: sum.iter().filter(|x| **x != 0.0).count(),
+        bytes_recv_max: None,
+        bytes_sent_max: None,
+        msgs_max: None,
+        rounds: None,
+        model_bytes: sparse_core::cost::rabenseifner_allreduce(p, a.n).bytes(),
+        ms: slowest(&mpi_per_rank.iter().map(Vec::as_slice).collect::<Vec<_>>()),
+        max_abs_err: max_err(&sum, &oracle),
+    });
+    Ok(Some(rep))
 }

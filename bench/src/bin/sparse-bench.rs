@@ -72,7 +72,7 @@ enum Command {
         /// Transport the ranks talk over.
         #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
         transport: TransportKind,
-        /// Ranks (threads of this process).
+        /// Ranks (threads of this process; under MPI the world size).
         #[arg(long, default_value_t = 8)]
         ranks: usize,
         /// Dimension of the gradient.
@@ -106,6 +106,9 @@ enum Command {
 enum TransportKind {
     /// Ranks as threads of this process.
     Threads,
+    /// MPI: run under `mpiexec -n P` (built with the `mpi` feature).
+    #[cfg(feature = "mpi")]
+    Mpi,
 }
 
 /// Backends `--backend` can name.
@@ -232,11 +235,20 @@ fn run_allreduce(
     a: &AllreduceArgs,
     json: bool,
 ) -> sparse_core::Result<()> {
-    let rep = match transport {
-        TransportKind::Threads => allreduce::run_threads(a)?,
-    };
-    print_allreduce("threads", &rep, json);
+    match transport {
+        TransportKind::Threads => print_allreduce("threads", &allreduce::run_threads(a)?, json),
+        #[cfg(feature = "mpi")]
+        TransportKind::Mpi => {
+            if let Some(rep) = allreduce::run_mpi(a)? {
+                print_allreduce("mpi", &rep, json);
+            }
+        }
+    }
     Ok(())
+}
+
+fn opt(x: Option<u64>) -> String {
+    x.map_or_else(|| "-".into(), |x| x.to_string())
 }
 
 fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
@@ -278,10 +290,10 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
             vec![
                 name,
                 r.result_nnz.to_string(),
-                r.bytes_recv_max.to_string(),
-                r.bytes_sent_max.to_string(),
-                r.msgs_max.to_string(),
-                r.rounds.to_string(),
+                opt(r.bytes_recv_max),
+                opt(r.bytes_sent_max),
+                opt(r.msgs_max),
+                opt(r.rounds),
                 format!("{:.0}", r.model_bytes),
                 format!("{:.3}", r.ms),
                 format!("{:.3}", r.ms / rep.dense_ms),
