@@ -50,7 +50,7 @@ cargo run --quiet -p bench --bin sparse-bench -- encode --n 100000 --density 0.0
 cargo run --quiet -p bench --bin sparse-bench -- select --n 100000 --density 0.01 --min-ms 1 --json >/dev/null
 rows=$(cargo run --quiet -p bench --bin sparse-bench -- allreduce --ranks 5 --n 100000 --density 0.01 --reps 1 --json)
 for field in algo ranks n nnz bytes_recv_max bytes_sent_max rounds model_bytes ms dense_ms max_abs_err lossless; do
-    [ "$(grep -c "\"$field\":" <<<"$rows")" -eq 14 ] || { echo "allreduce JSON rows lack $field"; exit 1; }
+    [ "$(grep '"bench":"allreduce"' <<<"$rows" | grep -c "\"$field\":")" -eq 14 ] || { echo "allreduce JSON rows lack $field"; exit 1; }
 done
 
 # Last, because it rebuilds sparse-bench with the mpi feature: the MPI rows
@@ -63,8 +63,10 @@ cargo build --quiet -p bench --features mpi --bin sparse-bench
 mpi_rows=$(MPIEXEC_TIMEOUT=120 mpiexec -n 2 target/debug/sparse-bench "${args[@]}" --transport mpi)
 python3 - "$threads_rows" "$mpi_rows" <<'PY'
 import json, sys
-threads = {r["algo"]: r for r in map(json.loads, sys.argv[1].splitlines())}
-mpi = {r["algo"]: r for r in map(json.loads, sys.argv[2].splitlines())}
+def rows(text):
+    rows = [json.loads(line) for line in text.splitlines()]
+    return {r["algo"]: r for r in rows if r["bench"] == "allreduce"}
+threads, mpi = rows(sys.argv[1]), rows(sys.argv[2])
 assert "mpi_allreduce" in mpi, "no mpi_allreduce row"
 assert all(r["ranks"] == 2 for r in mpi.values()), "world size is not 2"
 for algo, r in threads.items():

@@ -70,6 +70,8 @@ pub struct AllreduceReport {
     pub dense_bytes_recv_max: u64,
     /// One row per algorithm.
     pub rows: Vec<AllreduceRow>,
+    /// Compute overlapped with an allreduce, when measured.
+    pub overlap: Option<OverlapReport>,
 }
 
 /// Network constants the `auto` row plans with: 5 us per message and
@@ -117,7 +119,7 @@ pub struct RankMeasure {
 ///
 /// # Errors
 /// The algorithms' and the transport's errors.
-pub fn run_rank<T: Transport + ?Sized>(
+pub fn run_rank<T: Transport + Send + ?Sized>(
     t: &mut T,
     v: &SparseVec<f32>,
     algos: &[(Algorithm, usize)],
@@ -168,6 +170,112 @@ pub fn run_rank<T: Transport + ?Sized>(
         dense_times.push(start.elapsed());
     }
     Ok((out, dense_times, dense_traffic))
+}
+
+/// Stand-in for the computation a training step overlaps with
+/// communication: a momentum-style update `x = 0.9 x + g` over the dense
+/// gradient, memory-bound like an optimizer step.
+pub fn local_step(x: &mut [f32], g: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(g) {
+        *a = 0.9 * *a + b;
+    }
+}
+
+/// SparCML's non-blocking collectives, measured on one rank: for `reps`
+/// calls each (after a barrier), the local computation alone (as many
+/// [`local_step`]s as take about one allreduce), the allreduce alone,
+/// one after the other, and the allreduce started on its progress thread
+/// while the step runs ([`sparse_coll::nonblocking::overlap`]). Returns the
+/// four lists of times in that order.
+///
+/// # Errors
+/// The algorithm's and the transport's errors.
+pub fn run_overlap<T: Transport + Send + ?Sized>(
+    t: &mut T,
+    v: &SparseVec<f32>,
+    algo: Algorithm,
+    reps: usize,
+    barrier: &dyn Fn(&mut T) -> Result<()>,
+) -> Result<[Vec<Duration>; 4]> {
+    let g = v.to_dense();
+    let mut x = vec![0.0f32; g.len()];
+    let mut runner = Allreduce::new(algo)?;
+    // Size the computation to about the allreduce's time, where overlap
+    // can save the most (half of the sequential time).
+    let start = Instant::now();
+    runner.run(t, v)?;
+    let comm = start.elapsed();
+    let start = Instant::now();
+    local_step(&mut x, &g);
+    let step = start.elapsed().max(Duration::from_nanos(1));
+    let steps = (comm.as_secs_f64() / step.as_secs_f64()).round().max(1.0) as usize;
+    let compute = |x: &mut Vec<f32>| {
+        for _ in 0..steps {
+            local_step(x, &g);
+        }
+    };
+    let mut out: [Vec<Duration>; 4] = Default::default();
+    for _ in 0..reps {
+        barrier(t)?;
+        let start = Instant::now();
+        compute(&mut x);
+        out[0].push(start.elapsed());
+        barrier(t)?;
+        let start = Instant::now();
+        runner.run(t, v)?;
+        out[1].push(start.elapsed());
+        barrier(t)?;
+        let start = Instant::now();
+        compute(&mut x);
+        runner.run(t, v)?;
+        out[2].push(start.elapsed());
+        barrier(t)?;
+        let start = Instant::now();
+        let (red, ()) =
+            sparse_coll::nonblocking::overlap(t, |t| runner.run(t, v), || compute(&mut x));
+        red?;
+        out[3].push(start.elapsed());
+    }
+    std::hint::black_box(&x);
+    Ok(out)
+}
+
+/// The overlap measurement of a run: medians over calls of the slowest
+/// rank, in milliseconds.
+#[derive(Debug, Clone)]
+pub struct OverlapReport {
+    /// The allreduce overlapped.
+    pub algo: String,
+    /// The local step alone.
+    pub compute_ms: f64,
+    /// The allreduce alone.
+    pub allreduce_ms: f64,
+    /// Step, then allreduce.
+    pub sequential_ms: f64,
+    /// Allreduce started, step, wait.
+    pub overlapped_ms: f64,
+}
+
+/// Combines every rank's overlap times.
+pub fn overlap_report(algo: Algorithm, per_rank: &[[Vec<Duration>; 4]]) -> OverlapReport {
+    let col = |i: usize| slowest(&per_rank.iter().map(|x| x[i].as_slice()).collect::<Vec<_>>());
+    OverlapReport {
+        algo: algo.name().into(),
+        compute_ms: col(0),
+        allreduce_ms: col(1),
+        sequential_ms: col(2),
+        overlapped_ms: col(3),
+    }
+}
+
+/// The algorithm the overlap measurement uses: SparDL when selected, else
+/// the first selected one.
+pub fn overlap_algorithm(algos: &[(Algorithm, usize)]) -> Option<Algorithm> {
+    algos
+        .iter()
+        .map(|x| x.0)
+        .find(|a| a.name() == "spardl")
+        .or(algos.first().map(|x| x.0))
 }
 
 /// The synthetic gradients of a run, one per rank (normal values).
@@ -396,6 +504,7 @@ pub fn report(
         dense_ms: slowest(&per_rank.iter().map(|x| x.1.as_slice()).collect::<Vec<_>>()),
         dense_bytes_recv_max: per_rank.iter().map(|x| x.2.bytes_recv).max().unwrap_or(0),
         rows,
+        overlap: None,
     })
 }
 
@@ -430,21 +539,35 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
     let per_rank = sparse_coll::ThreadCluster::new(a.ranks)
         .timeout(Duration::from_secs(120))
         .run(|t| {
-            let res = run_rank(t, &ins[t.rank()], &algos, with_auto, a.reps, &|_| {
+            let wait = |_: &mut sparse_coll::ThreadTransport| {
                 barrier.wait();
                 Ok(())
-            });
+            };
+            let v = &ins[t.rank()];
+            let res = run_rank(t, v, &algos, with_auto, a.reps, &wait)?;
+            let over = match overlap_algorithm(&algos) {
+                Some(algo) => Some(run_overlap(t, v, algo, a.reps, &wait)?),
+                None => None,
+            };
             bar.lock().expect("progress lock").inc();
-            res
+            Ok((res, over))
         })
         .into_iter()
         .collect::<Result<Vec<_>>>()?;
     bar.into_inner().expect("progress lock").finish();
     let summaries: Vec<(Vec<Summary>, Vec<Duration>, Traffic)> = per_rank
         .iter()
-        .map(|(m, d, t)| (m.iter().map(Summary::of).collect(), d.clone(), *t))
+        .map(|((m, d, t), _)| (m.iter().map(Summary::of).collect(), d.clone(), *t))
         .collect();
-    report(&ins, &algos, &per_rank[0].0, &summaries)
+    let mut rep = report(&ins, &algos, &per_rank[0].0.0, &summaries)?;
+    if let Some(algo) = overlap_algorithm(&algos) {
+        let over: Vec<[Vec<Duration>; 4]> = per_rank
+            .into_iter()
+            .map(|(_, o)| o.expect("measured on every rank"))
+            .collect();
+        rep.overlap = Some(overlap_report(algo, &over));
+    }
+    Ok(rep)
 }
 
 /// The benchmark on MPI (feature `mpi`): every rank of `MPI_COMM_WORLD`
@@ -462,10 +585,20 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
     use sparse_coll::MpiTransport;
     use sparse_coll::dense::bruck_allgather;
 
-    let universe = mpi::initialize().ok_or_else(|| Error::Transport {
-        rank: 0,
-        detail: "MPI was already initialized".into(),
-    })?;
+    // The overlap measurement runs MPI calls on a progress thread.
+    let (universe, level) =
+        mpi::initialize_with_threading(mpi::Threading::Multiple).ok_or_else(|| {
+            Error::Transport {
+                rank: 0,
+                detail: "MPI was already initialized".into(),
+            }
+        })?;
+    if level < mpi::Threading::Serialized {
+        return Err(Error::Transport {
+            rank: 0,
+            detail: format!("MPI provides only {level:?}; non-blocking calls need Serialized"),
+        });
+    }
     MpiTransport::abort_on_panic();
     let mut t = MpiTransport::new(universe.world());
     let a = AllreduceArgs {
@@ -487,6 +620,15 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
             Ok(())
         },
     )?;
+    let barrier = |t: &mut MpiTransport| {
+        t.comm().barrier();
+        Ok(())
+    };
+    let over_algo = overlap_algorithm(&algos);
+    let over = match over_algo {
+        Some(algo) => Some(run_overlap(&mut t, &ins[r], algo, a.reps, &barrier)?),
+        None => None,
+    };
     // MPICH's MPI_Allreduce on the dense gradient.
     let dense_in = ins[r].to_dense();
     let mut sum = vec![0.0f32; a.n];
@@ -505,32 +647,43 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         &dense_times,
         dense_traffic,
     );
-    mine.extend(
-        mpi_times
-            .iter()
-            .flat_map(|d| (d.as_nanos() as u64).to_le_bytes()),
-    );
+    let nanos = |d: &Duration| (d.as_nanos() as u64).to_le_bytes();
+    for list in over.iter().flatten() {
+        mine.extend(list.iter().flat_map(nanos));
+    }
+    mine.extend(mpi_times.iter().flat_map(nanos));
     let all = bruck_allgather(&mut t, &mine)?;
     if r != 0 {
         return Ok(None);
     }
-    let tail = 8 * a.reps;
+    let lists = 1 + if over.is_some() { 4 } else { 0 };
+    let tail = 8 * a.reps * lists;
     let mut per_rank = Vec::with_capacity(p);
-    let mut mpi_per_rank = Vec::with_capacity(p);
+    let mut times_per_rank: Vec<Vec<Vec<Duration>>> = Vec::with_capacity(p);
     for b in &all {
         let split = b
             .len()
             .checked_sub(tail)
             .ok_or_else(|| Error::corrupt("summaries", "truncated"))?;
         per_rank.push(decode_summaries(&b[..split])?);
-        mpi_per_rank.push(
-            b[split..]
-                .chunks_exact(8)
-                .map(|c| Duration::from_nanos(u64::from_le_bytes(c.try_into().expect("8"))))
-                .collect::<Vec<_>>(),
-        );
+        let times: Vec<Duration> = b[split..]
+            .chunks_exact(8)
+            .map(|c| Duration::from_nanos(u64::from_le_bytes(c.try_into().expect("8"))))
+            .collect();
+        times_per_rank.push(times.chunks(a.reps).map(<[Duration]>::to_vec).collect());
     }
     let mut rep = report(&ins, &algos, &measures, &per_rank)?;
+    if let Some(algo) = over_algo {
+        let over: Vec<[Vec<Duration>; 4]> = times_per_rank
+            .iter()
+            .map(|l| [l[0].clone(), l[1].clone(), l[2].clone(), l[3].clone()])
+            .collect();
+        rep.overlap = Some(overlap_report(algo, &over));
+    }
+    let mpi_per_rank: Vec<Vec<Duration>> = times_per_rank
+        .iter()
+        .map(|l| l.last().expect("MPI_Allreduce times").clone())
+        .collect();
     let mut oracle = vec![0.0f64; a.n];
     for v in &ins {
         for (i, x) in v.iter() {

@@ -58,6 +58,7 @@ mod group;
 mod gtopk;
 #[cfg(feature = "mpi")]
 mod mpi_transport;
+pub mod nonblocking;
 mod ok_topk;
 mod omnireduce;
 mod plan;

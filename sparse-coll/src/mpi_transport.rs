@@ -123,3 +123,9 @@ impl Transport for MpiTransport {
         self.counter.traffic()
     }
 }
+
+// The non-blocking collectives move the transport to a progress thread.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<MpiTransport>();
+};

@@ -43,12 +43,10 @@ impl ThreadCluster {
         self.fault = Some((rank, step));
         self
     }
-    /// Runs `f` on every rank and returns each rank's result, by rank. A
-    /// panic inside `f` becomes that rank's [`Error::Transport`].
-    pub fn run<T: Send, F>(&self, f: F) -> Vec<Result<T>>
-    where
-        F: Fn(&mut ThreadTransport) -> Result<T> + Sync,
-    {
+    /// The `size` connected transports, rank by rank, for callers that run
+    /// the ranks on threads of their own ([`ThreadCluster::run`] does it
+    /// for you). Dropping one closes its links, as a failed rank does.
+    pub fn transports(&self) -> Vec<ThreadTransport> {
         let p = self.size;
         // links[src][dst]: the channel from src to dst.
         // senders[src][dst] and receivers[dst][src] are the two ends of the
@@ -64,7 +62,7 @@ impl ThreadCluster {
                 rx_row[src] = Some(rx);
             }
         }
-        let transports: Vec<ThreadTransport> = senders
+        senders
             .into_iter()
             .zip(receivers)
             .enumerate()
@@ -82,7 +80,16 @@ impl ThreadCluster {
                 fault: self.fault.filter(|&(r, _)| r == rank).map(|(_, s)| s),
                 failed: false,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Runs `f` on every rank and returns each rank's result, by rank. A
+    /// panic inside `f` becomes that rank's [`Error::Transport`].
+    pub fn run<T: Send, F>(&self, f: F) -> Vec<Result<T>>
+    where
+        F: Fn(&mut ThreadTransport) -> Result<T> + Sync,
+    {
+        let transports = self.transports();
         std::thread::scope(|scope| {
             let handles: Vec<_> = transports
                 .into_iter()

@@ -174,3 +174,64 @@ fn ranks_running_different_algorithms_all_get_an_error() {
         }
     }
 }
+
+#[test]
+fn overlapped_collectives_equal_blocking_ones() {
+    use sparse_coll::nonblocking::overlap;
+    for p in [1usize, 3, 4] {
+        let ins = inputs(p, 5000, 0.02, 0.5, false, 21);
+        for name in ["spardl", "ssar_split_allgather", "zen_balanced_parallelism"] {
+            let algo = Algorithm::from_name(name, 60, 1).unwrap();
+            let blocking = run(p, &ins, |t, v| Allreduce::new(algo)?.run(t, v));
+            let overlapped = run(p, &ins, |t, v| {
+                // Compute while the allreduce runs on the progress thread.
+                let (red, sum) = overlap(
+                    t,
+                    |t| Allreduce::new(algo)?.run(t, v),
+                    || (0..200_000u64).map(|x| x * x % 7).sum::<u64>(),
+                );
+                assert_eq!(sum, (0..200_000u64).map(|x| x * x % 7).sum::<u64>());
+                red
+            });
+            for (a, b) in blocking.iter().zip(&overlapped) {
+                assert_eq!(a.result, b.result, "{name} P={p}");
+                assert_eq!(a.dropped, b.dropped, "{name} P={p}");
+                assert_eq!(a.traffic, b.traffic, "{name} P={p}");
+            }
+        }
+    }
+}
+
+#[test]
+fn started_collectives_return_the_transport() {
+    use sparse_coll::nonblocking::start;
+    let p = 4;
+    let ins = inputs(p, 3000, 0.02, 0.5, false, 8);
+    let blocking = run(p, &ins, |t, v| sparse_coll::spardl(t, v, 50));
+    // Owned transports, each rank on a thread of its own: start, compute,
+    // wait, then use the transport again.
+    let handles: Vec<_> = ThreadCluster::new(p)
+        .transports()
+        .into_iter()
+        .map(|t| {
+            let v = ins[sparse_coll::Transport::rank(&t)].clone();
+            std::thread::spawn(move || {
+                let w = v.clone();
+                let pending = start(t, move |t| sparse_coll::spardl(t, &w, 50));
+                let busy: u64 = (0..100_000u64).map(|x| x ^ (x >> 3)).sum();
+                let (mut t, first) = pending.wait();
+                let again = sparse_coll::spardl(&mut t, &v, 50);
+                (first.unwrap(), again.unwrap(), busy)
+            })
+        })
+        .collect();
+    for (r, h) in handles.into_iter().enumerate() {
+        let (first, again, _) = h.join().unwrap();
+        assert_eq!(first.result, blocking[r].result, "rank {r}");
+        assert_eq!(first.dropped, blocking[r].dropped, "rank {r}");
+        assert_eq!(
+            again.result, blocking[r].result,
+            "rank {r}: the transport works after"
+        );
+    }
+}

@@ -267,6 +267,15 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
             });
             bench::out!("{obj}");
         }
+        if let Some(o) = &rep.overlap {
+            let obj = serde_json::json!({
+                "bench": "overlap", "transport": transport, "algo": o.algo, "ranks": prof.p,
+                "n": prof.n, "compute_ms": o.compute_ms, "allreduce_ms": o.allreduce_ms,
+                "sequential_ms": o.sequential_ms, "overlapped_ms": o.overlapped_ms,
+                "saved": 1.0 - o.overlapped_ms / o.sequential_ms,
+            });
+            bench::out!("{obj}");
+        }
         return;
     }
     bench::out!(
@@ -322,6 +331,17 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
         ],
         &table,
     );
+    if let Some(o) = &rep.overlap {
+        bench::out!(
+            "non-blocking {}: local step {:.3} ms, allreduce {:.3} ms; one after the other {:.3} ms, overlapped {:.3} ms ({:.0}% saved)",
+            o.algo,
+            o.compute_ms,
+            o.allreduce_ms,
+            o.sequential_ms,
+            o.overlapped_ms,
+            100.0 * (1.0 - o.overlapped_ms / o.sequential_ms)
+        );
+    }
 }
 
 fn run_encode(a: EncodeArgs, json: bool) -> sparse_core::Result<()> {
