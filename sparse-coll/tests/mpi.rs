@@ -62,3 +62,11 @@ fn a_panicking_rank_ends_the_job_within_5_seconds() {
         assert!(took < Duration::from_secs(5), "n={n}: took {took:?}");
     }
 }
+
+#[test]
+fn point_to_point_and_non_blocking_calls() {
+    for n in [1usize, 2, 3, 5] {
+        check_ok(n, "p2p", &mpiexec(n, "p2p", 60));
+        check_ok(n, "nonblocking", &mpiexec(n, "nonblocking", 60));
+    }
+}

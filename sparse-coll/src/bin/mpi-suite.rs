@@ -6,7 +6,11 @@
 //! - `disagree`: rank 1 passes another dimension; every rank must get
 //!   `Error::Disagreement`;
 //! - `panic`: the last rank panics in the middle of a SparDL allreduce; the
-//!   panic hook must end the job (non-zero exit) at once.
+//!   panic hook must end the job (non-zero exit) at once;
+//! - `p2p`: zero-length messages, exchanges whose target and source differ,
+//!   and the traffic counters;
+//! - `nonblocking`: SparDL started on a progress thread while the rank
+//!   computes equals the blocking call, bit for bit.
 
 use sparse_coll::testing::collective_suite;
 use sparse_coll::{MpiTransport, Traffic, Transport, spardl, topk_a};
@@ -51,7 +55,13 @@ impl Transport for PanicAt<'_> {
 }
 
 fn main() {
-    let universe = mpi::initialize().expect("MPI initializes once");
+    // Thread support for the non-blocking mode's progress thread.
+    let (universe, level) =
+        mpi::initialize_with_threading(mpi::Threading::Multiple).expect("MPI initializes once");
+    assert!(
+        level >= mpi::Threading::Serialized,
+        "MPI provides only {level:?}"
+    );
     MpiTransport::abort_on_panic();
     let mut t = MpiTransport::new(universe.world());
     let (r, p) = (t.rank(), t.size());
@@ -92,6 +102,39 @@ fn main() {
                 "rank {r} of {p} finished: {:?}",
                 res.map(|x| x.result.nnz())
             );
+        }
+        "p2p" => {
+            let before = t.traffic();
+            let empty = t
+                .exchange((r + 1) % p, &[], (r + p - 1) % p)
+                .expect("exchange");
+            assert!(empty.is_empty());
+            let got = t
+                .exchange((r + 2) % p, &[r as u8; 3], (r + 2 * p - 2) % p)
+                .expect("exchange");
+            assert_eq!(got, vec![((r + 2 * p - 2) % p) as u8; 3]);
+            let tr = t.traffic().since(&before);
+            assert_eq!((tr.bytes_sent, tr.bytes_recv, tr.rounds), (3, 3, 2));
+            assert_eq!((tr.msgs_sent, tr.msgs_recv), (2, 2));
+            assert!(matches!(t.send(p, &[]), Err(Error::NoSuchRank { .. })));
+            println!("OK rank {r} of {p}: zero-length and shifted exchanges");
+        }
+        "nonblocking" => {
+            let v = SparseVec::new(
+                5000,
+                vec![r as u32, 100 + r as u32, 4000],
+                vec![1.0f32, 2.0, 3.0],
+            )
+            .expect("input");
+            let blocking = spardl(&mut t, &v, 40).expect("blocking");
+            let w = v.clone();
+            let pending = sparse_coll::nonblocking::start(t, move |t| spardl(t, &w, 40));
+            let busy: u64 = (0..1_000_000u64).map(|x| x ^ (x >> 3)).sum();
+            let (_t, started) = pending.wait();
+            let started = started.expect("non-blocking");
+            assert_eq!(started.result, blocking.result, "rank {r}");
+            assert_eq!(started.dropped, blocking.dropped, "rank {r}");
+            println!("OK rank {r} of {p}: non-blocking equals blocking ({busy})");
         }
         other => panic!("unknown mode {other:?}"),
     }
