@@ -60,7 +60,7 @@ step "sparse-bench allreduce under mpiexec -n 2"
 args=(allreduce --n 100000 --density 0.01 --reps 1 --json)
 threads_rows=$(cargo run --quiet -p bench --bin sparse-bench -- "${args[@]}" --ranks 2)
 cargo build --quiet -p bench --features mpi --bin sparse-bench
-mpi_rows=$(MPIEXEC_TIMEOUT=120 mpiexec -n 2 target/debug/sparse-bench "${args[@]}" --transport mpi)
+mpi_rows=$(MPIEXEC_TIMEOUT=120 mpiexec -n 2 "${CARGO_TARGET_DIR:-target}/debug/sparse-bench" "${args[@]}" --transport mpi)
 python3 - "$threads_rows" "$mpi_rows" <<'PY'
 import json, sys
 def rows(text):
