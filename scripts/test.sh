@@ -32,6 +32,9 @@ cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo doc (broken intra-doc links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
 step "cargo test (unit, integration, doc)"
 cargo test --workspace
 

@@ -4,7 +4,9 @@
 //! receive, and an exchange whose target and source may differ), with
 //! traffic counted per rank, and a [`Group`] view of a subset of ranks.
 //!
-//! - the embedded thread transport ([`ThreadCluster`]);
+//! - the embedded thread transport ([`ThreadCluster`]) and, with the
+//!   feature `mpi`, `MpiTransport` over MPICH;
+//! - non-blocking collectives ([`nonblocking`]): start, compute, wait;
 //! - dense baselines ([`dense`]): ring, recursive doubling, Rabenseifner,
 //!   Bruck and recursive-doubling allgather;
 //! - the sparse-allreduce contract ([`Reduced`], [`agree`]);
@@ -18,7 +20,11 @@
 //!   ([`omnireduce_blocks`]);
 //! - lossy ones, which return what they cut in `dropped`: gTopk
 //!   ([`gtopk`]), Ok-Topk ([`OkTopk`]), SparDL ([`spardl`]) and SparDL with
-//!   R-SAG ([`spardl_rsag`]) or B-SAG ([`SpardlBsag`]).
+//!   R-SAG ([`spardl_rsag`]) or B-SAG ([`SpardlBsag`]);
+//! - every algorithm by name ([`Algorithm`], [`Allreduce`]), its cost for an
+//!   input ([`Profile`]) and the [`Auto`] planner;
+//! - with the feature `testing`, the collective suite every transport runs
+//!   (`testing::collective_suite`).
 //!
 //! ```
 //! use sparse_coll::{ThreadCluster, Transport, dense};

@@ -32,8 +32,8 @@ impl<E: Element> Scheme<E> for Omni {
 /// kept).
 ///
 /// # Errors
-/// [`Error::Disagreement`], [`Error::InvalidParameter`] for a zero block
-/// size, transport errors, [`Error::Corrupt`].
+/// [`sparse_core::Error::Disagreement`], [`sparse_core::Error::InvalidParameter`] for a zero block
+/// size, transport errors, [`sparse_core::Error::Corrupt`].
 pub fn omnireduce_blocks<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,

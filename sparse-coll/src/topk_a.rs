@@ -14,8 +14,8 @@ use sparse_core::{Element, Result, SparseVec};
 /// SparDL's `2 (P - 1) k` words plus the framing.
 ///
 /// # Errors
-/// [`Error::Disagreement`] if ranks pass different dimensions; transport
-/// errors; [`Error::Corrupt`] for malformed messages.
+/// [`sparse_core::Error::Disagreement`] if ranks pass different dimensions; transport
+/// errors; [`sparse_core::Error::Corrupt`] for malformed messages.
 pub fn topk_a<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
