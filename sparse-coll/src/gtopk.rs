@@ -3,7 +3,7 @@
 
 use crate::Transport;
 use crate::spardl::split_topk;
-use crate::sparse::{Id, Reduced, agree, put_block, take_block};
+use crate::sparse::{Id, Reduced, enter, put_block, take_block};
 use sparse_core::{Element, Error, Result, SparseVec};
 
 /// gTopk for any `P`: every rank cuts its input to its top `k`; in a
@@ -30,16 +30,7 @@ pub fn gtopk<T: Transport + ?Sized, E: Element>(
     k: usize,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
-    agree(
-        t,
-        &[
-            ("algorithm", Id::Gtopk as u64),
-            ("dimension", dim as u64),
-            ("element", E::CODE as u64),
-            ("k", k as u64),
-        ],
-    )?;
-    let start = t.traffic();
+    let start = enter::<_, E>(t, Id::Gtopk, dim, &[("k", k as u64)])?;
     let (p, r) = (t.size(), t.rank());
     let read = |b: &[u8]| -> Result<SparseVec<E>> {
         let mut rest = b;

@@ -4,7 +4,7 @@
 
 use crate::Transport;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Id, Reduced, agree, put_block, take_block};
+use crate::sparse::{Id, Reduced, enter, put_block, take_block};
 use sparse_core::stats::even_start;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 use std::marker::PhantomData;
@@ -198,18 +198,16 @@ impl<E: Element> OkTopk<E> {
         v: &SparseVec<E>,
     ) -> Result<Reduced<E>> {
         let dim = v.dim();
-        agree(
+        let start = enter::<_, E>(
             t,
+            Id::OkTopk,
+            dim,
             &[
-                ("algorithm", Id::OkTopk as u64),
-                ("dimension", dim as u64),
-                ("element", E::CODE as u64),
                 ("k", self.k as u64),
                 ("period", self.period),
                 ("call", self.calls),
             ],
         )?;
-        let start = t.traffic();
         let (p, r) = (t.size(), t.rank());
         let refresh = self.refreshes_next() || self.bounds.len() != p + 1;
         if refresh {

@@ -2,7 +2,7 @@
 
 use crate::Transport;
 use crate::push_pull::{Scheme, push_pull};
-use crate::sparse::{Id, Reduced, agree};
+use crate::sparse::{Id, Reduced, enter};
 use sparse_core::encoding::{Block, Encoding, Raw};
 use sparse_core::{Element, Result, SparseVec};
 
@@ -32,21 +32,19 @@ impl<E: Element> Scheme<E> for Omni {
 /// kept).
 ///
 /// # Errors
-/// [`sparse_core::Error::Disagreement`], [`sparse_core::Error::InvalidParameter`] for a zero block
-/// size, transport errors, [`sparse_core::Error::Corrupt`].
+/// [`sparse_core::Error::Disagreement`],
+/// [`sparse_core::Error::InvalidParameter`] for a zero block size, transport
+/// errors, [`sparse_core::Error::Corrupt`].
 pub fn omnireduce_blocks<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     block_size: usize,
 ) -> Result<Reduced<E>> {
-    agree(
+    enter::<_, E>(
         t,
-        &[
-            ("algorithm", Id::OmniReduceBlocks as u64),
-            ("dimension", v.dim() as u64),
-            ("element", E::CODE as u64),
-            ("block size", block_size as u64),
-        ],
+        Id::OmniReduceBlocks,
+        v.dim(),
+        &[("block size", block_size as u64)],
     )?;
     let scheme = Omni {
         dim: v.dim(),

@@ -4,7 +4,7 @@
 //! h-adjustment.
 
 use crate::dense::bruck_allgather;
-use crate::sparse::{Id, Reduced, agree, put_block, take_block};
+use crate::sparse::{Id, Reduced, enter, put_block, take_block};
 use crate::{Group, Transport};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
@@ -186,16 +186,7 @@ pub fn spardl<T: Transport + ?Sized, E: Element>(
     k: usize,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
-    agree(
-        t,
-        &[
-            ("algorithm", Id::Spardl as u64),
-            ("dimension", dim as u64),
-            ("element", E::CODE as u64),
-            ("k", k as u64),
-        ],
-    )?;
-    let start = t.traffic();
+    let start = enter::<_, E>(t, Id::Spardl, dim, &[("k", k as u64)])?;
     let lay = Layout {
         dim,
         m: t.size(),
@@ -265,15 +256,11 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
         });
     }
     let dim = v.dim();
-    agree(
+    enter::<_, E>(
         t,
-        &[
-            ("algorithm", Id::SpardlRsag as u64),
-            ("dimension", dim as u64),
-            ("element", E::CODE as u64),
-            ("k", k as u64),
-            ("teams", d as u64),
-        ],
+        Id::SpardlRsag,
+        dim,
+        &[("k", k as u64), ("teams", d as u64)],
     )?;
     let (team, column) = teams(t, d)?;
     let start = t.traffic();
@@ -426,15 +413,11 @@ impl SpardlBsag {
         v: &SparseVec<E>,
     ) -> Result<Reduced<E>> {
         let (dim, k, d) = (v.dim(), self.k, self.d);
-        agree(
+        enter::<_, E>(
             t,
-            &[
-                ("algorithm", Id::SpardlBsag as u64),
-                ("dimension", dim as u64),
-                ("element", E::CODE as u64),
-                ("k", k as u64),
-                ("teams", d as u64),
-            ],
+            Id::SpardlBsag,
+            dim,
+            &[("k", k as u64), ("teams", d as u64)],
         )?;
         let (team, column) = teams(t, d)?;
         let start = t.traffic();

@@ -76,6 +76,26 @@ pub fn agree<T: Transport + ?Sized>(t: &mut T, fields: &[(&'static str, u64)]) -
     Ok(())
 }
 
+/// The entry of every sparse allreduce: [`agree`] on the algorithm, the
+/// dimension, the element type and the algorithm's `extra` parameters, in
+/// that order. Returns the traffic after the check, from which the
+/// algorithm counts its own.
+pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    id: Id,
+    dim: usize,
+    extra: &[(&'static str, u64)],
+) -> Result<Traffic> {
+    let mut fields = vec![
+        ("algorithm", id as u64),
+        ("dimension", dim as u64),
+        ("element", E::CODE as u64),
+    ];
+    fields.extend_from_slice(extra);
+    agree(t, &fields)?;
+    Ok(t.traffic())
+}
+
 /// Appends the pairs of `v` as they travel in every sparse message: its
 /// `u32` indices, then its values.
 pub(crate) fn put_pairs<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {

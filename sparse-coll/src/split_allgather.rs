@@ -2,7 +2,7 @@
 
 use crate::Transport;
 use crate::dense::{bruck_allgather, recursive_doubling_allgather};
-use crate::sparse::{Id, Reduced, agree, decode_stream, encode_stream};
+use crate::sparse::{Id, Reduced, decode_stream, encode_stream, enter};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::stats::{even_len, even_start};
@@ -54,16 +54,7 @@ pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
         Phase::Dense(Some(q)) => q.bits as u64 | (q.bucket as u64) << 8,
         _ => 0,
     };
-    agree(
-        t,
-        &[
-            ("algorithm", id as u64),
-            ("dimension", dim as u64),
-            ("element", E::CODE as u64),
-            ("quantization", qbits),
-        ],
-    )?;
-    let start = t.traffic();
+    let start = enter::<_, E>(t, id, dim, &[("quantization", qbits)])?;
     let (p, r) = (t.size(), t.rank());
     let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
     // Split phase: P - 1 direct steps; at step s send partition (r + s) to

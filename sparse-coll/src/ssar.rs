@@ -2,7 +2,7 @@
 
 use crate::Transport;
 use crate::dense::Fold;
-use crate::sparse::{Id, Reduced, agree, decode_stream, encode_stream, stream_to_sparse};
+use crate::sparse::{Id, Reduced, decode_stream, encode_stream, enter, stream_to_sparse};
 use sparse_core::{Element, Result, SparseVec, Stream};
 
 /// SSAR_Recursive_double: in round `t` ranks `2^(t-1)` apart exchange their
@@ -26,15 +26,7 @@ pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
-    agree(
-        t,
-        &[
-            ("algorithm", Id::SsarRecursiveDouble as u64),
-            ("dimension", dim as u64),
-            ("element", E::CODE as u64),
-        ],
-    )?;
-    let start = t.traffic();
+    let start = enter::<_, E>(t, Id::SsarRecursiveDouble, dim, &[])?;
     let r = t.rank();
     let fold = Fold::new(t);
     let mut acc = Stream::from_sparse(v.clone());

@@ -3,7 +3,7 @@
 
 use crate::Transport;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Id, Reduced, agree, put_pairs, read_pairs};
+use crate::sparse::{Id, Reduced, enter, put_pairs, read_pairs};
 use sparse_core::{Element, Result, SparseVec};
 
 /// TopkA: each rank's `(indices, values)`, packed behind a 4-byte length
@@ -14,21 +14,13 @@ use sparse_core::{Element, Result, SparseVec};
 /// SparDL's `2 (P - 1) k` words plus the framing.
 ///
 /// # Errors
-/// [`sparse_core::Error::Disagreement`] if ranks pass different dimensions; transport
-/// errors; [`sparse_core::Error::Corrupt`] for malformed messages.
+/// [`sparse_core::Error::Disagreement`] if ranks pass different dimensions;
+/// transport errors; [`sparse_core::Error::Corrupt`] for malformed messages.
 pub fn topk_a<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    agree(
-        t,
-        &[
-            ("algorithm", Id::TopkA as u64),
-            ("dimension", v.dim() as u64),
-            ("element", E::CODE as u64),
-        ],
-    )?;
-    let start = t.traffic();
+    let start = enter::<_, E>(t, Id::TopkA, v.dim(), &[])?;
     let mut packed = Vec::with_capacity(v.nnz() * (4 + E::BYTES));
     put_pairs(&mut packed, v);
     let all = bruck_allgather(t, &packed)?;

@@ -5,7 +5,7 @@
 
 use crate::Transport;
 use crate::push_pull::{Scheme, push_pull};
-use crate::sparse::{Id, Reduced, agree};
+use crate::sparse::{Id, Reduced, enter};
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::sync::Arc;
@@ -50,14 +50,11 @@ pub fn zen_balanced_parallelism<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     index: &Arc<PartitionIndex>,
 ) -> Result<Reduced<E>> {
-    agree(
+    enter::<_, E>(
         t,
-        &[
-            ("algorithm", Id::ZenBalancedParallelism as u64),
-            ("dimension", v.dim() as u64),
-            ("element", E::CODE as u64),
-            ("h0 seed", index.h0().seed()),
-        ],
+        Id::ZenBalancedParallelism,
+        v.dim(),
+        &[("h0 seed", index.h0().seed())],
     )?;
     if index.h0().partitions() as usize != t.size() || index.dim() != v.dim() {
         return Err(Error::invalid(
