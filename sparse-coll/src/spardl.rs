@@ -185,18 +185,63 @@ pub fn spardl<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     k: usize,
 ) -> Result<Reduced<E>> {
+    in_teams(
+        t,
+        v,
+        k,
+        1,
+        Id::Spardl,
+        &[("k", k as u64)],
+        |_, lay, pos, block, dropped| cut_to(block, lay.share(pos), dropped),
+    )
+}
+
+/// Cuts `block` to its top `n` and adds the rest to `dropped`.
+fn cut_to<E: Element>(
+    block: SparseVec<E>,
+    n: usize,
+    dropped: &mut SparseVec<E>,
+) -> Result<SparseVec<E>> {
+    let (kept, cut) = split_topk(&block, n);
+    *dropped = dropped.merge_sum(&cut)?;
+    Ok(kept)
+}
+
+/// The frame of SparDL with and without SAG: the entry check (`id` and
+/// `extra` parameters), Spar-Reduce-Scatter inside this worker's team of
+/// `m = P / d` workers over `m` blocks, then `sag` between the `d` workers
+/// of this worker's column (given the layout, this worker's position in its
+/// team, and its block as SRS left it; it returns the block for the final
+/// all-gather and adds whatever it cuts to `dropped`), then the Bruck
+/// all-gather inside the team. With `d = 1` the column is this worker alone.
+fn in_teams<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    k: usize,
+    d: usize,
+    id: Id,
+    extra: &[(&'static str, u64)],
+    sag: impl FnOnce(
+        &mut Group<'_, T>,
+        Layout,
+        usize,
+        SparseVec<E>,
+        &mut SparseVec<E>,
+    ) -> Result<SparseVec<E>>,
+) -> Result<Reduced<E>> {
     let dim = v.dim();
-    let start = enter::<_, E>(t, Id::Spardl, dim, &[("k", k as u64)])?;
+    let start = enter::<_, E>(t, id, dim, extra)?;
+    let (team, column) = teams(t, d)?;
     let lay = Layout {
         dim,
-        m: t.size(),
+        m: team.len(),
         k,
     };
     let mut dropped = SparseVec::zeros(dim)?;
-    let block = spar_reduce_scatter(t, v, lay, &mut dropped)?;
-    let (mine, cut) = split_topk(&block, lay.share(t.rank()));
-    dropped = dropped.merge_sum(&cut)?;
-    let result = gather_blocks(t, &mine, lay)?;
+    let pos = team.iter().position(|&r| r == t.rank()).expect("a member");
+    let block = spar_reduce_scatter(&mut Group::new(t, team.clone())?, v, lay, &mut dropped)?;
+    let mine = sag(&mut Group::new(t, column)?, lay, pos, block, &mut dropped)?;
+    let result = gather_blocks(&mut Group::new(t, team)?, &mine, lay)?;
     Ok(Reduced {
         result,
         dropped,
@@ -255,60 +300,44 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
             reason: format!("R-SAG needs a power of two, not {d}"),
         });
     }
-    let dim = v.dim();
-    enter::<_, E>(
+    let extra = [("k", k as u64), ("teams", d as u64)];
+    in_teams(
         t,
-        Id::SpardlRsag,
-        dim,
-        &[("k", k as u64), ("teams", d as u64)],
-    )?;
-    let (team, column) = teams(t, d)?;
-    let start = t.traffic();
-    let lay = Layout {
-        dim,
-        m: team.len(),
+        v,
         k,
-    };
-    let mut dropped = SparseVec::zeros(dim)?;
-    let pos = team.iter().position(|&r| r == t.rank()).expect("a member");
-    let mut block = spar_reduce_scatter(&mut Group::new(t, team.clone())?, v, lay, &mut dropped)?;
-    let (lo, len) = lay.span(pos);
-    let l = lay.share(pos);
-    let (kept, cut) = split_topk(&block, l);
-    dropped = dropped.merge_sum(&cut)?;
-    block = kept;
-    {
-        let mut col = Group::new(t, column)?;
-        let c = col.rank();
-        let mut mask = 1;
-        while mask < d {
-            let partner = c ^ mask;
-            let mut msg = Vec::new();
-            put_block(&mut msg, &block);
-            let got = col.exchange(partner, &msg, partner)?;
-            let mut rest: &[u8] = &got;
-            let other = take_block::<E>(&mut rest, dim, lo, len, "r-sag block")?;
-            if !rest.is_empty() || other.nnz() > l {
-                return Err(Error::corrupt("r-sag block", "over its share"));
+        d,
+        Id::SpardlRsag,
+        &extra,
+        |col, lay, pos, block, dropped| {
+            let (lo, len) = lay.span(pos);
+            let l = lay.share(pos);
+            let mut block = cut_to(block, l, dropped)?;
+            let c = col.rank();
+            let mut mask = 1;
+            while mask < d {
+                let partner = c ^ mask;
+                let mut msg = Vec::new();
+                put_block(&mut msg, &block);
+                let got = col.exchange(partner, &msg, partner)?;
+                let mut rest: &[u8] = &got;
+                let other = take_block::<E>(&mut rest, lay.dim, lo, len, "r-sag block")?;
+                if !rest.is_empty() || other.nnz() > l {
+                    return Err(Error::corrupt("r-sag block", "over its share"));
+                }
+                let (kept, cut) = split_topk(&block.merge_sum(&other)?, l);
+                // After this step the 2 * mask column workers of this aligned
+                // range all hold this sum and cut the same entries: each cut
+                // entry goes to exactly one of them.
+                let group = 2 * mask;
+                let base = c & !(group - 1);
+                let (mine, _) = split_by(&cut, |i| base + i as usize % group == c);
+                *dropped = dropped.merge_sum(&mine)?;
+                block = kept;
+                mask <<= 1;
             }
-            let (kept, cut) = split_topk(&block.merge_sum(&other)?, l);
-            // After this step the 2 * mask column workers of this aligned
-            // range all hold this sum and cut the same entries: each cut
-            // entry goes to exactly one of them.
-            let group = 2 * mask;
-            let base = c & !(group - 1);
-            let (mine, _) = split_by(&cut, |i| base + i as usize % group == c);
-            dropped = dropped.merge_sum(&mine)?;
-            block = kept;
-            mask <<= 1;
-        }
-    }
-    let result = gather_blocks(&mut Group::new(t, team)?, &block, lay)?;
-    Ok(Reduced {
-        result,
-        dropped,
-        traffic: t.traffic().since(&start),
-    })
+            Ok(block)
+        },
+    )
 }
 
 /// SparDL with B-SAG (Sec. 3.3, any `d` dividing `P`), with the state of
@@ -412,52 +441,39 @@ impl SpardlBsag {
         t: &mut T,
         v: &SparseVec<E>,
     ) -> Result<Reduced<E>> {
-        let (dim, k, d) = (v.dim(), self.k, self.d);
-        enter::<_, E>(
+        let (k, d) = (self.k, self.d);
+        let extra = [("k", k as u64), ("teams", d as u64)];
+        in_teams(
             t,
-            Id::SpardlBsag,
-            dim,
-            &[("k", k as u64), ("teams", d as u64)],
-        )?;
-        let (team, column) = teams(t, d)?;
-        let start = t.traffic();
-        let lay = Layout {
-            dim,
-            m: team.len(),
+            v,
             k,
-        };
-        let mut dropped = SparseVec::zeros(dim)?;
-        let pos = team.iter().position(|&r| r == t.rank()).expect("a member");
-        let h = self.next_h(lay.share(pos));
-        let block = spar_reduce_scatter(&mut Group::new(t, team.clone())?, v, lay, &mut dropped)?;
-        let (lo, len) = lay.span(pos);
-        let (sent, cut) = split_topk(&block, h);
-        dropped = dropped.merge_sum(&cut)?;
-        let mut msg = Vec::new();
-        put_block(&mut msg, &sent);
-        let (all, c) = {
-            let mut col = Group::new(t, column)?;
-            (bruck_allgather(&mut col, &msg)?, col.rank())
-        };
-        let mut sum = SparseVec::zeros(dim)?;
-        for b in &all {
-            let mut rest: &[u8] = b;
-            let part = take_block::<E>(&mut rest, dim, lo, len, "b-sag block")?;
-            if !rest.is_empty() {
-                return Err(Error::corrupt("b-sag block", "trailing bytes"));
-            }
-            sum = sum.merge_sum(&part)?;
-        }
-        self.last_count = Some(sum.nnz());
-        let (kept, cut) = split_topk(&sum, lay.share(pos));
-        let (mine, _) = split_by(&cut, |i| i as usize % d == c);
-        dropped = dropped.merge_sum(&mine)?;
-        let result = gather_blocks(&mut Group::new(t, team)?, &kept, lay)?;
-        Ok(Reduced {
-            result,
-            dropped,
-            traffic: t.traffic().since(&start),
-        })
+            d,
+            Id::SpardlBsag,
+            &extra,
+            |col, lay, pos, block, dropped| {
+                let (lo, len) = lay.span(pos);
+                let h = self.next_h(lay.share(pos));
+                let sent = cut_to(block, h, dropped)?;
+                let mut msg = Vec::new();
+                put_block(&mut msg, &sent);
+                let all = bruck_allgather(col, &msg)?;
+                let mut sum = SparseVec::zeros(lay.dim)?;
+                for b in &all {
+                    let mut rest: &[u8] = b;
+                    let part = take_block::<E>(&mut rest, lay.dim, lo, len, "b-sag block")?;
+                    if !rest.is_empty() {
+                        return Err(Error::corrupt("b-sag block", "trailing bytes"));
+                    }
+                    sum = sum.merge_sum(&part)?;
+                }
+                self.last_count = Some(sum.nnz());
+                let (kept, cut) = split_topk(&sum, lay.share(pos));
+                let c = col.rank();
+                let (mine, _) = split_by(&cut, |i| i as usize % d == c);
+                *dropped = dropped.merge_sum(&mine)?;
+                Ok(kept)
+            },
+        )
     }
 }
 
