@@ -4,7 +4,7 @@
 
 use crate::Transport;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Id, Reduced, enter, put_block, take_block};
+use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
 use sparse_core::stats::even_start;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 use std::marker::PhantomData;
@@ -62,20 +62,6 @@ fn kth_key(mut keys: Vec<u64>, k: usize) -> u64 {
     }
     let (_, kth, _) = keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
     *kth
-}
-
-/// The entries of `v` whose magnitude key reaches `th`, and the rest.
-fn above<E: Element>(v: &SparseVec<E>, th: u64) -> (SparseVec<E>, SparseVec<E>) {
-    let (mut a, mut b) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
-    for (i, x) in v.iter() {
-        let side = if abs_key(x) >= th { &mut a } else { &mut b };
-        side.0.push(i);
-        side.1.push(x);
-    }
-    (
-        SparseVec::new_unchecked(v.dim(), a.0, a.1),
-        SparseVec::new_unchecked(v.dim(), b.0, b.1),
-    )
 }
 
 impl<E: Element> OkTopk<E> {
@@ -213,7 +199,7 @@ impl<E: Element> OkTopk<E> {
         if refresh {
             self.local = kth_key(v.values().iter().map(|&x| abs_key(x)).collect(), self.k);
         }
-        let (sel, mut dropped) = above(v, self.local);
+        let (sel, mut dropped) = split_where(v, |_, x| abs_key(x) >= self.local);
         if refresh {
             self.balance(t, &sel)?;
         }
@@ -239,7 +225,7 @@ impl<E: Element> OkTopk<E> {
         if refresh {
             self.global_threshold(t, &sum)?;
         }
-        let (chosen, cut) = above(&sum, self.global);
+        let (chosen, cut) = split_where(&sum, |_, x| abs_key(x) >= self.global);
         dropped = dropped.merge_sum(&cut)?;
         let mut msg = Vec::new();
         put_block(&mut msg, &chosen);

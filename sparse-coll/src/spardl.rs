@@ -4,7 +4,7 @@
 //! h-adjustment.
 
 use crate::dense::bruck_allgather;
-use crate::sparse::{Id, Reduced, enter, put_block, take_block};
+use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
 use crate::{Group, Transport};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
@@ -26,35 +26,8 @@ pub(crate) fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E
     for &j in &order[..k] {
         keep[j] = true;
     }
-    let part = |want: bool| {
-        let (mut i, mut x) = (Vec::new(), Vec::new());
-        for (j, (idx, val)) in v.iter().enumerate() {
-            if keep[j] == want {
-                i.push(idx);
-                x.push(val);
-            }
-        }
-        SparseVec::new_unchecked(v.dim(), i, x)
-    };
-    (part(true), part(false))
-}
-
-/// The entries of `v` for which `pick` holds, and the rest.
-fn split_by<E: Element>(
-    v: &SparseVec<E>,
-    pick: impl Fn(u32) -> bool,
-) -> (SparseVec<E>, SparseVec<E>) {
-    let (mut a, mut b) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
-    for (i, x) in v.iter() {
-        let side = if pick(i) { &mut a } else { &mut b };
-        side.0.push(i);
-        side.1.push(x);
-    }
-    let dim = v.dim();
-    (
-        SparseVec::new_unchecked(dim, a.0, a.1),
-        SparseVec::new_unchecked(dim, b.0, b.1),
-    )
+    let mut flags = keep.into_iter();
+    split_where(v, |_, _| flags.next().expect("one flag per entry"))
 }
 
 /// The block layout of SRS over `m` workers: block `j` is the even span
@@ -330,7 +303,7 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
                 // entry goes to exactly one of them.
                 let group = 2 * mask;
                 let base = c & !(group - 1);
-                let (mine, _) = split_by(&cut, |i| base + i as usize % group == c);
+                let (mine, _) = split_where(&cut, |i, _| base + i as usize % group == c);
                 *dropped = dropped.merge_sum(&mine)?;
                 block = kept;
                 mask <<= 1;
@@ -469,7 +442,7 @@ impl SpardlBsag {
                 self.last_count = Some(sum.nnz());
                 let (kept, cut) = split_topk(&sum, lay.share(pos));
                 let c = col.rank();
-                let (mine, _) = split_by(&cut, |i| i as usize % d == c);
+                let (mine, _) = split_where(&cut, |i, _| i as usize % d == c);
                 *dropped = dropped.merge_sum(&mine)?;
                 Ok(kept)
             },

@@ -96,6 +96,24 @@ pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
     Ok(t.traffic())
 }
 
+/// The entries of `v` for which `pick(index, value)` holds, and the rest;
+/// `pick` sees the entries in index order.
+pub(crate) fn split_where<E: Element>(
+    v: &SparseVec<E>,
+    mut pick: impl FnMut(u32, E) -> bool,
+) -> (SparseVec<E>, SparseVec<E>) {
+    let (mut a, mut b) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    for (i, x) in v.iter() {
+        let side = if pick(i, x) { &mut a } else { &mut b };
+        side.0.push(i);
+        side.1.push(x);
+    }
+    (
+        SparseVec::new_unchecked(v.dim(), a.0, a.1),
+        SparseVec::new_unchecked(v.dim(), b.0, b.1),
+    )
+}
+
 /// Appends the pairs of `v` as they travel in every sparse message: its
 /// `u32` indices, then its values.
 pub(crate) fn put_pairs<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
