@@ -83,20 +83,10 @@ pub const AUTO_BETA: f64 = 4e-10;
 /// The algorithms of a run on `p` ranks with budget `k`: every one of
 /// [`Algorithm::NAMES`], with 2 teams for R-SAG (1 when `P` is odd) and the
 /// smallest divisor above 1 of `P` for B-SAG.
-pub fn algorithms(p: usize, k: usize) -> Vec<(Algorithm, usize)> {
+pub fn algorithms(p: usize, k: usize) -> Vec<Algorithm> {
     let rsag = if p % 2 == 0 { 2 } else { 1 };
     let bsag = (2..=p).find(|d| p % d == 0).unwrap_or(1);
-    Algorithm::NAMES
-        .iter()
-        .map(|&name| {
-            let d = match name {
-                "spardl_rsag" => rsag,
-                "spardl_bsag" => bsag,
-                _ => 1,
-            };
-            (Algorithm::from_name(name, k, d).expect("known name"), d)
-        })
-        .collect()
+    Algorithm::all(k, rsag, bsag)
 }
 
 /// What one rank measured for one algorithm.
@@ -122,7 +112,7 @@ pub struct RankMeasure {
 pub fn run_rank<T: Transport + Send + ?Sized>(
     t: &mut T,
     v: &SparseVec<f32>,
-    algos: &[(Algorithm, usize)],
+    algos: &[Algorithm],
     with_auto: bool,
     reps: usize,
     barrier: &dyn Fn(&mut T) -> Result<()>,
@@ -139,7 +129,7 @@ pub fn run_rank<T: Transport + Send + ?Sized>(
         }
         Ok((last, times))
     };
-    for &(algo, _) in algos {
+    for &algo in algos {
         let mut runner = Allreduce::new(algo)?;
         let (reduced, times) = timed(t, &mut |t| runner.run(t, v))?;
         out.push(RankMeasure {
@@ -270,12 +260,12 @@ pub fn overlap_report(algo: Algorithm, per_rank: &[[Vec<Duration>; 4]]) -> Overl
 
 /// The algorithm the overlap measurement uses: SparDL when selected, else
 /// the first selected one.
-pub fn overlap_algorithm(algos: &[(Algorithm, usize)]) -> Option<Algorithm> {
+pub fn overlap_algorithm(algos: &[Algorithm]) -> Option<Algorithm> {
     algos
         .iter()
-        .map(|x| x.0)
         .find(|a| a.name() == "spardl")
-        .or(algos.first().map(|x| x.0))
+        .or(algos.first())
+        .copied()
 }
 
 /// The synthetic gradients of a run, one per rank (normal values).
@@ -304,7 +294,7 @@ pub fn inputs(a: &AllreduceArgs) -> Result<Vec<SparseVec<f32>>> {
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] for an unknown name.
-pub fn selection(a: &AllreduceArgs, k: usize) -> Result<(Vec<(Algorithm, usize)>, bool)> {
+pub fn selection(a: &AllreduceArgs, k: usize) -> Result<(Vec<Algorithm>, bool)> {
     let all = algorithms(a.ranks, k);
     for name in &a.algos {
         if name != "auto" && !Algorithm::NAMES.contains(&name.as_str()) {
@@ -313,9 +303,34 @@ pub fn selection(a: &AllreduceArgs, k: usize) -> Result<(Vec<(Algorithm, usize)>
     }
     let want = |name: &str| a.algos.is_empty() || a.algos.iter().any(|x| x == name);
     Ok((
-        all.into_iter().filter(|(x, _)| want(x.name())).collect(),
+        all.into_iter().filter(|x| want(x.name())).collect(),
         want("auto"),
     ))
+}
+
+/// The dense oracle of a run: the inputs summed in `f64`, and which
+/// coordinates any rank touched.
+#[derive(Debug, Clone)]
+pub struct Oracle {
+    /// The sum of the inputs.
+    pub sum: Vec<f64>,
+    /// Whether some rank holds an entry at each coordinate.
+    pub touched: Vec<bool>,
+}
+
+impl Oracle {
+    /// The oracle of `ins`.
+    pub fn of(ins: &[SparseVec<f32>]) -> Self {
+        let n = ins[0].dim();
+        let (mut sum, mut touched) = (vec![0.0f64; n], vec![false; n]);
+        for v in ins {
+            for (i, x) in v.iter() {
+                sum[i as usize] += x as f64;
+                touched[i as usize] = true;
+            }
+        }
+        Self { sum, touched }
+    }
 }
 
 /// What rank 0 needs of another rank's measure: small enough to gather
@@ -441,35 +456,31 @@ pub fn decode_summaries(b: &[u8]) -> Result<(Vec<Summary>, Vec<Duration>, Traffi
 /// [`Error::Disagreement`] if two ranks hold different results.
 pub fn report(
     ins: &[SparseVec<f32>],
-    algos: &[(Algorithm, usize)],
+    oracle: &Oracle,
+    algos: &[Algorithm],
     results: &[RankMeasure],
     per_rank: &[(Vec<Summary>, Vec<Duration>, Traffic)],
 ) -> Result<AllreduceReport> {
     let p = ins.len();
     let n = ins[0].dim();
-    let mut oracle = vec![0.0f64; n];
-    let mut union = vec![false; n];
-    for v in ins {
-        for (i, x) in v.iter() {
-            oracle[i as usize] += x as f64;
-            union[i as usize] = true;
-        }
-    }
+    let union = (0..n).filter(|&i| oracle.touched[i]).count();
+    let oracle = &oracle.sum;
     let profile = Profile {
         p,
         n,
         value_bytes: 4,
         k_max: ins.iter().map(SparseVec::nnz).max().unwrap_or(0),
         k_sum: ins.iter().map(SparseVec::nnz).sum(),
-        union: union.iter().filter(|&&u| u).count(),
+        union,
     };
     let mut rows = Vec::new();
-    let names: Vec<(Option<Algorithm>, usize)> = algos
+    let names: Vec<Option<Algorithm>> = algos
         .iter()
-        .map(|&(a, d)| (Some(a), d))
-        .chain((results.len() > algos.len()).then_some((None, 1)))
+        .copied()
+        .map(Some)
+        .chain((results.len() > algos.len()).then_some(None))
         .collect();
-    for (i, &(algo, teams)) in names.iter().enumerate() {
+    for (i, &algo) in names.iter().enumerate() {
         let m = |r: usize| &per_rank[r].0[i];
         let first = &results[i].reduced.result;
         for r in 0..p {
@@ -481,12 +492,12 @@ pub fn report(
             }
         }
         let traffic: Vec<Traffic> = (0..p).map(|r| m(r).traffic).collect();
-        let max_abs_err = max_err(&first.to_dense(), &oracle);
+        let max_abs_err = max_err(&first.to_dense(), oracle);
         let chose = results[i].chose;
         let modelled = algo.or(chose).expect("auto ran an algorithm");
         rows.push(AllreduceRow {
             algo: algo.map_or("auto", |a| a.name()).to_string(),
-            teams,
+            teams: modelled.teams(),
             chose: chose.map(|a| a.name().to_string()),
             lossless: modelled.lossless(),
             result_nnz: first.nnz(),
@@ -559,7 +570,13 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
         .iter()
         .map(|((m, d, t), _)| (m.iter().map(Summary::of).collect(), d.clone(), *t))
         .collect();
-    let mut rep = report(&ins, &algos, &per_rank[0].0.0, &summaries)?;
+    let mut rep = report(
+        &ins,
+        &Oracle::of(&ins),
+        &algos,
+        &per_rank[0].0.0,
+        &summaries,
+    )?;
     if let Some(algo) = overlap_algorithm(&algos) {
         let over: Vec<[Vec<Duration>; 4]> = per_rank
             .into_iter()
@@ -672,7 +689,8 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
             .collect();
         times_per_rank.push(times.chunks(a.reps).map(<[Duration]>::to_vec).collect());
     }
-    let mut rep = report(&ins, &algos, &measures, &per_rank)?;
+    let oracle = Oracle::of(&ins);
+    let mut rep = report(&ins, &oracle, &algos, &measures, &per_rank)?;
     if let Some(algo) = over_algo {
         let over: Vec<[Vec<Duration>; 4]> = times_per_rank
             .iter()
@@ -684,12 +702,6 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         .iter()
         .map(|l| l.last().expect("MPI_Allreduce times").clone())
         .collect();
-    let mut oracle = vec![0.0f64; a.n];
-    for v in &ins {
-        for (i, x) in v.iter() {
-            oracle[i as usize] += x as f64;
-        }
-    }
     rep.rows.push(AllreduceRow {
         algo: "mpi_allreduce".into(),
         teams: 1,
@@ -702,7 +714,7 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         rounds: None,
         model_bytes: sparse_core::cost::rabenseifner_allreduce(p, a.n).bytes(),
         ms: slowest(&mpi_per_rank.iter().map(Vec::as_slice).collect::<Vec<_>>()),
-        max_abs_err: max_err(&sum, &oracle),
+        max_abs_err: max_err(&sum, &oracle.sum),
     });
     Ok(Some(rep))
 }

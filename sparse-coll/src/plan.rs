@@ -183,6 +183,40 @@ impl Algorithm {
         })
     }
 
+    /// The lossless algorithms [`Auto::lossless`] chooses among.
+    pub const LOSSLESS: [Algorithm; 6] = [
+        Algorithm::TopkA,
+        Algorithm::TopkDsa,
+        Algorithm::SsarRecursiveDouble,
+        Algorithm::SsarSplitAllgather,
+        Algorithm::DsarSplitAllgather { qsgd: None },
+        Algorithm::ZenBalancedParallelism { seed: 0x2e7 },
+    ];
+
+    /// Every named algorithm, in the order of [`Algorithm::NAMES`], with
+    /// budget `k`, R-SAG on `rsag` teams and B-SAG on `bsag` teams.
+    pub fn all(k: usize, rsag: usize, bsag: usize) -> Vec<Self> {
+        Self::NAMES
+            .iter()
+            .map(|&name| {
+                let d = match name {
+                    "spardl_rsag" => rsag,
+                    "spardl_bsag" => bsag,
+                    _ => 1,
+                };
+                Self::from_name(name, k, d).expect("a known name")
+            })
+            .collect()
+    }
+
+    /// The teams of SparDL with SAG; 1 for every other algorithm.
+    pub fn teams(&self) -> usize {
+        match *self {
+            Self::SpardlRsag { d, .. } | Self::SpardlBsag { d, .. } => d,
+            _ => 1,
+        }
+    }
+
     /// The algorithm's name.
     pub fn name(&self) -> &'static str {
         match self {
@@ -399,27 +433,16 @@ pub struct Auto<E> {
 }
 
 impl<E: Element> Auto<E> {
-    /// A planner over the lossless algorithms (TopkA, TopkDSA,
-    /// SSAR_Recursive_double, SSAR_Split_allgather, DSAR_Split_allgather,
-    /// Zen's Balanced Parallelism), for a network of `alpha` seconds per
+    /// A planner over the lossless algorithms ([`Algorithm::LOSSLESS`]:
+    /// TopkA, TopkDSA, SSAR_Recursive_double, SSAR_Split_allgather,
+    /// DSAR_Split_allgather, Zen's Balanced Parallelism), for a network of `alpha` seconds per
     /// message and `beta` seconds per 32-bit word.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a negative or non-finite `alpha` or
     /// `beta`.
     pub fn lossless(alpha: f64, beta: f64) -> Result<Self> {
-        Self::new(
-            alpha,
-            beta,
-            &[
-                Algorithm::TopkA,
-                Algorithm::TopkDsa,
-                Algorithm::SsarRecursiveDouble,
-                Algorithm::SsarSplitAllgather,
-                Algorithm::DsarSplitAllgather { qsgd: None },
-                Algorithm::ZenBalancedParallelism { seed: 0x2e7 },
-            ],
-        )
+        Self::new(alpha, beta, &Algorithm::LOSSLESS)
     }
 
     /// A planner over `candidates` (mixing lossless and lossy ones is

@@ -91,17 +91,9 @@ pub fn inputs(p: usize, case: &Case) -> Result<Vec<SparseVec<f32>>> {
 pub fn algorithms(p: usize, k: usize) -> Vec<Algorithm> {
     let rsag = [4usize, 2, 1].into_iter().find(|d| p % d == 0).unwrap_or(1);
     let bsag = (2..=p).find(|d| p % d == 0).unwrap_or(1);
-    Algorithm::NAMES
-        .iter()
-        .filter(|&&n| n != "dsar_qsgd")
-        .map(|&name| {
-            let d = match name {
-                "spardl_rsag" => rsag,
-                "spardl_bsag" => bsag,
-                _ => 1,
-            };
-            Algorithm::from_name(name, k, d).expect("a known name")
-        })
+    Algorithm::all(k, rsag, bsag)
+        .into_iter()
+        .filter(|a| a.name() != "dsar_qsgd")
         .collect()
 }
 

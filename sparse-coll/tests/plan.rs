@@ -67,15 +67,6 @@ fn plan(p: usize, ins: &[SparseVec<f32>], alpha: f64, beta: f64, calls: usize) -
     out[0].iter().map(|x| x.1).collect()
 }
 
-const LOSSLESS: [Algorithm; 6] = [
-    Algorithm::TopkA,
-    Algorithm::TopkDsa,
-    Algorithm::SsarRecursiveDouble,
-    Algorithm::SsarSplitAllgather,
-    Algorithm::DsarSplitAllgather { qsgd: None },
-    Algorithm::ZenBalancedParallelism { seed: 0x2e7 },
-];
-
 #[test]
 fn auto_picks_within_a_quarter_of_the_fewest_bytes_once_profiled() {
     for (p, n, density, overlap) in [
@@ -97,7 +88,7 @@ fn auto_picks_within_a_quarter_of_the_fewest_bytes_once_profiled() {
                 }
             })
             .collect();
-        let m = measured(p, &ins, &LOSSLESS);
+        let m = measured(p, &ins, &Algorithm::LOSSLESS);
         let best = m.iter().map(|x| x.1).min().unwrap();
         let choices = plan(p, &ins, 0.0, 1.0, 3);
         let chosen = m.iter().find(|x| x.0 == choices[2]).unwrap();
@@ -114,7 +105,7 @@ fn auto_picks_within_a_quarter_of_the_fewest_bytes_once_profiled() {
 fn auto_picks_the_fewest_rounds_when_latency_dominates() {
     for p in [3usize, 8, 9] {
         let ins = inputs(p, 1000, 0.01, 0.5, false, 9);
-        let m = measured(p, &ins, &LOSSLESS);
+        let m = measured(p, &ins, &Algorithm::LOSSLESS);
         let fewest = m.iter().map(|x| x.2).min().unwrap();
         let choice = plan(p, &ins, 1.0, 0.0, 2)[1];
         let chosen = m.iter().find(|x| x.0 == choice).unwrap();
