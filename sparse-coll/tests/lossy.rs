@@ -5,11 +5,10 @@
 //! formulas for each input.
 
 mod common;
-use common::{RANKS, assert_conserved, inputs, oracle, run};
+use common::{RANKS, assert_conserved, assert_within_shares, inputs, oracle, run};
 use sparse_coll::{
     OkTopk, Reduced, SpardlBsag, ThreadCluster, Transport, gtopk, spardl, spardl_rsag,
 };
-use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Error, SparseVec, cost};
 
 /// `(dim, density, overlap, k)` cases: sparse and dense, k = 0 included.
@@ -236,18 +235,7 @@ fn rsag_conserves_the_sum_and_keeps_shares() {
                 let out = run(p, &ins, |t, v| spardl_rsag(t, v, k, d));
                 let ctx = format!("r-sag P={p} d={d} dim={dim} k={k}");
                 assert_conserved(&ins, &out, &ctx);
-                let m = p / d;
-                for j in 0..m {
-                    let (lo, len) = (even_start(j, dim, m), even_len(j, dim, m));
-                    let share = (k / m + usize::from(j < k % m)).min(len);
-                    let n = out[0]
-                        .result
-                        .indices()
-                        .iter()
-                        .filter(|&&i| (lo..lo + len).contains(&(i as usize)))
-                        .count();
-                    assert!(n <= share, "{ctx} block {j}: {n} > {share}");
-                }
+                assert_within_shares(&out[0].result, p / d, k, &ctx);
                 if d == 1 {
                     let plain = run(p, &ins, |t, v| spardl(t, v, k));
                     assert_eq!(out[0].result, plain[0].result, "{ctx}: d = 1 is SparDL");

@@ -12,13 +12,12 @@ use sparse_coll::{omnireduce_blocks, zen_balanced_parallelism};
 use sparse_core::H0;
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::qsgd::QsgdParams;
-use sparse_core::stats::{even_len, even_start};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
 use sparse_core::{Error, Result, SparseVec, cost};
 use std::sync::Arc;
 
 mod common;
-use common::{RANKS, inputs, oracle, run};
+use common::{RANKS, assert_conserved, assert_within_shares, inputs, oracle, run};
 
 type Algo = fn(&mut ThreadTransport, &SparseVec<f32>) -> Result<Reduced<f32>>;
 fn dsar_plain(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
@@ -214,43 +213,11 @@ fn spardl_conserves_the_sum_and_agrees_bitwise() {
         ] {
             for skew in [false, true] {
                 let ins = inputs(p, dim, density, overlap, skew, (p + dim + k) as u64);
-                let want = oracle(&ins);
-                let out: Vec<Reduced<f32>> = ThreadCluster::new(p)
-                    .run(|t| sparse_coll::spardl(t, &ins[t.rank()], k))
-                    .into_iter()
-                    .map(|r| r.unwrap())
-                    .collect();
-                let mut total = out[0].result.to_dense();
-                for (r, red) in out.iter().enumerate() {
-                    let ctx = format!("P={p} dim={dim} k={k} skew={skew} rank {r}");
-                    assert_eq!(red.result.indices(), out[0].result.indices(), "{ctx}");
-                    let bits = |v: &SparseVec<f32>| {
-                        v.values().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
-                    };
-                    assert_eq!(
-                        bits(&red.result),
-                        bits(&out[0].result),
-                        "{ctx}: bitwise identical"
-                    );
-                    red.dropped.add_to_dense(&mut total);
-                }
+                let out = run(p, &ins, |t, v| sparse_coll::spardl(t, v, k));
+                let ctx = format!("P={p} dim={dim} k={k} skew={skew}");
                 // Integer inputs: conservation is exact.
-                assert_eq!(
-                    total, want,
-                    "P={p} dim={dim} k={k}: inputs = result + all dropped"
-                );
-                // Each block keeps at most its share of k.
-                for q in 0..p {
-                    let (lo, len) = (even_start(q, dim, p), even_len(q, dim, p));
-                    let share = (k / p + usize::from(q < k % p)).min(len);
-                    let n = out[0]
-                        .result
-                        .indices()
-                        .iter()
-                        .filter(|&&i| (lo..lo + len).contains(&(i as usize)))
-                        .count();
-                    assert!(n <= share, "P={p} block {q}: {n} > {share}");
-                }
+                assert_conserved(&ins, &out, &ctx);
+                assert_within_shares(&out[0].result, p, k, &ctx);
             }
         }
     }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use sparse_coll::{Reduced, ThreadCluster, ThreadTransport, Transport};
+use sparse_core::stats::{even_len, even_start};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
 use sparse_core::{Result, SparseVec};
 
@@ -85,5 +86,22 @@ pub fn assert_conserved(ins: &[SparseVec<f32>], out: &[Reduced<f32>], ctx: &str)
             "{ctx}: coordinate {i}: result + all dropped = {}, inputs sum to {}",
             total[i], want[i]
         );
+    }
+}
+
+/// Asserts that `result` keeps at most its share of `k` in each of the `m`
+/// even blocks of SparDL's layout (`k / m`, one more for the first `k % m`
+/// blocks, at most the block's length).
+pub fn assert_within_shares(result: &SparseVec<f32>, m: usize, k: usize, ctx: &str) {
+    let dim = result.dim();
+    for j in 0..m {
+        let (lo, len) = (even_start(j, dim, m), even_len(j, dim, m));
+        let share = (k / m + usize::from(j < k % m)).min(len);
+        let n = result
+            .indices()
+            .iter()
+            .filter(|&&i| (lo..lo + len).contains(&(i as usize)))
+            .count();
+        assert!(n <= share, "{ctx} block {j}: {n} > {share}");
     }
 }
