@@ -5,7 +5,9 @@
 //! formulas for each input.
 
 mod common;
-use common::{RANKS, assert_conserved, assert_within_shares, inputs, oracle, run};
+use common::{
+    RANKS, assert_all_disagree, assert_conserved, assert_within_shares, inputs, oracle, run,
+};
 use sparse_coll::{
     OkTopk, Reduced, SpardlBsag, ThreadCluster, Transport, gtopk, spardl, spardl_rsag,
 };
@@ -218,12 +220,7 @@ fn ok_topk_ranks_out_of_step_get_an_error() {
         }
         ok.allreduce(t, &v)
     });
-    for r in out {
-        assert!(
-            matches!(r, Err(Error::Disagreement { what: "call", .. })),
-            "{r:?}"
-        );
-    }
+    assert_all_disagree(&out, "call", "ok-topk one call ahead");
 }
 
 #[test]
@@ -359,22 +356,12 @@ fn ranks_that_disagree_on_k_or_teams_all_get_an_error() {
                 let algo = sparse_coll::Algorithm::from_name(name, k, 2)?;
                 sparse_coll::Allreduce::new(algo)?.run(t, &SparseVec::<f32>::zeros(100)?)
             });
-            for (r, res) in out.iter().enumerate() {
-                assert!(
-                    matches!(res, Err(Error::Disagreement { what: "k", .. })),
-                    "{name} P={p} rank {r}: {res:?}"
-                );
-            }
+            assert_all_disagree(&out, "k", &format!("{name} P={p}"));
         }
     }
     let out = ThreadCluster::new(4).run(|t| {
         let d = if t.rank() == 3 { 4 } else { 2 };
         spardl_rsag(t, &SparseVec::<f32>::zeros(100)?, 8, d)
     });
-    for res in out {
-        assert!(
-            matches!(res, Err(Error::Disagreement { what: "teams", .. })),
-            "{res:?}"
-        );
-    }
+    assert_all_disagree(&out, "teams", "r-sag with 2 and 4 teams");
 }

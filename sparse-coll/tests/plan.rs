@@ -2,7 +2,7 @@
 //! measured traffic.
 
 mod common;
-use common::{assert_conserved, inputs, oracle, run};
+use common::{assert_all_disagree, assert_conserved, inputs, oracle, run};
 use sparse_coll::{Algorithm, Allreduce, Auto, Profile, Reduced, ThreadCluster};
 use sparse_core::SparseVec;
 
@@ -150,18 +150,7 @@ fn ranks_running_different_algorithms_all_get_an_error() {
                 let algo = Algorithm::from_name(name, 8, 2)?;
                 Allreduce::new(algo)?.run(t, &SparseVec::<f32>::zeros(64)?)
             });
-            for res in out {
-                assert!(
-                    matches!(
-                        res,
-                        Err(sparse_core::Error::Disagreement {
-                            what: "algorithm",
-                            ..
-                        })
-                    ),
-                    "{a} vs {b}: {res:?}"
-                );
-            }
+            assert_all_disagree(&out, "algorithm", &format!("{a} vs {b}"));
         }
     }
 }

@@ -13,11 +13,13 @@ use sparse_core::H0;
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
-use sparse_core::{Error, Result, SparseVec, cost};
+use sparse_core::{Result, SparseVec, cost};
 use std::sync::Arc;
 
 mod common;
-use common::{RANKS, assert_conserved, assert_within_shares, inputs, oracle, run};
+use common::{
+    RANKS, assert_all_disagree, assert_conserved, assert_within_shares, inputs, oracle, run,
+};
 
 type Algo = fn(&mut ThreadTransport, &SparseVec<f32>) -> Result<Reduced<f32>>;
 fn dsar_plain(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
@@ -143,18 +145,7 @@ fn disagreeing_ranks_all_get_an_error() {
                 let dim = if t.rank() == 1 { 99 } else { 100 };
                 f(t, &SparseVec::zeros(dim).unwrap())
             });
-            for (r, res) in out.iter().enumerate() {
-                assert!(
-                    matches!(
-                        res,
-                        Err(Error::Disagreement {
-                            what: "dimension",
-                            ..
-                        })
-                    ),
-                    "{name} P={p} rank {r}: {res:?}"
-                );
-            }
+            assert_all_disagree(&out, "dimension", &format!("{name} P={p}"));
         }
     }
     // Different algorithms on different ranks.
@@ -166,13 +157,7 @@ fn disagreeing_ranks_all_get_an_error() {
             ssar_recursive_double(t, &v)
         }
     });
-    assert!(out.iter().all(|r| matches!(
-        r,
-        Err(Error::Disagreement {
-            what: "algorithm",
-            ..
-        })
-    )));
+    assert_all_disagree(&out, "algorithm", "topk_a vs ssar_recursive_double");
 }
 
 #[test]

@@ -105,3 +105,13 @@ pub fn assert_within_shares(result: &SparseVec<f32>, m: usize, k: usize, ctx: &s
         assert!(n <= share, "{ctx} block {j}: {n} > {share}");
     }
 }
+
+/// Asserts that every rank returned `Error::Disagreement` about `what`.
+pub fn assert_all_disagree<T: std::fmt::Debug>(out: &[Result<T>], what: &str, ctx: &str) {
+    for (r, res) in out.iter().enumerate() {
+        assert!(
+            matches!(res, Err(sparse_core::Error::Disagreement { what: w, .. }) if *w == what),
+            "{ctx} rank {r}: {res:?}"
+        );
+    }
+}
