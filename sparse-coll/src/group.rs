@@ -27,10 +27,7 @@ impl<'a, T: Transport + ?Sized> Group<'a, T> {
     /// [`Error::InvalidParameter`] if this rank is not a member, a member
     /// repeats, or a member is not a rank of the parent.
     pub fn new(parent: &'a mut T, members: Vec<usize>) -> Result<Self> {
-        let invalid = |reason: String| Error::InvalidParameter {
-            name: "members",
-            reason,
-        };
+        let invalid = |reason: String| Error::invalid("members", reason);
         let size = parent.size();
         if let Some(&m) = members.iter().find(|&&m| m >= size) {
             return Err(invalid(format!("rank {m} of {size}")));

@@ -72,10 +72,7 @@ impl<E: Element> OkTopk<E> {
     /// [`Error::InvalidParameter`] if `period == 0`.
     pub fn new(k: usize, period: u64) -> Result<Self> {
         if period == 0 {
-            return Err(Error::InvalidParameter {
-                name: "period",
-                reason: "must be at least 1".into(),
-            });
+            return Err(Error::invalid("period", "must be at least 1"));
         }
         Ok(Self {
             k,

@@ -175,10 +175,10 @@ impl Algorithm {
             "spardl_rsag" => Self::SpardlRsag { k, d },
             "spardl_bsag" => Self::SpardlBsag { k, d },
             other => {
-                return Err(Error::InvalidParameter {
-                    name: "algorithm",
-                    reason: format!("unknown {other:?}; known: {}", Self::NAMES.join(", ")),
-                });
+                return Err(Error::invalid(
+                    "algorithm",
+                    format!("unknown {other:?}; known: {}", Self::NAMES.join(", ")),
+                ));
             }
         })
     }
@@ -454,17 +454,14 @@ impl<E: Element> Auto<E> {
     pub fn new(alpha: f64, beta: f64, candidates: &[Algorithm]) -> Result<Self> {
         for (name, x) in [("alpha", alpha), ("beta", beta)] {
             if !(x.is_finite() && x >= 0.0) {
-                return Err(Error::InvalidParameter {
+                return Err(Error::invalid(
                     name,
-                    reason: format!("{x} is not a finite non-negative time"),
-                });
+                    format!("{x} is not a finite non-negative time"),
+                ));
             }
         }
         if candidates.is_empty() {
-            return Err(Error::InvalidParameter {
-                name: "candidates",
-                reason: "none given".into(),
-            });
+            return Err(Error::invalid("candidates", "none given"));
         }
         Ok(Self {
             alpha,

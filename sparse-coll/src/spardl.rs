@@ -228,10 +228,10 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
 fn teams<T: Transport + ?Sized>(t: &T, d: usize) -> Result<(Vec<usize>, Vec<usize>)> {
     let p = t.size();
     if d == 0 || p % d != 0 {
-        return Err(Error::InvalidParameter {
-            name: "teams",
-            reason: format!("{d} teams do not divide {p} workers evenly"),
-        });
+        return Err(Error::invalid(
+            "teams",
+            format!("{d} teams do not divide {p} workers evenly"),
+        ));
     }
     let (m, w) = (p / d, t.rank());
     let team = (0..m).map(|j| (w / m) * m + j).collect();
@@ -268,10 +268,10 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
     d: usize,
 ) -> Result<Reduced<E>> {
     if !d.is_power_of_two() {
-        return Err(Error::InvalidParameter {
-            name: "teams",
-            reason: format!("R-SAG needs a power of two, not {d}"),
-        });
+        return Err(Error::invalid(
+            "teams",
+            format!("R-SAG needs a power of two, not {d}"),
+        ));
     }
     let extra = [("k", k as u64), ("teams", d as u64)];
     in_teams(
@@ -353,10 +353,7 @@ impl SpardlBsag {
     /// [`Error::InvalidParameter`] if `d == 0`.
     pub fn new(k: usize, d: usize) -> Result<Self> {
         if d == 0 {
-            return Err(Error::InvalidParameter {
-                name: "teams",
-                reason: "at least one team".into(),
-            });
+            return Err(Error::invalid("teams", "at least one team"));
         }
         Ok(Self {
             k,
