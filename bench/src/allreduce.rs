@@ -483,8 +483,9 @@ pub fn report(
     for (i, &algo) in names.iter().enumerate() {
         let m = |r: usize| &per_rank[r].0[i];
         let first = &results[i].reduced.result;
+        let want = digest(first);
         for r in 0..p {
-            if m(r).digest != digest(first) {
+            if m(r).digest != want {
                 return Err(Error::Disagreement {
                     what: "result",
                     detail: format!("rank {r} differs from rank 0"),

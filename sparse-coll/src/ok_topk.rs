@@ -142,14 +142,13 @@ impl<E: Element> OkTopk<E> {
         t: &mut T,
         region: &SparseVec<E>,
     ) -> Result<()> {
-        let keys: Vec<u64> = region.values().iter().map(|&x| abs_key(x)).collect();
-        let mut top = keys.clone();
-        if top.len() > self.k {
-            let th = kth_key(keys, self.k);
-            top.retain(|&x| x >= th);
-            top.sort_unstable_by(|a, b| b.cmp(a));
-            top.truncate(self.k);
+        // This region's `k` largest magnitudes (all when it has fewer):
+        // the global k-th largest is among their union.
+        let mut top: Vec<u64> = region.values().iter().map(|&x| abs_key(x)).collect();
+        if top.len() > self.k && self.k > 0 {
+            top.select_nth_unstable_by(self.k - 1, |a, b| b.cmp(a));
         }
+        top.truncate(self.k);
         let mut msg = Vec::with_capacity(top.len() * E::BYTES);
         for key in &top {
             msg.extend_from_slice(&key.to_le_bytes()[..E::BYTES]);
