@@ -7,10 +7,12 @@
 mod common;
 use common::{
     RANKS, assert_all_disagree, assert_conserved, assert_within_shares, inputs, oracle, run,
+    topk_by_sort,
 };
 use sparse_coll::{
     OkTopk, Reduced, SpardlBsag, ThreadCluster, Transport, gtopk, spardl, spardl_rsag,
 };
+use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Error, SparseVec, cost};
 
 /// `(dim, density, overlap, k)` cases: sparse and dense, k = 0 included.
@@ -49,6 +51,33 @@ fn gtopk_conserves_the_sum_and_keeps_k() {
                 let ctx = format!("gtopk P={p} dim={dim} k={k} skew={skew}");
                 assert_conserved(&ins, &out, &ctx);
                 assert!(out[0].result.nnz() <= k, "{ctx}");
+            }
+        }
+    }
+}
+
+/// gTopk's result, brute force: rank `r` sums its own top `k` with its
+/// children's results (distances 1, 2, 4, ... below `upto`), cutting the
+/// sum to its top `k` after each child, as the binomial tree does.
+fn gtopk_tree(ins: &[SparseVec<f32>], r: usize, upto: usize, k: usize) -> SparseVec<f32> {
+    let mut acc = topk_by_sort(&ins[r], k);
+    let mut dist = 1;
+    while dist < upto && r + dist < ins.len() {
+        let child = gtopk_tree(ins, r + dist, dist, k);
+        acc = topk_by_sort(&acc.merge_sum(&child).unwrap(), k);
+        dist *= 2;
+    }
+    acc
+}
+
+#[test]
+fn gtopk_equals_a_brute_force_reduction_tree() {
+    for p in RANKS {
+        for (dim, density, overlap, k) in CASES {
+            let ins = inputs(p, dim, density, overlap, false, (p * 5 + k) as u64);
+            let want = gtopk_tree(&ins, 0, usize::MAX, k);
+            for (r, red) in run(p, &ins, |t, v| gtopk(t, v, k)).iter().enumerate() {
+                assert_eq!(red.result, want, "P={p} dim={dim} k={k} rank {r}");
             }
         }
     }
@@ -243,6 +272,45 @@ fn rsag_conserves_the_sum_and_keeps_shares() {
 }
 
 #[test]
+fn rsag_with_room_for_everything_is_lossless() {
+    for p in RANKS {
+        for d in [1usize, 2, 4, 8].into_iter().filter(|d| p % d == 0) {
+            let ins = inputs(p, 1500, 0.02, 0.5, true, (p + d) as u64);
+            // Every block's share is its whole length: nothing is ever cut.
+            for red in run(p, &ins, |t, v| spardl_rsag(t, v, 1500, d)) {
+                assert_eq!(red.result.to_dense(), oracle(&ins), "P={p} d={d}");
+                assert_eq!(red.dropped.nnz(), 0, "P={p} d={d}");
+            }
+        }
+    }
+}
+
+#[test]
+fn rsag_with_one_worker_per_team_equals_brute_force_recursive_doubling() {
+    // d = P: each team is one worker holding the whole vector as its block,
+    // so R-SAG is recursive doubling with a cut to the top k after each
+    // step, which a brute force reproduces.
+    for p in [1usize, 2, 4, 8, 16] {
+        for (dim, density, overlap, k) in CASES {
+            let ins = inputs(p, dim, density, overlap, true, (p * 13 + k) as u64);
+            let mut held: Vec<SparseVec<f32>> = ins.iter().map(|v| topk_by_sort(v, k)).collect();
+            let mut mask = 1;
+            while mask < p {
+                held = (0..p)
+                    .map(|r| topk_by_sort(&held[r].merge_sum(&held[r ^ mask]).unwrap(), k))
+                    .collect();
+                mask <<= 1;
+            }
+            let out = run(p, &ins, |t, v| spardl_rsag(t, v, k, p));
+            for (r, red) in out.iter().enumerate() {
+                assert_eq!(red.result, held[r], "P={p} dim={dim} k={k} rank {r}");
+            }
+            assert_conserved(&ins, &out, &format!("r-sag d=P={p} dim={dim} k={k}"));
+        }
+    }
+}
+
+#[test]
 fn rsag_traffic_matches_eq_5() {
     for p in RANKS {
         for d in [1usize, 2, 4, 8, 16].into_iter().filter(|d| p % d == 0) {
@@ -320,6 +388,40 @@ fn bsag_conserves_the_sum_over_calls() {
                     );
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn bsag_first_call_equals_a_brute_force_oracle() {
+    // k = dim: SRS and the final cut keep everything, so the result is, for
+    // every team block, the sum over teams of each team's block sum cut to
+    // its top h = round(L / d), L the block's length.
+    for p in RANKS {
+        for d in (1..=p).filter(|d| p % d == 0) {
+            // Every rank holds every coordinate: each block is full, so
+            // every cut to h (d > 1) removes entries, many tied in magnitude.
+            let dim = 301;
+            let ins = full_inputs(p, dim);
+            let m = p / d;
+            let mut want = SparseVec::zeros(dim).unwrap();
+            for team in 0..d {
+                let mut team_sum = SparseVec::zeros(dim).unwrap();
+                for v in &ins[team * m..(team + 1) * m] {
+                    team_sum = team_sum.merge_sum(v).unwrap();
+                }
+                for j in 0..m {
+                    let (lo, len) = (even_start(j, dim, m), even_len(j, dim, m));
+                    let h = (len as f64 / d as f64).round() as usize;
+                    let cut = topk_by_sort(&team_sum.restrict(lo, len), h);
+                    want = want.merge_sum(&cut).unwrap();
+                }
+            }
+            let out = run(p, &ins, |t, v| SpardlBsag::new(dim, d)?.allreduce(t, v));
+            for (r, red) in out.iter().enumerate() {
+                assert_eq!(red.result, want, "P={p} d={d} rank {r}");
+            }
+            assert_conserved(&ins, &out, &format!("b-sag P={p} d={d}"));
         }
     }
 }

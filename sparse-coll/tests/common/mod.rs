@@ -115,3 +115,14 @@ pub fn assert_all_disagree<T: std::fmt::Debug>(out: &[Result<T>], what: &str, ct
         );
     }
 }
+
+/// The top `k` entries of `v` by magnitude, ties to the lower index, found
+/// by sorting: the brute-force oracle of every cut.
+pub fn topk_by_sort(v: &SparseVec<f32>, k: usize) -> SparseVec<f32> {
+    let mut order: Vec<(u32, f32)> = v.iter().collect();
+    order.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()).then(a.0.cmp(&b.0)));
+    order.truncate(k);
+    order.sort_by_key(|e| e.0);
+    let (i, x) = order.into_iter().unzip();
+    SparseVec::new(v.dim(), i, x).unwrap()
+}
