@@ -319,12 +319,16 @@ pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
             "{name}: k > n"
         );
     }
-    // f64 infinities too (the radix check has a slow path there).
+    // f64 infinities too (the radix check has a slow path there), on
+    // backends with f64 kernels.
     let inf = b.upload(&[1.0f64, f64::INFINITY]).unwrap();
-    assert_eq!(
-        RadixTopK::magnitude().select(b, &inf, 1).err(),
-        Some(Error::NonFinite { index: 1 })
-    );
+    match RadixTopK::magnitude().select(b, &inf, 1).err() {
+        Some(Error::Unsupported { backend, what }) => {
+            println!("skipped f64: backend {backend} does not support {what}");
+            return;
+        }
+        other => assert_eq!(other, Some(Error::NonFinite { index: 1 })),
+    }
     let big = b.upload(&[1.0f64, f64::MAX, -f64::MAX]).unwrap();
     assert_eq!(
         b.download(&RadixTopK::magnitude().select(b, &big, 1).unwrap().indices)

@@ -1,0 +1,125 @@
+//! QSGD quantization and decoding, bit-identical to
+//! [`sparse_core::qsgd`]: the same counter-based draws
+//! ([`sparse_core::CounterRng`]) and the same `f32` operations in the same
+//! order.
+
+use super::{UNITS, cube_max_u32, cube_sum_u32};
+use cubecl::prelude::*;
+
+/// [`sparse_core::mix32`].
+#[cube]
+fn mix32(v: u32) -> u32 {
+    let mut x = v;
+    x ^= x >> 16u32;
+    x *= 0x7feb_352du32;
+    x ^= x >> 15u32;
+    x *= 0x846c_a68bu32;
+    x ^= x >> 16u32;
+    x
+}
+
+/// One cube per bucket: `scales[b]` = the bits of `max |x|` over bucket `b`;
+/// `bad[0]` counts the non-finite values.
+#[cube(launch_unchecked)]
+pub(crate) fn qsgd_scales(x: &[u32], bucket: u32, scales: &mut [u32], bad: &mut [Atomic<u32>]) {
+    let b = CUBE_POS;
+    let start = b * bucket as usize;
+    let mut end = start;
+    if b < scales.len() {
+        end = min(start + bucket as usize, x.len());
+    }
+    let mut mx = 0u32;
+    let mut nonfinite = 0u32;
+    let mut i = start + UNIT_POS as usize;
+    while i < end {
+        let k = x[i] & 0x7fff_ffffu32;
+        mx = max(mx, k);
+        if k >= 0x7f80_0000u32 {
+            nonfinite += 1;
+        }
+        i += UNITS as usize;
+    }
+    let mx = cube_max_u32(mx);
+    let nonfinite = cube_sum_u32(nonfinite);
+    if UNIT_POS == 0 && b < scales.len() {
+        scales[b] = mx;
+        if nonfinite > 0 {
+            bad[0].fetch_add(nonfinite);
+        }
+    }
+}
+
+/// One unit per code word: the codes of values `32 / bits` at a time
+/// ([`sparse_core::qsgd::code_of`]).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn qsgd_codes(
+    x: &[f32],
+    scales: &[f32],
+    words: &mut [u32],
+    bucket: u32,
+    levels: u32,
+    key0: u32,
+    key1: u32,
+    counter_base: u32,
+    #[comptime] bits: u32,
+) {
+    let w = ABSOLUTE_POS;
+    if w < words.len() {
+        let per = comptime![32 / bits];
+        let lv = f32::cast_from(levels);
+        let mut acc = 0u32;
+        for o in 0..per {
+            let j = w * per as usize + o as usize;
+            if j < x.len() {
+                let v = x[j];
+                let s = scales[j / bucket as usize];
+                let h = mix32(mix32((counter_base + j as u32) ^ key0) + key1);
+                let u = f32::cast_from(h >> 8u32) * 5.960_464_5e-8f32;
+                let mut code = 0u32;
+                if s > 0.0f32 && v != 0.0f32 {
+                    let r = f32::abs(v) / s * lv;
+                    let lo = f32::floor(r);
+                    let mut level = lo;
+                    if u < r - lo {
+                        level = lo + 1.0f32;
+                    }
+                    let l = min(u32::cast_from(level), levels);
+                    if l != 0u32 {
+                        code = l;
+                        if v < 0.0f32 {
+                            code |= 1u32 << (bits - 1);
+                        }
+                    }
+                }
+                acc |= code << (o * bits);
+            }
+        }
+        words[w] = acc;
+    }
+}
+
+/// Value `j` decoded: `scale * level / levels`, negated by the sign bit.
+#[cube(launch_unchecked)]
+pub(crate) fn qsgd_decode(
+    words: &[u32],
+    scales: &[f32],
+    out: &mut [f32],
+    bucket: u32,
+    levels: u32,
+    #[comptime] bits: u32,
+) {
+    let j = ABSOLUTE_POS;
+    if j < out.len() {
+        let mask = comptime![(1u32 << bits) - 1];
+        let at = j * bits as usize;
+        let code = (words[at / 32] >> (at % 32) as u32) & mask;
+        let level = code & (mask >> 1u32);
+        let mag = scales[j / bucket as usize] * f32::cast_from(level) / f32::cast_from(levels);
+        let mut v = mag;
+        if (code >> (bits - 1)) != 0u32 {
+            v = -mag;
+        }
+        out[j] = v;
+    }
+}

@@ -1,0 +1,44 @@
+//! `max |x|`, `sum |x|`, the count of `|x| > t` and the count of NaNs, one
+//! pass: each cube reduces its tile to one partial per statistic, and the
+//! host finishes over the partials (the sum in `f64`).
+
+use super::{TILE, UNITS, cube_max_u32, cube_sum_f32, cube_sum_u32, is_nan};
+use cubecl::prelude::*;
+
+/// `parts[3 c..3 c + 3]` = (max magnitude key, count of keys above `tkey`,
+/// NaN count) of tile `c`; `sums[c]` its `f32` sum of `|x|` (NaNs left out).
+#[cube(launch_unchecked)]
+pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32], sums: &mut [f32]) {
+    let tile = CUBE_POS;
+    let start = tile * TILE;
+    let mut mx = 0u32;
+    let mut above = 0u32;
+    let mut nan = 0u32;
+    let mut sum = 0.0f32;
+    let mut i = start + UNIT_POS as usize;
+    let end = min(start + TILE, x.len());
+    while i < end {
+        let bits = x[i];
+        let k = bits & 0x7fff_ffffu32;
+        if is_nan(bits) {
+            nan += 1;
+        } else {
+            mx = max(mx, k);
+            sum += f32::reinterpret(k);
+        }
+        if k > tkey {
+            above += 1;
+        }
+        i += UNITS as usize;
+    }
+    let mx = cube_max_u32(mx);
+    let above = cube_sum_u32(above);
+    let nan = cube_sum_u32(nan);
+    let sum = cube_sum_f32(sum);
+    if UNIT_POS == 0 && start < x.len() {
+        parts[tile * 3] = mx;
+        parts[tile * 3 + 1] = above;
+        parts[tile * 3 + 2] = nan;
+        sums[tile] = sum;
+    }
+}

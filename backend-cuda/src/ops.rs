@@ -1,0 +1,906 @@
+//! The `Backend` traits over the kernels: argument checks, launches and the
+//! small host steps between launches (offsets from per-tile counts, the
+//! radix walk over digit histograms).
+
+use crate::kernels::{
+    ABS, REVERSED, SIGNED, TILE, axpy, bitmap, compact, count, cube_dim, cubes_for, gather, grid,
+    hash, histogram, mask, order_code, outside, qsgd, scale, scatter, stats,
+};
+use crate::{CubeBackend, CubeBuffer};
+use cubecl_runtime::runtime::Runtime;
+use sparse_core::backend::{check_digit, check_k, check_segments};
+use sparse_core::qsgd::QsgdParams;
+use sparse_core::{
+    BufferOps, CodecOps, CounterRng, DenseOps, Digit, Element, Error, Extreme, HashOps,
+    HashPartitions, HierarchicalHash, KeyOrder, ReduceOps, Result, Scalar, SelectOps, Selected,
+    abs_key,
+};
+
+/// One-pass statistics of `|x|`.
+struct Stats {
+    max_key: u32,
+    above: usize,
+    nan: usize,
+    sum: f64,
+}
+
+/// `(start, end, segment)` of every tile of the segments `keep` accepts.
+fn tiles(offsets: &[usize], keep: impl Fn(usize) -> bool) -> Vec<u32> {
+    let mut out = Vec::new();
+    for (s, w) in offsets.windows(2).enumerate() {
+        if !keep(s) {
+            continue;
+        }
+        let mut start = w[0];
+        while start < w[1] {
+            let end = (start + TILE).min(w[1]);
+            out.extend([start as u32, end as u32, s as u32]);
+            start = end;
+        }
+    }
+    out
+}
+
+fn same_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+/// Radix digits of the select: 8 bits from the top of the 32-bit key.
+const DIGIT: u32 = 8;
+
+impl<R: Runtime> CubeBackend<R> {
+    /// The error naming the first NaN of `x` (the slow path: taken only once
+    /// a kernel has counted one).
+    fn first_nan(&self, x: &CubeBuffer<u32>) -> Error {
+        match self.get(x) {
+            Ok(bits) => Error::NonFinite {
+                index: bits
+                    .iter()
+                    .position(|&b| b & 0x7fff_ffff > 0x7f80_0000)
+                    .unwrap_or(0),
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// Checks that every index lies in `lo..lo + len`.
+    fn check_range(&self, indices: &CubeBuffer<u32>, lo: u32, len: usize, dim: u64) -> Result<()> {
+        if indices.len == 0 {
+            return Ok(());
+        }
+        let count = self.zeroed::<u32>(1);
+        let len32 = len.min(u32::MAX as usize) as u32;
+        // SAFETY: see the crate root; the kernel bounds-checks `j`.
+        unsafe {
+            outside::count_outside::launch_unchecked(
+                &self.client,
+                grid(cubes_for(indices.len)),
+                cube_dim(),
+                indices.arg(),
+                lo,
+                len32,
+                count.arg(),
+            );
+        }
+        if self.get(&count)?[0] == 0 {
+            return Ok(());
+        }
+        let host = self.get(indices)?;
+        let position = host
+            .iter()
+            .position(|&i| i < lo || (i - lo) as usize >= len)
+            .unwrap_or(0);
+        Err(Error::IndexOutOfRange {
+            index: host[position] as u64,
+            position,
+            dim,
+        })
+    }
+
+    fn stats(&self, x: &CubeBuffer<u32>, tkey: u32) -> Result<Stats> {
+        let mut st = Stats {
+            max_key: 0,
+            above: 0,
+            nan: 0,
+            sum: 0.0,
+        };
+        if x.len == 0 {
+            return Ok(st);
+        }
+        let cubes = x.len.div_ceil(TILE);
+        let parts = self.uninit::<u32>(cubes * 3);
+        let sums = self.uninit::<f32>(cubes);
+        // SAFETY: see the crate root.
+        unsafe {
+            stats::abs_stats::launch_unchecked(
+                &self.client,
+                grid(cubes),
+                cube_dim(),
+                x.arg(),
+                tkey,
+                parts.arg(),
+                sums.arg(),
+            );
+        }
+        for p in self.get(&parts)?.chunks(3) {
+            st.max_key = st.max_key.max(p[0]);
+            st.above += p[1] as usize;
+            st.nan += p[2] as usize;
+        }
+        st.sum = self.get(&sums)?.iter().map(|&s| s as f64).sum();
+        if st.nan > 0 {
+            return Err(self.first_nan(x));
+        }
+        Ok(st)
+    }
+
+    /// One digit's histogram per segment over `tiles`: rows of `2^bits + 1`
+    /// entries (the last counts NaNs).
+    #[allow(clippy::too_many_arguments)]
+    fn histogram(
+        &self,
+        x: &CubeBuffer<u32>,
+        tiles: &CubeBuffer<u32>,
+        want: &[u32],
+        hi_mask: u32,
+        shift: u32,
+        bits: u32,
+        order: u32,
+    ) -> Result<Vec<u32>> {
+        let bins = 1usize << bits;
+        let segments = want.len() / 2;
+        let hist = self.zeroed::<u32>(segments * (bins + 1));
+        let want = self.put(want);
+        // SAFETY: see the crate root.
+        unsafe {
+            histogram::digit_histogram::launch_unchecked(
+                &self.client,
+                grid(tiles.len / 3),
+                cube_dim(),
+                x.arg(),
+                tiles.arg(),
+                want.arg(),
+                hist.arg(),
+                hi_mask,
+                shift,
+                bins,
+                order,
+                bits > 11,
+            );
+        }
+        self.get(&hist)
+    }
+
+    /// Per segment, the k-th largest key and how many of its copies the top
+    /// k take (MSD radix select, every segment in the same launches).
+    fn radix(
+        &self,
+        x: &CubeBuffer<u32>,
+        order: u32,
+        offsets: &[usize],
+        ks: &[usize],
+    ) -> Result<Vec<(u32, u32)>> {
+        let mut keys = vec![(0u32, 0u32); ks.len()];
+        let mut active = vec![false; ks.len()];
+        let mut left = vec![0u32; ks.len()];
+        let mut prefix = vec![0u32; ks.len()];
+        for (s, &k) in ks.iter().enumerate() {
+            let len = offsets[s + 1] - offsets[s];
+            if k == 0 {
+                // No key is above u32::MAX, and no non-NaN key equals it.
+                keys[s] = (u32::MAX, 0);
+            } else if k == len {
+                keys[s] = (0, u32::MAX);
+            } else {
+                active[s] = true;
+                left[s] = k as u32;
+            }
+        }
+        if !active.contains(&true) {
+            return Ok(keys);
+        }
+        let tiles = self.put(&tiles(offsets, |s| active[s]));
+        let row = (1usize << DIGIT) + 1;
+        for pass in 0..32 / DIGIT {
+            let shift = 32 - DIGIT * (pass + 1);
+            let top = shift + DIGIT;
+            let hi_mask = if top >= 32 { 0 } else { u32::MAX << top };
+            let want: Vec<u32> = (0..ks.len())
+                .flat_map(|s| {
+                    let w = if top >= 32 { 0 } else { prefix[s] << top };
+                    [u32::from(active[s]), w]
+                })
+                .collect();
+            let hist = self.histogram(x, &tiles, &want, hi_mask, shift, DIGIT, order)?;
+            if hist.chunks(row).any(|r| r[row - 1] > 0) {
+                return Err(self.first_nan(x));
+            }
+            for s in (0..ks.len()).filter(|&s| active[s]) {
+                let h = &hist[s * row..(s + 1) * row - 1];
+                let mut d = h.len() - 1;
+                while h[d] < left[s] && d > 0 {
+                    left[s] -= h[d];
+                    d -= 1;
+                }
+                prefix[s] = (prefix[s] << DIGIT) | d as u32;
+            }
+        }
+        for s in (0..ks.len()).filter(|&s| active[s]) {
+            keys[s] = (prefix[s], left[s]);
+        }
+        Ok(keys)
+    }
+
+    /// Per segment `s`, every element whose key is above `keys[s].0` plus
+    /// the first `keys[s].1` equal to it, in index order.
+    fn compact(
+        &self,
+        x: &CubeBuffer<u32>,
+        order: u32,
+        offsets: &[usize],
+        keys: &[(u32, u32)],
+    ) -> Result<(CubeBuffer<u32>, CubeBuffer<u32>)> {
+        let tiles = tiles(offsets, |_| true);
+        let nt = tiles.len() / 3;
+        if nt == 0 {
+            return Ok((self.zeroed(0), self.zeroed(0)));
+        }
+        let tiles_b = self.put(&tiles);
+        let flat: Vec<u32> = keys.iter().flat_map(|&(k, t)| [k, t]).collect();
+        let keys_b = self.put(&flat);
+        let counts_b = self.zeroed::<u32>(nt * 3);
+        // SAFETY: see the crate root.
+        unsafe {
+            count::count_keys::launch_unchecked(
+                &self.client,
+                grid(nt),
+                cube_dim(),
+                x.arg(),
+                tiles_b.arg(),
+                keys_b.arg(),
+                counts_b.arg(),
+                order,
+            );
+        }
+        let counts = self.get(&counts_b)?;
+        if counts.chunks(3).any(|c| c[2] > 0) {
+            return Err(self.first_nan(x));
+        }
+        let mut bases = Vec::with_capacity(nt * 2);
+        let (mut total, mut eq_before, mut seg) = (0u32, 0u32, u32::MAX);
+        for t in 0..nt {
+            let s = tiles[3 * t + 2];
+            if s != seg {
+                seg = s;
+                eq_before = 0;
+            }
+            let take = keys[s as usize].1;
+            let (above, equal) = (counts[3 * t], counts[3 * t + 1]);
+            bases.extend([eq_before, total]);
+            total += above + take.saturating_sub(eq_before).min(equal);
+            eq_before += equal;
+        }
+        let out_idx = self.uninit::<u32>(total as usize);
+        let out_val = self.uninit::<u32>(total as usize);
+        if total > 0 {
+            let bases = self.put(&bases);
+            // SAFETY: see the crate root; the offsets come from pass 1's
+            // counts, so every write lands below `total`.
+            unsafe {
+                compact::compact_keys::launch_unchecked(
+                    &self.client,
+                    grid(nt),
+                    cube_dim(),
+                    x.arg(),
+                    tiles_b.arg(),
+                    keys_b.arg(),
+                    bases.arg(),
+                    out_idx.arg(),
+                    out_val.arg(),
+                    order,
+                );
+            }
+        }
+        Ok((out_idx, out_val))
+    }
+
+    /// Exact top-k of each segment by key, in index order.
+    fn topk<E: Element>(
+        &self,
+        x: &CubeBuffer<E>,
+        order: u32,
+        offsets: &[usize],
+        ks: &[usize],
+    ) -> Result<Selected<Self, E>> {
+        let bits = x.cast::<u32>();
+        let keys = self.radix(&bits, order, offsets, ks)?;
+        let (indices, values) = self.compact(&bits, order, offsets, &keys)?;
+        Ok(Selected {
+            indices,
+            values: values.cast(),
+        })
+    }
+
+    /// Compaction of a whole buffer by one key and tie quota.
+    fn compact_one<E: Element>(
+        &self,
+        x: &CubeBuffer<E>,
+        order: u32,
+        key: u32,
+        take: u32,
+    ) -> Result<Selected<Self, E>> {
+        let (indices, values) = self.compact(&x.cast(), order, &[0, x.len], &[(key, take)])?;
+        Ok(Selected {
+            indices,
+            values: values.cast(),
+        })
+    }
+}
+
+impl<R: Runtime> BufferOps for CubeBackend<R> {
+    type Buffer<T: Scalar> = CubeBuffer<T>;
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn upload<T: Scalar>(&self, data: &[T]) -> Result<CubeBuffer<T>> {
+        Ok(self.put(data))
+    }
+    fn download<T: Scalar>(&self, buf: &CubeBuffer<T>) -> Result<Vec<T>> {
+        self.get(buf)
+    }
+    fn zeros<T: Scalar>(&self, len: usize) -> Result<CubeBuffer<T>> {
+        Ok(self.zeroed(len))
+    }
+    fn len<T: Scalar>(&self, buf: &CubeBuffer<T>) -> usize {
+        buf.len
+    }
+}
+
+impl<R: Runtime> ReduceOps for CubeBackend<R> {
+    fn max_abs<E: Element>(&self, x: &CubeBuffer<E>) -> Result<E> {
+        self.f32_only::<E>("max_abs")?;
+        let st = self.stats(&x.cast(), u32::MAX)?;
+        Ok(E::from_bits_u64(st.max_key as u64))
+    }
+    fn mean_abs<E: Element>(&self, x: &CubeBuffer<E>) -> Result<f64> {
+        self.f32_only::<E>("mean_abs")?;
+        let st = self.stats(&x.cast(), u32::MAX)?;
+        Ok(if x.len == 0 {
+            0.0
+        } else {
+            st.sum / x.len as f64
+        })
+    }
+    fn count_above<E: Element>(&self, x: &CubeBuffer<E>, t: E) -> Result<usize> {
+        self.f32_only::<E>("count_above")?;
+        if t.is_nan() {
+            self.stats(&x.cast(), u32::MAX)?;
+            return Ok(0);
+        }
+        if t < E::zero() {
+            self.stats(&x.cast(), u32::MAX)?;
+            return Ok(x.len);
+        }
+        Ok(self.stats(&x.cast(), abs_key(t) as u32)?.above)
+    }
+}
+
+impl<R: Runtime> SelectOps for CubeBackend<R> {
+    fn digit_histogram<E: Element>(
+        &self,
+        x: &CubeBuffer<E>,
+        order: KeyOrder,
+        d: Digit,
+    ) -> Result<Vec<u32>> {
+        self.f32_only::<E>("digit_histogram")?;
+        check_digit::<E>(d)?;
+        let bins = 1usize << d.digit_bits;
+        if x.len == 0 {
+            return Ok(vec![0; bins]);
+        }
+        let top = d.shift + d.digit_bits;
+        // A prefix that cannot occur above the digit matches nothing (the
+        // pass still counts NaNs).
+        let (hi_mask, want) = if top >= 32 {
+            (0, [u32::from(d.prefix == 0), 0])
+        } else if d.prefix < 1u64 << (32 - top) {
+            (u32::MAX << top, [1, (d.prefix as u32) << top])
+        } else {
+            (u32::MAX << top, [0, 0])
+        };
+        let bits = x.cast::<u32>();
+        let tiles = self.put(&tiles(&[0, x.len], |_| true));
+        let mut hist = self.histogram(
+            &bits,
+            &tiles,
+            &want,
+            hi_mask,
+            d.shift,
+            d.digit_bits,
+            order_code(order),
+        )?;
+        if hist[bins] > 0 {
+            return Err(self.first_nan(&bits));
+        }
+        hist.truncate(bins);
+        Ok(hist)
+    }
+    fn compact_key<E: Element>(
+        &self,
+        x: &CubeBuffer<E>,
+        order: KeyOrder,
+        key: u64,
+        take_equal: usize,
+    ) -> Result<Selected<Self, E>> {
+        self.f32_only::<E>("compact_key")?;
+        // No non-NaN key reaches u32::MAX: a larger key selects nothing.
+        let (key, take) = if key > u32::MAX as u64 {
+            (u32::MAX, 0)
+        } else {
+            (key as u32, take_equal.min(u32::MAX as usize) as u32)
+        };
+        self.compact_one(x, order_code(order), key, take)
+    }
+    fn topk_abs_segmented<E: Element>(
+        &self,
+        x: &CubeBuffer<E>,
+        offsets: &[usize],
+        ks: &[usize],
+    ) -> Result<Selected<Self, E>> {
+        self.f32_only::<E>("topk_abs_segmented")?;
+        check_segments(offsets, ks, x.len)?;
+        self.topk(x, ABS, offsets, ks)
+    }
+    fn gather<E: Element>(
+        &self,
+        x: &CubeBuffer<E>,
+        indices: &CubeBuffer<u32>,
+    ) -> Result<CubeBuffer<E>> {
+        self.f32_only::<E>("gather")?;
+        self.check_range(indices, 0, x.len, x.len as u64)?;
+        let out = self.uninit::<u32>(indices.len);
+        if indices.len > 0 {
+            // SAFETY: see the crate root; indices were checked.
+            unsafe {
+                gather::gather::launch_unchecked(
+                    &self.client,
+                    grid(cubes_for(indices.len)),
+                    cube_dim(),
+                    x.cast::<u32>().arg(),
+                    indices.arg(),
+                    out.arg(),
+                );
+            }
+        }
+        Ok(out.cast())
+    }
+    fn compact_above<E: Element>(&self, x: &CubeBuffer<E>, t: E) -> Result<Selected<Self, E>> {
+        self.f32_only::<E>("compact_above")?;
+        let (key, take) = if t.is_nan() {
+            (u32::MAX, 0)
+        } else if t < E::zero() {
+            (0, u32::MAX)
+        } else {
+            (abs_key(t) as u32, 0)
+        };
+        self.compact_one(x, ABS, key, take)
+    }
+    fn topk_abs<E: Element>(&self, x: &CubeBuffer<E>, k: usize) -> Result<Selected<Self, E>> {
+        self.f32_only::<E>("topk_abs")?;
+        check_k(k, x.len)?;
+        self.topk(x, ABS, &[0, x.len], &[k])
+    }
+    fn topk_signed<E: Element>(
+        &self,
+        x: &CubeBuffer<E>,
+        k: usize,
+        end: Extreme,
+    ) -> Result<Selected<Self, E>> {
+        self.f32_only::<E>("topk_signed")?;
+        check_k(k, x.len)?;
+        let order = match end {
+            Extreme::Largest => SIGNED,
+            Extreme::Smallest => REVERSED,
+        };
+        self.topk(x, order, &[0, x.len], &[k])
+    }
+}
+
+impl<R: Runtime> DenseOps for CubeBackend<R> {
+    fn scatter_add<E: Element>(
+        &self,
+        dense: &mut CubeBuffer<E>,
+        indices: &CubeBuffer<u32>,
+        values: &CubeBuffer<E>,
+    ) -> Result<()> {
+        self.f32_only::<E>("scatter_add")?;
+        same_len("scatter_add indices vs values", indices.len, values.len)?;
+        self.check_range(indices, 0, dense.len, dense.len as u64)?;
+        if indices.len > 0 {
+            // SAFETY: see the crate root; indices were checked.
+            unsafe {
+                scatter::scatter_add::launch_unchecked(
+                    &self.client,
+                    grid(cubes_for(indices.len)),
+                    cube_dim(),
+                    dense.arg(),
+                    indices.arg(),
+                    values.arg(),
+                );
+            }
+        }
+        Ok(())
+    }
+    fn mask<E: Element>(&self, dense: &mut CubeBuffer<E>, indices: &CubeBuffer<u32>) -> Result<()> {
+        self.f32_only::<E>("mask")?;
+        self.check_range(indices, 0, dense.len, dense.len as u64)?;
+        if indices.len > 0 {
+            // SAFETY: see the crate root; indices were checked.
+            unsafe {
+                mask::mask::launch_unchecked(
+                    &self.client,
+                    grid(cubes_for(indices.len)),
+                    cube_dim(),
+                    dense.arg(),
+                    indices.arg(),
+                );
+            }
+        }
+        Ok(())
+    }
+    fn axpy<E: Element>(&self, a: E, x: &CubeBuffer<E>, y: &mut CubeBuffer<E>) -> Result<()> {
+        self.f32_only::<E>("axpy")?;
+        same_len("axpy x vs y", y.len, x.len)?;
+        if y.len > 0 {
+            // SAFETY: see the crate root.
+            unsafe {
+                axpy::axpy::launch_unchecked(
+                    &self.client,
+                    grid(cubes_for(y.len)),
+                    cube_dim(),
+                    a.to_f32_lossy(),
+                    x.arg(),
+                    y.arg(),
+                );
+            }
+        }
+        Ok(())
+    }
+    fn scale<E: Element>(&self, a: E, x: &mut CubeBuffer<E>) -> Result<()> {
+        self.f32_only::<E>("scale")?;
+        if x.len > 0 {
+            // SAFETY: see the crate root.
+            unsafe {
+                scale::scale::launch_unchecked(
+                    &self.client,
+                    grid(cubes_for(x.len)),
+                    cube_dim(),
+                    a.to_f32_lossy(),
+                    x.arg(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<R: Runtime> HashOps for CubeBackend<R> {
+    fn hash_partition<E: Element>(
+        &self,
+        indices: &CubeBuffer<u32>,
+        values: &CubeBuffer<E>,
+        h: &HierarchicalHash,
+    ) -> Result<HashPartitions<E>> {
+        self.f32_only::<E>("hash_partition")?;
+        same_len("hash_partition indices vs values", indices.len, values.len)?;
+        let parts = h.h0.partitions();
+        let (r1, r2) = (h.r1, h.r2);
+        let width = r1 as usize + r2 as usize;
+        let n = indices.len;
+        let mut table = h.h0.hash().tables().to_vec();
+        for f in &h.rehash {
+            table.extend_from_slice(f.tables());
+        }
+        let tables = self.put(&table);
+        let slots = self.zeroed::<u32>(parts as usize * width * 2);
+        let state = self.zeroed::<u32>(n);
+        let counters = self.zeroed::<u32>(parts as usize + 1);
+        let fallback = self.uninit::<u32>(2 * n);
+        let vals = values.cast::<u32>();
+        if n > 0 {
+            let (count, dim) = (grid(cubes_for(n)), cube_dim());
+            for f in 1..=h.rehash.len() as u32 {
+                // SAFETY: see the crate root; slots are `parts * width`
+                // pairs and every slot index is below that.
+                unsafe {
+                    hash::hash_claim::launch_unchecked(
+                        &self.client,
+                        count.clone(),
+                        dim,
+                        indices.arg(),
+                        state.arg(),
+                        slots.arg(),
+                        tables.arg(),
+                        parts,
+                        r1,
+                        width as u32,
+                        f,
+                    );
+                    hash::hash_confirm::launch_unchecked(
+                        &self.client,
+                        count.clone(),
+                        dim,
+                        indices.arg(),
+                        vals.arg(),
+                        state.arg(),
+                        slots.arg(),
+                        tables.arg(),
+                        parts,
+                        r1,
+                        width as u32,
+                        f,
+                    );
+                }
+            }
+            // SAFETY: as above; the fallback list holds up to `n` pairs.
+            unsafe {
+                hash::hash_serial::launch_unchecked(
+                    &self.client,
+                    count,
+                    dim,
+                    indices.arg(),
+                    vals.arg(),
+                    state.arg(),
+                    counters.arg(),
+                    slots.arg(),
+                    fallback.arg(),
+                    tables.arg(),
+                    parts,
+                    r1,
+                    r2,
+                );
+            }
+        }
+        let slots = self.get(&slots)?;
+        let counters = self.get(&counters)?;
+        let spilled = counters[parts as usize] as usize;
+        let fallback = if spilled > 0 {
+            self.get(&fallback)?
+        } else {
+            Vec::new()
+        };
+        let mut by_part: Vec<Vec<(u32, u32)>> = vec![Vec::new(); parts as usize];
+        for pair in fallback[..2 * spilled].chunks(2) {
+            by_part[h.h0.partition(pair[0]) as usize].push((pair[0], pair[1]));
+        }
+        let value = |bits: u32| E::from_bits_u64(bits as u64);
+        let mut out = HashPartitions {
+            offsets: vec![0],
+            indices: Vec::with_capacity(n),
+            values: Vec::with_capacity(n),
+            serial: counters[..parts as usize]
+                .iter()
+                .map(|&c| c.min(r2) as usize)
+                .sum(),
+            fallback: spilled,
+        };
+        for (p, spill) in by_part.iter().enumerate() {
+            for q in p * width..(p + 1) * width {
+                if slots[2 * q] != 0 {
+                    out.indices.push(slots[2 * q] - 1);
+                    out.values.push(value(slots[2 * q + 1]));
+                }
+            }
+            for &(i, v) in spill {
+                out.indices.push(i);
+                out.values.push(value(v));
+            }
+            out.offsets.push(out.indices.len());
+        }
+        Ok(out)
+    }
+}
+
+impl<R: Runtime> CodecOps for CubeBackend<R> {
+    fn bitmap_encode(
+        &self,
+        indices: &CubeBuffer<u32>,
+        lo: u32,
+        len: usize,
+    ) -> Result<CubeBuffer<u32>> {
+        self.check_range(indices, lo, len, lo as u64 + len as u64)?;
+        let nw = len.div_ceil(32);
+        if len == 0 {
+            return Ok(self.zeroed(0));
+        }
+        let flags = self.zeroed::<u32>(len);
+        let words = self.uninit::<u32>(nw);
+        // SAFETY: see the crate root; indices were checked against the range.
+        unsafe {
+            if indices.len > 0 {
+                bitmap::bitmap_flags::launch_unchecked(
+                    &self.client,
+                    grid(cubes_for(indices.len)),
+                    cube_dim(),
+                    indices.arg(),
+                    lo,
+                    flags.arg(),
+                );
+            }
+            bitmap::bitmap_pack::launch_unchecked(
+                &self.client,
+                grid(cubes_for(nw)),
+                cube_dim(),
+                flags.arg(),
+                words.arg(),
+            );
+        }
+        Ok(words)
+    }
+    fn bitmap_decode(
+        &self,
+        words: &CubeBuffer<u32>,
+        lo: u32,
+        len: usize,
+    ) -> Result<CubeBuffer<u32>> {
+        same_len("bitmap words", len.div_ceil(32), words.len)?;
+        if len == 0 {
+            return Ok(self.zeroed(0));
+        }
+        let nt = words.len.div_ceil(TILE);
+        let counts = self.uninit::<u32>(nt);
+        // SAFETY: see the crate root.
+        unsafe {
+            bitmap::bitmap_count::launch_unchecked(
+                &self.client,
+                grid(nt),
+                cube_dim(),
+                words.arg(),
+                len as u32,
+                counts.arg(),
+            );
+        }
+        let mut bases = Vec::with_capacity(nt);
+        let mut total = 0u32;
+        for c in self.get(&counts)? {
+            bases.push(total);
+            total += c;
+        }
+        let out = self.uninit::<u32>(total as usize);
+        if total > 0 {
+            let bases = self.put(&bases);
+            // SAFETY: see the crate root; offsets come from the counts.
+            unsafe {
+                bitmap::bitmap_write::launch_unchecked(
+                    &self.client,
+                    grid(nt),
+                    cube_dim(),
+                    words.arg(),
+                    len as u32,
+                    lo,
+                    bases.arg(),
+                    out.arg(),
+                );
+            }
+        }
+        Ok(out)
+    }
+    fn qsgd_quantize<E: Element>(
+        &self,
+        x: &CubeBuffer<E>,
+        p: &QsgdParams,
+        counter_base: u32,
+    ) -> Result<(CubeBuffer<E>, CubeBuffer<u32>)> {
+        self.f32_only::<E>("qsgd_quantize")?;
+        let n = x.len;
+        if n == 0 {
+            return Ok((self.zeroed(0), self.zeroed(0)));
+        }
+        let (nb, nw) = (p.buckets(n), p.words(n));
+        let scales = self.uninit::<u32>(nb);
+        let bad = self.zeroed::<u32>(1);
+        let words = self.uninit::<u32>(nw);
+        let bits = x.cast::<u32>();
+        // SAFETY: see the crate root.
+        unsafe {
+            qsgd::qsgd_scales::launch_unchecked(
+                &self.client,
+                grid(nb),
+                cube_dim(),
+                bits.arg(),
+                p.bucket as u32,
+                scales.arg(),
+                bad.arg(),
+            );
+        }
+        if self.get(&bad)?[0] > 0 {
+            let host = self.get(&bits)?;
+            return Err(Error::NonFinite {
+                index: host
+                    .iter()
+                    .position(|&b| b & 0x7fff_ffff >= 0x7f80_0000)
+                    .unwrap_or(0),
+            });
+        }
+        let [key0, key1] = CounterRng::new(p.seed).keys();
+        // SAFETY: see the crate root.
+        unsafe {
+            qsgd::qsgd_codes::launch_unchecked(
+                &self.client,
+                grid(cubes_for(nw)),
+                cube_dim(),
+                x.arg(),
+                scales.arg(),
+                words.arg(),
+                p.bucket as u32,
+                p.levels(),
+                key0,
+                key1,
+                counter_base,
+                p.bits,
+            );
+        }
+        Ok((scales.cast(), words))
+    }
+    fn qsgd_dequantize<E: Element>(
+        &self,
+        scales: &CubeBuffer<E>,
+        words: &CubeBuffer<u32>,
+        n: usize,
+        p: &QsgdParams,
+    ) -> Result<CubeBuffer<E>> {
+        self.f32_only::<E>("qsgd_dequantize")?;
+        same_len("qsgd scales", p.buckets(n), scales.len)?;
+        same_len("qsgd words", p.words(n), words.len)?;
+        let out = self.uninit::<u32>(n);
+        if n > 0 {
+            // SAFETY: see the crate root.
+            unsafe {
+                qsgd::qsgd_decode::launch_unchecked(
+                    &self.client,
+                    grid(cubes_for(n)),
+                    cube_dim(),
+                    words.arg(),
+                    scales.arg(),
+                    out.arg(),
+                    p.bucket as u32,
+                    p.levels(),
+                    p.bits,
+                );
+            }
+        }
+        Ok(out.cast())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tiles;
+    use crate::kernels::TILE;
+
+    #[test]
+    fn tiles_cover_each_segment_without_crossing() {
+        let offsets = [0, 3, 3, TILE + 5, 2 * TILE + 5];
+        let t = tiles(&offsets, |_| true);
+        let triples: Vec<&[u32]> = t.chunks(3).collect();
+        let want: Vec<[u32; 3]> = vec![
+            [0, 3, 0],
+            [3, TILE as u32 + 3, 2],
+            [TILE as u32 + 3, TILE as u32 + 5, 2],
+            [TILE as u32 + 5, 2 * TILE as u32 + 5, 3],
+        ];
+        assert_eq!(triples.len(), want.len());
+        for (got, want) in triples.iter().zip(&want) {
+            assert_eq!(*got, want);
+        }
+        assert_eq!(tiles(&offsets, |s| s == 0), vec![0, 3, 0]);
+    }
+}
