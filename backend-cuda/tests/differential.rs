@@ -8,17 +8,14 @@
 //! compiler may fuse it into one multiply-add).
 //!
 //! Sizes: 1, around the cube size (256) and the tile size (4096), a prime,
-//! and 2^22.
-#![cfg(feature = "wgpu")]
+//! and 2^22. Run over wgpu, and over CUDA when built with `--features cuda`
+//! (skipped, with the reason printed, where no CUDA device is found).
+#![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 use backend_cpu::Cpu;
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::testing::generate::{ValueDist, dense_values};
 use sparse_core::{Backend, Digit, Extreme, HierarchicalHash, KeyOrder, SplitMix64};
-
-fn gpu() -> backend_cuda::WgpuBackend {
-    backend_cuda::WgpuBackend::new_default().expect("no wgpu device: install mesa-vulkan-drivers")
-}
 
 /// Everything one backend computes from one input.
 #[derive(Debug, Default)]
@@ -184,10 +181,10 @@ fn run<B: Backend>(b: &B, x: &[f32], seed: u64) -> Outputs {
     o
 }
 
-fn compare(n: usize, dist: ValueDist, seed: u64) {
+fn compare<G: Backend>(gpu: &G, n: usize, dist: ValueDist, seed: u64) {
     let x: Vec<f32> = dense_values(n, dist, seed);
     let want = run(&Cpu, &x, seed);
-    let got = run(&gpu(), &x, seed);
+    let got = run(gpu, &x, seed);
     assert_eq!(want.exact.len(), got.exact.len());
     for ((name, w), (_, g)) in want.exact.iter().zip(&got.exact) {
         if w != g {
@@ -214,19 +211,67 @@ fn compare(n: usize, dist: ValueDist, seed: u64) {
     }
 }
 
-#[test]
-fn small_and_odd_sizes() {
+fn small_and_odd_sizes<G: Backend>(gpu: &G) {
     for (i, n) in [1usize, 2, 255, 256, 257, 4095, 4097, 10_007]
         .into_iter()
         .enumerate()
     {
-        compare(n, ValueDist::Normal { std: 1.0 }, i as u64);
-        compare(n, ValueDist::HeavyTailed { scale: 1.0 }, 100 + i as u64);
-        compare(n, ValueDist::Integer { max: 3 }, 200 + i as u64);
+        compare(gpu, n, ValueDist::Normal { std: 1.0 }, i as u64);
+        compare(
+            gpu,
+            n,
+            ValueDist::HeavyTailed { scale: 1.0 },
+            100 + i as u64,
+        );
+        compare(gpu, n, ValueDist::Integer { max: 3 }, 200 + i as u64);
     }
 }
 
-#[test]
-fn two_pow_22() {
-    compare(1 << 22, ValueDist::HeavyTailed { scale: 1.0 }, 22);
+fn two_pow_22<G: Backend>(gpu: &G) {
+    compare(gpu, 1 << 22, ValueDist::HeavyTailed { scale: 1.0 }, 22);
+}
+
+#[cfg(feature = "wgpu")]
+mod wgpu {
+    fn gpu() -> backend_cuda::WgpuBackend {
+        backend_cuda::WgpuBackend::new_default()
+            .expect("no wgpu device: install mesa-vulkan-drivers")
+    }
+
+    #[test]
+    fn small_and_odd_sizes() {
+        super::small_and_odd_sizes(&gpu());
+    }
+
+    #[test]
+    fn two_pow_22() {
+        super::two_pow_22(&gpu());
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    fn gpu() -> Option<backend_cuda::CudaBackend> {
+        match backend_cuda::CudaBackend::new_default() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                println!("skipped: no CUDA device ({e})");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn small_and_odd_sizes() {
+        if let Some(g) = gpu() {
+            super::small_and_odd_sizes(&g);
+        }
+    }
+
+    #[test]
+    fn two_pow_22() {
+        if let Some(g) = gpu() {
+            super::two_pow_22(&g);
+        }
+    }
 }

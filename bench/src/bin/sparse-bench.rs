@@ -116,6 +116,42 @@ enum TransportKind {
 enum BackendKind {
     /// The reference CPU backend.
     Cpu,
+    /// The kernel backend on wgpu (any Vulkan device; Mesa's software
+    /// Vulkan without a GPU). Needs the `wgpu` feature (on by default).
+    Wgpu,
+    /// The kernel backend on CUDA. Needs the `cuda` feature.
+    Cuda,
+}
+
+/// The select report on the backend `kind` names, and the backend's name.
+fn select_on(
+    kind: BackendKind,
+    a: &SelectArgs,
+) -> sparse_core::Result<(select::SelectReport, &'static str)> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    use sparse_core::BufferOps;
+    #[cfg(not(all(feature = "wgpu", feature = "cuda")))]
+    let missing = |feature: &str| sparse_core::Error::Unsupported {
+        backend: "sparse-bench",
+        what: format!("--backend {feature}: rebuild with `--features {feature}`"),
+    };
+    match kind {
+        BackendKind::Cpu => Ok((select::run(&backend_cpu::Cpu, a)?, "cpu")),
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => {
+            let b = backend_cuda::WgpuBackend::new_default()?;
+            Ok((select::run(&b, a)?, b.name()))
+        }
+        #[cfg(not(feature = "wgpu"))]
+        BackendKind::Wgpu => Err(missing("wgpu")),
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => {
+            let b = backend_cuda::CudaBackend::new_default()?;
+            Ok((select::run(&b, a)?, b.name()))
+        }
+        #[cfg(not(feature = "cuda"))]
+        BackendKind::Cuda => Err(missing("cuda")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -414,10 +450,7 @@ fn run_encode(a: EncodeArgs, json: bool) -> sparse_core::Result<()> {
 }
 
 fn run_select(backend: BackendKind, a: SelectArgs, json: bool) -> sparse_core::Result<()> {
-    let report = match backend {
-        BackendKind::Cpu => select::run(&backend_cpu::Cpu, &a)?,
-    };
-    let name = "cpu";
+    let (report, name) = select_on(backend, &a)?;
     if json {
         for r in &report.rows {
             let obj = serde_json::json!({
