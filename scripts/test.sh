@@ -9,9 +9,10 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # --- System packages -------------------------------------------------------
 # Packages the checks need: MPICH and libclang (bindgen) for the MPI
-# transport. The Vulkan-kernel stage (issue 6) adds mesa-vulkan-drivers and
-# libvulkan1. apt-get update runs only when one is missing.
-required_pkgs=(libmpich-dev mpich libclang-dev)
+# transport; Mesa's Vulkan drivers (lavapipe, a software Vulkan device) and
+# the Vulkan loader for the kernel tests on wgpu. apt-get update runs only
+# when one is missing.
+required_pkgs=(libmpich-dev mpich libclang-dev mesa-vulkan-drivers libvulkan1)
 need_pkgs=()
 for pkg in "${required_pkgs[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
@@ -25,6 +26,8 @@ if [ "${#need_pkgs[@]}" -gt 0 ]; then
 fi
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# Mesa warns on every Vulkan start without a runtime dir.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -35,7 +38,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
-step "cargo test (unit, integration, doc)"
+# backend-cuda's default feature is wgpu: its backend suite, selector suite
+# and differential tests against backend-cpu run here, on lavapipe where the
+# machine has no GPU.
+step "cargo test (unit, integration, doc; kernels on wgpu)"
 cargo test --workspace
 
 # The MPI transport: clippy on the feature, then the collective suite under
@@ -51,6 +57,19 @@ cargo bench --workspace --no-run
 step "sparse-bench smoke run"
 cargo run --quiet -p bench --bin sparse-bench -- encode --n 100000 --density 0.01 --min-ms 1 --json >/dev/null
 cargo run --quiet -p bench --bin sparse-bench -- select --n 100000 --density 0.01 --min-ms 1 --json >/dev/null
+# The kernel backend must select exactly what the CPU backend selects.
+select_args=(select --n 1048576 --density 0.01 --min-ms 1 --json)
+cpu_rows=$(cargo run --quiet -p bench --bin sparse-bench -- "${select_args[@]}" --backend cpu)
+wgpu_rows=$(cargo run --quiet -p bench --bin sparse-bench -- "${select_args[@]}" --backend wgpu)
+python3 - "$cpu_rows" "$wgpu_rows" <<'PY'
+import json, sys
+cpu, gpu = ([json.loads(l) for l in t.splitlines() if l.startswith("{")] for t in sys.argv[1:])
+assert len(cpu) == len(gpu) > 0, (len(cpu), len(gpu))
+for c, g in zip(cpu, gpu):
+    assert g["backend"] == "wgpu" and c["algo"] == g["algo"], (c, g)
+    assert (c["selected"], c["recall"]) == (g["selected"], g["recall"]), (c, g)
+print(f"{len(gpu)} selectors: wgpu selects what cpu selects")
+PY
 rows=$(cargo run --quiet -p bench --bin sparse-bench -- allreduce --ranks 5 --n 100000 --density 0.01 --reps 1 --json)
 for field in algo ranks n nnz bytes_recv_max bytes_sent_max rounds model_bytes ms dense_ms max_abs_err lossless; do
     [ "$(grep '"bench":"allreduce"' <<<"$rows" | grep -c "\"$field\":")" -eq 14 ] || { echo "allreduce JSON rows lack $field"; exit 1; }
@@ -77,6 +96,15 @@ for algo, r in threads.items():
     assert mpi[algo]["rounds"] == r["rounds"], algo
 print(f"{len(mpi)} MPI rows; measured bytes equal the thread transport's")
 PY
+
+# The CUDA configuration builds (cubecl-llvm's LLVM bundle comes from PyPI:
+# scripts/cuda-llvm.sh), so CUDA code cannot rot; its tests skip with the
+# reason printed where there is no CUDA device.
+step "CUDA configuration: build, clippy, tests"
+XDG_DATA_HOME=$(bash scripts/cuda-llvm.sh)
+export XDG_DATA_HOME
+cargo clippy -p backend-cuda -p bench --features backend-cuda/cuda,bench/cuda --all-targets -- -D warnings
+cargo test -p backend-cuda --features cuda -- cuda::
 
 echo
 echo "all checks passed"

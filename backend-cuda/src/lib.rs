@@ -46,7 +46,7 @@
 //! cubecl 0.11 launches kernels through a runtime-erased `Client`; the
 //! runtime `R` only decides which device is opened and probed. The type
 //! parameter stays so that a backend's runtime is part of its type
-//! ([`WgpuBackend`], [`CudaBackend`]) and code can be generic over it.
+//! (`WgpuBackend`, `CudaBackend`) and code can be generic over it.
 
 // Kernel arguments are built from raw device handles (`BufferArg::
 // from_raw_parts`) and launched unchecked: both are `unsafe` in cubecl.
