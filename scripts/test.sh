@@ -104,7 +104,7 @@ step "CUDA configuration: build, clippy, tests"
 XDG_DATA_HOME=$(bash scripts/cuda-llvm.sh)
 export XDG_DATA_HOME
 cargo clippy -p backend-cuda -p bench --features backend-cuda/cuda,bench/cuda --all-targets -- -D warnings
-cargo test -p backend-cuda --features cuda -- cuda::
+cargo test -p backend-cuda --features cuda -- cuda:: --nocapture
 
 echo
 echo "all checks passed"

@@ -22,7 +22,7 @@
 //! valid serialization of the parallel algorithm (read-after-write then never
 //! sees a lost race).
 
-use sparse_core::backend::{check_digit, check_k, check_segments};
+use sparse_core::backend::{check_digit, check_k, check_len, check_segments};
 use sparse_core::encoding::{bits_from_indices, indices_from_bits};
 use sparse_core::qsgd::{self, QsgdParams, Quantized};
 use sparse_core::{
@@ -149,18 +149,6 @@ fn check_indices(indices: &[u32], len: usize) -> Result<()> {
             dim: len as u64,
         }),
         None => Ok(()),
-    }
-}
-
-fn same_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
-    if expected == got {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            what,
-            expected,
-            got,
-        })
     }
 }
 
@@ -358,7 +346,7 @@ impl DenseOps for Cpu {
         indices: &Vec<u32>,
         values: &Vec<E>,
     ) -> Result<()> {
-        same_len("scatter_add indices vs values", indices.len(), values.len())?;
+        check_len("scatter_add indices vs values", indices.len(), values.len())?;
         check_indices(indices, dense.len())?;
         for (&i, &v) in indices.iter().zip(values) {
             dense[i as usize] = dense[i as usize] + v;
@@ -373,7 +361,7 @@ impl DenseOps for Cpu {
         Ok(())
     }
     fn axpy<E: Element>(&self, a: E, x: &Vec<E>, y: &mut Vec<E>) -> Result<()> {
-        same_len("axpy x vs y", y.len(), x.len())?;
+        check_len("axpy x vs y", y.len(), x.len())?;
         for (yi, &xi) in y.iter_mut().zip(x) {
             *yi = a * xi + *yi;
         }
@@ -394,7 +382,7 @@ impl HashOps for Cpu {
         values: &Vec<E>,
         h: &HierarchicalHash,
     ) -> Result<HashPartitions<E>> {
-        same_len(
+        check_len(
             "hash_partition indices vs values",
             indices.len(),
             values.len(),
@@ -469,7 +457,7 @@ impl CodecOps for Cpu {
         Ok(bits_from_indices(indices, lo, len))
     }
     fn bitmap_decode(&self, words: &Vec<u32>, lo: u32, len: usize) -> Result<Vec<u32>> {
-        same_len("bitmap words", len.div_ceil(32), words.len())?;
+        check_len("bitmap words", len.div_ceil(32), words.len())?;
         Ok(indices_from_bits(words, lo, len))
     }
     fn qsgd_quantize<E: Element>(

@@ -8,7 +8,7 @@ use crate::kernels::{
 };
 use crate::{CubeBackend, CubeBuffer};
 use cubecl_runtime::runtime::Runtime;
-use sparse_core::backend::{check_digit, check_k, check_segments};
+use sparse_core::backend::{check_digit, check_k, check_len, check_segments};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::{
     BufferOps, CodecOps, CounterRng, DenseOps, Digit, Element, Error, Extreme, HashOps,
@@ -39,18 +39,6 @@ fn tiles(offsets: &[usize], keep: impl Fn(usize) -> bool) -> Vec<u32> {
         }
     }
     out
-}
-
-fn same_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
-    if expected == got {
-        Ok(())
-    } else {
-        Err(Error::LengthMismatch {
-            what,
-            expected,
-            got,
-        })
-    }
 }
 
 /// Radix digits of the select: 8 bits from the top of the 32-bit key.
@@ -522,7 +510,7 @@ impl<R: Runtime> DenseOps for CubeBackend<R> {
         values: &CubeBuffer<E>,
     ) -> Result<()> {
         self.f32_only::<E>("scatter_add")?;
-        same_len("scatter_add indices vs values", indices.len, values.len)?;
+        check_len("scatter_add indices vs values", indices.len, values.len)?;
         self.check_range(indices, 0, dense.len, dense.len as u64)?;
         if indices.len > 0 {
             // SAFETY: see the crate root; indices were checked.
@@ -558,7 +546,7 @@ impl<R: Runtime> DenseOps for CubeBackend<R> {
     }
     fn axpy<E: Element>(&self, a: E, x: &CubeBuffer<E>, y: &mut CubeBuffer<E>) -> Result<()> {
         self.f32_only::<E>("axpy")?;
-        same_len("axpy x vs y", y.len, x.len)?;
+        check_len("axpy x vs y", y.len, x.len)?;
         if y.len > 0 {
             // SAFETY: see the crate root.
             unsafe {
@@ -600,7 +588,7 @@ impl<R: Runtime> HashOps for CubeBackend<R> {
         h: &HierarchicalHash,
     ) -> Result<HashPartitions<E>> {
         self.f32_only::<E>("hash_partition")?;
-        same_len("hash_partition indices vs values", indices.len, values.len)?;
+        check_len("hash_partition indices vs values", indices.len, values.len)?;
         let parts = h.h0.partitions();
         let (r1, r2) = (h.r1, h.r2);
         let width = r1 as usize + r2 as usize;
@@ -751,7 +739,7 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         lo: u32,
         len: usize,
     ) -> Result<CubeBuffer<u32>> {
-        same_len("bitmap words", len.div_ceil(32), words.len)?;
+        check_len("bitmap words", len.div_ceil(32), words.len)?;
         if len == 0 {
             return Ok(self.zeroed(0));
         }
@@ -858,8 +846,8 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         p: &QsgdParams,
     ) -> Result<CubeBuffer<E>> {
         self.f32_only::<E>("qsgd_dequantize")?;
-        same_len("qsgd scales", p.buckets(n), scales.len)?;
-        same_len("qsgd words", p.words(n), words.len)?;
+        check_len("qsgd scales", p.buckets(n), scales.len)?;
+        check_len("qsgd words", p.words(n), words.len)?;
         let out = self.uninit::<u32>(n);
         if n > 0 {
             // SAFETY: see the crate root.

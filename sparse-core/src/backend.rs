@@ -379,6 +379,22 @@ pub fn check_segments(offsets: &[usize], ks: &[usize], len: usize) -> Result<()>
     Ok(())
 }
 
+/// Checks that two lengths that must agree do.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] naming `what`.
+pub fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
 /// Checks `k <= len`, the shared precondition of the top-k primitives.
 ///
 /// # Errors

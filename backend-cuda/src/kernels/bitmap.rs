@@ -6,7 +6,7 @@
 //! bits, the host turns the counts into offsets, pass 2 scans the units'
 //! counts and writes each set bit's index in order.
 
-use super::{ITEMS, TILE, UNITS, cube_exclusive_scan, cube_sum_u32};
+use super::{ITEMS, TILE, UNITS, cube_exclusive_scan, cube_reduce};
 use cubecl::prelude::*;
 
 /// `flags[indices[j] - lo] = 1` (indices checked beforehand).
@@ -59,7 +59,7 @@ pub(crate) fn bitmap_count(words: &[u32], len: u32, counts: &mut [u32]) {
         c += word_below(words, w, len).count_ones();
         w += UNITS as usize;
     }
-    let total = cube_sum_u32(c);
+    let total = cube_reduce::<u32>(c, false);
     if UNIT_POS == 0 && start < words.len() {
         counts[tile] = total;
     }

@@ -103,10 +103,11 @@ pub(crate) fn cube_exclusive_scan(v: u32) -> u32 {
     scratch[u] - v
 }
 
-/// Sum of one value per unit, returned to every unit.
+/// Sum (or, with `take_max`, maximum) of one value per unit, returned to
+/// every unit: a tree over shared memory.
 #[cube]
-pub(crate) fn cube_sum_f32(v: f32) -> f32 {
-    let mut scratch = Shared::<[f32]>::new_slice(UNITS as usize);
+pub(crate) fn cube_reduce<N: Numeric>(v: N, #[comptime] take_max: bool) -> N {
+    let mut scratch = Shared::<[N]>::new_slice(UNITS as usize);
     let u = UNIT_POS as usize;
     scratch[u] = v;
     sync_cube();
@@ -114,43 +115,11 @@ pub(crate) fn cube_sum_f32(v: f32) -> f32 {
     for step in 0..8u32 {
         let off = (UNITS as usize) >> (step as usize + 1);
         if u < off {
-            scratch[u] = scratch[u] + scratch[u + off];
-        }
-        sync_cube();
-    }
-    scratch[0]
-}
-
-/// Maximum of one value per unit, returned to every unit.
-#[cube]
-pub(crate) fn cube_max_u32(v: u32) -> u32 {
-    let mut scratch = Shared::<[u32]>::new_slice(UNITS as usize);
-    let u = UNIT_POS as usize;
-    scratch[u] = v;
-    sync_cube();
-    #[unroll]
-    for step in 0..8u32 {
-        let off = (UNITS as usize) >> (step as usize + 1);
-        if u < off {
-            scratch[u] = max(scratch[u], scratch[u + off]);
-        }
-        sync_cube();
-    }
-    scratch[0]
-}
-
-/// Sum of one value per unit, returned to every unit.
-#[cube]
-pub(crate) fn cube_sum_u32(v: u32) -> u32 {
-    let mut scratch = Shared::<[u32]>::new_slice(UNITS as usize);
-    let u = UNIT_POS as usize;
-    scratch[u] = v;
-    sync_cube();
-    #[unroll]
-    for step in 0..8u32 {
-        let off = (UNITS as usize) >> (step as usize + 1);
-        if u < off {
-            scratch[u] += scratch[u + off];
+            if comptime![take_max] {
+                scratch[u] = max(scratch[u], scratch[u + off]);
+            } else {
+                scratch[u] = scratch[u] + scratch[u + off];
+            }
         }
         sync_cube();
     }

@@ -3,7 +3,7 @@
 //! ([`sparse_core::CounterRng`]) and the same `f32` operations in the same
 //! order.
 
-use super::{UNITS, cube_max_u32, cube_sum_u32};
+use super::{UNITS, cube_reduce};
 use cubecl::prelude::*;
 
 /// [`sparse_core::mix32`].
@@ -39,8 +39,8 @@ pub(crate) fn qsgd_scales(x: &[u32], bucket: u32, scales: &mut [u32], bad: &mut 
         }
         i += UNITS as usize;
     }
-    let mx = cube_max_u32(mx);
-    let nonfinite = cube_sum_u32(nonfinite);
+    let mx = cube_reduce::<u32>(mx, true);
+    let nonfinite = cube_reduce::<u32>(nonfinite, false);
     if UNIT_POS == 0 && b < scales.len() {
         scales[b] = mx;
         if nonfinite > 0 {

@@ -2,7 +2,7 @@
 //! pass: each cube reduces its tile to one partial per statistic, and the
 //! host finishes over the partials (the sum in `f64`).
 
-use super::{TILE, UNITS, cube_max_u32, cube_sum_f32, cube_sum_u32, is_nan};
+use super::{TILE, UNITS, cube_reduce, is_nan};
 use cubecl::prelude::*;
 
 /// `parts[3 c..3 c + 3]` = (max magnitude key, count of keys above `tkey`,
@@ -31,10 +31,10 @@ pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32], sums: &mut [f32
         }
         i += UNITS as usize;
     }
-    let mx = cube_max_u32(mx);
-    let above = cube_sum_u32(above);
-    let nan = cube_sum_u32(nan);
-    let sum = cube_sum_f32(sum);
+    let mx = cube_reduce::<u32>(mx, true);
+    let above = cube_reduce::<u32>(above, false);
+    let nan = cube_reduce::<u32>(nan, false);
+    let sum = cube_reduce::<f32>(sum, false);
     if UNIT_POS == 0 && start < x.len() {
         parts[tile * 3] = mx;
         parts[tile * 3 + 1] = above;
