@@ -50,9 +50,9 @@
 
 // Kernel arguments are built from raw device handles (`BufferArg::
 // from_raw_parts`) and launched unchecked: both are `unsafe` in cubecl.
-// Every such call is in this crate's launch helpers, where a buffer's
-// length in words is the length its handle was allocated with, and every
-// kernel bounds-checks its own accesses.
+// Both happen only in `CubeBuffer::arg`, whose length in words is the
+// length its handle was allocated with, and in the launcher beside each
+// kernel (`kernels/*.rs`), whose kernel bounds-checks its own accesses.
 #![allow(unsafe_code)]
 
 mod kernels;
@@ -170,7 +170,7 @@ impl<T> CubeBuffer<T> {
         CubeBuffer::new(self.handle.clone(), self.len)
     }
     /// Kernel argument over the buffer's words.
-    fn arg(&self) -> BufferArg {
+    pub(crate) fn arg(&self) -> BufferArg {
         // SAFETY: the handle was allocated with `words` 32-bit words.
         unsafe { BufferArg::from_raw_parts(self.handle.clone(), self.words) }
     }

@@ -3,8 +3,8 @@
 //! radix walk over digit histograms).
 
 use crate::kernels::{
-    ABS, REVERSED, SIGNED, TILE, axpy, bitmap, compact, count, cube_dim, cubes_for, gather, grid,
-    hash, histogram, mask, order_code, outside, qsgd, scale, scatter, stats,
+    ABS, REVERSED, SIGNED, TILE, axpy, bitmap, compact, count, cubes_for, gather, grid, hash,
+    histogram, mask, order_code, outside, qsgd, scale, scatter, stats,
 };
 use crate::{CubeBackend, CubeBuffer};
 use cubecl_runtime::runtime::Runtime;
@@ -66,18 +66,14 @@ impl<R: Runtime> CubeBackend<R> {
         }
         let count = self.zeroed::<u32>(1);
         let len32 = len.min(u32::MAX as usize) as u32;
-        // SAFETY: see the crate root; the kernel bounds-checks `j`.
-        unsafe {
-            outside::count_outside::launch_unchecked(
-                &self.client,
-                grid(cubes_for(indices.len)),
-                cube_dim(),
-                indices.arg(),
-                lo,
-                len32,
-                count.arg(),
-            );
-        }
+        outside::launch_count_outside(
+            &self.client,
+            grid(cubes_for(indices.len)),
+            indices,
+            lo,
+            len32,
+            &count,
+        );
         if self.get(&count)?[0] == 0 {
             return Ok(());
         }
@@ -106,18 +102,7 @@ impl<R: Runtime> CubeBackend<R> {
         let cubes = x.len.div_ceil(TILE);
         let parts = self.uninit::<u32>(cubes * 3);
         let sums = self.uninit::<f32>(cubes);
-        // SAFETY: see the crate root.
-        unsafe {
-            stats::abs_stats::launch_unchecked(
-                &self.client,
-                grid(cubes),
-                cube_dim(),
-                x.arg(),
-                tkey,
-                parts.arg(),
-                sums.arg(),
-            );
-        }
+        stats::launch_abs_stats(&self.client, grid(cubes), x, tkey, &parts, &sums);
         for p in self.get(&parts)?.chunks(3) {
             st.max_key = st.max_key.max(p[0]);
             st.above += p[1] as usize;
@@ -147,23 +132,19 @@ impl<R: Runtime> CubeBackend<R> {
         let segments = want.len() / 2;
         let hist = self.zeroed::<u32>(segments * (bins + 1));
         let want = self.put(want);
-        // SAFETY: see the crate root.
-        unsafe {
-            histogram::digit_histogram::launch_unchecked(
-                &self.client,
-                grid(tiles.len / 3),
-                cube_dim(),
-                x.arg(),
-                tiles.arg(),
-                want.arg(),
-                hist.arg(),
-                hi_mask,
-                shift,
-                bins,
-                order,
-                bits > 11,
-            );
-        }
+        histogram::launch_digit_histogram(
+            &self.client,
+            grid(tiles.len / 3),
+            x,
+            tiles,
+            &want,
+            &hist,
+            hi_mask,
+            shift,
+            bins,
+            order,
+            bits > 11,
+        );
         self.get(&hist)
     }
 
@@ -245,19 +226,15 @@ impl<R: Runtime> CubeBackend<R> {
         let flat: Vec<u32> = keys.iter().flat_map(|&(k, t)| [k, t]).collect();
         let keys_b = self.put(&flat);
         let counts_b = self.zeroed::<u32>(nt * 3);
-        // SAFETY: see the crate root.
-        unsafe {
-            count::count_keys::launch_unchecked(
-                &self.client,
-                grid(nt),
-                cube_dim(),
-                x.arg(),
-                tiles_b.arg(),
-                keys_b.arg(),
-                counts_b.arg(),
-                order,
-            );
-        }
+        count::launch_count_keys(
+            &self.client,
+            grid(nt),
+            x,
+            &tiles_b,
+            &keys_b,
+            &counts_b,
+            order,
+        );
         let counts = self.get(&counts_b)?;
         if counts.chunks(3).any(|c| c[2] > 0) {
             return Err(self.first_nan(x));
@@ -280,22 +257,17 @@ impl<R: Runtime> CubeBackend<R> {
         let out_val = self.uninit::<u32>(total as usize);
         if total > 0 {
             let bases = self.put(&bases);
-            // SAFETY: see the crate root; the offsets come from pass 1's
-            // counts, so every write lands below `total`.
-            unsafe {
-                compact::compact_keys::launch_unchecked(
-                    &self.client,
-                    grid(nt),
-                    cube_dim(),
-                    x.arg(),
-                    tiles_b.arg(),
-                    keys_b.arg(),
-                    bases.arg(),
-                    out_idx.arg(),
-                    out_val.arg(),
-                    order,
-                );
-            }
+            compact::launch_compact_keys(
+                &self.client,
+                grid(nt),
+                x,
+                &tiles_b,
+                &keys_b,
+                &bases,
+                &out_idx,
+                &out_val,
+                order,
+            );
         }
         Ok((out_idx, out_val))
     }
@@ -456,17 +428,13 @@ impl<R: Runtime> SelectOps for CubeBackend<R> {
         self.check_range(indices, 0, x.len, x.len as u64)?;
         let out = self.uninit::<u32>(indices.len);
         if indices.len > 0 {
-            // SAFETY: see the crate root; indices were checked.
-            unsafe {
-                gather::gather::launch_unchecked(
-                    &self.client,
-                    grid(cubes_for(indices.len)),
-                    cube_dim(),
-                    x.cast::<u32>().arg(),
-                    indices.arg(),
-                    out.arg(),
-                );
-            }
+            gather::launch_gather(
+                &self.client,
+                grid(cubes_for(indices.len)),
+                &x.cast::<u32>(),
+                indices,
+                &out,
+            );
         }
         Ok(out.cast())
     }
@@ -513,17 +481,13 @@ impl<R: Runtime> DenseOps for CubeBackend<R> {
         check_len("scatter_add indices vs values", indices.len, values.len)?;
         self.check_range(indices, 0, dense.len, dense.len as u64)?;
         if indices.len > 0 {
-            // SAFETY: see the crate root; indices were checked.
-            unsafe {
-                scatter::scatter_add::launch_unchecked(
-                    &self.client,
-                    grid(cubes_for(indices.len)),
-                    cube_dim(),
-                    dense.arg(),
-                    indices.arg(),
-                    values.arg(),
-                );
-            }
+            scatter::launch_scatter_add(
+                &self.client,
+                grid(cubes_for(indices.len)),
+                &dense.cast(),
+                indices,
+                &values.cast(),
+            );
         }
         Ok(())
     }
@@ -531,16 +495,12 @@ impl<R: Runtime> DenseOps for CubeBackend<R> {
         self.f32_only::<E>("mask")?;
         self.check_range(indices, 0, dense.len, dense.len as u64)?;
         if indices.len > 0 {
-            // SAFETY: see the crate root; indices were checked.
-            unsafe {
-                mask::mask::launch_unchecked(
-                    &self.client,
-                    grid(cubes_for(indices.len)),
-                    cube_dim(),
-                    dense.arg(),
-                    indices.arg(),
-                );
-            }
+            mask::launch_mask(
+                &self.client,
+                grid(cubes_for(indices.len)),
+                &dense.cast(),
+                indices,
+            );
         }
         Ok(())
     }
@@ -548,33 +508,25 @@ impl<R: Runtime> DenseOps for CubeBackend<R> {
         self.f32_only::<E>("axpy")?;
         check_len("axpy x vs y", y.len, x.len)?;
         if y.len > 0 {
-            // SAFETY: see the crate root.
-            unsafe {
-                axpy::axpy::launch_unchecked(
-                    &self.client,
-                    grid(cubes_for(y.len)),
-                    cube_dim(),
-                    a.to_f32_lossy(),
-                    x.arg(),
-                    y.arg(),
-                );
-            }
+            axpy::launch_axpy(
+                &self.client,
+                grid(cubes_for(y.len)),
+                a.to_f32_lossy(),
+                &x.cast(),
+                &y.cast(),
+            );
         }
         Ok(())
     }
     fn scale<E: Element>(&self, a: E, x: &mut CubeBuffer<E>) -> Result<()> {
         self.f32_only::<E>("scale")?;
         if x.len > 0 {
-            // SAFETY: see the crate root.
-            unsafe {
-                scale::scale::launch_unchecked(
-                    &self.client,
-                    grid(cubes_for(x.len)),
-                    cube_dim(),
-                    a.to_f32_lossy(),
-                    x.arg(),
-                );
-            }
+            scale::launch_scale(
+                &self.client,
+                grid(cubes_for(x.len)),
+                a.to_f32_lossy(),
+                &x.cast(),
+            );
         }
         Ok(())
     }
@@ -604,58 +556,48 @@ impl<R: Runtime> HashOps for CubeBackend<R> {
         let fallback = self.uninit::<u32>(2 * n);
         let vals = values.cast::<u32>();
         if n > 0 {
-            let (count, dim) = (grid(cubes_for(n)), cube_dim());
+            let count = grid(cubes_for(n));
             for f in 1..=h.rehash.len() as u32 {
-                // SAFETY: see the crate root; slots are `parts * width`
-                // pairs and every slot index is below that.
-                unsafe {
-                    hash::hash_claim::launch_unchecked(
-                        &self.client,
-                        count.clone(),
-                        dim,
-                        indices.arg(),
-                        state.arg(),
-                        slots.arg(),
-                        tables.arg(),
-                        parts,
-                        r1,
-                        width as u32,
-                        f,
-                    );
-                    hash::hash_confirm::launch_unchecked(
-                        &self.client,
-                        count.clone(),
-                        dim,
-                        indices.arg(),
-                        vals.arg(),
-                        state.arg(),
-                        slots.arg(),
-                        tables.arg(),
-                        parts,
-                        r1,
-                        width as u32,
-                        f,
-                    );
-                }
-            }
-            // SAFETY: as above; the fallback list holds up to `n` pairs.
-            unsafe {
-                hash::hash_serial::launch_unchecked(
+                hash::launch_hash_claim(
                     &self.client,
-                    count,
-                    dim,
-                    indices.arg(),
-                    vals.arg(),
-                    state.arg(),
-                    counters.arg(),
-                    slots.arg(),
-                    fallback.arg(),
-                    tables.arg(),
+                    count.clone(),
+                    indices,
+                    &state,
+                    &slots,
+                    &tables,
                     parts,
                     r1,
-                    r2,
+                    width as u32,
+                    f,
+                );
+                hash::launch_hash_confirm(
+                    &self.client,
+                    count.clone(),
+                    indices,
+                    &vals,
+                    &state,
+                    &slots,
+                    &tables,
+                    parts,
+                    r1,
+                    width as u32,
+                    f,
                 );
             }
+            hash::launch_hash_serial(
+                &self.client,
+                count,
+                indices,
+                &vals,
+                &state,
+                &counters,
+                &slots,
+                &fallback,
+                &tables,
+                parts,
+                r1,
+                r2,
+            );
         }
         let slots = self.get(&slots)?;
         let counters = self.get(&counters)?;
@@ -711,26 +653,16 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         }
         let flags = self.zeroed::<u32>(len);
         let words = self.uninit::<u32>(nw);
-        // SAFETY: see the crate root; indices were checked against the range.
-        unsafe {
-            if indices.len > 0 {
-                bitmap::bitmap_flags::launch_unchecked(
-                    &self.client,
-                    grid(cubes_for(indices.len)),
-                    cube_dim(),
-                    indices.arg(),
-                    lo,
-                    flags.arg(),
-                );
-            }
-            bitmap::bitmap_pack::launch_unchecked(
+        if indices.len > 0 {
+            bitmap::launch_bitmap_flags(
                 &self.client,
-                grid(cubes_for(nw)),
-                cube_dim(),
-                flags.arg(),
-                words.arg(),
+                grid(cubes_for(indices.len)),
+                indices,
+                lo,
+                &flags,
             );
         }
+        bitmap::launch_bitmap_pack(&self.client, grid(cubes_for(nw)), &flags, &words);
         Ok(words)
     }
     fn bitmap_decode(
@@ -745,17 +677,7 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         }
         let nt = words.len.div_ceil(TILE);
         let counts = self.uninit::<u32>(nt);
-        // SAFETY: see the crate root.
-        unsafe {
-            bitmap::bitmap_count::launch_unchecked(
-                &self.client,
-                grid(nt),
-                cube_dim(),
-                words.arg(),
-                len as u32,
-                counts.arg(),
-            );
-        }
+        bitmap::launch_bitmap_count(&self.client, grid(nt), words, len as u32, &counts);
         let mut bases = Vec::with_capacity(nt);
         let mut total = 0u32;
         for c in self.get(&counts)? {
@@ -765,19 +687,15 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         let out = self.uninit::<u32>(total as usize);
         if total > 0 {
             let bases = self.put(&bases);
-            // SAFETY: see the crate root; offsets come from the counts.
-            unsafe {
-                bitmap::bitmap_write::launch_unchecked(
-                    &self.client,
-                    grid(nt),
-                    cube_dim(),
-                    words.arg(),
-                    len as u32,
-                    lo,
-                    bases.arg(),
-                    out.arg(),
-                );
-            }
+            bitmap::launch_bitmap_write(
+                &self.client,
+                grid(nt),
+                words,
+                len as u32,
+                lo,
+                &bases,
+                &out,
+            );
         }
         Ok(out)
     }
@@ -797,18 +715,14 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         let bad = self.zeroed::<u32>(1);
         let words = self.uninit::<u32>(nw);
         let bits = x.cast::<u32>();
-        // SAFETY: see the crate root.
-        unsafe {
-            qsgd::qsgd_scales::launch_unchecked(
-                &self.client,
-                grid(nb),
-                cube_dim(),
-                bits.arg(),
-                p.bucket as u32,
-                scales.arg(),
-                bad.arg(),
-            );
-        }
+        qsgd::launch_qsgd_scales(
+            &self.client,
+            grid(nb),
+            &bits,
+            p.bucket as u32,
+            &scales,
+            &bad,
+        );
         if self.get(&bad)?[0] > 0 {
             let host = self.get(&bits)?;
             return Err(Error::NonFinite {
@@ -819,23 +733,19 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
             });
         }
         let [key0, key1] = CounterRng::new(p.seed).keys();
-        // SAFETY: see the crate root.
-        unsafe {
-            qsgd::qsgd_codes::launch_unchecked(
-                &self.client,
-                grid(cubes_for(nw)),
-                cube_dim(),
-                x.arg(),
-                scales.arg(),
-                words.arg(),
-                p.bucket as u32,
-                p.levels(),
-                key0,
-                key1,
-                counter_base,
-                p.bits,
-            );
-        }
+        qsgd::launch_qsgd_codes(
+            &self.client,
+            grid(cubes_for(nw)),
+            &x.cast(),
+            &scales.cast(),
+            &words,
+            p.bucket as u32,
+            p.levels(),
+            key0,
+            key1,
+            counter_base,
+            p.bits,
+        );
         Ok((scales.cast(), words))
     }
     fn qsgd_dequantize<E: Element>(
@@ -850,20 +760,16 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         check_len("qsgd words", p.words(n), words.len)?;
         let out = self.uninit::<u32>(n);
         if n > 0 {
-            // SAFETY: see the crate root.
-            unsafe {
-                qsgd::qsgd_decode::launch_unchecked(
-                    &self.client,
-                    grid(cubes_for(n)),
-                    cube_dim(),
-                    words.arg(),
-                    scales.arg(),
-                    out.arg(),
-                    p.bucket as u32,
-                    p.levels(),
-                    p.bits,
-                );
-            }
+            qsgd::launch_qsgd_decode(
+                &self.client,
+                grid(cubes_for(n)),
+                words,
+                &scales.cast(),
+                &out.cast(),
+                p.bucket as u32,
+                p.levels(),
+                p.bits,
+            );
         }
         Ok(out.cast())
     }

@@ -7,6 +7,8 @@
 //! counts and writes each set bit's index in order.
 
 use super::{ITEMS, TILE, UNITS, cube_exclusive_scan, cube_reduce};
+use crate::CubeBuffer;
+use cubecl::client::Client;
 use cubecl::prelude::*;
 
 /// `flags[indices[j] - lo] = 1` (indices checked beforehand).
@@ -92,5 +94,93 @@ pub(crate) fn bitmap_write(words: &[u32], len: u32, lo: u32, bases: &[u32], out:
             at += 1;
             m &= m - 1u32;
         }
+    }
+}
+
+/// Launches [`bitmap_flags`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_bitmap_flags(
+    client: &Client,
+    cubes: CubeCount,
+    indices: &CubeBuffer<u32>,
+    lo: u32,
+    flags: &CubeBuffer<u32>,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        bitmap_flags::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            indices.arg(),
+            lo,
+            flags.arg(),
+        );
+    }
+}
+
+/// Launches [`bitmap_pack`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_bitmap_pack(
+    client: &Client,
+    cubes: CubeCount,
+    flags: &CubeBuffer<u32>,
+    words: &CubeBuffer<u32>,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        bitmap_pack::launch_unchecked(client, cubes, super::cube_dim(), flags.arg(), words.arg());
+    }
+}
+
+/// Launches [`bitmap_count`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_bitmap_count(
+    client: &Client,
+    cubes: CubeCount,
+    words: &CubeBuffer<u32>,
+    len: u32,
+    counts: &CubeBuffer<u32>,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        bitmap_count::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            words.arg(),
+            len,
+            counts.arg(),
+        );
+    }
+}
+
+/// Launches [`bitmap_write`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_bitmap_write(
+    client: &Client,
+    cubes: CubeCount,
+    words: &CubeBuffer<u32>,
+    len: u32,
+    lo: u32,
+    bases: &CubeBuffer<u32>,
+    out: &CubeBuffer<u32>,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        bitmap_write::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            words.arg(),
+            len,
+            lo,
+            bases.arg(),
+            out.arg(),
+        );
     }
 }

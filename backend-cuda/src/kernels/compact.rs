@@ -9,6 +9,8 @@
 //! and its output offset from pass 1's counts.
 
 use super::{ITEMS, cube_exclusive_scan, key_of};
+use crate::CubeBuffer;
+use cubecl::client::Client;
 use cubecl::prelude::*;
 
 /// `tiles[3 t..]` = (start, end, segment); `keys[2 s..]` = (key, take);
@@ -74,5 +76,37 @@ pub(crate) fn compact_keys(
             out_val[out as usize] = bits;
             out += 1;
         }
+    }
+}
+
+/// Launches [`compact_keys`] on `cubes` cubes of [`super::UNITS`] units.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_compact_keys(
+    client: &Client,
+    cubes: CubeCount,
+    x: &CubeBuffer<u32>,
+    tiles: &CubeBuffer<u32>,
+    keys: &CubeBuffer<u32>,
+    bases: &CubeBuffer<u32>,
+    out_idx: &CubeBuffer<u32>,
+    out_val: &CubeBuffer<u32>,
+    order: u32,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        compact_keys::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            x.arg(),
+            tiles.arg(),
+            keys.arg(),
+            bases.arg(),
+            out_idx.arg(),
+            out_val.arg(),
+            order,
+        );
     }
 }

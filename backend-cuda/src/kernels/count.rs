@@ -2,6 +2,8 @@
 //! how many equal it, and how many elements are NaN.
 
 use super::{UNITS, is_nan, key_of};
+use crate::CubeBuffer;
+use cubecl::client::Client;
 use cubecl::prelude::*;
 
 /// `tiles[3 t..3 t + 3]` = (start, end, segment); `keys[2 s]` is segment
@@ -46,5 +48,32 @@ pub(crate) fn count_keys(
         if nan > 0 {
             counts[tile * 3 + 2].fetch_add(nan);
         }
+    }
+}
+
+/// Launches [`count_keys`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_count_keys(
+    client: &Client,
+    cubes: CubeCount,
+    x: &CubeBuffer<u32>,
+    tiles: &CubeBuffer<u32>,
+    keys: &CubeBuffer<u32>,
+    counts: &CubeBuffer<u32>,
+    order: u32,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        count_keys::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            x.arg(),
+            tiles.arg(),
+            keys.arg(),
+            counts.arg(),
+            order,
+        );
     }
 }

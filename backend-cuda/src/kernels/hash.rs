@@ -14,6 +14,8 @@
 //! Slots are pairs `(index + 1, value bits)`; 0 marks an empty slot.
 //! `tables` holds `h0`'s 1024 table words, then each rehash function's.
 
+use crate::CubeBuffer;
+use cubecl::client::Client;
 use cubecl::prelude::*;
 
 /// Simple tabulation hashing, the function at `tables[base..base + 1024]`
@@ -119,5 +121,113 @@ pub(crate) fn hash_serial(
                 fallback[at * 2 + 1] = values[j];
             }
         }
+    }
+}
+
+/// Launches [`hash_claim`] on `cubes` cubes of [`super::UNITS`] units.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_hash_claim(
+    client: &Client,
+    cubes: CubeCount,
+    indices: &CubeBuffer<u32>,
+    state: &CubeBuffer<u32>,
+    slots: &CubeBuffer<u32>,
+    tables: &CubeBuffer<u32>,
+    parts: u32,
+    r1: u32,
+    width: u32,
+    f: u32,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        hash_claim::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            indices.arg(),
+            state.arg(),
+            slots.arg(),
+            tables.arg(),
+            parts,
+            r1,
+            width,
+            f,
+        );
+    }
+}
+
+/// Launches [`hash_confirm`] on `cubes` cubes of [`super::UNITS`] units.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_hash_confirm(
+    client: &Client,
+    cubes: CubeCount,
+    indices: &CubeBuffer<u32>,
+    values: &CubeBuffer<u32>,
+    state: &CubeBuffer<u32>,
+    slots: &CubeBuffer<u32>,
+    tables: &CubeBuffer<u32>,
+    parts: u32,
+    r1: u32,
+    width: u32,
+    f: u32,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        hash_confirm::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            indices.arg(),
+            values.arg(),
+            state.arg(),
+            slots.arg(),
+            tables.arg(),
+            parts,
+            r1,
+            width,
+            f,
+        );
+    }
+}
+
+/// Launches [`hash_serial`] on `cubes` cubes of [`super::UNITS`] units.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_hash_serial(
+    client: &Client,
+    cubes: CubeCount,
+    indices: &CubeBuffer<u32>,
+    values: &CubeBuffer<u32>,
+    state: &CubeBuffer<u32>,
+    counters: &CubeBuffer<u32>,
+    slots: &CubeBuffer<u32>,
+    fallback: &CubeBuffer<u32>,
+    tables: &CubeBuffer<u32>,
+    parts: u32,
+    r1: u32,
+    r2: u32,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        hash_serial::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            indices.arg(),
+            values.arg(),
+            state.arg(),
+            counters.arg(),
+            slots.arg(),
+            fallback.arg(),
+            tables.arg(),
+            parts,
+            r1,
+            r2,
+        );
     }
 }

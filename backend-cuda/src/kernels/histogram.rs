@@ -4,6 +4,8 @@
 //! memory (their shared table would not fit).
 
 use super::{UNITS, is_nan, key_of};
+use crate::CubeBuffer;
+use cubecl::client::Client;
 use cubecl::prelude::*;
 
 /// `tiles[3 t..]` = (start, end, segment); `want[2 s..]` = (active, the
@@ -77,5 +79,41 @@ pub(crate) fn digit_histogram(
                 b += UNITS as usize;
             }
         }
+    }
+}
+
+/// Launches [`digit_histogram`] on `cubes` cubes of [`super::UNITS`] units.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_digit_histogram(
+    client: &Client,
+    cubes: CubeCount,
+    x: &CubeBuffer<u32>,
+    tiles: &CubeBuffer<u32>,
+    want: &CubeBuffer<u32>,
+    hist: &CubeBuffer<u32>,
+    hi_mask: u32,
+    shift: u32,
+    bins: usize,
+    order: u32,
+    global: bool,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        digit_histogram::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            x.arg(),
+            tiles.arg(),
+            want.arg(),
+            hist.arg(),
+            hi_mask,
+            shift,
+            bins,
+            order,
+            global,
+        );
     }
 }

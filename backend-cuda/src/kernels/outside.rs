@@ -2,6 +2,8 @@
 //! index check (the host names the first offender only when this is
 //! non-zero).
 
+use crate::CubeBuffer;
+use cubecl::client::Client;
 use cubecl::prelude::*;
 
 #[cube(launch_unchecked)]
@@ -12,5 +14,30 @@ pub(crate) fn count_outside(indices: &[u32], lo: u32, len: u32, count: &mut [Ato
         if i < lo || i - lo >= len {
             count[0].fetch_add(1u32);
         }
+    }
+}
+
+/// Launches [`count_outside`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_count_outside(
+    client: &Client,
+    cubes: CubeCount,
+    indices: &CubeBuffer<u32>,
+    lo: u32,
+    len: u32,
+    count: &CubeBuffer<u32>,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        count_outside::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            indices.arg(),
+            lo,
+            len,
+            count.arg(),
+        );
     }
 }

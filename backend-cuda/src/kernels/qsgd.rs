@@ -4,6 +4,8 @@
 //! order.
 
 use super::{UNITS, cube_reduce};
+use crate::CubeBuffer;
+use cubecl::client::Client;
 use cubecl::prelude::*;
 
 /// [`sparse_core::mix32`].
@@ -121,5 +123,96 @@ pub(crate) fn qsgd_decode(
             v = -mag;
         }
         out[j] = v;
+    }
+}
+
+/// Launches [`qsgd_scales`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_qsgd_scales(
+    client: &Client,
+    cubes: CubeCount,
+    x: &CubeBuffer<u32>,
+    bucket: u32,
+    scales: &CubeBuffer<u32>,
+    bad: &CubeBuffer<u32>,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        qsgd_scales::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            x.arg(),
+            bucket,
+            scales.arg(),
+            bad.arg(),
+        );
+    }
+}
+
+/// Launches [`qsgd_codes`] on `cubes` cubes of [`super::UNITS`] units.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_qsgd_codes(
+    client: &Client,
+    cubes: CubeCount,
+    x: &CubeBuffer<f32>,
+    scales: &CubeBuffer<f32>,
+    words: &CubeBuffer<u32>,
+    bucket: u32,
+    levels: u32,
+    key0: u32,
+    key1: u32,
+    counter_base: u32,
+    bits: u32,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        qsgd_codes::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            x.arg(),
+            scales.arg(),
+            words.arg(),
+            bucket,
+            levels,
+            key0,
+            key1,
+            counter_base,
+            bits,
+        );
+    }
+}
+
+/// Launches [`qsgd_decode`] on `cubes` cubes of [`super::UNITS`] units.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_qsgd_decode(
+    client: &Client,
+    cubes: CubeCount,
+    words: &CubeBuffer<u32>,
+    scales: &CubeBuffer<f32>,
+    out: &CubeBuffer<f32>,
+    bucket: u32,
+    levels: u32,
+    bits: u32,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        qsgd_decode::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            words.arg(),
+            scales.arg(),
+            out.arg(),
+            bucket,
+            levels,
+            bits,
+        );
     }
 }

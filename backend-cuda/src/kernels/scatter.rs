@@ -1,6 +1,8 @@
 //! `dense[indices[j]] += values[j]` for unique, checked indices: one unit
 //! per entry, no atomics needed.
 
+use crate::CubeBuffer;
+use cubecl::client::Client;
 use cubecl::prelude::*;
 
 #[cube(launch_unchecked)]
@@ -9,5 +11,28 @@ pub(crate) fn scatter_add(dense: &mut [f32], indices: &[u32], values: &[f32]) {
     if j < values.len() {
         let i = indices[j] as usize;
         dense[i] = dense[i] + values[j];
+    }
+}
+
+/// Launches [`scatter_add`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_scatter_add(
+    client: &Client,
+    cubes: CubeCount,
+    dense: &CubeBuffer<f32>,
+    indices: &CubeBuffer<u32>,
+    values: &CubeBuffer<f32>,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        scatter_add::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            dense.arg(),
+            indices.arg(),
+            values.arg(),
+        );
     }
 }

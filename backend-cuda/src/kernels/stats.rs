@@ -3,6 +3,8 @@
 //! host finishes over the partials (the sum in `f64`).
 
 use super::{TILE, UNITS, cube_reduce, is_nan};
+use crate::CubeBuffer;
+use cubecl::client::Client;
 use cubecl::prelude::*;
 
 /// `parts[3 c..3 c + 3]` = (max magnitude key, count of keys above `tkey`,
@@ -40,5 +42,30 @@ pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32], sums: &mut [f32
         parts[tile * 3 + 1] = above;
         parts[tile * 3 + 2] = nan;
         sums[tile] = sum;
+    }
+}
+
+/// Launches [`abs_stats`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_abs_stats(
+    client: &Client,
+    cubes: CubeCount,
+    x: &CubeBuffer<u32>,
+    tkey: u32,
+    parts: &CubeBuffer<u32>,
+    sums: &CubeBuffer<f32>,
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
+    // those lengths and the offsets its caller derived from them.
+    unsafe {
+        abs_stats::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            x.arg(),
+            tkey,
+            parts.arg(),
+            sums.arg(),
+        );
     }
 }
