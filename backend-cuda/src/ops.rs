@@ -20,7 +20,6 @@ use sparse_core::{
 struct Stats {
     max_key: u32,
     above: usize,
-    nan: usize,
     sum: f64,
 }
 
@@ -48,11 +47,18 @@ impl<R: Runtime> CubeBackend<R> {
     /// The error naming the first NaN of `x` (the slow path: taken only once
     /// a kernel has counted one).
     fn first_nan(&self, x: &CubeBuffer<u32>) -> Error {
+        self.first_key_above(x, 0x7f80_0000)
+    }
+
+    /// The [`Error::NonFinite`] naming the first element of `x` whose
+    /// magnitude key is above `limit` (infinity's key for NaN only, just
+    /// below it for any non-finite value).
+    fn first_key_above(&self, x: &CubeBuffer<u32>, limit: u32) -> Error {
         match self.get(x) {
             Ok(bits) => Error::NonFinite {
                 index: bits
                     .iter()
-                    .position(|&b| b & 0x7fff_ffff > 0x7f80_0000)
+                    .position(|&b| b & 0x7fff_ffff > limit)
                     .unwrap_or(0),
             },
             Err(e) => e,
@@ -93,23 +99,22 @@ impl<R: Runtime> CubeBackend<R> {
         let mut st = Stats {
             max_key: 0,
             above: 0,
-            nan: 0,
             sum: 0.0,
         };
         if x.len == 0 {
             return Ok(st);
         }
         let cubes = x.len.div_ceil(TILE);
-        let parts = self.uninit::<u32>(cubes * 3);
-        let sums = self.uninit::<f32>(cubes);
-        stats::launch_abs_stats(&self.client, grid(cubes), x, tkey, &parts, &sums);
-        for p in self.get(&parts)?.chunks(3) {
+        let parts = self.uninit::<u32>(cubes * 4);
+        stats::launch_abs_stats(&self.client, grid(cubes), x, tkey, &parts);
+        let mut nan = 0;
+        for p in self.get(&parts)?.chunks(4) {
             st.max_key = st.max_key.max(p[0]);
             st.above += p[1] as usize;
-            st.nan += p[2] as usize;
+            nan += p[2];
+            st.sum += f32::from_bits(p[3]) as f64;
         }
-        st.sum = self.get(&sums)?.iter().map(|&s| s as f64).sum();
-        if st.nan > 0 {
+        if nan > 0 {
             return Err(self.first_nan(x));
         }
         Ok(st)
@@ -724,13 +729,7 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
             &bad,
         );
         if self.get(&bad)?[0] > 0 {
-            let host = self.get(&bits)?;
-            return Err(Error::NonFinite {
-                index: host
-                    .iter()
-                    .position(|&b| b & 0x7fff_ffff >= 0x7f80_0000)
-                    .unwrap_or(0),
-            });
+            return Err(self.first_key_above(&bits, 0x7f7f_ffff));
         }
         let [key0, key1] = CounterRng::new(p.seed).keys();
         qsgd::launch_qsgd_codes(

@@ -7,10 +7,11 @@ use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
 
-/// `parts[3 c..3 c + 3]` = (max magnitude key, count of keys above `tkey`,
-/// NaN count) of tile `c`; `sums[c]` its `f32` sum of `|x|` (NaNs left out).
+/// `parts[4 c..4 c + 4]` = (max magnitude key, count of keys above `tkey`,
+/// NaN count, bits of the `f32` sum of `|x|` with NaNs left out) of tile
+/// `c`: one buffer, so the host reads the partials back in one transfer.
 #[cube(launch_unchecked)]
-pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32], sums: &mut [f32]) {
+pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32]) {
     let tile = CUBE_POS;
     let start = tile * TILE;
     let mut mx = 0u32;
@@ -38,10 +39,10 @@ pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32], sums: &mut [f32
     let nan = cube_reduce::<u32>(nan, false);
     let sum = cube_reduce::<f32>(sum, false);
     if UNIT_POS == 0 && start < x.len() {
-        parts[tile * 3] = mx;
-        parts[tile * 3 + 1] = above;
-        parts[tile * 3 + 2] = nan;
-        sums[tile] = sum;
+        parts[tile * 4] = mx;
+        parts[tile * 4 + 1] = above;
+        parts[tile * 4 + 2] = nan;
+        parts[tile * 4 + 3] = u32::reinterpret(sum);
     }
 }
 
@@ -52,20 +53,11 @@ pub(crate) fn launch_abs_stats(
     x: &CubeBuffer<u32>,
     tkey: u32,
     parts: &CubeBuffer<u32>,
-    sums: &CubeBuffer<f32>,
 ) {
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
     unsafe {
-        abs_stats::launch_unchecked(
-            client,
-            cubes,
-            super::cube_dim(),
-            x.arg(),
-            tkey,
-            parts.arg(),
-            sums.arg(),
-        );
+        abs_stats::launch_unchecked(client, cubes, super::cube_dim(), x.arg(), tkey, parts.arg());
     }
 }
