@@ -12,6 +12,8 @@
 //! (skipped, with the reason printed, where no CUDA device is found).
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
+mod common;
+
 use backend_cpu::Cpu;
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::testing::generate::{ValueDist, dense_values};
@@ -233,10 +235,7 @@ fn two_pow_22<G: Backend>(gpu: &G) {
 
 #[cfg(feature = "wgpu")]
 mod wgpu {
-    fn gpu() -> backend_cuda::WgpuBackend {
-        backend_cuda::WgpuBackend::new_default()
-            .expect("no wgpu device: install mesa-vulkan-drivers")
-    }
+    use crate::common::wgpu as gpu;
 
     #[test]
     fn small_and_odd_sizes() {
@@ -251,15 +250,7 @@ mod wgpu {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    fn gpu() -> Option<backend_cuda::CudaBackend> {
-        match backend_cuda::CudaBackend::new_default() {
-            Ok(b) => Some(b),
-            Err(e) => {
-                println!("skipped: no CUDA device ({e})");
-                None
-            }
-        }
-    }
+    use crate::common::cuda as gpu;
 
     #[test]
     fn small_and_odd_sizes() {
