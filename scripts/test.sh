@@ -41,8 +41,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # backend-cuda's default feature is wgpu: its backend suite, selector suite
 # and differential tests against backend-cpu run here, on lavapipe where the
 # machine has no GPU.
-step "cargo test (unit, integration, doc; kernels on wgpu)"
-cargo test --workspace
+# DECODE_FUZZ_ROUNDS: the bounded fuzz of every decoder under a counting
+# allocator (sparse-core/tests/decode_alloc.rs), about a minute here.
+step "cargo test (unit, integration, doc; kernels on wgpu; decoder fuzz)"
+DECODE_FUZZ_ROUNDS=200 cargo test --workspace
 
 # The MPI transport: clippy on the feature, then the collective suite under
 # mpiexec -n 1..5, disagreement and abort-on-panic (tests/mpi.rs launches

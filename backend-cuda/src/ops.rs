@@ -724,26 +724,26 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
             &self.client,
             grid(nb),
             &bits,
-            p.bucket as u32,
+            p.bucket() as u32,
             &scales,
             &bad,
         );
         if self.get(&bad)?[0] > 0 {
             return Err(self.first_key_above(&bits, 0x7f7f_ffff));
         }
-        let [key0, key1] = CounterRng::new(p.seed).keys();
+        let [key0, key1] = CounterRng::new(p.seed()).keys();
         qsgd::launch_qsgd_codes(
             &self.client,
             grid(cubes_for(nw)),
             &x.cast(),
             &scales.cast(),
             &words,
-            p.bucket as u32,
+            p.bucket() as u32,
             p.levels(),
             key0,
             key1,
             counter_base,
-            p.bits,
+            p.bits(),
         );
         Ok((scales.cast(), words))
     }
@@ -765,9 +765,9 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
                 words,
                 &scales.cast(),
                 &out.cast(),
-                p.bucket as u32,
+                p.bucket() as u32,
                 p.levels(),
-                p.bits,
+                p.bits(),
             );
         }
         Ok(out.cast())

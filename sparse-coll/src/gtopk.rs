@@ -21,6 +21,9 @@ use sparse_core::{Element, Error, Result, SparseVec};
 /// messages of `4 + k (4 + isize)` bytes when every rank has `k` entries,
 /// and sending as many (Table 1's `4 k lg P` words counts both).
 ///
+/// Memory per rank: `O((4 + E) (nnz + k))` bytes (`E` the element's bytes):
+/// the input and two `k`-entry messages at a time.
+///
 /// # Errors
 /// [`Error::Disagreement`] (dimension, `k`), transport errors,
 /// [`Error::Corrupt`].
@@ -30,7 +33,7 @@ pub fn gtopk<T: Transport + ?Sized, E: Element>(
     k: usize,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
-    let start = enter::<_, E>(t, Id::Gtopk, dim, &[("k", k as u64)])?;
+    let start = enter(t, Id::Gtopk, v, &[("k", k as u64)], Ok(()))?;
     let (p, r) = (t.size(), t.rank());
     let read = |b: &[u8]| -> Result<SparseVec<E>> {
         let mut rest = b;

@@ -89,7 +89,7 @@ pub use ok_topk::OkTopk;
 pub use omnireduce::omnireduce_blocks;
 pub use plan::{Algorithm, Allreduce, Auto, Profile};
 pub use spardl::{SpardlBsag, spardl, spardl_rsag};
-pub use sparse::{Reduced, agree};
+pub use sparse::{Reduced, agree, agree_or_fail};
 pub use split_allgather::{dsar_split_allgather, ssar_split_allgather};
 pub use ssar::ssar_recursive_double;
 pub use thread::{ThreadCluster, ThreadTransport};

@@ -4,6 +4,7 @@
 
 use crate::Transport;
 use crate::dense::bruck_allgather;
+use crate::spardl::split_topk;
 use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
 use sparse_core::stats::even_start;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
@@ -33,6 +34,22 @@ use std::marker::PhantomData;
 /// 5. **allgather**: Bruck allgather of the selected region entries, which
 ///    every rank concatenates in region order (bitwise identical).
 ///
+/// **Budget** (DGC's rule, so that a stale threshold cannot send
+/// everything): a rank whose local threshold selects more than
+/// `max(k, floor(1.3 k))` entries falls back to its exact top-`k` (tie
+/// rule: the lower index wins) and re-estimates its threshold from this
+/// input; when the gathered global selection holds more than that, every
+/// rank keeps the exact top-`k` of it (the same on every rank, from the same
+/// bytes) and each owner adds what it cut from its own region to its
+/// `dropped`, and the global threshold is re-estimated from it. A threshold
+/// that could not be estimated (fewer than `k` entries seen: an empty or
+/// tiny first call) is re-estimated at once on the next call instead of
+/// selecting everything for `period - 1` calls; for the global threshold
+/// that makes the next call a refresh call (the state is the same on every
+/// rank, so all ranks refresh together). So every rank sends at most
+/// `max(k, floor(1.3 k))` entries into the split phase, and `result` holds
+/// at most that many.
+///
 /// The inputs sum to `result` plus all `dropped`. Ok-Topk balances the
 /// selected entries across ranks before a recursive-doubling allgatherv;
 /// Bruck's allgather takes blocks of any size in `ceil(lg P)` rounds for
@@ -40,28 +57,41 @@ use std::marker::PhantomData;
 /// ceil(lg P)`, plus `2 ceil(lg P)` on refresh calls. How the regions are
 /// balanced and how the thresholds are re-estimated are this crate's
 /// choices (the papers here do not specify them).
+///
+/// Memory per rank: `O((4 + E) (nnz + P budget))` bytes (`E` the
+/// element's bytes): the input, its selection, the region pieces received
+/// and the gathered result.
 #[derive(Debug, Clone)]
 pub struct OkTopk<E> {
     k: usize,
     period: u64,
     calls: u64,
-    local: u64,
-    global: u64,
+    /// `None`: re-estimate at the next call.
+    local: Option<u64>,
+    /// `None`: the next call refreshes.
+    global: Option<u64>,
     bounds: Vec<usize>,
     _element: PhantomData<E>,
 }
 
-/// The `k`-th largest magnitude key of `keys` (0 when there are fewer than
-/// `k`, so that everything is selected; above every key when `k == 0`).
-fn kth_key(mut keys: Vec<u64>, k: usize) -> u64 {
+/// The `k`-th largest magnitude key of `keys` (`None` when there are fewer
+/// than `k`, so that no threshold can be estimated; above every key when
+/// `k == 0`).
+fn kth_key(mut keys: Vec<u64>, k: usize) -> Option<u64> {
     if k == 0 {
-        return u64::MAX;
+        return Some(u64::MAX);
     }
     if keys.len() < k {
-        return 0;
+        return None;
     }
     let (_, kth, _) = keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
-    *kth
+    Some(*kth)
+}
+
+/// The entries of `v` reaching `threshold` (all of them without one), and
+/// the rest.
+fn reaching<E: Element>(v: &SparseVec<E>, threshold: Option<u64>) -> (SparseVec<E>, SparseVec<E>) {
+    split_where(v, |_, x| threshold.is_none_or(|th| abs_key(x) >= th))
 }
 
 impl<E: Element> OkTopk<E> {
@@ -78,8 +108,8 @@ impl<E: Element> OkTopk<E> {
             k,
             period,
             calls: 0,
-            local: 0,
-            global: 0,
+            local: None,
+            global: None,
             bounds: Vec::new(),
             _element: PhantomData,
         })
@@ -91,9 +121,17 @@ impl<E: Element> OkTopk<E> {
         &self.bounds
     }
 
-    /// Whether the next call re-estimates thresholds and regions.
+    /// The most entries a rank sends into the split phase, and the most
+    /// the result holds: `max(k, floor(1.3 k))`.
+    pub fn budget(&self) -> usize {
+        self.k.max(self.k.saturating_mul(13) / 10)
+    }
+
+    /// Whether the next call re-estimates thresholds and regions: every
+    /// `period` calls, and after a call whose global threshold could not be
+    /// estimated.
     pub fn refreshes_next(&self) -> bool {
-        self.calls % self.period == 0
+        self.calls % self.period == 0 || self.global.is_none()
     }
 
     fn balance<T: Transport + ?Sized>(&mut self, t: &mut T, sel: &SparseVec<E>) -> Result<()> {
@@ -180,22 +218,29 @@ impl<E: Element> OkTopk<E> {
         v: &SparseVec<E>,
     ) -> Result<Reduced<E>> {
         let dim = v.dim();
-        let start = enter::<_, E>(
+        let start = enter(
             t,
             Id::OkTopk,
-            dim,
+            v,
             &[
                 ("k", self.k as u64),
                 ("period", self.period),
                 ("call", self.calls),
             ],
+            Ok(()),
         )?;
         let (p, r) = (t.size(), t.rank());
         let refresh = self.refreshes_next() || self.bounds.len() != p + 1;
-        if refresh {
-            self.local = kth_key(v.values().iter().map(|&x| abs_key(x)).collect(), self.k);
+        let keys = || v.values().iter().map(|&x| abs_key(x)).collect();
+        if refresh || self.local.is_none() {
+            self.local = kth_key(keys(), self.k);
         }
-        let (sel, mut dropped) = split_where(v, |_, x| abs_key(x) >= self.local);
+        let (mut sel, mut dropped) = reaching(v, self.local);
+        if sel.nnz() > self.budget() {
+            // The reused threshold went stale: exact top-k, re-estimated.
+            (sel, dropped) = split_topk(v, self.k);
+            self.local = kth_key(keys(), self.k);
+        }
         if refresh {
             self.balance(t, &sel)?;
         }
@@ -221,7 +266,7 @@ impl<E: Element> OkTopk<E> {
         if refresh {
             self.global_threshold(t, &sum)?;
         }
-        let (chosen, cut) = split_where(&sum, |_, x| abs_key(x) >= self.global);
+        let (chosen, cut) = reaching(&sum, self.global);
         dropped = dropped.merge_sum(&cut)?;
         let mut msg = Vec::new();
         put_block(&mut msg, &chosen);
@@ -236,9 +281,23 @@ impl<E: Element> OkTopk<E> {
             idx.extend_from_slice(part.indices());
             val.extend_from_slice(part.values());
         }
+        let mut result =
+            SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("ok-topk blocks", e))?;
+        if result.nnz() > self.budget() {
+            // Over budget: every rank keeps the same exact top-k of the same
+            // gathered entries; each owner keeps what it cut from its region.
+            let (kept, over) = split_topk(&result, self.k);
+            let (lo, len) = region(r);
+            dropped = dropped.merge_sum(&over.restrict(lo, len))?;
+            self.global = kth_key(
+                result.values().iter().map(|&x| abs_key(x)).collect(),
+                self.k,
+            );
+            result = kept;
+        }
         self.calls += 1;
         Ok(Reduced {
-            result: SparseVec::new_unchecked(dim, idx, val),
+            result,
             dropped,
             traffic: t.traffic().since(&start),
         })

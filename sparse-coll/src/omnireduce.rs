@@ -31,6 +31,9 @@ impl<E: Element> Scheme<E> for Omni {
 /// Lossless as a dense vector (explicit zeros inside a block are not
 /// kept).
 ///
+/// Memory per rank: the blocks touched by any rank, at most `(4 + E) n` bytes
+/// (`E` the element's bytes), plus the input.
+///
 /// # Errors
 /// [`sparse_core::Error::Disagreement`],
 /// [`sparse_core::Error::InvalidParameter`] for a zero block size, transport
@@ -40,16 +43,18 @@ pub fn omnireduce_blocks<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     block_size: usize,
 ) -> Result<Reduced<E>> {
-    enter::<_, E>(
+    let block = Block::new(block_size, Raw);
+    enter(
         t,
         Id::OmniReduceBlocks,
-        v.dim(),
+        v,
         &[("block size", block_size as u64)],
+        block.as_ref().map(drop).map_err(Clone::clone),
     )?;
     let scheme = Omni {
         dim: v.dim(),
         p: t.size(),
-        block: Block::new(block_size, Raw)?,
+        block: block?,
     };
     push_pull(t, v, &scheme)
 }

@@ -304,7 +304,7 @@ impl Algorithm {
                 p,
                 n,
                 k,
-                qsgd.map(|q| (q.bits, q.bucket)),
+                qsgd.map(|q| (q.bits(), q.bucket())),
             )),
             Self::ZenBalancedParallelism { .. } => {
                 let density = k as f64 / n as f64;
@@ -390,7 +390,15 @@ impl<E: Element> Allreduce<E> {
                 let index = match &self.zen {
                     Some((zp, zd, index)) if *zp == p && *zd == dim => index.clone(),
                     _ => {
-                        let index = Arc::new(PartitionIndex::new(H0::new(seed, p as u32)?, dim)?);
+                        // Built before the call (8 bytes per coordinate); a
+                        // refused allocation reaches every rank as an error.
+                        let built = H0::new(seed, p as u32)
+                            .and_then(|h0| PartitionIndex::new(h0, dim))
+                            .map(Arc::new);
+                        let index = match built {
+                            Ok(index) => index,
+                            Err(e) => return crate::zen::zen_failed(t, v, seed, e),
+                        };
                         self.zen = Some((p, dim, index.clone()));
                         index
                     }

@@ -150,6 +150,10 @@ fn gather_blocks<T: Transport + ?Sized, E: Element>(
 /// SparDL's `4k (P - 1) / P` words (plus 4 bytes of count or frame per
 /// block).
 ///
+/// Memory per rank: `O((4 + E) (nnz + k))` bytes (`E` the element's bytes):
+/// the input's blocks, the received blocks of at most `k / P` entries each,
+/// `dropped`, and the result.
+///
 /// # Errors
 /// [`Error::Disagreement`] (dimension, `k`), transport errors,
 /// [`Error::Corrupt`].
@@ -203,8 +207,19 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
     ) -> Result<SparseVec<E>>,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
-    let start = enter::<_, E>(t, id, dim, extra)?;
-    let (team, column) = teams(t, d)?;
+    // Parameter errors travel in the entry round, so that every rank
+    // returns one even where only some ranks passed a bad `d`.
+    let split = if matches!(id, Id::SpardlRsag) && !d.is_power_of_two() {
+        Err(Error::invalid(
+            "teams",
+            format!("R-SAG needs a power of two, not {d}"),
+        ))
+    } else {
+        teams(t, d)
+    };
+    let local = split.as_ref().map(drop).map_err(Clone::clone);
+    let start = enter(t, id, v, extra, local)?;
+    let (team, column) = split?;
     let lay = Layout {
         dim,
         m: team.len(),
@@ -258,6 +273,8 @@ fn teams<T: Transport + ?Sized>(t: &T, d: usize) -> Result<(Vec<usize>, Vec<usiz
 /// so the conservation identity holds exactly. `d = 1` is SparDL without
 /// SAG.
 ///
+/// Memory per rank: as [`spardl`], `O((4 + E) (nnz + k))` bytes.
+///
 /// # Errors
 /// [`Error::InvalidParameter`] if `d` is not a power of two dividing `P`;
 /// as [`spardl`].
@@ -267,12 +284,6 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
     k: usize,
     d: usize,
 ) -> Result<Reduced<E>> {
-    if !d.is_power_of_two() {
-        return Err(Error::invalid(
-            "teams",
-            format!("R-SAG needs a power of two, not {d}"),
-        ));
-    }
     let extra = [("k", k as u64), ("teams", d as u64)];
     in_teams(
         t,
@@ -335,6 +346,8 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
 /// describing the direction is inverted, and the listing is followed. `h`
 /// is kept in `[L / d, L]` (`[k / P, d k / P]`), the range the paper derives, and rounded
 /// to whole entries.
+///
+/// Memory per rank: as [`spardl`], `O((4 + E) (nnz + k))` bytes.
 #[derive(Debug, Clone)]
 pub struct SpardlBsag {
     k: usize,

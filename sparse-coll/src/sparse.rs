@@ -47,16 +47,45 @@ pub(crate) enum Id {
 /// # Errors
 /// [`Error::Disagreement`]; transport errors.
 pub fn agree<T: Transport + ?Sized>(t: &mut T, fields: &[(&'static str, u64)]) -> Result<()> {
-    let mine: Vec<u8> = fields.iter().flat_map(|(_, v)| v.to_le_bytes()).collect();
+    agree_or_fail(t, fields, Ok(()))
+}
+
+/// [`agree`], with this rank's own readiness: a rank that cannot take part
+/// (`local` is an error: an invalid input, a refused allocation, bad
+/// parameters) says so in the same round, and then every rank returns an
+/// error: the failing rank its own, the others [`Error::PeerError`] naming
+/// the lowest failing rank and the kind of failure. So an error on one rank
+/// reaches every rank as an error, never as a hang.
+///
+/// # Errors
+/// `local`'s error; [`Error::PeerError`]; [`Error::Disagreement`];
+/// transport errors.
+pub fn agree_or_fail<T: Transport + ?Sized>(
+    t: &mut T,
+    fields: &[(&'static str, u64)],
+    local: Result<()>,
+) -> Result<()> {
+    let status = local.as_ref().err().map_or(0, failure_code);
+    let mut mine = status.to_le_bytes().to_vec();
+    mine.extend(fields.iter().flat_map(|(_, v)| v.to_le_bytes()));
     let all = bruck_allgather(t, &mine)?;
+    let word = |b: &[u8], i: usize| {
+        b.get(8 * i..8 * i + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+    };
+    let failed = all.iter().enumerate().find_map(|(r, b)| match word(b, 0) {
+        Some(0) => None,
+        code => Some((r, code.unwrap_or(u64::MAX))),
+    });
+    if let Some((rank, code)) = failed {
+        local?;
+        return Err(Error::PeerError {
+            rank,
+            detail: failure_text(code).into(),
+        });
+    }
     for (i, (name, _)) in fields.iter().enumerate() {
-        let values: Vec<Option<u64>> = all
-            .iter()
-            .map(|b| {
-                b.get(8 * i..8 * i + 8)
-                    .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-            })
-            .collect();
+        let values: Vec<Option<u64>> = all.iter().map(|b| word(b, i + 1)).collect();
         if values.iter().any(|v| *v != values[0]) {
             let detail = values
                 .iter()
@@ -76,23 +105,52 @@ pub fn agree<T: Transport + ?Sized>(t: &mut T, fields: &[(&'static str, u64)]) -
     Ok(())
 }
 
-/// The entry of every sparse allreduce: [`agree`] on the algorithm, the
-/// dimension, the element type and the algorithm's `extra` parameters, in
-/// that order. Returns the traffic after the check, from which the
-/// algorithm counts its own.
+/// The kind of a rank's failure as it travels in the entry round.
+fn failure_code(e: &Error) -> u64 {
+    match e {
+        Error::IndexOutOfRange { .. }
+        | Error::NotStrictlyIncreasing { .. }
+        | Error::LengthMismatch { .. }
+        | Error::DimensionTooLarge { .. } => 1,
+        Error::OutOfMemory { .. } => 2,
+        Error::InvalidParameter { .. } => 3,
+        _ => 4,
+    }
+}
+
+fn failure_text(code: u64) -> &'static str {
+    match code {
+        1 => {
+            "its input vector is invalid (unsorted, duplicate or out-of-range indices, or lengths that differ)"
+        }
+        2 => "out of memory",
+        3 => "invalid parameters",
+        4 => "an error before the collective started",
+        _ => "a malformed entry message",
+    }
+}
+
+/// The entry of every sparse allreduce: checks the input `v` (one O(nnz)
+/// pass: a vector built with `SparseVec::new_unchecked` from bad parts is
+/// caught here) and combines that with `local` (the algorithm's own checks
+/// and allocations made before the call), then [`agree_or_fail`] on the
+/// algorithm, the dimension, the element type and the algorithm's `extra`
+/// parameters, in that order. Returns the traffic after the check, from
+/// which the algorithm counts its own.
 pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     id: Id,
-    dim: usize,
+    v: &SparseVec<E>,
     extra: &[(&'static str, u64)],
+    local: Result<()>,
 ) -> Result<Traffic> {
     let mut fields = vec![
         ("algorithm", id as u64),
-        ("dimension", dim as u64),
+        ("dimension", v.dim() as u64),
         ("element", E::CODE as u64),
     ];
     fields.extend_from_slice(extra);
-    agree(t, &fields)?;
+    agree_or_fail(t, &fields, local.and_then(|()| v.check()))?;
     Ok(t.traffic())
 }
 

@@ -51,10 +51,18 @@ pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
     let qbits = match phase {
-        Phase::Dense(Some(q)) => q.bits as u64 | (q.bucket as u64) << 8,
+        Phase::Dense(Some(q)) => q.bits() as u64 | (q.bucket() as u64) << 8,
         _ => 0,
     };
-    let start = enter::<_, E>(t, id, dim, &[("quantization", qbits)])?;
+    // The dense phase holds the whole result densely: probe for it before
+    // the call, so that a refused allocation is an error on every rank.
+    let local = match phase {
+        Phase::Dense(_) => {
+            sparse_core::alloc::probe(dense_phase_bytes::<E>(dim, t.size()), "DSAR's dense result")
+        }
+        Phase::Sparse => Ok(()),
+    };
+    let start = enter(t, id, v, &[("quantization", qbits)], local)?;
     let (p, r) = (t.size(), t.rank());
     let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
     // Split phase: P - 1 direct steps; at step s send partition (r + s) to
@@ -88,15 +96,11 @@ pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
         Phase::Dense(Some(q)) => {
             let exact = acc.to_dense();
             let mut out = vec![2u8];
-            Qsgd(QsgdParams {
-                seed: q.seed ^ r as u64,
-                ..q
-            })
-            .encode(&exact, &mut out)?;
-            let sent: Vec<E> =
-                Qsgd(q).decode(&mut Reader::new(&out[1..], "qsgd partition"), len)?;
-            let diff: Vec<E> = exact.iter().zip(&sent).map(|(&a, &b)| a - b).collect();
-            dropped = shift(&SparseVec::from_dense(&diff)?, lo, dim);
+            // Levels are lowered where a remainder would round, so that
+            // what is sent plus `dropped` is the partition sum bit for bit.
+            let rest =
+                Qsgd(q.with_seed(q.seed() ^ r as u64)).encode_with_remainder(&exact, &mut out)?;
+            dropped = shift(&SparseVec::from_dense(&rest)?, lo, dim);
             out
         }
     };
@@ -131,12 +135,25 @@ pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
     })
 }
 
+/// The bytes DSAR holds at its peak for a result of dimension `dim`: the
+/// received dense partitions (`dim` values) and the result built from them
+/// (an index and a value per coordinate), plus this rank's own partition
+/// twice (the sum and its encoding).
+fn dense_phase_bytes<E: Element>(dim: usize, p: usize) -> u64 {
+    let (dim, e) = (dim as u64, E::BYTES as u64);
+    dim * (2 * e + 4) + 2 * dim.div_ceil(p.max(1) as u64) * e
+}
+
 /// SSAR_Split_allgather: the dimension is split evenly into `P`
 /// partitions; in `P - 1` direct steps every rank sends each owner its
 /// entries of that partition; owners sum their partition (contributions in
 /// rank order) and a Bruck allgather (any `P`, `ceil(lg P)` rounds)
 /// concatenates the partitions, each as a sparse stream (dense past delta).
 /// Lossless; bitwise identical on every rank (each partition is summed once).
+///
+/// Memory per rank: `O((4 + E) (nnz + result))` bytes while the partitions
+/// stay sparse; at most `n (2 E + 4)` for a dense result (`E` the element's
+/// bytes).
 ///
 /// # Errors
 /// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
@@ -153,6 +170,11 @@ pub fn ssar_split_allgather<T: Transport + ?Sized, E: Element>(
 /// QSGD-quantized (SparCML sec. 6): lossy, and each owner returns in
 /// `dropped` exactly what quantization removed from its partition, so that
 /// the inputs sum to `result` plus all `dropped`.
+///
+/// Memory per rank: the dense result, `n (2 E + 4) + 2 E ceil(n / P)` bytes
+/// (`E` the element's bytes), probed before the call: where the allocator
+/// refuses it every rank returns [`Error::OutOfMemory`] (its own) or
+/// [`Error::PeerError`], instead of the process aborting.
 ///
 /// # Errors
 /// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].

@@ -18,6 +18,10 @@ use sparse_core::{Element, Result, SparseVec, Stream};
 /// `k lg P` pairs (indices fully overlap) and `(P - 1) k` (disjoint) for
 /// the busiest rank, SparCML's bounds.
 ///
+/// Memory per rank: the running stream and one received stream: `O((4 + E)
+/// (nnz + result))` bytes while sparse, at most about `3 n E` once the stream
+/// is dense past delta (`E` the element's bytes).
+///
 /// # Errors
 /// [`sparse_core::Error::Disagreement`] if ranks pass different dimensions;
 /// transport errors; [`sparse_core::Error::Corrupt`] for malformed messages.
@@ -26,7 +30,7 @@ pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
-    let start = enter::<_, E>(t, Id::SsarRecursiveDouble, dim, &[])?;
+    let start = enter(t, Id::SsarRecursiveDouble, v, &[], Ok(()))?;
     let r = t.rank();
     let fold = Fold::new(t);
     let mut acc = Stream::from_sparse(v.clone());

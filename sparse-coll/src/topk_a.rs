@@ -13,6 +13,9 @@ use sparse_core::{Element, Result, SparseVec};
 /// `sum over other ranks q of (4 + nnz_q (4 + isize))` bytes: with `k` each,
 /// SparDL's `2 (P - 1) k` words plus the framing.
 ///
+/// Memory per rank: the `P` gathered messages and the merged result, about `2
+/// (4 + E) K` bytes for `K` entries over all ranks (`E` the element's bytes).
+///
 /// # Errors
 /// [`sparse_core::Error::Disagreement`] if ranks pass different dimensions;
 /// transport errors; [`sparse_core::Error::Corrupt`] for malformed messages.
@@ -20,7 +23,7 @@ pub fn topk_a<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    let start = enter::<_, E>(t, Id::TopkA, v.dim(), &[])?;
+    let start = enter(t, Id::TopkA, v, &[], Ok(()))?;
     let mut packed = Vec::with_capacity(v.nnz() * (4 + E::BYTES));
     put_pairs(&mut packed, v);
     let all = bruck_allgather(t, &packed)?;

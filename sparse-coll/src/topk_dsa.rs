@@ -18,6 +18,11 @@ use sparse_core::{Element, Result, SparseVec};
 /// exchange of sizes that `MPI_Allgatherv` needs first; here each block
 /// carries its length, so that exchange is not needed.
 ///
+/// Memory per rank: its input split into `P` partitions, the received pieces
+/// and the result: `O((4 + E) (nnz + result))` bytes; a partition that fills
+/// in past delta travels dense, so at most `n (2 E + 4)` bytes for a dense
+/// result (`E` the element's bytes).
+///
 /// # Errors
 /// [`sparse_core::Error::Disagreement`], transport errors, [`sparse_core::Error::Corrupt`].
 pub fn topk_dsa<T: Transport + ?Sized, E: Element>(

@@ -41,6 +41,11 @@ impl<E: Element> Scheme<E> for Zen<'_> {
 /// the dimension, computed once per dimension, as Zen does offline. Host
 /// data: hashing on the device is the backend's `hash_partition`.
 ///
+/// Memory per rank: the partition index (`8 n` bytes, built once per
+/// dimension by the caller; [`crate::Allreduce`] builds it fallibly before
+/// the call and turns a refused allocation into an error on every rank), plus
+/// `O((4 + E) (nnz + result))` for the messages (`E` the element's bytes).
+///
 /// # Errors
 /// [`Error::Disagreement`] (dimension, `h0`), [`Error::InvalidParameter`]
 /// if `index` does not fit (partitions != P, other dimension), transport
@@ -50,14 +55,8 @@ pub fn zen_balanced_parallelism<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     index: &Arc<PartitionIndex>,
 ) -> Result<Reduced<E>> {
-    enter::<_, E>(
-        t,
-        Id::ZenBalancedParallelism,
-        v.dim(),
-        &[("h0 seed", index.h0().seed())],
-    )?;
-    if index.h0().partitions() as usize != t.size() || index.dim() != v.dim() {
-        return Err(Error::invalid(
+    let fits = if index.h0().partitions() as usize != t.size() || index.dim() != v.dim() {
+        Err(Error::invalid(
             "index",
             format!(
                 "{} partitions over {} for {} ranks and dimension {}",
@@ -66,7 +65,43 @@ pub fn zen_balanced_parallelism<T: Transport + ?Sized, E: Element>(
                 t.size(),
                 v.dim()
             ),
-        ));
-    }
+        ))
+    } else {
+        Ok(())
+    };
+    enter_zen(t, v, index.h0().seed(), fits)?;
     push_pull(t, v, &Zen { index })
+}
+
+/// The entry of Zen's Balanced Parallelism on a rank that could not build
+/// its partition index (`why`, e.g. [`Error::OutOfMemory`] for a large
+/// dimension): the failure travels in the entry round, so every rank
+/// returns an error instead of the others waiting on this one.
+///
+/// # Errors
+/// Always: `why` on this rank ([`Error::PeerError`] on the others).
+pub(crate) fn zen_failed<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    seed: u64,
+    why: Error,
+) -> Result<Reduced<E>> {
+    enter_zen(t, v, seed, Err(why.clone()))?;
+    Err(why)
+}
+
+fn enter_zen<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    seed: u64,
+    local: Result<()>,
+) -> Result<()> {
+    enter(
+        t,
+        Id::ZenBalancedParallelism,
+        v,
+        &[("h0 seed", seed)],
+        local,
+    )
+    .map(drop)
 }

@@ -118,6 +118,22 @@ fn gtopk_traffic_matches_table_1() {
     }
 }
 
+/// Ok-Topk's selection by brute force: the entries reaching the `k`-th
+/// largest magnitude (all when there are fewer than `k`); past the budget
+/// `max(k, floor(1.3 k))` (ties), the `k` largest by a full sort, the lower
+/// index first among equal magnitudes.
+fn ok_select(v: &SparseVec<f32>, k: usize) -> SparseVec<f32> {
+    let th = kth_abs(v.values().iter().copied(), k);
+    let mut pairs: Vec<(u32, f32)> = v.iter().filter(|(_, x)| x.abs() >= th).collect();
+    if pairs.len() > k.max(k * 13 / 10) {
+        pairs.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()).then(a.0.cmp(&b.0)));
+        pairs.truncate(k);
+        pairs.sort_by_key(|p| p.0);
+    }
+    let (i, x) = pairs.into_iter().unzip();
+    SparseVec::new(v.dim(), i, x).unwrap()
+}
+
 /// The `k`-th largest magnitude of `xs` (0 when there are fewer).
 fn kth_abs(xs: impl Iterator<Item = f32>, k: usize) -> f32 {
     let mut m: Vec<f32> = xs.map(f32::abs).collect();
@@ -150,23 +166,16 @@ fn ok_topk_first_call_is_exact_against_a_brute_force_oracle() {
             assert!(out.iter().all(|o| &o.1 == bounds), "{ctx}: same regions");
             assert_eq!((bounds[0], bounds[p]), (0, dim));
             // Local selection: each rank's entries reaching its k-th magnitude.
-            let sel: Vec<SparseVec<f32>> = ins
-                .iter()
-                .map(|v| {
-                    let th = kth_abs(v.values().iter().copied(), k);
-                    let (i, x): (Vec<u32>, Vec<f32>) =
-                        v.iter().filter(|(_, x)| x.abs() >= th).unzip();
-                    SparseVec::new(dim, i, x).unwrap()
-                })
-                .collect();
+            let sel: Vec<SparseVec<f32>> = ins.iter().map(|v| ok_select(v, k)).collect();
             let mut sum = SparseVec::zeros(dim).unwrap();
             for s in &sel {
                 sum = sum.merge_sum(s).unwrap();
             }
             // Global selection: the summed entries reaching the k-th magnitude.
+            assert_eq!(out[0].0.result, ok_select(&sum, k), "{ctx}");
             let th = kth_abs(sum.values().iter().copied(), k);
-            let (i, x): (Vec<u32>, Vec<f32>) = sum.iter().filter(|(_, x)| x.abs() >= th).unzip();
-            assert_eq!(out[0].0.result, SparseVec::new(dim, i, x).unwrap(), "{ctx}");
+            let (i, x) = sum.iter().filter(|(_, x)| x.abs() >= th).unzip();
+            let reaching = SparseVec::new(dim, i, x).unwrap();
             // Traffic, from the inputs and the regions alone.
             let region = |q: usize, v: &SparseVec<f32>| {
                 v.indices()
@@ -183,7 +192,9 @@ fn ok_topk_first_call_is_exact_against_a_brute_force_oracle() {
                     .clone()
                     .map(|q| 4 + 4 * region(q, &sum).min(ku))
                     .sum();
-                let gather: u64 = others.map(|q| 8 + 8 * region(q, &red.result)).sum();
+                // The allgather carries every entry reaching the threshold
+                // (ties included), before the budget cuts them to k.
+                let gather: u64 = others.map(|q| 8 + 8 * region(q, &reaching)).sum();
                 assert_eq!(
                     red.traffic.bytes_recv,
                     split + cuts + mags + gather,
@@ -466,4 +477,70 @@ fn ranks_that_disagree_on_k_or_teams_all_get_an_error() {
         spardl_rsag(t, &SparseVec::<f32>::zeros(100)?, 8, d)
     });
     assert_all_disagree(&out, "teams", "r-sag with 2 and 4 teams");
+}
+
+/// Issue 11.5: an empty or tiny first call used to leave both thresholds at
+/// 0, and the next `period - 1` calls sent everything (34x `k` at P = 4).
+/// Now no rank sends more than the budget `max(k, floor(1.3 k))` into the
+/// split phase and no result holds more, on every call, conservation holds,
+/// and a call whose global threshold could not be estimated is followed by
+/// a refresh call.
+#[test]
+fn ok_topk_stays_within_its_budget_after_a_tiny_first_call() {
+    for p in [1usize, 2, 3, 4, 7] {
+        for (k, period) in [(10usize, 8u64), (1, 5), (37, 3)] {
+            let dim = 5000;
+            let first: Vec<SparseVec<f32>> = (0..p)
+                .map(|r| {
+                    if r == 0 {
+                        SparseVec::new(dim, vec![7], vec![1.0]).unwrap()
+                    } else {
+                        SparseVec::zeros(dim).unwrap()
+                    }
+                })
+                .collect();
+            let mut calls = vec![first];
+            calls.extend((0..2 * period).map(|c| inputs(p, dim, 0.1, 0.3, c % 2 == 0, 7 + c)));
+            let out: Vec<Vec<(Reduced<f32>, usize)>> = ThreadCluster::new(p)
+                .run(|t| {
+                    let mut ok = OkTopk::new(k, period)?;
+                    let budget = ok.budget();
+                    assert_eq!(budget, k.max(13 * k / 10));
+                    let mut reds = Vec::new();
+                    for (c, ins) in calls.iter().enumerate() {
+                        let before = t.traffic();
+                        let red = ok.allreduce(t, &ins[t.rank()])?;
+                        assert!(
+                            red.result.nnz() <= budget,
+                            "P={p} k={k} call {c}: result {} > {budget}",
+                            red.result.nnz()
+                        );
+                        if c == 0 && k > 1 {
+                            assert!(ok.refreshes_next(), "fewer than k seen: refresh at once");
+                        }
+                        reds.push((red, (t.traffic().bytes_sent - before.bytes_sent) as usize));
+                    }
+                    Ok(reds)
+                })
+                .into_iter()
+                .map(|r| r.unwrap())
+                .collect();
+            for (c, ins) in calls.iter().enumerate() {
+                let reds: Vec<Reduced<f32>> = out.iter().map(|o| o[c].0.clone()).collect();
+                let ctx = format!("ok-topk P={p} k={k} call {c}");
+                assert_conserved(ins, &reds, &ctx);
+                // What a rank sends on a call is bounded by the budget in
+                // the split phase, plus the entry, boundaries, magnitudes
+                // and its region's share of the gathered selection.
+                let most = (p - 1) * (4 + 8 * k.max(13 * k / 10))
+                    + 8 * (p + 1) * (8 + 4 * p)
+                    + 8 * (p + 1) * (4 + 4 * k)
+                    + 8 * (p + 1) * (8 + 8 * k.max(13 * k / 10) * p)
+                    + 64 * (p + 1);
+                for (r, o) in out.iter().enumerate() {
+                    assert!(o[c].1 <= most, "{ctx} rank {r}: sent {} > {most}", o[c].1);
+                }
+            }
+        }
+    }
 }

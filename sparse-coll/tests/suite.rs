@@ -20,3 +20,24 @@ fn collective_suite_on_threads() {
         }
     }
 }
+
+/// Issue 11.4: vectors built with `new_unchecked` from bad parts (out of
+/// range, unsorted, duplicate, lengths that differ) on one rank make every
+/// rank of every algorithm return an error; before, seven algorithms lost
+/// the entries silently and Zen and OmniReduce panicked.
+#[test]
+fn bad_inputs_are_errors_on_every_rank() {
+    use sparse_coll::testing::bad_input_suite;
+    for p in 1..=9usize {
+        for (r, res) in ThreadCluster::new(p)
+            .run(bad_input_suite)
+            .into_iter()
+            .enumerate()
+        {
+            match res {
+                Ok(calls) => assert!(calls > 0, "P={p} rank {r}"),
+                Err(e) => panic!("P={p} rank {r}: {e}"),
+            }
+        }
+    }
+}

@@ -155,6 +155,25 @@ pub enum Error {
         /// What happened.
         detail: String,
     },
+    /// An allocation was refused (checked with `try_reserve`, so a request
+    /// the machine cannot hold is an error, not an abort).
+    #[error("out of memory: {what} needs {bytes} bytes")]
+    OutOfMemory {
+        /// What the buffer was for.
+        what: &'static str,
+        /// The bytes asked for.
+        bytes: u64,
+    },
+    /// Another rank could not take part in a collective (invalid input, out
+    /// of memory, bad parameters); every rank returns an error, the failing
+    /// rank its own and the others this one.
+    #[error("rank {rank} cannot take part: {detail}")]
+    PeerError {
+        /// The failing rank.
+        rank: usize,
+        /// What it reported.
+        detail: String,
+    },
     /// A backend's device reported an error.
     #[error("device error in backend {backend}: {detail}")]
     Device {

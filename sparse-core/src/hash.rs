@@ -193,18 +193,25 @@ impl H0 {
         self.hash.hash_to(idx, self.partitions)
     }
     /// Zen's index sets `I_i = { idx < dim : h0(idx) = i }`, each sorted.
-    /// Computed once per (dimension, `h0`) and shared by encoder and decoder.
-    pub fn index_sets(&self, dim: usize) -> Vec<Vec<u32>> {
+    /// Computed once per (dimension, `h0`) and shared by encoder and decoder;
+    /// `4 * dim` bytes in all, allocated fallibly.
+    ///
+    /// # Errors
+    /// [`crate::Error::OutOfMemory`] where the allocator refuses.
+    pub fn index_sets(&self, dim: usize) -> crate::Result<Vec<Vec<u32>>> {
         let p = self.partitions as usize;
         let mut counts = vec![0usize; p];
         for idx in 0..dim as u32 {
             counts[self.partition(idx) as usize] += 1;
         }
-        let mut sets: Vec<Vec<u32>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
+        let mut sets: Vec<Vec<u32>> = counts
+            .iter()
+            .map(|&c| crate::alloc::try_with_capacity(c, "partition index sets"))
+            .collect::<crate::Result<_>>()?;
         for idx in 0..dim as u32 {
             sets[self.partition(idx) as usize].push(idx);
         }
-        sets
+        Ok(sets)
     }
 }
 
@@ -289,7 +296,7 @@ mod tests {
     fn same_seed_same_mapping_and_balance() {
         let a = H0::new(7, 16).unwrap();
         let b = H0::new(7, 16).unwrap();
-        let sets = a.index_sets(100_000);
+        let sets = a.index_sets(100_000).unwrap();
         for (i, s) in sets.iter().enumerate() {
             assert!(s.windows(2).all(|w| w[0] < w[1]));
             for &idx in s.iter().take(50) {

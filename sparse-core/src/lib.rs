@@ -27,6 +27,7 @@
 //! Features: `testing` exports the backend test suite and the seeded
 //! gradient generators ([`testing`]).
 
+pub mod alloc;
 pub mod backend;
 pub mod cost;
 mod element;

@@ -75,20 +75,41 @@ impl<E: Element> SparseVec<E> {
         })
     }
 
-    /// Builds a sparse vector from parts the caller guarantees valid (output
-    /// of a merge or a selection). Invariants are checked in debug builds.
+    /// Builds a sparse vector from parts the caller promises valid (the
+    /// output of a merge or a selection), without the O(nnz) check of
+    /// [`SparseVec::new`].
     ///
-    /// # Panics
-    /// In debug builds, if an invariant of [`SparseVec::new`] fails.
+    /// Nothing is checked, in any build, so invalid parts make an invalid
+    /// vector; that is not memory-unsafe, and everything that takes vectors
+    /// from users checks them with [`SparseVec::check`] before use: every
+    /// collective of `sparse-coll` on entry (an error on every rank, never a
+    /// panic or a silent loss), every encoder of [`crate::encoding`]. Other
+    /// methods (`to_dense`, `merge_sum`, ...) assume the invariants and may
+    /// panic or give wrong results on an invalid vector.
     pub fn new_unchecked(dim: usize, indices: Vec<u32>, values: Vec<E>) -> Self {
-        debug_assert!(check_dim(dim).is_ok());
-        debug_assert_eq!(indices.len(), values.len());
-        debug_assert!(check_indices(dim, &indices).is_ok());
         Self {
             dim,
             indices,
             values,
         }
+    }
+
+    /// Checks every invariant of [`SparseVec::new`] (one pass over the
+    /// indices): a vector built with [`SparseVec::new_unchecked`] from bad
+    /// parts fails here.
+    ///
+    /// # Errors
+    /// As [`SparseVec::new`].
+    pub fn check(&self) -> Result<()> {
+        check_dim(self.dim)?;
+        if self.indices.len() != self.values.len() {
+            return Err(Error::LengthMismatch {
+                what: "values",
+                expected: self.indices.len(),
+                got: self.values.len(),
+            });
+        }
+        check_indices(self.dim, &self.indices)
     }
 
     /// The all-zero vector (no stored entries).

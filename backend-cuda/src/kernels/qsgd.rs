@@ -80,7 +80,8 @@ pub(crate) fn qsgd_codes(
                 let u = f32::cast_from(h >> 8u32) * 5.960_464_5e-8f32;
                 let mut code = 0u32;
                 if s > 0.0f32 && v != 0.0f32 {
-                    let r = f32::abs(v) / s * lv;
+                    // The ratio first (at most 1), as the CPU does.
+                    let r = (f32::abs(v) / s) * lv;
                     let lo = f32::floor(r);
                     let mut level = lo;
                     if u < r - lo {
@@ -101,7 +102,9 @@ pub(crate) fn qsgd_codes(
     }
 }
 
-/// Value `j` decoded: `scale * level / levels`, negated by the sign bit.
+/// Value `j` decoded: `scale * (level / levels)` (in that order, so no
+/// finite scale overflows; [`sparse_core::qsgd::magnitude`]), negated by the
+/// sign bit.
 #[cube(launch_unchecked)]
 pub(crate) fn qsgd_decode(
     words: &[u32],
@@ -117,7 +120,7 @@ pub(crate) fn qsgd_decode(
         let at = j * bits as usize;
         let code = (words[at / 32] >> (at % 32) as u32) & mask;
         let level = code & (mask >> 1u32);
-        let mag = scales[j / bucket as usize] * f32::cast_from(level) / f32::cast_from(levels);
+        let mag = scales[j / bucket as usize] * (f32::cast_from(level) / f32::cast_from(levels));
         let mut v = mag;
         if (code >> (bits - 1)) != 0u32 {
             v = -mag;

@@ -12,7 +12,7 @@
 //! - `nonblocking`: SparDL started on a progress thread while the rank
 //!   computes equals the blocking call, bit for bit.
 
-use sparse_coll::testing::collective_suite;
+use sparse_coll::testing::{bad_input_suite, collective_suite};
 use sparse_coll::{MpiTransport, Traffic, Transport, spardl, topk_a};
 use sparse_core::{Error, Result, SparseVec};
 
@@ -72,7 +72,9 @@ fn main() {
     match mode.as_str() {
         "suite" => {
             let runs = collective_suite(&mut t).expect("the suite runs");
-            println!("OK rank {r} of {p}: {runs} runs checked");
+            // Invalid inputs on one rank: an error on every rank, no hang.
+            let bad = bad_input_suite(&mut t).expect("the bad-input suite runs");
+            println!("OK rank {r} of {p}: {runs} runs checked, {bad} bad-input calls");
         }
         "disagree" => {
             let dim = if r == 1 { 99 } else { 100 };

@@ -94,6 +94,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Bitmap<V> {
         Ok(super::HEADER_BYTES + 8 + self.index_bytes(v)? + self.codec.encoded_len(v.nnz()))
     }
     fn encode_into(&self, v: &SparseVec<E>, out: &mut Vec<u8>) -> Result<()> {
+        v.check()?;
         let (lo, hi) = self.bounds(v.dim())?;
         if let (Some(&first), Some(&last)) = (v.indices().first(), v.indices().last())
             && (first < lo || last >= hi)

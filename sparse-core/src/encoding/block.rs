@@ -6,6 +6,8 @@ use super::{Encoding, Raw, Reader, ValueCodec, read_header, unencodable, write_h
 use crate::{Element, Error, Result, SparseVec};
 
 const TAG: u8 = 2;
+const NOT_PER_VALUE: &str = "a value codec without bytes per value (same-sign mean) \
+     would spread each entry over its whole block; use Coo or Bitmap with it";
 /// OmniReduce's default block size.
 pub const DEFAULT_BLOCK: usize = 256;
 
@@ -17,12 +19,19 @@ pub const DEFAULT_BLOCK: usize = 256;
 ///
 /// Lossless as a dense vector: decoding returns the non-zero coordinates of
 /// the sent blocks, so stored explicit zeros are not preserved.
+///
+/// The value codec must spend bytes on every value ([`ValueCodec::per_value`]):
+/// with [`super::SameSignMean`] one stored entry would decode as its mean
+/// spread over every coordinate of its block (a single `10.0` as 256
+/// entries of `0.039`), and a 4-byte block id would make the decoder
+/// allocate `block_size` values from one header, so that combination is
+/// rejected by encoding and decoding alike ([`Error::Unencodable`],
+/// [`Error::Corrupt`]). RedSync's quantized mode sends `(index, mean)`:
+/// `Coo(SameSignMean)` or `Bitmap::new(SameSignMean)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Block<V = Raw> {
-    /// Coordinates per block.
-    pub block_size: usize,
-    /// The value codec.
-    pub codec: V,
+    block_size: usize,
+    codec: V,
 }
 
 impl Default for Block<Raw> {
@@ -48,6 +57,14 @@ impl<V> Block<V> {
         }
         Ok(Self { block_size, codec })
     }
+    /// Coordinates per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+    /// The value codec.
+    pub fn codec(&self) -> &V {
+        &self.codec
+    }
 
     fn block_ids(&self, indices: &[u32]) -> Vec<u32> {
         let mut ids: Vec<u32> = Vec::new();
@@ -62,7 +79,7 @@ impl<V> Block<V> {
 
     fn block_len(&self, id: u32, dim: usize) -> usize {
         let start = id as usize * self.block_size;
-        self.block_size.min(dim - start)
+        self.block_size.min(dim.saturating_sub(start))
     }
 }
 
@@ -87,8 +104,12 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Block<V> {
         Ok(super::HEADER_BYTES + 8 + 4 * ids.len() + self.codec.encoded_len(values))
     }
     fn encode_into(&self, v: &SparseVec<E>, out: &mut Vec<u8>) -> Result<()> {
+        v.check()?;
         if self.block_size == 0 {
             return Err(unencodable("block", "block size 0"));
+        }
+        if !self.codec.per_value() {
+            return Err(unencodable("block", NOT_PER_VALUE));
         }
         let ids = self.block_ids(v.indices());
         write_header::<E>(out, TAG, V::TAG, v.dim());
@@ -112,6 +133,9 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Block<V> {
         self.codec.encode(&values, out)
     }
     fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>> {
+        if !self.codec.per_value() {
+            return Err(Error::corrupt("block", NOT_PER_VALUE));
+        }
         let mut r = Reader::new(bytes, "block");
         let dim = read_header::<E>(&mut r, "block", TAG, V::TAG)?;
         let block_size = r.u32()? as usize;

@@ -23,6 +23,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Coo<V> {
         Ok(super::HEADER_BYTES + 4 + 4 * v.nnz() + self.0.encoded_len(v.nnz()))
     }
     fn encode_into(&self, v: &SparseVec<E>, out: &mut Vec<u8>) -> Result<()> {
+        v.check()?;
         write_header::<E>(out, TAG, V::TAG, v.dim());
         out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
         super::write_words(out, v.indices());

@@ -22,14 +22,20 @@ pub struct PartitionIndex {
 }
 
 impl PartitionIndex {
-    /// The index sets of `h0` over `0..dim`.
+    /// The index sets of `h0` over `0..dim`. Memory: `8 * dim` bytes (every
+    /// index once in its set, and its position in a lookup table), allocated
+    /// fallibly.
     ///
     /// # Errors
-    /// [`Error::DimensionTooLarge`].
+    /// [`Error::DimensionTooLarge`]; [`Error::OutOfMemory`] where the
+    /// allocator refuses the `8 * dim` bytes.
     pub fn new(h0: H0, dim: usize) -> Result<Self> {
         crate::sparse::check_dim(dim)?;
-        let sets = h0.index_sets(dim);
-        let mut rank = vec![0u32; dim];
+        // All 8 * dim bytes at once first: a request far beyond the machine
+        // fails here instead of after the first half has been written.
+        crate::alloc::probe(8 * dim as u64, "partition index")?;
+        let mut rank = crate::alloc::try_filled(dim, 0u32, "partition index")?;
+        let sets = h0.index_sets(dim)?;
         for set in &sets {
             for (pos, &idx) in set.iter().enumerate() {
                 rank[idx as usize] = pos as u32;
@@ -140,6 +146,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for HashBitmap<V> {
         Ok(super::HEADER_BYTES + 20 + 4 * self.words() + self.codec.encoded_len(v.nnz()))
     }
     fn encode_into(&self, v: &SparseVec<E>, out: &mut Vec<u8>) -> Result<()> {
+        v.check()?;
         if v.dim() != self.index.dim {
             return Err(unencodable(
                 "hash-bitmap",

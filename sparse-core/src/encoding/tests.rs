@@ -343,3 +343,23 @@ fn huge_length_headers_do_not_allocate() {
         Err(Error::Corrupt { .. })
     ));
 }
+
+/// Issue 11.4: an invalid vector from `new_unchecked` is an error for every
+/// encoder (before, the block and hash-bitmap encoders indexed out of
+/// bounds and panicked).
+#[test]
+fn encoders_reject_unchecked_invalid_vectors() {
+    let v = random_vec::<f32>(300, 40, 3);
+    let bad = [
+        SparseVec::new_unchecked(300, vec![0, 299, 305], vec![1.0f32, 2.0, 3.0]),
+        SparseVec::new_unchecked(300, vec![5, 2, 9], vec![1.0f32, 2.0, 3.0]),
+        SparseVec::new_unchecked(300, vec![5, 5, 9], vec![1.0f32, 2.0, 3.0]),
+        SparseVec::new_unchecked(300, vec![1, 2, 3], vec![1.0f32, 2.0]),
+    ];
+    for (enc, _) in all_encodings(&v) {
+        for b in &bad {
+            assert!(b.check().is_err());
+            assert!(enc.encode(b).is_err(), "{} accepted {b:?}", enc.name());
+        }
+    }
+}

@@ -12,6 +12,14 @@ pub trait ValueCodec<E: Element>: Clone {
     fn name(&self) -> String;
     /// Whether decoding returns the values exactly.
     fn lossless(&self) -> bool;
+    /// Whether the section spends bytes on every value (all codecs but
+    /// [`SameSignMean`], which stores one mean for any count). An index
+    /// part whose value count is not bounded by its own bytes (the block
+    /// encoding, where one 4-byte id stands for `block_size` values) needs
+    /// such a codec, or a 24-byte input could ask for gigabytes.
+    fn per_value(&self) -> bool {
+        true
+    }
     /// Exact bytes for `n` values.
     fn encoded_len(&self, n: usize) -> usize;
     /// Appends the values section.
@@ -120,6 +128,9 @@ impl<E: Element> ValueCodec<E> for SameSignMean {
     fn lossless(&self) -> bool {
         false
     }
+    fn per_value(&self) -> bool {
+        false
+    }
     fn encoded_len(&self, _n: usize) -> usize {
         E::BYTES
     }
@@ -167,12 +178,43 @@ impl Qsgd {
     pub fn new(bits: u32, seed: u64) -> Result<Self> {
         Ok(Self(QsgdParams::new(bits, qsgd::DEFAULT_BUCKET, seed)?))
     }
+
+    /// Appends the values section of `values` like [`ValueCodec::encode`],
+    /// with levels lowered where needed so that the remainder of every value
+    /// is exact ([`qsgd::exact_remainders`]), and returns those remainders:
+    /// what decoding the section gives plus the remainders is `values` bit
+    /// for bit. For error feedback (the remainder goes back into a
+    /// residual).
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] for a NaN or infinite value.
+    pub fn encode_with_remainder<E: Element>(
+        &self,
+        values: &[E],
+        out: &mut Vec<u8>,
+    ) -> Result<Vec<E>> {
+        let mut q = qsgd::quantize(values, &self.0, 0)?;
+        let rest = qsgd::exact_remainders(values, &mut q, &self.0)?;
+        self.write(q, out);
+        Ok(rest)
+    }
+
+    fn write<E: Element>(&self, q: Quantized<E>, out: &mut Vec<u8>) {
+        out.push(self.0.bits() as u8);
+        out.extend_from_slice(&(self.0.bucket() as u32).to_le_bytes());
+        for s in q.scales {
+            s.write_le(out);
+        }
+        for w in q.words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
 }
 
 impl<E: Element> ValueCodec<E> for Qsgd {
     const TAG: u8 = 4;
     fn name(&self) -> String {
-        format!("qsgd{}", self.0.bits)
+        format!("qsgd{}", self.0.bits())
     }
     fn lossless(&self) -> bool {
         false
@@ -181,15 +223,7 @@ impl<E: Element> ValueCodec<E> for Qsgd {
         5 + self.0.buckets(n) * E::BYTES + self.0.words(n) * 4
     }
     fn encode(&self, values: &[E], out: &mut Vec<u8>) -> Result<()> {
-        let q = qsgd::quantize(values, &self.0, 0)?;
-        out.push(self.0.bits as u8);
-        out.extend_from_slice(&(self.0.bucket as u32).to_le_bytes());
-        for s in q.scales {
-            s.write_le(out);
-        }
-        for w in q.words {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
+        self.write(qsgd::quantize(values, &self.0, 0)?, out);
         Ok(())
     }
     fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>> {

@@ -529,6 +529,33 @@ pub fn qsgd<B: Backend>(b: &B) {
             );
         }
     }
+    // Magnitudes at the top of the range and subnormals: the same codes,
+    // and finite decoded values (no `scale * level` overflow).
+    let tiny = f32::from_bits(1);
+    let x = [
+        f32::MAX,
+        -f32::MAX,
+        1e38,
+        -4.9e37,
+        1.0,
+        tiny,
+        -tiny,
+        f32::MIN_POSITIVE / 3.0,
+        0.0,
+    ];
+    for bits in [2, 4, 8] {
+        for bucket in [1, 4, 1024] {
+            let p = QsgdParams::new(bits, bucket, 5).unwrap();
+            let want = qsgd::quantize(&x, &p, 0).unwrap();
+            let (s, w) = b.qsgd_quantize(&b.upload(&x).unwrap(), &p, 0).unwrap();
+            assert_eq!(b.download(&w).unwrap(), want.words, "extreme codes {bits}");
+            let back = b
+                .download(&b.qsgd_dequantize(&s, &w, x.len(), &p).unwrap())
+                .unwrap();
+            assert_eq!(back, qsgd::dequantize(&want, x.len(), &p).unwrap());
+            assert!(back.iter().all(|v| v.is_finite()), "{back:?}");
+        }
+    }
     let bad = b.upload(&[1.0f32, f32::INFINITY]).unwrap();
     assert_eq!(
         b.qsgd_quantize(&bad, &QsgdParams::new(4, 8, 0).unwrap(), 0)
