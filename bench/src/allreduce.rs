@@ -4,7 +4,9 @@
 //! the error against the dense oracle.
 
 use crate::Progress;
-use sparse_coll::{Algorithm, Allreduce, Auto, Profile, Reduced, Traffic, Transport, dense};
+use sparse_coll::{
+    Defaults, Profile, Reduced, Registry, SparseAllreduce, Traffic, Transport, dense,
+};
 use sparse_core::testing::generate::{GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
 use std::time::{Duration, Instant};
@@ -20,8 +22,9 @@ pub struct AllreduceArgs {
     pub density: f64,
     /// Fraction of each rank's indices drawn from a set shared by all.
     pub overlap: f64,
-    /// Only the algorithms of these names (all when empty); `auto` is the
-    /// planner.
+    /// Only these algorithms, as registry names with parameters
+    /// (`spardl_bsag:d=2`; all with their defaults when empty); `auto` is
+    /// the planner.
     pub algos: Vec<String>,
     /// Seed of the gradients.
     pub seed: u64,
@@ -34,8 +37,8 @@ pub struct AllreduceArgs {
 pub struct AllreduceRow {
     /// Algorithm name.
     pub algo: String,
-    /// Teams (SparDL with SAG), else 1.
-    pub teams: usize,
+    /// Its parameters (`k=40,d=2`).
+    pub params: String,
     /// For `auto`, the algorithm it ran.
     pub chose: Option<String>,
     /// Whether the algorithm is lossless.
@@ -51,8 +54,12 @@ pub struct AllreduceRow {
     pub msgs_max: Option<u64>,
     /// The most rounds of any rank.
     pub rounds: Option<u64>,
-    /// The cost model's bytes received by the busiest rank for this input.
+    /// The cost model's bytes received by the busiest rank for this input
+    /// ([`SparseAllreduce::cost`]).
     pub model_bytes: f64,
+    /// The paper's own formula where it counts something else
+    /// ([`SparseAllreduce::paper_cost`]).
+    pub paper_bytes: Option<f64>,
     /// Median over the timed calls of the slowest rank's milliseconds.
     pub ms: f64,
     /// Largest difference from the dense oracle, over all coordinates.
@@ -74,19 +81,13 @@ pub struct AllreduceReport {
     pub overlap: Option<OverlapReport>,
 }
 
-/// Network constants the `auto` row plans with: 5 us per message and
-/// 10 GB/s (4e-10 s per 32-bit word).
-pub const AUTO_ALPHA: f64 = 5e-6;
-/// See [`AUTO_ALPHA`].
-pub const AUTO_BETA: f64 = 4e-10;
-
-/// The algorithms of a run on `p` ranks with budget `k`: every one of
-/// [`Algorithm::NAMES`], with 2 teams for R-SAG (1 when `P` is odd) and the
-/// smallest divisor above 1 of `P` for B-SAG.
-pub fn algorithms(p: usize, k: usize) -> Vec<Algorithm> {
-    let rsag = if p % 2 == 0 { 2 } else { 1 };
-    let bsag = (2..=p).find(|d| p % d == 0).unwrap_or(1);
-    Algorithm::all(k, rsag, bsag)
+/// Builds the algorithm of `spec` from the built-in registry with budget
+/// `k` for the lossy ones.
+///
+/// # Errors
+/// An unknown name or a bad parameter.
+pub fn build(spec: &str, k: usize) -> Result<Box<dyn SparseAllreduce<f32>>> {
+    Registry::builtin().build(spec, Defaults { k })
 }
 
 /// What one rank measured for one algorithm.
@@ -96,24 +97,24 @@ pub struct RankMeasure {
     /// calls; the warm-up call profiles and refreshes).
     pub reduced: Reduced<f32>,
     /// For `auto`, the algorithm it ran.
-    pub chose: Option<Algorithm>,
+    pub chose: Option<String>,
     /// Wall time of each timed call.
     pub times: Vec<Duration>,
 }
 
 /// One rank's part of the benchmark, on any transport: for each algorithm
-/// (and `auto` when `with_auto`), one warm-up call, then `reps` timed
-/// calls, each started after `barrier`; the last call's result and traffic
-/// are kept.
+/// (registry specs, built with budget `k`), one warm-up call, then `reps`
+/// timed calls, each started after `barrier`; the last call's result and
+/// traffic are kept.
 /// Returns the measures and the dense ring's (times, traffic).
 ///
 /// # Errors
 /// The algorithms' and the transport's errors.
-pub fn run_rank<T: Transport + Send + ?Sized>(
+pub fn run_rank<T: Transport + Send>(
     t: &mut T,
     v: &SparseVec<f32>,
-    algos: &[Algorithm],
-    with_auto: bool,
+    algos: &[String],
+    k: usize,
     reps: usize,
     barrier: &dyn Fn(&mut T) -> Result<()>,
 ) -> Result<(Vec<RankMeasure>, Vec<Duration>, Traffic)> {
@@ -129,21 +130,12 @@ pub fn run_rank<T: Transport + Send + ?Sized>(
         }
         Ok((last, times))
     };
-    for &algo in algos {
-        let mut runner = Allreduce::new(algo)?;
-        let (reduced, times) = timed(t, &mut |t| runner.run(t, v))?;
+    for spec in algos {
+        let mut runner = build(spec, k)?;
+        let (reduced, times) = timed(t, &mut |t| runner.allreduce(t, v))?;
         out.push(RankMeasure {
             reduced,
-            chose: None,
-            times,
-        });
-    }
-    if with_auto {
-        let mut auto = Auto::lossless(AUTO_ALPHA, AUTO_BETA)?;
-        let (reduced, times) = timed(t, &mut |t| auto.allreduce(t, v))?;
-        out.push(RankMeasure {
-            reduced,
-            chose: auto.last_choice(),
+            chose: runner.ran(),
             times,
         });
     }
@@ -180,20 +172,21 @@ pub fn local_step(x: &mut [f32], g: &[f32]) {
 ///
 /// # Errors
 /// The algorithm's and the transport's errors.
-pub fn run_overlap<T: Transport + Send + ?Sized>(
+pub fn run_overlap<T: Transport + Send>(
     t: &mut T,
     v: &SparseVec<f32>,
-    algo: Algorithm,
+    spec: &str,
+    k: usize,
     reps: usize,
     barrier: &dyn Fn(&mut T) -> Result<()>,
 ) -> Result<[Vec<Duration>; 4]> {
     let g = v.to_dense();
     let mut x = vec![0.0f32; g.len()];
-    let mut runner = Allreduce::new(algo)?;
+    let mut runner = build(spec, k)?;
     // Size the computation to about the allreduce's time, where overlap
     // can save the most (half of the sequential time).
     let start = Instant::now();
-    runner.run(t, v)?;
+    runner.allreduce(t, v)?;
     let comm = start.elapsed();
     let start = Instant::now();
     local_step(&mut x, &g);
@@ -212,17 +205,17 @@ pub fn run_overlap<T: Transport + Send + ?Sized>(
         out[0].push(start.elapsed());
         barrier(t)?;
         let start = Instant::now();
-        runner.run(t, v)?;
+        runner.allreduce(t, v)?;
         out[1].push(start.elapsed());
         barrier(t)?;
         let start = Instant::now();
         compute(&mut x);
-        runner.run(t, v)?;
+        runner.allreduce(t, v)?;
         out[2].push(start.elapsed());
         barrier(t)?;
         let start = Instant::now();
         let (red, ()) =
-            sparse_coll::nonblocking::overlap(t, |t| runner.run(t, v), || compute(&mut x));
+            sparse_coll::nonblocking::overlap(t, |t| runner.allreduce(t, v), || compute(&mut x));
         red?;
         out[3].push(start.elapsed());
     }
@@ -247,10 +240,10 @@ pub struct OverlapReport {
 }
 
 /// Combines every rank's overlap times.
-pub fn overlap_report(algo: Algorithm, per_rank: &[[Vec<Duration>; 4]]) -> OverlapReport {
+pub fn overlap_report(spec: &str, per_rank: &[[Vec<Duration>; 4]]) -> OverlapReport {
     let col = |i: usize| slowest(&per_rank.iter().map(|x| x[i].as_slice()).collect::<Vec<_>>());
     OverlapReport {
-        algo: algo.name().into(),
+        algo: spec.into(),
         compute_ms: col(0),
         allreduce_ms: col(1),
         sequential_ms: col(2),
@@ -260,12 +253,12 @@ pub fn overlap_report(algo: Algorithm, per_rank: &[[Vec<Duration>; 4]]) -> Overl
 
 /// The algorithm the overlap measurement uses: SparDL when selected, else
 /// the first selected one.
-pub fn overlap_algorithm(algos: &[Algorithm]) -> Option<Algorithm> {
+pub fn overlap_algorithm(algos: &[String]) -> Option<String> {
     algos
         .iter()
-        .find(|a| a.name() == "spardl")
+        .find(|a| a.split(':').next() == Some("spardl"))
         .or(algos.first())
-        .copied()
+        .cloned()
 }
 
 /// The synthetic gradients of a run, one per rank (normal values).
@@ -290,22 +283,25 @@ pub fn inputs(a: &AllreduceArgs) -> Result<Vec<SparseVec<f32>>> {
     .generate::<f32>(a.ranks)
 }
 
-/// The selected algorithms (by `a.algos`) and whether `auto` is among them.
+/// The selected algorithms as registry specs: `a.algos`, or every
+/// registered name (the planner `auto` last), each checked by building it.
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] for an unknown name.
-pub fn selection(a: &AllreduceArgs, k: usize) -> Result<(Vec<Algorithm>, bool)> {
-    let all = algorithms(a.ranks, k);
-    for name in &a.algos {
-        if name != "auto" && !Algorithm::NAMES.contains(&name.as_str()) {
-            Algorithm::from_name(name, k, 1)?;
-        }
+/// [`Error::InvalidParameter`] for an unknown name or a bad parameter.
+pub fn selection(a: &AllreduceArgs, k: usize) -> Result<Vec<String>> {
+    let specs: Vec<String> = if a.algos.is_empty() {
+        Registry::<f32>::builtin()
+            .names()
+            .into_iter()
+            .map(String::from)
+            .collect()
+    } else {
+        a.algos.clone()
+    };
+    for spec in &specs {
+        build(spec, k)?;
     }
-    let want = |name: &str| a.algos.is_empty() || a.algos.iter().any(|x| x == name);
-    Ok((
-        all.into_iter().filter(|x| want(x.name())).collect(),
-        want("auto"),
-    ))
+    Ok(specs)
 }
 
 /// The dense oracle of a run: the inputs summed in `f64`, and which
@@ -457,7 +453,8 @@ pub fn decode_summaries(b: &[u8]) -> Result<(Vec<Summary>, Vec<Duration>, Traffi
 pub fn report(
     ins: &[SparseVec<f32>],
     oracle: &Oracle,
-    algos: &[Algorithm],
+    algos: &[String],
+    k: usize,
     results: &[RankMeasure],
     per_rank: &[(Vec<Summary>, Vec<Duration>, Traffic)],
 ) -> Result<AllreduceReport> {
@@ -474,13 +471,8 @@ pub fn report(
         union,
     };
     let mut rows = Vec::new();
-    let names: Vec<Option<Algorithm>> = algos
-        .iter()
-        .copied()
-        .map(Some)
-        .chain((results.len() > algos.len()).then_some(None))
-        .collect();
-    for (i, &algo) in names.iter().enumerate() {
+    for (i, spec) in algos.iter().enumerate() {
+        let algo = build(spec, k)?;
         let m = |r: usize| &per_rank[r].0[i];
         let first = &results[i].reduced.result;
         let want = digest(first);
@@ -494,19 +486,23 @@ pub fn report(
         }
         let traffic: Vec<Traffic> = (0..p).map(|r| m(r).traffic).collect();
         let max_abs_err = max_err(&first.to_dense(), oracle);
-        let chose = results[i].chose;
-        let modelled = algo.or(chose).expect("auto ran an algorithm");
+        // The planner's row is modelled by the algorithm it ran.
+        let modelled = match &results[i].chose {
+            Some(name) => build(name, k)?,
+            None => build(spec, k)?,
+        };
         rows.push(AllreduceRow {
-            algo: algo.map_or("auto", |a| a.name()).to_string(),
-            teams: modelled.teams(),
-            chose: chose.map(|a| a.name().to_string()),
-            lossless: modelled.lossless(),
+            algo: algo.name(),
+            params: algo.params(),
+            chose: results[i].chose.clone(),
+            lossless: algo.lossless(),
             result_nnz: first.nnz(),
             bytes_recv_max: traffic.iter().map(|t| t.bytes_recv).max(),
             bytes_sent_max: traffic.iter().map(|t| t.bytes_sent).max(),
             msgs_max: traffic.iter().map(|t| t.msgs_sent + t.msgs_recv).max(),
             rounds: traffic.iter().map(|t| t.rounds).max(),
-            model_bytes: modelled.model(&profile).bytes(),
+            model_bytes: modelled.cost(&profile).bytes(),
+            paper_bytes: modelled.paper_cost(&profile).map(|c| c.bytes()),
             ms: slowest(&(0..p).map(|r| m(r).times.as_slice()).collect::<Vec<_>>()),
             max_abs_err,
         });
@@ -545,7 +541,7 @@ fn slowest(per_rank: &[&[Duration]]) -> f64 {
 pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
     let ins = inputs(a)?;
     let k = ins[0].nnz().max(1);
-    let (algos, with_auto) = selection(a, k)?;
+    let algos = selection(a, k)?;
     let barrier = std::sync::Barrier::new(a.ranks);
     let bar = std::sync::Mutex::new(Progress::new(a.ranks as u64, "ranks done"));
     let per_rank = sparse_coll::ThreadCluster::new(a.ranks)
@@ -556,9 +552,9 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
                 Ok(())
             };
             let v = &ins[t.rank()];
-            let res = run_rank(t, v, &algos, with_auto, a.reps, &wait)?;
+            let res = run_rank(t, v, &algos, k, a.reps, &wait)?;
             let over = match overlap_algorithm(&algos) {
-                Some(algo) => Some(run_overlap(t, v, algo, a.reps, &wait)?),
+                Some(spec) => Some(run_overlap(t, v, &spec, k, a.reps, &wait)?),
                 None => None,
             };
             bar.lock().expect("progress lock").inc();
@@ -575,15 +571,16 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
         &ins,
         &Oracle::of(&ins),
         &algos,
+        k,
         &per_rank[0].0.0,
         &summaries,
     )?;
-    if let Some(algo) = overlap_algorithm(&algos) {
+    if let Some(spec) = overlap_algorithm(&algos) {
         let over: Vec<[Vec<Duration>; 4]> = per_rank
             .into_iter()
             .map(|(_, o)| o.expect("measured on every rank"))
             .collect();
-        rep.overlap = Some(overlap_report(algo, &over));
+        rep.overlap = Some(overlap_report(&spec, &over));
     }
     Ok(rep)
 }
@@ -626,12 +623,12 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
     let (p, r) = (t.size(), t.rank());
     let ins = inputs(&a)?;
     let k = ins[0].nnz().max(1);
-    let (algos, with_auto) = selection(&a, k)?;
+    let algos = selection(&a, k)?;
     let (measures, dense_times, dense_traffic) = run_rank(
         &mut t,
         &ins[r],
         &algos,
-        with_auto,
+        k,
         a.reps,
         &|t: &mut MpiTransport| {
             t.comm().barrier();
@@ -643,8 +640,8 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         Ok(())
     };
     let over_algo = overlap_algorithm(&algos);
-    let over = match over_algo {
-        Some(algo) => Some(run_overlap(&mut t, &ins[r], algo, a.reps, &barrier)?),
+    let over = match &over_algo {
+        Some(spec) => Some(run_overlap(&mut t, &ins[r], spec, k, a.reps, &barrier)?),
         None => None,
     };
     // MPICH's MPI_Allreduce on the dense gradient.
@@ -691,13 +688,13 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         times_per_rank.push(times.chunks(a.reps).map(<[Duration]>::to_vec).collect());
     }
     let oracle = Oracle::of(&ins);
-    let mut rep = report(&ins, &oracle, &algos, &measures, &per_rank)?;
-    if let Some(algo) = over_algo {
+    let mut rep = report(&ins, &oracle, &algos, k, &measures, &per_rank)?;
+    if let Some(spec) = over_algo {
         let over: Vec<[Vec<Duration>; 4]> = times_per_rank
             .iter()
             .map(|l| [l[0].clone(), l[1].clone(), l[2].clone(), l[3].clone()])
             .collect();
-        rep.overlap = Some(overlap_report(algo, &over));
+        rep.overlap = Some(overlap_report(&spec, &over));
     }
     let mpi_per_rank: Vec<Vec<Duration>> = times_per_rank
         .iter()
@@ -705,7 +702,7 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         .collect();
     rep.rows.push(AllreduceRow {
         algo: "mpi_allreduce".into(),
-        teams: 1,
+        params: String::new(),
         chose: None,
         lossless: true,
         result_nnz: sum.iter().filter(|x| **x != 0.0).count(),
@@ -714,6 +711,7 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         msgs_max: None,
         rounds: None,
         model_bytes: sparse_core::cost::rabenseifner_allreduce(p, a.n).bytes(),
+        paper_bytes: None,
         ms: slowest(&mpi_per_rank.iter().map(Vec::as_slice).collect::<Vec<_>>()),
         max_abs_err: max_err(&sum, &oracle.sum),
     });

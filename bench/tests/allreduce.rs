@@ -1,7 +1,7 @@
 //! `sparse-bench allreduce` rows against the collectives run directly.
 
 use bench::allreduce::{AllreduceArgs, run_threads};
-use sparse_coll::{Algorithm, Allreduce, ThreadCluster};
+use sparse_coll::{Defaults, Registry, ThreadCluster};
 
 #[test]
 fn rows_match_the_collectives_and_the_oracle() {
@@ -16,10 +16,11 @@ fn rows_match_the_collectives_and_the_oracle() {
             reps: 1,
         };
         let rep = run_threads(&a).unwrap();
+        let registry = Registry::<f32>::builtin();
         assert_eq!(
             rep.rows.len(),
-            Algorithm::NAMES.len() + 1,
-            "every algorithm and auto"
+            registry.names().len(),
+            "every registered algorithm, auto included"
         );
         let ins = bench::allreduce::inputs(&a).unwrap();
         for row in &rep.rows {
@@ -32,9 +33,13 @@ fn rows_match_the_collectives_and_the_oracle() {
                 continue; // stateful: the row shows a later call
             }
             // The busiest rank's bytes equal a direct run's.
-            let algo = Algorithm::from_name(&row.algo, ins[0].nnz(), row.teams).unwrap();
+            let spec = format!("{}:{}", row.algo, row.params);
             let direct = ThreadCluster::new(ranks)
-                .run(|t| Allreduce::new(algo)?.run(t, &ins[sparse_coll::Transport::rank(t)]))
+                .run(|t| {
+                    let mut algo = registry.build(&spec, Defaults { k: ins[0].nnz() })?;
+                    let v = &ins[sparse_coll::Transport::rank(t)];
+                    algo.allreduce(t, v)
+                })
                 .into_iter()
                 .map(|r| r.unwrap().traffic.bytes_recv)
                 .max()

@@ -13,9 +13,10 @@ use crate::Transport;
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result};
 
-/// The bytes of a slice of elements (little-endian hosts).
-pub fn to_bytes<E: Element>(x: &[E]) -> &[u8] {
-    bytemuck::cast_slice(x)
+/// The little-endian bytes of a slice of elements, as [`from_bytes`] reads
+/// them (borrowed on little-endian hosts, converted on others).
+pub fn to_bytes<E: Element>(x: &[E]) -> std::borrow::Cow<'_, [u8]> {
+    crate::sparse::le_bytes(x)
 }
 
 /// Elements from bytes; the length must be a multiple of the element size.
@@ -59,14 +60,14 @@ pub fn ring_allreduce<T: Transport + ?Sized, E: Element>(t: &mut T, x: &[E]) -> 
     let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
     for s in 0..p - 1 {
         let (send_c, recv_c) = ((r + p - s) % p, (r + 2 * p - s - 1) % p);
-        let got = t.exchange(next, to_bytes(&buf[chunk(send_c)]), prev)?;
+        let got = t.exchange(next, &to_bytes(&buf[chunk(send_c)]), prev)?;
         let range = chunk(recv_c);
         let got: Vec<E> = from_bytes(&got, range.len())?;
         add_into(&mut buf[range], &got);
     }
     for s in 0..p - 1 {
         let (send_c, recv_c) = ((r + 1 + p - s) % p, (r + p - s) % p);
-        let got = t.exchange(next, to_bytes(&buf[chunk(send_c)]), prev)?;
+        let got = t.exchange(next, &to_bytes(&buf[chunk(send_c)]), prev)?;
         let range = chunk(recv_c);
         let got: Vec<E> = from_bytes(&got, range.len())?;
         buf[range].copy_from_slice(&got);
@@ -120,7 +121,7 @@ impl Fold {
     fn fold_in<T: Transport + ?Sized, E: Element>(&self, t: &mut T, buf: &mut [E]) -> Result<()> {
         let r = t.rank();
         match self.role(r) {
-            Some(true) => t.send(r + 1, to_bytes(buf)),
+            Some(true) => t.send(r + 1, &to_bytes(buf)),
             Some(false) => {
                 let got: Vec<E> = from_bytes(&t.recv(r - 1)?, buf.len())?;
                 add_into(buf, &got);
@@ -138,7 +139,7 @@ impl Fold {
                 buf.copy_from_slice(&got);
                 Ok(())
             }
-            Some(false) => t.send(r - 1, to_bytes(buf)),
+            Some(false) => t.send(r - 1, &to_bytes(buf)),
             None => Ok(()),
         }
     }
@@ -178,7 +179,8 @@ pub fn recursive_doubling_allreduce<T: Transport + ?Sized, E: Element>(
         let mut mask = 1;
         while mask < fold.pp {
             let partner = fold.real(nr ^ mask);
-            let got: Vec<E> = from_bytes(&t.exchange(partner, to_bytes(buf), partner)?, buf.len())?;
+            let got: Vec<E> =
+                from_bytes(&t.exchange(partner, &to_bytes(buf), partner)?, buf.len())?;
             add_into(buf, &got);
             mask <<= 1;
         }
@@ -213,7 +215,7 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
             } else {
                 ((mid, hi), (lo, mid))
             };
-            let got = t.exchange(partner, to_bytes(&buf[span(give.0, give.1)]), partner)?;
+            let got = t.exchange(partner, &to_bytes(&buf[span(give.0, give.1)]), partner)?;
             let range = span(keep.0, keep.1);
             let got: Vec<E> = from_bytes(&got, range.len())?;
             add_into(&mut buf[range], &got);
@@ -230,7 +232,7 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
             } else {
                 (lo - width, lo)
             };
-            let got = t.exchange(partner, to_bytes(&buf[span(lo, hi)]), partner)?;
+            let got = t.exchange(partner, &to_bytes(&buf[span(lo, hi)]), partner)?;
             let range = span(other.0, other.1);
             let got: Vec<E> = from_bytes(&got, range.len())?;
             buf[range].copy_from_slice(&got);

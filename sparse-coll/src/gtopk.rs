@@ -2,8 +2,11 @@
 //! top-k re-selection, then a broadcast tree.
 
 use crate::Transport;
+use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::plan::Profile;
 use crate::spardl::split_topk;
 use crate::sparse::{Id, Reduced, enter, put_block, take_block};
+use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
 
 /// gTopk for any `P`: every rank cuts its input to its top `k`; in a
@@ -87,4 +90,46 @@ pub fn gtopk<T: Transport + ?Sized, E: Element>(
         dropped,
         traffic: t.traffic().since(&start),
     })
+}
+
+/// [`gtopk`] as a [`SparseAllreduce`] (registry name `gtopk`).
+#[derive(Debug, Clone, Copy)]
+pub struct Gtopk {
+    k: usize,
+}
+
+impl Gtopk {
+    /// gTopk keeping `k`.
+    pub fn new(k: usize) -> Self {
+        Self { k }
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for Gtopk {
+    fn name(&self) -> String {
+        "gtopk".into()
+    }
+    fn params(&self) -> String {
+        format!("k={}", self.k)
+    }
+    fn lossless(&self) -> bool {
+        false
+    }
+    /// Table 1 (`4 k lg P` words counts the root's words sent and
+    /// received).
+    fn cost(&self, prof: &Profile) -> Cost {
+        cost::gtopk(prof.p, self.k)
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        gtopk(t, v, self.k)
+    }
+}
+
+impl<E: Element> Registered<E> for Gtopk {
+    const NAME: &'static str = "gtopk";
+    const PARAMS: &'static str = "k (entries kept)";
+    const HELP: &'static str = "gTopk: top-k merged up a binomial tree, broadcast down; lossy";
+    fn build(params: &mut Params, d: Defaults) -> Result<Self> {
+        Ok(Self::new(crate::algorithm::k_param(params, d)?))
+    }
 }

@@ -21,8 +21,18 @@
 //! - lossy ones, which return what they cut in `dropped`: gTopk
 //!   ([`gtopk`]), Ok-Topk ([`OkTopk`]), SparDL ([`spardl`]) and SparDL with
 //!   R-SAG ([`spardl_rsag`]) or B-SAG ([`SpardlBsag`]);
-//! - every algorithm by name ([`Algorithm`], [`Allreduce`]), its cost for an
-//!   input ([`Profile`]) and the [`Auto`] planner;
+//! - one object-safe interface for all of them ([`SparseAllreduce`]: name,
+//!   lossless, predicted cost for an input's [`Profile`], the call with its
+//!   state across calls), a [`Registry`] of names with parameters
+//!   (`spardl_bsag:k=40,d=2`) that a user's own algorithms join, and the
+//!   [`Auto`] planner over any of them;
+//! - the framing a collective of your own needs ([`wire`]).
+//!
+//! Adding a built-in algorithm is one file (the collective and a type
+//! implementing [`SparseAllreduce`] and [`Registered`]) plus one line in
+//! [`Registry::builtin`]; the suite, `sparse-bench` and the planner read the
+//! algorithms from the registry. `examples/custom_scheme.rs` adds one from
+//! outside the crate.
 //! - with the feature `testing`, the collective suite every transport runs
 //!   (`testing::collective_suite`).
 //!
@@ -42,14 +52,15 @@
 //! Any algorithm by name, with the state it keeps across calls:
 //!
 //! ```
-//! use sparse_coll::{Algorithm, Allreduce, ThreadCluster, Transport};
+//! use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
 //! use sparse_core::SparseVec;
 //!
 //! // Four ranks, each with two entries of a 1000-dimensional gradient.
 //! let results = ThreadCluster::new(4).run(|t| {
 //!     let r = t.rank() as u32;
 //!     let v = SparseVec::new(1000, vec![r, 500 + r], vec![1.0f32, 2.0])?;
-//!     Allreduce::new(Algorithm::Spardl { k: 4 })?.run(t, &v)
+//!     let mut spardl = Registry::builtin().build("spardl:k=4", Defaults { k: 0 })?;
+//!     spardl.allreduce(t, &v)
 //! });
 //! for r in results {
 //!     let red = r?;
@@ -59,6 +70,7 @@
 //! # Ok::<(), sparse_core::Error>(())
 //! ```
 
+mod algorithm;
 pub mod dense;
 mod group;
 mod gtopk;
@@ -79,21 +91,25 @@ mod thread;
 mod topk_a;
 mod topk_dsa;
 mod transport;
+pub mod wire;
 mod zen;
 
+pub use algorithm::{Defaults, Entry, Params, Registered, Registry, SparseAllreduce};
 pub use group::Group;
-pub use gtopk::gtopk;
+pub use gtopk::{Gtopk, gtopk};
 #[cfg(feature = "mpi")]
 pub use mpi_transport::MpiTransport;
 pub use ok_topk::OkTopk;
-pub use omnireduce::omnireduce_blocks;
-pub use plan::{Algorithm, Allreduce, Auto, Profile};
-pub use spardl::{SpardlBsag, spardl, spardl_rsag};
+pub use omnireduce::{OmniReduceBlocks, omnireduce_blocks};
+pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto, LOSSLESS, Profile};
+pub use spardl::{Spardl, SpardlBsag, SpardlRsag, spardl, spardl_rsag};
 pub use sparse::{Reduced, agree, agree_or_fail};
-pub use split_allgather::{dsar_split_allgather, ssar_split_allgather};
-pub use ssar::ssar_recursive_double;
+pub use split_allgather::{
+    DsarSplitAllgather, SsarSplitAllgather, dsar_split_allgather, ssar_split_allgather,
+};
+pub use ssar::{SsarRecursiveDouble, ssar_recursive_double};
 pub use thread::{ThreadCluster, ThreadTransport};
-pub use topk_a::topk_a;
-pub use topk_dsa::topk_dsa;
+pub use topk_a::{TopkA, topk_a};
+pub use topk_dsa::{TopkDsa, topk_dsa};
 pub use transport::{Traffic, TrafficCounter, Transport};
-pub use zen::zen_balanced_parallelism;
+pub use zen::{ZenBalancedParallelism, zen_balanced_parallelism};

@@ -3,9 +3,12 @@
 //! threshold, then allgather.
 
 use crate::Transport;
+use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
+use crate::plan::Profile;
 use crate::spardl::split_topk;
 use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
+use sparse_core::cost::{self, Cost};
 use sparse_core::stats::even_start;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 use std::marker::PhantomData;
@@ -301,5 +304,36 @@ impl<E: Element> OkTopk<E> {
             dropped,
             traffic: t.traffic().since(&start),
         })
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
+    fn name(&self) -> String {
+        "ok_topk".into()
+    }
+    fn params(&self) -> String {
+        format!("k={},period={}", self.k, self.period)
+    }
+    fn lossless(&self) -> bool {
+        false
+    }
+    /// SparDL's Table 1 bounds at the input's overlap.
+    fn cost(&self, prof: &Profile) -> Cost {
+        prof.within(cost::ok_topk(prof.p, self.k))
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        OkTopk::allreduce(self, t, v)
+    }
+}
+
+impl<E: Element> Registered<E> for OkTopk<E> {
+    const NAME: &'static str = "ok_topk";
+    const PARAMS: &'static str =
+        "k (entries selected), period (calls between re-estimations, default 32)";
+    const HELP: &'static str =
+        "Ok-Topk: split and reduce over balanced regions, reused thresholds; lossy";
+    fn build(params: &mut Params, d: Defaults) -> Result<Self> {
+        let k = crate::algorithm::k_param(params, d)?;
+        Self::new(k, params.take("period")?.unwrap_or(32))
     }
 }

@@ -1,8 +1,11 @@
 //! The OmniReduce-style block baseline Zen improves on.
 
 use crate::Transport;
+use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::plan::Profile;
 use crate::push_pull::{Scheme, push_pull};
 use crate::sparse::{Id, Reduced, enter};
+use sparse_core::cost::Cost;
 use sparse_core::encoding::{Block, Encoding, Raw};
 use sparse_core::{Element, Result, SparseVec};
 
@@ -57,4 +60,57 @@ pub fn omnireduce_blocks<T: Transport + ?Sized, E: Element>(
         block: block?,
     };
     push_pull(t, v, &scheme)
+}
+
+/// [`omnireduce_blocks`] as a [`SparseAllreduce`] (registry name
+/// `omnireduce_blocks`).
+#[derive(Debug, Clone, Copy)]
+pub struct OmniReduceBlocks {
+    block: usize,
+}
+
+impl OmniReduceBlocks {
+    /// Blocks of `block` coordinates.
+    ///
+    /// # Errors
+    /// [`sparse_core::Error::InvalidParameter`] for a zero block.
+    pub fn new(block: usize) -> Result<Self> {
+        Block::new(block, Raw)?;
+        Ok(Self { block })
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
+    fn name(&self) -> String {
+        "omnireduce_blocks".into()
+    }
+    fn params(&self) -> String {
+        format!("block={}", self.block)
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    /// The blocks a uniform input of this density touches, pushed and
+    /// pulled in `2 (P - 1)` rounds.
+    fn cost(&self, prof: &Profile) -> Cost {
+        let (p, n) = (prof.p as f64, prof.n.max(1));
+        let b = self.block as f64;
+        let blocks = n.div_ceil(self.block) as f64;
+        let touched = |entries: f64| blocks * (1.0 - (1.0 - b / n as f64).powf(entries));
+        let push = touched(prof.k_avg() as f64) / p * (p - 1.0);
+        let pull = touched(prof.union as f64) * prof.frac();
+        Cost::new(2.0 * (p - 1.0), (push + pull) * (b + 1.0))
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        omnireduce_blocks(t, v, self.block)
+    }
+}
+
+impl<E: Element> Registered<E> for OmniReduceBlocks {
+    const NAME: &'static str = "omnireduce_blocks";
+    const PARAMS: &'static str = "block (coordinates, default 256)";
+    const HELP: &'static str = "OmniReduce: push and pull the non-zero blocks; lossless";
+    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+        Self::new(params.take("block")?.unwrap_or(256))
+    }
 }

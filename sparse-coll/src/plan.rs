@@ -1,82 +1,11 @@
-//! Every sparse allreduce behind one name ([`Algorithm`], [`Allreduce`]),
-//! its cost for an input ([`Profile`], [`Algorithm::model`]), and the
-//! [`Auto`] planner, which picks the cheapest by that model.
+//! The cost of one call ([`Profile`]) and the [`Auto`] planner, which runs
+//! whichever of its candidates the cost model finds cheapest.
 
+use crate::algorithm::{Defaults, Params, Registered, Registry, SparseAllreduce};
 use crate::dense::bruck_allgather;
-use crate::{
-    OkTopk, Reduced, SpardlBsag, Transport, dsar_split_allgather, gtopk, omnireduce_blocks, spardl,
-    spardl_rsag, ssar_recursive_double, ssar_split_allgather, topk_a, topk_dsa,
-    zen_balanced_parallelism,
-};
-use sparse_core::cost::{self, Bounds, Cost, ceil_log2, floor_log2};
-use sparse_core::encoding::PartitionIndex;
-use sparse_core::qsgd::QsgdParams;
-use sparse_core::{Element, Error, H0, Result, SparseVec};
-use std::sync::Arc;
-
-/// A sparse allreduce and its parameters.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub enum Algorithm {
-    /// [`topk_a`]: allgather of every rank's pairs. Lossless.
-    TopkA,
-    /// [`topk_dsa`]: split, then recursive-doubling allgather of dynamic
-    /// streams. Lossless.
-    TopkDsa,
-    /// [`ssar_recursive_double`]: SparCML's recursive doubling of streams;
-    /// also Zen's Hierarchical Centralization. Lossless.
-    SsarRecursiveDouble,
-    /// [`ssar_split_allgather`]. Lossless.
-    SsarSplitAllgather,
-    /// [`dsar_split_allgather`], dense phase optionally QSGD-quantized
-    /// (then lossy).
-    DsarSplitAllgather {
-        /// QSGD in the dense phase.
-        qsgd: Option<QsgdParams>,
-    },
-    /// [`zen_balanced_parallelism`] with the `h0` of this seed. Lossless.
-    ZenBalancedParallelism {
-        /// Seed of Zen's partition hash `h0`.
-        seed: u64,
-    },
-    /// [`omnireduce_blocks`]. Lossless.
-    OmniReduceBlocks {
-        /// Block size in elements.
-        block: usize,
-    },
-    /// [`gtopk`] keeping `k`. Lossy.
-    Gtopk {
-        /// Entries kept.
-        k: usize,
-    },
-    /// [`OkTopk`] selecting about `k`, re-estimating every `period` calls.
-    /// Lossy.
-    OkTopk {
-        /// Entries selected.
-        k: usize,
-        /// Calls between re-estimations.
-        period: u64,
-    },
-    /// [`spardl`] keeping `k`. Lossy.
-    Spardl {
-        /// Entries kept.
-        k: usize,
-    },
-    /// [`spardl_rsag`] keeping `k` with `d` teams. Lossy.
-    SpardlRsag {
-        /// Entries kept.
-        k: usize,
-        /// Teams (a power of two dividing `P`).
-        d: usize,
-    },
-    /// [`SpardlBsag`] keeping `k` with `d` teams. Lossy.
-    SpardlBsag {
-        /// Entries kept.
-        k: usize,
-        /// Teams (dividing `P`).
-        d: usize,
-    },
-}
+use crate::{Reduced, Transport};
+use sparse_core::cost::{Bounds, Cost};
+use sparse_core::{Element, Error, Result, SparseVec};
 
 /// What the cost model needs to know about one call: the number of ranks,
 /// the dimension, the element size, each rank's entries (the largest and
@@ -119,307 +48,35 @@ impl Profile {
             self.union as f64 / self.k_sum as f64
         }
     }
-    fn k_avg(&self) -> usize {
-        self.k_sum.div_ceil(self.p)
+    /// The mean entries per rank, rounded up.
+    pub fn k_avg(&self) -> usize {
+        self.k_sum.div_ceil(self.p.max(1))
     }
     /// Words between the best and worst case, at this input's overlap.
-    fn within(&self, b: Bounds) -> Cost {
+    pub fn within(&self, b: Bounds) -> Cost {
         let o = self.overlap();
         Cost::new(
             b.hi.rounds - o * (b.hi.rounds - b.lo.rounds),
             b.hi.words - o * (b.hi.words - b.lo.words),
         )
     }
-}
-
-impl Algorithm {
-    /// Every algorithm's name, as [`Algorithm::name`] gives it.
-    pub const NAMES: [&'static str; 13] = [
-        "topk_a",
-        "topk_dsa",
-        "ssar_recursive_double",
-        "ssar_split_allgather",
-        "dsar_split_allgather",
-        "zen_balanced_parallelism",
-        "omnireduce_blocks",
-        "gtopk",
-        "ok_topk",
-        "spardl",
-        "spardl_rsag",
-        "spardl_bsag",
-        "dsar_qsgd",
-    ];
-
-    /// The algorithm of this name with the parameters given: `k` for the
-    /// lossy ones, `d` teams for the SparDL variants; Zen's seed, the block
-    /// size of 256, Ok-Topk's period of 32 and QSGD at 4 bits in buckets of
-    /// 512 are fixed defaults.
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] for an unknown name.
-    pub fn from_name(name: &str, k: usize, d: usize) -> Result<Self> {
-        Ok(match name {
-            "topk_a" => Self::TopkA,
-            "topk_dsa" => Self::TopkDsa,
-            "ssar_recursive_double" => Self::SsarRecursiveDouble,
-            "ssar_split_allgather" => Self::SsarSplitAllgather,
-            "dsar_split_allgather" => Self::DsarSplitAllgather { qsgd: None },
-            "dsar_qsgd" => Self::DsarSplitAllgather {
-                qsgd: Some(QsgdParams::new(4, 512, 0x95d)?),
-            },
-            "zen_balanced_parallelism" => Self::ZenBalancedParallelism { seed: 0x2e7 },
-            "omnireduce_blocks" => Self::OmniReduceBlocks { block: 256 },
-            "gtopk" => Self::Gtopk { k },
-            "ok_topk" => Self::OkTopk { k, period: 32 },
-            "spardl" => Self::Spardl { k },
-            "spardl_rsag" => Self::SpardlRsag { k, d },
-            "spardl_bsag" => Self::SpardlBsag { k, d },
-            other => {
-                return Err(Error::invalid(
-                    "algorithm",
-                    format!("unknown {other:?}; known: {}", Self::NAMES.join(", ")),
-                ));
-            }
-        })
-    }
-
-    /// The lossless algorithms [`Auto::lossless`] chooses among.
-    pub const LOSSLESS: [Algorithm; 6] = [
-        Algorithm::TopkA,
-        Algorithm::TopkDsa,
-        Algorithm::SsarRecursiveDouble,
-        Algorithm::SsarSplitAllgather,
-        Algorithm::DsarSplitAllgather { qsgd: None },
-        Algorithm::ZenBalancedParallelism { seed: 0x2e7 },
-    ];
-
-    /// Every named algorithm, in the order of [`Algorithm::NAMES`], with
-    /// budget `k`, R-SAG on `rsag` teams and B-SAG on `bsag` teams.
-    pub fn all(k: usize, rsag: usize, bsag: usize) -> Vec<Self> {
-        Self::NAMES
-            .iter()
-            .map(|&name| {
-                let d = match name {
-                    "spardl_rsag" => rsag,
-                    "spardl_bsag" => bsag,
-                    _ => 1,
-                };
-                Self::from_name(name, k, d).expect("a known name")
-            })
-            .collect()
-    }
-
-    /// The teams of SparDL with SAG; 1 for every other algorithm.
-    pub fn teams(&self) -> usize {
-        match *self {
-            Self::SpardlRsag { d, .. } | Self::SpardlBsag { d, .. } => d,
-            _ => 1,
-        }
-    }
-
-    /// The algorithm's name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::TopkA => "topk_a",
-            Self::TopkDsa => "topk_dsa",
-            Self::SsarRecursiveDouble => "ssar_recursive_double",
-            Self::SsarSplitAllgather => "ssar_split_allgather",
-            Self::DsarSplitAllgather { qsgd: None } => "dsar_split_allgather",
-            Self::DsarSplitAllgather { qsgd: Some(_) } => "dsar_qsgd",
-            Self::ZenBalancedParallelism { .. } => "zen_balanced_parallelism",
-            Self::OmniReduceBlocks { .. } => "omnireduce_blocks",
-            Self::Gtopk { .. } => "gtopk",
-            Self::OkTopk { .. } => "ok_topk",
-            Self::Spardl { .. } => "spardl",
-            Self::SpardlRsag { .. } => "spardl_rsag",
-            Self::SpardlBsag { .. } => "spardl_bsag",
-        }
-    }
-
-    /// Whether the result is the exact sum (nothing in `dropped`).
-    pub fn lossless(&self) -> bool {
-        matches!(
-            self,
-            Self::TopkA
-                | Self::TopkDsa
-                | Self::SsarRecursiveDouble
-                | Self::SsarSplitAllgather
-                | Self::DsarSplitAllgather { qsgd: None }
-                | Self::ZenBalancedParallelism { .. }
-                | Self::OmniReduceBlocks { .. }
-        )
-    }
-
-    /// The cost model's rounds and 32-bit words received by the busiest rank
-    /// for an input of this profile (a pair is 2 words, as the papers
-    /// count). Where a paper gives bounds for full and no overlap, the cost
-    /// is placed between them at the input's [`Profile::overlap`], which is
-    /// Zen's way of choosing between its schemes from the densification
-    /// ratio, applied to every algorithm:
-    /// - TopkA: Table 1 with the mean `k`; SSAR_Recursive_double,
-    ///   SSAR_Split_allgather, Ok-Topk and SparDL with B-SAG: their bounds
-    ///   (SparCML sec. 5.3, SparDL Table 1) with the mean `k`;
-    /// - TopkDSA: SSAR_Split_allgather's words capped by DSAR's (each
-    ///   partition travels sparse or dense, whichever is smaller; Table 1's
-    ///   upper bound assumes a dense result), in the rounds of
-    ///   [`crate::topk_dsa`];
-    /// - DSAR: the dense allgather plus the split phase at this overlap;
-    /// - Zen's Balanced Parallelism: Eq. 1 at this densification ratio, in
-    ///   `2 (P - 1)` rounds;
-    /// - OmniReduce blocks: the blocks a uniform input of this density
-    ///   touches, pushed and pulled in `2 (P - 1)` rounds;
-    /// - gTopk, SparDL and SparDL with R-SAG: Table 1 and Eq. 3, 5 (gTopk's
-    ///   `4 k lg P` counts the root's words sent and received).
-    pub fn model(&self, prof: &Profile) -> Cost {
-        let (p, n) = (prof.p, prof.n);
-        let k = prof.k_avg();
-        if p == 1 {
-            return Cost::new(0.0, 0.0);
-        }
-        match *self {
-            Self::TopkA => cost::topk_a(p, k),
-            Self::TopkDsa => {
-                // Each partition travels sparse or dense, whichever is
-                // smaller: SSAR_Split_allgather's words, capped by DSAR's.
-                let sparse = prof.within(cost::ssar_split_allgather(p, k)).words;
-                let dense = prof.within(cost::dsar_split_allgather(p, n, k, None)).words;
-                let rounds = (p - 1) as f64
-                    + if p.is_power_of_two() {
-                        ceil_log2(p) as f64
-                    } else {
-                        floor_log2(p) as f64 + 2.0
-                    };
-                Cost::new(rounds, sparse.min(dense))
-            }
-            Self::SsarRecursiveDouble => {
-                let rounds = if p.is_power_of_two() {
-                    ceil_log2(p) as f64
-                } else {
-                    floor_log2(p) as f64 + 2.0
-                };
-                Cost::new(rounds, prof.within(cost::ssar_recursive_double(p, k)).words)
-            }
-            Self::SsarSplitAllgather => prof.within(cost::ssar_split_allgather(p, k)),
-            Self::DsarSplitAllgather { qsgd } => prof.within(cost::dsar_split_allgather(
-                p,
-                n,
-                k,
-                qsgd.map(|q| (q.bits(), q.bucket())),
-            )),
-            Self::ZenBalancedParallelism { .. } => {
-                let density = k as f64 / n as f64;
-                let words =
-                    cost::zen_balanced_parallelism(p, n, density, prof.densification(), 1.0);
-                Cost::new(2.0 * (p as f64 - 1.0), words + n as f64 / 32.0 * frac(p))
-            }
-            Self::OmniReduceBlocks { block } => {
-                let b = block as f64;
-                let blocks = n.div_ceil(block) as f64;
-                let touched = |entries: f64| blocks * (1.0 - (1.0 - b / n as f64).powf(entries));
-                // Push: each other rank's touched blocks of this partition;
-                // pull: the union's touched blocks of the others' partitions.
-                let push = touched(k as f64) / p as f64 * (p as f64 - 1.0);
-                let pull = touched(prof.union as f64) * frac(p);
-                Cost::new(2.0 * (p as f64 - 1.0), (push + pull) * (b + 1.0))
-            }
-            Self::Gtopk { k } => cost::gtopk(p, k),
-            Self::OkTopk { k, .. } => prof.within(cost::ok_topk(p, k)),
-            Self::Spardl { k } => cost::spardl(p, k),
-            Self::SpardlRsag { k, d } => cost::spardl_rsag(p, k, d),
-            Self::SpardlBsag { k, d } => prof.within(cost::spardl_bsag(p, k, d)),
-        }
+    /// `(P - 1) / P`.
+    pub fn frac(&self) -> f64 {
+        (self.p as f64 - 1.0) / self.p as f64
     }
 }
 
-fn frac(p: usize) -> f64 {
-    (p as f64 - 1.0) / p as f64
-}
+/// The network constants [`Auto`] assumes when none are given: 5 us per
+/// message and 0.4 ns per 32-bit word (10 GB/s), a fast cluster
+/// interconnect.
+pub const AUTO_ALPHA: f64 = 5e-6;
+/// See [`AUTO_ALPHA`].
+pub const AUTO_BETA: f64 = 4e-10;
 
-/// One algorithm ready to run, with the state it keeps across calls
-/// (Ok-Topk's thresholds, B-SAG's `h`, Zen's partition index).
-#[derive(Debug, Clone)]
-pub struct Allreduce<E> {
-    algorithm: Algorithm,
-    ok: Option<OkTopk<E>>,
-    bsag: Option<SpardlBsag>,
-    zen: Option<(usize, usize, Arc<PartitionIndex>)>,
-}
-
-impl<E: Element> Allreduce<E> {
-    /// A runner for `algorithm`.
-    ///
-    /// # Errors
-    /// The algorithm's parameter errors ([`Error::InvalidParameter`]).
-    pub fn new(algorithm: Algorithm) -> Result<Self> {
-        Ok(Self {
-            algorithm,
-            ok: match algorithm {
-                Algorithm::OkTopk { k, period } => Some(OkTopk::new(k, period)?),
-                _ => None,
-            },
-            bsag: match algorithm {
-                Algorithm::SpardlBsag { k, d } => Some(SpardlBsag::new(k, d)?),
-                _ => None,
-            },
-            zen: None,
-        })
-    }
-
-    /// The algorithm this runs.
-    pub fn algorithm(&self) -> Algorithm {
-        self.algorithm
-    }
-
-    /// One allreduce of `v` over `t`.
-    ///
-    /// # Errors
-    /// As the algorithm's function.
-    pub fn run<T: Transport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        v: &SparseVec<E>,
-    ) -> Result<Reduced<E>> {
-        match self.algorithm {
-            Algorithm::TopkA => topk_a(t, v),
-            Algorithm::TopkDsa => topk_dsa(t, v),
-            Algorithm::SsarRecursiveDouble => ssar_recursive_double(t, v),
-            Algorithm::SsarSplitAllgather => ssar_split_allgather(t, v),
-            Algorithm::DsarSplitAllgather { qsgd } => dsar_split_allgather(t, v, qsgd),
-            Algorithm::ZenBalancedParallelism { seed } => {
-                let (p, dim) = (t.size(), v.dim());
-                let index = match &self.zen {
-                    Some((zp, zd, index)) if *zp == p && *zd == dim => index.clone(),
-                    _ => {
-                        // Built before the call (8 bytes per coordinate); a
-                        // refused allocation reaches every rank as an error.
-                        let built = H0::new(seed, p as u32)
-                            .and_then(|h0| PartitionIndex::new(h0, dim))
-                            .map(Arc::new);
-                        let index = match built {
-                            Ok(index) => index,
-                            Err(e) => return crate::zen::zen_failed(t, v, seed, e),
-                        };
-                        self.zen = Some((p, dim, index.clone()));
-                        index
-                    }
-                };
-                zen_balanced_parallelism(t, v, &index)
-            }
-            Algorithm::OmniReduceBlocks { block } => omnireduce_blocks(t, v, block),
-            Algorithm::Gtopk { k } => gtopk(t, v, k),
-            Algorithm::OkTopk { .. } => self.ok.as_mut().expect("made in new").allreduce(t, v),
-            Algorithm::Spardl { k } => spardl(t, v, k),
-            Algorithm::SpardlRsag { k, d } => spardl_rsag(t, v, k, d),
-            Algorithm::SpardlBsag { .. } => {
-                self.bsag.as_mut().expect("made in new").allreduce(t, v)
-            }
-        }
-    }
-}
-
-/// The planner: on each call it picks, among its candidates, the algorithm
-/// with the least modelled time `alpha * rounds + beta * words`
-/// ([`Algorithm::model`]) for this call's profile, and runs it.
+/// The planner: on each call it picks, among its candidates (any
+/// [`SparseAllreduce`], a user's own included), the one with the least
+/// modelled time `alpha * rounds + beta * words` ([`SparseAllreduce::cost`])
+/// for this call's profile, and runs it.
 ///
 /// The profile must be the same on every rank, or ranks would pick
 /// different algorithms. Each call therefore starts with a Bruck allgather
@@ -431,26 +88,51 @@ impl<E: Element> Allreduce<E> {
 /// averaged with weight 1/2 on the newest, as Zen profiles sparsity at run
 /// time. Before the first call the planner assumes no overlap (the worst
 /// case for sparse algorithms). Ties go to the earlier candidate.
-#[derive(Debug, Clone)]
 pub struct Auto<E> {
     alpha: f64,
     beta: f64,
-    runners: Vec<Allreduce<E>>,
+    candidates: Vec<Box<dyn SparseAllreduce<E>>>,
     densification: Option<f64>,
-    last: Option<Algorithm>,
+    last: Option<usize>,
 }
 
+impl<E: Element> std::fmt::Debug for Auto<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auto")
+            .field("alpha", &self.alpha)
+            .field("beta", &self.beta)
+            .field("candidates", &self.candidates)
+            .field("densification", &self.densification)
+            .finish()
+    }
+}
+
+/// The built-in lossless algorithms [`Auto::lossless`] chooses among.
+pub const LOSSLESS: [&str; 6] = [
+    "topk_a",
+    "topk_dsa",
+    "ssar_recursive_double",
+    "ssar_split_allgather",
+    "dsar_split_allgather",
+    "zen_balanced_parallelism",
+];
+
 impl<E: Element> Auto<E> {
-    /// A planner over the lossless algorithms ([`Algorithm::LOSSLESS`]:
-    /// TopkA, TopkDSA, SSAR_Recursive_double, SSAR_Split_allgather,
-    /// DSAR_Split_allgather, Zen's Balanced Parallelism), for a network of `alpha` seconds per
-    /// message and `beta` seconds per 32-bit word.
+    /// A planner over the built-in lossless algorithms ([`LOSSLESS`]) for a
+    /// network of `alpha` seconds per message and `beta` seconds per 32-bit
+    /// word.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a negative or non-finite `alpha` or
     /// `beta`.
     pub fn lossless(alpha: f64, beta: f64) -> Result<Self> {
-        Self::new(alpha, beta, &Algorithm::LOSSLESS)
+        let reg = Registry::<E>::builtin();
+        let d = Defaults { k: 0 };
+        let candidates = LOSSLESS
+            .iter()
+            .map(|name| reg.build(name, d))
+            .collect::<Result<_>>()?;
+        Self::new(alpha, beta, candidates)
     }
 
     /// A planner over `candidates` (mixing lossless and lossy ones is
@@ -458,8 +140,12 @@ impl<E: Element> Auto<E> {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for no candidates or a bad `alpha`,
-    /// `beta`; the candidates' parameter errors.
-    pub fn new(alpha: f64, beta: f64, candidates: &[Algorithm]) -> Result<Self> {
+    /// `beta`.
+    pub fn new(
+        alpha: f64,
+        beta: f64,
+        candidates: Vec<Box<dyn SparseAllreduce<E>>>,
+    ) -> Result<Self> {
         for (name, x) in [("alpha", alpha), ("beta", beta)] {
             if !(x.is_finite() && x >= 0.0) {
                 return Err(Error::invalid(
@@ -474,18 +160,26 @@ impl<E: Element> Auto<E> {
         Ok(Self {
             alpha,
             beta,
-            runners: candidates
-                .iter()
-                .map(|&a| Allreduce::new(a))
-                .collect::<Result<_>>()?,
+            candidates,
             densification: None,
             last: None,
         })
     }
 
-    /// The algorithm the last call ran.
-    pub fn last_choice(&self) -> Option<Algorithm> {
+    /// The candidates.
+    pub fn candidates(&self) -> &[Box<dyn SparseAllreduce<E>>] {
+        &self.candidates
+    }
+
+    /// The candidate the last call ran (its index in
+    /// [`Auto::candidates`]).
+    pub fn last_choice(&self) -> Option<usize> {
         self.last
+    }
+
+    /// The name of the candidate the last call ran.
+    pub fn last_name(&self) -> Option<String> {
+        self.last.map(|i| self.candidates[i].name())
     }
 
     /// The profile the planner would use for these entry counts.
@@ -510,9 +204,8 @@ impl<E: Element> Auto<E> {
     /// The candidate with the least modelled time for `prof`.
     pub fn choose(&self, prof: &Profile) -> usize {
         let mut best = (f64::INFINITY, 0);
-        for (i, r) in self.runners.iter().enumerate() {
-            let c = r.algorithm().model(prof);
-            let time = c.time(self.alpha, self.beta);
+        for (i, c) in self.candidates.iter().enumerate() {
+            let time = c.cost(prof).time(self.alpha, self.beta);
             if time < best.0 {
                 best = (time, i);
             }
@@ -520,15 +213,7 @@ impl<E: Element> Auto<E> {
         best.1
     }
 
-    /// Profiles the call, picks the algorithm and runs it.
-    ///
-    /// # Errors
-    /// Transport errors; the chosen algorithm's errors.
-    pub fn allreduce<T: Transport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        v: &SparseVec<E>,
-    ) -> Result<Reduced<E>> {
+    fn run(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         let all = bruck_allgather(t, &(v.nnz() as u64).to_le_bytes())?;
         let counts = all
             .iter()
@@ -541,9 +226,9 @@ impl<E: Element> Auto<E> {
             .collect::<Result<Vec<_>>>()?;
         let prof = self.profile(v.dim(), E::BYTES, &counts);
         let i = self.choose(&prof);
-        let red = self.runners[i].run(t, v)?;
-        self.last = Some(self.runners[i].algorithm());
-        if prof.k_sum > 0 && self.runners[i].algorithm().lossless() {
+        let red = self.candidates[i].allreduce(t, v)?;
+        self.last = Some(i);
+        if prof.k_sum > 0 && self.candidates[i].lossless() {
             let seen = red.result.nnz() as f64 / prof.k_sum as f64;
             self.densification = Some(match self.densification {
                 Some(old) => 0.5 * old + 0.5 * seen,
@@ -551,5 +236,40 @@ impl<E: Element> Auto<E> {
             });
         }
         Ok(red)
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for Auto<E> {
+    fn name(&self) -> String {
+        "auto".into()
+    }
+    fn params(&self) -> String {
+        format!("alpha={},beta={}", self.alpha, self.beta)
+    }
+    fn lossless(&self) -> bool {
+        self.candidates.iter().all(|c| c.lossless())
+    }
+    /// The cheapest candidate's cost.
+    fn cost(&self, prof: &Profile) -> Cost {
+        self.candidates[self.choose(prof)].cost(prof)
+    }
+    fn ran(&self) -> Option<String> {
+        self.last_name()
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        self.run(t, v)
+    }
+}
+
+impl<E: Element> Registered<E> for Auto<E> {
+    const NAME: &'static str = "auto";
+    const PARAMS: &'static str =
+        "alpha (s per message, default 5e-6), beta (s per word, default 4e-10)";
+    const HELP: &'static str =
+        "the planner: the cheapest lossless algorithm by the cost model, profiled per call";
+    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+        let alpha = params.take("alpha")?.unwrap_or(AUTO_ALPHA);
+        let beta = params.take("beta")?.unwrap_or(AUTO_BETA);
+        Self::lossless(alpha, beta)
     }
 }

@@ -3,14 +3,17 @@
 //! Spar-All-Gather variants with teams: R-SAG and B-SAG with Alg. 2's
 //! h-adjustment.
 
+use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
+use crate::plan::Profile;
 use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
 use crate::{Group, Transport};
+use sparse_core::cost::{self, Cost};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 
 /// Top `k` of `v` by magnitude (ties: lower index), and the rest.
-pub(crate) fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E>, SparseVec<E>) {
+pub fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E>, SparseVec<E>) {
     if v.nnz() <= k {
         return (
             v.clone(),
@@ -351,7 +354,8 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
 #[derive(Debug, Clone)]
 pub struct SpardlBsag {
     k: usize,
-    d: usize,
+    /// `None`: the smallest divisor above 1 of `P`, at each call.
+    d: Option<usize>,
     h: f64,
     step: f64,
     flag: bool,
@@ -370,7 +374,7 @@ impl SpardlBsag {
         }
         Ok(Self {
             k,
-            d,
+            d: Some(d),
             h: f64::NAN,
             step: f64::NAN,
             flag: false,
@@ -380,8 +384,17 @@ impl SpardlBsag {
 
     /// The `h` of the next call for a column whose blocks have a share of
     /// `l` (Alg. 2's `L`), after the adjustment for the last count.
-    fn next_h(&mut self, l: usize) -> usize {
-        let (l, d) = (l as f64, self.d as f64);
+    /// B-SAG whose teams are the smallest divisor above 1 of the number of
+    /// workers, chosen at each call (1 team for one worker).
+    pub fn auto_teams(k: usize) -> Self {
+        Self {
+            d: None,
+            ..Self::new(k, 1).expect("one team")
+        }
+    }
+
+    fn next_h(&mut self, l: usize, d: usize) -> usize {
+        let (l, d) = (l as f64, d as f64);
         let (lo, hi) = (l / d, l);
         if self.h.is_nan() {
             self.h = lo;
@@ -424,7 +437,7 @@ impl SpardlBsag {
         t: &mut T,
         v: &SparseVec<E>,
     ) -> Result<Reduced<E>> {
-        let (k, d) = (self.k, self.d);
+        let (k, d) = (self.k, self.d.unwrap_or_else(|| smallest_divisor(t.size())));
         let extra = [("k", k as u64), ("teams", d as u64)];
         in_teams(
             t,
@@ -435,7 +448,7 @@ impl SpardlBsag {
             &extra,
             |col, lay, pos, block, dropped| {
                 let (lo, len) = lay.span(pos);
-                let h = self.next_h(lay.share(pos));
+                let h = self.next_h(lay.share(pos), d);
                 let sent = cut_to(block, h, dropped)?;
                 let mut msg = Vec::new();
                 put_block(&mut msg, &sent);
@@ -470,33 +483,174 @@ mod tests {
         let mut b = SpardlBsag::new(400, 4).unwrap();
         let l = 200;
         // Line 1: h = L / d = k / P = 50, step = 0.01 L (d - 1) / d = 1.5.
-        assert_eq!(b.next_h(l), 50);
+        assert_eq!(b.next_h(l, 4), 50);
         assert_eq!((b.h, b.step, b.flag), (50.0, 1.5, false));
         // Too few entries arrived (N <= L) and the step points up: keep the
         // direction; the first time only sets the flag.
         b.last_count = Some(120);
-        assert_eq!(b.next_h(l), 52);
+        assert_eq!(b.next_h(l, 4), 52);
         assert_eq!((b.h, b.step, b.flag), (51.5, 1.5, true));
         // The second time in a row doubles the step.
-        assert_eq!(b.next_h(l), 55);
+        assert_eq!(b.next_h(l, 4), 55);
         assert_eq!((b.h, b.step, b.flag), (54.5, 3.0, false));
         // Too many (N > L) while going up: reverse and halve.
         b.last_count = Some(260);
-        b.next_h(l);
+        b.next_h(l, 4);
         assert_eq!((b.h, b.step, b.flag), (53.0, -1.5, false));
         // Still too many, going down: keep, then double.
-        b.next_h(l);
+        b.next_h(l, 4);
         assert_eq!((b.h, b.step, b.flag), (51.5, -1.5, true));
-        b.next_h(l);
+        b.next_h(l, 4);
         assert_eq!((b.h, b.step, b.flag), (50.0, -3.0, false));
         // h never leaves [L / d, L].
-        b.next_h(l);
+        b.next_h(l, 4);
         assert_eq!(b.h, 50.0);
         b.last_count = Some(0);
         for _ in 0..40 {
-            b.next_h(l);
+            b.next_h(l, 4);
             assert!((50.0..=200.0).contains(&b.h));
         }
         assert_eq!(b.h, 200.0, "starved of entries, h climbs to L");
+    }
+}
+
+/// The parameters of a SAG variant: `k`, and `d` when fixed.
+fn k_and_teams(k: usize, d: Option<usize>) -> String {
+    match d {
+        Some(d) => format!("k={k},d={d}"),
+        None => format!("k={k}"),
+    }
+}
+
+/// The smallest divisor above 1 of `p` (1 for `p = 1`): B-SAG's default
+/// teams.
+fn smallest_divisor(p: usize) -> usize {
+    (2..=p).find(|d| p % d == 0).unwrap_or(1)
+}
+
+/// [`spardl`] as a [`SparseAllreduce`] (registry name `spardl`).
+#[derive(Debug, Clone, Copy)]
+pub struct Spardl {
+    k: usize,
+}
+
+impl Spardl {
+    /// SparDL keeping `k`.
+    pub fn new(k: usize) -> Self {
+        Self { k }
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for Spardl {
+    fn name(&self) -> String {
+        "spardl".into()
+    }
+    fn params(&self) -> String {
+        format!("k={}", self.k)
+    }
+    fn lossless(&self) -> bool {
+        false
+    }
+    /// Table 1.
+    fn cost(&self, prof: &Profile) -> Cost {
+        cost::spardl(prof.p, self.k)
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        spardl(t, v, self.k)
+    }
+}
+
+impl<E: Element> Registered<E> for Spardl {
+    const NAME: &'static str = "spardl";
+    const PARAMS: &'static str = "k (entries kept)";
+    const HELP: &'static str =
+        "SparDL: Spar-Reduce-Scatter with global residual collection, Bruck all-gather; lossy";
+    fn build(params: &mut Params, d: Defaults) -> Result<Self> {
+        Ok(Self::new(crate::algorithm::k_param(params, d)?))
+    }
+}
+
+/// [`spardl_rsag`] as a [`SparseAllreduce`] (registry name `spardl_rsag`).
+#[derive(Debug, Clone, Copy)]
+pub struct SpardlRsag {
+    k: usize,
+    /// `None`: 2 teams for an even number of workers, else 1, at each call.
+    d: Option<usize>,
+}
+
+impl SpardlRsag {
+    /// SparDL with R-SAG keeping `k` on `d` teams (`None`: 2 for an even
+    /// number of workers, else 1).
+    pub fn new(k: usize, d: Option<usize>) -> Self {
+        Self { k, d }
+    }
+    fn teams(&self, p: usize) -> usize {
+        self.d.unwrap_or(if p % 2 == 0 { 2 } else { 1 })
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for SpardlRsag {
+    fn name(&self) -> String {
+        "spardl_rsag".into()
+    }
+    fn params(&self) -> String {
+        k_and_teams(self.k, self.d)
+    }
+    fn lossless(&self) -> bool {
+        false
+    }
+    /// Eq. 5.
+    fn cost(&self, prof: &Profile) -> Cost {
+        cost::spardl_rsag(prof.p, self.k, self.teams(prof.p))
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        let d = self.teams(t.size());
+        spardl_rsag(t, v, self.k, d)
+    }
+}
+
+impl<E: Element> Registered<E> for SpardlRsag {
+    const NAME: &'static str = "spardl_rsag";
+    const PARAMS: &'static str =
+        "k (entries kept), d (teams, a power of two dividing P; default 2 for even P, else 1)";
+    const HELP: &'static str =
+        "SparDL with R-SAG: SRS in teams, recursive doubling between them; lossy";
+    fn build(params: &mut Params, d: Defaults) -> Result<Self> {
+        let k = crate::algorithm::k_param(params, d)?;
+        Ok(Self::new(k, crate::algorithm::teams_param(params)?))
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for SpardlBsag {
+    fn name(&self) -> String {
+        "spardl_bsag".into()
+    }
+    fn params(&self) -> String {
+        k_and_teams(self.k, self.d)
+    }
+    fn lossless(&self) -> bool {
+        false
+    }
+    /// SparDL's Table 1 bounds at the input's overlap.
+    fn cost(&self, prof: &Profile) -> Cost {
+        let d = self.d.unwrap_or_else(|| smallest_divisor(prof.p));
+        prof.within(cost::spardl_bsag(prof.p, self.k, d))
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        SpardlBsag::allreduce(self, t, v)
+    }
+}
+
+impl<E: Element> Registered<E> for SpardlBsag {
+    const NAME: &'static str = "spardl_bsag";
+    const PARAMS: &'static str =
+        "k (entries kept), d (teams dividing P; default the smallest divisor above 1)";
+    const HELP: &'static str = "SparDL with B-SAG: SRS in teams, an adaptive h between them; lossy";
+    fn build(params: &mut Params, defaults: Defaults) -> Result<Self> {
+        let k = crate::algorithm::k_param(params, defaults)?;
+        match crate::algorithm::teams_param(params)? {
+            Some(d) => Self::new(k, d),
+            None => Ok(Self::auto_teams(k)),
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::{Traffic, Transport, dense::bruck_allgather};
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
+use std::borrow::Cow;
 
 /// The outcome of a sparse allreduce on one rank.
 ///
@@ -25,7 +26,7 @@ pub struct Reduced<E> {
 /// construction.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Id {
-    TopkA = 1,
+    TopkA,
     SsarRecursiveDouble,
     SsarSplitAllgather,
     DsarSplitAllgather,
@@ -37,6 +38,29 @@ pub(crate) enum Id {
     TopkDsa,
     Gtopk,
     OkTopk,
+    /// A user's algorithm: a hash of its name with the top bit set.
+    User(u64),
+}
+
+impl Id {
+    /// The value the entry round compares (distinct for every built-in).
+    fn value(self) -> u64 {
+        match self {
+            Id::TopkA => 1,
+            Id::SsarRecursiveDouble => 2,
+            Id::SsarSplitAllgather => 3,
+            Id::DsarSplitAllgather => 4,
+            Id::Spardl => 5,
+            Id::ZenBalancedParallelism => 6,
+            Id::OmniReduceBlocks => 7,
+            Id::SpardlRsag => 8,
+            Id::SpardlBsag => 9,
+            Id::TopkDsa => 10,
+            Id::Gtopk => 11,
+            Id::OkTopk => 12,
+            Id::User(h) => h,
+        }
+    }
 }
 
 /// Checks that every rank calls the same collective with the same
@@ -145,7 +169,7 @@ pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
     local: Result<()>,
 ) -> Result<Traffic> {
     let mut fields = vec![
-        ("algorithm", id as u64),
+        ("algorithm", id.value()),
         ("dimension", v.dim() as u64),
         ("element", E::CODE as u64),
     ];
@@ -156,7 +180,7 @@ pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
 
 /// The entries of `v` for which `pick(index, value)` holds, and the rest;
 /// `pick` sees the entries in index order.
-pub(crate) fn split_where<E: Element>(
+pub fn split_where<E: Element>(
     v: &SparseVec<E>,
     mut pick: impl FnMut(u32, E) -> bool,
 ) -> (SparseVec<E>, SparseVec<E>) {
@@ -174,9 +198,30 @@ pub(crate) fn split_where<E: Element>(
 
 /// Appends the pairs of `v` as they travel in every sparse message: its
 /// `u32` indices, then its values.
-pub(crate) fn put_pairs<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
-    out.extend_from_slice(bytemuck::cast_slice(v.indices()));
-    out.extend_from_slice(bytemuck::cast_slice(v.values()));
+pub fn put_pairs<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
+    out.extend_from_slice(&le_u32s(v.indices()));
+    out.extend_from_slice(&le_bytes(v.values()));
+}
+
+/// The little-endian bytes of elements (borrowed on little-endian hosts,
+/// converted on others): the one byte order of every message.
+pub fn le_bytes<E: Element>(x: &[E]) -> Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        Cow::Borrowed(bytemuck::cast_slice(x))
+    } else {
+        let mut out = Vec::with_capacity(x.len() * E::BYTES);
+        x.iter().for_each(|v| v.write_le(&mut out));
+        Cow::Owned(out)
+    }
+}
+
+/// The little-endian bytes of indices, as [`le_bytes`].
+pub fn le_u32s(x: &[u32]) -> Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        Cow::Borrowed(bytemuck::cast_slice(x))
+    } else {
+        Cow::Owned(x.iter().flat_map(|i| i.to_le_bytes()).collect())
+    }
 }
 
 /// Reads `nnz` pairs written by [`put_pairs`] from exactly `b` into a
@@ -185,7 +230,7 @@ pub(crate) fn put_pairs<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
 /// # Errors
 /// [`Error::Corrupt`] (naming `what`) for a wrong length, unsorted or
 /// out-of-range indices.
-pub(crate) fn read_pairs<E: Element>(
+pub fn read_pairs<E: Element>(
     b: &[u8],
     nnz: usize,
     dim: usize,
@@ -209,14 +254,14 @@ pub(crate) fn read_pairs<E: Element>(
 }
 
 /// Appends one block: `nnz: u32`, then the pairs.
-pub(crate) fn put_block<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
+pub fn put_block<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
     out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
     put_pairs(out, v);
 }
 
 /// Reads one `nnz: u32, indices, values` block whose indices must lie in
 /// `lo..lo + len`.
-pub(crate) fn take_block<E: Element>(
+pub fn take_block<E: Element>(
     b: &mut &[u8],
     dim: usize,
     lo: usize,
@@ -258,7 +303,7 @@ pub fn encode_stream<E: Element>(s: &Stream<E>) -> Vec<u8> {
         }
         Stream::Dense(d) => {
             out.push(1);
-            out.extend_from_slice(bytemuck::cast_slice(d));
+            out.extend_from_slice(&le_bytes(d));
         }
     }
     out

@@ -1,8 +1,11 @@
 //! SparCML's SSAR_Split_allgather and DSAR_Split_allgather (sec. 5.3.2-3).
 
 use crate::Transport;
+use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, recursive_doubling_allgather};
+use crate::plan::Profile;
 use crate::sparse::{Id, Reduced, decode_stream, encode_stream, enter};
+use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::stats::{even_len, even_start};
@@ -190,4 +193,123 @@ pub fn dsar_split_allgather<T: Transport + ?Sized, E: Element>(
         Gather::Bruck,
         Id::DsarSplitAllgather,
     )
+}
+
+/// [`ssar_split_allgather`] as a [`SparseAllreduce`] (registry name
+/// `ssar_split_allgather`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SsarSplitAllgather;
+
+impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
+    fn name(&self) -> String {
+        "ssar_split_allgather".into()
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    /// SparCML's bounds at the input's overlap.
+    fn cost(&self, prof: &Profile) -> Cost {
+        prof.within(cost::ssar_split_allgather(prof.p, prof.k_avg()))
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        ssar_split_allgather(t, v)
+    }
+}
+
+impl<E: Element> Registered<E> for SsarSplitAllgather {
+    const NAME: &'static str = "ssar_split_allgather";
+    const PARAMS: &'static str = "";
+    const HELP: &'static str =
+        "SparCML's split phase, then a Bruck allgather of sparse streams; lossless";
+    fn build(_: &mut Params, _: Defaults) -> Result<Self> {
+        Ok(Self)
+    }
+}
+
+/// [`dsar_split_allgather`] as a [`SparseAllreduce`] (registry names
+/// `dsar_split_allgather` and, with QSGD, `dsar_qsgd`), with its call
+/// counter: the QSGD seed of a call mixes the configured seed, the call
+/// number and the rank, so that no two calls (or ranks) repeat the same
+/// random draws.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DsarSplitAllgather {
+    qsgd: Option<QsgdParams>,
+    calls: u64,
+}
+
+impl DsarSplitAllgather {
+    /// DSAR, its dense phase QSGD-quantized with `qsgd`.
+    pub fn new(qsgd: Option<QsgdParams>) -> Self {
+        Self { qsgd, calls: 0 }
+    }
+    /// The QSGD parameters.
+    pub fn qsgd(&self) -> Option<QsgdParams> {
+        self.qsgd
+    }
+    /// QSGD from a name's `bits`, `bucket` and `seed` (defaults 4, 512, a
+    /// fixed seed).
+    fn qsgd_from(params: &mut Params, bits: Option<u32>) -> Result<Option<QsgdParams>> {
+        let bits = match bits.or(params.take("bits")?) {
+            None => return Ok(None),
+            Some(b) => b,
+        };
+        let bucket = params.take("bucket")?.unwrap_or(512);
+        let seed = params.take("seed")?.unwrap_or(0x95d);
+        Ok(Some(QsgdParams::new(bits, bucket, seed)?))
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
+    fn name(&self) -> String {
+        if self.qsgd.is_some() {
+            "dsar_qsgd".into()
+        } else {
+            "dsar_split_allgather".into()
+        }
+    }
+    fn params(&self) -> String {
+        self.qsgd.map_or(String::new(), |q| {
+            format!("bits={},bucket={},seed={}", q.bits(), q.bucket(), q.seed())
+        })
+    }
+    fn lossless(&self) -> bool {
+        self.qsgd.is_none()
+    }
+    /// The dense allgather plus the split phase at the input's overlap.
+    fn cost(&self, prof: &Profile) -> Cost {
+        prof.within(cost::dsar_split_allgather(
+            prof.p,
+            prof.n,
+            prof.k_avg(),
+            self.qsgd.map(|q| (q.bits(), q.bucket())),
+        ))
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        let q = self.qsgd.map(|q| {
+            let mut mix = sparse_core::SplitMix64(q.seed() ^ self.calls.rotate_left(32));
+            q.with_seed(mix.next_u64())
+        });
+        self.calls += 1;
+        dsar_split_allgather(t, v, q)
+    }
+}
+
+impl<E: Element> Registered<E> for DsarSplitAllgather {
+    const NAME: &'static str = "dsar_split_allgather";
+    const PARAMS: &'static str = "qsgd (bits: 2, 4 or 8; none by default), bucket (512), seed";
+    const HELP: &'static str =
+        "SparCML's split phase, then dense partitions allgathered; lossless without qsgd";
+    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+        let bits = params.take("qsgd")?;
+        Ok(Self::new(Self::qsgd_from(params, bits)?))
+    }
+}
+
+/// The registry entry `dsar_qsgd`: DSAR with QSGD in the dense phase
+/// (`bits` 4 by default).
+pub(crate) fn dsar_qsgd<E: Element>(params: &mut Params) -> Result<Box<dyn SparseAllreduce<E>>> {
+    let bits = params.take("bits")?.unwrap_or(4);
+    Ok(Box::new(DsarSplitAllgather::new(
+        DsarSplitAllgather::qsgd_from(params, Some(bits))?,
+    )))
 }

@@ -1,8 +1,11 @@
 //! SparCML's SSAR_Recursive_double (sec. 5.3.1).
 
 use crate::Transport;
+use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
+use crate::plan::Profile;
 use crate::sparse::{Id, Reduced, decode_stream, encode_stream, enter, stream_to_sparse};
+use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec, Stream};
 
 /// SSAR_Recursive_double: in round `t` ranks `2^(t-1)` apart exchange their
@@ -58,4 +61,47 @@ pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
         dropped: SparseVec::zeros(dim)?,
         traffic: t.traffic().since(&start),
     })
+}
+
+/// Rounds of recursive doubling with MPICH's fold: `lg P` for a power of
+/// two, else `floor(lg P) + 2`.
+pub(crate) fn fold_rounds(p: usize) -> f64 {
+    if p.is_power_of_two() {
+        cost::ceil_log2(p) as f64
+    } else {
+        cost::floor_log2(p) as f64 + 2.0
+    }
+}
+
+/// [`ssar_recursive_double`] as a [`SparseAllreduce`] (registry name
+/// `ssar_recursive_double`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SsarRecursiveDouble;
+
+impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
+    fn name(&self) -> String {
+        "ssar_recursive_double".into()
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    /// SparCML's bounds at the input's overlap, in the fold's rounds.
+    fn cost(&self, prof: &Profile) -> Cost {
+        let words = prof
+            .within(cost::ssar_recursive_double(prof.p, prof.k_avg()))
+            .words;
+        Cost::new(fold_rounds(prof.p), words)
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        ssar_recursive_double(t, v)
+    }
+}
+
+impl<E: Element> Registered<E> for SsarRecursiveDouble {
+    const NAME: &'static str = "ssar_recursive_double";
+    const PARAMS: &'static str = "";
+    const HELP: &'static str = "SparCML's recursive doubling of sparse streams (Zen's Hierarchical Centralization); lossless";
+    fn build(_: &mut Params, _: Defaults) -> Result<Self> {
+        Ok(Self)
+    }
 }

@@ -16,9 +16,10 @@
 //! Failures panic with the case, the algorithm and the rank, so a thread
 //! cluster reports them as that rank's error and an MPI program aborts.
 
+use crate::algorithm::{Defaults, Params, Registry};
 use crate::dense::bruck_allgather;
 use crate::sparse::{put_block, take_block};
-use crate::{Algorithm, Allreduce, Traffic, Transport};
+use crate::{Traffic, Transport};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
 use sparse_core::{Result, SparseVec, Stream};
@@ -85,15 +86,24 @@ pub fn inputs(p: usize, case: &Case) -> Result<Vec<SparseVec<f32>>> {
     Ok(v)
 }
 
-/// The algorithms the suite runs on `p` ranks with budget `k`: every named
-/// one, R-SAG with the largest power of two up to 4 dividing `P`, B-SAG with
-/// the smallest divisor above 1 of `P`.
-pub fn algorithms(p: usize, k: usize) -> Vec<Algorithm> {
+/// The algorithms the suite runs on `p` ranks, as registry specs: every
+/// built-in one but the planner (`auto`, whose profiling round changes the
+/// rounds; `tests/plan.rs` checks it), R-SAG with the largest power of two
+/// up to 4 dividing `P`, B-SAG with the smallest divisor above 1 of `P`.
+/// The budget `k` of the lossy ones comes from the [`Defaults`] of each
+/// case ([`budget`]).
+pub fn algorithms(p: usize) -> Vec<String> {
     let rsag = [4usize, 2, 1].into_iter().find(|d| p % d == 0).unwrap_or(1);
     let bsag = (2..=p).find(|d| p % d == 0).unwrap_or(1);
-    Algorithm::all(k, rsag, bsag)
+    Registry::<f32>::builtin()
+        .names()
         .into_iter()
-        .filter(|a| a.name() != "dsar_qsgd")
+        .filter(|&n| n != "auto")
+        .map(|n| match n {
+            "spardl_rsag" => format!("{n}:d={rsag}"),
+            "spardl_bsag" => format!("{n}:d={bsag}"),
+            _ => n.to_string(),
+        })
         .collect()
 }
 
@@ -101,8 +111,17 @@ fn lg(p: usize) -> u64 {
     (usize::BITS - (p - 1).leading_zeros()) as u64
 }
 
-/// Rank `r`'s rounds in a first call of `algo` on `p` ranks.
-pub fn expected_rounds(algo: Algorithm, p: usize, r: usize) -> u64 {
+/// The name and teams (`d`, 1 when not given) of a spec.
+fn name_and_teams(spec: &str) -> (String, usize) {
+    let mut params = Params::parse(spec).expect("a valid spec");
+    let d = params.take::<usize>("d").ok().flatten().unwrap_or(1);
+    (params.name().to_string(), d)
+}
+
+/// Rank `r`'s rounds in a first call of the built-in algorithm `spec` on
+/// `p` ranks; `None` for a name the suite does not know (a user's own).
+pub fn expected_rounds(spec: &str, p: usize, r: usize) -> Option<u64> {
+    let (name, d) = name_and_teams(spec);
     let pu = p as u64;
     let pp = 1usize << p.ilog2();
     let rem = p - pp;
@@ -113,17 +132,15 @@ pub fn expected_rounds(algo: Algorithm, p: usize, r: usize) -> u64 {
         _ => core,
     };
     if p == 1 {
-        return 0;
+        return Some(0);
     }
-    match algo {
-        Algorithm::TopkA => lg(p),
-        Algorithm::TopkDsa => (pu - 1) + fold(pp.ilog2() as u64),
-        Algorithm::SsarRecursiveDouble => fold(pp.ilog2() as u64),
-        Algorithm::SsarSplitAllgather | Algorithm::DsarSplitAllgather { .. } => (pu - 1) + lg(p),
-        Algorithm::ZenBalancedParallelism { .. } | Algorithm::OmniReduceBlocks { .. } => {
-            2 * (pu - 1)
-        }
-        Algorithm::Gtopk { .. } => {
+    Some(match name.as_str() {
+        "topk_a" => lg(p),
+        "topk_dsa" => (pu - 1) + fold(pp.ilog2() as u64),
+        "ssar_recursive_double" => fold(pp.ilog2() as u64),
+        "ssar_split_allgather" | "dsar_split_allgather" | "dsar_qsgd" => (pu - 1) + lg(p),
+        "zen_balanced_parallelism" | "omnireduce_blocks" => 2 * (pu - 1),
+        "gtopk" => {
             // Binomial trees: a rank receives from each child and sends to
             // its parent, then the mirror image.
             let low = if r == 0 {
@@ -134,17 +151,19 @@ pub fn expected_rounds(algo: Algorithm, p: usize, r: usize) -> u64 {
             let children = (0..low.ilog2()).filter(|&i| r + (1 << i) < p).count() as u64;
             2 * (children + u64::from(r != 0))
         }
-        Algorithm::OkTopk { .. } => (pu - 1) + 3 * lg(p),
-        Algorithm::Spardl { .. } => 2 * lg(p),
-        Algorithm::SpardlRsag { d, .. } => 2 * lg(p / d) + d.ilog2() as u64,
-        Algorithm::SpardlBsag { d, .. } => 2 * lg(p / d) + lg(d),
-    }
+        "ok_topk" => (pu - 1) + 3 * lg(p),
+        "spardl" => 2 * lg(p),
+        "spardl_rsag" => 2 * lg(p / d) + d.ilog2() as u64,
+        "spardl_bsag" => 2 * lg(p / d) + lg(d),
+        _ => return None,
+    })
 }
 
 /// Rank `r`'s bytes received where they follow from the inputs alone:
 /// TopkA (a framed block per other rank), the split-allgather family (the
 /// split pieces, then each partition's stream block), `None` otherwise.
-pub fn expected_bytes(algo: Algorithm, ins: &[SparseVec<f32>], r: usize) -> Option<u64> {
+pub fn expected_bytes(spec: &str, ins: &[SparseVec<f32>], r: usize) -> Option<u64> {
+    let (name, _) = name_and_teams(spec);
     let (p, dim) = (ins.len(), ins[0].dim());
     let others = || (0..p).filter(move |&q| q != r);
     let range = |q: usize| even_start(q, dim, p)..even_start(q, dim, p) + even_len(q, dim, p);
@@ -173,11 +192,11 @@ pub fn expected_bytes(algo: Algorithm, ins: &[SparseVec<f32>], r: usize) -> Opti
         others().map(|q| 5 + 8 * count(&ins[q], r)).sum::<usize>()
             + others().map(|q| 4 + block(q, dense)).sum::<usize>()
     };
-    let bytes = match algo {
-        Algorithm::TopkA => others().map(|q| 4 + 8 * ins[q].nnz()).sum(),
-        Algorithm::SsarSplitAllgather => split(false),
-        Algorithm::DsarSplitAllgather { qsgd: None } => split(true),
-        Algorithm::TopkDsa => {
+    let bytes = match name.as_str() {
+        "topk_a" => others().map(|q| 4 + 8 * ins[q].nnz()).sum(),
+        "ssar_split_allgather" => split(false),
+        "dsar_split_allgather" => split(true),
+        "topk_dsa" => {
             let rem = p - (1usize << p.ilog2());
             match (r < 2 * rem, r % 2 == 0) {
                 (true, true) => split(false) + 4 + block(r, false),
@@ -195,12 +214,46 @@ pub fn budget(case: &Case) -> usize {
     ((case.density * case.dim as f64) as usize).max(1) * 2
 }
 
-/// Runs the whole suite on this rank; every rank of `t` must call it.
-/// Returns the number of (algorithm, input) runs checked.
+/// The most entries a built-in lossy algorithm's result may hold with
+/// budget `k` (`None`: no budget, as DSAR with QSGD or a user's own).
+fn most_entries(spec: &str, k: usize) -> Option<usize> {
+    match name_and_teams(spec).0.as_str() {
+        "ok_topk" => Some(k.max(k * 13 / 10)),
+        "gtopk" | "spardl" | "spardl_rsag" | "spardl_bsag" => Some(k),
+        _ => None,
+    }
+}
+
+/// Runs the whole suite on this rank with every built-in algorithm
+/// ([`algorithms`]); every rank of `t` must call it. Returns the number of
+/// (algorithm, input) runs checked.
 ///
 /// # Errors
-/// Transport errors. Failed checks panic (see the module docs).
-pub fn collective_suite<T: Transport + ?Sized>(t: &mut T) -> Result<usize> {
+/// Transport errors and the algorithms' errors. Failed checks panic (see
+/// the module docs).
+pub fn collective_suite(t: &mut dyn Transport) -> Result<usize> {
+    let registry = Registry::builtin();
+    let mut runs = 0;
+    for spec in algorithms(t.size()) {
+        runs += collective_suite_for(t, &registry, &spec)?;
+    }
+    Ok(runs)
+}
+
+/// The suite for one algorithm of `registry` (a user's own included),
+/// built from `spec` afresh for every input of the matrix with the input's
+/// budget as its default `k`. Checks what every algorithm promises
+/// (identical results, the exact sum or exact conservation); for the
+/// built-in ones also their budgets, rounds and, where they follow from
+/// the inputs, bytes. Returns the number of inputs checked.
+///
+/// # Errors
+/// Transport errors and the algorithm's errors. Failed checks panic.
+pub fn collective_suite_for(
+    t: &mut dyn Transport,
+    registry: &Registry<f32>,
+    spec: &str,
+) -> Result<usize> {
     let (p, r) = (t.size(), t.rank());
     let mut runs = 0;
     for case in cases(p) {
@@ -211,77 +264,71 @@ pub fn collective_suite<T: Transport + ?Sized>(t: &mut T) -> Result<usize> {
             v.add_to_dense(&mut oracle);
         }
         let k = budget(&case);
-        for algo in algorithms(p, k) {
-            let ctx = format!("{} P={p} rank {r} {case:?}", algo.name());
-            let red = Allreduce::new(algo)?.run(t, &ins[r])?;
-            // Every rank's result, dropped and traffic, on every rank.
-            let mut mine = Vec::new();
-            put_block(&mut mine, &red.result);
-            put_block(&mut mine, &red.dropped);
-            for x in [red.traffic.bytes_recv, red.traffic.rounds] {
-                mine.extend_from_slice(&x.to_le_bytes());
+        let mut algo = registry.build(spec, Defaults { k })?;
+        let ctx = format!("{spec} P={p} rank {r} {case:?}");
+        let red = algo.allreduce(t, &ins[r])?;
+        // Every rank's result, dropped and traffic, on every rank.
+        let mut mine = Vec::new();
+        put_block(&mut mine, &red.result);
+        put_block(&mut mine, &red.dropped);
+        for x in [red.traffic.bytes_recv, red.traffic.rounds] {
+            mine.extend_from_slice(&x.to_le_bytes());
+        }
+        let all = bruck_allgather(t, &mine)?;
+        let mut total = vec![0.0f32; dim];
+        let mut traffic = Vec::new();
+        for (q, b) in all.iter().enumerate() {
+            let mut rest: &[u8] = b;
+            let result: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
+            let dropped: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
+            assert_eq!(rest.len(), 16, "{ctx}: message from rank {q}");
+            let word = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8"));
+            traffic.push(Traffic {
+                bytes_recv: word(0),
+                rounds: word(8),
+                ..Traffic::default()
+            });
+            assert_eq!(
+                result.indices(),
+                red.result.indices(),
+                "{ctx}: rank {q}'s pattern"
+            );
+            let bits = |v: &SparseVec<f32>| -> Vec<u32> {
+                v.values().iter().map(|x| x.to_bits()).collect()
+            };
+            assert_eq!(bits(&result), bits(&red.result), "{ctx}: rank {q}'s bits");
+            if q == 0 {
+                result.add_to_dense(&mut total);
             }
-            let all = bruck_allgather(t, &mine)?;
-            let mut total = vec![0.0f32; dim];
-            let mut traffic = Vec::new();
-            for (q, b) in all.iter().enumerate() {
-                let mut rest: &[u8] = b;
-                let result: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
-                let dropped: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
-                assert_eq!(rest.len(), 16, "{ctx}: message from rank {q}");
-                let word = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8"));
-                traffic.push(Traffic {
-                    bytes_recv: word(0),
-                    rounds: word(8),
-                    ..Traffic::default()
-                });
-                assert_eq!(
-                    result.indices(),
-                    red.result.indices(),
-                    "{ctx}: rank {q}'s pattern"
+            dropped.add_to_dense(&mut total);
+        }
+        if algo.lossless() {
+            assert_eq!(red.result.to_dense(), oracle, "{ctx}: the exact sum");
+            assert_eq!(red.dropped.nnz(), 0, "{ctx}: lossless drops nothing");
+        } else {
+            if let Some(i) = (0..dim).find(|&i| total[i] != oracle[i]) {
+                panic!(
+                    "{ctx}: coordinate {i}: result + dropped = {}, inputs sum to {}",
+                    total[i], oracle[i]
                 );
-                let bits = |v: &SparseVec<f32>| -> Vec<u32> {
-                    v.values().iter().map(|x| x.to_bits()).collect()
-                };
-                assert_eq!(bits(&result), bits(&red.result), "{ctx}: rank {q}'s bits");
-                if q == 0 {
-                    result.add_to_dense(&mut total);
-                }
-                dropped.add_to_dense(&mut total);
             }
-            if algo.lossless() {
-                assert_eq!(red.result.to_dense(), oracle, "{ctx}: the exact sum");
-                assert_eq!(red.dropped.nnz(), 0, "{ctx}: lossless drops nothing");
-            } else {
-                if let Some(i) = (0..dim).find(|&i| total[i] != oracle[i]) {
-                    panic!(
-                        "{ctx}: coordinate {i}: result + dropped = {}, inputs sum to {}",
-                        total[i], oracle[i]
-                    );
-                }
-                // Ok-Topk's budget: max(k, floor(1.3 k)).
-                let most = match algo {
-                    Algorithm::OkTopk { .. } => k.max(k * 13 / 10),
-                    _ => k,
-                };
+            if let Some(most) = most_entries(spec, k) {
                 assert!(
                     red.result.nnz() <= most,
                     "{ctx}: {} > {most}",
                     red.result.nnz()
                 );
             }
-            for (q, tr) in traffic.iter().enumerate() {
-                assert_eq!(
-                    tr.rounds,
-                    expected_rounds(algo, p, q),
-                    "{ctx}: rank {q}'s rounds"
-                );
-                if let Some(b) = expected_bytes(algo, &ins, q) {
-                    assert_eq!(tr.bytes_recv, b, "{ctx}: rank {q}'s bytes");
-                }
-            }
-            runs += 1;
         }
+        for (q, tr) in traffic.iter().enumerate() {
+            if let Some(rounds) = expected_rounds(spec, p, q) {
+                assert_eq!(tr.rounds, rounds, "{ctx}: rank {q}'s rounds");
+            }
+            if let Some(b) = expected_bytes(spec, &ins, q) {
+                assert_eq!(tr.bytes_recv, b, "{ctx}: rank {q}'s bytes");
+            }
+        }
+        runs += 1;
     }
     Ok(runs)
 }
@@ -313,13 +360,14 @@ pub fn bad_input(kind: &str, dim: usize) -> SparseVec<f32> {
 ///
 /// # Errors
 /// Transport errors. Failed checks panic.
-pub fn bad_input_suite<T: Transport + ?Sized>(t: &mut T) -> Result<usize> {
+pub fn bad_input_suite(t: &mut dyn Transport) -> Result<usize> {
     use sparse_core::Error;
     let (p, r) = (t.size(), t.rank());
+    let registry = Registry::<f32>::builtin();
     let dim = 97;
     let good = SparseVec::new(dim, vec![3, 50], vec![1.0f32, -2.0])?;
     let mut calls = 0;
-    for algo in Algorithm::all(4, 1, 1) {
+    for name in registry.names() {
         for (n, kind) in BAD_INPUTS.iter().enumerate() {
             let bad = (n + calls) % p;
             let input = if r == bad {
@@ -327,9 +375,9 @@ pub fn bad_input_suite<T: Transport + ?Sized>(t: &mut T) -> Result<usize> {
             } else {
                 good.clone()
             };
-            let ctx = format!("{} P={p} rank {r}, {kind} on rank {bad}", algo.name());
-            let mut runner = Allreduce::new(algo)?;
-            match runner.run(t, &input) {
+            let ctx = format!("{name} P={p} rank {r}, {kind} on rank {bad}");
+            let mut runner = registry.build(name, Defaults { k: 4 })?;
+            match runner.allreduce(t, &input) {
                 Ok(red) => panic!("{ctx}: accepted ({} entries)", red.result.nnz()),
                 Err(Error::PeerError { rank, .. }) if r != bad => {
                     assert_eq!(rank, bad, "{ctx}: names the bad rank");
@@ -341,8 +389,8 @@ pub fn bad_input_suite<T: Transport + ?Sized>(t: &mut T) -> Result<usize> {
                 ) if r == bad => {}
                 Err(e) => panic!("{ctx}: unexpected error {e}"),
             }
-            let red = runner.run(t, &good)?;
-            if algo.lossless() {
+            let red = runner.allreduce(t, &good)?;
+            if runner.lossless() {
                 let want = SparseVec::new(dim, vec![3, 50], vec![p as f32, -2.0 * p as f32])?;
                 assert_eq!(red.result, want, "{ctx}: the next call works");
             }

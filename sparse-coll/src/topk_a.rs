@@ -2,8 +2,11 @@
 //! selected pairs are allgathered and summed locally.
 
 use crate::Transport;
+use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
+use crate::plan::Profile;
 use crate::sparse::{Id, Reduced, enter, put_pairs, read_pairs};
+use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec};
 
 /// TopkA: each rank's `(indices, values)`, packed behind a 4-byte length
@@ -38,4 +41,34 @@ pub fn topk_a<T: Transport + ?Sized, E: Element>(
         dropped: SparseVec::zeros(v.dim())?,
         traffic: t.traffic().since(&start),
     })
+}
+
+/// [`topk_a`] as a [`SparseAllreduce`] (registry name `topk_a`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TopkA;
+
+impl<E: Element> SparseAllreduce<E> for TopkA {
+    fn name(&self) -> String {
+        "topk_a".into()
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    /// Table 1 with the mean `k`.
+    fn cost(&self, prof: &Profile) -> Cost {
+        cost::topk_a(prof.p, prof.k_avg())
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        topk_a(t, v)
+    }
+}
+
+impl<E: Element> Registered<E> for TopkA {
+    const NAME: &'static str = "topk_a";
+    const PARAMS: &'static str = "";
+    const HELP: &'static str =
+        "allgather of every rank's pairs, summed in rank order (RedSync, SparDL's TopkA); lossless";
+    fn build(_: &mut Params, _: Defaults) -> Result<Self> {
+        Ok(Self)
+    }
 }

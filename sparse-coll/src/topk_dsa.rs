@@ -1,8 +1,11 @@
 //! TopkDSA (Renggli et al., as SparDL's Table 1 and experiments run it).
 
 use crate::Transport;
+use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::plan::Profile;
 use crate::sparse::{Id, Reduced};
 use crate::split_allgather::{Gather, Phase, split_allgather};
+use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec};
 
 /// TopkDSA, the dynamic sparse allreduce of Renggli et al. (SparCML) as
@@ -30,4 +33,45 @@ pub fn topk_dsa<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
     split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, Id::TopkDsa)
+}
+
+/// [`topk_dsa`] as a [`SparseAllreduce`] (registry name `topk_dsa`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TopkDsa;
+
+impl<E: Element> SparseAllreduce<E> for TopkDsa {
+    fn name(&self) -> String {
+        "topk_dsa".into()
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    /// Each partition travels sparse or dense, whichever is smaller:
+    /// SSAR_Split_allgather's words capped by DSAR's, in `(P - 1)` direct
+    /// steps plus the fold's rounds.
+    fn cost(&self, prof: &Profile) -> Cost {
+        let (p, n, k) = (prof.p, prof.n, prof.k_avg());
+        let sparse = prof.within(cost::ssar_split_allgather(p, k)).words;
+        let dense = prof.within(cost::dsar_split_allgather(p, n, k, None)).words;
+        Cost::new(
+            (p - 1) as f64 + crate::ssar::fold_rounds(p),
+            sparse.min(dense),
+        )
+    }
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(prof.within(cost::topk_dsa(prof.p, prof.n, prof.k_avg())))
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        topk_dsa(t, v)
+    }
+}
+
+impl<E: Element> Registered<E> for TopkDsa {
+    const NAME: &'static str = "topk_dsa";
+    const PARAMS: &'static str = "";
+    const HELP: &'static str =
+        "split, then recursive-doubling allgather of dynamic streams (SparDL's TopkDSA); lossless";
+    fn build(_: &mut Params, _: Defaults) -> Result<Self> {
+        Ok(Self)
+    }
 }

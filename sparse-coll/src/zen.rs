@@ -4,10 +4,13 @@
 //! classifies it.
 
 use crate::Transport;
+use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::plan::Profile;
 use crate::push_pull::{Scheme, push_pull};
 use crate::sparse::{Id, Reduced, enter};
+use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
-use sparse_core::{Element, Error, Result, SparseVec};
+use sparse_core::{Element, Error, H0, Result, SparseVec};
 use std::sync::Arc;
 
 struct Zen<'a> {
@@ -104,4 +107,74 @@ fn enter_zen<T: Transport + ?Sized, E: Element>(
         local,
     )
     .map(drop)
+}
+
+/// [`zen_balanced_parallelism`] as a [`SparseAllreduce`] (registry name
+/// `zen_balanced_parallelism`), with its partition index built once per
+/// (ranks, dimension) and kept across calls.
+#[derive(Debug, Clone)]
+pub struct ZenBalancedParallelism {
+    seed: u64,
+    index: Option<Arc<PartitionIndex>>,
+}
+
+impl ZenBalancedParallelism {
+    /// Zen with the `h0` of this seed.
+    pub fn new(seed: u64) -> Self {
+        Self { seed, index: None }
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for ZenBalancedParallelism {
+    fn name(&self) -> String {
+        "zen_balanced_parallelism".into()
+    }
+    fn params(&self) -> String {
+        format!("seed={}", self.seed)
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    /// Eq. 1 at the input's densification ratio plus the hash bitmaps'
+    /// `n / 32` words, in `2 (P - 1)` rounds.
+    fn cost(&self, prof: &Profile) -> Cost {
+        let (p, n) = (prof.p, prof.n);
+        let density = prof.k_avg() as f64 / n.max(1) as f64;
+        let words = cost::zen_balanced_parallelism(p, n, density, prof.densification(), 1.0);
+        Cost::new(
+            2.0 * (p as f64 - 1.0),
+            words + n as f64 / 32.0 * prof.frac(),
+        )
+    }
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        let (p, dim) = (t.size(), v.dim());
+        let index = match &self.index {
+            Some(index) if index.h0().partitions() as usize == p && index.dim() == dim => {
+                index.clone()
+            }
+            _ => {
+                // Built before the call (8 bytes per coordinate); a refused
+                // allocation reaches every rank as an error.
+                let built = H0::new(self.seed, p as u32)
+                    .and_then(|h0| PartitionIndex::new(h0, dim))
+                    .map(Arc::new);
+                let index = match built {
+                    Ok(index) => index,
+                    Err(e) => return zen_failed(t, v, self.seed, e),
+                };
+                self.index = Some(index.clone());
+                index
+            }
+        };
+        zen_balanced_parallelism(t, v, &index)
+    }
+}
+
+impl<E: Element> Registered<E> for ZenBalancedParallelism {
+    const NAME: &'static str = "zen_balanced_parallelism";
+    const PARAMS: &'static str = "seed (of h0)";
+    const HELP: &'static str = "Zen: push COO to the h0 owner, pull hash bitmap + values; lossless";
+    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+        Ok(Self::new(params.take("seed")?.unwrap_or(0x2e7)))
+    }
 }

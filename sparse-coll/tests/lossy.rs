@@ -466,8 +466,10 @@ fn ranks_that_disagree_on_k_or_teams_all_get_an_error() {
         for p in [2usize, 4] {
             let out = ThreadCluster::new(p).run(|t| {
                 let k = if t.rank() == 1 { 7 } else { 8 };
-                let algo = sparse_coll::Algorithm::from_name(name, k, 2)?;
-                sparse_coll::Allreduce::new(algo)?.run(t, &SparseVec::<f32>::zeros(100)?)
+                let spec = format!("{name}:k={k}");
+                sparse_coll::Registry::builtin()
+                    .build(&spec, sparse_coll::Defaults { k })?
+                    .allreduce(t, &SparseVec::<f32>::zeros(100)?)
             });
             assert_all_disagree(&out, "k", &format!("{name} P={p}"));
         }

@@ -3,55 +3,109 @@
 
 mod common;
 use common::{assert_all_disagree, assert_conserved, inputs, oracle, run};
-use sparse_coll::{Algorithm, Allreduce, Auto, Profile, Reduced, ThreadCluster};
+use sparse_coll::{Auto, Defaults, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster};
 use sparse_core::SparseVec;
 
+fn registry() -> Registry<f32> {
+    Registry::builtin()
+}
+
 #[test]
-fn every_named_algorithm_keeps_the_contract() {
+fn every_registered_algorithm_keeps_the_contract() {
+    let reg = registry();
     for p in [1usize, 2, 3, 4, 6, 8] {
         let ins = inputs(p, 2003, 0.03, 0.5, true, p as u64);
-        for name in Algorithm::NAMES {
-            let algo = Algorithm::from_name(name, 40, if p % 2 == 0 { 2 } else { 1 }).unwrap();
-            assert_eq!(algo.name(), name);
-            let out = run(p, &ins, |t, v| Allreduce::new(algo)?.run(t, v));
-            let ctx = format!("{name} P={p}");
-            if algo.lossless() {
+        for name in reg.names() {
+            let spec = match name {
+                "spardl_rsag" if p % 2 == 1 => "spardl_rsag:d=1".to_string(),
+                _ => name.to_string(),
+            };
+            let d = Defaults { k: 40 };
+            let built = reg.build(&spec, d).unwrap();
+            assert_eq!(built.name(), name);
+            // The spec it reports parses back into the same algorithm.
+            assert_eq!(reg.build(&built.spec(), d).unwrap().spec(), built.spec());
+            let out = run(p, &ins, |t, v| reg.build(&spec, d)?.allreduce(t, v));
+            let ctx = format!("{spec} P={p}");
+            if built.lossless() {
                 for red in &out {
                     assert_eq!(red.result.to_dense(), oracle(&ins), "{ctx}");
                     assert_eq!(red.dropped.nnz(), 0, "{ctx}");
                 }
-            } else if name != "dsar_qsgd" {
-                // Integer inputs: exact conservation (QSGD's is checked
-                // within float tolerance in tests/sparse.rs).
+            } else {
+                // Integer inputs: exact conservation, QSGD's included.
                 assert_conserved(&ins, &out, &ctx);
             }
         }
     }
-    assert!(Algorithm::from_name("nope", 1, 1).is_err());
 }
 
-/// Each lossless candidate's largest per-rank received bytes on `ins`.
-fn measured(p: usize, ins: &[SparseVec<f32>], algos: &[Algorithm]) -> Vec<(Algorithm, u64, u64)> {
-    algos
+#[test]
+fn names_and_parameters_parse_or_fail_clearly() {
+    let reg = registry();
+    let d = Defaults { k: 10 };
+    let bsag = reg.build("spardl_bsag:d=2,k=40", d).unwrap();
+    assert_eq!(bsag.spec(), "spardl_bsag:k=40,d=2");
+    let q = reg
+        .build("dsar_split_allgather:qsgd=8,bucket=64", d)
+        .unwrap();
+    assert_eq!((q.name(), q.lossless()), ("dsar_qsgd".to_string(), false));
+    assert!(q.params().starts_with("bits=8,bucket=64"));
+    assert_eq!(reg.build("gtopk", d).unwrap().params(), "k=10");
+    for (bad, says) in [
+        ("nope", "unknown \"nope\""),
+        ("gtopk:k=ten", "k=\"ten\""),
+        ("gtopk:kk=3", "unknown parameter \"kk\""),
+        ("gtopk:k", "not key=value"),
+        ("gtopk:k=1,k=2", "given twice"),
+        ("dsar_qsgd:bits=3", "bits"),
+        ("omnireduce_blocks:block=0", "block"),
+        ("spardl_bsag:d=0", "teams"),
+        ("ok_topk:period=0", "period"),
+        ("", "no name"),
+    ] {
+        let e = reg
+            .build(bad, d)
+            .err()
+            .unwrap_or_else(|| panic!("{bad:?} accepted"));
+        assert!(e.to_string().contains(says), "{bad:?}: {e}");
+    }
+    // The unknown-name error lists every known name.
+    let e = reg.build("nope", d).err().unwrap().to_string();
+    assert!(reg.names().iter().all(|n| e.contains(n)), "{e}");
+    // --help lists every entry with its parameters.
+    let help = reg.help();
+    for e in reg.entries() {
+        assert!(help.contains(e.name()) && help.contains(e.help()));
+    }
+}
+
+/// Each candidate's largest per-rank received bytes and rounds on `ins`.
+fn measured(p: usize, ins: &[SparseVec<f32>], names: &[&str]) -> Vec<(String, u64, u64)> {
+    let reg = registry();
+    names
         .iter()
-        .map(|&a| {
-            let out = run(p, ins, |t, v| Allreduce::new(a)?.run(t, v));
+        .map(|&name| {
+            let out = run(p, ins, |t, v| {
+                reg.build(name, Defaults { k: 0 })?.allreduce(t, v)
+            });
             let bytes = out.iter().map(|r| r.traffic.bytes_recv).max().unwrap();
             let rounds = out.iter().map(|r| r.traffic.rounds).max().unwrap();
-            (a, bytes, rounds)
+            (name.to_string(), bytes, rounds)
         })
         .collect()
 }
 
 /// Runs `calls` planned allreduces and returns the choices.
-fn plan(p: usize, ins: &[SparseVec<f32>], alpha: f64, beta: f64, calls: usize) -> Vec<Algorithm> {
-    let out: Vec<Vec<(Reduced<f32>, Algorithm)>> = ThreadCluster::new(p)
+fn plan(p: usize, ins: &[SparseVec<f32>], alpha: f64, beta: f64, calls: usize) -> Vec<String> {
+    let out: Vec<Vec<(Reduced<f32>, String)>> = ThreadCluster::new(p)
         .run(|t| {
             let mut auto = Auto::lossless(alpha, beta)?;
             (0..calls)
                 .map(|_| {
-                    let red = auto.allreduce(t, &ins[sparse_coll::Transport::rank(t)])?;
-                    Ok((red, auto.last_choice().unwrap()))
+                    let v = &ins[sparse_coll::Transport::rank(t)];
+                    let red = auto.allreduce(t, v)?;
+                    Ok((red, auto.last_name().unwrap()))
                 })
                 .collect()
         })
@@ -64,7 +118,7 @@ fn plan(p: usize, ins: &[SparseVec<f32>], alpha: f64, beta: f64, calls: usize) -
             assert_eq!(red.result.to_dense(), oracle(ins));
         }
     }
-    out[0].iter().map(|x| x.1).collect()
+    out[0].iter().map(|x| x.1.clone()).collect()
 }
 
 #[test]
@@ -88,14 +142,14 @@ fn auto_picks_within_a_quarter_of_the_fewest_bytes_once_profiled() {
                 }
             })
             .collect();
-        let m = measured(p, &ins, &Algorithm::LOSSLESS);
+        let m = measured(p, &ins, &sparse_coll::LOSSLESS);
         let best = m.iter().map(|x| x.1).min().unwrap();
         let choices = plan(p, &ins, 0.0, 1.0, 3);
         let chosen = m.iter().find(|x| x.0 == choices[2]).unwrap();
         assert!(
             chosen.1 as f64 <= 1.25 * best as f64,
             "P={p} n={n} density={density} overlap={overlap}: chose {} with {} bytes, best {best}: {m:?}",
-            chosen.0.name(),
+            chosen.0,
             chosen.1
         );
     }
@@ -105,11 +159,11 @@ fn auto_picks_within_a_quarter_of_the_fewest_bytes_once_profiled() {
 fn auto_picks_the_fewest_rounds_when_latency_dominates() {
     for p in [3usize, 8, 9] {
         let ins = inputs(p, 1000, 0.01, 0.5, false, 9);
-        let m = measured(p, &ins, &Algorithm::LOSSLESS);
+        let m = measured(p, &ins, &sparse_coll::LOSSLESS);
         let fewest = m.iter().map(|x| x.2).min().unwrap();
-        let choice = plan(p, &ins, 1.0, 0.0, 2)[1];
+        let choice = plan(p, &ins, 1.0, 0.0, 2).swap_remove(1);
         let chosen = m.iter().find(|x| x.0 == choice).unwrap();
-        assert_eq!(chosen.2, fewest, "P={p}: {} in {m:?}", choice.name());
+        assert_eq!(chosen.2, fewest, "P={p}: {choice} in {m:?}");
     }
 }
 
@@ -128,14 +182,16 @@ fn profiles_place_inputs_between_full_and_no_overlap() {
     assert_eq!(prof(25).overlap(), 0.5);
     assert_eq!(prof(20).densification(), 0.5);
     // Between the bounds of SSAR_Recursive_double: 2k lg P .. 2k (P - 1).
-    let c = Algorithm::SsarRecursiveDouble.model(&prof(25));
+    let c = SparseAllreduce::<f32>::cost(&sparse_coll::SsarRecursiveDouble, &prof(25));
     assert_eq!(c.words, 0.5 * (2.0 * 10.0 * 2.0) + 0.5 * (2.0 * 10.0 * 3.0));
 }
 
 #[test]
 fn ranks_running_different_algorithms_all_get_an_error() {
-    for a in Algorithm::NAMES {
-        for b in Algorithm::NAMES {
+    let reg = registry();
+    let names: Vec<&str> = reg.names().into_iter().filter(|&n| n != "auto").collect();
+    for &a in &names {
+        for &b in &names {
             // dsar_qsgd is dsar_split_allgather with quantization: it
             // disagrees on the quantization, not on the algorithm.
             if a == b || (a.starts_with("dsar") && b.starts_with("dsar")) {
@@ -147,8 +203,8 @@ fn ranks_running_different_algorithms_all_get_an_error() {
                 } else {
                     b
                 };
-                let algo = Algorithm::from_name(name, 8, 2)?;
-                Allreduce::new(algo)?.run(t, &SparseVec::<f32>::zeros(64)?)
+                reg.build(name, Defaults { k: 8 })?
+                    .allreduce(t, &SparseVec::<f32>::zeros(64)?)
             });
             assert_all_disagree(&out, "algorithm", &format!("{a} vs {b}"));
         }
@@ -160,17 +216,17 @@ fn overlapped_collectives_equal_blocking_ones() {
     use sparse_coll::nonblocking::overlap;
     for p in [1usize, 3, 4] {
         let ins = inputs(p, 5000, 0.02, 0.5, false, 21);
+        let reg = registry();
+        let d = Defaults { k: 60 };
         for name in ["spardl", "ssar_split_allgather", "zen_balanced_parallelism"] {
-            let algo = Algorithm::from_name(name, 60, 1).unwrap();
-            let blocking = run(p, &ins, |t, v| Allreduce::new(algo)?.run(t, v));
+            let blocking = run(p, &ins, |t, v| reg.build(name, d)?.allreduce(t, v));
             let overlapped = run(p, &ins, |t, v| {
+                let mut algo = reg.build(name, d)?;
                 // Compute while the allreduce runs on the progress thread.
-                let (red, sum) = overlap(
-                    t,
-                    |t| Allreduce::new(algo)?.run(t, v),
-                    || (0..200_000u64).map(|x| x * x % 7).sum::<u64>(),
-                );
-                assert_eq!(sum, (0..200_000u64).map(|x| x * x % 7).sum::<u64>());
+                let (red, sum) = overlap(t, |t| algo.allreduce(t, v), || squares_mod_7(200_000));
+                // Squares mod 7 repeat 0, 1, 4, 2, 2, 4, 1 (14 per period):
+                // 28,571 periods and 0 + 1 + 4.
+                assert_eq!(sum, 14 * 28_571 + 5, "the overlapped computation ran");
                 red
             });
             for (a, b) in blocking.iter().zip(&overlapped) {
@@ -198,7 +254,7 @@ fn started_collectives_return_the_transport() {
             std::thread::spawn(move || {
                 let w = v.clone();
                 let pending = start(t, move |t| sparse_coll::spardl(t, &w, 50));
-                let busy: u64 = (0..100_000u64).map(|x| x ^ (x >> 3)).sum();
+                let busy = squares_mod_7(100_000);
                 let (mut t, first) = pending.wait();
                 let again = sparse_coll::spardl(&mut t, &v, 50);
                 (first.unwrap(), again.unwrap(), busy)
@@ -206,7 +262,9 @@ fn started_collectives_return_the_transport() {
         })
         .collect();
     for (r, h) in handles.into_iter().enumerate() {
-        let (first, again, _) = h.join().unwrap();
+        let (first, again, busy) = h.join().unwrap();
+        // 14,285 periods of 14, then 0 + 1 + 4 + 2 + 2.
+        assert_eq!(busy, 14 * 14_285 + 9, "rank {r}: the computation ran");
         assert_eq!(first.result, blocking[r].result, "rank {r}");
         assert_eq!(first.dropped, blocking[r].dropped, "rank {r}");
         assert_eq!(
@@ -214,4 +272,9 @@ fn started_collectives_return_the_transport() {
             "rank {r}: the transport works after"
         );
     }
+}
+
+/// Busy work with a closed form: the sum of `x^2 mod 7` for `x < n`.
+fn squares_mod_7(n: u64) -> u64 {
+    (0..n).map(|x| x * x % 7).sum()
 }

@@ -256,7 +256,7 @@ fn quantized_dsar_splits_exactly_on_random_inputs() {
 /// hold the buffers.
 #[test]
 fn huge_dimensions_are_errors_on_every_rank() {
-    use sparse_coll::{Algorithm, Allreduce};
+    use sparse_coll::{Defaults, Registry};
     use sparse_core::Error;
     let n = u32::MAX as usize;
     if sparse_core::alloc::probe(8 * n as u64, "test probe").is_ok() {
@@ -265,21 +265,20 @@ fn huge_dimensions_are_errors_on_every_rank() {
     }
     for p in [1usize, 2, 3] {
         for algo in [
-            Algorithm::DsarSplitAllgather { qsgd: None },
-            Algorithm::DsarSplitAllgather {
-                qsgd: Some(QsgdParams::new(4, 512, 1).unwrap()),
-            },
-            Algorithm::ZenBalancedParallelism { seed: 5 },
+            "dsar_split_allgather",
+            "dsar_qsgd",
+            "zen_balanced_parallelism",
         ] {
             let out = ThreadCluster::new(p).run(|t| {
                 let v = SparseVec::new(n, vec![0, n as u32 - 1], vec![1.0f32, 2.0])?;
-                Allreduce::new(algo)?.run(t, &v)
+                Registry::builtin()
+                    .build(algo, Defaults { k: 1 })?
+                    .allreduce(t, &v)
             });
             for (r, res) in out.iter().enumerate() {
                 assert!(
                     matches!(res, Err(Error::OutOfMemory { .. })),
-                    "{} P={p} rank {r}: {res:?}",
-                    algo.name()
+                    "{algo} P={p} rank {r}: {res:?}"
                 );
             }
         }

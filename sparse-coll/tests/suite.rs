@@ -1,23 +1,54 @@
 //! The collective suite (`sparse_coll::testing`) on the thread transport,
 //! for P = 1..=9, 16 and 17.
 
-use sparse_coll::ThreadCluster;
-use sparse_coll::testing::{algorithms, cases, collective_suite};
+use sparse_coll::testing::{algorithms, cases, collective_suite_for};
+use sparse_coll::{Registry, ThreadCluster};
 
+/// Every built-in algorithm at every `P`, each pair a run of its own: all
+/// failures are collected and reported together (a failed check panics on
+/// its rank, which the thread cluster turns into that rank's error).
 #[test]
 fn collective_suite_on_threads() {
+    let registry = Registry::builtin();
+    let mut failures = Vec::new();
+    let mut runs = 0;
     for p in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17] {
-        let want = cases(p).len() * algorithms(p, 1).len();
-        for (r, res) in ThreadCluster::new(p)
-            .run(collective_suite)
-            .into_iter()
-            .enumerate()
-        {
-            match res {
-                Ok(runs) => assert_eq!(runs, want, "P={p} rank {r}"),
-                Err(e) => panic!("P={p} rank {r}: {e}"),
+        for spec in algorithms(p) {
+            for (r, res) in ThreadCluster::new(p)
+                .run(|t| collective_suite_for(t, &registry, &spec))
+                .into_iter()
+                .enumerate()
+            {
+                match res {
+                    Ok(n) if n == cases(p).len() => runs += 1,
+                    Ok(n) => failures.push(format!("{spec} P={p} rank {r}: {n} cases ran")),
+                    Err(e) => failures.push(format!("{spec} P={p} rank {r}: {e}")),
+                }
             }
         }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(runs > 0);
+}
+
+/// Every registered algorithm but the planner runs in the suite: a new
+/// registry entry cannot be left out by hand.
+#[test]
+fn the_suite_runs_every_registered_algorithm() {
+    let names: Vec<String> = algorithms(4)
+        .iter()
+        .map(|s| s.split(':').next().unwrap().to_string())
+        .collect();
+    for n in Registry::<f32>::builtin().names() {
+        assert!(
+            n == "auto" || names.iter().any(|x| x == n),
+            "{n} is not in the suite"
+        );
     }
 }
 
@@ -30,7 +61,7 @@ fn bad_inputs_are_errors_on_every_rank() {
     use sparse_coll::testing::bad_input_suite;
     for p in 1..=9usize {
         for (r, res) in ThreadCluster::new(p)
-            .run(bad_input_suite)
+            .run(|t| bad_input_suite(t))
             .into_iter()
             .enumerate()
         {

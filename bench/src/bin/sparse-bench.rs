@@ -85,9 +85,10 @@ enum Command {
         /// Fraction of each rank's indices shared by all ranks, in [0, 1].
         #[arg(long, default_value_t = 0.5)]
         overlap: f64,
-        /// Only these algorithms (repeat the flag, or separate with commas);
-        /// `auto` is the planner. All when absent.
-        #[arg(long, value_delimiter = ',')]
+        /// Only these algorithms, registry names with parameters
+        /// (`spardl_bsag:k=40,d=2`; repeat the flag, or separate with
+        /// semicolons); `auto` is the planner. All when absent.
+        #[arg(long, value_delimiter = ';', long_help = algo_help())]
         algo: Vec<String>,
         /// Seed of the gradients.
         #[arg(long, default_value_t = 1)]
@@ -292,11 +293,12 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
     if json {
         for r in &rep.rows {
             let obj = serde_json::json!({
-                "bench": "allreduce", "transport": transport, "algo": r.algo, "teams": r.teams,
+                "bench": "allreduce", "transport": transport, "algo": r.algo, "params": r.params,
                 "chose": r.chose, "ranks": prof.p, "n": prof.n, "nnz": prof.k_max,
                 "nnz_sum": prof.k_sum, "union": prof.union, "result_nnz": r.result_nnz,
                 "bytes_recv_max": r.bytes_recv_max, "bytes_sent_max": r.bytes_sent_max,
                 "msgs_max": r.msgs_max, "rounds": r.rounds, "model_bytes": r.model_bytes,
+                "paper_bytes": r.paper_bytes,
                 "ms": r.ms, "dense_ms": rep.dense_ms, "vs_dense": r.ms / rep.dense_ms,
                 "dense_bytes_recv_max": rep.dense_bytes_recv_max,
                 "max_abs_err": r.max_abs_err, "lossless": r.lossless,
@@ -327,10 +329,10 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
         .rows
         .iter()
         .map(|r| {
-            let name = match (&r.chose, r.teams) {
-                (Some(c), _) => format!("auto -> {c}"),
-                (None, d) if r.algo.starts_with("spardl_") => format!("{} d={d}", r.algo),
-                _ => r.algo.clone(),
+            let name = match &r.chose {
+                Some(c) => format!("auto -> {c}"),
+                None if r.algo.starts_with("spardl_") => format!("{}:{}", r.algo, r.params),
+                None => r.algo.clone(),
             };
             vec![
                 name,
@@ -489,4 +491,14 @@ fn run_select(backend: BackendKind, a: SelectArgs, json: bool) -> sparse_core::R
         );
     }
     Ok(())
+}
+
+/// `--algo`'s long help: every registered algorithm with its parameters.
+fn algo_help() -> String {
+    format!(
+        "Only these algorithms, as registry names with parameters \
+         (`spardl_bsag:k=40,d=2`; repeat the flag, or separate with semicolons). \
+         All when absent. `k` defaults to the density times n.\n\nAlgorithms:\n{}",
+        sparse_coll::Registry::<f32>::builtin().help()
+    )
 }

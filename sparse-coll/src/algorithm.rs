@@ -1,0 +1,383 @@
+//! One interface for every sparse allreduce ([`SparseAllreduce`]), the
+//! parameters of a name (`spardl_bsag:k=40,d=2`), and the [`Registry`] that
+//! turns names into algorithms: the built-in ones and a user's own.
+//!
+//! Adding a built-in algorithm is one file (its collective, a type that
+//! implements [`SparseAllreduce`] and [`Registered`]) plus one line in
+//! [`Registry::builtin`]. A user's own algorithm implements
+//! [`SparseAllreduce`] outside this crate (with the framing helpers of
+//! [`crate::wire`]) and joins a registry with [`Registry::register`]; the
+//! [`crate::Auto`] planner and the collective suite
+//! (`sparse_coll::testing`) then treat it like a built-in one.
+
+use crate::{Profile, Reduced, Transport};
+use sparse_core::cost::Cost;
+use sparse_core::{Element, Error, Result, SparseVec};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A sparse allreduce with the state it keeps across calls.
+///
+/// Every rank calls [`SparseAllreduce::allreduce`] with its own input, the
+/// same algorithm and parameters. The outcome follows the contract of
+/// [`Reduced`]: `result` bitwise identical on every rank; lossless
+/// algorithms return the exact sum and drop nothing; lossy ones return in
+/// `dropped` what this rank keeps, so that the inputs sum to `result` plus
+/// every rank's `dropped` exactly.
+///
+/// Object safe: planners and benches hold `Box<dyn SparseAllreduce<E>>`.
+pub trait SparseAllreduce<E: Element>: Send {
+    /// The registry name (without parameters), e.g. `"spardl_bsag"`.
+    fn name(&self) -> String;
+    /// The parameters as a registry would parse them back (`"k=40,d=2"`;
+    /// empty when there are none).
+    fn params(&self) -> String {
+        String::new()
+    }
+    /// Whether the result is always the exact sum.
+    fn lossless(&self) -> bool;
+    /// The predicted cost of one call on an input of this profile: the
+    /// rounds and the 32-bit words received by the busiest rank (the entry
+    /// agreement excluded). Planners choose by it.
+    fn cost(&self, prof: &Profile) -> Cost;
+    /// The paper's own formula for this profile, where it counts something
+    /// else than [`SparseAllreduce::cost`] (a critical path, a bound);
+    /// `None` where the prediction is the paper's formula.
+    fn paper_cost(&self, _prof: &Profile) -> Option<Cost> {
+        None
+    }
+    /// For a planner: the name of the algorithm its last call ran (`None`
+    /// for everything else).
+    fn ran(&self) -> Option<String> {
+        None
+    }
+    /// One allreduce of `v`.
+    ///
+    /// # Errors
+    /// The algorithm's errors; every rank returns one when any rank fails.
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>>;
+}
+
+impl<E: Element> fmt::Debug for dyn SparseAllreduce<E> + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.spec())
+    }
+}
+
+impl<E: Element> dyn SparseAllreduce<E> + '_ {
+    /// `name:params`, or the name alone without parameters: what
+    /// [`Registry::build`] parses back into the same algorithm.
+    pub fn spec(&self) -> String {
+        let p = self.params();
+        if p.is_empty() {
+            self.name()
+        } else {
+            format!("{}:{p}", self.name())
+        }
+    }
+}
+
+/// The parameters of a name: `name:key=value,key=value`. Builders take the
+/// values they know with [`Params::take`]; [`Registry::build`] rejects any
+/// left over, so a misspelled key is an error, not a silent default.
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    name: String,
+    values: BTreeMap<String, String>,
+}
+
+impl Params {
+    /// Parses `name` or `name:key=value,...`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for an empty name, a pair without `=`, or
+    /// a key given twice.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(Error::invalid("algorithm", format!("no name in {spec:?}")));
+        }
+        let mut values = BTreeMap::new();
+        for pair in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = pair.split_once('=').ok_or_else(|| {
+                Error::invalid(
+                    "algorithm",
+                    format!("{pair:?} in {spec:?} is not key=value"),
+                )
+            })?;
+            if values
+                .insert(k.trim().to_string(), v.trim().to_string())
+                .is_some()
+            {
+                return Err(Error::invalid(
+                    "algorithm",
+                    format!("{k:?} given twice in {spec:?}"),
+                ));
+            }
+        }
+        Ok(Self {
+            name: name.to_string(),
+            values,
+        })
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Takes parameter `key` parsed as `T`, `None` when absent.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming the algorithm and the key if the
+    /// value does not parse.
+    pub fn take<T: std::str::FromStr>(&mut self, key: &str) -> Result<Option<T>>
+    where
+        T::Err: fmt::Display,
+    {
+        match self.values.remove(key) {
+            None => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|e| {
+                Error::invalid("algorithm", format!("{}: {key}={v:?}: {e}", self.name))
+            }),
+        }
+    }
+
+    fn finish(&self) -> Result<()> {
+        match self.values.keys().next() {
+            None => Ok(()),
+            Some(k) => Err(Error::invalid(
+                "algorithm",
+                format!("{}: unknown parameter {k:?}", self.name),
+            )),
+        }
+    }
+}
+
+/// What every builder may use besides the name's own parameters: the
+/// budget `k` of the lossy algorithms when the name does not give one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Defaults {
+    /// Entries kept by lossy algorithms (`k=` overrides it).
+    pub k: usize,
+}
+
+/// A built-in algorithm's place in the registry: its name, its parameters
+/// and how to build it from them.
+pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
+    /// The registry name.
+    const NAME: &'static str;
+    /// The parameters it takes, for `--help` (`"k, d (teams, default: ...)"`).
+    const PARAMS: &'static str;
+    /// One line for `--help`.
+    const HELP: &'static str;
+    /// Builds it from the parameters.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a bad value.
+    fn build(params: &mut Params, defaults: Defaults) -> Result<Self>;
+}
+
+type Builder<E> =
+    Box<dyn Fn(&mut Params, Defaults) -> Result<Box<dyn SparseAllreduce<E>>> + Send + Sync>;
+
+/// One entry of a [`Registry`].
+pub struct Entry<E> {
+    name: String,
+    params: String,
+    help: String,
+    build: Builder<E>,
+}
+
+impl<E> Entry<E> {
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The parameters it takes.
+    pub fn params(&self) -> &str {
+        &self.params
+    }
+    /// One line of help.
+    pub fn help(&self) -> &str {
+        &self.help
+    }
+}
+
+impl<E> fmt::Debug for Entry<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry").field("name", &self.name).finish()
+    }
+}
+
+/// Names to algorithms: the built-in ones ([`Registry::builtin`]) and any a
+/// user registers. `sparse-bench`, the tests and the planner all read the
+/// algorithms from here.
+#[derive(Debug)]
+pub struct Registry<E> {
+    entries: Vec<Entry<E>>,
+}
+
+impl<E: Element> Default for Registry<E> {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+impl<E: Element> Registry<E> {
+    /// A registry with no algorithm.
+    pub fn empty() -> Self {
+        Self {
+            entries: Vec::new(),
+        }
+    }
+
+    /// Every built-in algorithm, one line each.
+    pub fn builtin() -> Self {
+        use crate::*;
+        let mut r = Self::empty();
+        r.add::<TopkA>();
+        r.add::<TopkDsa>();
+        r.add::<SsarRecursiveDouble>();
+        r.add::<SsarSplitAllgather>();
+        r.add::<DsarSplitAllgather>();
+        r.add::<ZenBalancedParallelism>();
+        r.add::<OmniReduceBlocks>();
+        r.add::<Gtopk>();
+        r.add::<OkTopk<E>>();
+        r.add::<Spardl>();
+        r.add::<SpardlRsag>();
+        r.add::<SpardlBsag>();
+        r.register(
+            "dsar_qsgd",
+            "bits (2, 4 or 8; default 4), bucket (512), seed",
+            "DSAR with QSGD-quantized dense partitions; lossy, the quantization error in dropped",
+            |p, _| crate::split_allgather::dsar_qsgd(p),
+        )
+        .expect("a free name");
+        r.add::<Auto<E>>();
+        r
+    }
+
+    /// Adds a built-in style algorithm.
+    pub fn add<A: Registered<E>>(&mut self) {
+        self.register(A::NAME, A::PARAMS, A::HELP, |p, d| {
+            Ok(Box::new(A::build(p, d)?) as Box<dyn SparseAllreduce<E>>)
+        })
+        .expect("built-in names are distinct");
+    }
+
+    /// Registers an algorithm under `name`: `build` gets the parsed
+    /// parameters (take the ones it knows; any left over is an error) and
+    /// the defaults.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if the name is taken or not a plain
+    /// identifier (`[a-z0-9_]`).
+    pub fn register(
+        &mut self,
+        name: &str,
+        params: &str,
+        help: &str,
+        build: impl Fn(&mut Params, Defaults) -> Result<Box<dyn SparseAllreduce<E>>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Result<()> {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            return Err(Error::invalid(
+                "algorithm",
+                format!("{name:?} is not a name of [a-z0-9_]"),
+            ));
+        }
+        if self.entries.iter().any(|e| e.name == name) {
+            return Err(Error::invalid("algorithm", format!("{name:?} is taken")));
+        }
+        self.entries.push(Entry {
+            name: name.into(),
+            params: params.into(),
+            help: help.into(),
+            build: Box::new(build),
+        });
+        Ok(())
+    }
+
+    /// The entries, in registration order.
+    pub fn entries(&self) -> &[Entry<E>] {
+        &self.entries
+    }
+
+    /// The names, in registration order.
+    pub fn names(&self) -> Vec<&str> {
+        self.entries.iter().map(|e| e.name.as_str()).collect()
+    }
+
+    /// Builds `spec` (`name` or `name:key=value,...`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for an unknown name (listing the known
+    /// ones), an unknown parameter or a bad value.
+    pub fn build(&self, spec: &str, defaults: Defaults) -> Result<Box<dyn SparseAllreduce<E>>> {
+        let mut params = Params::parse(spec)?;
+        let entry = self
+            .entries
+            .iter()
+            .find(|e| e.name == params.name())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "algorithm",
+                    format!(
+                        "unknown {:?}; known: {}",
+                        params.name(),
+                        self.names().join(", ")
+                    ),
+                )
+            })?;
+        let algo = (entry.build)(&mut params, defaults)?;
+        params.finish()?;
+        Ok(algo)
+    }
+
+    /// Builds every registered algorithm with its default parameters.
+    ///
+    /// # Errors
+    /// As [`Registry::build`].
+    pub fn build_all(&self, defaults: Defaults) -> Result<Vec<Box<dyn SparseAllreduce<E>>>> {
+        self.entries
+            .iter()
+            .map(|e| self.build(&e.name, defaults))
+            .collect()
+    }
+
+    /// `--help` text: one line per algorithm, its parameters and what it
+    /// is.
+    pub fn help(&self) -> String {
+        self.entries
+            .iter()
+            .map(|e| {
+                let params = if e.params.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", e.params)
+                };
+                format!("  {}{params}: {}\n", e.name, e.help)
+            })
+            .collect()
+    }
+}
+
+/// The teams of the SparDL variants: a fixed count, or chosen at each call
+/// from the number of ranks.
+pub(crate) fn teams_param(params: &mut Params) -> Result<Option<usize>> {
+    params.take::<usize>("d")
+}
+
+/// Budget `k`: the name's `k=`, else the default.
+pub(crate) fn k_param(params: &mut Params, defaults: Defaults) -> Result<usize> {
+    Ok(params.take::<usize>("k")?.unwrap_or(defaults.k))
+}

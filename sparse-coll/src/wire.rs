@@ -1,0 +1,75 @@
+//! What a collective of your own needs to speak the built-in ones' wire
+//! formats: the entry check every sparse allreduce starts with, and the
+//! framing of sparse pairs, blocks and streams. Every integer and value
+//! travels little-endian.
+//!
+//! ```
+//! use sparse_coll::{Reduced, Transport, wire};
+//! use sparse_coll::dense::bruck_allgather;
+//! use sparse_core::{Result, SparseVec};
+//!
+//! /// An allgather of every rank's pairs, summed in rank order.
+//! fn my_allreduce(t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
+//!     // Every rank checks its input and agrees on the call, or all fail.
+//!     let start = wire::enter(t, "my_allreduce", v, &[], Ok(()))?;
+//!     let mut msg = Vec::new();
+//!     wire::put_block(&mut msg, v);
+//!     let mut result = SparseVec::zeros(v.dim())?;
+//!     for b in bruck_allgather(t, &msg)? {
+//!         let mut rest: &[u8] = &b;
+//!         let part = wire::take_block(&mut rest, v.dim(), 0, v.dim(), "my message")?;
+//!         result = result.merge_sum(&part)?;
+//!     }
+//!     Ok(Reduced {
+//!         dropped: SparseVec::zeros(v.dim())?,
+//!         traffic: t.traffic().since(&start),
+//!         result,
+//!     })
+//! }
+//! # let out = sparse_coll::ThreadCluster::new(3).run(|t| {
+//! #     let v = SparseVec::new(10, vec![t.rank() as u32], vec![1.0f32])?;
+//! #     my_allreduce(t, &v)
+//! # });
+//! # assert!(out.iter().all(|r| r.as_ref().unwrap().result.nnz() == 3));
+//! ```
+
+use crate::sparse::Id;
+use crate::{Traffic, Transport};
+use sparse_core::{Element, Result, SparseVec};
+
+pub use crate::spardl::split_topk;
+pub use crate::sparse::{
+    agree, agree_or_fail, decode_stream, encode_stream, le_bytes, le_u32s, put_block, put_pairs,
+    read_pairs, split_where, stream_to_sparse, take_block,
+};
+
+/// The entry of a sparse allreduce named `name`, as every built-in one
+/// starts: checks the input `v` (one O(nnz) pass), combines it with this
+/// rank's `local` readiness (checks and allocations made before the call),
+/// then every rank agrees on the algorithm (by `name`), the dimension, the
+/// element type and `extra` parameters. Any rank's failure reaches every
+/// rank as an error ([`crate::agree_or_fail`]). Returns the traffic before
+/// the algorithm's own, to subtract with [`Traffic::since`].
+///
+/// # Errors
+/// This rank's error; `Error::PeerError`; `Error::Disagreement`; transport
+/// errors.
+pub fn enter<E: Element>(
+    t: &mut dyn Transport,
+    name: &str,
+    v: &SparseVec<E>,
+    extra: &[(&'static str, u64)],
+    local: Result<()>,
+) -> Result<Traffic> {
+    crate::sparse::enter(t, Id::User(name_id(name)), v, extra, local)
+}
+
+/// FNV-1a of the name with the top bit set, so that no user name collides
+/// with a built-in algorithm's identifier.
+fn name_id(name: &str) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in name.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    h | 1 << 63
+}
