@@ -490,4 +490,18 @@ impl CodecOps for Cpu {
 #[cfg(test)]
 mod suite {
     sparse_core::backend_test_suite!(crate::Cpu);
+
+    /// Every function of the backend suite is listed in
+    /// `backend_test_suite!`, and nothing else is.
+    #[test]
+    fn the_backend_suite_macro_lists_every_suite_function() {
+        let (missing, extra) = sparse_core::testing::unlisted_suite_fns(
+            include_str!("../../sparse-core/src/testing/suite.rs"),
+            include_str!("../../sparse-core/src/testing/mod.rs"),
+        );
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{missing:?} {extra:?}"
+        );
+    }
 }

@@ -100,6 +100,11 @@ pub struct RankMeasure {
     pub chose: Option<String>,
     /// Wall time of each timed call.
     pub times: Vec<Duration>,
+    /// The algorithm's own prediction of the last call, asked just before
+    /// making it ([`SparseAllreduce::cost`]).
+    pub model: sparse_core::cost::Cost,
+    /// The paper's formula for the same call, where it differs.
+    pub paper: Option<sparse_core::cost::Cost>,
 }
 
 /// One rank's part of the benchmark, on any transport: for each algorithm
@@ -110,33 +115,35 @@ pub struct RankMeasure {
 ///
 /// # Errors
 /// The algorithms' and the transport's errors.
+#[allow(clippy::too_many_arguments)]
 pub fn run_rank<T: Transport + Send>(
     t: &mut T,
     v: &SparseVec<f32>,
+    profile: &Profile,
     algos: &[String],
     k: usize,
     reps: usize,
     barrier: &dyn Fn(&mut T) -> Result<()>,
 ) -> Result<(Vec<RankMeasure>, Vec<Duration>, Traffic)> {
     let mut out = Vec::new();
-    let timed = |t: &mut T, f: &mut dyn FnMut(&mut T) -> Result<Reduced<f32>>| -> Result<_> {
-        let mut last = f(t)?;
-        let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            barrier(t)?;
-            let start = Instant::now();
-            last = f(t)?;
-            times.push(start.elapsed());
-        }
-        Ok((last, times))
-    };
     for spec in algos {
         let mut runner = build(spec, k)?;
-        let (reduced, times) = timed(t, &mut |t| runner.allreduce(t, v))?;
+        let mut reduced = runner.allreduce(t, v)?;
+        let mut times = Vec::with_capacity(reps);
+        let (mut model, mut paper) = (runner.cost(profile), runner.paper_cost(profile));
+        for _ in 0..reps {
+            (model, paper) = (runner.cost(profile), runner.paper_cost(profile));
+            barrier(t)?;
+            let start = Instant::now();
+            reduced = runner.allreduce(t, v)?;
+            times.push(start.elapsed());
+        }
         out.push(RankMeasure {
             reduced,
             chose: runner.ran(),
             times,
+            model,
+            paper,
         });
     }
     let dense_in = v.to_dense();
@@ -315,6 +322,17 @@ pub struct Oracle {
 }
 
 impl Oracle {
+    /// The exact profile of `ins` (the union from the touched coordinates).
+    pub fn profile(&self, ins: &[SparseVec<f32>]) -> Profile {
+        Profile {
+            p: ins.len(),
+            n: ins[0].dim(),
+            value_bytes: 4,
+            k_max: ins.iter().map(SparseVec::nnz).max().unwrap_or(0),
+            k_sum: ins.iter().map(SparseVec::nnz).sum(),
+            union: self.touched.iter().filter(|&&x| x).count(),
+        }
+    }
     /// The oracle of `ins`.
     pub fn of(ins: &[SparseVec<f32>]) -> Self {
         let n = ins[0].dim();
@@ -459,20 +477,12 @@ pub fn report(
     per_rank: &[(Vec<Summary>, Vec<Duration>, Traffic)],
 ) -> Result<AllreduceReport> {
     let p = ins.len();
-    let n = ins[0].dim();
-    let union = (0..n).filter(|&i| oracle.touched[i]).count();
+    let profile = oracle.profile(ins);
     let oracle = &oracle.sum;
-    let profile = Profile {
-        p,
-        n,
-        value_bytes: 4,
-        k_max: ins.iter().map(SparseVec::nnz).max().unwrap_or(0),
-        k_sum: ins.iter().map(SparseVec::nnz).sum(),
-        union,
-    };
     let mut rows = Vec::new();
     for (i, spec) in algos.iter().enumerate() {
         let algo = build(spec, k)?;
+        let measure = &results[i];
         let m = |r: usize| &per_rank[r].0[i];
         let first = &results[i].reduced.result;
         let want = digest(first);
@@ -486,11 +496,6 @@ pub fn report(
         }
         let traffic: Vec<Traffic> = (0..p).map(|r| m(r).traffic).collect();
         let max_abs_err = max_err(&first.to_dense(), oracle);
-        // The planner's row is modelled by the algorithm it ran.
-        let modelled = match &results[i].chose {
-            Some(name) => build(name, k)?,
-            None => build(spec, k)?,
-        };
         rows.push(AllreduceRow {
             algo: algo.name(),
             params: algo.params(),
@@ -501,8 +506,8 @@ pub fn report(
             bytes_sent_max: traffic.iter().map(|t| t.bytes_sent).max(),
             msgs_max: traffic.iter().map(|t| t.msgs_sent + t.msgs_recv).max(),
             rounds: traffic.iter().map(|t| t.rounds).max(),
-            model_bytes: modelled.cost(&profile).bytes(),
-            paper_bytes: modelled.paper_cost(&profile).map(|c| c.bytes()),
+            model_bytes: measure.model.bytes(),
+            paper_bytes: measure.paper.map(|c| c.bytes()),
             ms: slowest(&(0..p).map(|r| m(r).times.as_slice()).collect::<Vec<_>>()),
             max_abs_err,
         });
@@ -542,6 +547,8 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
     let ins = inputs(a)?;
     let k = ins[0].nnz().max(1);
     let algos = selection(a, k)?;
+    let oracle = Oracle::of(&ins);
+    let profile = oracle.profile(&ins);
     let barrier = std::sync::Barrier::new(a.ranks);
     let bar = std::sync::Mutex::new(Progress::new(a.ranks as u64, "ranks done"));
     let per_rank = sparse_coll::ThreadCluster::new(a.ranks)
@@ -552,7 +559,7 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
                 Ok(())
             };
             let v = &ins[t.rank()];
-            let res = run_rank(t, v, &algos, k, a.reps, &wait)?;
+            let res = run_rank(t, v, &profile, &algos, k, a.reps, &wait)?;
             let over = match overlap_algorithm(&algos) {
                 Some(spec) => Some(run_overlap(t, v, &spec, k, a.reps, &wait)?),
                 None => None,
@@ -567,14 +574,7 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
         .iter()
         .map(|((m, d, t), _)| (m.iter().map(Summary::of).collect(), d.clone(), *t))
         .collect();
-    let mut rep = report(
-        &ins,
-        &Oracle::of(&ins),
-        &algos,
-        k,
-        &per_rank[0].0.0,
-        &summaries,
-    )?;
+    let mut rep = report(&ins, &oracle, &algos, k, &per_rank[0].0.0, &summaries)?;
     if let Some(spec) = overlap_algorithm(&algos) {
         let over: Vec<[Vec<Duration>; 4]> = per_rank
             .into_iter()
@@ -624,9 +624,12 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
     let ins = inputs(&a)?;
     let k = ins[0].nnz().max(1);
     let algos = selection(&a, k)?;
+    let oracle = Oracle::of(&ins);
+    let profile = oracle.profile(&ins);
     let (measures, dense_times, dense_traffic) = run_rank(
         &mut t,
         &ins[r],
+        &profile,
         &algos,
         k,
         a.reps,
@@ -687,7 +690,6 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
             .collect();
         times_per_rank.push(times.chunks(a.reps).map(<[Duration]>::to_vec).collect());
     }
-    let oracle = Oracle::of(&ins);
     let mut rep = report(&ins, &oracle, &algos, k, &measures, &per_rank)?;
     if let Some(spec) = over_algo {
         let over: Vec<[Vec<Duration>; 4]> = times_per_rank

@@ -3,7 +3,7 @@
 
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::Profile;
+use crate::plan::{Profile, bytes_cost};
 use crate::spardl::split_topk;
 use crate::sparse::{Id, Reduced, enter, put_block, take_block};
 use sparse_core::cost::{self, Cost};
@@ -115,10 +115,21 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
     fn lossless(&self) -> bool {
         false
     }
-    /// Table 1 (`4 k lg P` words counts the root's words sent and
-    /// received).
+    /// What the root receives: from its child `i`, the top `k` of a
+    /// subtree of `2^i` ranks (all of it when the subtree holds fewer).
     fn cost(&self, prof: &Profile) -> Cost {
-        cost::gtopk(prof.p, self.k)
+        let lg = cost::ceil_log2(prof.p);
+        let bytes: f64 = (0..lg)
+            .map(|i| {
+                let subtree = prof.union_of((1u64 << i) as f64);
+                4.0 + prof.pair_bytes() * subtree.min(self.k as f64)
+            })
+            .sum();
+        bytes_cost(2.0 * lg as f64, bytes)
+    }
+    /// Table 1: `4 k lg P` words, the root's words sent and received.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(cost::gtopk(prof.p, self.k))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         gtopk(t, v, self.k)

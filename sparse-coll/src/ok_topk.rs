@@ -5,7 +5,7 @@
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
-use crate::plan::Profile;
+use crate::plan::{Profile, bytes_cost};
 use crate::spardl::split_topk;
 use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
 use sparse_core::cost::{self, Cost};
@@ -317,9 +317,33 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     fn lossless(&self) -> bool {
         false
     }
-    /// SparDL's Table 1 bounds at the input's overlap.
+    /// The call this state makes next: each rank's selection (`k` of its
+    /// entries) split to the region owners, the owners' selections
+    /// allgathered (`k` over all regions); a refresh call adds the
+    /// boundaries' and the magnitudes' allgathers. Rounds `(P - 1) +
+    /// ceil(lg P)`, plus `2 ceil(lg P)` when refreshing.
     fn cost(&self, prof: &Profile) -> Cost {
-        prof.within(cost::ok_topk(prof.p, self.k))
+        let (p, lg) = (prof.p as f64, cost::ceil_log2(prof.p) as f64);
+        let pair = prof.pair_bytes();
+        let held = prof.k_avg().max(1) as f64;
+        let sel = (self.k as f64).min(held);
+        // The union of the selections: the same share of the union.
+        let sel_union = prof.union as f64 * sel / held;
+        let chosen = (self.k as f64).min(sel_union);
+        let mut bytes =
+            prof.others() * (4.0 + pair * sel / p) + prof.others() * (8.0 + pair * chosen / p);
+        let mut rounds = prof.others() + lg;
+        if self.refreshes_next() || self.bounds.len() != prof.p + 1 {
+            let mags = (self.k as f64).min(sel_union / p);
+            bytes += prof.others() * (12.0 + 4.0 * prof.others())
+                + prof.others() * (4.0 + prof.value_bytes as f64 * mags);
+            rounds += 2.0 * lg;
+        }
+        bytes_cost(rounds, bytes)
+    }
+    /// SparDL's Table 1 bounds at the input's overlap.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(prof.within(cost::ok_topk(prof.p, self.k)))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         OkTopk::allreduce(self, t, v)

@@ -2,7 +2,7 @@
 
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::Profile;
+use crate::plan::{Profile, bytes_cost};
 use crate::push_pull::{Scheme, push_pull};
 use crate::sparse::{Id, Reduced, enter};
 use sparse_core::cost::Cost;
@@ -90,16 +90,18 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
     fn lossless(&self) -> bool {
         true
     }
-    /// The blocks a uniform input of this density touches, pushed and
-    /// pulled in `2 (P - 1)` rounds.
+    /// The blocks a uniform input of this density touches (each its id and
+    /// every value, each message its header), pushed to their owners and
+    /// pulled back, in `2 (P - 1)` rounds.
     fn cost(&self, prof: &Profile) -> Cost {
         let (p, n) = (prof.p as f64, prof.n.max(1));
         let b = self.block as f64;
         let blocks = n.div_ceil(self.block) as f64;
         let touched = |entries: f64| blocks * (1.0 - (1.0 - b / n as f64).powf(entries));
-        let push = touched(prof.k_avg() as f64) / p * (p - 1.0);
-        let pull = touched(prof.union as f64) * prof.frac();
-        Cost::new(2.0 * (p - 1.0), (push + pull) * (b + 1.0))
+        let block = 4.0 + prof.value_bytes as f64 * b;
+        let push = 16.0 + block * touched(prof.k_avg() as f64) / p;
+        let pull = 16.0 + block * touched(prof.union as f64) / p;
+        bytes_cost(2.0 * (p - 1.0), prof.others() * (push + pull))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         omnireduce_blocks(t, v, self.block)

@@ -64,6 +64,85 @@ impl Profile {
     pub fn frac(&self) -> f64 {
         (self.p as f64 - 1.0) / self.p as f64
     }
+    /// Bytes of one `(index, value)` pair on the wire.
+    pub fn pair_bytes(&self) -> f64 {
+        4.0 + self.value_bytes as f64
+    }
+    /// The expected entries of the union of `m` ranks' index sets, between
+    /// one rank's (`m = 1`) and all ranks' (`m = P`), linear in `m`: exact
+    /// when a fraction of every rank's indices is shared by all and the
+    /// rest is private, Zen's overlap model.
+    pub fn union_of(&self, m: f64) -> f64 {
+        if self.p <= 1 {
+            return self.k_max as f64;
+        }
+        let m = m.clamp(1.0, self.p as f64);
+        let k = self.k_max as f64;
+        (k + (m - 1.0) / (self.p as f64 - 1.0) * (self.union as f64 - k)).min(self.n as f64)
+    }
+    /// Bytes of a sparse stream of `entries` over `len` coordinates on the
+    /// wire: a tag byte, then `nnz: u32` and the pairs, or the `len` values
+    /// once past SparCML's delta.
+    pub fn stream_bytes(&self, entries: f64, len: f64) -> f64 {
+        let vb = self.value_bytes as f64;
+        if entries > len * vb / (4.0 + vb) {
+            1.0 + vb * len
+        } else {
+            5.0 + self.pair_bytes() * entries
+        }
+    }
+    /// `(P - 1)`, as a float.
+    pub fn others(&self) -> f64 {
+        self.p as f64 - 1.0
+    }
+}
+
+/// The standard normal quantile for `q` in `[0.5, 1)` (Abramowitz and
+/// Stegun 26.2.23, error below 4.5e-4).
+fn normal_quantile(q: f64) -> f64 {
+    let t = (-2.0 * (1.0 - q).ln()).sqrt();
+    t - (2.515_517 + 0.802_853 * t + 0.010_328 * t * t)
+        / (1.0 + 1.432_788 * t + 0.189_269 * t * t + 0.001_308 * t * t * t)
+}
+
+/// A cost of `rounds` rounds and `bytes` bytes received.
+pub(crate) fn bytes_cost(rounds: f64, bytes: f64) -> Cost {
+    Cost::new(rounds, bytes / 4.0)
+}
+
+impl Profile {
+    /// The split phase of SparCML's split-allgather family and TopkDSA:
+    /// from every other rank, a stream of its entries in this rank's
+    /// partition (`k / P` of them).
+    ///
+    /// The busiest rank owns the fullest partition: the entries every rank
+    /// shares fall into the same partition on every rank, so their excess
+    /// over the mean arrives from all `P - 1` others
+    /// ([`Profile::fullest_excess`]).
+    pub(crate) fn split_phase_bytes(&self) -> f64 {
+        let (p, n) = (self.p as f64, self.n as f64);
+        let entries = self.k_avg() as f64 / p + self.fullest_excess();
+        self.others() * self.stream_bytes(entries, n / p)
+    }
+    /// One partition of the sum as a stream (`union / P` entries over
+    /// `n / P` coordinates).
+    pub(crate) fn partition_stream_bytes(&self) -> f64 {
+        let (p, n) = (self.p as f64, self.n as f64);
+        self.stream_bytes(self.union as f64 / p, n / p)
+    }
+    /// The expected excess of the fullest of `P` partitions over the mean,
+    /// counting the entries all ranks share (`overlap * k`), which land in
+    /// the same partition on every rank: the expected maximum of `P`
+    /// binomials, by Blom's approximation of normal order statistics.
+    pub fn fullest_excess(&self) -> f64 {
+        let p = self.p as f64;
+        if self.p < 2 {
+            return 0.0;
+        }
+        let shared = self.overlap() * self.k_avg() as f64;
+        let sd = (shared / p * (1.0 - 1.0 / p)).sqrt();
+        normal_quantile((p - 0.375) / (p + 0.25)) * sd
+    }
 }
 
 /// The network constants [`Auto`] assumes when none are given: 5 us per

@@ -5,7 +5,7 @@
 
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
-use crate::plan::Profile;
+use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
 use crate::{Group, Transport};
 use sparse_core::cost::{self, Cost};
@@ -551,9 +551,15 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
     fn lossless(&self) -> bool {
         false
     }
-    /// Table 1.
+    /// Table 1 in pairs of this element (full blocks of `k / P`, at most
+    /// the union), plus the all-gather's frames.
     fn cost(&self, prof: &Profile) -> Cost {
-        cost::spardl(prof.p, self.k)
+        let k = self.k.min(prof.union);
+        let c = cost::spardl(prof.p, k);
+        bytes_cost(
+            c.rounds,
+            c.words / 2.0 * prof.pair_bytes() + 8.0 * prof.others(),
+        )
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         spardl(t, v, self.k)
@@ -599,9 +605,11 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
     fn lossless(&self) -> bool {
         false
     }
-    /// Eq. 5.
+    /// Eq. 5 in pairs of this element (at most the union).
     fn cost(&self, prof: &Profile) -> Cost {
-        cost::spardl_rsag(prof.p, self.k, self.teams(prof.p))
+        let k = self.k.min(prof.union);
+        let c = cost::spardl_rsag(prof.p, k, self.teams(prof.p));
+        bytes_cost(c.rounds, c.words / 2.0 * prof.pair_bytes())
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         let d = self.teams(t.size());
@@ -631,10 +639,35 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
     fn lossless(&self) -> bool {
         false
     }
-    /// SparDL's Table 1 bounds at the input's overlap.
+    /// The call this state makes next: SRS inside the team of `m = P / d`
+    /// (`k (m - 1) / m` pairs), the column's allgather of `h` entries from
+    /// each of the `d - 1` others (`h` as Alg. 2 will set it), and the
+    /// team's all-gather of blocks of `min(L, N_t)` entries, `N_t` the last
+    /// call's column sum (before any call: `h` plus the others' entries not
+    /// shared, at the input's overlap).
     fn cost(&self, prof: &Profile) -> Cost {
+        let p = prof.p;
+        let d = self.d.unwrap_or_else(|| smallest_divisor(p)).max(1);
+        let m = (p / d).max(1);
+        let pair = prof.pair_bytes();
+        let k = self.k.min(prof.union) as f64;
+        let l = self.k / m;
+        let h = self.clone().next_h(l, d) as f64;
+        let n_t = self.last_count.map_or_else(
+            || h * (1.0 + (d as f64 - 1.0) * (1.0 - prof.overlap())),
+            |c| c as f64,
+        );
+        let mf = m as f64;
+        let bytes = pair * k * (mf - 1.0) / mf
+            + (d as f64 - 1.0) * (8.0 + pair * h)
+            + (mf - 1.0) * (8.0 + pair * (l as f64).min(n_t));
+        let rounds = 2.0 * cost::ceil_log2(m) as f64 + cost::ceil_log2(d) as f64;
+        bytes_cost(rounds, bytes)
+    }
+    /// SparDL's Table 1 bounds at the input's overlap.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         let d = self.d.unwrap_or_else(|| smallest_divisor(prof.p));
-        prof.within(cost::spardl_bsag(prof.p, self.k, d))
+        Some(prof.within(cost::spardl_bsag(prof.p, self.k, d)))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         SpardlBsag::allreduce(self, t, v)

@@ -3,7 +3,7 @@
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, recursive_doubling_allgather};
-use crate::plan::Profile;
+use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{Id, Reduced, decode_stream, encode_stream, enter};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
@@ -147,6 +147,11 @@ fn dense_phase_bytes<E: Element>(dim: usize, p: usize) -> u64 {
     dim * (2 * e + 4) + 2 * dim.div_ceil(p.max(1) as u64) * e
 }
 
+/// `(P - 1)` direct steps, then a Bruck allgather.
+fn split_rounds(p: usize) -> f64 {
+    (p - 1) as f64 + cost::ceil_log2(p) as f64
+}
+
 /// SSAR_Split_allgather: the dimension is split evenly into `P`
 /// partitions; in `P - 1` direct steps every rank sends each owner its
 /// entries of that partition; owners sum their partition (contributions in
@@ -207,9 +212,16 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     fn lossless(&self) -> bool {
         true
     }
-    /// SparCML's bounds at the input's overlap.
+    /// The split phase, then every other partition of the sum as a stream,
+    /// in `(P - 1) + ceil(lg P)` rounds.
     fn cost(&self, prof: &Profile) -> Cost {
-        prof.within(cost::ssar_split_allgather(prof.p, prof.k_avg()))
+        let bytes =
+            prof.split_phase_bytes() + prof.others() * (4.0 + prof.partition_stream_bytes());
+        bytes_cost(split_rounds(prof.p), bytes)
+    }
+    /// SparCML's bounds at the input's overlap.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(prof.within(cost::ssar_split_allgather(prof.p, prof.k_avg())))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         ssar_split_allgather(t, v)
@@ -275,14 +287,30 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     fn lossless(&self) -> bool {
         self.qsgd.is_none()
     }
-    /// The dense allgather plus the split phase at the input's overlap.
+    /// The split phase, then every other partition dense (or its QSGD
+    /// section), in `(P - 1) + ceil(lg P)` rounds.
     fn cost(&self, prof: &Profile) -> Cost {
-        prof.within(cost::dsar_split_allgather(
+        let len = (prof.n as f64 / prof.p as f64).ceil();
+        let vb = prof.value_bytes as f64;
+        let block = match self.qsgd {
+            None => 1.0 + vb * len,
+            Some(q) => {
+                let scales = (len / q.bucket() as f64).ceil();
+                let words = (len * q.bits() as f64 / 32.0).ceil();
+                6.0 + vb * scales + 4.0 * words
+            }
+        };
+        let bytes = prof.split_phase_bytes() + prof.others() * (5.0 + block);
+        bytes_cost(split_rounds(prof.p), bytes)
+    }
+    /// SparCML's bounds at the input's overlap.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(prof.within(cost::dsar_split_allgather(
             prof.p,
             prof.n,
             prof.k_avg(),
             self.qsgd.map(|q| (q.bits(), q.bucket())),
-        ))
+        )))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         let q = self.qsgd.map(|q| {

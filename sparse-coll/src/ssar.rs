@@ -3,7 +3,7 @@
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
-use crate::plan::Profile;
+use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{Id, Reduced, decode_stream, encode_stream, enter, stream_to_sparse};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec, Stream};
@@ -85,12 +85,48 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
     fn lossless(&self) -> bool {
         true
     }
-    /// SparCML's bounds at the input's overlap, in the fold's rounds.
+    /// For each rank, the streams it receives: a rank with a folded partner
+    /// (MPICH's fold, `P` not a power of two) first that partner's input,
+    /// then at step `i` of the recursive doubling the union of the ranks its
+    /// partner's group of `2^i` core ranks stands for (dense past delta); a
+    /// folded rank only the result. The busiest rank's total.
     fn cost(&self, prof: &Profile) -> Cost {
-        let words = prof
-            .within(cost::ssar_recursive_double(prof.p, prof.k_avg()))
-            .words;
-        Cost::new(fold_rounds(prof.p), words)
+        let p = prof.p;
+        if p <= 1 {
+            return Cost::new(0.0, 0.0);
+        }
+        let core = 1usize << p.ilog2();
+        let rem = p - core;
+        let n = prof.n as f64;
+        let stands_for = |x: usize| if x < rem { 2.0 } else { 1.0 };
+        let busiest = (0..core)
+            .map(|j| {
+                let fold = if j < rem {
+                    prof.stream_bytes(prof.k_avg() as f64, n)
+                } else {
+                    0.0
+                };
+                let steps: f64 = (0..core.ilog2())
+                    .map(|i| {
+                        let group = (j >> i) ^ 1;
+                        let ranks: f64 =
+                            (0..core).filter(|x| x >> i == group).map(stands_for).sum();
+                        prof.stream_bytes(prof.union_of(ranks), n)
+                    })
+                    .sum();
+                fold + steps
+            })
+            .fold(0.0, f64::max);
+        let folded = if rem > 0 {
+            prof.stream_bytes(prof.union as f64, n)
+        } else {
+            0.0
+        };
+        bytes_cost(fold_rounds(p), busiest.max(folded))
+    }
+    /// SparCML's bounds at the input's overlap.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(prof.within(cost::ssar_recursive_double(prof.p, prof.k_avg())))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         ssar_recursive_double(t, v)

@@ -4,7 +4,7 @@
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
-use crate::plan::Profile;
+use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{Id, Reduced, enter, put_pairs, read_pairs};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec};
@@ -54,9 +54,14 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
     fn lossless(&self) -> bool {
         true
     }
-    /// Table 1 with the mean `k`.
+    /// Every other rank's framed pairs, in `ceil(lg P)` rounds.
     fn cost(&self, prof: &Profile) -> Cost {
-        cost::topk_a(prof.p, prof.k_avg())
+        let bytes = prof.others() * (4.0 + prof.pair_bytes() * prof.k_avg() as f64);
+        bytes_cost(cost::ceil_log2(prof.p) as f64, bytes)
+    }
+    /// Table 1 with the mean `k`.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(cost::topk_a(prof.p, prof.k_avg()))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         topk_a(t, v)

@@ -2,7 +2,7 @@
 
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::Profile;
+use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{Id, Reduced};
 use crate::split_allgather::{Gather, Phase, split_allgather};
 use sparse_core::cost::{self, Cost};
@@ -46,17 +46,16 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
     fn lossless(&self) -> bool {
         true
     }
-    /// Each partition travels sparse or dense, whichever is smaller:
-    /// SSAR_Split_allgather's words capped by DSAR's, in `(P - 1)` direct
-    /// steps plus the fold's rounds.
+    /// The split phase, then every other partition as a stream; a rank
+    /// folded out of the recursive doubling (`P` not a power of two) also
+    /// receives its partner's partition. `(P - 1)` direct steps plus the
+    /// fold's rounds.
     fn cost(&self, prof: &Profile) -> Cost {
-        let (p, n, k) = (prof.p, prof.n, prof.k_avg());
-        let sparse = prof.within(cost::ssar_split_allgather(p, k)).words;
-        let dense = prof.within(cost::dsar_split_allgather(p, n, k, None)).words;
-        Cost::new(
-            (p - 1) as f64 + crate::ssar::fold_rounds(p),
-            sparse.min(dense),
-        )
+        let p = prof.p;
+        let part = 4.0 + prof.partition_stream_bytes();
+        let folded = if p.is_power_of_two() { 0.0 } else { part };
+        let bytes = prof.split_phase_bytes() + prof.others() * part + folded;
+        bytes_cost((p - 1) as f64 + crate::ssar::fold_rounds(p), bytes)
     }
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(cost::topk_dsa(prof.p, prof.n, prof.k_avg())))

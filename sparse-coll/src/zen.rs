@@ -5,7 +5,7 @@
 
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::Profile;
+use crate::plan::{Profile, bytes_cost};
 use crate::push_pull::{Scheme, push_pull};
 use crate::sparse::{Id, Reduced, enter};
 use sparse_core::cost::{self, Cost};
@@ -45,7 +45,7 @@ impl<E: Element> Scheme<E> for Zen<'_> {
 /// data: hashing on the device is the backend's `hash_partition`.
 ///
 /// Memory per rank: the partition index (`8 n` bytes, built once per
-/// dimension by the caller; [`crate::Allreduce`] builds it fallibly before
+/// dimension by the caller; [`ZenBalancedParallelism`] builds it fallibly before
 /// the call and turns a refused allocation into an error on every rank), plus
 /// `O((4 + E) (nnz + result))` for the messages (`E` the element's bytes).
 ///
@@ -135,16 +135,25 @@ impl<E: Element> SparseAllreduce<E> for ZenBalancedParallelism {
     fn lossless(&self) -> bool {
         true
     }
-    /// Eq. 1 at the input's densification ratio plus the hash bitmaps'
-    /// `n / 32` words, in `2 (P - 1)` rounds.
+    /// Push: from every other rank, COO of its `k / P` entries this rank
+    /// serves; pull: from every other server, the hash bitmap of its
+    /// `n / P` indices and the values of its share of the union. `2 (P - 1)`
+    /// rounds.
     fn cost(&self, prof: &Profile) -> Cost {
+        let (p, n) = (prof.p as f64, prof.n as f64);
+        let vb = prof.value_bytes as f64;
+        let mine = prof.k_avg() as f64 / p + prof.fullest_excess();
+        let push = 12.0 + prof.pair_bytes() * mine;
+        let pull = 28.0 + 4.0 * (n / p / 32.0).ceil() + vb * prof.union as f64 / p;
+        bytes_cost(2.0 * prof.others(), prof.others() * (push + pull))
+    }
+    /// Zen's Eq. 1 at the input's densification ratio (values and indices
+    /// of the push, values of the pull; the bitmaps not counted).
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         let (p, n) = (prof.p, prof.n);
         let density = prof.k_avg() as f64 / n.max(1) as f64;
         let words = cost::zen_balanced_parallelism(p, n, density, prof.densification(), 1.0);
-        Cost::new(
-            2.0 * (p as f64 - 1.0),
-            words + n as f64 / 32.0 * prof.frac(),
-        )
+        Some(Cost::new(2.0 * prof.others(), words))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         let (p, dim) = (t.size(), v.dim());

@@ -181,9 +181,16 @@ fn profiles_place_inputs_between_full_and_no_overlap() {
     assert_eq!(prof(40).overlap(), 0.0);
     assert_eq!(prof(25).overlap(), 0.5);
     assert_eq!(prof(20).densification(), 0.5);
-    // Between the bounds of SSAR_Recursive_double: 2k lg P .. 2k (P - 1).
-    let c = SparseAllreduce::<f32>::cost(&sparse_coll::SsarRecursiveDouble, &prof(25));
+    // The paper's formula: between the bounds of SSAR_Recursive_double,
+    // 2k lg P .. 2k (P - 1) words.
+    let ssar = sparse_coll::SsarRecursiveDouble;
+    let c = SparseAllreduce::<f32>::paper_cost(&ssar, &prof(25)).unwrap();
     assert_eq!(c.words, 0.5 * (2.0 * 10.0 * 2.0) + 0.5 * (2.0 * 10.0 * 3.0));
+    // The prediction: the partner's stream at each of the lg P = 2 steps,
+    // the union of 1 and then 2 ranks (10 and 15 of 25 by the overlap
+    // model), 5 bytes of frame and 8 per pair.
+    let c = SparseAllreduce::<f32>::cost(&ssar, &prof(25));
+    assert_eq!(c.bytes(), (5.0 + 8.0 * 10.0) + (5.0 + 8.0 * 15.0));
 }
 
 #[test]

@@ -1,3 +1,17 @@
 //! The selector suite on the CPU reference backend.
 
 sparse_select::selector_test_suite!(backend_cpu::Cpu);
+
+/// Every function of the selector suite is listed in
+/// `selector_test_suite!`, and nothing else is.
+#[test]
+fn the_selector_suite_macro_lists_every_suite_function() {
+    let (missing, extra) = sparse_core::testing::unlisted_suite_fns(
+        include_str!("../src/testing.rs"),
+        include_str!("../src/lib.rs"),
+    );
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{missing:?} {extra:?}"
+    );
+}

@@ -25,3 +25,39 @@ macro_rules! backend_test_suite {
         )*
     };
 }
+
+/// The suite functions of `suite_source` (every `pub fn NAME<B: Backend>`)
+/// that the first arm of the suite macro in `macro_source` (the names after
+/// `@each $make;`) does not list, and the listed names that are not suite
+/// functions: a function left out of the macro would never run, so each
+/// suite's tests check that both lists are empty.
+pub fn unlisted_suite_fns(suite_source: &str, macro_source: &str) -> (Vec<String>, Vec<String>) {
+    let defined: Vec<String> = suite_source
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub fn "))
+        .filter_map(|rest| rest.split_once("<B: Backend>"))
+        .map(|(name, _)| name.trim().to_string())
+        .collect();
+    let listed: Vec<String> = macro_source
+        .split_once("(@each $make;")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(names, _)| {
+            names
+                .split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let missing = defined
+        .iter()
+        .filter(|d| !listed.contains(d))
+        .cloned()
+        .collect();
+    let extra = listed
+        .iter()
+        .filter(|l| !defined.contains(l))
+        .cloned()
+        .collect();
+    (missing, extra)
+}
