@@ -207,17 +207,7 @@ impl ReduceOps for Cpu {
 /// Exact top-k over precomputed keys: the `k` largest keys, ties to the
 /// lower index; returned in index order.
 fn topk_by_key<E: Element>(x: &[E], k: usize, key: impl Fn(E) -> u64) -> Selected<Cpu, E> {
-    let mut order: Vec<(u64, u32)> = x
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (key(v), i as u32))
-        .collect();
-    let better = |a: &(u64, u32), b: &(u64, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
-    if k < order.len() && k > 0 {
-        order.select_nth_unstable_by(k - 1, better);
-    }
-    let mut indices: Vec<u32> = order[..k].iter().map(|&(_, i)| i).collect();
-    indices.sort_unstable();
+    let indices = sparse_core::topk::topk_positions(x, k, key);
     let values = indices.iter().map(|&i| x[i as usize]).collect();
     Selected { indices, values }
 }

@@ -112,4 +112,4 @@ pub use thread::{ThreadCluster, ThreadTransport};
 pub use topk_a::{TopkA, topk_a};
 pub use topk_dsa::{TopkDsa, topk_dsa};
 pub use transport::{Traffic, TrafficCounter, Transport};
-pub use zen::{ZenBalancedParallelism, zen_balanced_parallelism};
+pub use zen::{ZenBalancedParallelism, ZenStats, zen_balanced_parallelism, zen_pieces};

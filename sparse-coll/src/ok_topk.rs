@@ -81,14 +81,7 @@ pub struct OkTopk<E> {
 /// than `k`, so that no threshold can be estimated; above every key when
 /// `k == 0`).
 fn kth_key(mut keys: Vec<u64>, k: usize) -> Option<u64> {
-    if k == 0 {
-        return Some(u64::MAX);
-    }
-    if keys.len() < k {
-        return None;
-    }
-    let (_, kth, _) = keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
-    Some(*kth)
+    sparse_core::topk::kth_largest(&mut keys, k)
 }
 
 /// The entries of `v` reaching `threshold` (all of them without one), and
@@ -185,11 +178,8 @@ impl<E: Element> OkTopk<E> {
     ) -> Result<()> {
         // This region's `k` largest magnitudes (all when it has fewer):
         // the global k-th largest is among their union.
-        let mut top: Vec<u64> = region.values().iter().map(|&x| abs_key(x)).collect();
-        if top.len() > self.k && self.k > 0 {
-            top.select_nth_unstable_by(self.k - 1, |a, b| b.cmp(a));
-        }
-        top.truncate(self.k);
+        let (kept, _) = region.split_topk(self.k);
+        let top: Vec<u64> = kept.values().iter().map(|&x| abs_key(x)).collect();
         let mut msg = Vec::with_capacity(top.len() * E::BYTES);
         for key in &top {
             msg.extend_from_slice(&key.to_le_bytes()[..E::BYTES]);

@@ -3,7 +3,7 @@
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::plan::{Profile, bytes_cost};
-use crate::push_pull::{Scheme, push_pull};
+use crate::push_pull::{Scheme, push_pull, split_by_owner};
 use crate::sparse::{Id, Reduced, enter};
 use sparse_core::cost::Cost;
 use sparse_core::encoding::{Block, Encoding, Raw};
@@ -59,7 +59,8 @@ pub fn omnireduce_blocks<T: Transport + ?Sized, E: Element>(
         p: t.size(),
         block: block?,
     };
-    push_pull(t, v, &scheme)
+    let pieces = split_by_owner(v, &scheme, t.size());
+    push_pull(t, v, &scheme, pieces)
 }
 
 /// [`omnireduce_blocks`] as a [`SparseAllreduce`] (registry name

@@ -18,23 +18,35 @@ pub(crate) trait Scheme<E: Element> {
 /// owned by `s`; servers sum them in rank order. Pull: in `P - 1` direct
 /// steps every server sends its partition result to every rank. Lossless;
 /// each partition is summed once, so every rank holds the same result.
-pub(crate) fn push_pull<T: Transport + ?Sized, E: Element, S: Scheme<E>>(
-    t: &mut T,
+/// The entries of `v` by owner, one piece per server of `p`, each in index
+/// order.
+pub(crate) fn split_by_owner<E: Element, S: Scheme<E>>(
     v: &SparseVec<E>,
     scheme: &S,
-) -> Result<Reduced<E>> {
-    let (p, r, dim) = (t.size(), t.rank(), v.dim());
-    let start = t.traffic();
+    p: usize,
+) -> Vec<SparseVec<E>> {
     let mut pieces: Vec<(Vec<u32>, Vec<E>)> = vec![(Vec::new(), Vec::new()); p];
     for (i, x) in v.iter() {
         let s = scheme.owner(i);
         pieces[s].0.push(i);
         pieces[s].1.push(x);
     }
-    let pieces: Vec<SparseVec<E>> = pieces
+    pieces
         .into_iter()
-        .map(|(i, x)| SparseVec::new_unchecked(dim, i, x))
-        .collect();
+        .map(|(i, x)| SparseVec::new_unchecked(v.dim(), i, x))
+        .collect()
+}
+
+/// Push `pieces[s]` (this rank's entries owned by server `s`) to every
+/// server, sum what this rank serves, pull every server's sum.
+pub(crate) fn push_pull<T: Transport + ?Sized, E: Element, S: Scheme<E>>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    scheme: &S,
+    pieces: Vec<SparseVec<E>>,
+) -> Result<Reduced<E>> {
+    let (p, r, dim) = (t.size(), t.rank(), v.dim());
+    let start = t.traffic();
     let push = scheme.push();
     let mut received: Vec<Option<SparseVec<E>>> = vec![None; p];
     for s in 1..p {

@@ -10,27 +10,12 @@ use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
 use crate::{Group, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::{even_len, even_start};
-use sparse_core::{Element, Error, Result, SparseVec, abs_key};
+use sparse_core::{Element, Error, Result, SparseVec};
 
-/// Top `k` of `v` by magnitude (ties: lower index), and the rest.
+/// Top `k` of `v` by magnitude (ties: lower index), and the rest: the
+/// workspace's one host top-k ([`SparseVec::split_topk`]).
 pub fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E>, SparseVec<E>) {
-    if v.nnz() <= k {
-        return (
-            v.clone(),
-            SparseVec::new_unchecked(v.dim(), Vec::new(), Vec::new()),
-        );
-    }
-    let mut order: Vec<usize> = (0..v.nnz()).collect();
-    let key = |j: usize| abs_key(v.values()[j]);
-    if k > 0 {
-        order.select_nth_unstable_by(k - 1, |&a, &b| key(b).cmp(&key(a)).then(a.cmp(&b)));
-    }
-    let mut keep = vec![false; v.nnz()];
-    for &j in &order[..k] {
-        keep[j] = true;
-    }
-    let mut flags = keep.into_iter();
-    split_where(v, |_, _| flags.next().expect("one flag per entry"))
+    v.split_topk(k)
 }
 
 /// The block layout of SRS over `m` workers: block `j` is the even span
@@ -51,7 +36,7 @@ impl Layout {
         )
     }
     fn share(&self, j: usize) -> usize {
-        (self.k / self.m + usize::from(j < self.k % self.m)).min(self.span(j).1)
+        sparse_core::topk::block_share(self.k, self.dim, self.m, j)
     }
 }
 

@@ -6,11 +6,12 @@
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::plan::{Profile, bytes_cost};
-use crate::push_pull::{Scheme, push_pull};
+use crate::push_pull::{Scheme, push_pull, split_by_owner};
 use crate::sparse::{Id, Reduced, enter};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
-use sparse_core::{Element, Error, H0, Result, SparseVec};
+use sparse_core::{Backend, Element, Error, H0, HierarchicalHash, Result, SparseVec};
+use sparse_select::ZenPartitioner;
 use std::sync::Arc;
 
 struct Zen<'a> {
@@ -73,7 +74,58 @@ pub fn zen_balanced_parallelism<T: Transport + ?Sized, E: Element>(
         Ok(())
     };
     enter_zen(t, v, index.h0().seed(), fits)?;
-    push_pull(t, v, &Zen { index })
+    let scheme = Zen { index };
+    let pieces = split_by_owner(v, &scheme, t.size());
+    push_pull(t, v, &scheme, pieces)
+}
+
+/// Zen's push pieces by its hierarchical hashing (Alg. 1) on backend `b`:
+/// [`ZenPartitioner`] places every entry of `v` in its `h0` partition
+/// through the rehash functions, the serial overflow area and the fallback
+/// list (nothing is lost), then each partition is put in index order for
+/// the wire. Returns the pieces and the partition's statistics.
+///
+/// # Errors
+/// Backend errors.
+pub fn zen_pieces<B: Backend, E: Element>(
+    b: &B,
+    hash: &HierarchicalHash,
+    v: &SparseVec<E>,
+) -> Result<(Vec<SparseVec<E>>, ZenStats)> {
+    let part = ZenPartitioner { hash: hash.clone() }.partition(
+        b,
+        &b.upload(v.indices())?,
+        &b.upload(v.values())?,
+    )?;
+    let parts = &part.parts;
+    let mut pieces = Vec::with_capacity(parts.offsets.len().saturating_sub(1));
+    for w in parts.offsets.windows(2) {
+        let mut pairs: Vec<(u32, E)> = parts.indices[w[0]..w[1]]
+            .iter()
+            .copied()
+            .zip(parts.values[w[0]..w[1]].iter().copied())
+            .collect();
+        pairs.sort_unstable_by_key(|p| p.0);
+        let (idx, val) = pairs.into_iter().unzip();
+        pieces.push(SparseVec::new(v.dim(), idx, val)?);
+    }
+    let stats = ZenStats {
+        serial: parts.serial,
+        fallback: parts.fallback,
+        imbalance: part.imbalance,
+    };
+    Ok((pieces, stats))
+}
+
+/// What Zen's hierarchical hashing did on one call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ZenStats {
+    /// Entries placed in the serial overflow area.
+    pub serial: usize,
+    /// Entries that found it full and went to the fallback list.
+    pub fallback: usize,
+    /// The push imbalance ratio (Def. 8): 1 is perfect balance.
+    pub imbalance: f64,
 }
 
 /// The entry of Zen's Balanced Parallelism on a rank that could not build
@@ -110,27 +162,82 @@ fn enter_zen<T: Transport + ?Sized, E: Element>(
 }
 
 /// [`zen_balanced_parallelism`] as a [`SparseAllreduce`] (registry name
-/// `zen_balanced_parallelism`), with its partition index built once per
-/// (ranks, dimension) and kept across calls.
+/// `zen_balanced_parallelism`), with Zen's own partitioning: each call
+/// splits the input into the servers' pieces with hierarchical hashing
+/// ([`zen_pieces`], Alg. 1) on backend `B` (the CPU by default; a kernel
+/// backend hashes on the device), before the entry round, so a backend
+/// error reaches every rank. The partition index of the hash bitmaps is
+/// built once per (ranks, dimension) and kept across calls.
 #[derive(Debug, Clone)]
-pub struct ZenBalancedParallelism {
+pub struct ZenBalancedParallelism<B = backend_cpu::Cpu> {
     seed: u64,
+    slots: Option<(u32, u32)>,
+    backend: B,
     index: Option<Arc<PartitionIndex>>,
+    last: Option<ZenStats>,
 }
 
 impl ZenBalancedParallelism {
-    /// Zen with the `h0` of this seed.
+    /// Zen with the `h0` of this seed, hashing on the CPU with Zen's memory
+    /// defaults (`r1 = 2 nnz` parallel slots, `r2 = r1 / 10` serial ones).
     pub fn new(seed: u64) -> Self {
-        Self { seed, index: None }
+        Self::on(backend_cpu::Cpu, seed)
     }
 }
 
-impl<E: Element> SparseAllreduce<E> for ZenBalancedParallelism {
+impl<B: Backend> ZenBalancedParallelism<B> {
+    /// Zen hashing on backend `b`.
+    pub fn on(b: B, seed: u64) -> Self {
+        Self {
+            seed,
+            slots: None,
+            backend: b,
+            index: None,
+            last: None,
+        }
+    }
+    /// Fixed hash memory: `r1` parallel and `r2` serial slots per partition
+    /// instead of Zen's defaults for each call's entries.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for `r1 == 0`.
+    pub fn with_slots(mut self, r1: u32, r2: u32) -> Result<Self> {
+        if r1 == 0 {
+            return Err(Error::invalid("r1", "at least one parallel slot"));
+        }
+        self.slots = Some((r1, r2));
+        Ok(self)
+    }
+    /// What the hashing did on the last call.
+    pub fn last_stats(&self) -> Option<ZenStats> {
+        self.last
+    }
+    fn pieces<E: Element>(
+        &mut self,
+        v: &SparseVec<E>,
+        p: usize,
+        rank: usize,
+    ) -> Result<Vec<SparseVec<E>>> {
+        let rehash = self.seed ^ 0x5a5a_0000 ^ rank as u64;
+        let hash = match self.slots {
+            Some((r1, r2)) => HierarchicalHash::new(self.seed, rehash, p as u32, 3, r1, r2)?,
+            None => HierarchicalHash::with_defaults(self.seed, rehash, p as u32, v.nnz())?,
+        };
+        let (pieces, stats) = zen_pieces(&self.backend, &hash, v)?;
+        self.last = Some(stats);
+        Ok(pieces)
+    }
+}
+
+impl<B: Backend + Send, E: Element> SparseAllreduce<E> for ZenBalancedParallelism<B> {
     fn name(&self) -> String {
         "zen_balanced_parallelism".into()
     }
     fn params(&self) -> String {
-        format!("seed={}", self.seed)
+        match self.slots {
+            Some((r1, r2)) => format!("seed={},r1={r1},r2={r2}", self.seed),
+            None => format!("seed={}", self.seed),
+        }
     }
     fn lossless(&self) -> bool {
         true
@@ -175,15 +282,28 @@ impl<E: Element> SparseAllreduce<E> for ZenBalancedParallelism {
                 index
             }
         };
-        zen_balanced_parallelism(t, v, &index)
+        let pieces = match v.check().and_then(|()| self.pieces(v, p, t.rank())) {
+            Ok(pieces) => pieces,
+            Err(e) => return zen_failed(t, v, self.seed, e),
+        };
+        enter_zen(t, v, self.seed, Ok(()))?;
+        push_pull(t, v, &Zen { index: &index }, pieces)
     }
 }
 
 impl<E: Element> Registered<E> for ZenBalancedParallelism {
     const NAME: &'static str = "zen_balanced_parallelism";
-    const PARAMS: &'static str = "seed (of h0)";
-    const HELP: &'static str = "Zen: push COO to the h0 owner, pull hash bitmap + values; lossless";
+    const PARAMS: &'static str = "seed (of h0), r1 and r2 (parallel and serial hash slots per partition; default 2 nnz and r1 / 10)";
+    const HELP: &'static str =
+        "Zen: hierarchical hashing, push COO to the h0 owner, pull hash bitmap + values; lossless";
     fn build(params: &mut Params, _: Defaults) -> Result<Self> {
-        Ok(Self::new(params.take("seed")?.unwrap_or(0x2e7)))
+        let zen = Self::new(params.take("seed")?.unwrap_or(0x2e7));
+        match (params.take("r1")?, params.take("r2")?) {
+            (None, None) => Ok(zen),
+            (r1, r2) => {
+                let r1 = r1.unwrap_or(1024);
+                zen.with_slots(r1, r2.unwrap_or((r1 / 10).max(1)))
+            }
+        }
     }
 }

@@ -40,6 +40,7 @@ pub mod stats;
 mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod topk;
 
 /// The workspace README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -1,7 +1,7 @@
 //! Block top-k (SparDL) and bucket top-k (SparCML).
 
 use crate::{Selection, Selector, check_k, selection, stats};
-use sparse_core::stats::{even_len, even_start};
+use sparse_core::stats::even_start;
 use sparse_core::{Backend, Element, Error, Result};
 
 /// Validates, plans the segments for `n` elements, and runs the segmented
@@ -44,7 +44,7 @@ impl BlockTopK {
             .map(|j| if j == p { n } else { even_start(j, n, p) })
             .collect();
         let ks = (0..p)
-            .map(|j| (k / p + usize::from(j < k % p)).min(even_len(j, n, p)))
+            .map(|j| sparse_core::topk::block_share(k, n, p, j))
             .collect();
         Ok((offsets, ks))
     }

@@ -52,7 +52,7 @@ macro_rules! selector_test_suite {
             sampled_threshold_is_exact_or_keeps_the_contract, reuse_searches_once_per_interval_and_keeps_the_contract,
             block_and_bucket_equal_their_per_block_oracles, bad_input_is_an_error_for_every_selector,
             policy_picks_by_size_and_alternates_when_quantized, large_inputs_up_to_2_pow_22,
-            zen_partitioner_loses_nothing_and_agrees_across_ranks);
+            zen_partitioner_loses_nothing_and_agrees_across_ranks, selection_becomes_a_sparse_vec);
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -69,7 +69,7 @@ pub use threshold::{SampledThreshold, ThresholdBinarySearch, ThresholdReuse};
 pub use trimmed::TrimmedTopK;
 pub use zen::{ZenPartition, ZenPartitioner};
 
-use sparse_core::{Backend, BufferOps, Element, Error, Result, Scalar};
+use sparse_core::{Backend, BufferOps, Element, Error, Result, Scalar, SparseVec};
 
 /// A selected communication set, on the device.
 pub struct Selection<B: BufferOps + ?Sized, E: Scalar> {
@@ -82,6 +82,19 @@ pub struct Selection<B: BufferOps + ?Sized, E: Scalar> {
     /// The magnitude threshold the selection used, if it is threshold-based
     /// (every selected `|x|` is above it, every other one at or below it).
     pub threshold: Option<f64>,
+}
+
+impl<B: Backend, E: Element> Selection<B, E> {
+    /// The selected pairs as a host sparse vector of dimension `dim`, ready
+    /// for a collective: one download of the indices and values, checked
+    /// (sorted, unique, in range) on the way.
+    ///
+    /// # Errors
+    /// Backend errors; [`sparse_core::Error::IndexOutOfRange`] and the other
+    /// [`SparseVec::new`] errors if the selection does not fit `dim`.
+    pub fn to_sparse(&self, b: &B, dim: usize) -> Result<SparseVec<E>> {
+        SparseVec::new(dim, b.download(&self.indices)?, b.download(&self.values)?)
+    }
 }
 
 /// A communication-set selection algorithm; stateful where the algorithm

@@ -456,3 +456,36 @@ pub fn zen_partitioner_loses_nothing_and_agrees_across_ranks<B: Backend>(b: &B) 
     seen.sort_unstable();
     assert_eq!(seen, idx);
 }
+
+/// One check of the suite (see the module doc): a selection becomes a host
+/// `SparseVec` in one call, equal to the top-k of the host
+/// (`SparseVec::split_topk`, the shared tie rule), and a dimension it does
+/// not fit is an error.
+pub fn selection_becomes_a_sparse_vec<B: Backend>(b: &B) {
+    for (name, x) in cases() {
+        let buf = b.upload(&x).unwrap();
+        let dense = sparse_core::SparseVec::from_dense(&x).unwrap();
+        for k in ks(x.len()) {
+            let sel = RadixTopK {
+                order: KeyOrder::Abs,
+            }
+            .select(b, &buf, k)
+            .unwrap();
+            let v = sel.to_sparse(b, x.len()).unwrap();
+            // Zeros are never stored by from_dense; compare the non-zeros.
+            let (want, _) = dense.split_topk(k);
+            let nonzero: Vec<(u32, f32)> = v.iter().filter(|(_, x)| *x != 0.0).collect();
+            let want_nonzero: Vec<(u32, f32)> = want.iter().collect();
+            if k <= dense.nnz() {
+                assert_eq!(nonzero, want_nonzero, "{name} k={k}");
+            }
+            assert_eq!(v.nnz(), k, "{name} k={k}");
+            if let Some(&last) = v.indices().last() {
+                assert!(
+                    sel.to_sparse(b, last as usize).is_err(),
+                    "{name}: too small a dim"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The one host top-k of the workspace: exact, by magnitude or any
+//! order-preserving key, ties to the lower position. `backend-cpu`'s
+//! selection primitives, [`crate::SparseVec::split_topk`] and every lossy
+//! collective of `sparse-coll` use it, so they all select the same entries.
+
+use crate::stats::even_len;
+use crate::{Element, SparseVec, abs_key};
+
+/// Positions of the `k` largest `key(values[i])` (all when `k >= len`),
+/// ties to the lower position, in increasing order. `O(len)` expected
+/// (introselect on `(key desc, position asc)`), then a sort of the `k`
+/// winners.
+pub fn topk_positions<E: Element>(values: &[E], k: usize, key: impl Fn(E) -> u64) -> Vec<u32> {
+    let mut order: Vec<(u64, u32)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (key(v), i as u32))
+        .collect();
+    let better = |a: &(u64, u32), b: &(u64, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+    let k = k.min(order.len());
+    if k < order.len() && k > 0 {
+        order.select_nth_unstable_by(k - 1, better);
+    }
+    let mut out: Vec<u32> = order[..k].iter().map(|&(_, i)| i).collect();
+    out.sort_unstable();
+    out
+}
+
+/// The `k`-th largest of `keys` (`None` when there are fewer than `k`;
+/// above every key, `u64::MAX`, when `k == 0`). Reorders `keys`.
+pub fn kth_largest(keys: &mut [u64], k: usize) -> Option<u64> {
+    if k == 0 {
+        return Some(u64::MAX);
+    }
+    if keys.len() < k {
+        return None;
+    }
+    let (_, kth, _) = keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+    Some(*kth)
+}
+
+/// The share of a budget `k` of block `j` when `n` coordinates are cut into
+/// `m` even blocks: `k / m`, one more for the first `k % m` blocks, at most
+/// the block's length. SparDL's block shares and `sparse-select`'s block
+/// top-k both use it.
+pub fn block_share(k: usize, n: usize, m: usize, j: usize) -> usize {
+    (k / m + usize::from(j < k % m)).min(even_len(j, n, m))
+}
+
+impl<E: Element> SparseVec<E> {
+    /// The `k` entries of largest magnitude (ties: the lower index) and the
+    /// rest, both in index order: [`topk_positions`] over the values.
+    pub fn split_topk(&self, k: usize) -> (Self, Self) {
+        if self.nnz() <= k {
+            return (
+                self.clone(),
+                Self::new_unchecked(self.dim(), Vec::new(), Vec::new()),
+            );
+        }
+        let keep = topk_positions(self.values(), k, abs_key);
+        let mut flags = vec![false; self.nnz()];
+        for &j in &keep {
+            flags[j as usize] = true;
+        }
+        let (mut a, mut b) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+        for ((i, x), keep) in self.iter().zip(flags) {
+            let side = if keep { &mut a } else { &mut b };
+            side.0.push(i);
+            side.1.push(x);
+        }
+        (
+            Self::new_unchecked(self.dim(), a.0, a.1),
+            Self::new_unchecked(self.dim(), b.0, b.1),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Against a full sort on `(key desc, position asc)`.
+    #[test]
+    fn equals_a_sort_with_the_tie_rule() {
+        let mut rng = crate::SplitMix64(3);
+        for n in [0usize, 1, 2, 7, 100, 1000] {
+            let x: Vec<f32> = (0..n).map(|_| (rng.below(9) as f32 - 4.0) * 0.5).collect();
+            for k in [0, 1, n / 3, n.saturating_sub(1), n, n + 2] {
+                let mut all: Vec<u32> = (0..n as u32).collect();
+                all.sort_by(|&a, &b| {
+                    abs_key(x[b as usize])
+                        .cmp(&abs_key(x[a as usize]))
+                        .then(a.cmp(&b))
+                });
+                let mut want = all[..k.min(n)].to_vec();
+                want.sort_unstable();
+                assert_eq!(topk_positions(&x, k, abs_key), want, "n={n} k={k}");
+                let v = SparseVec::from_dense(&x).unwrap();
+                let (kept, rest) = v.split_topk(k);
+                assert_eq!(kept.nnz() + rest.nnz(), v.nnz());
+                assert_eq!(kept.nnz(), k.min(v.nnz()));
+            }
+        }
+        let mut keys = vec![5, 1, 9, 9, 3];
+        assert_eq!(kth_largest(&mut keys, 2), Some(9));
+        assert_eq!(kth_largest(&mut keys, 4), Some(3));
+        assert_eq!(kth_largest(&mut keys, 6), None);
+        assert_eq!(kth_largest(&mut keys, 0), Some(u64::MAX));
+        assert_eq!(block_share(10, 7, 3, 0), 3);
+        assert_eq!(block_share(10, 100, 3, 0), 4);
+    }
+}
