@@ -97,7 +97,8 @@ PY
 done
 cargo run --quiet -p bench --bin sparse-bench -- allreduce --ranks 4 --n 20000 --density 0.01 --reps 1 --json \
     --algo 'spardl_bsag:k=40,d=2' --algo 'dsar_split_allgather:qsgd=8,bucket=64' --algo 'ok_topk:k=30,period=4' \
-    --algo 'omnireduce_blocks:block=64' --algo 'zen_balanced_parallelism:seed=9' --algo 'spardl_rsag:d=4' >/dev/null
+    --algo 'omnireduce_blocks:block=64' --algo 'zen_balanced_parallelism:seed=9,r1=64,r2=8' --algo 'spardl_rsag:d=4' \
+    --algo 'topk_a:values=ssmean' --algo 'ssar_recursive_double:values=f16' --algo 'spardl:values=bf16' >/dev/null
 if cargo run --quiet -p bench --bin sparse-bench -- allreduce --ranks 2 --n 1000 --algo 'gtopk:kk=1' 2>/dev/null; then
     echo "a bad parameter was accepted"; exit 1
 fi

@@ -91,6 +91,7 @@ mod thread;
 mod topk_a;
 mod topk_dsa;
 mod transport;
+mod values;
 pub mod wire;
 mod zen;
 
@@ -102,14 +103,14 @@ pub use mpi_transport::MpiTransport;
 pub use ok_topk::OkTopk;
 pub use omnireduce::{OmniReduceBlocks, omnireduce_blocks};
 pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto, LOSSLESS, Profile};
-pub use spardl::{Spardl, SpardlBsag, SpardlRsag, spardl, spardl_rsag};
+pub use spardl::{Spardl, SpardlBsag, SpardlRsag, spardl, spardl_rsag, spardl_with};
 pub use sparse::{Reduced, agree, agree_or_fail};
 pub use split_allgather::{
     DsarSplitAllgather, SsarSplitAllgather, dsar_split_allgather, ssar_split_allgather,
 };
-pub use ssar::{SsarRecursiveDouble, ssar_recursive_double};
+pub use ssar::{SsarRecursiveDouble, ssar_recursive_double, ssar_recursive_double_with};
 pub use thread::{ThreadCluster, ThreadTransport};
-pub use topk_a::{TopkA, topk_a};
+pub use topk_a::{TopkA, topk_a, topk_a_with};
 pub use topk_dsa::{TopkDsa, topk_dsa};
 pub use transport::{Traffic, TrafficCounter, Transport};
 pub use zen::{ZenBalancedParallelism, ZenStats, zen_balanced_parallelism, zen_pieces};

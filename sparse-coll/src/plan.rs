@@ -91,6 +91,13 @@ impl Profile {
             5.0 + self.pair_bytes() * entries
         }
     }
+    /// This profile with the value bytes of `values` on the wire.
+    pub fn with_values<E: Element>(&self, values: crate::wire::WireValues) -> Self {
+        Self {
+            value_bytes: values.value_bytes::<E>(),
+            ..*self
+        }
+    }
     /// `(P - 1)`, as a float.
     pub fn others(&self) -> f64 {
         self.p as f64 - 1.0

@@ -7,6 +7,7 @@ use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
+use crate::values::{WireValues, values_param, values_param_of};
 use crate::{Group, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::{even_len, even_start};
@@ -26,6 +27,16 @@ struct Layout {
     dim: usize,
     m: usize,
     k: usize,
+    /// How block values travel.
+    values: WireValues,
+}
+
+/// What every rank keeps and how it sends it: the budget `k` and the value
+/// codec of the messages.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    k: usize,
+    values: WireValues,
 }
 
 impl Layout {
@@ -71,15 +82,19 @@ fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
         for d in bag.clone() {
             let j = (w + d) % p;
             let (kept, cut) = split_topk(&blocks[j], lay.share(j));
-            *dropped = dropped.merge_sum(&cut)?;
-            put_block(&mut msg, &kept);
+            // What the codec cannot carry exactly stays here too.
+            let (sent, rest) = lay.values.split_exact(&kept)?;
+            *dropped = dropped.merge_sum(&cut)?.merge_sum(&rest)?;
+            lay.values.put(&mut msg, &sent)?;
         }
         let got = t.exchange((w + dist) % p, &msg, (w + p - dist) % p)?;
         let mut rest: &[u8] = &got;
         for d in 0..bag.len() {
             let j = (w + d) % p;
             let (lo, len) = lay.span(j);
-            let part = take_block::<E>(&mut rest, dim, lo, len, "spardl block")?;
+            let part = lay
+                .values
+                .take::<E>(&mut rest, dim, lo, len, "spardl block")?;
             blocks[j] = blocks[j].merge_sum(&part)?;
         }
         if !rest.is_empty() {
@@ -95,15 +110,22 @@ fn gather_blocks<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     mine: &SparseVec<E>,
     lay: Layout,
+    dropped: &mut SparseVec<E>,
 ) -> Result<SparseVec<E>> {
+    // Every rank, this one included, takes the block as the codec carries
+    // it; the owner keeps the exact remainder.
+    let (sent, rest) = lay.values.split_exact(mine)?;
+    *dropped = dropped.merge_sum(&rest)?;
     let mut block = Vec::new();
-    put_block(&mut block, mine);
+    lay.values.put(&mut block, &sent)?;
     let all = bruck_allgather(t, &block)?;
     let (mut idx, mut val) = (Vec::new(), Vec::new());
     for (q, b) in all.iter().enumerate() {
         let (lo, len) = lay.span(q);
         let mut rest: &[u8] = b;
-        let part = take_block::<E>(&mut rest, lay.dim, lo, len, "spardl block")?;
+        let part = lay
+            .values
+            .take::<E>(&mut rest, lay.dim, lo, len, "spardl block")?;
         if !rest.is_empty() || part.nnz() > lay.share(q) {
             return Err(Error::corrupt(
                 "spardl block",
@@ -150,13 +172,31 @@ pub fn spardl<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     k: usize,
 ) -> Result<Reduced<E>> {
+    spardl_with(t, v, k, WireValues::Raw)
+}
+
+/// [`spardl`] with its blocks sent by `values`: every block a rank sends
+/// (in Spar-Reduce-Scatter and in the all-gather) is split with
+/// [`WireValues::split_exact`] and the remainder joins that rank's
+/// `dropped`, with the cuts of global residual collection; the inputs sum
+/// to `result` plus every `dropped`. Raw values travel exactly as in
+/// [`spardl`].
+///
+/// # Errors
+/// As [`spardl`]; the codec's errors.
+pub fn spardl_with<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    k: usize,
+    values: WireValues,
+) -> Result<Reduced<E>> {
     in_teams(
         t,
         v,
-        k,
+        Budget { k, values },
         1,
         Id::Spardl,
-        &[("k", k as u64)],
+        &[("k", k as u64), ("values", values.code())],
         |_, lay, pos, block, dropped| cut_to(block, lay.share(pos), dropped),
     )
 }
@@ -182,7 +222,7 @@ fn cut_to<E: Element>(
 fn in_teams<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    k: usize,
+    budget: Budget,
     d: usize,
     id: Id,
     extra: &[(&'static str, u64)],
@@ -211,13 +251,14 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
     let lay = Layout {
         dim,
         m: team.len(),
-        k,
+        k: budget.k,
+        values: budget.values,
     };
     let mut dropped = SparseVec::zeros(dim)?;
     let pos = team.iter().position(|&r| r == t.rank()).expect("a member");
     let block = spar_reduce_scatter(&mut Group::new(t, team.clone())?, v, lay, &mut dropped)?;
     let mine = sag(&mut Group::new(t, column)?, lay, pos, block, &mut dropped)?;
-    let result = gather_blocks(&mut Group::new(t, team)?, &mine, lay)?;
+    let result = gather_blocks(&mut Group::new(t, team)?, &mine, lay, &mut dropped)?;
     Ok(Reduced {
         result,
         dropped,
@@ -276,7 +317,10 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
     in_teams(
         t,
         v,
-        k,
+        Budget {
+            k,
+            values: WireValues::Raw,
+        },
         d,
         Id::SpardlRsag,
         &extra,
@@ -427,7 +471,10 @@ impl SpardlBsag {
         in_teams(
             t,
             v,
-            k,
+            Budget {
+                k,
+                values: WireValues::Raw,
+            },
             d,
             Id::SpardlBsag,
             &extra,
@@ -513,16 +560,26 @@ fn smallest_divisor(p: usize) -> usize {
     (2..=p).find(|d| p % d == 0).unwrap_or(1)
 }
 
-/// [`spardl`] as a [`SparseAllreduce`] (registry name `spardl`).
+/// [`spardl`] as a [`SparseAllreduce`] (registry name `spardl`,
+/// parameters `k` and `values`).
 #[derive(Debug, Clone, Copy)]
 pub struct Spardl {
     k: usize,
+    values: WireValues,
 }
 
 impl Spardl {
     /// SparDL keeping `k`.
     pub fn new(k: usize) -> Self {
-        Self { k }
+        Self {
+            k,
+            values: WireValues::Raw,
+        }
+    }
+    /// The same, its blocks sent with `values`.
+    #[must_use]
+    pub fn with_values(self, values: WireValues) -> Self {
+        Self { values, ..self }
     }
 }
 
@@ -531,7 +588,10 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
         "spardl".into()
     }
     fn params(&self) -> String {
-        format!("k={}", self.k)
+        match values_param(self.values) {
+            v if v.is_empty() => format!("k={}", self.k),
+            v => format!("k={},{v}", self.k),
+        }
     }
     fn lossless(&self) -> bool {
         false
@@ -539,6 +599,7 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
     /// Table 1 in pairs of this element (full blocks of `k / P`, at most
     /// the union), plus the all-gather's frames.
     fn cost(&self, prof: &Profile) -> Cost {
+        let prof = &prof.with_values::<E>(self.values);
         let k = self.k.min(prof.union);
         let c = cost::spardl(prof.p, k);
         bytes_cost(
@@ -547,17 +608,18 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
         )
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        spardl(t, v, self.k)
+        spardl_with(t, v, self.k, self.values)
     }
 }
 
 impl<E: Element> Registered<E> for Spardl {
     const NAME: &'static str = "spardl";
-    const PARAMS: &'static str = "k (entries kept)";
+    const PARAMS: &'static str = "k (entries kept), values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str =
         "SparDL: Spar-Reduce-Scatter with global residual collection, Bruck all-gather; lossy";
     fn build(params: &mut Params, d: Defaults) -> Result<Self> {
-        Ok(Self::new(crate::algorithm::k_param(params, d)?))
+        let k = crate::algorithm::k_param(params, d)?;
+        Ok(Self::new(k).with_values(values_param_of(params)?))
     }
 }
 

@@ -5,8 +5,9 @@ use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{Id, Reduced, decode_stream, encode_stream, enter, stream_to_sparse};
+use crate::values::{WireValues, values_param, values_param_of};
 use sparse_core::cost::{self, Cost};
-use sparse_core::{Element, Result, SparseVec, Stream};
+use sparse_core::{Element, Error, Result, SparseVec, Stream};
 
 /// SSAR_Recursive_double: in round `t` ranks `2^(t-1)` apart exchange their
 /// partial sums as sparse streams and add them (`lg P` rounds for a power
@@ -32,8 +33,32 @@ pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
+    ssar_recursive_double_with(t, v, WireValues::Raw)
+}
+
+/// [`ssar_recursive_double`] with its partial sums sent by `values`: before
+/// each send a rank splits its partial sum with
+/// [`WireValues::split_exact`], sends what the codec carries exactly and
+/// adds the partner's (`a + b` and `b + a`, so partners stay identical).
+/// The `2^i` core ranks of a block hold the same partial sum at step `i`,
+/// so its remainder goes to the `dropped` of one of them, the block's
+/// lowest; the inputs sum to `result` plus every `dropped`. A folded rank's
+/// input is split likewise; the result goes back to it raw (exactly). Lossy
+/// codecs send sparse blocks throughout (no dense switch); raw values travel
+/// exactly as in [`ssar_recursive_double`].
+///
+/// # Errors
+/// As [`ssar_recursive_double`]; the codec's errors.
+pub fn ssar_recursive_double_with<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    values: WireValues,
+) -> Result<Reduced<E>> {
+    if values != WireValues::Raw {
+        return quantized(t, v, values);
+    }
     let dim = v.dim();
-    let start = enter(t, Id::SsarRecursiveDouble, v, &[], Ok(()))?;
+    let start = enter(t, Id::SsarRecursiveDouble, v, &[("values", 0)], Ok(()))?;
     let r = t.rank();
     let fold = Fold::new(t);
     let mut acc = Stream::from_sparse(v.clone());
@@ -63,6 +88,73 @@ pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
     })
 }
 
+fn quantized<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    values: WireValues,
+) -> Result<Reduced<E>> {
+    let dim = v.dim();
+    let local = v.check().and_then(|()| values.split_exact(v).map(drop));
+    let start = enter(
+        t,
+        Id::SsarRecursiveDouble,
+        v,
+        &[("values", values.code())],
+        local,
+    )?;
+    let r = t.rank();
+    let fold = Fold::new(t);
+    let mut acc = v.clone();
+    let mut dropped = SparseVec::zeros(dim)?;
+    let send_split = |t: &mut T, to: usize, acc: &SparseVec<E>| -> Result<SparseVec<E>> {
+        let (sent, rest) = values.split_exact(acc)?;
+        let mut msg = Vec::new();
+        values.put(&mut msg, &sent)?;
+        t.send(to, &msg)?;
+        Ok(rest)
+    };
+    let read = |b: &[u8]| -> Result<SparseVec<E>> {
+        let mut rest = b;
+        let part = values.take(&mut rest, dim, 0, dim, "ssar message")?;
+        if !rest.is_empty() {
+            return Err(Error::corrupt("ssar message", "trailing bytes"));
+        }
+        Ok(part)
+    };
+    match fold.role(r) {
+        Some(true) => dropped = send_split(t, r + 1, &acc)?,
+        Some(false) => acc = acc.merge_sum(&read(&t.recv(r - 1)?)?)?,
+        None => {}
+    }
+    if let Some(nr) = fold.newrank {
+        let mut mask = 1;
+        while mask < fold.pp {
+            let partner = fold.real(nr ^ mask);
+            let (sent, rest) = values.split_exact(&acc)?;
+            // The block of `mask` core ranks holds this same sum: its lowest
+            // keeps the remainder.
+            if nr % mask == 0 {
+                dropped = dropped.merge_sum(&rest)?;
+            }
+            let mut msg = Vec::new();
+            values.put(&mut msg, &sent)?;
+            let got = read(&t.exchange(partner, &msg, partner)?)?;
+            acc = sent.merge_sum(&got)?;
+            mask <<= 1;
+        }
+    }
+    match fold.role(r) {
+        Some(true) => acc = stream_to_sparse(decode_stream(&t.recv(r + 1)?, dim)?)?,
+        Some(false) => t.send(r - 1, &encode_stream(&Stream::Sparse(acc.clone())))?,
+        None => {}
+    }
+    Ok(Reduced {
+        result: acc,
+        dropped,
+        traffic: t.traffic().since(&start),
+    })
+}
+
 /// Rounds of recursive doubling with MPICH's fold: `lg P` for a power of
 /// two, else `floor(lg P) + 2`.
 pub(crate) fn fold_rounds(p: usize) -> f64 {
@@ -74,16 +166,28 @@ pub(crate) fn fold_rounds(p: usize) -> f64 {
 }
 
 /// [`ssar_recursive_double`] as a [`SparseAllreduce`] (registry name
-/// `ssar_recursive_double`).
+/// `ssar_recursive_double`, parameter `values`).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SsarRecursiveDouble;
+pub struct SsarRecursiveDouble {
+    values: WireValues,
+}
+
+impl SsarRecursiveDouble {
+    /// SSAR_Recursive_double sending its partial sums with `values`.
+    pub fn new(values: WireValues) -> Self {
+        Self { values }
+    }
+}
 
 impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
     fn name(&self) -> String {
         "ssar_recursive_double".into()
     }
+    fn params(&self) -> String {
+        values_param(self.values)
+    }
     fn lossless(&self) -> bool {
-        true
+        self.values.lossless::<E>()
     }
     /// For each rank, the streams it receives: a rank with a folded partner
     /// (MPICH's fold, `P` not a power of two) first that partner's input,
@@ -91,6 +195,7 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
     /// partner's group of `2^i` core ranks stands for (dense past delta); a
     /// folded rank only the result. The busiest rank's total.
     fn cost(&self, prof: &Profile) -> Cost {
+        let prof = &prof.with_values::<E>(self.values);
         let p = prof.p;
         if p <= 1 {
             return Cost::new(0.0, 0.0);
@@ -129,15 +234,15 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
         Some(prof.within(cost::ssar_recursive_double(prof.p, prof.k_avg())))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        ssar_recursive_double(t, v)
+        ssar_recursive_double_with(t, v, self.values)
     }
 }
 
 impl<E: Element> Registered<E> for SsarRecursiveDouble {
     const NAME: &'static str = "ssar_recursive_double";
-    const PARAMS: &'static str = "";
+    const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str = "SparCML's recursive doubling of sparse streams (Zen's Hierarchical Centralization); lossless";
-    fn build(_: &mut Params, _: Defaults) -> Result<Self> {
-        Ok(Self)
+    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+        Ok(Self::new(values_param_of(params)?))
     }
 }

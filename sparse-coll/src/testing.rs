@@ -95,7 +95,7 @@ pub fn inputs(p: usize, case: &Case) -> Result<Vec<SparseVec<f32>>> {
 pub fn algorithms(p: usize) -> Vec<String> {
     let rsag = [4usize, 2, 1].into_iter().find(|d| p % d == 0).unwrap_or(1);
     let bsag = (2..=p).find(|d| p % d == 0).unwrap_or(1);
-    Registry::<f32>::builtin()
+    let mut specs: Vec<String> = Registry::<f32>::builtin()
         .names()
         .into_iter()
         .filter(|&n| n != "auto")
@@ -104,7 +104,15 @@ pub fn algorithms(p: usize) -> Vec<String> {
             "spardl_bsag" => format!("{n}:d={bsag}"),
             _ => n.to_string(),
         })
-        .collect()
+        .collect();
+    // The composable wire values: every lossy codec on each collective
+    // that takes one.
+    for name in ["topk_a", "ssar_recursive_double", "spardl"] {
+        for values in ["f16", "bf16", "ssmean"] {
+            specs.push(format!("{name}:values={values}"));
+        }
+    }
+    specs
 }
 
 fn lg(p: usize) -> u64 {
@@ -163,6 +171,9 @@ pub fn expected_rounds(spec: &str, p: usize, r: usize) -> Option<u64> {
 /// TopkA (a framed block per other rank), the split-allgather family (the
 /// split pieces, then each partition's stream block), `None` otherwise.
 pub fn expected_bytes(spec: &str, ins: &[SparseVec<f32>], r: usize) -> Option<u64> {
+    if spec.contains("values=") {
+        return None; // what a lossy codec sends depends on the values
+    }
     let (name, _) = name_and_teams(spec);
     let (p, dim) = (ins.len(), ins[0].dim());
     let others = || (0..p).filter(move |&q| q != r);

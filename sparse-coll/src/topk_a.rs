@@ -6,8 +6,9 @@ use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{Id, Reduced, enter, put_pairs, read_pairs};
+use crate::values::{WireValues, values_param, values_param_of};
 use sparse_core::cost::{self, Cost};
-use sparse_core::{Element, Result, SparseVec};
+use sparse_core::{Element, Error, Result, SparseVec};
 
 /// TopkA: each rank's `(indices, values)`, packed behind a 4-byte length
 /// (indices then values), is allgathered with Bruck's algorithm (any `P`,
@@ -26,7 +27,45 @@ pub fn topk_a<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    let start = enter(t, Id::TopkA, v, &[], Ok(()))?;
+    topk_a_with(t, v, WireValues::Raw)
+}
+
+/// [`topk_a`] with its values sent by `values` (RedSync's quantized
+/// AGsparse with [`WireValues::SameSignMean`]): each rank sends what
+/// [`WireValues::split_exact`] keeps and returns the exact remainder in
+/// `dropped`, so the inputs sum to `result` plus every `dropped`. Raw values
+/// travel exactly as in [`topk_a`].
+///
+/// # Errors
+/// As [`topk_a`]; [`sparse_core::Error::NonFinite`] for a value a lossy
+/// codec cannot take (on every rank).
+pub fn topk_a_with<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    values: WireValues,
+) -> Result<Reduced<E>> {
+    let split = values.split_exact(v);
+    let local = split.as_ref().map(drop).map_err(Clone::clone);
+    let start = enter(t, Id::TopkA, v, &[("values", values.code())], local)?;
+    let (sent, dropped) = split?;
+    if values != WireValues::Raw {
+        let mut msg = Vec::new();
+        values.put(&mut msg, &sent)?;
+        let mut result = SparseVec::zeros(v.dim())?;
+        for b in bruck_allgather(t, &msg)? {
+            let mut rest: &[u8] = &b;
+            let part = values.take(&mut rest, v.dim(), 0, v.dim(), "topk_a message")?;
+            if !rest.is_empty() {
+                return Err(Error::corrupt("topk_a message", "trailing bytes"));
+            }
+            result = result.merge_sum(&part)?;
+        }
+        return Ok(Reduced {
+            result,
+            dropped,
+            traffic: t.traffic().since(&start),
+        });
+    }
     let mut packed = Vec::with_capacity(v.nnz() * (4 + E::BYTES));
     put_pairs(&mut packed, v);
     let all = bruck_allgather(t, &packed)?;
@@ -43,19 +82,33 @@ pub fn topk_a<T: Transport + ?Sized, E: Element>(
     })
 }
 
-/// [`topk_a`] as a [`SparseAllreduce`] (registry name `topk_a`).
+/// [`topk_a`] as a [`SparseAllreduce`] (registry name `topk_a`, parameter
+/// `values`).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct TopkA;
+pub struct TopkA {
+    values: WireValues,
+}
+
+impl TopkA {
+    /// TopkA sending its values with `values`.
+    pub fn new(values: WireValues) -> Self {
+        Self { values }
+    }
+}
 
 impl<E: Element> SparseAllreduce<E> for TopkA {
     fn name(&self) -> String {
         "topk_a".into()
     }
+    fn params(&self) -> String {
+        values_param(self.values)
+    }
     fn lossless(&self) -> bool {
-        true
+        self.values.lossless::<E>()
     }
     /// Every other rank's framed pairs, in `ceil(lg P)` rounds.
     fn cost(&self, prof: &Profile) -> Cost {
+        let prof = prof.with_values::<E>(self.values);
         let bytes = prof.others() * (4.0 + prof.pair_bytes() * prof.k_avg() as f64);
         bytes_cost(cost::ceil_log2(prof.p) as f64, bytes)
     }
@@ -64,16 +117,16 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
         Some(cost::topk_a(prof.p, prof.k_avg()))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        topk_a(t, v)
+        topk_a_with(t, v, self.values)
     }
 }
 
 impl<E: Element> Registered<E> for TopkA {
     const NAME: &'static str = "topk_a";
-    const PARAMS: &'static str = "";
+    const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str =
         "allgather of every rank's pairs, summed in rank order (RedSync, SparDL's TopkA); lossless";
-    fn build(_: &mut Params, _: Defaults) -> Result<Self> {
-        Ok(Self)
+    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+        Ok(Self::new(values_param_of(params)?))
     }
 }

@@ -42,6 +42,7 @@ pub use crate::sparse::{
     agree, agree_or_fail, decode_stream, encode_stream, le_bytes, le_u32s, put_block, put_pairs,
     read_pairs, split_where, stream_to_sparse, take_block,
 };
+pub use crate::values::WireValues;
 
 /// The entry of a sparse allreduce named `name`, as every built-in one
 /// starts: checks the input `v` (one O(nnz) pass), combines it with this

@@ -183,7 +183,7 @@ fn profiles_place_inputs_between_full_and_no_overlap() {
     assert_eq!(prof(20).densification(), 0.5);
     // The paper's formula: between the bounds of SSAR_Recursive_double,
     // 2k lg P .. 2k (P - 1) words.
-    let ssar = sparse_coll::SsarRecursiveDouble;
+    let ssar = sparse_coll::SsarRecursiveDouble::default();
     let c = SparseAllreduce::<f32>::paper_cost(&ssar, &prof(25)).unwrap();
     assert_eq!(c.words, 0.5 * (2.0 * 10.0 * 2.0) + 0.5 * (2.0 * 10.0 * 3.0));
     // The prediction: the partner's stream at each of the lg P = 2 steps,

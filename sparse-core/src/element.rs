@@ -131,6 +131,17 @@ pub fn signed_key<E: Element>(x: E) -> u64 {
     }
 }
 
+/// Whether `a - b` is exact in `E`: the error term of Knuth's TwoSum is
+/// zero. For finite `a` and `b` of the same sign (or zero), where nothing
+/// overflows; QSGD's and the collectives' exact remainders rest on it.
+pub fn exact_difference<E: Element>(a: E, b: E) -> bool {
+    let b = -b;
+    let s = a + b;
+    let a1 = s - b;
+    let b1 = s - a1;
+    (a - a1) + (b - b1) == E::zero()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,7 +51,7 @@ pub use backend::{
     Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, HashOps, HashPartitions, KeyOrder,
     ReduceOps, Scalar, SelectOps, Selected,
 };
-pub use element::{Element, abs_key, signed_key};
+pub use element::{Element, abs_key, exact_difference, signed_key};
 pub use error::{Error, Result};
 pub use hash::{CounterRng, H0, HierarchicalHash, SplitMix64, UniversalHash};
 pub use sparse::SparseVec;

@@ -20,7 +20,7 @@
 //! infinity (a product `s_b * level` first would overflow for
 //! `s_b >= f32::MAX / L`).
 
-use crate::{CounterRng, Element, Error, Result};
+use crate::{CounterRng, Element, Error, Result, exact_difference};
 
 /// Default bucket size (SparCML: "in the order of 1024").
 pub const DEFAULT_BUCKET: usize = 1024;
@@ -195,17 +195,6 @@ pub fn dequantize<E: Element>(q: &Quantized<E>, n: usize, p: &QsgdParams) -> Res
             if code >> (bits - 1) != 0 { -mag } else { mag }
         })
         .collect())
-}
-
-/// Whether `a - b` is exact in `E` (the error term of Knuth's TwoSum is
-/// zero). `a` and `b` are finite with the same sign or zero, so nothing
-/// overflows.
-fn exact_difference<E: Element>(a: E, b: E) -> bool {
-    let b = -b;
-    let s = a + b;
-    let a1 = s - b;
-    let b1 = s - a1;
-    (a - a1) + (b - b1) == E::zero()
 }
 
 /// Makes every remainder exact: where `values[j] - decode(code j)` would

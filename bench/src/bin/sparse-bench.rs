@@ -329,10 +329,17 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
         .rows
         .iter()
         .map(|r| {
+            // Parameters beyond the budget k (teams, codecs, seeds) name
+            // the row.
+            let shown: Vec<&str> = r
+                .params
+                .split(',')
+                .filter(|p| !p.is_empty() && !p.starts_with("k="))
+                .collect();
             let name = match &r.chose {
                 Some(c) => format!("auto -> {c}"),
-                None if r.algo.starts_with("spardl_") => format!("{}:{}", r.algo, r.params),
-                None => r.algo.clone(),
+                None if r.algo == "auto" || shown.is_empty() => r.algo.clone(),
+                None => format!("{}:{}", r.algo, shown.join(",")),
             };
             vec![
                 name,
