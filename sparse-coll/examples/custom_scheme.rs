@@ -92,7 +92,7 @@ fn main() -> Result<()> {
                 for name in LOSSLESS.iter().chain(["dense_ring"].iter()) {
                     candidates.push(registry.build(name, Defaults { k: 0 })?);
                 }
-                let mut auto = Auto::new(0.0, 1.0, candidates)?;
+                let mut auto = Auto::new(0.0, 1.0, candidates)?.reprofile_every(1)?;
                 let v = &ins[t.rank()];
                 // The second call plans with the measured overlap.
                 auto.allreduce(t, v)?;

@@ -174,12 +174,21 @@ pub const AUTO_BETA: f64 = 4e-10;
 /// averaged with weight 1/2 on the newest, as Zen profiles sparsity at run
 /// time. Before the first call the planner assumes no overlap (the worst
 /// case for sparse algorithms). Ties go to the earlier candidate.
+///
+/// The profiling round costs a few small messages, which is a large share
+/// of a call on small inputs. So the planner profiles and chooses on the
+/// first call and then every `every` calls (16 by default,
+/// [`Auto::reprofile_every`]), and runs the same choice in between: a
+/// training step's sparsity moves slowly. The call counter is the same on
+/// every rank, so all ranks profile on the same calls.
 pub struct Auto<E> {
     alpha: f64,
     beta: f64,
     candidates: Vec<Box<dyn SparseAllreduce<E>>>,
     densification: Option<f64>,
     last: Option<usize>,
+    calls: u64,
+    every: u64,
 }
 
 impl<E: Element> std::fmt::Debug for Auto<E> {
@@ -249,7 +258,21 @@ impl<E: Element> Auto<E> {
             candidates,
             densification: None,
             last: None,
+            calls: 0,
+            every: 16,
         })
+    }
+
+    /// Profile and choose every `every` calls (1: on every call).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for 0.
+    pub fn reprofile_every(mut self, every: u64) -> Result<Self> {
+        if every == 0 {
+            return Err(Error::invalid("every", "must be at least 1"));
+        }
+        self.every = every;
+        Ok(self)
     }
 
     /// The candidates.
@@ -300,6 +323,11 @@ impl<E: Element> Auto<E> {
     }
 
     fn run(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        let profiling = self.calls % self.every == 0;
+        self.calls += 1;
+        if let (false, Some(i)) = (profiling, self.last) {
+            return self.candidates[i].allreduce(t, v);
+        }
         let all = bruck_allgather(t, &(v.nnz() as u64).to_le_bytes())?;
         let counts = all
             .iter()
@@ -330,7 +358,10 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         "auto".into()
     }
     fn params(&self) -> String {
-        format!("alpha={},beta={}", self.alpha, self.beta)
+        format!(
+            "alpha={},beta={},every={}",
+            self.alpha, self.beta, self.every
+        )
     }
     fn lossless(&self) -> bool {
         self.candidates.iter().all(|c| c.lossless())
@@ -349,13 +380,12 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
 
 impl<E: Element> Registered<E> for Auto<E> {
     const NAME: &'static str = "auto";
-    const PARAMS: &'static str =
-        "alpha (s per message, default 5e-6), beta (s per word, default 4e-10)";
+    const PARAMS: &'static str = "alpha (s per message, default 5e-6), beta (s per word, default 4e-10), every (calls between profiles, default 16)";
     const HELP: &'static str =
         "the planner: the cheapest lossless algorithm by the cost model, profiled per call";
     fn build(params: &mut Params, _: Defaults) -> Result<Self> {
         let alpha = params.take("alpha")?.unwrap_or(AUTO_ALPHA);
         let beta = params.take("beta")?.unwrap_or(AUTO_BETA);
-        Self::lossless(alpha, beta)
+        Self::lossless(alpha, beta)?.reprofile_every(params.take("every")?.unwrap_or(16))
     }
 }

@@ -100,7 +100,7 @@ fn measured(p: usize, ins: &[SparseVec<f32>], names: &[&str]) -> Vec<(String, u6
 fn plan(p: usize, ins: &[SparseVec<f32>], alpha: f64, beta: f64, calls: usize) -> Vec<String> {
     let out: Vec<Vec<(Reduced<f32>, String)>> = ThreadCluster::new(p)
         .run(|t| {
-            let mut auto = Auto::lossless(alpha, beta)?;
+            let mut auto = Auto::lossless(alpha, beta)?.reprofile_every(1)?;
             (0..calls)
                 .map(|_| {
                     let v = &ins[sparse_coll::Transport::rank(t)];
