@@ -1,0 +1,356 @@
+//! The optimizers against independent oracles: plain and momentum SGD
+//! computed on the host, hand-computed Nesterov, exact conservation on
+//! dyadic inputs, identical weights on every rank, errors on every rank.
+
+use backend_cpu::Cpu;
+use residual_sgd::{Config, LayerSpec, Rule, Trainer, dgc_density};
+use sparse_coll::{Defaults, Registry, SparseAllreduce, ThreadCluster, Transport};
+use sparse_core::{Error, Result, SplitMix64};
+use sparse_select::RadixTopK;
+
+fn layers(sizes: &[usize]) -> Vec<LayerSpec> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| LayerSpec {
+            name: format!("layer{i}"),
+            len,
+            dims: 2,
+        })
+        .collect()
+}
+
+/// Dyadic values (multiples of 1/8 up to 8): every sum below is exact.
+fn dyadic(n: usize, rng: &mut SplitMix64) -> Vec<f32> {
+    (0..n)
+        .map(|_| (rng.below(129) as f32 - 64.0) / 8.0)
+        .collect()
+}
+
+fn comm(spec: &str) -> impl FnMut(&LayerSpec) -> Result<Box<dyn SparseAllreduce<f32>>> + '_ {
+    move |l| Registry::builtin().build(spec, Defaults { k: l.len })
+}
+
+fn trainer(cfg: Config, sizes: &[usize], w: &[Vec<f32>], spec: &str) -> Trainer<Cpu, RadixTopK> {
+    Trainer::new(
+        Cpu,
+        cfg.compress_threshold(0),
+        layers(sizes),
+        w,
+        RadixTopK::magnitude(),
+        comm(spec),
+    )
+    .unwrap()
+}
+
+fn rgc(momentum: f32, nesterov: bool, weight_decay: f32, factor_masking: bool) -> Rule {
+    Rule::Rgc {
+        momentum,
+        nesterov,
+        weight_decay,
+        factor_masking,
+    }
+}
+
+/// Density 1, masking off, P = 1: RGC is momentum SGD with weight decay
+/// (`G = g + wd w; b = m b + G; w -= lr b`), bit for bit; with masking on it
+/// is plain SGD (`w -= lr G`).
+#[test]
+fn rgc_at_density_one_is_momentum_sgd_bit_for_bit() {
+    let (lr, m, wd) = (0.05f32, 0.9f32, 0.01f32);
+    let mut rng = SplitMix64(1);
+    let w0: Vec<f32> = (0..300).map(|_| rng.next_f64() as f32 - 0.5).collect();
+    let grads: Vec<Vec<f32>> = (0..20)
+        .map(|_| (0..300).map(|_| rng.next_f64() as f32 - 0.5).collect())
+        .collect();
+    for masking in [false, true] {
+        let cfg = Config::new(lr, 1.0, rgc(m, false, wd, masking)).unwrap();
+        let out = ThreadCluster::new(1).run(|t| {
+            let mut tr = trainer(cfg, &[300], std::slice::from_ref(&w0), "topk_a");
+            for g in &grads {
+                tr.step(t, std::slice::from_ref(g))?;
+            }
+            tr.weights()
+        });
+        let got = out.into_iter().next().unwrap().unwrap().remove(0);
+        let (mut w, mut b) = (w0.clone(), vec![0.0f32; 300]);
+        for g in &grads {
+            for i in 0..300 {
+                let big_g = wd * w[i] + g[i];
+                if masking {
+                    w[i] -= lr * big_g;
+                } else {
+                    b[i] = m * b[i] + big_g;
+                    w[i] -= lr * b[i];
+                }
+            }
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&w), "masking {masking}");
+    }
+}
+
+/// Nesterov in the form `U = m (U + G); V = V + U + G` is PyTorch's
+/// `b = m b + G; w -= lr (G + m b)`: by hand for two steps, and against the
+/// host form for twenty, bit for bit; small layers (dense path) too.
+#[test]
+fn nesterov_equals_pytorch_by_hand_and_on_the_dense_path() {
+    // By hand: lr = 1/2, m = 1/2, one weight 1, gradients 1 then 2.
+    // Step 1: b = 1, update G + m b = 1.5, w = 1 - 0.75 = 0.25.
+    // Step 2: b = 0.5 + 2 = 2.5, update 2 + 1.25 = 3.25, w = 0.25 - 1.625.
+    for threshold in [0usize, 1 << 20] {
+        let cfg = Config::new(0.5, 1.0, rgc(0.5, true, 0.0, false))
+            .unwrap()
+            .compress_threshold(threshold);
+        let out = ThreadCluster::new(1).run(|t| {
+            let mut tr = Trainer::new(
+                Cpu,
+                cfg,
+                layers(&[1]),
+                &[vec![1.0]],
+                RadixTopK::magnitude(),
+                comm("topk_a"),
+            )?;
+            assert_eq!(tr.compressed(), vec![threshold == 0]);
+            let mut ws = Vec::new();
+            for g in [1.0f32, 2.0] {
+                tr.step(t, &[vec![g]])?;
+                ws.push(tr.weights()?[0][0]);
+            }
+            Ok(ws)
+        });
+        assert_eq!(
+            out[0].as_ref().unwrap(),
+            &vec![0.25, 0.25 - 1.625],
+            "threshold {threshold}"
+        );
+    }
+    let (lr, m) = (0.1f32, 0.9f32);
+    let mut rng = SplitMix64(2);
+    let grads: Vec<Vec<f32>> = (0..20)
+        .map(|_| (0..64).map(|_| rng.next_f64() as f32 - 0.5).collect())
+        .collect();
+    for threshold in [0usize, 1 << 20] {
+        let cfg = Config::new(lr, 1.0, rgc(m, true, 0.0, false))
+            .unwrap()
+            .compress_threshold(threshold);
+        let out = ThreadCluster::new(1).run(|t| {
+            let mut tr = Trainer::new(
+                Cpu,
+                cfg,
+                layers(&[64]),
+                &[vec![0.0; 64]],
+                RadixTopK::magnitude(),
+                comm("topk_a"),
+            )?;
+            for g in &grads {
+                tr.step(t, std::slice::from_ref(g))?;
+            }
+            tr.weights()
+        });
+        let got = out.into_iter().next().unwrap().unwrap().remove(0);
+        let (mut w, mut b) = (vec![0.0f32; 64], vec![0.0f32; 64]);
+        for g in &grads {
+            for i in 0..64 {
+                b[i] = m * b[i] + g[i];
+                w[i] -= lr * (g[i] + m * b[i]);
+            }
+        }
+        for i in 0..64 {
+            assert_eq!(
+                got[i].to_bits(),
+                w[i].to_bits(),
+                "threshold {threshold} at {i}: {} vs {}",
+                got[i],
+                w[i]
+            );
+        }
+    }
+}
+
+/// Top-k SGD on dyadic gradients over 1,000 random steps: on every rank
+/// `residual + sum of sent = sum of lr g` exactly; the sent set has exactly
+/// k entries, all cleared from the residual; with a lossless collective the
+/// result plus every residual is the sum of all accumulated inputs, and
+/// with SparDL (lossy) the same holds through global residual collection.
+/// Every rank holds the same weights after every step.
+#[test]
+fn topk_sgd_conserves_every_update_exactly() {
+    let lr = 0.5f32;
+    let n = 97;
+    for (p, spec) in [
+        (1usize, "topk_a"),
+        (3, "topk_a"),
+        (4, "spardl"),
+        (5, "spardl"),
+    ] {
+        let density = 0.1;
+        let k = sparse_select::k_for_density(n, density).unwrap();
+        let steps = if p == 1 { 1000 } else { 250 };
+        let grads: Vec<Vec<Vec<f32>>> = (0..p)
+            .map(|r| {
+                let mut rng = SplitMix64(7 + r as u64);
+                (0..steps).map(|_| dyadic(n, &mut rng)).collect()
+            })
+            .collect();
+        let out = ThreadCluster::new(p).run(|t| {
+            let r = t.rank();
+            let cfg = Config::new(lr, density, Rule::TopK)?;
+            let mut tr = trainer(cfg, &[n], &[vec![0.0; n]], spec);
+            let mut sent_sum = vec![0.0f64; n];
+            let mut weights = Vec::new();
+            for g in &grads[r] {
+                let rep = tr.step(t, std::slice::from_ref(g))?;
+                let sent = &rep.sent[0];
+                assert_eq!(sent.nnz(), k, "exactly k sent");
+                let resid = tr.residuals()?.remove(0);
+                for (i, x) in sent.iter() {
+                    sent_sum[i as usize] += f64::from(x);
+                    if !rep.dropped[0].indices().contains(&i) {
+                        assert_eq!(resid[i as usize], 0.0, "sent entry {i} left the residual");
+                    }
+                }
+                for (i, x) in rep.dropped[0].iter() {
+                    sent_sum[i as usize] -= f64::from(x);
+                }
+                weights.push(tr.weights()?.remove(0));
+            }
+            Ok((tr.residuals()?.remove(0), sent_sum, weights))
+        });
+        let out: Vec<_> = out.into_iter().map(|o| o.unwrap()).collect();
+        let mut total_resid = vec![0.0f64; n];
+        for (r, (resid, sent, _)) in out.iter().enumerate() {
+            for i in 0..n {
+                let acc: f64 = grads[r].iter().map(|g| f64::from(lr * g[i])).sum();
+                assert_eq!(f64::from(resid[i]) + sent[i], acc, "P={p} rank {r} at {i}");
+                total_resid[i] += f64::from(resid[i]);
+            }
+        }
+        // The weights moved by exactly the reduced results: w = -(sum of
+        // results) / P, and results + residuals = all accumulated inputs.
+        let w = &out[0].2.last().unwrap();
+        for i in 0..n {
+            let all: f64 = (0..p)
+                .map(|r| grads[r].iter().map(|g| f64::from(lr * g[i])).sum::<f64>())
+                .sum();
+            let applied = -f64::from(w[i]) * p as f64;
+            assert!(
+                (applied + total_resid[i] - all).abs() <= 1e-3 * all.abs().max(1.0),
+                "P={p} {spec} at {i}: {applied} + {} vs {all}",
+                total_resid[i]
+            );
+        }
+        for (r, o) in out.iter().enumerate() {
+            assert_eq!(
+                o.2, out[0].2,
+                "P={p} rank {r}: identical weights after every step"
+            );
+        }
+    }
+}
+
+/// RGC with a lossy collective on P = 1..=9 thread ranks: every rank holds
+/// bitwise identical weights after every step.
+#[test]
+fn every_rank_holds_the_same_weights() {
+    for p in 1..=9usize {
+        let out = ThreadCluster::new(p).run(|t| {
+            let cfg = Config::new(0.1, 0.05, rgc(0.9, p % 2 == 0, 1e-4, true))?;
+            let w0 = vec![vec![0.25f32; 400], vec![0.5f32; 30]];
+            let mut tr = Trainer::new(
+                Cpu,
+                cfg.compress_threshold(512),
+                layers(&[400, 30]),
+                &w0,
+                RadixTopK::magnitude(),
+                comm("spardl"),
+            )?;
+            assert_eq!(tr.compressed(), vec![true, false]);
+            let mut rng = SplitMix64(100 + t.rank() as u64);
+            let mut all = Vec::new();
+            for _ in 0..30 {
+                let g = vec![dyadic(400, &mut rng), dyadic(30, &mut rng)];
+                let rep = tr.step(t, &g)?;
+                assert_eq!(rep.dense, vec![false, true]);
+                all.push(tr.weights()?);
+            }
+            Ok(all)
+        });
+        let out: Vec<_> = out.into_iter().map(|o| o.unwrap()).collect();
+        for (r, o) in out.iter().enumerate() {
+            assert_eq!(o, &out[0], "P={p} rank {r}");
+        }
+    }
+}
+
+/// NaN or infinity in one rank's gradient, or layers that differ across
+/// ranks: an error on every rank, and no state changes.
+#[test]
+fn bad_inputs_are_errors_on_every_rank() {
+    for p in [1usize, 2, 3, 5] {
+        let out = ThreadCluster::new(p).run(|t| {
+            let cfg = Config::new(0.1, 0.1, Rule::TopK)?;
+            let mut tr = trainer(cfg, &[50], &[vec![1.0; 50]], "topk_a");
+            let mut g = vec![vec![0.5f32; 50]];
+            tr.step(t, &g)?;
+            let before = (tr.weights()?, tr.residuals()?);
+            if t.rank() == p - 1 {
+                g[0][7] = f32::NAN;
+            }
+            let res = tr.step(t, &g);
+            assert!(res.is_err(), "rank {}: {res:?}", t.rank());
+            assert_eq!((tr.weights()?, tr.residuals()?), before, "no state changed");
+            if t.rank() == p - 1 {
+                assert!(matches!(res, Err(Error::NonFinite { index: 7 })));
+                g[0][7] = f32::INFINITY;
+            } else {
+                assert!(matches!(res, Err(Error::PeerError { .. })), "{res:?}");
+            }
+            assert!(tr.step(t, &g).is_err());
+            // Layers that differ across ranks.
+            let size = if t.rank() == 0 { 50 } else { 51 };
+            let mut other = trainer(cfg, &[size], &[vec![0.0; size]], "topk_a");
+            let res = other.step(t, &[vec![0.0; size]]);
+            if p > 1 {
+                assert!(matches!(res, Err(Error::Disagreement { .. })), "{res:?}");
+            }
+            Ok(())
+        });
+        for r in out {
+            r.unwrap();
+        }
+    }
+    assert!(Config::new(f32::NAN, 0.1, Rule::TopK).is_err());
+    assert!(Config::new(0.1, 0.0, Rule::TopK).is_err());
+    assert!(Config::new(0.1, 1.5, Rule::TopK).is_err());
+    assert!(Config::new(0.1, 0.1, rgc(1.0, false, 0.0, false)).is_err());
+    assert!(
+        Config::new(0.1, 0.1, Rule::TopK)
+            .unwrap()
+            .clip(0.0)
+            .is_err()
+    );
+}
+
+/// DGC's warm-up: D = 0.001, W = 4 gives 25%, 6.3%, 1.6%, 0.4%, then 0.1%;
+/// clipping bounds each rank's gradient norm to C / sqrt(P).
+#[test]
+fn dgc_warm_up_and_clipping() {
+    let want = [0.25, 0.0630, 0.0158, 0.00398, 0.001, 0.001];
+    for (e, &w) in want.iter().enumerate() {
+        let d = dgc_density(e, 0.001, 4);
+        assert!((d - w).abs() <= 0.01 * w, "epoch {e}: {d}");
+    }
+    // One step of plain SGD at density 1 moves w by lr times the clipped
+    // gradient: a norm of 10 clipped to 1 / sqrt(4) = 0.5.
+    let out = ThreadCluster::new(4).run(|t| {
+        let cfg = Config::new(1.0, 1.0, Rule::TopK)?.clip(1.0)?;
+        let mut tr = trainer(cfg, &[4], &[vec![0.0; 4]], "topk_a");
+        tr.step(t, &[vec![10.0, 0.0, 0.0, 0.0]])?;
+        tr.weights()
+    });
+    for r in out {
+        let w = r.unwrap().remove(0);
+        assert!((w[0] + 0.5).abs() < 1e-6, "{w:?}");
+    }
+}
