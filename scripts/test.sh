@@ -50,8 +50,11 @@ DECODE_FUZZ_ROUNDS=200 cargo test --workspace
 # mpiexec -n 1..5, disagreement and abort-on-panic (tests/mpi.rs launches
 # mpiexec with MPIEXEC_TIMEOUT and checks the world size and per-rank lines).
 step "MPI: clippy and tests under mpiexec"
-cargo clippy -p sparse-coll -p bench --features sparse-coll/mpi,sparse-coll/testing,bench/mpi --all-targets -- -D warnings
+cargo clippy -p sparse-coll -p bench -p residual-sgd --features sparse-coll/mpi,sparse-coll/testing,bench/mpi,residual-sgd/mpi --all-targets -- -D warnings
 cargo test -p sparse-coll --features mpi,testing --test mpi
+# The optimizers under mpiexec -n 1..5: identical weights on every rank
+# after every step, and equal to the thread transport's.
+cargo test -p residual-sgd --features mpi --test mpi
 
 # Only `bench` has benches; they do not use the kernel backend, so its
 # default `wgpu` feature is left out rather than building cubecl and wgpu a
