@@ -40,16 +40,23 @@
 //! ([`sparse_coll::Reduced::dropped`]) goes back into the residual of the
 //! rank that holds it, so nothing is lost.
 //!
-//! Not built yet (the README says so): RedSync's quantized mode inside the
-//! optimizer (top-k/low-k alternation; the collectives already send
-//! same-sign means with `values=ssmean`), SparCML's QSGD inside the
-//! optimizer, SparDL's paper variant of residual collection, tensor fusion,
-//! and the runs on the kernel backend and under MPI.
+//! Options: SparCML's `Q` ([`Config::qsgd`], QSGD with a fresh seed each
+//! step, its error fed back or not), RedSync's quantized mode
+//! ([`Config::quantized`]: top-k/low-k alternation and same-sign means,
+//! the output layer excepted) and tensor fusion of dense layers
+//! ([`Config::fuse`]).
+//!
+//! Not built yet (the README says so): SparDL's paper variant of residual
+//! collection (`xi = acc` outside the result) and fusion of compressed
+//! layers.
 
 use sparse_coll::dense::ring_allreduce;
+use sparse_coll::wire::WireValues;
 use sparse_coll::{SparseAllreduce, Traffic, Transport, agree_or_fail};
-use sparse_core::{Backend, Error, Result, SparseVec};
-use sparse_select::{Selector, k_for_density};
+use sparse_core::encoding::Qsgd;
+use sparse_core::qsgd::QsgdParams;
+use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
+use sparse_select::{RadixTopK, Selector, k_for_density};
 use std::time::{Duration, Instant};
 
 /// How a layer's update is formed.
@@ -78,6 +85,9 @@ pub struct Config {
     rule: Rule,
     compress_threshold: usize,
     clip: Option<f32>,
+    qsgd: Option<(QsgdParams, bool)>,
+    quantized: bool,
+    fusion: usize,
 }
 
 impl Config {
@@ -121,7 +131,60 @@ impl Config {
             rule,
             compress_threshold: 128 << 10,
             clip: None,
+            qsgd: None,
+            quantized: false,
+            fusion: 0,
         })
+    }
+    /// SparCML's `Q` (top-k SGD only): the sent values QSGD-quantized
+    /// (`bits` 2, 4 or 8, buckets of `bucket`, a fresh seed each step);
+    /// with `feedback` the quantization error, exact
+    /// ([`sparse_core::encoding::Qsgd::encode_with_remainder`]), goes back
+    /// into the residual, else it is lost as in the listing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for bad QSGD parameters or an RGC rule.
+    pub fn qsgd(self, bits: u32, bucket: usize, feedback: bool) -> Result<Self> {
+        if self.rule != Rule::TopK {
+            return Err(Error::invalid(
+                "qsgd",
+                "SparCML's quantization goes with top-k SGD",
+            ));
+        }
+        Ok(Self {
+            qsgd: Some((QsgdParams::new(bits, bucket, 0x51)?, feedback)),
+            ..self
+        })
+    }
+    /// RedSync's quantized mode (RGC only): each compressed layer but the
+    /// last (the output layer) alternates top-k and low-k by signed value
+    /// from step to step and sends the selected entries' same-sign mean;
+    /// what the mean misses of each value goes back into the residual,
+    /// exactly ([`sparse_coll::wire::WireValues::split_exact`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for top-k SGD.
+    pub fn quantized(self) -> Result<Self> {
+        if self.rule == Rule::TopK {
+            return Err(Error::invalid(
+                "quantized",
+                "RedSync's quantized mode goes with RGC",
+            ));
+        }
+        Ok(Self {
+            quantized: true,
+            ..self
+        })
+    }
+    /// Tensor fusion: consecutive dense layers are reduced together, one
+    /// allreduce per bucket of at least `bytes` (0: one call per layer),
+    /// as RedSync fuses small layers and DDP buckets gradients.
+    #[must_use]
+    pub fn fuse(self, bytes: usize) -> Self {
+        Self {
+            fusion: bytes,
+            ..self
+        }
     }
     /// Layers of at most `bytes` bytes go dense (RedSync's `compress_thd`;
     /// 0 compresses every layer).
@@ -223,6 +286,12 @@ struct Layer<B: Backend, S> {
     u: B::Buffer<f32>,
     selector: S,
     comm: Box<dyn SparseAllreduce<f32>>,
+    /// Quantized mode: top-k (true) or low-k next.
+    top: bool,
+    /// Steps taken (QSGD's fresh seed).
+    steps: u64,
+    /// The output layer (the last), never quantized.
+    output: bool,
 }
 
 /// The optimizer of one rank: per-layer weights, residual `V` and momentum
@@ -257,7 +326,8 @@ impl<B: Backend, S: Selector<B, f32> + Clone> Trainer<B, S> {
             });
         }
         let mut out = Vec::with_capacity(layers.len());
-        for (spec, w) in layers.into_iter().zip(weights) {
+        let last = layers.len().saturating_sub(1);
+        for (l, (spec, w)) in layers.into_iter().zip(weights).enumerate() {
             if w.len() != spec.len {
                 return Err(Error::LengthMismatch {
                     what: "layer weights",
@@ -274,6 +344,9 @@ impl<B: Backend, S: Selector<B, f32> + Clone> Trainer<B, S> {
                 selector: selector.clone(),
                 comm: comm(&spec)?,
                 spec,
+                top: true,
+                steps: 0,
+                output: l == last,
             });
         }
         Ok(Self {
@@ -341,22 +414,41 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
         let start = t.traffic();
         let p = t.size() as f32;
         let mut rep = StepReport::default();
-        for (layer, g) in self.layers.iter_mut().zip(grads) {
+        // Dense layers wait in a bucket until it holds `fusion` bytes or a
+        // compressed layer comes.
+        let mut bucket: Vec<(usize, Vec<f32>)> = Vec::new();
+        let n = self.layers.len();
+        for (l, g) in grads.iter().enumerate() {
             let mut g = g.clone();
             if let Some(c) = self.cfg.clip {
                 clip(&mut g, c / p.sqrt());
             }
+            let layer = &mut self.layers[l];
+            rep.dense.push(!layer.compressed);
+            rep.sent.push(SparseVec::zeros(layer.spec.len)?);
+            rep.dropped.push(SparseVec::zeros(layer.spec.len)?);
             if layer.compressed {
                 let (sent, dropped) =
                     compressed_step(&self.b, &self.cfg, layer, t, &g, p, &mut rep)?;
-                rep.sent.push(sent);
-                rep.dropped.push(dropped);
+                rep.sent[l] = sent;
+                rep.dropped[l] = dropped;
             } else {
-                dense_step(&self.b, &self.cfg, layer, t, &g, p, &mut rep)?;
-                rep.sent.push(SparseVec::zeros(layer.spec.len)?);
-                rep.dropped.push(SparseVec::zeros(layer.spec.len)?);
+                bucket.push((l, dense_gradient(&self.b, &self.cfg, layer, &g, &mut rep)?));
             }
-            rep.dense.push(!layer.compressed);
+            let bytes: usize = bucket.iter().map(|(_, g)| 4 * g.len()).sum();
+            let next_compressed = self.layers.get(l + 1).is_some_and(|x| x.compressed);
+            if !bucket.is_empty() && (bytes >= self.cfg.fusion || next_compressed || l + 1 == n) {
+                let fused: Vec<f32> = bucket.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+                let clock = Instant::now();
+                let sum = ring_allreduce(t, &fused)?;
+                rep.communicate += clock.elapsed();
+                let mut at = 0;
+                for (j, g) in bucket.drain(..) {
+                    let part = &sum[at..at + g.len()];
+                    at += g.len();
+                    dense_apply(&self.b, &self.cfg, &mut self.layers[j], part, p, &mut rep)?;
+                }
+            }
         }
         rep.traffic = t.traffic().since(&start);
         Ok(rep)
@@ -446,8 +538,20 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
         }
     };
     let k = k_for_density(n, cfg.density)?;
-    let sel = layer.selector.select(b, &layer.v, k)?;
-    let sent = sel.to_sparse(b, n)?;
+    let quantize = cfg.quantized && !layer.output;
+    let sel = if quantize {
+        // RedSync's alternation: the largest values, then the smallest.
+        let order = if layer.top {
+            KeyOrder::Signed
+        } else {
+            KeyOrder::SignedReversed
+        };
+        layer.top = !layer.top;
+        RadixTopK { order }.select(b, &layer.v, k)?
+    } else {
+        layer.selector.select(b, &layer.v, k)?
+    };
+    let mut sent = sel.to_sparse(b, n)?;
     // The sent entries leave the residual; factor masking clears their
     // momentum too.
     b.mask(&mut layer.v, &sel.indices)?;
@@ -458,6 +562,35 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
     {
         b.mask(&mut layer.u, &sel.indices)?;
     }
+    // Quantization: what is sent is what the codec carries; the exact
+    // remainder goes back into the residual (for QSGD without feedback it
+    // is lost, as in SparCML's listing).
+    let remainder = if quantize {
+        let (q, rest) = WireValues::SameSignMean.split_exact(&sent)?;
+        sent = q;
+        Some(rest)
+    } else if let Some((params, feedback)) = cfg.qsgd {
+        let seed = params.seed() ^ layer.steps.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut bytes = Vec::new();
+        let rest = Qsgd(params.with_seed(seed)).encode_with_remainder(sent.values(), &mut bytes)?;
+        let decoded: Vec<f32> = sent
+            .values()
+            .iter()
+            .zip(&rest)
+            .map(|(&x, &r)| x - r)
+            .collect();
+        let rest = SparseVec::new(n, sent.indices().to_vec(), rest)?;
+        sent = SparseVec::new(n, sent.indices().to_vec(), decoded)?;
+        feedback.then_some(rest)
+    } else {
+        None
+    };
+    if let Some(rest) = remainder.filter(|r| r.nnz() > 0) {
+        let idx = b.upload(rest.indices())?;
+        let val = b.upload(rest.values())?;
+        b.scatter_add(&mut layer.v, &idx, &val)?;
+    }
+    layer.steps += 1;
     rep.select += clock.elapsed();
     let clock = Instant::now();
     let red = layer.comm.allreduce(t, &sent)?;
@@ -484,18 +617,15 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
     Ok((sent, red.dropped))
 }
 
-/// A dense layer: allreduce of the gradient, then momentum SGD on its mean
-/// (`b = m b + G; w -= lr b`, or `w -= lr (G + m b)` with Nesterov; plain
-/// SGD for top-k SGD).
-fn dense_step<B: Backend, S>(
+/// A dense layer's contribution: its gradient plus weight decay, on the
+/// host for the allreduce.
+fn dense_gradient<B: Backend, S>(
     b: &B,
     cfg: &Config,
     layer: &mut Layer<B, S>,
-    t: &mut dyn Transport,
     g: &[f32],
-    p: f32,
     rep: &mut StepReport,
-) -> Result<()> {
+) -> Result<Vec<f32>> {
     let clock = Instant::now();
     let mut gb = b.upload(g)?;
     if let Rule::Rgc { weight_decay, .. } = cfg.rule
@@ -505,9 +635,20 @@ fn dense_step<B: Backend, S>(
     }
     let local = b.download(&gb)?;
     rep.select += clock.elapsed();
-    let clock = Instant::now();
-    let sum = ring_allreduce(t, &local)?;
-    rep.communicate += clock.elapsed();
+    Ok(local)
+}
+
+/// A dense layer's update from the reduced sum: momentum SGD on the mean
+/// (`b = m b + G; w -= lr b`, or `w -= lr (G + m b)` with Nesterov; plain
+/// SGD for top-k SGD).
+fn dense_apply<B: Backend, S>(
+    b: &B,
+    cfg: &Config,
+    layer: &mut Layer<B, S>,
+    sum: &[f32],
+    p: f32,
+    rep: &mut StepReport,
+) -> Result<()> {
     let clock = Instant::now();
     let mean: Vec<f32> = sum.iter().map(|&x| x / p).collect();
     let mut mean = b.upload(&mean)?;

@@ -354,3 +354,140 @@ fn dgc_warm_up_and_clipping() {
         assert!((w[0] + 0.5).abs() < 1e-6, "{w:?}");
     }
 }
+
+/// RedSync's quantized mode: each compressed layer but the output layer
+/// sends one value per step, alternating the largest values (top-k) and
+/// the smallest (low-k); the residual keeps exactly what the mean missed,
+/// so `residual + sum of sent = sum of G` on dyadic inputs; the output
+/// layer sends its exact top-k.
+#[test]
+fn quantized_mode_sends_alternating_same_sign_means() {
+    let n = 200;
+    for p in [1usize, 3] {
+        let out = ThreadCluster::new(p).run(|t| {
+            let cfg = Config::new(0.5, 0.05, rgc(0.0, false, 0.0, false))?.quantized()?;
+            let mut tr = trainer(cfg, &[n, n], &[vec![0.0; n], vec![0.0; n]], "topk_a");
+            let mut rng = SplitMix64(50 + t.rank() as u64);
+            let mut acc = vec![0.0f64; n];
+            let mut sent_sum = vec![0.0f64; n];
+            for step in 0..40 {
+                let g = vec![dyadic(n, &mut rng), dyadic(n, &mut rng)];
+                for i in 0..n {
+                    acc[i] += f64::from(g[0][i]);
+                }
+                let rep = tr.step(t, &g)?;
+                let s = &rep.sent[0];
+                assert!(s.nnz() > 0, "step {step}");
+                let want_positive = step % 2 == 0;
+                for &x in s.values() {
+                    assert_eq!(x, s.values()[0], "step {step}: one mean");
+                    assert_eq!(x > 0.0, want_positive, "step {step}: top-k then low-k");
+                }
+                for (i, x) in s.iter() {
+                    sent_sum[i as usize] += f64::from(x);
+                }
+                // The output layer is not quantized: its exact top-k.
+                assert_eq!(rep.sent[1].nnz(), sparse_select::k_for_density(n, 0.05)?);
+            }
+            let resid = tr.residuals()?.remove(0);
+            for i in 0..n {
+                assert_eq!(f64::from(resid[i]) + sent_sum[i], acc[i], "at {i}");
+            }
+            Ok(())
+        });
+        for r in out {
+            r.unwrap();
+        }
+    }
+    assert!(
+        Config::new(0.1, 0.1, Rule::TopK)
+            .unwrap()
+            .quantized()
+            .is_err()
+    );
+}
+
+/// SparCML's `Q`: with feedback, one step's residual plus what was sent is
+/// the accumulator bit for bit, and the sent values are QSGD levels (at
+/// most 4 bits: 15 distinct magnitudes per bucket); without feedback the
+/// quantization error is gone from the residual.
+#[test]
+fn topk_sgd_with_qsgd() {
+    let n = 500;
+    for feedback in [true, false] {
+        let out = ThreadCluster::new(2).run(|t| {
+            let cfg = Config::new(1.0, 0.2, Rule::TopK)?.qsgd(4, 64, feedback)?;
+            let mut tr = trainer(cfg, &[n], &[vec![0.0; n]], "topk_a");
+            let mut rng = SplitMix64(9 + t.rank() as u64);
+            let g: Vec<f32> = (0..n).map(|_| rng.next_f64() as f32 - 0.5).collect();
+            let rep = tr.step(t, std::slice::from_ref(&g))?;
+            let resid = tr.residuals()?.remove(0);
+            let sent = &rep.sent[0];
+            let mut total = resid.clone();
+            for (i, x) in sent.iter() {
+                total[i as usize] += x;
+            }
+            let quantized = sent.iter().any(|(i, x)| x != g[i as usize]);
+            assert!(quantized, "4 bits change some value");
+            if feedback {
+                assert_eq!(total, g, "residual + sent = accumulator");
+            } else {
+                for (i, _) in sent.iter() {
+                    assert_eq!(resid[i as usize], 0.0, "no feedback: nothing kept at {i}");
+                }
+            }
+            let mags: std::collections::BTreeSet<u32> =
+                sent.values().iter().map(|x| x.abs().to_bits()).collect();
+            assert!(
+                mags.len() <= 15 * n.div_ceil(64),
+                "{} magnitudes",
+                mags.len()
+            );
+            Ok(())
+        });
+        for r in out {
+            r.unwrap();
+        }
+    }
+    let rgc_cfg = Config::new(0.1, 0.1, rgc(0.9, false, 0.0, false)).unwrap();
+    assert!(rgc_cfg.qsgd(4, 64, true).is_err());
+}
+
+/// Tensor fusion: small dense layers reduced in one call give the same
+/// weights as one call per layer (dyadic inputs: every sum exact), in fewer
+/// messages.
+#[test]
+fn fused_dense_layers_equal_unfused_in_fewer_messages() {
+    let sizes = [30usize, 7, 64, 1];
+    for p in [2usize, 3, 4] {
+        let run = |fusion: usize| {
+            ThreadCluster::new(p).run(|t| {
+                let cfg = Config::new(0.25, 0.1, rgc(0.5, false, 0.0, false))?
+                    .compress_threshold(1 << 20)
+                    .fuse(fusion);
+                let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![1.0; n]).collect();
+                let mut tr = Trainer::new(
+                    Cpu,
+                    cfg,
+                    layers(&sizes),
+                    &w0,
+                    RadixTopK::magnitude(),
+                    comm("topk_a"),
+                )?;
+                let mut rng = SplitMix64(t.rank() as u64);
+                let mut msgs = 0;
+                for _ in 0..10 {
+                    let g: Vec<Vec<f32>> = sizes.iter().map(|&n| dyadic(n, &mut rng)).collect();
+                    msgs += tr.step(t, &g)?.traffic.msgs_sent;
+                }
+                Ok((tr.weights()?, msgs))
+            })
+        };
+        let (fused, single) = (run(1 << 20), run(0));
+        for (f, s) in fused.into_iter().zip(single) {
+            let (f, s) = (f.unwrap(), s.unwrap());
+            assert_eq!(f.0, s.0, "P={p}: same weights");
+            assert!(f.1 < s.1, "P={p}: {} messages fused, {} not", f.1, s.1);
+        }
+    }
+}
