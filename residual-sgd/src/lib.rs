@@ -46,9 +46,9 @@
 //! the output layer excepted) and tensor fusion of dense layers
 //! ([`Config::fuse`]).
 //!
-//! Not built yet (the README says so): SparDL's paper variant of residual
-//! collection (`xi = acc` outside the result) and fusion of compressed
-//! layers.
+//! SparDL's paper variant of residual collection is
+//! [`Collection::Paper`]. Not built yet (the README says so): fusion of
+//! compressed layers.
 
 use sparse_coll::dense::ring_allreduce;
 use sparse_coll::wire::WireValues;
@@ -88,6 +88,23 @@ pub struct Config {
     qsgd: Option<(QsgdParams, bool)>,
     quantized: bool,
     fusion: usize,
+    collection: Collection,
+}
+
+/// Where what a collective cut goes (SparDL Alg. 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Collection {
+    /// Global residual collection: `dropped` returns into the residual of
+    /// the rank that holds it, so the inputs sum exactly to what was applied
+    /// plus every residual (nothing lost, nothing counted twice).
+    #[default]
+    Global,
+    /// The paper's variant: after a step the residual is this rank's
+    /// accumulator outside the result's indices (what it sent that did not
+    /// make the result comes back; what the collective cut there is not
+    /// kept) and `dropped` inside. So conservation holds only up to the
+    /// entries cut outside the result.
+    Paper,
 }
 
 impl Config {
@@ -134,7 +151,13 @@ impl Config {
             qsgd: None,
             quantized: false,
             fusion: 0,
+            collection: Collection::Global,
         })
+    }
+    /// Where what the collective cut goes ([`Collection`]).
+    #[must_use]
+    pub fn collection(self, collection: Collection) -> Self {
+        Self { collection, ..self }
     }
     /// SparCML's `Q` (top-k SGD only): the sent values QSGD-quantized
     /// (`bits` 2, 4 or 8, buckets of `bucket`, a fresh seed each step);
@@ -596,8 +619,30 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
     let red = layer.comm.allreduce(t, &sent)?;
     rep.communicate += clock.elapsed();
     let clock = Instant::now();
-    // Global residual collection: what the collective cut stays here.
-    if red.dropped.nnz() > 0 {
+    // SparDL's paper variant: outside the result this rank keeps its own
+    // accumulator (what it sent comes back), inside it keeps only what the
+    // collective dropped here.
+    if cfg.collection == Collection::Paper {
+        let outside: Vec<(u32, f32)> = sent
+            .iter()
+            .filter(|(i, _)| red.result.indices().binary_search(i).is_err())
+            .collect();
+        if red.result.nnz() > 0 {
+            b.mask(&mut layer.v, &b.upload(red.result.indices())?)?;
+        }
+        let inside: Vec<(u32, f32)> = red
+            .dropped
+            .iter()
+            .filter(|(i, _)| red.result.indices().binary_search(i).is_ok())
+            .collect();
+        for part in [outside, inside] {
+            if !part.is_empty() {
+                let (idx, val): (Vec<u32>, Vec<f32>) = part.into_iter().unzip();
+                b.scatter_add(&mut layer.v, &b.upload(&idx)?, &b.upload(&val)?)?;
+            }
+        }
+    } else if red.dropped.nnz() > 0 {
+        // Global residual collection: what the collective cut stays here.
         let idx = b.upload(red.dropped.indices())?;
         let val = b.upload(red.dropped.values())?;
         b.scatter_add(&mut layer.v, &idx, &val)?;

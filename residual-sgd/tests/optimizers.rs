@@ -491,3 +491,37 @@ fn fused_dense_layers_equal_unfused_in_fewer_messages() {
         }
     }
 }
+
+/// SparDL's paper variant of residual collection, against its definition:
+/// after a step the residual is the accumulator outside the result's
+/// indices and `dropped` inside.
+#[test]
+fn paper_collection_keeps_the_accumulator_outside_the_result() {
+    use residual_sgd::Collection;
+    for p in [2usize, 3, 4] {
+        let n = 60;
+        let out = ThreadCluster::new(p).run(|t| {
+            let cfg = Config::new(1.0, 0.2, Rule::TopK)?.collection(Collection::Paper);
+            let mut tr = trainer(cfg, &[n], &[vec![0.0; n]], "spardl:k=6");
+            let mut rng = SplitMix64(77 + t.rank() as u64);
+            let g = dyadic(n, &mut rng);
+            let rep = tr.step(t, std::slice::from_ref(&g))?;
+            let resid = tr.residuals()?.remove(0);
+            // The result: every rank's weights moved by -result / P.
+            let w = tr.weights()?.remove(0);
+            for i in 0..n {
+                let in_result = w[i] != 0.0;
+                let dropped = rep.dropped[0]
+                    .iter()
+                    .find(|d| d.0 as usize == i)
+                    .map_or(0.0, |d| d.1);
+                let want = if in_result { dropped } else { g[i] };
+                assert_eq!(resid[i], want, "P={p} rank {} at {i}", t.rank());
+            }
+            Ok(())
+        });
+        for r in out {
+            r.unwrap();
+        }
+    }
+}
