@@ -282,6 +282,22 @@ pub struct LayerSpec {
     pub dims: usize,
 }
 
+impl LayerSpec {
+    /// Matrices (two dimensions, so DGC's rule compresses them) named
+    /// `layer0`, `layer1`, ... of the given sizes.
+    pub fn matrices(sizes: &[usize]) -> Vec<Self> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| Self {
+                name: format!("layer{i}"),
+                len,
+                dims: 2,
+            })
+            .collect()
+    }
+}
+
 /// What one step did, on this rank.
 #[derive(Debug, Clone, Default)]
 pub struct StepReport {

@@ -17,15 +17,7 @@ const SIZES: [usize; 2] = [3000, 40];
 type Steps = Vec<(Vec<Vec<u32>>, Vec<Vec<f32>>, Vec<Vec<f32>>)>;
 
 fn run<B: Backend + Send + Sync + Clone>(b: B, grads: &[Vec<Vec<f32>>]) -> Steps {
-    let layers: Vec<LayerSpec> = SIZES
-        .iter()
-        .enumerate()
-        .map(|(i, &len)| LayerSpec {
-            name: format!("layer{i}"),
-            len,
-            dims: 2,
-        })
-        .collect();
+    let layers = LayerSpec::matrices(&SIZES);
     let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
     let rule = Rule::Rgc {
         momentum: 0.5,

@@ -9,15 +9,7 @@ use sparse_core::{Error, Result, SplitMix64};
 use sparse_select::RadixTopK;
 
 fn layers(sizes: &[usize]) -> Vec<LayerSpec> {
-    sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &len)| LayerSpec {
-            name: format!("layer{i}"),
-            len,
-            dims: 2,
-        })
-        .collect()
+    LayerSpec::matrices(sizes)
 }
 
 /// Dyadic values (multiples of 1/8 up to 8): every sum below is exact.

@@ -26,15 +26,7 @@ fn digest(w: &[Vec<f32>]) -> u64 {
 /// Trains on `t`; after every step all ranks' digests must agree. Returns
 /// the digests.
 fn train(t: &mut dyn Transport, rule: Rule, spec: &str) -> Result<Vec<u64>> {
-    let layers: Vec<LayerSpec> = SIZES
-        .iter()
-        .enumerate()
-        .map(|(i, &len)| LayerSpec {
-            name: format!("layer{i}"),
-            len,
-            dims: 2,
-        })
-        .collect();
+    let layers = LayerSpec::matrices(&SIZES);
     let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.25; n]).collect();
     let cfg = Config::new(0.1, 0.02, rule)?.compress_threshold(1024);
     let mut tr = Trainer::new(
