@@ -190,6 +190,17 @@ impl ReduceOps for Cpu {
         nan_error(nan, x)?;
         Ok(sum / x.len() as f64)
     }
+    fn sum_squares<E: Element>(&self, x: &Vec<E>) -> Result<f64> {
+        let mut nan = false;
+        let mut sum = 0.0f64;
+        for &v in x.iter() {
+            nan |= v.is_nan();
+            let v = v.to_f64_exact();
+            sum += v * v;
+        }
+        nan_error(nan, x)?;
+        Ok(sum)
+    }
     fn count_above<E: Element>(&self, x: &Vec<E>, t: E) -> Result<usize> {
         let inf = abs_key(E::infinity());
         if t < E::zero() || t.is_nan() {

@@ -21,6 +21,7 @@ struct Stats {
     max_key: u32,
     above: usize,
     sum: f64,
+    squares: f64,
 }
 
 /// `(start, end, segment)` of every tile of the segments `keep` accepts.
@@ -100,19 +101,21 @@ impl<R: Runtime> CubeBackend<R> {
             max_key: 0,
             above: 0,
             sum: 0.0,
+            squares: 0.0,
         };
         if x.len == 0 {
             return Ok(st);
         }
         let cubes = x.len.div_ceil(TILE);
-        let parts = self.uninit::<u32>(cubes * 4);
+        let parts = self.uninit::<u32>(cubes * 5);
         stats::launch_abs_stats(&self.client, grid(cubes), x, tkey, &parts);
         let mut nan = 0;
-        for p in self.get(&parts)?.chunks(4) {
+        for p in self.get(&parts)?.chunks(5) {
             st.max_key = st.max_key.max(p[0]);
             st.above += p[1] as usize;
             nan += p[2];
             st.sum += f32::from_bits(p[3]) as f64;
+            st.squares += f32::from_bits(p[4]) as f64;
         }
         if nan > 0 {
             return Err(self.first_nan(x));
@@ -319,7 +322,9 @@ impl<R: Runtime> BufferOps for CubeBackend<R> {
         Ok(self.put(data))
     }
     fn download<T: Scalar>(&self, buf: &CubeBuffer<T>) -> Result<Vec<T>> {
-        self.get(buf)
+        let out = self.get(buf)?;
+        self.take_fault()?;
+        Ok(out)
     }
     fn zeros<T: Scalar>(&self, len: usize) -> Result<CubeBuffer<T>> {
         Ok(self.zeroed(len))
@@ -343,6 +348,10 @@ impl<R: Runtime> ReduceOps for CubeBackend<R> {
         } else {
             st.sum / x.len as f64
         })
+    }
+    fn sum_squares<E: Element>(&self, x: &CubeBuffer<E>) -> Result<f64> {
+        self.f32_only::<E>("sum_squares")?;
+        Ok(self.stats(&x.cast(), u32::MAX)?.squares)
     }
     fn count_above<E: Element>(&self, x: &CubeBuffer<E>, t: E) -> Result<usize> {
         self.f32_only::<E>("count_above")?;
@@ -430,7 +439,6 @@ impl<R: Runtime> SelectOps for CubeBackend<R> {
         indices: &CubeBuffer<u32>,
     ) -> Result<CubeBuffer<E>> {
         self.f32_only::<E>("gather")?;
-        self.check_range(indices, 0, x.len, x.len as u64)?;
         let out = self.uninit::<u32>(indices.len);
         if indices.len > 0 {
             gather::launch_gather(
@@ -439,6 +447,7 @@ impl<R: Runtime> SelectOps for CubeBackend<R> {
                 &x.cast::<u32>(),
                 indices,
                 &out,
+                &self.fault(),
             );
         }
         Ok(out.cast())
@@ -484,7 +493,6 @@ impl<R: Runtime> DenseOps for CubeBackend<R> {
     ) -> Result<()> {
         self.f32_only::<E>("scatter_add")?;
         check_len("scatter_add indices vs values", indices.len, values.len)?;
-        self.check_range(indices, 0, dense.len, dense.len as u64)?;
         if indices.len > 0 {
             scatter::launch_scatter_add(
                 &self.client,
@@ -492,19 +500,20 @@ impl<R: Runtime> DenseOps for CubeBackend<R> {
                 &dense.cast(),
                 indices,
                 &values.cast(),
+                &self.fault(),
             );
         }
         Ok(())
     }
     fn mask<E: Element>(&self, dense: &mut CubeBuffer<E>, indices: &CubeBuffer<u32>) -> Result<()> {
         self.f32_only::<E>("mask")?;
-        self.check_range(indices, 0, dense.len, dense.len as u64)?;
         if indices.len > 0 {
             mask::launch_mask(
                 &self.client,
                 grid(cubes_for(indices.len)),
                 &dense.cast(),
                 indices,
+                &self.fault(),
             );
         }
         Ok(())

@@ -2,7 +2,8 @@
 //! the kernel backend (wgpu; lavapipe where there is no GPU). Integer
 //! outputs (indices, counts, histograms, bitmaps, codes) and outputs of one
 //! correctly rounded operation (max, gathered and compacted values,
-//! scatter-add, scale, QSGD) must be equal bit for bit; `mean_abs` within
+//! scatter-add, scale, QSGD) must be equal bit for bit; `mean_abs` and
+//! `sum_squares` within
 //! `1e-6` relative (the kernel sums in `f32` within a cube of 4096
 //! elements); `axpy` within one rounding of `|a x| + |y|` (the device
 //! compiler may fuse it into one multiply-add).
@@ -26,6 +27,8 @@ struct Outputs {
     exact: Vec<(String, Vec<u64>)>,
     /// `mean_abs`.
     mean: f64,
+    /// `sum_squares`.
+    squares: f64,
     /// `axpy(a, x, y)` and the bound `|a x| + |y|` of each entry.
     axpy: Vec<(f32, f32)>,
 }
@@ -58,6 +61,7 @@ fn run<B: Backend>(b: &B, x: &[f32], seed: u64) -> Outputs {
 
     o.push("max_abs", [b.max_abs(&buf).unwrap().to_bits() as u64]);
     o.mean = b.mean_abs(&buf).unwrap();
+    o.squares = b.sum_squares(&buf).unwrap();
     let mut sorted: Vec<f32> = x.iter().map(|v| v.abs()).collect();
     sorted.sort_by(f32::total_cmp);
     let quantile = |q: f64| sorted[((n - 1) as f64 * q) as usize];
@@ -203,6 +207,12 @@ fn compare<G: Backend>(gpu: &G, n: usize, dist: ValueDist, seed: u64) {
         "n={n} mean_abs {} vs {}",
         got.mean,
         want.mean
+    );
+    assert!(
+        (got.squares - want.squares).abs() <= 1e-6 * want.squares,
+        "n={n} sum_squares {} vs {}",
+        got.squares,
+        want.squares
     );
     let (cpu_axpy, gpu_axpy) = (&want.axpy, &got.axpy);
     for (i, (&(c, bound), &(g, _))) in cpu_axpy.iter().zip(gpu_axpy).enumerate() {

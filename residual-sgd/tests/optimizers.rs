@@ -517,3 +517,68 @@ fn paper_collection_keeps_the_accumulator_outside_the_result() {
         }
     }
 }
+
+/// A user's own memory through [`Trainer::with_memory`]: one that keeps
+/// nothing across steps (no error feedback). Oracle on the host: each step
+/// applies the top-k of `lr g` and the accumulator holds the rest of this
+/// step's `lr g` only.
+#[test]
+fn a_users_memory_replaces_the_rules() {
+    use residual_sgd::Memory;
+    struct Forgetful(Vec<f32>, f32);
+    impl Memory<Cpu> for Forgetful {
+        fn compensate(&mut self, _: &Cpu, g: &Vec<f32>) -> Result<()> {
+            self.0 = g.iter().map(|x| self.1 * x).collect();
+            Ok(())
+        }
+        fn accumulator(&self) -> &Vec<f32> {
+            &self.0
+        }
+        fn accumulator_mut(&mut self) -> &mut Vec<f32> {
+            &mut self.0
+        }
+        fn restore(&mut self, _: &Cpu, _: &sparse_core::SparseVec<f32>) -> Result<()> {
+            Ok(())
+        }
+    }
+    let (n, lr) = (64usize, 0.5f32);
+    let mut rng = SplitMix64(77);
+    let w0 = dyadic(n, &mut rng);
+    let grads: Vec<Vec<f32>> = (0..5).map(|_| dyadic(n, &mut rng)).collect();
+    let cfg = Config::new(lr, 0.125, Rule::TopK)
+        .unwrap()
+        .compress_threshold(0);
+    let out = ThreadCluster::new(1).run(|t| {
+        let mut tr = Trainer::with_memory(
+            Cpu,
+            cfg,
+            layers(&[n]),
+            std::slice::from_ref(&w0),
+            RadixTopK::magnitude(),
+            comm("topk_a"),
+            |_, spec| Ok(Box::new(Forgetful(vec![0.0; spec.len], lr)) as Box<dyn Memory<Cpu>>),
+        )?;
+        let mut seen = Vec::new();
+        for g in &grads {
+            tr.step(t, std::slice::from_ref(g))?;
+            seen.push((tr.weights()?.remove(0), tr.residuals()?.remove(0)));
+        }
+        Ok(seen)
+    });
+    let seen = out.into_iter().next().unwrap().unwrap();
+    let mut w = w0.clone();
+    for (g, (got_w, got_r)) in grads.iter().zip(seen) {
+        let acc: Vec<f32> = g.iter().map(|x| lr * x).collect();
+        // Brute force: by magnitude, ties to the lower index.
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| acc[b].abs().total_cmp(&acc[a].abs()).then(a.cmp(&b)));
+        let top = &order[..8];
+        let mut rest = acc.clone();
+        for &i in top {
+            w[i] -= acc[i];
+            rest[i] = 0.0;
+        }
+        assert_eq!(got_w, w);
+        assert_eq!(got_r, rest);
+    }
+}

@@ -68,6 +68,16 @@ pub trait ReduceOps: BufferOps {
     /// # Errors
     /// [`Error::NonFinite`] on NaN.
     fn count_above<E: Element>(&self, x: &Self::Buffer<E>, t: E) -> Result<usize>;
+    /// `sum x_i^2`, or 0 for an empty buffer: the square of the L2 norm
+    /// (DGC's gradient clipping), so a layer's norm needs no download.
+    /// `backend-cpu` accumulates in `f64` (exact squares of `f32` and
+    /// narrower elements, one rounding per addition); backends that accumulate in `f32` state their tolerance
+    /// and the range of `|x_i|` whose squares neither overflow nor
+    /// underflow there.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] on NaN.
+    fn sum_squares<E: Element>(&self, x: &Self::Buffer<E>) -> Result<f64>;
 }
 
 /// Which end of the signed order a signed top-k takes.
@@ -181,7 +191,8 @@ pub trait SelectOps: BufferOps {
     /// `x[indices[j]]` for every `j` (sampling).
     ///
     /// # Errors
-    /// [`Error::IndexOutOfRange`] for an index past `x`.
+    /// [`Error::IndexOutOfRange`] for an index past `x`, from this call or
+    /// from the next download (as [`DenseOps::scatter_add`]).
     fn gather<E: Element>(
         &self,
         x: &Self::Buffer<E>,
@@ -217,8 +228,12 @@ pub trait DenseOps: BufferOps {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] if `indices` and `values` differ in length;
-    /// [`Error::IndexOutOfRange`] for an index past `dense` (backends that
-    /// cannot check on the device may skip such indices instead, and say so).
+    /// [`Error::IndexOutOfRange`] for an index past `dense`, from this call
+    /// or, on backends that check on the device without waiting for the
+    /// device (the kernels of `backend-cuda`), from the next
+    /// [`BufferOps::download`]; such indices change nothing, and after the
+    /// error the in-range entries of the call may or may not have been
+    /// applied.
     fn scatter_add<E: Element>(
         &self,
         dense: &mut Self::Buffer<E>,

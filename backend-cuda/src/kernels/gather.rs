@@ -1,14 +1,28 @@
-//! `out[j] = x[indices[j]]` (indices checked beforehand by [`super::outside`]).
+//! `out[j] = x[indices[j]]`. An index at or past `len` gives 0 and is
+//! recorded in the backend's fault words ([`super::record_fault`]).
 
+use super::record_fault;
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
 
 #[cube(launch_unchecked)]
-pub(crate) fn gather(x: &[u32], indices: &[u32], out: &mut [u32]) {
+pub(crate) fn gather(
+    x: &[u32],
+    indices: &[u32],
+    out: &mut [u32],
+    len: u32,
+    fault: &mut [Atomic<u32>],
+) {
     let j = ABSOLUTE_POS;
     if j < out.len() {
-        out[j] = x[indices[j] as usize];
+        let i = indices[j];
+        if i < len {
+            out[j] = x[i as usize];
+        } else {
+            out[j] = 0u32;
+            record_fault(fault, j as u32, i, len);
+        }
     }
 }
 
@@ -19,6 +33,7 @@ pub(crate) fn launch_gather(
     x: &CubeBuffer<u32>,
     indices: &CubeBuffer<u32>,
     out: &CubeBuffer<u32>,
+    fault: &CubeBuffer<u32>,
 ) {
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
@@ -31,6 +46,8 @@ pub(crate) fn launch_gather(
             x.arg(),
             indices.arg(),
             out.arg(),
+            x.len as u32,
+            fault.arg(),
         );
     }
 }

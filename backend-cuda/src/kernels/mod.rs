@@ -74,6 +74,20 @@ pub(crate) fn key_of(bits: u32, #[comptime] order: u32) -> u32 {
     k
 }
 
+/// Records an index at or past the length of the buffer it addresses, in
+/// the backend's four fault words: `fault[0]` counts such indices,
+/// `fault[1]` is `u32::MAX` minus the first bad position (a maximum, so
+/// zeroed words need no other initial value), `fault[2]` the largest bad
+/// index and `fault[3]` the largest length checked against. The host reads
+/// them at the next download ([`crate::CubeBackend`]'s deferred check).
+#[cube]
+pub(crate) fn record_fault(fault: &mut [Atomic<u32>], j: u32, i: u32, len: u32) {
+    fault[0].fetch_add(1u32);
+    fault[1].fetch_max(u32::MAX - j);
+    fault[2].fetch_max(i);
+    fault[3].fetch_max(len);
+}
+
 /// Whether an `f32` bit pattern is NaN.
 #[cube]
 pub(crate) fn is_nan(bits: u32) -> bool {

@@ -1,16 +1,28 @@
-//! `dense[indices[j]] += values[j]` for unique, checked indices: one unit
-//! per entry, no atomics needed.
+//! `dense[indices[j]] += values[j]` for unique indices: one unit per entry,
+//! no atomics needed. An index at or past `len` changes nothing and is
+//! recorded in the backend's fault words ([`super::record_fault`]).
 
+use super::record_fault;
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
 
 #[cube(launch_unchecked)]
-pub(crate) fn scatter_add(dense: &mut [f32], indices: &[u32], values: &[f32]) {
+pub(crate) fn scatter_add(
+    dense: &mut [f32],
+    indices: &[u32],
+    values: &[f32],
+    len: u32,
+    fault: &mut [Atomic<u32>],
+) {
     let j = ABSOLUTE_POS;
     if j < values.len() {
-        let i = indices[j] as usize;
-        dense[i] = dense[i] + values[j];
+        let i = indices[j];
+        if i < len {
+            dense[i as usize] = dense[i as usize] + values[j];
+        } else {
+            record_fault(fault, j as u32, i, len);
+        }
     }
 }
 
@@ -21,6 +33,7 @@ pub(crate) fn launch_scatter_add(
     dense: &CubeBuffer<f32>,
     indices: &CubeBuffer<u32>,
     values: &CubeBuffer<f32>,
+    fault: &CubeBuffer<u32>,
 ) {
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
@@ -33,6 +46,8 @@ pub(crate) fn launch_scatter_add(
             dense.arg(),
             indices.arg(),
             values.arg(),
+            dense.len as u32,
+            fault.arg(),
         );
     }
 }

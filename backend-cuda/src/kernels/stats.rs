@@ -1,4 +1,4 @@
-//! `max |x|`, `sum |x|`, the count of `|x| > t` and the count of NaNs, one
+//! `max |x|`, `sum |x|`, `sum x^2`, the count of `|x| > t` and the count of NaNs, one
 //! pass: each cube reduces its tile to one partial per statistic, and the
 //! host finishes over the partials (the sum in `f64`).
 
@@ -7,9 +7,10 @@ use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
 
-/// `parts[4 c..4 c + 4]` = (max magnitude key, count of keys above `tkey`,
-/// NaN count, bits of the `f32` sum of `|x|` with NaNs left out) of tile
-/// `c`: one buffer, so the host reads the partials back in one transfer.
+/// `parts[5 c..5 c + 5]` = (max magnitude key, count of keys above `tkey`,
+/// NaN count, bits of the `f32` sum of `|x|` and of the `f32` sum of `x^2`,
+/// NaNs left out) of tile `c`: one buffer, so the host reads the partials
+/// back in one transfer.
 #[cube(launch_unchecked)]
 pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32]) {
     let tile = CUBE_POS;
@@ -18,6 +19,7 @@ pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32]) {
     let mut above = 0u32;
     let mut nan = 0u32;
     let mut sum = 0.0f32;
+    let mut squares = 0.0f32;
     let mut i = start + UNIT_POS as usize;
     let end = min(start + TILE, x.len());
     while i < end {
@@ -27,7 +29,9 @@ pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32]) {
             nan += 1;
         } else {
             mx = max(mx, k);
-            sum += f32::reinterpret(k);
+            let a = f32::reinterpret(k);
+            sum += a;
+            squares += a * a;
         }
         if k > tkey {
             above += 1;
@@ -38,11 +42,13 @@ pub(crate) fn abs_stats(x: &[u32], tkey: u32, parts: &mut [u32]) {
     let above = cube_reduce::<u32>(above, false);
     let nan = cube_reduce::<u32>(nan, false);
     let sum = cube_reduce::<f32>(sum, false);
+    let squares = cube_reduce::<f32>(squares, false);
     if UNIT_POS == 0 && start < x.len() {
-        parts[tile * 4] = mx;
-        parts[tile * 4 + 1] = above;
-        parts[tile * 4 + 2] = nan;
-        parts[tile * 4 + 3] = u32::reinterpret(sum);
+        parts[tile * 5] = mx;
+        parts[tile * 5 + 1] = above;
+        parts[tile * 5 + 2] = nan;
+        parts[tile * 5 + 3] = u32::reinterpret(sum);
+        parts[tile * 5 + 4] = u32::reinterpret(squares);
     }
 }
 

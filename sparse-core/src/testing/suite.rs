@@ -125,8 +125,8 @@ fn check_selected<B: Backend, E: Element>(
     );
 }
 
-/// `max_abs` exact, `mean_abs` within `1e-5` relative (`f32` accumulation
-/// allowed) against sums in `f64`.
+/// `max_abs` exact, `mean_abs` and `sum_squares` within `1e-5` relative
+/// (`f32` accumulation allowed) against sums in `f64`.
 pub fn reductions<B: Backend>(b: &B) {
     fn run<B: Backend, E: Element>(b: &B) {
         for (name, raw) in inputs(11) {
@@ -159,10 +159,36 @@ pub fn reductions<B: Backend>(b: &B) {
                     E::NAME
                 );
             }
+            // Squares in f64 are exact for f32 and narrower; f32
+            // accumulation is within 1e-5 where no f32 square under- or
+            // overflows.
+            let squares = b.sum_squares(&buf).unwrap();
+            let exact = x
+                .iter()
+                .map(|v| v.to_f64_exact() * v.to_f64_exact())
+                .sum::<f64>();
+            let in_range = x.iter().all(|v| {
+                let a = v.to_f64_exact().abs();
+                a == 0.0 || (1e-19..=1e18).contains(&a)
+            });
+            if exact.is_infinite() {
+                assert!(
+                    squares.is_infinite(),
+                    "{} {name}: sum_squares {squares}",
+                    E::NAME
+                );
+            } else if in_range {
+                assert!(
+                    (squares - exact).abs() <= 1e-5 * exact.max(f64::MIN_POSITIVE),
+                    "{} {name}: sum_squares {squares} vs {exact}",
+                    E::NAME
+                );
+            }
         }
         let empty = b.upload::<E>(&[]).unwrap();
         assert_eq!(b.max_abs(&empty).unwrap(), E::zero());
         assert_eq!(b.mean_abs(&empty).unwrap(), 0.0);
+        assert_eq!(b.sum_squares(&empty).unwrap(), 0.0);
     }
     each_element!(run, b);
 }
@@ -317,6 +343,7 @@ pub fn errors<B: Backend>(b: &B) {
     let nan = Error::NonFinite { index: 2 };
     assert_eq!(b.max_abs(&buf).err(), Some(nan.clone()));
     assert_eq!(b.mean_abs(&buf).err(), Some(nan.clone()));
+    assert_eq!(b.sum_squares(&buf).err(), Some(nan.clone()));
     assert_eq!(b.count_above(&buf, 0.0).err(), Some(nan.clone()));
     assert_eq!(b.compact_above(&buf, 0.0).err(), Some(nan.clone()));
     assert_eq!(b.topk_abs(&buf, 1).err(), Some(nan.clone()));
@@ -343,14 +370,19 @@ pub fn errors<B: Backend>(b: &B) {
     ));
     let far = b.upload(&[0u32, 3]).unwrap();
     let two = b.upload(&[1.0f32, 1.0]).unwrap();
+    // A bad index is an error at the call or, on backends that check on
+    // the device without waiting, at the next download; either way once.
     assert!(matches!(
-        b.scatter_add(&mut y, &far, &two),
+        b.scatter_add(&mut y, &far, &two)
+            .and_then(|()| b.download(&y).map(drop)),
         Err(Error::IndexOutOfRange { index: 3, .. })
     ));
+    assert!(b.download(&y).is_ok(), "the fault is reported once");
     assert!(matches!(
-        b.mask(&mut y, &far),
+        b.mask(&mut y, &far).and_then(|()| b.download(&y).map(drop)),
         Err(Error::IndexOutOfRange { index: 3, .. })
     ));
+    assert!(b.download(&y).is_ok(), "the fault is reported once");
     assert!(matches!(
         b.bitmap_encode(&far, 0, 3),
         Err(Error::IndexOutOfRange { index: 3, .. })
@@ -749,9 +781,15 @@ pub fn gather<B: Backend>(b: &B) {
         b.download(&got).unwrap(),
         idx.iter().map(|&i| x[i as usize]).collect::<Vec<_>>()
     );
-    let far = b.upload(&[1000u32]).unwrap();
+    let far = b.upload(&[5u32, 1000, 7, 1001]).unwrap();
+    let x = b.upload(&x).unwrap();
     assert!(matches!(
-        b.gather(&b.upload(&x).unwrap(), &far),
-        Err(Error::IndexOutOfRange { .. })
+        b.gather(&x, &far).and_then(|g| b.download(&g)),
+        Err(Error::IndexOutOfRange {
+            index: 1000 | 1001,
+            position: 1 | 3,
+            dim: 1000
+        })
     ));
+    assert!(b.download(&x).is_ok(), "the fault is reported once");
 }

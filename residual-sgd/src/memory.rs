@@ -1,0 +1,162 @@
+//! The residual memory of a compressed layer (GRACE's "memory"): it
+//! compensates each new gradient into an accumulator, the compressor
+//! selects from that accumulator, and the update takes the sent entries out
+//! and puts back whatever quantization or the collective cut.
+
+use crate::Rule;
+use sparse_core::{Backend, Result, SparseVec};
+
+/// The memory of one compressed layer, replaceable
+/// ([`crate::Trainer::with_memory`]). Everything lives in backend buffers.
+///
+/// A step calls [`Memory::compensate`] with the gradient (weight decay
+/// already added), lets the compressor select from
+/// [`Memory::accumulator`], calls [`Memory::remove`] with the selected
+/// indices and [`Memory::restore`] with what comes back (quantization
+/// remainders, the collective's `dropped`).
+pub trait Memory<B: Backend>: Send {
+    /// Compensate: fold this step's gradient `g` into the accumulator.
+    ///
+    /// # Errors
+    /// Backend errors.
+    fn compensate(&mut self, b: &B, g: &B::Buffer<f32>) -> Result<()>;
+    /// The accumulator the compressor selects from (the residual `V`).
+    fn accumulator(&self) -> &B::Buffer<f32>;
+    /// The accumulator, to change in place (SparDL's paper collection
+    /// clears it at the result's indices).
+    fn accumulator_mut(&mut self) -> &mut B::Buffer<f32>;
+    /// Update: the entries at `indices` were sent; they leave the memory.
+    ///
+    /// # Errors
+    /// Backend errors.
+    fn remove(&mut self, b: &B, indices: &B::Buffer<u32>) -> Result<()> {
+        b.mask(self.accumulator_mut(), indices)
+    }
+    /// Update: `back` returns into the accumulator.
+    ///
+    /// # Errors
+    /// Backend errors.
+    fn restore(&mut self, b: &B, back: &SparseVec<f32>) -> Result<()> {
+        if back.nnz() == 0 {
+            return Ok(());
+        }
+        let idx = b.upload(back.indices())?;
+        let val = b.upload(back.values())?;
+        b.scatter_add(self.accumulator_mut(), &idx, &val)
+    }
+}
+
+/// Plain error feedback: `V += gain g`. SparCML's top-k SGD uses
+/// `gain = lr` (`acc = eps + lr g`); RGC without momentum `gain = 1`.
+pub struct Residual<B: Backend> {
+    v: B::Buffer<f32>,
+    gain: f32,
+}
+
+impl<B: Backend> Residual<B> {
+    /// A zero residual of `len` entries.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn new(b: &B, len: usize, gain: f32) -> Result<Self> {
+        Ok(Self {
+            v: b.zeros(len)?,
+            gain,
+        })
+    }
+}
+
+impl<B: Backend> Memory<B> for Residual<B> {
+    fn compensate(&mut self, b: &B, g: &B::Buffer<f32>) -> Result<()> {
+        b.axpy(self.gain, g, &mut self.v)
+    }
+    fn accumulator(&self) -> &B::Buffer<f32> {
+        &self.v
+    }
+    fn accumulator_mut(&mut self) -> &mut B::Buffer<f32> {
+        &mut self.v
+    }
+}
+
+/// RedSync's momentum correction (RGC): `U = m U + G; V = V + U`, or in
+/// Nesterov's form `U = m (U + G); V = V + U + G`; with factor masking the
+/// sent entries leave the momentum too (`U[idx] = 0`).
+pub struct Momentum<B: Backend> {
+    u: B::Buffer<f32>,
+    v: B::Buffer<f32>,
+    momentum: f32,
+    nesterov: bool,
+    masking: bool,
+}
+
+impl<B: Backend> Momentum<B> {
+    /// Zero momentum and residual of `len` entries.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn new(b: &B, len: usize, momentum: f32, nesterov: bool, masking: bool) -> Result<Self> {
+        Ok(Self {
+            u: b.zeros(len)?,
+            v: b.zeros(len)?,
+            momentum,
+            nesterov,
+            masking,
+        })
+    }
+    /// The momentum `U`.
+    pub fn momentum(&self) -> &B::Buffer<f32> {
+        &self.u
+    }
+}
+
+impl<B: Backend> Memory<B> for Momentum<B> {
+    fn compensate(&mut self, b: &B, g: &B::Buffer<f32>) -> Result<()> {
+        if self.nesterov {
+            b.axpy(1.0, g, &mut self.u)?;
+            b.scale(self.momentum, &mut self.u)?;
+            b.axpy(1.0, &self.u, &mut self.v)?;
+            b.axpy(1.0, g, &mut self.v)
+        } else {
+            b.scale(self.momentum, &mut self.u)?;
+            b.axpy(1.0, g, &mut self.u)?;
+            b.axpy(1.0, &self.u, &mut self.v)
+        }
+    }
+    fn accumulator(&self) -> &B::Buffer<f32> {
+        &self.v
+    }
+    fn accumulator_mut(&mut self) -> &mut B::Buffer<f32> {
+        &mut self.v
+    }
+    fn remove(&mut self, b: &B, indices: &B::Buffer<u32>) -> Result<()> {
+        b.mask(&mut self.v, indices)?;
+        if self.masking {
+            b.mask(&mut self.u, indices)?;
+        }
+        Ok(())
+    }
+}
+
+/// The memory a rule uses for a layer of `len` entries: [`Residual`] with
+/// gain `lr` for top-k SGD, gain 1 for RGC without momentum, [`Momentum`]
+/// otherwise.
+///
+/// # Errors
+/// Backend errors.
+pub fn for_rule<B: Backend + 'static>(
+    b: &B,
+    rule: Rule,
+    lr: f32,
+    len: usize,
+) -> Result<Box<dyn Memory<B>>> {
+    Ok(match rule {
+        Rule::TopK => Box::new(Residual::new(b, len, lr)?),
+        Rule::Rgc { momentum: 0.0, .. } => Box::new(Residual::new(b, len, 1.0)?),
+        Rule::Rgc {
+            momentum,
+            nesterov,
+            factor_masking,
+            ..
+        } => Box::new(Momentum::new(b, len, momentum, nesterov, factor_masking)?),
+    })
+}

@@ -1,0 +1,493 @@
+//! The step: compensate, compress, communicate, apply, for every layer.
+
+use crate::memory::{self, Memory};
+use crate::{Collection, Config, Rule};
+use sparse_coll::dense::ring_allreduce;
+use sparse_coll::wire::WireValues;
+use sparse_coll::{SparseAllreduce, Traffic, Transport, agree_or_fail};
+use sparse_core::encoding::Qsgd;
+use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
+use sparse_select::{RadixTopK, Selector, k_for_density};
+use std::time::{Duration, Instant};
+
+/// A layer: its name, its number of parameters, and its tensor's number of
+/// dimensions (DGC compresses only tensors of more than one dimension).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerSpec {
+    /// Name, for reports.
+    pub name: String,
+    /// Parameters.
+    pub len: usize,
+    /// Tensor dimensions (1 for a bias).
+    pub dims: usize,
+}
+
+impl LayerSpec {
+    /// Matrices (two dimensions, so DGC's rule compresses them) named
+    /// `layer0`, `layer1`, ... of the given sizes.
+    pub fn matrices(sizes: &[usize]) -> Vec<Self> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| Self {
+                name: format!("layer{i}"),
+                len,
+                dims: 2,
+            })
+            .collect()
+    }
+}
+
+/// What one step did, on this rank.
+#[derive(Debug, Clone, Default)]
+pub struct StepReport {
+    /// Per layer, what this rank sent (empty for dense layers).
+    pub sent: Vec<SparseVec<f32>>,
+    /// Per layer, what the collective dropped and the residual took back.
+    pub dropped: Vec<SparseVec<f32>>,
+    /// Which layers went through the dense allreduce.
+    pub dense: Vec<bool>,
+    /// This rank's traffic over all layers.
+    pub traffic: Traffic,
+    /// Time spent selecting (and updating residuals before it).
+    pub select: Duration,
+    /// Time spent in the collectives.
+    pub communicate: Duration,
+    /// Time spent applying the updates.
+    pub apply: Duration,
+}
+
+/// A compressed layer's parts: its memory, its compressor and its
+/// communicator.
+struct Compressed<B: Backend, S> {
+    memory: Box<dyn Memory<B>>,
+    selector: S,
+    comm: Box<dyn SparseAllreduce<f32>>,
+    /// Quantized mode: top-k (true) or low-k next.
+    top: bool,
+    /// Steps taken (QSGD's fresh seed).
+    steps: u64,
+    /// The output layer (the last), never quantized.
+    output: bool,
+}
+
+/// How a layer is reduced.
+enum Part<B: Backend, S> {
+    /// Dense allreduce and momentum SGD with momentum `u`.
+    Dense { u: B::Buffer<f32> },
+    /// Compressed.
+    Compressed(Compressed<B, S>),
+}
+
+struct Layer<B: Backend, S> {
+    spec: LayerSpec,
+    w: B::Buffer<f32>,
+    part: Part<B, S>,
+}
+
+/// The optimizer of one rank: per layer, weights in a backend buffer and
+/// either a dense momentum or the three parts of a compressed layer (a
+/// [`Memory`], a selector, a collective).
+pub struct Trainer<B: Backend, S> {
+    b: B,
+    cfg: Config,
+    layers: Vec<Layer<B, S>>,
+}
+
+impl<B: Backend + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
+    /// A trainer over `layers` starting from `weights` (the same on every
+    /// rank), selecting with a clone of `selector` per compressed layer and
+    /// reducing it with the collective `comm(layer)` builds; each
+    /// compressed layer's memory is the rule's ([`memory::for_rule`]).
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] if the weights do not fit the layers;
+    /// backend errors; `comm`'s errors.
+    pub fn new(
+        b: B,
+        cfg: Config,
+        layers: Vec<LayerSpec>,
+        weights: &[Vec<f32>],
+        selector: S,
+        comm: impl FnMut(&LayerSpec) -> Result<Box<dyn SparseAllreduce<f32>>>,
+    ) -> Result<Self> {
+        let (rule, lr) = (cfg.rule(), cfg.lr());
+        Self::with_memory(b, cfg, layers, weights, selector, comm, |b, spec| {
+            memory::for_rule(b, rule, lr, spec.len)
+        })
+    }
+}
+
+impl<B: Backend, S: Selector<B, f32> + Clone> Trainer<B, S> {
+    /// As [`Trainer::new`], with each compressed layer's memory built by
+    /// `memory(backend, layer)`: a user's own error feedback. The step applied is
+    /// `lr * sum / P` for RGC rules and `sum / P` for top-k SGD (whose
+    /// memory folds `lr` into what it accumulates).
+    ///
+    /// # Errors
+    /// As [`Trainer::new`]; `memory`'s errors; [`Error::LengthMismatch`] if
+    /// a memory's accumulator does not fit its layer.
+    pub fn with_memory(
+        b: B,
+        cfg: Config,
+        layers: Vec<LayerSpec>,
+        weights: &[Vec<f32>],
+        selector: S,
+        mut comm: impl FnMut(&LayerSpec) -> Result<Box<dyn SparseAllreduce<f32>>>,
+        mut memory: impl FnMut(&B, &LayerSpec) -> Result<Box<dyn Memory<B>>>,
+    ) -> Result<Self> {
+        if weights.len() != layers.len() {
+            return Err(Error::LengthMismatch {
+                what: "layers",
+                expected: layers.len(),
+                got: weights.len(),
+            });
+        }
+        let mut out = Vec::with_capacity(layers.len());
+        let last = layers.len().saturating_sub(1);
+        for (l, (spec, w)) in layers.into_iter().zip(weights).enumerate() {
+            if w.len() != spec.len {
+                return Err(Error::LengthMismatch {
+                    what: "layer weights",
+                    expected: spec.len,
+                    got: w.len(),
+                });
+            }
+            let part = if spec.len * 4 > cfg.compress_threshold && spec.dims > 1 {
+                let memory = memory(&b, &spec)?;
+                let got = b.len(memory.accumulator());
+                if got != spec.len {
+                    return Err(Error::LengthMismatch {
+                        what: "memory accumulator",
+                        expected: spec.len,
+                        got,
+                    });
+                }
+                Part::Compressed(Compressed {
+                    memory,
+                    selector: selector.clone(),
+                    comm: comm(&spec)?,
+                    top: true,
+                    steps: 0,
+                    output: l == last,
+                })
+            } else {
+                Part::Dense {
+                    u: b.zeros(spec.len)?,
+                }
+            };
+            out.push(Layer {
+                w: b.upload(w)?,
+                part,
+                spec,
+            });
+        }
+        Ok(Self {
+            b,
+            cfg,
+            layers: out,
+        })
+    }
+}
+
+impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The layers.
+    pub fn layers(&self) -> Vec<LayerSpec> {
+        self.layers.iter().map(|l| l.spec.clone()).collect()
+    }
+
+    /// A new density for the following steps (DGC's warm-up).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] outside `(0, 1]`.
+    pub fn set_density(&mut self, density: f64) -> Result<()> {
+        self.cfg = self.cfg.with_density(density)?;
+        Ok(())
+    }
+
+    /// Every layer's weights, downloaded.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn weights(&self) -> Result<Vec<Vec<f32>>> {
+        self.layers.iter().map(|l| self.b.download(&l.w)).collect()
+    }
+
+    /// Every layer's residual (its memory's accumulator; zeros for dense
+    /// layers), downloaded.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn residuals(&self) -> Result<Vec<Vec<f32>>> {
+        self.layers
+            .iter()
+            .map(|l| match &l.part {
+                Part::Compressed(c) => self.b.download(c.memory.accumulator()),
+                Part::Dense { .. } => Ok(vec![0.0; l.spec.len]),
+            })
+            .collect()
+    }
+
+    /// Which layers are compressed (the others go dense).
+    pub fn compressed(&self) -> Vec<bool> {
+        self.layers
+            .iter()
+            .map(|l| matches!(l.part, Part::Compressed(_)))
+            .collect()
+    }
+
+    /// One step with every layer's gradient. Every rank calls it with its
+    /// own gradients. A NaN or infinite gradient or gradients that do not
+    /// fit the layers are an error on every rank (checked in one round
+    /// before anything changes, so no state moves); layers that differ
+    /// across ranks are [`Error::Disagreement`] on every rank.
+    ///
+    /// # Errors
+    /// As above; the collectives' and the backend's errors.
+    pub fn step(&mut self, t: &mut dyn Transport, grads: &[Vec<f32>]) -> Result<StepReport> {
+        let local = self.check(grads);
+        let mut fields = vec![("layers", self.layers.len() as u64)];
+        fields.extend(
+            self.layers
+                .iter()
+                .map(|l| ("layer size", l.spec.len as u64)),
+        );
+        agree_or_fail(t, &fields, local)?;
+        let start = t.traffic();
+        let p = t.size() as f32;
+        let mut rep = StepReport::default();
+        // Dense layers wait in a bucket until it holds `fusion` bytes or a
+        // compressed layer comes.
+        let mut bucket: Vec<(usize, Vec<f32>)> = Vec::new();
+        let n = self.layers.len();
+        for (l, g) in grads.iter().enumerate() {
+            let clock = Instant::now();
+            let mut g = self.b.upload(g)?;
+            if let Some(c) = self.cfg.clip {
+                clip(&self.b, &mut g, c / p.sqrt())?;
+            }
+            let layer = &mut self.layers[l];
+            if let Rule::Rgc { weight_decay, .. } = self.cfg.rule
+                && weight_decay != 0.0
+            {
+                self.b.axpy(weight_decay, &layer.w, &mut g)?;
+            }
+            rep.select += clock.elapsed();
+            rep.dense.push(matches!(layer.part, Part::Dense { .. }));
+            rep.sent.push(SparseVec::zeros(layer.spec.len)?);
+            rep.dropped.push(SparseVec::zeros(layer.spec.len)?);
+            match &mut layer.part {
+                Part::Compressed(c) => {
+                    let (sent, dropped) =
+                        compressed_step(&self.b, &self.cfg, c, &mut layer.w, t, &g, p, &mut rep)?;
+                    rep.sent[l] = sent;
+                    rep.dropped[l] = dropped;
+                }
+                Part::Dense { .. } => {
+                    let clock = Instant::now();
+                    bucket.push((l, self.b.download(&g)?));
+                    rep.select += clock.elapsed();
+                }
+            }
+            let bytes: usize = bucket.iter().map(|(_, g)| 4 * g.len()).sum();
+            let next_compressed = self
+                .layers
+                .get(l + 1)
+                .is_some_and(|x| matches!(x.part, Part::Compressed(_)));
+            if !bucket.is_empty() && (bytes >= self.cfg.fusion || next_compressed || l + 1 == n) {
+                let fused: Vec<f32> = bucket.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+                let clock = Instant::now();
+                let sum = ring_allreduce(t, &fused)?;
+                rep.communicate += clock.elapsed();
+                let mut at = 0;
+                for (j, g) in bucket.drain(..) {
+                    let part = &sum[at..at + g.len()];
+                    at += g.len();
+                    dense_apply(&self.b, &self.cfg, &mut self.layers[j], part, p, &mut rep)?;
+                }
+            }
+        }
+        rep.traffic = t.traffic().since(&start);
+        Ok(rep)
+    }
+
+    fn check(&self, grads: &[Vec<f32>]) -> Result<()> {
+        if grads.len() != self.layers.len() {
+            return Err(Error::LengthMismatch {
+                what: "gradients",
+                expected: self.layers.len(),
+                got: grads.len(),
+            });
+        }
+        for (l, g) in self.layers.iter().zip(grads) {
+            if g.len() != l.spec.len {
+                return Err(Error::LengthMismatch {
+                    what: "layer gradient",
+                    expected: l.spec.len,
+                    got: g.len(),
+                });
+            }
+            if let Some(index) = g.iter().position(|x| !x.is_finite()) {
+                return Err(Error::NonFinite { index });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Scales `g` down to an L2 norm of at most `max`, on the device (the norm
+/// from [`sparse_core::ReduceOps::sum_squares`]).
+fn clip<B: Backend>(b: &B, g: &mut B::Buffer<f32>, max: f32) -> Result<()> {
+    let norm = b.sum_squares(g)?.sqrt();
+    if norm > f64::from(max) {
+        b.scale((f64::from(max) / norm) as f32, g)?;
+    }
+    Ok(())
+}
+
+/// A compressed layer: compensate, select, quantize, allreduce, collect,
+/// apply.
+#[allow(clippy::too_many_arguments)]
+fn compressed_step<B: Backend, S: Selector<B, f32>>(
+    b: &B,
+    cfg: &Config,
+    c: &mut Compressed<B, S>,
+    w: &mut B::Buffer<f32>,
+    t: &mut dyn Transport,
+    g: &B::Buffer<f32>,
+    p: f32,
+    rep: &mut StepReport,
+) -> Result<(SparseVec<f32>, SparseVec<f32>)> {
+    let n = b.len(w);
+    let clock = Instant::now();
+    c.memory.compensate(b, g)?;
+    // The step applied is `scale * sum / P`.
+    let scale = match cfg.rule {
+        Rule::TopK => 1.0,
+        Rule::Rgc { .. } => cfg.lr,
+    };
+    let k = k_for_density(n, cfg.density)?;
+    let quantize = cfg.quantized && !c.output;
+    let sel = if quantize {
+        // RedSync's alternation: the largest values, then the smallest.
+        let order = if c.top {
+            KeyOrder::Signed
+        } else {
+            KeyOrder::SignedReversed
+        };
+        c.top = !c.top;
+        RadixTopK { order }.select(b, c.memory.accumulator(), k)?
+    } else {
+        c.selector.select(b, c.memory.accumulator(), k)?
+    };
+    let mut sent = sel.to_sparse(b, n)?;
+    c.memory.remove(b, &sel.indices)?;
+    // Quantization: what is sent is what the codec carries; the exact
+    // remainder goes back into the memory (for QSGD without feedback it is
+    // lost, as in SparCML's listing).
+    let remainder = if quantize {
+        let (q, rest) = WireValues::SameSignMean.split_exact(&sent)?;
+        sent = q;
+        Some(rest)
+    } else if let Some((params, feedback)) = cfg.qsgd {
+        let seed = params.seed() ^ c.steps.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut bytes = Vec::new();
+        let rest = Qsgd(params.with_seed(seed)).encode_with_remainder(sent.values(), &mut bytes)?;
+        let decoded: Vec<f32> = sent
+            .values()
+            .iter()
+            .zip(&rest)
+            .map(|(&x, &r)| x - r)
+            .collect();
+        let rest = SparseVec::new(n, sent.indices().to_vec(), rest)?;
+        sent = SparseVec::new(n, sent.indices().to_vec(), decoded)?;
+        feedback.then_some(rest)
+    } else {
+        None
+    };
+    if let Some(rest) = remainder {
+        c.memory.restore(b, &rest)?;
+    }
+    c.steps += 1;
+    rep.select += clock.elapsed();
+    let clock = Instant::now();
+    let red = c.comm.allreduce(t, &sent)?;
+    rep.communicate += clock.elapsed();
+    let clock = Instant::now();
+    if cfg.collection == Collection::Paper {
+        // SparDL's paper variant: outside the result this rank keeps its
+        // own accumulator (what it sent comes back), inside it keeps only
+        // what the collective dropped here.
+        let in_result = |i: &u32| red.result.indices().binary_search(i).is_ok();
+        let outside: Vec<(u32, f32)> = sent.iter().filter(|(i, _)| !in_result(i)).collect();
+        if red.result.nnz() > 0 {
+            b.mask(c.memory.accumulator_mut(), &b.upload(red.result.indices())?)?;
+        }
+        let inside: Vec<(u32, f32)> = red.dropped.iter().filter(|(i, _)| in_result(i)).collect();
+        for part in [outside, inside] {
+            let (idx, val): (Vec<u32>, Vec<f32>) = part.into_iter().unzip();
+            c.memory.restore(b, &SparseVec::new(n, idx, val)?)?;
+        }
+    } else {
+        // Global residual collection: what the collective cut stays here.
+        c.memory.restore(b, &red.dropped)?;
+    }
+    if red.result.nnz() > 0 {
+        let step: Vec<f32> = red
+            .result
+            .values()
+            .iter()
+            .map(|&x| -scale * x / p)
+            .collect();
+        let idx = b.upload(red.result.indices())?;
+        let val = b.upload(&step)?;
+        b.scatter_add(w, &idx, &val)?;
+    }
+    rep.apply += clock.elapsed();
+    Ok((sent, red.dropped))
+}
+
+/// A dense layer's update from the reduced sum: momentum SGD on the mean
+/// (`b = m b + G; w -= lr b`, or `w -= lr (G + m b)` with Nesterov; plain
+/// SGD for top-k SGD).
+fn dense_apply<B: Backend, S>(
+    b: &B,
+    cfg: &Config,
+    layer: &mut Layer<B, S>,
+    sum: &[f32],
+    p: f32,
+    rep: &mut StepReport,
+) -> Result<()> {
+    let clock = Instant::now();
+    let Part::Dense { u } = &mut layer.part else {
+        return Err(Error::invalid(
+            "layer",
+            "a compressed layer in a dense bucket",
+        ));
+    };
+    let mean: Vec<f32> = sum.iter().map(|&x| x / p).collect();
+    let mut mean = b.upload(&mean)?;
+    match cfg.rule {
+        Rule::Rgc {
+            momentum, nesterov, ..
+        } if momentum != 0.0 => {
+            b.scale(momentum, u)?;
+            b.axpy(1.0, &mean, u)?;
+            if nesterov {
+                // w -= lr (G + m b), the sum formed first as PyTorch does.
+                b.axpy(momentum, u, &mut mean)?;
+                b.axpy(-cfg.lr, &mean, &mut layer.w)?;
+            } else {
+                b.axpy(-cfg.lr, u, &mut layer.w)?;
+            }
+        }
+        _ => b.axpy(-cfg.lr, &mean, &mut layer.w)?,
+    }
+    rep.apply += clock.elapsed();
+    Ok(())
+}
