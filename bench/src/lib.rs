@@ -8,6 +8,7 @@
 pub mod allreduce;
 pub mod encode;
 pub mod select;
+pub mod train;
 
 use std::time::{Duration, Instant};
 

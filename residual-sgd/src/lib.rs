@@ -59,6 +59,8 @@
 //! masking and the update run on the backend, and only the selected pairs
 //! and the reduced result cross to the host.
 
+#[cfg(feature = "burn")]
+pub mod burn;
 mod config;
 pub mod memory;
 mod trainer;

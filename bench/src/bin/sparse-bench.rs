@@ -6,6 +6,7 @@ use bench::allreduce::{self, AllreduceArgs, AllreduceReport};
 use bench::encode::{self, EncodeArgs};
 use bench::print_table;
 use bench::select::{self, SelectArgs};
+use bench::train::TrainArgs;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -99,6 +100,68 @@ enum Command {
         /// Print one JSON object per line instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Data-parallel training of an MLP on the UCI digits: dense SGD and
+    /// every residual optimizer over its sparse allreduce, test accuracy
+    /// per epoch, bytes per step and time per step, in the same run.
+    Train {
+        /// Transport the ranks talk over.
+        #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
+        transport: TransportKind,
+        /// Ranks (threads of this process; under MPI the world size).
+        #[arg(long, default_value_t = 4)]
+        ranks: usize,
+        /// Epochs.
+        #[arg(long, default_value_t = 40)]
+        epochs: usize,
+        /// Densities of the sent set, each in (0, 1] (repeat the flag or
+        /// separate with commas).
+        #[arg(long, value_delimiter = ',', default_values_t = [0.01, 0.001])]
+        density: Vec<f64>,
+        /// Hidden units of the MLP 64 -> hidden -> 10 (2048 for a model of
+        /// millions of parameters, for timing).
+        #[arg(long, default_value_t = 128)]
+        hidden: usize,
+        /// Images per rank per step.
+        #[arg(long, default_value_t = 16)]
+        batch: usize,
+        /// Learning rate.
+        #[arg(long, default_value_t = 0.1)]
+        lr: f32,
+        /// Momentum of RGC, DGC and their dense counterpart.
+        #[arg(long, default_value_t = 0.9)]
+        momentum: f32,
+        /// Weight decay of RGC, DGC and their dense counterpart.
+        #[arg(long, default_value_t = 1e-4)]
+        weight_decay: f32,
+        /// RedSync's compress threshold in bytes: layers of at most this
+        /// many bytes go dense (RedSync uses 131072 for ImageNet-size
+        /// layers, which would send every layer of a small MLP dense).
+        /// Biases (one dimension) always go dense, as DGC does.
+        #[arg(long, default_value_t = 0)]
+        compress_threshold: usize,
+        /// DGC's clipping constant C (each rank clips its gradient to an L2
+        /// norm of C / sqrt(P)).
+        #[arg(long, default_value_t = 5.0)]
+        clip: f32,
+        /// DGC's warm-up epochs (density max(c^(e+1), D), c = D^(1/(W+1))).
+        #[arg(long, default_value_t = 4)]
+        warmup: usize,
+        /// Only these schemes (repeat the flag or separate with commas):
+        /// sparcml_topk_sgd, redsync_rgc, redsync_rgc_quantized, dgc,
+        /// spardl_global_residual. All when absent.
+        #[arg(long, value_delimiter = ',')]
+        scheme: Vec<String>,
+        /// Seeds to average over (1, 2, ..., seeds).
+        #[arg(long, default_value_t = 1)]
+        seeds: u64,
+        /// Print one JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Write train.csv and the plots accuracy_vs_epoch.svg and
+        /// accuracy_vs_bytes.svg into this directory.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
     },
 }
 
@@ -216,6 +279,46 @@ fn main() -> ExitCode {
                 reps,
             },
             json,
+        ),
+        Some(Command::Train {
+            transport,
+            ranks,
+            epochs,
+            density,
+            hidden,
+            batch,
+            lr,
+            momentum,
+            weight_decay,
+            compress_threshold,
+            clip,
+            warmup,
+            scheme,
+            seeds,
+            json,
+            out,
+        }) => run_train(
+            transport,
+            &TrainCli {
+                ranks,
+                densities: density,
+                schemes: scheme,
+                seeds,
+                json,
+                out,
+                args: TrainArgs {
+                    epochs,
+                    hidden,
+                    batch,
+                    lr,
+                    momentum,
+                    weight_decay,
+                    compress_threshold,
+                    clip,
+                    warmup,
+                    seed: 1,
+                },
+            },
         ),
     };
     match result {
@@ -508,4 +611,142 @@ fn algo_help() -> String {
          All when absent. `k` defaults to the density times n.\n\nAlgorithms:\n{}",
         sparse_coll::Registry::<f32>::builtin().help()
     )
+}
+
+/// `sparse-bench train`'s settings beyond the optimizer's.
+struct TrainCli {
+    ranks: usize,
+    densities: Vec<f64>,
+    schemes: Vec<String>,
+    seeds: u64,
+    json: bool,
+    out: Option<std::path::PathBuf>,
+    args: TrainArgs,
+}
+
+fn run_train(transport: TransportKind, c: &TrainCli) -> sparse_core::Result<()> {
+    use bench::train::{self, data, output, run};
+    use sparse_core::Error;
+    if c.seeds == 0 || c.ranks == 0 {
+        return Err(Error::invalid("seeds, ranks", "must be at least 1"));
+    }
+    for &d in &c.densities {
+        sparse_select::k_for_density(1, d)?;
+    }
+    let all = train::schemes();
+    let schemes: Vec<train::Scheme> = if c.schemes.is_empty() {
+        all
+    } else {
+        c.schemes
+            .iter()
+            .map(|name| {
+                all.iter().find(|s| s.name == name).cloned().ok_or_else(|| {
+                    Error::invalid(
+                        "scheme",
+                        format!(
+                            "unknown {name:?}; known: {}",
+                            all.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+                        ),
+                    )
+                })
+            })
+            .collect::<sparse_core::Result<_>>()?
+    };
+    let runs = run::plan(&schemes, &c.densities);
+    let seeds: Vec<u64> = (1..=c.seeds).collect();
+    let (train_set, test_set) = data::split()?;
+    let names: Vec<String> = train::model::Mlp::new(c.args.hidden)
+        .layers()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    let (summaries, name, rank) = match transport {
+        TransportKind::Threads => {
+            let steps = train::steps_per_epoch(train_set.len() / c.ranks, c.args.batch);
+            let total = (runs.len() * seeds.len() * c.args.epochs * steps * c.ranks) as u64;
+            let bar = std::sync::Mutex::new(bench::Progress::new(total, "rank steps"));
+            let tick = || {
+                bar.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .inc()
+            };
+            let s = run::run_threads(
+                c.ranks, &runs, &c.args, &seeds, &train_set, &test_set, &tick,
+            )?;
+            bar.into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .finish();
+            (s, "threads", 0)
+        }
+        #[cfg(feature = "mpi")]
+        TransportKind::Mpi => {
+            let universe = mpi::initialize().ok_or_else(|| Error::Transport {
+                rank: 0,
+                detail: "MPI was already initialized".into(),
+            })?;
+            sparse_coll::MpiTransport::abort_on_panic();
+            let mut t = sparse_coll::MpiTransport::new(universe.world());
+            let rank = sparse_coll::Transport::rank(&t);
+            let p = sparse_coll::Transport::size(&t);
+            let steps = train::steps_per_epoch(train_set.len() / p, c.args.batch);
+            let total = (runs.len() * seeds.len() * c.args.epochs * steps) as u64;
+            let bar = std::sync::Mutex::new(bench::Progress::new(
+                if rank == 0 { total } else { 0 },
+                "steps",
+            ));
+            let tick = || {
+                if rank == 0 {
+                    bar.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .inc();
+                }
+            };
+            let s =
+                run::run_transport(&mut t, &runs, &c.args, &seeds, &train_set, &test_set, &tick)?;
+            bar.into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .finish();
+            (s, "mpi", rank)
+        }
+    };
+    if rank != 0 {
+        return Ok(());
+    }
+    let rows = output::rows(&summaries, &names);
+    if let Some(dir) = &c.out {
+        output::write(dir, &summaries, &rows)?;
+    }
+    if c.json {
+        for r in &rows {
+            bench::out!("{}", output::json(r, &rows, name));
+        }
+        return Ok(());
+    }
+    print_train(name, c, &rows, train_set.len(), test_set.len());
+    Ok(())
+}
+
+fn print_train(
+    transport: &str,
+    c: &TrainCli,
+    rows: &[bench::train::output::Row],
+    train_len: usize,
+    test_len: usize,
+) {
+    use bench::train::output;
+    let mlp = bench::train::model::Mlp::new(c.args.hidden);
+    let ranks = rows.first().map_or(c.ranks, |r| r.ranks);
+    bench::out!(
+        "train: transport {transport}, {ranks} ranks, MLP 64-{}-10 ({} parameters), UCI digits {train_len} train / {test_len} test, batch {} per rank, {} epochs, lr {}, {} seed(s); accuracy is the mean over seeds after the last epoch, each row against its dense counterpart in this run",
+        c.args.hidden,
+        mlp.parameters(),
+        c.args.batch,
+        c.args.epochs,
+        c.args.lr,
+        c.seeds
+    );
+    print_table(&output::HEADER, &output::table(rows));
+    if rows.iter().any(|r| !r.identical) {
+        bench::out!("WARNING: ranks held different weights in some run");
+    }
 }

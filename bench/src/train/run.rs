@@ -1,0 +1,177 @@
+//! Runs of `sparse-bench train` on a transport, summarised over ranks.
+
+use super::data::Set;
+use super::{Family, RankRun, Run, Scheme, TrainArgs, train_rank};
+use sparse_coll::Transport;
+use sparse_coll::dense::bruck_allgather;
+use sparse_core::{Error, Result};
+
+/// One run (a scheme at a density, or a dense baseline) with one seed,
+/// summarised over the ranks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// What ran.
+    pub run: Run,
+    /// The seed.
+    pub seed: u64,
+    /// Ranks.
+    pub ranks: usize,
+    /// Test accuracy after each epoch.
+    pub test_acc: Vec<f64>,
+    /// Loss on the whole training set after each epoch.
+    pub train_loss: Vec<f64>,
+    /// Mean bytes sent per step by the busiest rank.
+    pub bytes_per_step: f64,
+    /// Median milliseconds per step of select, communicate and apply, and
+    /// of their sum, on the slowest rank.
+    pub phase_ms: [f64; 4],
+    /// Which layers went dense.
+    pub dense_layers: Vec<bool>,
+    /// Whether every rank held bitwise-identical weights after every epoch.
+    pub identical: bool,
+    /// Steps taken.
+    pub steps: usize,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Trains `run` on this rank and summarises over all ranks of `t` (every
+/// rank gets the same summary).
+///
+/// # Errors
+/// As [`train_rank`]; transport errors.
+pub fn run_on(
+    t: &mut dyn Transport,
+    run: &Run,
+    a: &TrainArgs,
+    train: &Set,
+    test: &Set,
+    on_step: &(dyn Fn() + Sync),
+) -> Result<(Summary, RankRun)> {
+    let mine = train_rank(t, run, a, train, test, on_step)?;
+    let steps = mine.bytes_sent.len();
+    let mean_bytes = mine.bytes_sent.iter().sum::<u64>() as f64 / steps.max(1) as f64;
+    let col = |i: usize| median(mine.phases.iter().map(|p| p[i]).collect());
+    let total = median(mine.phases.iter().map(|p| p[0] + p[1] + p[2]).collect());
+    // What every rank needs of the others: its figures, its weight hashes,
+    // and rank 0's accuracy and loss.
+    let mut local: Vec<f64> = vec![mean_bytes, col(0), col(1), col(2), total];
+    let mut bytes: Vec<u8> = local.iter().flat_map(|x| x.to_le_bytes()).collect();
+    bytes.extend(mine.weight_hash.iter().flat_map(|h| h.to_le_bytes()));
+    for x in mine.test_acc.iter().chain(&mine.train_loss) {
+        bytes.extend(x.to_le_bytes());
+    }
+    let all = bruck_allgather(t, &bytes)?;
+    let word = |b: &[u8], i: usize| -> [u8; 8] { b[8 * i..8 * i + 8].try_into().expect("8 bytes") };
+    let epochs = mine.weight_hash.len();
+    let mut identical = true;
+    for b in &all {
+        if b.len() < 8 * (5 + epochs) {
+            return Err(Error::invalid("train", "a rank sent a short summary"));
+        }
+        for (i, m) in local.iter_mut().enumerate() {
+            *m = m.max(f64::from_le_bytes(word(b, i)));
+        }
+        let hashes: Vec<u64> = (0..epochs)
+            .map(|e| u64::from_le_bytes(word(b, 5 + e)))
+            .collect();
+        identical &= hashes == mine.weight_hash;
+    }
+    let root = &all[0];
+    let tail: Vec<f64> = (5 + epochs..root.len() / 8)
+        .map(|i| f64::from_le_bytes(word(root, i)))
+        .collect();
+    let (test_acc, train_loss) = tail.split_at(tail.len() / 2);
+    let summary = Summary {
+        run: run.clone(),
+        seed: a.seed,
+        ranks: t.size(),
+        test_acc: test_acc.to_vec(),
+        train_loss: train_loss.to_vec(),
+        bytes_per_step: local[0],
+        phase_ms: [local[1], local[2], local[3], local[4]],
+        dense_layers: mine.dense_layers.clone(),
+        identical,
+        steps,
+    };
+    Ok((summary, mine))
+}
+
+/// The runs for `schemes` at `densities`: the dense counterparts first
+/// (plain SGD if a top-k SGD scheme is there, momentum SGD if any other),
+/// then every scheme at every density.
+pub fn plan(schemes: &[Scheme], densities: &[f64]) -> Vec<Run> {
+    let mut runs = Vec::new();
+    if schemes.iter().any(|s| s.family == Family::TopK) {
+        runs.push(Run::Dense { momentum: false });
+    }
+    if schemes.iter().any(|s| s.family != Family::TopK) {
+        runs.push(Run::Dense { momentum: true });
+    }
+    for s in schemes {
+        for &density in densities {
+            runs.push(Run::Sparse {
+                scheme: s.clone(),
+                density,
+            });
+        }
+    }
+    runs
+}
+
+/// Runs every run of `runs` for every seed on `ranks` threads.
+///
+/// # Errors
+/// The first failing run's error.
+pub fn run_threads(
+    ranks: usize,
+    runs: &[Run],
+    a: &TrainArgs,
+    seeds: &[u64],
+    train: &Set,
+    test: &Set,
+    on_step: &(dyn Fn() + Sync),
+) -> Result<Vec<Summary>> {
+    let mut out = Vec::new();
+    for &seed in seeds {
+        for run in runs {
+            let a = TrainArgs { seed, ..a.clone() };
+            let res = sparse_coll::ThreadCluster::new(ranks)
+                .timeout(std::time::Duration::from_secs(3600))
+                .run(|t| run_on(t, run, &a, train, test, on_step).map(|(s, _)| s));
+            let mut res = res.into_iter().collect::<Result<Vec<_>>>()?;
+            out.push(res.swap_remove(0));
+        }
+    }
+    Ok(out)
+}
+
+/// As [`run_threads`] with this process as one rank of `t` (MPI): every
+/// rank returns the same summaries.
+///
+/// # Errors
+/// As [`run_threads`].
+pub fn run_transport(
+    t: &mut dyn Transport,
+    runs: &[Run],
+    a: &TrainArgs,
+    seeds: &[u64],
+    train: &Set,
+    test: &Set,
+    on_step: &(dyn Fn() + Sync),
+) -> Result<Vec<Summary>> {
+    let mut out = Vec::new();
+    for &seed in seeds {
+        for run in runs {
+            let a = TrainArgs { seed, ..a.clone() };
+            out.push(run_on(t, run, &a, train, test, on_step)?.0);
+        }
+    }
+    Ok(out)
+}
