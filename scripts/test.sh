@@ -106,6 +106,27 @@ if cargo run --quiet -p bench --bin sparse-bench -- allreduce --ranks 2 --n 1000
     echo "a bad parameter was accepted"; exit 1
 fi
 
+# sparse-bench train on threads: the JSON fields and the CSV and plots of
+# --out (the accuracy and identical-weight checks at P = 2 and 3 are in
+# bench/tests/train.rs, run by cargo test above).
+out_dir=$(mktemp -d)
+rows=$(cargo run --quiet -p bench --bin sparse-bench -- train --ranks 3 --epochs 1 --hidden 32 --density 0.01 --json --out "$out_dir")
+python3 - "$rows" "$out_dir" <<'PY'
+import json, os, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
+assert len(rows) == 2 + 5, len(rows)
+need = ["bench", "scheme", "collective", "density", "ranks", "epochs", "final_test_acc", "dense_test_acc",
+        "bytes_per_step", "dense_bytes_per_step", "select_ms", "comm_ms", "apply_ms", "step_ms", "dense_step_ms"]
+for r in rows:
+    missing = [f for f in need if f not in r]
+    assert not missing, (r.get("scheme"), missing)
+    assert r["ranks"] == 3 and r["identical_weights"], r
+for f in ["train.csv", "accuracy_vs_epoch.svg", "accuracy_vs_bytes.svg"]:
+    assert os.path.getsize(os.path.join(sys.argv[2], f)) > 0, f
+print(f"train: {len(rows)} rows with every field; train.csv and two plots written")
+PY
+rm -rf "$out_dir"
+
 # A user's own allreduce, defined outside the crate, through the registry,
 # the collective suite and the planner.
 cargo run --quiet -p sparse-coll --example custom_scheme
@@ -130,6 +151,21 @@ for algo, r in threads.items():
     assert mpi[algo]["bytes_recv_max"] == r["bytes_recv_max"], (algo, mpi[algo], r)
     assert mpi[algo]["rounds"] == r["rounds"], algo
 print(f"{len(mpi)} MPI rows; measured bytes equal the thread transport's")
+PY
+
+# Training under MPI: two processes, every rank the same weights after
+# every epoch, the world size in the rows, accuracy above chance.
+train_rows=$(MPIEXEC_TIMEOUT=300 mpiexec -n 2 "${CARGO_TARGET_DIR:-target}/debug/sparse-bench" train --transport mpi \
+    --epochs 2 --hidden 32 --density 0.05 --scheme redsync_rgc,sparcml_topk_sgd --json)
+python3 - "$train_rows" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
+assert len(rows) == 4, len(rows)
+for r in rows:
+    assert r["bench"] == "train" and r["transport"] == "mpi" and r["ranks"] == 2, r
+    assert r["identical_weights"], r["scheme"]
+    assert r["final_test_acc"] > 0.5, (r["scheme"], r["final_test_acc"])
+print(f"train under mpiexec -n 2: {len(rows)} rows, identical weights, above chance")
 PY
 
 # The CUDA configuration builds (cubecl-llvm's LLVM bundle comes from PyPI:

@@ -330,7 +330,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// The default run: both subcommands at a small size, in a few seconds.
+/// The default run: every subcommand at a small size, in seconds, ending
+/// with a short training run.
 fn run_default() -> sparse_core::Result<()> {
     let min_time = Duration::from_millis(50);
     run_encode(
@@ -367,6 +368,26 @@ fn run_default() -> sparse_core::Result<()> {
             reps: 3,
         },
         false,
+    )?;
+    bench::out!();
+    // The user's first question: does a model still converge, and what
+    // does a step send? Dense momentum SGD against RedSync's RGC over
+    // TopkA at 1%, P = 4 threads, a few epochs.
+    run_train(
+        TransportKind::Threads,
+        &TrainCli {
+            ranks: 4,
+            densities: vec![0.01],
+            schemes: vec!["redsync_rgc".into()],
+            seeds: 1,
+            json: false,
+            out: None,
+            args: TrainArgs {
+                epochs: 8,
+                hidden: 64,
+                ..TrainArgs::default()
+            },
+        },
     )
 }
 
