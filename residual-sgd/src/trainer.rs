@@ -2,7 +2,6 @@
 
 use crate::memory::{self, Memory};
 use crate::{Collection, Config, Rule};
-use sparse_coll::dense::ring_allreduce;
 use sparse_coll::wire::WireValues;
 use sparse_coll::{SparseAllreduce, Traffic, Transport, agree_or_fail};
 use sparse_core::encoding::Qsgd;
@@ -302,7 +301,7 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
             if !bucket.is_empty() && (bytes >= self.cfg.fusion || next_compressed || l + 1 == n) {
                 let fused: Vec<f32> = bucket.iter().flat_map(|(_, g)| g.iter().copied()).collect();
                 let clock = Instant::now();
-                let sum = ring_allreduce(t, &fused)?;
+                let sum = t.allreduce_sum_f32(&fused)?;
                 rep.communicate += clock.elapsed();
                 let mut at = 0;
                 for (j, g) in bucket.drain(..) {

@@ -86,6 +86,41 @@ impl MpiTransport {
 }
 
 impl Transport for MpiTransport {
+    /// `MPI_Allreduce` with `MPI_SUM`, after one small `MPI_Allreduce` that
+    /// checks the lengths agree (a mismatch would be undefined in MPI).
+    /// MPICH reduces each element in one fixed order for all ranks at these
+    /// sizes (recursive doubling for short vectors, reduce-scatter then
+    /// allgather for long ones), so every rank gets the same bits; the
+    /// optimizers' tests check that under `mpiexec`. The traffic counters
+    /// cannot see inside MPICH: the call counts one round and the bytes a
+    /// ring moves (`2 (P - 1) / P` of the vector each way).
+    fn allreduce_sum_f32(&mut self, x: &[f32]) -> Result<Vec<f32>> {
+        use mpi::collective::{CommunicatorCollectives, SystemOperation};
+        let p = self.comm.size() as usize;
+        let n = x.len() as u64;
+        let mut range = [0u64; 2];
+        self.comm
+            .all_reduce_into(&[n, u64::MAX - n], &mut range, SystemOperation::max());
+        let (hi, lo) = (range[0], u64::MAX - range[1]);
+        if hi != lo {
+            return Err(Error::Disagreement {
+                what: "dense allreduce length",
+                detail: format!("lengths from {lo} to {hi}; this rank {n}"),
+            });
+        }
+        let mut out = vec![0.0f32; x.len()];
+        if p > 1 && !x.is_empty() {
+            self.comm
+                .all_reduce_into(x, &mut out[..], SystemOperation::sum());
+            let bytes = (2 * (p - 1) * 4 * x.len()).div_ceil(p);
+            self.counter.round();
+            self.counter.sent(bytes);
+            self.counter.received(bytes);
+        } else {
+            out.copy_from_slice(x);
+        }
+        Ok(out)
+    }
     fn rank(&self) -> usize {
         self.comm.rank() as usize
     }

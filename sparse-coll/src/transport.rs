@@ -88,4 +88,16 @@ pub trait Transport {
     fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>>;
     /// The traffic of this rank so far.
     fn traffic(&self) -> Traffic;
+    /// The element-wise sum over ranks of `x` on every rank, with the same
+    /// bits on every rank: the dense allreduce the transport offers. The
+    /// default is the project's ring ([`crate::dense::ring_allreduce`]);
+    /// `MpiTransport` calls MPICH's `MPI_Allreduce`, so dense layers run at
+    /// the engine's speed.
+    ///
+    /// # Errors
+    /// [`sparse_core::Error::Disagreement`] on every rank when the ranks'
+    /// lengths differ; the transport's errors.
+    fn allreduce_sum_f32(&mut self, x: &[f32]) -> Result<Vec<f32>> {
+        crate::dense::ring_allreduce(self, x)
+    }
 }

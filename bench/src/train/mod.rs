@@ -89,7 +89,8 @@ pub fn schemes() -> Vec<Scheme> {
 /// What a run trains.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Run {
-    /// Every layer through the dense ring allreduce; momentum SGD when
+    /// Every layer through the transport's dense allreduce (the ring on
+    /// threads, `MPI_Allreduce` under MPI); momentum SGD when
     /// `momentum` (else plain SGD).
     Dense {
         /// Momentum SGD (RGC's settings) or plain SGD.
@@ -116,7 +117,7 @@ impl Run {
     /// The collective's name.
     pub fn collective(&self) -> String {
         match self {
-            Run::Dense { .. } => "dense_ring".into(),
+            Run::Dense { .. } => "dense_allreduce".into(),
             Run::Sparse { scheme, .. } => scheme.collective.into(),
         }
     }

@@ -74,6 +74,25 @@ fn main() {
             let runs = collective_suite(&mut t).expect("the suite runs");
             // Invalid inputs on one rank: an error on every rank, no hang.
             let bad = bad_input_suite(&mut t).expect("the bad-input suite runs");
+            // The transport's own dense allreduce (MPI_Allreduce): integer
+            // sums are exact, so it equals the ring bit for bit.
+            for n in [0usize, 1, 7, 1000, 100_003] {
+                let x: Vec<f32> = (0..n)
+                    .map(|i| ((i * 7 + r * 13) % 97) as f32 - 48.0)
+                    .collect();
+                let mpi = t.allreduce_sum_f32(&x).expect("MPI_Allreduce");
+                let ring = sparse_coll::dense::ring_allreduce(&mut t, &x).expect("ring");
+                assert_eq!(
+                    mpi, ring,
+                    "rank {r}: MPI_Allreduce and the ring differ at n = {n}"
+                );
+            }
+            let n = if r == 0 && p > 1 { 5 } else { 6 };
+            match t.allreduce_sum_f32(&vec![1.0; n]) {
+                Err(Error::Disagreement { .. }) if p > 1 => {}
+                Ok(_) if p == 1 => {}
+                other => panic!("rank {r}: lengths that differ gave {other:?}"),
+            }
             println!("OK rank {r} of {p}: {runs} runs checked, {bad} bad-input calls");
         }
         "disagree" => {
