@@ -16,9 +16,11 @@
 mod common;
 
 use backend_cpu::Cpu;
+use rand::{Rng as _, SeedableRng as _};
 use sparse_core::qsgd::QsgdParams;
+use sparse_core::testing::Rng;
 use sparse_core::testing::generate::{ValueDist, dense_values};
-use sparse_core::{Backend, Digit, Extreme, HierarchicalHash, KeyOrder, SplitMix64};
+use sparse_core::{Backend, Digit, Extreme, HierarchicalHash, KeyOrder};
 
 /// Everything one backend computes from one input.
 #[derive(Debug, Default)]
@@ -122,8 +124,10 @@ fn run<B: Backend>(b: &B, x: &[f32], seed: u64) -> Outputs {
     }
 
     // Sparse inputs drawn from the seed: unique sorted indices.
-    let mut rng = SplitMix64(seed);
-    let idx: Vec<u32> = (0..n as u32).filter(|_| rng.below(7) == 0).collect();
+    let mut rng = Rng::seed_from_u64(seed);
+    let idx: Vec<u32> = (0..n as u32)
+        .filter(|_| rng.random_range(0..7) == 0)
+        .collect();
     let vals: Vec<f32> = idx.iter().map(|&i| x[i as usize] * 0.5).collect();
     let bidx = b.upload(&idx).unwrap();
     let g = b.gather(&buf, &bidx).unwrap();
@@ -203,13 +207,13 @@ fn compare<G: Backend>(gpu: &G, n: usize, dist: ValueDist, seed: u64) {
         }
     }
     assert!(
-        (got.mean - want.mean).abs() <= 1e-6 * want.mean,
+        approx::relative_eq!(got.mean, want.mean, max_relative = 1e-6),
         "n={n} mean_abs {} vs {}",
         got.mean,
         want.mean
     );
     assert!(
-        (got.squares - want.squares).abs() <= 1e-6 * want.squares,
+        approx::relative_eq!(got.squares, want.squares, max_relative = 1e-6),
         "n={n} sum_squares {} vs {}",
         got.squares,
         want.squares
@@ -217,7 +221,7 @@ fn compare<G: Backend>(gpu: &G, n: usize, dist: ValueDist, seed: u64) {
     let (cpu_axpy, gpu_axpy) = (&want.axpy, &got.axpy);
     for (i, (&(c, bound), &(g, _))) in cpu_axpy.iter().zip(gpu_axpy).enumerate() {
         assert!(
-            (c - g).abs() <= bound * f32::EPSILON,
+            approx::abs_diff_eq!(c, g, epsilon = bound * f32::EPSILON),
             "n={n} axpy[{i}]: {c} vs {g}"
         );
     }

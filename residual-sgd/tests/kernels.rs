@@ -6,9 +6,11 @@
 //! which the selections differ, if any, is reported.
 
 use backend_cpu::Cpu;
+use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::{Config, LayerSpec, Rule, Trainer};
 use sparse_coll::{Defaults, Registry, ThreadCluster};
-use sparse_core::{Backend, SplitMix64};
+use sparse_core::Backend;
+use sparse_core::testing::Rng;
 use sparse_select::RadixTopK;
 
 const SIZES: [usize; 2] = [3000, 40];
@@ -51,7 +53,7 @@ fn run<B: Backend + Send + Sync + Clone + 'static>(b: B, grads: &[Vec<Vec<f32>>]
 }
 
 fn grads(seed: u64, dyadic: bool) -> Vec<Vec<Vec<f32>>> {
-    let mut rng = SplitMix64(seed);
+    let mut rng = Rng::seed_from_u64(seed);
     (0..50)
         .map(|_| {
             SIZES
@@ -60,9 +62,9 @@ fn grads(seed: u64, dyadic: bool) -> Vec<Vec<Vec<f32>>> {
                     (0..n)
                         .map(|_| {
                             if dyadic {
-                                (rng.below(257) as f32 - 128.0) / 64.0
+                                (rng.random_range(0..257) as f32 - 128.0) / 64.0
                             } else {
-                                let (u, v) = (rng.next_f64().max(1e-300), rng.next_f64());
+                                let (u, v) = (rng.random::<f64>().max(1e-300), rng.random::<f64>());
                                 ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
                             }
                         })
@@ -98,7 +100,7 @@ fn cpu_and_kernels_agree_step_by_step() {
         for (lc, lk) in c.2.iter().zip(&k.2) {
             for (a, b) in lc.iter().zip(lk) {
                 assert!(
-                    (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+                    approx::relative_eq!(*a, *b, epsilon = 1e-5, max_relative = 1e-5),
                     "step {step}: {a} vs {b}"
                 );
             }

@@ -3,9 +3,11 @@
 //! dyadic inputs, identical weights on every rank, errors on every rank.
 
 use backend_cpu::Cpu;
+use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::{Config, LayerSpec, Rule, Trainer, dgc_density};
 use sparse_coll::{Defaults, Registry, SparseAllreduce, ThreadCluster, Transport};
-use sparse_core::{Error, Result, SplitMix64};
+use sparse_core::testing::Rng;
+use sparse_core::{Error, Result};
 use sparse_select::RadixTopK;
 
 fn layers(sizes: &[usize]) -> Vec<LayerSpec> {
@@ -13,9 +15,9 @@ fn layers(sizes: &[usize]) -> Vec<LayerSpec> {
 }
 
 /// Dyadic values (multiples of 1/8 up to 8): every sum below is exact.
-fn dyadic(n: usize, rng: &mut SplitMix64) -> Vec<f32> {
+fn dyadic(n: usize, rng: &mut Rng) -> Vec<f32> {
     (0..n)
-        .map(|_| (rng.below(129) as f32 - 64.0) / 8.0)
+        .map(|_| (rng.random_range(0..129) as f32 - 64.0) / 8.0)
         .collect()
 }
 
@@ -50,10 +52,10 @@ fn rgc(momentum: f32, nesterov: bool, weight_decay: f32, factor_masking: bool) -
 #[test]
 fn rgc_at_density_one_is_momentum_sgd_bit_for_bit() {
     let (lr, m, wd) = (0.05f32, 0.9f32, 0.01f32);
-    let mut rng = SplitMix64(1);
-    let w0: Vec<f32> = (0..300).map(|_| rng.next_f64() as f32 - 0.5).collect();
+    let mut rng = Rng::seed_from_u64(1);
+    let w0: Vec<f32> = (0..300).map(|_| rng.random::<f64>() as f32 - 0.5).collect();
     let grads: Vec<Vec<f32>> = (0..20)
-        .map(|_| (0..300).map(|_| rng.next_f64() as f32 - 0.5).collect())
+        .map(|_| (0..300).map(|_| rng.random::<f64>() as f32 - 0.5).collect())
         .collect();
     for masking in [false, true] {
         let cfg = Config::new(lr, 1.0, rgc(m, false, wd, masking)).unwrap();
@@ -118,9 +120,9 @@ fn nesterov_equals_pytorch_by_hand_and_on_the_dense_path() {
         );
     }
     let (lr, m) = (0.1f32, 0.9f32);
-    let mut rng = SplitMix64(2);
+    let mut rng = Rng::seed_from_u64(2);
     let grads: Vec<Vec<f32>> = (0..20)
-        .map(|_| (0..64).map(|_| rng.next_f64() as f32 - 0.5).collect())
+        .map(|_| (0..64).map(|_| rng.random::<f64>() as f32 - 0.5).collect())
         .collect();
     for threshold in [0usize, 1 << 20] {
         let cfg = Config::new(lr, 1.0, rgc(m, true, 0.0, false))
@@ -181,7 +183,7 @@ fn topk_sgd_conserves_every_update_exactly() {
         let steps = if p == 1 { 1000 } else { 250 };
         let grads: Vec<Vec<Vec<f32>>> = (0..p)
             .map(|r| {
-                let mut rng = SplitMix64(7 + r as u64);
+                let mut rng = Rng::seed_from_u64(7 + r as u64);
                 (0..steps).map(|_| dyadic(n, &mut rng)).collect()
             })
             .collect();
@@ -227,7 +229,12 @@ fn topk_sgd_conserves_every_update_exactly() {
                 .sum();
             let applied = -f64::from(w[i]) * p as f64;
             assert!(
-                (applied + total_resid[i] - all).abs() <= 1e-3 * all.abs().max(1.0),
+                approx::relative_eq!(
+                    applied + total_resid[i],
+                    all,
+                    epsilon = 1e-3,
+                    max_relative = 1e-3
+                ),
                 "P={p} {spec} at {i}: {applied} + {} vs {all}",
                 total_resid[i]
             );
@@ -258,7 +265,7 @@ fn every_rank_holds_the_same_weights() {
                 comm("spardl"),
             )?;
             assert_eq!(tr.compressed(), vec![true, false]);
-            let mut rng = SplitMix64(100 + t.rank() as u64);
+            let mut rng = Rng::seed_from_u64(100 + t.rank() as u64);
             let mut all = Vec::new();
             for _ in 0..30 {
                 let g = vec![dyadic(400, &mut rng), dyadic(30, &mut rng)];
@@ -331,7 +338,10 @@ fn dgc_warm_up_and_clipping() {
     let want = [0.25, 0.0630, 0.0158, 0.00398, 0.001, 0.001];
     for (e, &w) in want.iter().enumerate() {
         let d = dgc_density(e, 0.001, 4);
-        assert!((d - w).abs() <= 0.01 * w, "epoch {e}: {d}");
+        assert!(
+            approx::relative_eq!(d, w, max_relative = 0.01),
+            "epoch {e}: {d}"
+        );
     }
     // One step of plain SGD at density 1 moves w by lr times the clipped
     // gradient: a norm of 10 clipped to 1 / sqrt(4) = 0.5.
@@ -343,7 +353,7 @@ fn dgc_warm_up_and_clipping() {
     });
     for r in out {
         let w = r.unwrap().remove(0);
-        assert!((w[0] + 0.5).abs() < 1e-6, "{w:?}");
+        approx::assert_abs_diff_eq!(w[0], -0.5, epsilon = 1e-6);
     }
 }
 
@@ -359,7 +369,7 @@ fn quantized_mode_sends_alternating_same_sign_means() {
         let out = ThreadCluster::new(p).run(|t| {
             let cfg = Config::new(0.5, 0.05, rgc(0.0, false, 0.0, false))?.quantized()?;
             let mut tr = trainer(cfg, &[n, n], &[vec![0.0; n], vec![0.0; n]], "topk_a");
-            let mut rng = SplitMix64(50 + t.rank() as u64);
+            let mut rng = Rng::seed_from_u64(50 + t.rank() as u64);
             let mut acc = vec![0.0f64; n];
             let mut sent_sum = vec![0.0f64; n];
             for step in 0..40 {
@@ -410,8 +420,8 @@ fn topk_sgd_with_qsgd() {
         let out = ThreadCluster::new(2).run(|t| {
             let cfg = Config::new(1.0, 0.2, Rule::TopK)?.qsgd(4, 64, feedback)?;
             let mut tr = trainer(cfg, &[n], &[vec![0.0; n]], "topk_a");
-            let mut rng = SplitMix64(9 + t.rank() as u64);
-            let g: Vec<f32> = (0..n).map(|_| rng.next_f64() as f32 - 0.5).collect();
+            let mut rng = Rng::seed_from_u64(9 + t.rank() as u64);
+            let g: Vec<f32> = (0..n).map(|_| rng.random::<f64>() as f32 - 0.5).collect();
             let rep = tr.step(t, std::slice::from_ref(&g))?;
             let resid = tr.residuals()?.remove(0);
             let sent = &rep.sent[0];
@@ -466,7 +476,7 @@ fn fused_dense_layers_equal_unfused_in_fewer_messages() {
                     RadixTopK::magnitude(),
                     comm("topk_a"),
                 )?;
-                let mut rng = SplitMix64(t.rank() as u64);
+                let mut rng = Rng::seed_from_u64(t.rank() as u64);
                 let mut msgs = 0;
                 for _ in 0..10 {
                     let g: Vec<Vec<f32>> = sizes.iter().map(|&n| dyadic(n, &mut rng)).collect();
@@ -495,7 +505,7 @@ fn paper_collection_keeps_the_accumulator_outside_the_result() {
         let out = ThreadCluster::new(p).run(|t| {
             let cfg = Config::new(1.0, 0.2, Rule::TopK)?.collection(Collection::Paper);
             let mut tr = trainer(cfg, &[n], &[vec![0.0; n]], "spardl:k=6");
-            let mut rng = SplitMix64(77 + t.rank() as u64);
+            let mut rng = Rng::seed_from_u64(77 + t.rank() as u64);
             let g = dyadic(n, &mut rng);
             let rep = tr.step(t, std::slice::from_ref(&g))?;
             let resid = tr.residuals()?.remove(0);
@@ -542,7 +552,7 @@ fn a_users_memory_replaces_the_rules() {
         }
     }
     let (n, lr) = (64usize, 0.5f32);
-    let mut rng = SplitMix64(77);
+    let mut rng = Rng::seed_from_u64(77);
     let w0 = dyadic(n, &mut rng);
     let grads: Vec<Vec<f32>> = (0..5).map(|_| dyadic(n, &mut rng)).collect();
     let cfg = Config::new(lr, 0.125, Rule::TopK)

@@ -304,20 +304,21 @@ pub(crate) fn values_param_of(params: &mut crate::Params) -> Result<WireValues> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sparse_core::SplitMix64;
+    use rand::{Rng as _, SeedableRng as _};
+    use rand_chacha::ChaCha8Rng as Rng;
 
     fn random(dim: usize, nnz: usize, seed: u64) -> SparseVec<f32> {
-        let mut rng = SplitMix64(seed);
+        let mut rng = Rng::seed_from_u64(seed);
         let mut idx: Vec<u32> = (0..dim as u32).collect();
         for i in 0..nnz {
-            let j = i + rng.below((dim - i) as u64) as usize;
+            let j = i + rng.random_range(0..(dim - i) as u64) as usize;
             idx.swap(i, j);
         }
         idx.truncate(nnz);
         idx.sort_unstable();
         let val = (0..nnz)
             .map(|_| {
-                let x = (rng.next_f64() - 0.5) * 2f64.powi(rng.below(60) as i32 - 30);
+                let x = (rng.random::<f64>() - 0.5) * 2f64.powi(rng.random_range(0..60) - 30);
                 if x == 0.0 { 1.0 } else { x as f32 }
             })
             .collect();

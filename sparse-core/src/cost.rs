@@ -299,7 +299,10 @@ mod tests {
     use super::*;
 
     fn close(a: f64, b: f64) {
-        assert!((a - b).abs() < 1e-9 * b.abs().max(1.0), "{a} != {b}");
+        assert!(
+            approx::relative_eq!(a, b, epsilon = 1e-9, max_relative = 1e-9),
+            "{a} != {b}"
+        );
     }
 
     #[test]

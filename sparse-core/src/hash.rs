@@ -25,6 +25,9 @@ pub fn mix32(mut x: u32) -> u32 {
 }
 
 /// SplitMix64: a small sequential generator used to expand seeds (host only).
+///
+/// Seeds of hash functions only; synthetic data and test inputs draw from
+/// the named `rand` generator (`testing::Rng`, feature `testing`).
 #[derive(Debug, Clone)]
 pub struct SplitMix64(pub u64);
 
@@ -65,6 +68,12 @@ impl SplitMix64 {
 ///
 /// Two keys derived from the seed are mixed with the counter in two rounds of
 /// [`mix32`]. A kernel reproduces it from [`CounterRng::keys`].
+///
+/// It is kept instead of a `rand` generator because QSGD's stochastic
+/// rounding draws it on the host and in the kernels of `backend-cuda`,
+/// which must reproduce every draw bit for bit with 32-bit integer
+/// operations only, and each draw must be addressable by its counter so
+/// that any unit can compute its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CounterRng {
     key0: u32,
@@ -314,7 +323,7 @@ mod tests {
         let rng = CounterRng::new(3);
         let n = 100_000;
         let mean: f64 = (0..n).map(|c| rng.unit_f32_at(c) as f64).sum::<f64>() / n as f64;
-        assert!((mean - 0.5).abs() < 0.005, "{mean}");
+        approx::assert_abs_diff_eq!(mean, 0.5, epsilon = 0.005);
         assert!((0..n).all(|c| (0.0..1.0).contains(&rng.unit_f32_at(c))));
     }
 }

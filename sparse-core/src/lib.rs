@@ -60,22 +60,24 @@ pub use stream::{INDEX_BYTES, Stream, delta};
 /// Helpers shared by this crate's unit tests.
 #[cfg(test)]
 mod testing_support {
-    use crate::{Element, SparseVec, SplitMix64};
+    use crate::{Element, SparseVec};
+    use rand::{Rng as _, SeedableRng as _};
+    use rand_chacha::ChaCha8Rng as Rng;
 
     /// A vector of dimension `dim` with `nnz` random distinct indices and
     /// non-zero normal values.
     pub fn random_vec<E: Element>(dim: usize, nnz: usize, seed: u64) -> SparseVec<E> {
-        let mut rng = SplitMix64(seed);
+        let mut rng = Rng::seed_from_u64(seed);
         let mut all: Vec<u32> = (0..dim as u32).collect();
         for i in 0..nnz {
-            let j = i + rng.below((dim - i) as u64) as usize;
+            let j = i + rng.random_range(0..(dim - i) as u64) as usize;
             all.swap(i, j);
         }
         let mut idx = all[..nnz].to_vec();
         idx.sort_unstable();
         let values = (0..nnz)
             .map(|_| {
-                let v = E::from_f64_nearest((rng.next_f64() - 0.5) * 8.0);
+                let v = E::from_f64_nearest((rng.random::<f64>() - 0.5) * 8.0);
                 if v == E::zero() { E::one() } else { v }
             })
             .collect();

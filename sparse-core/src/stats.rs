@@ -116,7 +116,7 @@ mod tests {
         let b = SparseVec::new(10, vec![1, 2], vec![1.0f32; 2]).unwrap();
         assert_eq!(densification_ratio(&[a, b]), 1.5);
         // dim 10 in 2 parts: [0,5) holds 3 of 4 -> 0.6 / 0.4 = 1.5.
-        assert!((skewness_ratio(&[0, 1, 2, 7], 10, 2) - 1.5).abs() < 1e-12);
+        approx::assert_abs_diff_eq!(skewness_ratio(&[0, 1, 2, 7], 10, 2), 1.5, epsilon = 1e-12);
         assert_eq!(imbalance_ratio(&[2, 2, 4]), 1.5);
         for dim in [1, 7, 10, 17] {
             for parts in 1..=dim {

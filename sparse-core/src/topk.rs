@@ -78,13 +78,17 @@ impl<E: Element> SparseVec<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::{Rng as _, SeedableRng as _};
+    use rand_chacha::ChaCha8Rng as Rng;
 
     /// Against a full sort on `(key desc, position asc)`.
     #[test]
     fn equals_a_sort_with_the_tie_rule() {
-        let mut rng = crate::SplitMix64(3);
+        let mut rng = Rng::seed_from_u64(3);
         for n in [0usize, 1, 2, 7, 100, 1000] {
-            let x: Vec<f32> = (0..n).map(|_| (rng.below(9) as f32 - 4.0) * 0.5).collect();
+            let x: Vec<f32> = (0..n)
+                .map(|_| (rng.random_range(0..9) as f32 - 4.0) * 0.5)
+                .collect();
             for k in [0, 1, n / 3, n.saturating_sub(1), n, n + 2] {
                 let mut all: Vec<u32> = (0..n as u32).collect();
                 all.sort_by(|&a, &b| {

@@ -13,12 +13,14 @@
 #![allow(unsafe_code)] // the counting global allocator
 
 use half::f16;
+use rand::{Rng as _, RngCore as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng as Rng;
 use sparse_core::encoding::{
     Bf16, Bitmap, Block, Coo, Encoding, F16, HashBitmap, PartitionIndex, Qsgd, Raw, SameSignMean,
     ValueCodec,
 };
 use sparse_core::qsgd::QsgdParams;
-use sparse_core::{Element, Error, H0, SparseVec, SplitMix64};
+use sparse_core::{Element, Error, H0, SparseVec};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -79,23 +81,22 @@ struct Case<E: Element> {
     input: SparseVec<E>,
 }
 
-fn random_vec<E: Element>(
-    dim: usize,
-    nnz: usize,
-    rng: &mut SplitMix64,
-    positive: bool,
-) -> SparseVec<E> {
+fn random_vec<E: Element>(dim: usize, nnz: usize, rng: &mut Rng, positive: bool) -> SparseVec<E> {
     let mut idx: Vec<u32> = (0..dim as u32).collect();
     for i in 0..nnz {
-        let j = i + rng.below((dim - i) as u64) as usize;
+        let j = i + rng.random_range(0..(dim - i) as u64) as usize;
         idx.swap(i, j);
     }
     idx.truncate(nnz);
     idx.sort_unstable();
     let vals = (0..nnz)
         .map(|_| {
-            let x = rng.next_f64() * 4.0 + 0.25;
-            E::from_f64_nearest(if positive || rng.below(2) == 0 { x } else { -x })
+            let x = rng.random::<f64>() * 4.0 + 0.25;
+            E::from_f64_nearest(if positive || rng.random_range(0..2) == 0 {
+                x
+            } else {
+                -x
+            })
         })
         .collect();
     SparseVec::new(dim, idx, vals).unwrap()
@@ -103,16 +104,16 @@ fn random_vec<E: Element>(
 
 /// Every index part with every value codec (block with same-sign mean is
 /// rejected by design and checked for that below).
-fn cases<E: Element>(rng: &mut SplitMix64) -> Vec<Case<E>> {
-    let dim = 1 + rng.below(700) as usize;
-    let nnz = rng.below(dim as u64 + 1) as usize;
+fn cases<E: Element>(rng: &mut Rng) -> Vec<Case<E>> {
+    let dim = 1 + rng.random_range(0..700) as usize;
+    let nnz = rng.random_range(0..dim as u64 + 1) as usize;
     let mixed = random_vec::<E>(dim, nnz, rng, false);
     let positive = random_vec::<E>(dim, nnz, rng, true);
-    let bucket = 1 + rng.below(40) as usize;
+    let bucket = 1 + rng.random_range(0..40) as usize;
     let q = |bits| Qsgd(QsgdParams::new(bits, bucket, 7).unwrap());
     let index = Arc::new(PartitionIndex::new(H0::new(5, 3).unwrap(), dim).unwrap());
     let part = |v: &SparseVec<E>| index.split(v).unwrap().swap_remove(1);
-    let block = 1 + rng.below(300) as usize;
+    let block = 1 + rng.random_range(0..300) as usize;
     let mut out: Vec<Case<E>> = Vec::new();
     macro_rules! with_codec {
         ($codec:expr, $input:expr) => {{
@@ -167,7 +168,7 @@ fn check<E: Element>(enc: &dyn Encoding<E>, bytes: &[u8], worst: &mut f64) {
 }
 
 fn fuzz<E: Element>(seed: u64, rounds: usize) -> f64 {
-    let mut rng = SplitMix64(seed);
+    let mut rng = Rng::seed_from_u64(seed);
     let mut worst = 0.0f64;
     for _ in 0..rounds {
         for case in cases::<E>(&mut rng) {
@@ -184,16 +185,18 @@ fn fuzz<E: Element>(seed: u64, rounds: usize) -> f64 {
             }
             for t in 0..60 {
                 let b: Vec<u8> = match t % 3 {
-                    0 => (0..rng.below(48)).map(|_| rng.next_u32() as u8).collect(),
+                    0 => (0..rng.random_range(0..48))
+                        .map(|_| rng.next_u32() as u8)
+                        .collect(),
                     1 => {
                         let mut b = valid[..valid.len().min(8)].to_vec();
-                        b.extend((0..rng.below(64)).map(|_| rng.next_u32() as u8));
+                        b.extend((0..rng.random_range(0..64)).map(|_| rng.next_u32() as u8));
                         b
                     }
                     _ => {
                         let mut b = valid.clone();
-                        for _ in 0..1 + rng.below(3) {
-                            let at = rng.below(b.len() as u64) as usize;
+                        for _ in 0..1 + rng.random_range(0..3) {
+                            let at = rng.random_range(0..b.len() as u64) as usize;
                             b[at] = rng.next_u32() as u8;
                         }
                         b

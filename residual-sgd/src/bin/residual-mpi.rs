@@ -8,10 +8,12 @@
 //! match bit for bit). Prints `world size n` and one `OK rank r of n` per
 //! rank.
 
+use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::{Config, LayerSpec, Rule, Trainer};
 use sparse_coll::dense::bruck_allgather;
 use sparse_coll::{Defaults, MpiTransport, Registry, ThreadCluster, Transport};
-use sparse_core::{Result, SplitMix64};
+use sparse_core::Result;
+use sparse_core::testing::Rng;
 use sparse_select::RadixTopK;
 
 const SIZES: [usize; 2] = [2000, 50];
@@ -41,14 +43,14 @@ fn train(t: &mut dyn Transport, rule: Rule, spec: &str) -> Result<Vec<u64>> {
         RadixTopK::magnitude(),
         |l| Registry::builtin().build(spec, Defaults { k: l.len }),
     )?;
-    let mut rng = SplitMix64(1000 + t.rank() as u64);
+    let mut rng = Rng::seed_from_u64(1000 + t.rank() as u64);
     let mut digests = Vec::new();
     for step in 0..30 {
         let g: Vec<Vec<f32>> = SIZES
             .iter()
             .map(|&n| {
                 (0..n)
-                    .map(|_| (rng.below(257) as f32 - 128.0) / 64.0)
+                    .map(|_| (rng.random_range(0..257) as f32 - 128.0) / 64.0)
                     .collect()
             })
             .collect();

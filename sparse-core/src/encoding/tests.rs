@@ -1,10 +1,12 @@
 //! Round trips, exact lengths, and hostile-input tests for every encoding.
 
 use super::*;
+use crate::H0;
 use crate::qsgd::QsgdParams;
 use crate::testing_support::{random_vec, vectors};
-use crate::{H0, SplitMix64};
 use half::{bf16, f16};
+use rand::{Rng as _, RngCore as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng as Rng;
 use std::sync::Arc;
 
 fn lossless_encodings<E: Element>() -> Vec<Box<dyn Encoding<E>>> {
@@ -129,7 +131,7 @@ fn qsgd_is_unbiased_and_bounded() {
                 for (o, &x) in chunk.iter().enumerate() {
                     let d = back.values()[b * 1024 + o];
                     assert!(
-                        (d - x).abs() <= scale / levels * (1.0 + 1e-6),
+                        approx::abs_diff_eq!(d, x, epsilon = scale / levels * (1.0 + 1e-6)),
                         "bits={bits}: |{d} - {x}| > {scale}/{levels}"
                     );
                     mean[b * 1024 + o] += d as f64 / trials as f64;
@@ -145,7 +147,7 @@ fn qsgd_is_unbiased_and_bounded() {
             for (o, &x) in chunk.iter().enumerate() {
                 let m = mean[b * 1024 + o];
                 assert!(
-                    (m - x as f64).abs() <= tol,
+                    approx::abs_diff_eq!(m, x as f64, epsilon = tol),
                     "bits={bits}: mean {m} vs {x} (tol {tol})"
                 );
             }
@@ -283,24 +285,26 @@ fn every_truncation_is_rejected() {
 #[test]
 fn random_and_mutated_bytes_never_panic() {
     let v = random_vec::<f32>(200, 40, 99);
-    let mut rng = SplitMix64(12345);
+    let mut rng = Rng::seed_from_u64(12345);
     for (enc, input) in all_encodings(&v) {
         let valid = enc.encode(&input).unwrap();
         for t in 0..10_000 {
             let bytes: Vec<u8> = match t % 3 {
                 // Pure noise.
-                0 => (0..rng.below(64)).map(|_| rng.next_u32() as u8).collect(),
+                0 => (0..rng.random_range(0..64))
+                    .map(|_| rng.next_u32() as u8)
+                    .collect(),
                 // A valid header, then noise.
                 1 => {
                     let mut b = valid[..HEADER_BYTES.min(valid.len())].to_vec();
-                    b.extend((0..rng.below(200)).map(|_| rng.next_u32() as u8));
+                    b.extend((0..rng.random_range(0..200)).map(|_| rng.next_u32() as u8));
                     b
                 }
                 // A valid encoding with a few bytes changed.
                 _ => {
                     let mut b = valid.clone();
-                    for _ in 0..1 + rng.below(3) {
-                        let at = rng.below(b.len() as u64) as usize;
+                    for _ in 0..1 + rng.random_range(0..3) {
+                        let at = rng.random_range(0..b.len() as u64) as usize;
                         b[at] = rng.next_u32() as u8;
                     }
                     b

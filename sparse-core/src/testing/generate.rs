@@ -5,8 +5,10 @@
 //! (Zen Def. 5) and value distribution. The same spec and seed give the same
 //! gradients on every machine.
 
+use super::Rng;
 use crate::stats::{even_len, even_start};
-use crate::{Element, Error, Result, SparseVec, SplitMix64};
+use crate::{Element, Error, Result, SparseVec};
+use rand::{Rng as _, SeedableRng};
 
 /// Distribution of the non-zero values.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,18 +39,18 @@ pub enum ValueDist {
 
 impl ValueDist {
     /// One non-zero draw.
-    pub fn sample(&self, rng: &mut SplitMix64) -> f64 {
+    pub fn sample<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> f64 {
         match *self {
             ValueDist::Normal { std } => normal(rng) * std,
-            ValueDist::Uniform { half_width } => (2.0 * rng.next_f64() - 1.0) * half_width,
+            ValueDist::Uniform { half_width } => (2.0 * rng.random::<f64>() - 1.0) * half_width,
             ValueDist::HeavyTailed { scale } => {
                 // t(2) = Z / sqrt(chi2(2) / 2), chi2(2) = -2 ln U.
-                let u = 1.0 - rng.next_f64();
+                let u = 1.0 - rng.random::<f64>();
                 normal(rng) / (-u.ln()).sqrt() * scale
             }
             ValueDist::Integer { max } => {
                 let m = max.max(1) as u64;
-                let v = rng.below(2 * m) as i64 - m as i64;
+                let v = rng.random_range(0..2 * m) as i64 - m as i64;
                 (if v >= 0 { v + 1 } else { v }) as f64
             }
         }
@@ -56,7 +58,7 @@ impl ValueDist {
 
     /// A non-zero element drawn from the distribution (draws again if the
     /// conversion to `E` rounds to zero).
-    pub fn sample_element<E: Element>(&self, rng: &mut SplitMix64) -> E {
+    pub fn sample_element<E: Element>(&self, rng: &mut (impl rand::Rng + ?Sized)) -> E {
         for _ in 0..64 {
             let v = E::from_f64_nearest(self.sample(rng));
             if v != E::zero() && v.is_finite() {
@@ -67,9 +69,9 @@ impl ValueDist {
     }
 }
 
-fn normal(rng: &mut SplitMix64) -> f64 {
-    let u1 = 1.0 - rng.next_f64();
-    let u2 = rng.next_f64();
+fn normal<R: rand::Rng + ?Sized>(rng: &mut R) -> f64 {
+    let u1 = 1.0 - rng.random::<f64>();
+    let u2 = rng.random::<f64>();
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
@@ -169,14 +171,14 @@ impl GradientSpec {
                 ),
             ));
         }
-        let mut rng = SplitMix64(self.seed);
+        let mut rng = Rng::seed_from_u64(self.seed);
         let pool = self.draw_distinct(total, &mut rng);
         let mut out = Vec::with_capacity(ranks);
         for r in 0..ranks {
             let mut idx: Vec<u32> = pool[..shared].to_vec();
             idx.extend_from_slice(&pool[shared + r * private..shared + (r + 1) * private]);
             idx.sort_unstable();
-            let mut vr = SplitMix64(self.seed ^ (0x9e37_79b9 * (r as u64 + 1)));
+            let mut vr = Rng::seed_from_u64(self.seed ^ (0x9e37_79b9 * (r as u64 + 1)));
             let values = (0..idx.len())
                 .map(|_| self.values.sample_element::<E>(&mut vr))
                 .collect();
@@ -186,14 +188,14 @@ impl GradientSpec {
     }
 
     /// `count` distinct indices in draw order.
-    fn draw_distinct(&self, count: usize, rng: &mut SplitMix64) -> Vec<u32> {
+    fn draw_distinct(&self, count: usize, rng: &mut Rng) -> Vec<u32> {
         let dim = self.dim;
         if count * 2 > dim {
             // Dense regime: a partial Fisher-Yates shuffle of 0..dim (skew
             // cannot be honoured when most coordinates are taken anyway).
             let mut all: Vec<u32> = (0..dim as u32).collect();
             for i in 0..count {
-                let j = i + rng.below((dim - i) as u64) as usize;
+                let j = i + rng.random_range(0..(dim - i) as u64) as usize;
                 all.swap(i, j);
             }
             all.truncate(count);
@@ -218,25 +220,25 @@ impl GradientSpec {
         out
     }
 
-    fn draw_one(&self, rng: &mut SplitMix64) -> usize {
+    fn draw_one(&self, rng: &mut Rng) -> usize {
         match self.skew {
             Some(s) if s.partitions > 1 => {
                 let first = even_len(0, self.dim, s.partitions);
-                if rng.next_f64() < s.ratio / s.partitions as f64 || first == self.dim {
-                    rng.below(first as u64) as usize
+                if rng.random::<f64>() < s.ratio / s.partitions as f64 || first == self.dim {
+                    rng.random_range(0..first as u64) as usize
                 } else {
                     let start = even_start(1, self.dim, s.partitions);
-                    start + rng.below((self.dim - start) as u64) as usize
+                    start + rng.random_range(0..(self.dim - start) as u64) as usize
                 }
             }
-            _ => rng.below(self.dim as u64) as usize,
+            _ => rng.random_range(0..self.dim as u64) as usize,
         }
     }
 }
 
 /// `n` dense values drawn from `dist` (every one non-zero).
 pub fn dense_values<E: Element>(n: usize, dist: ValueDist, seed: u64) -> Vec<E> {
-    let mut rng = SplitMix64(seed);
+    let mut rng = Rng::seed_from_u64(seed);
     (0..n).map(|_| dist.sample_element(&mut rng)).collect()
 }
 
@@ -258,7 +260,11 @@ mod tests {
             }
             for a in 0..4 {
                 for b in a + 1..4 {
-                    assert!((overlap_ratio(g[a].indices(), g[b].indices()) - overlap).abs() < 1e-9);
+                    approx::assert_abs_diff_eq!(
+                        overlap_ratio(g[a].indices(), g[b].indices()),
+                        overlap,
+                        epsilon = 1e-9
+                    );
                 }
             }
         }
@@ -275,7 +281,7 @@ mod tests {
         };
         let g = spec.generate::<f32>(1).unwrap();
         let s = skewness_ratio(g[0].indices(), 1_000_000, 8);
-        assert!((s - 5.0).abs() < 0.3, "{s}");
+        approx::assert_abs_diff_eq!(s, 5.0, epsilon = 0.3);
         let u = GradientSpec::new(1_000_000, 0.01, 1)
             .generate::<f32>(1)
             .unwrap();

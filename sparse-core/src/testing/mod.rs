@@ -5,6 +5,12 @@
 pub mod generate;
 pub mod suite;
 
+/// The named, seedable generator of synthetic gradients and test inputs:
+/// ChaCha8, whose stream is fixed by its specification (not by a `rand`
+/// version). Hashing seeds ([`crate::SplitMix64`]) and QSGD's counter-based
+/// draws, which kernels reproduce bit for bit, keep their own generators.
+pub type Rng = rand_chacha::ChaCha8Rng;
+
 /// Instantiates the whole backend suite as `#[test]` functions for the
 /// backend built by `$make` (an expression, evaluated in each test). The
 /// macro only wraps; the test logic lives in [`suite`].

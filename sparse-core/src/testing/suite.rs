@@ -7,13 +7,15 @@
 //! Element types a backend does not support (it returns
 //! [`Error::Unsupported`]) are skipped with a printed note.
 
+use super::Rng;
 use super::generate::{ValueDist, dense_values};
 use crate::backend::{Backend, Extreme};
 use crate::encoding::{bits_from_indices, indices_from_bits};
 use crate::hash::HierarchicalHash;
 use crate::qsgd::{self, QsgdParams};
-use crate::{Element, Error, Result, SplitMix64, abs_key, signed_key};
+use crate::{Element, Error, Result, abs_key, signed_key};
 use half::{bf16, f16};
+use rand::{Rng as _, RngCore as _, SeedableRng as _};
 
 /// Runs the generic check `$run::<B, E>` for every element type.
 macro_rules! each_element {
@@ -44,7 +46,7 @@ fn supported<T>(r: Result<T>, what: &str) -> Option<T> {
 /// block size.
 pub fn inputs(seed: u64) -> Vec<(String, Vec<f64>)> {
     let mut out = Vec::new();
-    let mut rng = SplitMix64(seed);
+    let mut rng = Rng::seed_from_u64(seed);
     for n in [1usize, 2, 3, 31, 256, 1000, 4097] {
         out.push((
             format!("normal n={n}"),
@@ -56,7 +58,9 @@ pub fn inputs(seed: u64) -> Vec<(String, Vec<f64>)> {
         ));
         out.push((
             format!("ties n={n}"),
-            (0..n).map(|_| rng.below(5) as f64 - 2.0).collect(),
+            (0..n)
+                .map(|_| rng.random_range(0..5) as f64 - 2.0)
+                .collect(),
         ));
     }
     out.push(("all equal".into(), vec![0.5; 777]));
@@ -148,7 +152,7 @@ pub fn reductions<B: Backend>(b: &B) {
             let exact = x.iter().map(|v| v.to_f64_exact().abs()).sum::<f64>() / x.len() as f64;
             if exact.is_finite() {
                 assert!(
-                    (mean - exact).abs() <= 1e-5 * exact.max(f64::MIN_POSITIVE),
+                    approx::relative_eq!(mean, exact, max_relative = 1e-5),
                     "{} {name}: mean_abs {mean} vs {exact}",
                     E::NAME
                 );
@@ -179,7 +183,7 @@ pub fn reductions<B: Backend>(b: &B) {
                 );
             } else if in_range {
                 assert!(
-                    (squares - exact).abs() <= 1e-5 * exact.max(f64::MIN_POSITIVE),
+                    approx::relative_eq!(squares, exact, max_relative = 1e-5),
                     "{} {name}: sum_squares {squares} vs {exact}",
                     E::NAME
                 );
@@ -391,10 +395,12 @@ pub fn errors<B: Backend>(b: &B) {
 
 /// `scatter_add` and `mask` against dense loops.
 pub fn scatter_add_and_mask<B: Backend>(b: &B) {
-    let mut rng = SplitMix64(21);
+    let mut rng = Rng::seed_from_u64(21);
     for n in [1usize, 5, 64, 1000, 10_007] {
         let base: Vec<f32> = dense_values(n, ValueDist::Integer { max: 100 }, rng.next_u64());
-        let mut idx: Vec<u32> = (0..n as u32).filter(|_| rng.below(3) == 0).collect();
+        let mut idx: Vec<u32> = (0..n as u32)
+            .filter(|_| rng.random_range(0..3) == 0)
+            .collect();
         if idx.is_empty() {
             idx.push(0);
         }
@@ -470,7 +476,7 @@ fn check_partitions<B: Backend>(
 /// Hierarchical hashing with default sizes: every index exactly once, in
 /// partition `h0(index)`, with its value.
 pub fn hash_partition<B: Backend>(b: &B) {
-    let mut rng = SplitMix64(31);
+    let mut rng = Rng::seed_from_u64(31);
     for (nnz, parts) in [(0usize, 4u32), (1, 1), (1000, 16), (30_000, 7)] {
         let mut idx: Vec<u32> = (0..nnz).map(|_| rng.next_u32() % 4_000_000).collect();
         idx.sort_unstable();
@@ -499,7 +505,7 @@ pub fn hash_partition_forced_collisions<B: Backend>(b: &B) {
 
 /// Bitmap encode equals the layout oracle; decode inverts it.
 pub fn bitmap<B: Backend>(b: &B) {
-    let mut rng = SplitMix64(41);
+    let mut rng = Rng::seed_from_u64(41);
     for (lo, len) in [
         (0u32, 1usize),
         (0, 31),
@@ -509,7 +515,7 @@ pub fn bitmap<B: Backend>(b: &B) {
         (0, 100_003),
     ] {
         let idx: Vec<u32> = (0..len as u32)
-            .filter(|_| rng.below(4) == 0)
+            .filter(|_| rng.random_range(0..4) == 0)
             .map(|i| i + lo)
             .collect();
         let words = b.bitmap_encode(&b.upload(&idx).unwrap(), lo, len).unwrap();
@@ -772,8 +778,8 @@ pub fn topk_segmented<B: Backend>(b: &B) {
 /// Gather returns `x[i]` for each index and rejects indices past the end.
 pub fn gather<B: Backend>(b: &B) {
     let x: Vec<f32> = dense_values(1000, ValueDist::Normal { std: 1.0 }, 3);
-    let mut rng = SplitMix64(4);
-    let idx: Vec<u32> = (0..300).map(|_| rng.below(1000) as u32).collect();
+    let mut rng = Rng::seed_from_u64(4);
+    let idx: Vec<u32> = (0..300).map(|_| rng.random_range(0..1000) as u32).collect();
     let got = b
         .gather(&b.upload(&x).unwrap(), &b.upload(&idx).unwrap())
         .unwrap();
