@@ -121,6 +121,13 @@ impl Run {
             Run::Sparse { scheme, .. } => scheme.collective.into(),
         }
     }
+    /// The final density of the sent set (1 for dense runs).
+    pub fn density(&self) -> f64 {
+        match self {
+            Run::Sparse { density, .. } => *density,
+            Run::Dense { .. } => 1.0,
+        }
+    }
     /// The dense counterpart (same optimizer settings, dense allreduce).
     pub fn dense(&self) -> Run {
         match self {
@@ -279,10 +286,7 @@ pub fn train_rank(
     let mlp = Mlp::new(a.hidden);
     let layers = mlp.layers();
     let cfg = config(run, a)?;
-    let density = match run {
-        Run::Sparse { density, .. } => *density,
-        Run::Dense { .. } => 1.0,
-    };
+    let density = run.density();
     let last = layers.len() - 1;
     let comm = |l: &LayerSpec| -> Result<Box<dyn SparseAllreduce<f32>>> {
         let spec = match run {

@@ -46,10 +46,7 @@ impl Row {
 pub fn rows(summaries: &[Summary], layer_names: &[String]) -> Vec<Row> {
     let mut out: Vec<(Row, usize)> = Vec::new();
     for s in summaries {
-        let density = match &s.run {
-            Run::Sparse { density, .. } => *density,
-            Run::Dense { .. } => 1.0,
-        };
+        let density = s.run.density();
         let pos = out.iter().position(|(r, _)| r.run == s.run);
         let (row, n) = match pos {
             Some(i) => &mut out[i],
@@ -183,10 +180,7 @@ pub fn write(dir: &Path, summaries: &[Summary], rows: &[Row]) -> Result<()> {
     let mut csv =
         String::from("scheme,collective,density,seed,epoch,test_acc,train_loss,cumulative_bytes\n");
     for s in summaries {
-        let density = match &s.run {
-            Run::Sparse { density, .. } => *density,
-            Run::Dense { .. } => 1.0,
-        };
+        let density = s.run.density();
         let per_epoch = s.bytes_per_step * s.steps as f64 / s.test_acc.len().max(1) as f64;
         for (e, (acc, loss)) in s.test_acc.iter().zip(&s.train_loss).enumerate() {
             csv.push_str(&format!(

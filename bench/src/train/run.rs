@@ -125,6 +125,23 @@ pub fn plan(schemes: &[Scheme], densities: &[f64]) -> Vec<Run> {
     runs
 }
 
+/// Calls `one(run, args)` for every seed and every run, the seed set in
+/// the arguments.
+fn each<T>(
+    runs: &[Run],
+    a: &TrainArgs,
+    seeds: &[u64],
+    mut one: impl FnMut(&Run, &TrainArgs) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    for &seed in seeds {
+        for run in runs {
+            out.push(one(run, &TrainArgs { seed, ..a.clone() })?);
+        }
+    }
+    Ok(out)
+}
+
 /// Runs every run of `runs` for every seed on `ranks` threads.
 ///
 /// # Errors
@@ -138,18 +155,13 @@ pub fn run_threads(
     test: &Set,
     on_step: &(dyn Fn() + Sync),
 ) -> Result<Vec<Summary>> {
-    let mut out = Vec::new();
-    for &seed in seeds {
-        for run in runs {
-            let a = TrainArgs { seed, ..a.clone() };
-            let res = sparse_coll::ThreadCluster::new(ranks)
-                .timeout(std::time::Duration::from_secs(3600))
-                .run(|t| run_on(t, run, &a, train, test, on_step).map(|(s, _)| s));
-            let mut res = res.into_iter().collect::<Result<Vec<_>>>()?;
-            out.push(res.swap_remove(0));
-        }
-    }
-    Ok(out)
+    each(runs, a, seeds, |run, a| {
+        let res = sparse_coll::ThreadCluster::new(ranks)
+            .timeout(std::time::Duration::from_secs(3600))
+            .run(|t| run_on(t, run, a, train, test, on_step).map(|(s, _)| s));
+        let mut res = res.into_iter().collect::<Result<Vec<_>>>()?;
+        Ok(res.swap_remove(0))
+    })
 }
 
 /// As [`run_threads`] with this process as one rank of `t` (MPI): every
@@ -166,12 +178,7 @@ pub fn run_transport(
     test: &Set,
     on_step: &(dyn Fn() + Sync),
 ) -> Result<Vec<Summary>> {
-    let mut out = Vec::new();
-    for &seed in seeds {
-        for run in runs {
-            let a = TrainArgs { seed, ..a.clone() };
-            out.push(run_on(t, run, &a, train, test, on_step)?.0);
-        }
-    }
-    Ok(out)
+    each(runs, a, seeds, |run, a| {
+        Ok(run_on(t, run, a, train, test, on_step)?.0)
+    })
 }
