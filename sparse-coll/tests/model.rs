@@ -86,7 +86,7 @@ fn cost_predicts_bytes_and_rounds_within_ten_percent() {
             pb / b.max(1.0)
         );
         println!("{line}");
-        let off = |x: f64, y: f64| (x - y).abs() > 0.1 * y.max(1.0);
+        let off = |x: f64, y: f64| !approx::abs_diff_eq!(x, y, epsilon = 0.1 * y.max(1.0));
         if off(pb, b) || off(pr, r) {
             bad.push(line);
         }

@@ -10,7 +10,9 @@
 //! Layout (pinned; kernels reproduce it): code `j` sits at bits
 //! `[j*bits, (j+1)*bits)` of little-endian `u32` word `j*bits/32`; the sign is
 //! the code's top bit. The uniform draw for value `j` is
-//! `CounterRng::new(seed).unit_f32_at(counter_base + j)`.
+//! `CounterRng::new(seed).unit_f32_at(counter_base + j)` ([`CounterRng`],
+//! kept instead of a `rand` generator because the kernels must reproduce
+//! its draws bit for bit).
 //!
 //! Arithmetic (pinned; kernels reproduce it for `f32`): encoding computes
 //! the ratio `|v| / s_b` in the element type, then `r = ratio * L` in `f32`;
@@ -301,11 +303,10 @@ mod tests {
                             assert!(d.is_finite(), "bits {bits}: {v} decoded to {d}");
                             assert!(d == 0.0 || d.signum() == v.signum(), "{v} -> {d}");
                             assert!(f64::from(d.abs()) <= s, "{v} -> {d} above scale {s}");
-                            let err = (f64::from(d) - f64::from(v)).abs();
                             let bound = s / l * (1.0 + 1e-6) + 2.0 * f64::from(tiny);
                             assert!(
-                                err <= bound,
-                                "bits {bits}: {v} -> {d}, error {err} > {bound}"
+                                approx::abs_diff_eq!(f64::from(d), f64::from(v), epsilon = bound),
+                                "bits {bits}: {v} -> {d}, error above {bound}"
                             );
                         }
                     }
@@ -332,19 +333,14 @@ mod tests {
     /// `a - q(a)` missed by one ulp in about one step of ten).
     #[test]
     fn exact_remainders_split_exactly() {
-        let mut state = 0x1234_5678_u64;
-        let mut next = || {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1);
-            state
-        };
+        use rand::{RngCore as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x1234_5678);
         let mut lowered = 0usize;
         for bits in [2, 4, 8] {
             for round in 0..200u64 {
                 let x: Vec<f32> = (0..257)
                     .map(|_| {
-                        let r = next();
+                        let r = rng.next_u64();
                         let mant = (r >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
                         mant * 2f32.powi(((r >> 8) % 60) as i32 - 30)
                     })

@@ -1,7 +1,8 @@
 //! QSGD quantization and decoding, bit-identical to
 //! [`sparse_core::qsgd`]: the same counter-based draws
 //! ([`sparse_core::CounterRng`]) and the same `f32` operations in the same
-//! order.
+//! order. That generator, not a `rand` one, is used on the host so that these
+//! kernels reproduce its draws bit for bit.
 
 use super::{UNITS, cube_reduce};
 use crate::CubeBuffer;
