@@ -15,9 +15,19 @@
 //! # Ok::<(), sparse_core::Error>(())
 //! ```
 //!
-//! Choices: exact top-k sorts nothing larger than needed
-//! (`select_nth_unstable_by` on `(key desc, index asc)`, then a sort of the
-//! `k` winners by index); sums of `mean_abs` are accumulated in `f64`; hash
+//! Choices: "plain" means plain loops, not slow ones: the selection
+//! primitives compare elements as integers of their width in loops that
+//! vectorize, and only visit element by element the chunks that hold a hit
+//! (see `keys`), so a pass runs near the speed of reading memory. Exact
+//! top-k (`topk_abs`, the segments of `topk_abs_segmented`) narrows the
+//! input to candidates at or above a bound estimated from a sample or a
+//! histogram, checks that at least k reach it, and runs introselect on
+//! `(key desc, index asc)` over those candidates only; every path is
+//! checked against a full sort in the shared suite. NaN in a magnitude
+//! top-k is found among the selected (its key is above every other).
+//! Sums of `mean_abs` and `sum_squares` are accumulated in `f64` (eight
+//! interleaved accumulators); `abs_stats` and `count_above_each` are one
+//! pass each; hash
 //! partitioning runs Zen's Alg. 1 sequentially in input order, which is one
 //! valid serialization of the parallel algorithm (read-after-write then never
 //! sees a lost race).
@@ -35,6 +45,56 @@ use sparse_core::{Digit, KeyOrder};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cpu;
 
+/// Elements per chunk of the fused reductions (16 KiB of `f32`: several
+/// passes over a chunk read memory once).
+const STATS_CHUNK: usize = 4096;
+
+/// `sum f(x_i)` in `f64` over eight interleaved accumulators (one chain
+/// of dependent additions would run at the adder's latency, not at the
+/// speed of reading `x`). A NaN anywhere makes the sum NaN (`f` of a
+/// finite or infinite value is never NaN), and only then is its position
+/// looked up.
+fn f64_sum<E: Element>(x: &[E], f: impl Fn(f64) -> f64) -> Result<f64> {
+    const LANES: usize = 8;
+    let mut acc = [0.0f64; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(v.to_f64_exact());
+        }
+    }
+    let tail: f64 = chunks
+        .remainder()
+        .iter()
+        .map(|&v| f(v.to_f64_exact()))
+        .sum();
+    let sum = acc.iter().sum::<f64>() + tail;
+    nan_error(sum.is_nan(), x)?;
+    Ok(sum)
+}
+
+/// The NaN test of a magnitude top-k, fused into the selection: a NaN's
+/// magnitude key is above every other key, so if `x` holds one, some NaN
+/// is among any `k >= 1` largest, and only the selected values need a look.
+fn nan_in_top<E: Element>(top: &[E], x: &[E]) -> Result<()> {
+    if top.iter().any(|v| v.is_nan()) {
+        return Err(first_nan(x));
+    }
+    Ok(())
+}
+
+/// The error naming the first NaN of `x` (which holds one).
+fn first_nan<E: Element>(x: &[E]) -> Error {
+    check_nan(x).err().unwrap_or(Error::NonFinite { index: 0 })
+}
+
+/// [`check_nan`] as a vectorized integer pass (the position is only looked
+/// up when there is a NaN).
+fn check_nan_fast<E: Element>(x: &[E]) -> Result<()> {
+    let (_, nan) = by_width!(x, max_key(abs_key(E::infinity())));
+    nan_error(nan, x)
+}
+
 fn check_nan<E: Element>(x: &[E]) -> Result<()> {
     match x.iter().position(|v| v.is_nan()) {
         Some(index) => Err(Error::NonFinite { index }),
@@ -42,56 +102,31 @@ fn check_nan<E: Element>(x: &[E]) -> Result<()> {
     }
 }
 
-/// An unsigned integer as wide as an element: its bit pattern.
-trait Word: bytemuck::Pod + Ord + Copy {
-    const SIGN: Self;
-    fn clear(self, mask: Self) -> Self;
-    fn to_u64(self) -> u64;
-    fn from_u64(v: u64) -> Self;
-}
+mod keys;
+use keys::{Word, by_width};
 
-macro_rules! word {
-    ($t:ty) => {
-        impl Word for $t {
-            const SIGN: Self = 1 << (<$t>::BITS - 1);
-            #[inline]
-            fn clear(self, mask: Self) -> Self {
-                self & !mask
-            }
-            #[inline]
-            fn to_u64(self) -> u64 {
-                self as u64
-            }
-            #[inline]
-            fn from_u64(v: u64) -> Self {
-                v as $t
-            }
-        }
-    };
+// Monomorphic entry points for `by_width!`.
+fn digit_hist<W: Word>(bits: &[W], order: KeyOrder, d: Digit, inf: u64) -> (Vec<u32>, bool) {
+    keys::digit_histogram(bits, order, d, inf)
 }
-word!(u16);
-word!(u32);
-word!(u64);
-
-/// Calls `$f::<W>(bits)` with the elements viewed as integers of their
-/// width: magnitudes then compare as integers (`abs_key`), and NaN is any
-/// magnitude key above infinity's. Branch-free integer loops vectorize,
-/// where `Float::max` with its NaN rules does not.
-macro_rules! by_width {
-    ($x:expr, $f:ident ( $($arg:expr),* )) => {
-        match E::BYTES {
-            2 => $f::<u16>(bytemuck::cast_slice($x) $(, $arg)*),
-            4 => $f::<u32>(bytemuck::cast_slice($x) $(, $arg)*),
-            _ => $f::<u64>(bytemuck::cast_slice($x) $(, $arg)*),
-        }
-    };
+fn compact_by_key<W: Word>(
+    bits: &[W],
+    order: KeyOrder,
+    key: u64,
+    take_equal: usize,
+    inf: u64,
+) -> (Vec<u32>, bool) {
+    keys::compact_key(bits, order, key, take_equal, inf)
+}
+fn topk_abs_bits<W: Word>(bits: &[W], k: usize) -> Vec<u32> {
+    keys::topk_abs(bits, k)
 }
 
 /// `(max magnitude key, NaN seen)`.
 fn max_key<W: Word>(bits: &[W], inf: u64) -> (u64, bool) {
     let m = bits
         .iter()
-        .fold(W::from_u64(0), |m, &b| m.max(b.clear(W::SIGN)));
+        .fold(W::from_u64(0), |m, &b| m.max(keys::abs(b)));
     (m.to_u64(), m.to_u64() > inf)
 }
 
@@ -103,11 +138,38 @@ fn count_keys_above<W: Word>(bits: &[W], t: u64, inf: u64) -> (usize, bool) {
     for chunk in bits.chunks(1 << 16) {
         let (mut c, mut n) = (0u32, false);
         for &b in chunk {
-            let k = b.clear(W::SIGN);
+            let k = keys::abs(b);
             c += u32::from(k > t);
             n |= k > inf;
         }
         count += c as usize;
+        nan |= n;
+    }
+    (count, nan)
+}
+
+/// `(count of magnitude keys above each of up to 8 thresholds, NaN seen)`
+/// in one pass: every element is compared with all eight (missing ones
+/// are the largest key, which nothing is above), which vectorizes.
+fn count_keys_above_each<W: Word>(bits: &[W], ts: &[u64], inf: u64) -> ([usize; 8], bool) {
+    let mut t = [!W::from_u64(0); 8];
+    for (slot, &key) in t.iter_mut().zip(ts) {
+        *slot = W::from_u64(key);
+    }
+    let inf = W::from_u64(inf);
+    let (mut count, mut nan) = ([0usize; 8], false);
+    for chunk in bits.chunks(1 << 16) {
+        let (mut c, mut n) = ([0u32; 8], false);
+        for &b in chunk {
+            let k = keys::abs(b);
+            for j in 0..8 {
+                c[j] += u32::from(k > t[j]);
+            }
+            n |= k > inf;
+        }
+        for j in 0..8 {
+            count[j] += c[j] as usize;
+        }
         nan |= n;
     }
     (count, nan)
@@ -120,16 +182,14 @@ fn compact_keys_above<W: Word>(bits: &[W], t: u64, inf: u64) -> (Vec<u32>, bool)
     let (t, inf) = (W::from_u64(t), W::from_u64(inf));
     let mut out = Vec::new();
     let mut nan = false;
-    for (c, chunk) in bits.chunks(64).enumerate() {
-        let hits = chunk.iter().fold(false, |h, &b| h | (b.clear(W::SIGN) > t));
+    for (c, chunk) in bits.chunks(keys::SCREEN).enumerate() {
+        let hits = chunk.iter().fold(false, |h, &b| h | (keys::abs(b) > t));
         if hits {
-            for (o, &b) in chunk.iter().enumerate() {
-                let k = b.clear(W::SIGN);
+            keys::push_where(&mut out, chunk, c * keys::SCREEN, |b| {
+                let k = keys::abs(b);
                 nan |= k > inf;
-                if k > t {
-                    out.push((c * 64 + o) as u32);
-                }
-            }
+                k > t
+            });
         }
     }
     (out, nan)
@@ -181,25 +241,42 @@ impl ReduceOps for Cpu {
         if x.is_empty() {
             return Ok(0.0);
         }
-        let mut nan = false;
-        let mut sum = 0.0f64;
-        for &v in x.iter() {
-            nan |= v.is_nan();
-            sum += v.to_f64_exact().abs();
-        }
-        nan_error(nan, x)?;
-        Ok(sum / x.len() as f64)
+        Ok(f64_sum(x, |v| v.abs())? / x.len() as f64)
     }
     fn sum_squares<E: Element>(&self, x: &Vec<E>) -> Result<f64> {
-        let mut nan = false;
-        let mut sum = 0.0f64;
-        for &v in x.iter() {
-            nan |= v.is_nan();
-            let v = v.to_f64_exact();
-            sum += v * v;
+        f64_sum(x, |v| v * v)
+    }
+    fn abs_stats<E: Element>(&self, x: &Vec<E>) -> Result<(E, f64)> {
+        // Both reductions a chunk at a time, the chunk still in L1 for the
+        // second: one pass over memory.
+        let inf = abs_key(E::infinity());
+        let (mut max, mut sum) = (0u64, 0.0f64);
+        for chunk in x.chunks(STATS_CHUNK) {
+            let (m, nan) = by_width!(chunk, max_key(inf));
+            nan_error(nan, x)?;
+            max = max.max(m);
+            sum += f64_sum(chunk, |v| v.abs())?;
         }
-        nan_error(nan, x)?;
-        Ok(sum)
+        let mean = if x.is_empty() {
+            0.0
+        } else {
+            sum / x.len() as f64
+        };
+        Ok((E::from_bits_u64(max), mean))
+    }
+    fn count_above_each<E: Element>(&self, x: &Vec<E>, ts: &[E]) -> Result<Vec<usize>> {
+        if ts.is_empty() || ts.iter().any(|&t| t < E::zero() || t.is_nan()) {
+            return ts.iter().map(|&t| self.count_above(x, t)).collect();
+        }
+        let inf = abs_key(E::infinity());
+        let mut counts = Vec::with_capacity(ts.len());
+        for group in ts.chunks(8) {
+            let keys: Vec<u64> = group.iter().map(|&t| abs_key(t)).collect();
+            let (c, nan) = by_width!(x, count_keys_above_each(&keys, inf));
+            nan_error(nan, x)?;
+            counts.extend_from_slice(&c[..group.len()]);
+        }
+        Ok(counts)
     }
     fn count_above<E: Element>(&self, x: &Vec<E>, t: E) -> Result<usize> {
         let inf = abs_key(E::infinity());
@@ -243,8 +320,13 @@ impl SelectOps for Cpu {
     }
     fn topk_abs<E: Element>(&self, x: &Vec<E>, k: usize) -> Result<Selected<Self, E>> {
         check_k(k, x.len())?;
-        check_nan(x)?;
-        Ok(topk_by_key(x, k, abs_key))
+        if k == 0 {
+            check_nan_fast(x)?;
+        }
+        let indices = by_width!(x, topk_abs_bits(k));
+        let values: Vec<E> = indices.iter().map(|&i| x[i as usize]).collect();
+        nan_in_top(&values, x)?;
+        Ok(Selected { indices, values })
     }
     fn digit_histogram<E: Element>(
         &self,
@@ -253,17 +335,7 @@ impl SelectOps for Cpu {
         d: Digit,
     ) -> Result<Vec<u32>> {
         check_digit::<E>(d)?;
-        let mut hist = vec![0u32; 1 << d.digit_bits];
-        let top = d.shift + d.digit_bits;
-        let mask = (1u64 << d.digit_bits) - 1;
-        let mut nan = false;
-        for &v in x {
-            nan |= v.is_nan();
-            let key = order.key(v);
-            if top >= 64 || key >> top == d.prefix {
-                hist[((key >> d.shift) & mask) as usize] += 1;
-            }
-        }
+        let (hist, nan) = by_width!(x, digit_hist(order, d, abs_key(E::infinity())));
         nan_error(nan, x)?;
         Ok(hist)
     }
@@ -274,19 +346,13 @@ impl SelectOps for Cpu {
         key: u64,
         take_equal: usize,
     ) -> Result<Selected<Self, E>> {
-        let mut equal_left = take_equal;
-        let mut nan = false;
-        let s = select_where(x, |_, v| {
-            nan |= v.is_nan();
-            let k = order.key(v);
-            if k == key && equal_left > 0 {
-                equal_left -= 1;
-                return true;
-            }
-            k > key
-        });
+        let (indices, nan) = by_width!(
+            x,
+            compact_by_key(order, key, take_equal, abs_key(E::infinity()))
+        );
         nan_error(nan, x)?;
-        Ok(s)
+        let values = indices.iter().map(|&i| x[i as usize]).collect();
+        Ok(Selected { indices, values })
     }
     fn topk_abs_segmented<E: Element>(
         &self,
@@ -295,23 +361,32 @@ impl SelectOps for Cpu {
         ks: &[usize],
     ) -> Result<Selected<Self, E>> {
         check_segments(offsets, ks, x.len())?;
-        check_nan(x)?;
         let mut out: Selected<Self, E> = Selected {
             indices: Vec::new(),
             values: Vec::new(),
         };
         for (j, &k) in ks.iter().enumerate() {
             let base = offsets[j];
-            let seg = topk_by_key(&x[base..offsets[j + 1]], k, abs_key);
-            out.indices
-                .extend(seg.indices.iter().map(|&i| i + base as u32));
-            out.values.extend(seg.values);
+            let seg = &x[base..offsets[j + 1]];
+            if k == 0 {
+                // Nothing selected here: the NaN test needs its own pass.
+                check_nan_fast(seg).map_err(|_| first_nan(x))?;
+                continue;
+            }
+            let idx = by_width!(seg, topk_abs_bits(k));
+            out.indices.extend(idx.iter().map(|&i| i + base as u32));
+            out.values.extend(idx.iter().map(|&i| seg[i as usize]));
         }
+        nan_in_top(&out.values, x)?;
         Ok(out)
     }
     fn gather<E: Element>(&self, x: &Vec<E>, indices: &Vec<u32>) -> Result<Vec<E>> {
         check_indices(indices, x.len())?;
         Ok(indices.iter().map(|&i| x[i as usize]).collect())
+    }
+    fn gather_indices(&self, src: &Vec<u32>, positions: &Vec<u32>) -> Result<Vec<u32>> {
+        check_indices(positions, src.len())?;
+        Ok(positions.iter().map(|&i| src[i as usize]).collect())
     }
     fn topk_signed<E: Element>(
         &self,
@@ -320,7 +395,7 @@ impl SelectOps for Cpu {
         end: Extreme,
     ) -> Result<Selected<Self, E>> {
         check_k(k, x.len())?;
-        check_nan(x)?;
+        check_nan_fast(x)?;
         Ok(match end {
             Extreme::Largest => topk_by_key(x, k, signed_key),
             Extreme::Smallest => topk_by_key(x, k, |v| !signed_key(v)),

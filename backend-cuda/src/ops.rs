@@ -452,6 +452,24 @@ impl<R: Runtime> SelectOps for CubeBackend<R> {
         }
         Ok(out.cast())
     }
+    fn gather_indices(
+        &self,
+        src: &CubeBuffer<u32>,
+        positions: &CubeBuffer<u32>,
+    ) -> Result<CubeBuffer<u32>> {
+        let out = self.uninit::<u32>(positions.len);
+        if positions.len > 0 {
+            gather::launch_gather(
+                &self.client,
+                grid(cubes_for(positions.len)),
+                src,
+                positions,
+                &out,
+                &self.fault(),
+            );
+        }
+        Ok(out)
+    }
     fn compact_above<E: Element>(&self, x: &CubeBuffer<E>, t: E) -> Result<Selected<Self, E>> {
         self.f32_only::<E>("compact_above")?;
         let (key, take) = if t.is_nan() {

@@ -78,6 +78,24 @@ pub trait ReduceOps: BufferOps {
     /// # Errors
     /// [`Error::NonFinite`] on NaN.
     fn sum_squares<E: Element>(&self, x: &Self::Buffer<E>) -> Result<f64>;
+    /// `(max |x|, mean |x|)`: [`ReduceOps::max_abs`] and
+    /// [`ReduceOps::mean_abs`] in one call, which a backend may answer in
+    /// one pass (`backend-cpu` does; the default makes both calls).
+    ///
+    /// # Errors
+    /// As [`ReduceOps::max_abs`] and [`ReduceOps::mean_abs`].
+    fn abs_stats<E: Element>(&self, x: &Self::Buffer<E>) -> Result<(E, f64)> {
+        Ok((self.max_abs(x)?, self.mean_abs(x)?))
+    }
+    /// [`ReduceOps::count_above`] for each threshold of `ts`, in order,
+    /// which a backend may answer in one pass over `x` (`backend-cpu`
+    /// does; the default makes one call per threshold).
+    ///
+    /// # Errors
+    /// As [`ReduceOps::count_above`].
+    fn count_above_each<E: Element>(&self, x: &Self::Buffer<E>, ts: &[E]) -> Result<Vec<usize>> {
+        ts.iter().map(|&t| self.count_above(x, t)).collect()
+    }
 }
 
 /// Which end of the signed order a signed top-k takes.
@@ -198,6 +216,18 @@ pub trait SelectOps: BufferOps {
         x: &Self::Buffer<E>,
         indices: &Self::Buffer<u32>,
     ) -> Result<Self::Buffer<E>>;
+    /// `src[positions[j]]` for every `j`: maps positions within a selection
+    /// (a compaction of its values) back to the selection's indices, so a
+    /// selector can refine a candidate set without another pass over `x`.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for a position past `src`, as
+    /// [`SelectOps::gather`].
+    fn gather_indices(
+        &self,
+        src: &Self::Buffer<u32>,
+        positions: &Self::Buffer<u32>,
+    ) -> Result<Self::Buffer<u32>>;
 
     /// Stream compaction: every `i` with `|x_i| > t`, in index order.
     ///

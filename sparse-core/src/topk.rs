@@ -39,6 +39,42 @@ pub fn kth_largest(keys: &mut [u64], k: usize) -> Option<u64> {
     Some(*kth)
 }
 
+/// Contiguous blocks of [`SAMPLE_BLOCK`] positions spread evenly over
+/// `0..n`, [`SAMPLE_BLOCKS`] of them, from which an exact top-k estimates a
+/// lower bound for its candidates (`None` when `n` is too small for a
+/// sample to pay off). Contiguous blocks read whole cache lines; spreading
+/// them stratifies the sample over the layers of a fused gradient. The
+/// sample only decides how much work the exact selection does, never its
+/// result.
+pub fn narrowing_sample(n: usize) -> Option<Vec<core::ops::Range<usize>>> {
+    let m = SAMPLE_BLOCKS * SAMPLE_BLOCK;
+    if n < 16 * m {
+        return None;
+    }
+    let gap = (n - SAMPLE_BLOCK) / (SAMPLE_BLOCKS - 1);
+    Some(
+        (0..SAMPLE_BLOCKS)
+            .map(|j| j * gap..j * gap + SAMPLE_BLOCK)
+            .collect(),
+    )
+}
+
+/// Blocks in [`narrowing_sample`].
+pub const SAMPLE_BLOCKS: usize = 64;
+/// Positions per block of [`narrowing_sample`].
+pub const SAMPLE_BLOCK: usize = 1024;
+
+/// The rank within a sample of `m` (of `n`) whose key bounds the
+/// candidates of an exact top-`k` from below: the expected rank of the
+/// k-th largest, `k m / n`, plus four standard deviations and 16, so that
+/// the bound undershoots (fewer than k candidates, and a second route)
+/// rarely. `None` when that rank is not inside the sample.
+pub fn sample_rank(k: usize, n: usize, m: usize) -> Option<usize> {
+    let ks = k as f64 * m as f64 / n.max(1) as f64;
+    let r = (ks + 4.0 * ks.sqrt() + 16.0).ceil() as usize;
+    (r < m).then_some(r.max(1))
+}
+
 /// The share of a budget `k` of block `j` when `n` coordinates are cut into
 /// `m` even blocks: `k / m`, one more for the first `k % m` blocks, at most
 /// the block's length. SparDL's block shares and `sparse-select`'s block

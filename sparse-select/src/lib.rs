@@ -128,11 +128,19 @@ pub fn k_for_density(n: usize, density: f64) -> Result<usize> {
 
 /// `max |x|` and `mean |x|`, rejecting NaN (the backend does) and infinity.
 pub(crate) fn stats<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<(f64, f64)> {
-    let max = b.max_abs(x)?;
+    let (max, mean) = b.abs_stats(x)?;
     if max.is_infinite() {
         return Err(first_infinite(b, x));
     }
-    Ok((max.to_f64_exact(), b.mean_abs(x)?))
+    Ok((max.to_f64_exact(), mean))
+}
+
+/// Rejects NaN (the backend does) and infinity with one reduction.
+pub(crate) fn finite<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<()> {
+    if b.max_abs(x)?.is_infinite() {
+        return Err(first_infinite(b, x));
+    }
+    Ok(())
 }
 
 /// The error naming the first infinite element (the slow path: only taken

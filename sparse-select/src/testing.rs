@@ -404,6 +404,56 @@ pub fn large_inputs_up_to_2_pow_22<B: Backend>(b: &B) {
         );
         check_threshold_contract("2^22", &x, k, &s);
     }
+    // Inputs that mislead the narrowing sample (a lower bound estimated
+    // from evenly spread blocks, `sparse_core::topk::narrowing_sample`):
+    // the sampled blocks hold the largest values (too few keys reach the
+    // bound: the exact route runs) or the smallest (far more than k reach
+    // it). Selections stay exact, block top-k included.
+    let blocks = sparse_core::topk::narrowing_sample(n).expect("a sample at 2^22");
+    for (name, in_blocks) in [("sample high", 100.0f32), ("sample low", 1e-3)] {
+        let mut y = x.clone();
+        for r in blocks.iter().cloned() {
+            for v in &mut y[r] {
+                *v *= in_blocks;
+            }
+        }
+        let keys: Vec<u64> = y.iter().map(|&v| abs_key(v)).collect();
+        let buf = b.upload(&y).unwrap();
+        let k = n / 1000;
+        let want = oracle_topk(&keys, k);
+        for mut sel in [
+            Box::new(RadixTopK::magnitude()) as Box<dyn Selector<B, f32>>,
+            Box::new(TrimmedTopK::default()),
+        ] {
+            let s = host(b, sel.select(b, &buf, k).unwrap());
+            assert!(indices(&s) == want, "{name}: {}", sel.name());
+        }
+        let s = host(b, SampledThreshold::default().select(b, &buf, k).unwrap());
+        check_threshold_contract(name, &y, k, &s);
+        let half = n / 2;
+        let mut want: Vec<u32> = oracle_topk(&keys[..half], k / 2);
+        want.extend(
+            oracle_topk(&keys[half..], k / 2)
+                .iter()
+                .map(|&i| i + half as u32),
+        );
+        let s = host(b, BlockTopK { blocks: 2 }.select(b, &buf, k).unwrap());
+        assert!(indices(&s) == want, "{name}: block top-k");
+        // An infinity outside and inside the sample is reported at its
+        // index in the input.
+        for at in [blocks[3].start - 5, blocks[5].start + 7] {
+            let mut z = y.clone();
+            z[at] = f32::INFINITY;
+            let buf = b.upload(&z).unwrap();
+            assert!(
+                matches!(
+                    RadixTopK::magnitude().select(b, &buf, k).map(|s| s.count),
+                    Err(Error::NonFinite { index }) if index == at
+                ),
+                "{name}: infinity at {at}"
+            );
+        }
+    }
 }
 
 /// One check of the suite (see the module doc).

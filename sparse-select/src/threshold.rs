@@ -1,7 +1,8 @@
 //! Threshold-based selection: RedSync's threshold binary search (Alg. 3),
 //! its reuse across iterations (Alg. 5), and DGC's sampled threshold.
 
-use crate::{Selection, Selector, check_k, empty, kth_key, selection, stats, to_threshold};
+use crate::radix::{refine, top_k};
+use crate::{Selection, Selector, check_k, empty, finite, kth_key, selection, stats, to_threshold};
 use sparse_core::{Backend, CounterRng, Element, KeyOrder, Result};
 
 /// The exact fallback: every element whose magnitude is at least the k-th
@@ -13,8 +14,7 @@ fn at_least_kth<B: Backend, E: Element>(
     x: &B::Buffer<E>,
     k: usize,
 ) -> Result<Selection<B, E>> {
-    let (key, _) = kth_key(b, x, KeyOrder::Abs, k)?;
-    let s = b.compact_key(x, KeyOrder::Abs, key, usize::MAX)?;
+    let (s, key) = top_k(b, x, KeyOrder::Abs, k, true)?;
     // Every selected |x| is >= the k-th magnitude v; the largest
     // representable value below v is a strict threshold.
     let t = if key == 0 {
@@ -171,7 +171,9 @@ impl<B: Backend, E: Element> Selector<B, E> for ThresholdReuse<E> {
 /// sample of `m = rate n` elements (at least `min_sample`). If more than 2k
 /// elements pass it, the top k of those are selected exactly (DGC's second
 /// selection on the already-selected set); if fewer than k pass, the exact
-/// fallback of [`ThresholdBinarySearch`] runs.
+/// fallback of [`ThresholdBinarySearch`] runs. Cost: one pass to check the
+/// input is finite, one compaction, and work on the sample and on the
+/// elements that passed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SampledThreshold {
     /// Sampled fraction of the input (DGC: 0.1% to 1%).
@@ -201,7 +203,7 @@ impl<B: Backend, E: Element> Selector<B, E> for SampledThreshold {
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
         let n = check_k(b, x, k)?;
-        stats(b, x)?;
+        finite(b, x)?;
         if k == 0 {
             return empty(b);
         }
@@ -216,22 +218,20 @@ impl<B: Backend, E: Element> Selector<B, E> for SampledThreshold {
         let sample = b.gather(x, &b.upload(&positions)?)?;
         let ks = (k as u128 * m as u128).div_ceil(n as u128).max(1) as usize;
         let (key, _) = kth_key(b, &sample, KeyOrder::Abs, ks)?;
-        // Strictly above the sampled k-th magnitude.
+        // Strictly above the sampled k-th magnitude: one compaction, whose
+        // length is the count.
         let t = E::from_bits_u64(key);
-        let c = b.count_above(x, t)?;
+        let passed = b.compact_above(x, t)?;
+        let c = b.len(&passed.indices);
         if c > 2 * k {
+            // DGC's second selection, among the elements that passed only.
             self.reselections += 1;
-            let survivors = b.compact_above(x, t)?;
-            let (key, take) = kth_key(b, &survivors.values, KeyOrder::Abs, k)?;
-            return Ok(selection(
-                b,
-                b.compact_key(x, KeyOrder::Abs, key, take)?,
-                None,
-            ));
+            let (s, _) = refine(b, &passed, KeyOrder::Abs, k, false)?;
+            return Ok(selection(b, s, None));
         }
         if c < k {
             return at_least_kth(b, x, k);
         }
-        Ok(selection(b, b.compact_above(x, t)?, Some(t.to_f64_exact())))
+        Ok(selection(b, passed, Some(t.to_f64_exact())))
     }
 }

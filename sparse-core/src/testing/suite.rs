@@ -149,19 +149,30 @@ pub fn reductions<B: Backend>(b: &B) {
                 E::NAME
             );
             let mean = b.mean_abs(&buf).unwrap();
+            // The fused statistics give the same maximum and a mean within
+            // the same tolerance.
+            let (fused_max, fused_mean) = b.abs_stats(&buf).unwrap();
+            assert_eq!(
+                fused_max.to_bits_u64(),
+                want.to_bits_u64(),
+                "{} {name}: abs_stats max",
+                E::NAME
+            );
             let exact = x.iter().map(|v| v.to_f64_exact().abs()).sum::<f64>() / x.len() as f64;
-            if exact.is_finite() {
-                assert!(
-                    approx::relative_eq!(mean, exact, max_relative = 1e-5),
-                    "{} {name}: mean_abs {mean} vs {exact}",
-                    E::NAME
-                );
-            } else {
-                assert!(
-                    mean.is_infinite(),
-                    "{} {name}: mean_abs {mean} vs {exact}",
-                    E::NAME
-                );
+            for mean in [mean, fused_mean] {
+                if exact.is_finite() {
+                    assert!(
+                        approx::relative_eq!(mean, exact, max_relative = 1e-5),
+                        "{} {name}: mean_abs {mean} vs {exact}",
+                        E::NAME
+                    );
+                } else {
+                    assert!(
+                        mean.is_infinite(),
+                        "{} {name}: mean_abs {mean} vs {exact}",
+                        E::NAME
+                    );
+                }
             }
             // Squares in f64 are exact for f32 and narrower; f32
             // accumulation is within 1e-5 where no f32 square under- or
@@ -214,13 +225,35 @@ pub fn count_above<B: Backend>(b: &B) {
                 E::from_f64_nearest(-1.0),
             ];
             ts.extend(x.iter().step_by(x.len() / 5 + 1).map(|v| v.abs()));
-            for t in ts {
+            let mut wants = Vec::new();
+            for &t in &ts {
                 let want = x.iter().filter(|v| v.abs() > t).count();
                 let Some(got) = supported(b.count_above(&buf, t), E::NAME) else {
                     return;
                 };
                 assert_eq!(got, want, "{} {name}: count_above({t:?})", E::NAME);
+                wants.push(want);
             }
+            // All thresholds in one call, and the non-negative ones alone
+            // (the fused path of backends that have one).
+            assert_eq!(
+                b.count_above_each(&buf, &ts).unwrap(),
+                wants,
+                "{} {name}: count_above_each",
+                E::NAME
+            );
+            let (ts, wants): (Vec<E>, Vec<usize>) = ts
+                .iter()
+                .zip(&wants)
+                .filter(|(t, _)| **t >= E::zero())
+                .map(|(&t, &w)| (t, w))
+                .unzip();
+            assert_eq!(
+                b.count_above_each(&buf, &ts).unwrap(),
+                wants,
+                "{} {name}: count_above_each",
+                E::NAME
+            );
         }
     }
     each_element!(run, b);
@@ -349,6 +382,11 @@ pub fn errors<B: Backend>(b: &B) {
     assert_eq!(b.mean_abs(&buf).err(), Some(nan.clone()));
     assert_eq!(b.sum_squares(&buf).err(), Some(nan.clone()));
     assert_eq!(b.count_above(&buf, 0.0).err(), Some(nan.clone()));
+    assert_eq!(b.abs_stats(&buf).err(), Some(nan.clone()));
+    assert_eq!(
+        b.count_above_each(&buf, &[0.0, 3.0]).err(),
+        Some(nan.clone())
+    );
     assert_eq!(b.compact_above(&buf, 0.0).err(), Some(nan.clone()));
     assert_eq!(b.topk_abs(&buf, 1).err(), Some(nan.clone()));
     assert_eq!(b.topk_signed(&buf, 1, Extreme::Largest).err(), Some(nan));
@@ -798,4 +836,21 @@ pub fn gather<B: Backend>(b: &B) {
         })
     ));
     assert!(b.download(&x).is_ok(), "the fault is reported once");
+    // The same for indices mapped through positions.
+    let src: Vec<u32> = (0..1000).map(|i| i * 7 + 3).collect();
+    let src = b.upload(&src).unwrap();
+    let got = b.gather_indices(&src, &b.upload(&idx).unwrap()).unwrap();
+    assert_eq!(
+        b.download(&got).unwrap(),
+        idx.iter().map(|&i| i * 7 + 3).collect::<Vec<_>>()
+    );
+    assert!(matches!(
+        b.gather_indices(&src, &far).and_then(|g| b.download(&g)),
+        Err(Error::IndexOutOfRange {
+            index: 1000 | 1001,
+            position: 1 | 3,
+            dim: 1000
+        })
+    ));
+    assert!(b.download(&src).is_ok(), "the fault is reported once");
 }
