@@ -38,6 +38,59 @@ pub fn from_bytes<E: Element>(b: &[u8], expected: usize) -> Result<Vec<E>> {
     Ok(b.chunks_exact(E::BYTES).map(E::read_le).collect())
 }
 
+/// `acc[i] += y_i` for the little-endian elements `y` of `b`, read in place
+/// where the host is little-endian and `b` is aligned for `E` (a received
+/// message always is, in practice), so no copy of the message is made.
+///
+/// # Errors
+/// [`Error::Corrupt`] if `b` does not hold `acc.len()` elements.
+fn add_le_into<E: Element>(acc: &mut [E], b: &[u8]) -> Result<()> {
+    check_le_len::<E>(b, acc.len())?;
+    if cfg!(target_endian = "little")
+        && let Ok(y) = bytemuck::try_cast_slice::<u8, E>(b)
+    {
+        add_into(acc, y);
+        return Ok(());
+    }
+    for (a, c) in acc.iter_mut().zip(b.chunks_exact(E::BYTES)) {
+        *a = *a + E::read_le(c);
+    }
+    Ok(())
+}
+
+/// `dst[i] = y_i` for the little-endian elements of `b`, as [`add_le_into`].
+///
+/// # Errors
+/// [`Error::Corrupt`] if `b` does not hold `dst.len()` elements.
+fn copy_le_into<E: Element>(dst: &mut [E], b: &[u8]) -> Result<()> {
+    check_le_len::<E>(b, dst.len())?;
+    if cfg!(target_endian = "little")
+        && let Ok(y) = bytemuck::try_cast_slice::<u8, E>(b)
+    {
+        dst.copy_from_slice(y);
+        return Ok(());
+    }
+    for (a, c) in dst.iter_mut().zip(b.chunks_exact(E::BYTES)) {
+        *a = E::read_le(c);
+    }
+    Ok(())
+}
+
+fn check_le_len<E: Element>(b: &[u8], expected: usize) -> Result<()> {
+    if b.len() != expected * E::BYTES {
+        return Err(Error::corrupt(
+            "dense message",
+            format!(
+                "{} bytes, expected {} elements of {}",
+                b.len(),
+                expected,
+                E::NAME
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn add_into<E: Element>(acc: &mut [E], other: &[E]) {
     for (a, &b) in acc.iter_mut().zip(other) {
         *a = *a + b;
@@ -61,16 +114,12 @@ pub fn ring_allreduce<T: Transport + ?Sized, E: Element>(t: &mut T, x: &[E]) -> 
     for s in 0..p - 1 {
         let (send_c, recv_c) = ((r + p - s) % p, (r + 2 * p - s - 1) % p);
         let got = t.exchange(next, &to_bytes(&buf[chunk(send_c)]), prev)?;
-        let range = chunk(recv_c);
-        let got: Vec<E> = from_bytes(&got, range.len())?;
-        add_into(&mut buf[range], &got);
+        add_le_into(&mut buf[chunk(recv_c)], &got)?;
     }
     for s in 0..p - 1 {
         let (send_c, recv_c) = ((r + 1 + p - s) % p, (r + p - s) % p);
         let got = t.exchange(next, &to_bytes(&buf[chunk(send_c)]), prev)?;
-        let range = chunk(recv_c);
-        let got: Vec<E> = from_bytes(&got, range.len())?;
-        buf[range].copy_from_slice(&got);
+        copy_le_into(&mut buf[chunk(recv_c)], &got)?;
     }
     Ok(buf)
 }
@@ -122,11 +171,7 @@ impl Fold {
         let r = t.rank();
         match self.role(r) {
             Some(true) => t.send(r + 1, &to_bytes(buf)),
-            Some(false) => {
-                let got: Vec<E> = from_bytes(&t.recv(r - 1)?, buf.len())?;
-                add_into(buf, &got);
-                Ok(())
-            }
+            Some(false) => add_le_into(buf, &t.recv(r - 1)?),
             None => Ok(()),
         }
     }
@@ -134,11 +179,7 @@ impl Fold {
     fn fold_out<T: Transport + ?Sized, E: Element>(&self, t: &mut T, buf: &mut [E]) -> Result<()> {
         let r = t.rank();
         match self.role(r) {
-            Some(true) => {
-                let got: Vec<E> = from_bytes(&t.recv(r + 1)?, buf.len())?;
-                buf.copy_from_slice(&got);
-                Ok(())
-            }
+            Some(true) => copy_le_into(buf, &t.recv(r + 1)?),
             Some(false) => t.send(r - 1, &to_bytes(buf)),
             None => Ok(()),
         }
@@ -179,9 +220,8 @@ pub fn recursive_doubling_allreduce<T: Transport + ?Sized, E: Element>(
         let mut mask = 1;
         while mask < fold.pp {
             let partner = fold.real(nr ^ mask);
-            let got: Vec<E> =
-                from_bytes(&t.exchange(partner, &to_bytes(buf), partner)?, buf.len())?;
-            add_into(buf, &got);
+            let got = t.exchange(partner, &to_bytes(buf), partner)?;
+            add_le_into(buf, &got)?;
             mask <<= 1;
         }
         Ok(())
@@ -216,9 +256,7 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
                 ((mid, hi), (lo, mid))
             };
             let got = t.exchange(partner, &to_bytes(&buf[span(give.0, give.1)]), partner)?;
-            let range = span(keep.0, keep.1);
-            let got: Vec<E> = from_bytes(&got, range.len())?;
-            add_into(&mut buf[range], &got);
+            add_le_into(&mut buf[span(keep.0, keep.1)], &got)?;
             (lo, hi) = keep;
             mask /= 2;
         }
@@ -233,9 +271,7 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
                 (lo - width, lo)
             };
             let got = t.exchange(partner, &to_bytes(&buf[span(lo, hi)]), partner)?;
-            let range = span(other.0, other.1);
-            let got: Vec<E> = from_bytes(&got, range.len())?;
-            buf[range].copy_from_slice(&got);
+            copy_le_into(&mut buf[span(other.0, other.1)], &got)?;
             (lo, hi) = (lo.min(other.0), hi.max(other.1));
             mask <<= 1;
         }
