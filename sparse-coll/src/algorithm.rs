@@ -56,6 +56,25 @@ pub trait SparseAllreduce<E: Element>: Send {
     /// # Errors
     /// The algorithm's errors; every rank returns one when any rank fails.
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>>;
+    /// [`SparseAllreduce::allreduce`] into `out`, which a caller keeps
+    /// across calls (start from [`Reduced::default`]): its contents are
+    /// replaced, and where the algorithm builds its result in place
+    /// (TopkA, SSAR, the split-allgather family) its allocations are
+    /// reused, so a training loop's collective allocates nothing once
+    /// warm. The default moves [`SparseAllreduce::allreduce`]'s result in.
+    /// On an error `out` holds no valid result.
+    ///
+    /// # Errors
+    /// As [`SparseAllreduce::allreduce`].
+    fn allreduce_into(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        *out = self.allreduce(t, v)?;
+        Ok(())
+    }
 }
 
 impl<E: Element> fmt::Debug for dyn SparseAllreduce<E> + '_ {

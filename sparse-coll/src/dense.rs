@@ -104,24 +104,49 @@ fn add_into<E: Element>(acc: &mut [E], other: &[E]) {
 /// # Errors
 /// Transport errors; [`Error::Corrupt`] if a peer sends a wrong length.
 pub fn ring_allreduce<T: Transport + ?Sized, E: Element>(t: &mut T, x: &[E]) -> Result<Vec<E>> {
+    let mut out = Vec::new();
+    ring_allreduce_into(t, x, &mut out)?;
+    Ok(out)
+}
+
+/// [`ring_allreduce`] into `out` (its contents replaced, its allocation
+/// reused), receiving into a buffer of the transport's pool
+/// ([`Transport::take_buffer`]): called again on vectors of the same
+/// length it allocates nothing.
+///
+/// # Errors
+/// As [`ring_allreduce`].
+pub fn ring_allreduce_into<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    x: &[E],
+    out: &mut Vec<E>,
+) -> Result<()> {
     let (p, r, n) = (t.size(), t.rank(), x.len());
-    let mut buf = x.to_vec();
+    out.clear();
+    out.extend_from_slice(x);
     if p == 1 {
-        return Ok(buf);
+        return Ok(());
     }
+    let buf = &mut out[..];
     let chunk = |c: usize| even_start(c, n, p)..even_start(c, n, p) + even_len(c, n, p);
     let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
-    for s in 0..p - 1 {
-        let (send_c, recv_c) = ((r + p - s) % p, (r + 2 * p - s - 1) % p);
-        let got = t.exchange(next, &to_bytes(&buf[chunk(send_c)]), prev)?;
-        add_le_into(&mut buf[chunk(recv_c)], &got)?;
-    }
-    for s in 0..p - 1 {
-        let (send_c, recv_c) = ((r + 1 + p - s) % p, (r + p - s) % p);
-        let got = t.exchange(next, &to_bytes(&buf[chunk(send_c)]), prev)?;
-        copy_le_into(&mut buf[chunk(recv_c)], &got)?;
-    }
-    Ok(buf)
+    let mut got = t.take_buffer();
+    let mut steps = || -> Result<()> {
+        for s in 0..p - 1 {
+            let (send_c, recv_c) = ((r + p - s) % p, (r + 2 * p - s - 1) % p);
+            t.exchange_into(next, &to_bytes(&buf[chunk(send_c)]), prev, &mut got)?;
+            add_le_into(&mut buf[chunk(recv_c)], &got)?;
+        }
+        for s in 0..p - 1 {
+            let (send_c, recv_c) = ((r + 1 + p - s) % p, (r + p - s) % p);
+            t.exchange_into(next, &to_bytes(&buf[chunk(send_c)]), prev, &mut got)?;
+            copy_le_into(&mut buf[chunk(recv_c)], &got)?;
+        }
+        Ok(())
+    };
+    let done = steps();
+    t.give_buffer(got);
+    done
 }
 
 /// The fold rule: ranks below `2 rem` take part, even ones handing over

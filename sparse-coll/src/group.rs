@@ -76,6 +76,26 @@ impl<T: Transport + ?Sized> Transport for Group<'_, T> {
         let (to, from) = (self.member(to)?, self.member(from)?);
         self.parent.exchange(to, data, from)
     }
+    fn exchange_into(
+        &mut self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        into: &mut Vec<u8>,
+    ) -> Result<()> {
+        let (to, from) = (self.member(to)?, self.member(from)?);
+        self.parent.exchange_into(to, data, from, into)
+    }
+    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
+        let from = self.member(from)?;
+        self.parent.recv_into(from, into)
+    }
+    fn take_buffer(&mut self) -> Vec<u8> {
+        self.parent.take_buffer()
+    }
+    fn give_buffer(&mut self, buf: Vec<u8>) {
+        self.parent.give_buffer(buf);
+    }
     fn traffic(&self) -> Traffic {
         self.parent.traffic()
     }

@@ -1,6 +1,6 @@
 //! The MPI transport (feature `mpi`): the same collectives over MPICH.
 
-use crate::{Traffic, TrafficCounter, Transport};
+use crate::{BufferPool, Traffic, TrafficCounter, Transport};
 use mpi::Tag;
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -27,6 +27,7 @@ const TAG: Tag = 0x5ca1;
 pub struct MpiTransport {
     comm: SimpleCommunicator,
     counter: TrafficCounter,
+    pool: BufferPool,
 }
 
 impl std::fmt::Debug for MpiTransport {
@@ -45,6 +46,7 @@ impl MpiTransport {
         Self {
             comm,
             counter: TrafficCounter::default(),
+            pool: BufferPool::default(),
         }
     }
 
@@ -75,13 +77,18 @@ impl MpiTransport {
         Ok(peer as i32)
     }
 
-    fn recv_raw(&mut self, from: i32) -> Vec<u8> {
-        let (msg, _status) = self
-            .comm
-            .process_at_rank(from)
-            .receive_vec_with_tag::<u8>(TAG);
-        self.counter.received(msg.len());
-        msg
+    /// Receives the next message from `from` into `into`: probes for its
+    /// size, grows `into` only where it is too short (a buffer reused
+    /// across calls is written over, not zeroed again) and receives in
+    /// place.
+    fn recv_raw(&mut self, from: i32, into: &mut Vec<u8>) {
+        use mpi::datatype::Equivalence;
+        let (msg, status) = self.comm.process_at_rank(from).matched_probe_with_tag(TAG);
+        let len = usize::try_from(status.count(u8::equivalent_datatype()))
+            .expect("MPI_Get_count of a received message is not negative");
+        into.resize(len, 0);
+        msg.matched_receive_into(&mut into[..]);
+        self.counter.received(len);
     }
 }
 
@@ -94,7 +101,7 @@ impl Transport for MpiTransport {
     /// optimizers' tests check that under `mpiexec`. The traffic counters
     /// cannot see inside MPICH: the call counts one round and the bytes a
     /// ring moves (`2 (P - 1) / P` of the vector each way).
-    fn allreduce_sum_f32(&mut self, x: &[f32]) -> Result<Vec<f32>> {
+    fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
         use mpi::collective::{CommunicatorCollectives, SystemOperation};
         let p = self.comm.size() as usize;
         let n = x.len() as u64;
@@ -108,7 +115,7 @@ impl Transport for MpiTransport {
                 detail: format!("lengths from {lo} to {hi}; this rank {n}"),
             });
         }
-        let mut out = vec![0.0f32; x.len()];
+        out.resize(x.len(), 0.0);
         if p > 1 && !x.is_empty() {
             self.comm
                 .all_reduce_into(x, &mut out[..], SystemOperation::sum());
@@ -119,7 +126,13 @@ impl Transport for MpiTransport {
         } else {
             out.copy_from_slice(x);
         }
-        Ok(out)
+        Ok(())
+    }
+    fn take_buffer(&mut self) -> Vec<u8> {
+        self.pool.take()
+    }
+    fn give_buffer(&mut self, buf: Vec<u8>) {
+        self.pool.give(buf);
     }
     fn rank(&self) -> usize {
         self.comm.rank() as usize
@@ -135,24 +148,40 @@ impl Transport for MpiTransport {
         Ok(())
     }
     fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
-        let from = self.check_peer(from)?;
-        self.counter.round();
-        Ok(self.recv_raw(from))
+        let mut got = Vec::new();
+        self.recv_into(from, &mut got)?;
+        Ok(got)
     }
     fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
+        let mut got = Vec::new();
+        self.exchange_into(to, data, from, &mut got)?;
+        Ok(got)
+    }
+    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
+        let from = self.check_peer(from)?;
+        self.counter.round();
+        self.recv_raw(from, into);
+        Ok(())
+    }
+    fn exchange_into(
+        &mut self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        into: &mut Vec<u8>,
+    ) -> Result<()> {
         let (to, from) = (self.check_peer(to)?, self.check_peer(from)?);
         self.counter.round();
-        let got = mpi::request::scope(|scope| {
+        mpi::request::scope(|scope| {
             let req = self
                 .comm
                 .process_at_rank(to)
                 .immediate_send_with_tag(scope, data, TAG);
-            let got = self.recv_raw(from);
+            self.recv_raw(from, into);
             req.wait();
-            got
         });
         self.counter.sent(data.len());
-        Ok(got)
+        Ok(())
     }
     fn traffic(&self) -> Traffic {
         self.counter.traffic()

@@ -322,11 +322,11 @@ impl<E: Element> Auto<E> {
         best.1
     }
 
-    fn run(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+    fn run(&mut self, t: &mut dyn Transport, v: &SparseVec<E>, out: &mut Reduced<E>) -> Result<()> {
         let profiling = self.calls % self.every == 0;
         self.calls += 1;
         if let (false, Some(i)) = (profiling, self.last) {
-            return self.candidates[i].allreduce(t, v);
+            return self.candidates[i].allreduce_into(t, v, out);
         }
         let all = bruck_allgather(t, &(v.nnz() as u64).to_le_bytes())?;
         let counts = all
@@ -340,7 +340,8 @@ impl<E: Element> Auto<E> {
             .collect::<Result<Vec<_>>>()?;
         let prof = self.profile(v.dim(), E::BYTES, &counts);
         let i = self.choose(&prof);
-        let red = self.candidates[i].allreduce(t, v)?;
+        self.candidates[i].allreduce_into(t, v, out)?;
+        let red = &*out;
         self.last = Some(i);
         if prof.k_sum > 0 && self.candidates[i].lossless() {
             let seen = red.result.nnz() as f64 / prof.k_sum as f64;
@@ -349,7 +350,7 @@ impl<E: Element> Auto<E> {
                 None => seen,
             });
         }
-        Ok(red)
+        Ok(())
     }
 }
 
@@ -374,7 +375,17 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         self.last_name()
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        self.run(t, v)
+        let mut out = Reduced::default();
+        self.run(t, v, &mut out)?;
+        Ok(out)
+    }
+    fn allreduce_into(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        self.run(t, v, out)
     }
 }
 

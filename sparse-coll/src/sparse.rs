@@ -22,6 +22,19 @@ pub struct Reduced<E> {
     pub traffic: Traffic,
 }
 
+impl<E: Element> Default for Reduced<E> {
+    /// An empty outcome (dimension 0, no traffic): the starting point of a
+    /// `Reduced` kept across [`crate::SparseAllreduce::allreduce_into`]
+    /// calls.
+    fn default() -> Self {
+        Self {
+            result: SparseVec::new_unchecked(0, Vec::new(), Vec::new()),
+            dropped: SparseVec::new_unchecked(0, Vec::new(), Vec::new()),
+            traffic: Traffic::default(),
+        }
+    }
+}
+
 /// The algorithm identifiers the entry check compares: distinct by
 /// construction.
 #[derive(Debug, Clone, Copy)]
@@ -351,4 +364,151 @@ pub fn stream_to_sparse<E: Element>(s: Stream<E>) -> Result<SparseVec<E>> {
         Stream::Sparse(v) => Ok(v),
         Stream::Dense(d) => SparseVec::from_dense(&d),
     }
+}
+
+/// Sparse pairs read in place where possible: indices and values.
+pub(crate) type PairsView<'b, E> = (Cow<'b, [u32]>, Cow<'b, [E]>);
+
+/// The pairs of a message written by [`put_pairs`], as slices: borrowed
+/// from `b` where the host is little-endian and the parts are aligned for
+/// their types (the usual case: no copy), decoded otherwise. The indices
+/// are validated (strictly increasing, below `dim`).
+///
+/// # Errors
+/// [`Error::Corrupt`] (naming `what`) for a wrong length, unsorted or
+/// out-of-range indices.
+pub(crate) fn pairs_view<'b, E: Element>(
+    b: &'b [u8],
+    nnz: usize,
+    dim: usize,
+    what: &'static str,
+) -> Result<PairsView<'b, E>> {
+    if nnz.checked_mul(4 + E::BYTES) != Some(b.len()) {
+        return Err(Error::corrupt(
+            what,
+            format!("{} bytes for {nnz} pairs", b.len()),
+        ));
+    }
+    let (ib, vb) = b.split_at(4 * nnz);
+    let le = cfg!(target_endian = "little");
+    let idx = match bytemuck::try_cast_slice::<u8, u32>(ib) {
+        Ok(s) if le => Cow::Borrowed(s),
+        _ => Cow::Owned(
+            ib.chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect(),
+        ),
+    };
+    let val = match bytemuck::try_cast_slice::<u8, E>(vb) {
+        Ok(s) if le => Cow::Borrowed(s),
+        _ => Cow::Owned(vb.chunks_exact(E::BYTES).map(E::read_le).collect()),
+    };
+    sparse_core::sparse::check_indices(dim, &idx).map_err(|e| Error::corrupt(what, e))?;
+    Ok((idx, val))
+}
+
+/// Takes the vectors of a [`SparseVec`] kept across calls, leaving an
+/// empty one: their allocations are reused for the next result.
+pub(crate) fn take_parts<E: Element>(v: &mut SparseVec<E>) -> (Vec<u32>, Vec<E>) {
+    let (_, mut i, mut x) =
+        std::mem::replace(v, SparseVec::new_unchecked(0, Vec::new(), Vec::new())).into_parts();
+    i.clear();
+    x.clear();
+    (i, x)
+}
+
+/// The blocks of a Bruck allgather ([`gather_bruck`]), by rank: the
+/// others' blocks as spans of the received frames, which came from the
+/// transport's buffer pool and go back to it with [`Gathered::release`].
+/// This rank's own block is the caller's.
+pub(crate) struct Gathered<'a> {
+    /// This rank's block, as the parts it is the concatenation of.
+    own: &'a [&'a [u8]],
+    msgs: Vec<Vec<u8>>,
+    /// By rank: the source (0 own, `i + 1` for `msgs[i]`) and the span.
+    spans: Vec<(usize, std::ops::Range<usize>)>,
+}
+
+impl Gathered<'_> {
+    /// Rank `q`'s block: another rank's (this rank's own is in the
+    /// caller's hands).
+    ///
+    /// # Panics
+    /// If `q` is this rank.
+    pub(crate) fn block(&self, q: usize) -> &[u8] {
+        let (src, range) = &self.spans[q];
+        assert!(*src > 0, "Gathered::block: this rank's own block");
+        &self.msgs[src - 1][range.clone()]
+    }
+    /// Appends held block `i` (in holding order) with its 4-byte length.
+    fn frame_into(&self, i: usize, out: &mut Vec<u8>) {
+        match &self.spans[i] {
+            (0, _) => {
+                let len: usize = self.own.iter().map(|p| p.len()).sum();
+                out.extend_from_slice(&(len as u32).to_le_bytes());
+                self.own.iter().for_each(|p| out.extend_from_slice(p));
+            }
+            (src, range) => {
+                out.extend_from_slice(&(range.len() as u32).to_le_bytes());
+                out.extend_from_slice(&self.msgs[src - 1][range.clone()]);
+            }
+        }
+    }
+    /// Hands the received frames back to the transport's pool.
+    pub(crate) fn release<T: Transport + ?Sized>(self, t: &mut T) {
+        self.msgs.into_iter().for_each(|m| t.give_buffer(m));
+    }
+}
+
+/// [`bruck_allgather`] of this rank's block `own` (the concatenation of
+/// its parts, so a vector's indices and values need not be copied into one
+/// buffer first) with the same frames on the wire, so the same traffic;
+/// frames are built and received in the transport's pooled buffers and
+/// read in place: no per-block copy and, once warm, no allocation.
+///
+/// # Errors
+/// Transport errors; [`Error::Corrupt`] for a malformed frame.
+pub(crate) fn gather_bruck<'a, T: Transport + ?Sized>(
+    t: &mut T,
+    own: &'a [&'a [u8]],
+) -> Result<Gathered<'a>> {
+    let (p, r) = (t.size(), t.rank());
+    let mut g = Gathered {
+        own,
+        msgs: Vec::new(),
+        spans: vec![(0, 0..0)],
+    };
+    let mut send = t.take_buffer();
+    let mut dist = 1;
+    while dist < p {
+        let count = dist.min(p - dist);
+        send.clear();
+        for i in 0..count {
+            g.frame_into(i, &mut send);
+        }
+        let mut got = t.take_buffer();
+        t.exchange_into((r + p - dist) % p, &send, (r + dist) % p, &mut got)?;
+        let src = g.msgs.len() + 1;
+        let mut at = 0;
+        for _ in 0..count {
+            let len = got
+                .get(at..at + 4)
+                .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
+                .ok_or_else(|| Error::corrupt("bruck frame", "truncated length"))?;
+            if got.len() - at - 4 < len {
+                return Err(Error::corrupt("bruck frame", "truncated block"));
+            }
+            g.spans.push((src, at + 4..at + 4 + len));
+            at += 4 + len;
+        }
+        if at != got.len() {
+            return Err(Error::corrupt("bruck frame", "trailing bytes"));
+        }
+        g.msgs.push(got);
+        dist <<= 1;
+    }
+    t.give_buffer(send);
+    // spans[i] is rank (r + i) % p's block.
+    g.spans.rotate_right(r);
+    Ok(g)
 }

@@ -4,12 +4,17 @@ use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, recursive_doubling_allgather};
 use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Id, Reduced, decode_stream, encode_stream, enter};
+use crate::sparse::{
+    Id, PairsView, Reduced, decode_stream, encode_stream, enter, gather_bruck, le_bytes, le_u32s,
+    pairs_view, take_parts,
+};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
+use sparse_core::sparse::merge_sum_into;
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
+use std::borrow::Cow;
 
 /// The entries of `v` in `lo..lo + len`, re-indexed from 0.
 fn slice<E: Element>(v: &SparseVec<E>, lo: usize, len: usize) -> SparseVec<E> {
@@ -226,6 +231,14 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         ssar_split_allgather(t, v)
     }
+    fn allreduce_into(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        split_allgather_into(t, v, false, Gather::Bruck, Id::SsarSplitAllgather, out)
+    }
 }
 
 impl<E: Element> Registered<E> for SsarSplitAllgather {
@@ -320,6 +333,19 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         self.calls += 1;
         dsar_split_allgather(t, v, q)
     }
+    fn allreduce_into(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        if self.qsgd.is_some() {
+            *out = self.allreduce(t, v)?;
+            return Ok(());
+        }
+        self.calls += 1;
+        split_allgather_into(t, v, true, Gather::Bruck, Id::DsarSplitAllgather, out)
+    }
 }
 
 impl<E: Element> Registered<E> for DsarSplitAllgather {
@@ -340,4 +366,231 @@ pub(crate) fn dsar_qsgd<E: Element>(params: &mut Params) -> Result<Box<dyn Spars
     Ok(Box::new(DsarSplitAllgather::new(
         DsarSplitAllgather::qsgd_from(params, Some(bits))?,
     )))
+}
+
+/// A received partition: sparse pairs (indices relative to the
+/// partition) or dense values.
+enum PartView<'b, E: Element> {
+    Sparse(Cow<'b, [u32]>, Cow<'b, [E]>),
+    Dense(Cow<'b, [E]>),
+}
+
+/// Reads a stream block ([`encode_stream`]'s layout) of dimension `len`
+/// in place.
+fn stream_view<'b, E: Element>(
+    b: &'b [u8],
+    len: usize,
+    what: &'static str,
+) -> Result<PartView<'b, E>> {
+    let corrupt = |d: &str| Error::corrupt(what, d);
+    match b.first() {
+        Some(0) => {
+            let nnz = b
+                .get(1..5)
+                .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
+                .ok_or_else(|| corrupt("truncated"))?;
+            let (i, x) = pairs_view(&b[5..], nnz, len, what)?;
+            Ok(PartView::Sparse(i, x))
+        }
+        Some(1) => {
+            if b.len() != 1 + len * E::BYTES {
+                return Err(corrupt("dense length"));
+            }
+            let body = &b[1..];
+            Ok(PartView::Dense(
+                match bytemuck::try_cast_slice::<u8, E>(body) {
+                    Ok(s) if cfg!(target_endian = "little") => Cow::Borrowed(s),
+                    _ => Cow::Owned(body.chunks_exact(E::BYTES).map(E::read_le).collect()),
+                },
+            ))
+        }
+        _ => Err(corrupt("bad tag")),
+    }
+}
+
+/// The split-allgather family without QSGD into `out`, reusing its
+/// allocations and the transport's buffer pool: the same messages, the
+/// same traffic and the same bits as [`split_allgather`], with the
+/// partition messages written from the input and read in place. Where the
+/// partition sum would turn dense past delta in the sparse phase, the sum
+/// is formed again by [`Stream::sum`], so the wire and the result stay
+/// exactly [`split_allgather`]'s.
+pub(crate) fn split_allgather_into<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    dense_phase: bool,
+    gather: Gather,
+    id: Id,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    let dim = v.dim();
+    let local = if dense_phase {
+        sparse_core::alloc::probe(dense_phase_bytes::<E>(dim, t.size()), "DSAR's dense result")
+    } else {
+        Ok(())
+    };
+    let start = enter(t, id, v, &[("quantization", 0)], local)?;
+    let (p, r) = (t.size(), t.rank());
+    let len = even_len(r, dim, p);
+    let range_of = |q: usize| {
+        let (qlo, qlen) = (even_start(q, dim, p), even_len(q, dim, p));
+        let a = v.indices().partition_point(|&i| (i as usize) < qlo);
+        let b = v.indices().partition_point(|&i| (i as usize) < qlo + qlen);
+        (qlo as u32, a..b)
+    };
+    // Split phase: the entries of partition `to`, re-indexed, as a sparse
+    // stream written straight from the input.
+    let mut send = t.take_buffer();
+    let mut got: Vec<Vec<u8>> = Vec::with_capacity(p);
+    for s in 1..p {
+        let (to, from) = ((r + s) % p, (r + p - s) % p);
+        let (qlo, span) = range_of(to);
+        send.clear();
+        send.push(0);
+        send.extend_from_slice(&(span.len() as u32).to_le_bytes());
+        for &i in &v.indices()[span.clone()] {
+            send.extend_from_slice(&(i - qlo).to_le_bytes());
+        }
+        send.extend_from_slice(&le_bytes(&v.values()[span]));
+        let mut msg = t.take_buffer();
+        t.exchange_into(to, &send, from, &mut msg)?;
+        got.push(msg);
+    }
+    // This rank's partition from every rank, in rank order.
+    let (qlo, span) = range_of(r);
+    let own_idx: Vec<u32> = v.indices()[span.clone()].iter().map(|&i| i - qlo).collect();
+    let mut parts: Vec<PairsView<'_, E>> = Vec::with_capacity(p);
+    for q in 0..p {
+        if q == r {
+            parts.push((
+                Cow::Borrowed(&own_idx),
+                Cow::Borrowed(&v.values()[span.clone()]),
+            ));
+            continue;
+        }
+        // The message from rank q arrived at step (r - q) mod P.
+        match stream_view::<E>(&got[(r + p - q) % p - 1], len, "split message")? {
+            PartView::Sparse(i, x) => parts.push((i, x)),
+            PartView::Dense(_) => {
+                return Err(Error::corrupt(
+                    "split message",
+                    "dense stream in the split phase",
+                ));
+            }
+        }
+    }
+    let (mut ai, mut av) = take_parts(&mut out.result);
+    let (mut bi, mut bv) = take_parts(&mut out.dropped);
+    for (i, x) in &parts {
+        merge_sum_into((&ai, &av), (i, x), &mut bi, &mut bv);
+        std::mem::swap(&mut ai, &mut bi);
+        std::mem::swap(&mut av, &mut bv);
+    }
+    // The partition's block for the allgather.
+    let sparse_sum = !dense_phase && ai.len() <= Stream::<E>::delta(len);
+    let mut block = t.take_buffer();
+    block.clear();
+    let header;
+    let (hi, hv) = (le_u32s(&ai), le_bytes(&av));
+    let own: [&[u8]; 3] = if sparse_sum {
+        let mut h = [0u8; 5];
+        h[1..].copy_from_slice(&(ai.len() as u32).to_le_bytes());
+        header = h;
+        [&header[..], &hi[..], &hv[..]]
+    } else {
+        let sum = if dense_phase {
+            let mut d = vec![E::zero(); len];
+            for (&i, &x) in ai.iter().zip(av.iter()) {
+                d[i as usize] = x;
+            }
+            Stream::Dense(d)
+        } else {
+            // Past delta: the stream's own sum, which turns dense on the
+            // way exactly as split_allgather's does.
+            let mut acc = Stream::Sparse(SparseVec::zeros(len)?);
+            for (i, x) in &parts {
+                let part = SparseVec::new_unchecked(len, i.to_vec(), x.to_vec());
+                acc = acc.sum(&Stream::Sparse(part))?;
+            }
+            acc
+        };
+        block = encode_stream(&sum);
+        header = [0; 5];
+        [&block[..], &header[..0], &header[..0]]
+    };
+    let own_len: usize = own.iter().map(|b| b.len()).sum();
+    let mut result_i = bi;
+    let mut result_v = bv;
+    result_i.clear();
+    result_v.clear();
+    let mut append = |view: PartView<'_, E>, qlo: usize| match view {
+        PartView::Sparse(i, x) => {
+            result_i.extend(i.iter().map(|&i| i + qlo as u32));
+            result_v.extend_from_slice(&x);
+        }
+        PartView::Dense(d) => {
+            for (i, &x) in d.iter().enumerate() {
+                if x != E::zero() {
+                    result_i.push((qlo + i) as u32);
+                    result_v.push(x);
+                }
+            }
+        }
+    };
+    let qstart = |q: usize| even_start(q, dim, p);
+    match gather {
+        Gather::Bruck => {
+            let g = gather_bruck(t, &own)?;
+            for q in 0..p {
+                let view = if q == r {
+                    own_view(&own, sparse_sum, &ai, &av, len)?
+                } else {
+                    stream_view::<E>(g.block(q), even_len(q, dim, p), "allgather block")?
+                };
+                append(view, qstart(q));
+            }
+            g.release(t);
+        }
+        Gather::RecursiveDoubling => {
+            let mut flat = Vec::with_capacity(own_len);
+            own.iter().for_each(|b| flat.extend_from_slice(b));
+            let blocks = recursive_doubling_allgather(t, &flat)?;
+            for (q, b) in blocks.iter().enumerate() {
+                let view = if q == r {
+                    own_view(&own, sparse_sum, &ai, &av, len)?
+                } else {
+                    stream_view::<E>(b, even_len(q, dim, p), "allgather block")?
+                };
+                append(view, qstart(q));
+            }
+        }
+    }
+    drop(parts);
+    got.into_iter().for_each(|m| t.give_buffer(m));
+    t.give_buffer(send);
+    if sparse_sum {
+        t.give_buffer(block);
+    }
+    ai.clear();
+    av.clear();
+    out.result = SparseVec::new_unchecked(dim, result_i, result_v);
+    out.dropped = SparseVec::new_unchecked(dim, ai, av);
+    out.traffic = t.traffic().since(&start);
+    Ok(())
+}
+
+/// This rank's own partition as the others read it: the sparse sum itself,
+/// or its dense block read back (zeros dropped, as a receiver drops them).
+fn own_view<'b, E: Element>(
+    own: &[&'b [u8]; 3],
+    sparse_sum: bool,
+    ai: &'b [u32],
+    av: &'b [E],
+    len: usize,
+) -> Result<PartView<'b, E>> {
+    if sparse_sum {
+        Ok(PartView::Sparse(Cow::Borrowed(ai), Cow::Borrowed(av)))
+    } else {
+        stream_view(own[0], len, "allgather block")
+    }
 }

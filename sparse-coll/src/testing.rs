@@ -18,7 +18,7 @@
 
 use crate::algorithm::{Defaults, Params, Registry};
 use crate::dense::bruck_allgather;
-use crate::sparse::{put_block, take_block};
+use crate::sparse::{Reduced, put_block, take_block};
 use crate::{Traffic, Transport};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
@@ -267,6 +267,8 @@ pub fn collective_suite_for(
 ) -> Result<usize> {
     let (p, r) = (t.size(), t.rank());
     let mut runs = 0;
+    // Kept across the cases, as a caller of `allreduce_into` keeps it.
+    let mut reused = Reduced::default();
     for case in cases(p) {
         let ins = inputs(p, &case)?;
         let dim = case.dim;
@@ -278,6 +280,31 @@ pub fn collective_suite_for(
         let mut algo = registry.build(spec, Defaults { k })?;
         let ctx = format!("{spec} P={p} rank {r} {case:?}");
         let red = algo.allreduce(t, &ins[r])?;
+        // `allreduce_into` on a second, fresh instance, into an outcome
+        // that still holds the last case's: the same bits and traffic.
+        registry
+            .build(spec, Defaults { k })?
+            .allreduce_into(t, &ins[r], &mut reused)?;
+        let same = |a: &SparseVec<f32>, b: &SparseVec<f32>| {
+            a.dim() == b.dim()
+                && a.indices() == b.indices()
+                && a.values()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .eq(b.values().iter().map(|x| x.to_bits()))
+        };
+        assert!(
+            same(&reused.result, &red.result),
+            "{ctx}: allreduce_into's result"
+        );
+        assert!(
+            same(&reused.dropped, &red.dropped),
+            "{ctx}: allreduce_into's dropped"
+        );
+        assert_eq!(
+            reused.traffic, red.traffic,
+            "{ctx}: allreduce_into's traffic"
+        );
         // Every rank's result, dropped and traffic, on every rank.
         let mut mine = Vec::new();
         put_block(&mut mine, &red.result);

@@ -1,6 +1,6 @@
 //! The thread transport: P ranks as threads of one process.
 
-use crate::transport::{Traffic, TrafficCounter, Transport};
+use crate::transport::{BufferPool, Traffic, TrafficCounter, Transport};
 use sparse_core::{Error, Result};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::Duration;
@@ -79,6 +79,7 @@ impl ThreadCluster {
                 calls: 0,
                 fault: self.fault.filter(|&(r, _)| r == rank).map(|(_, s)| s),
                 failed: false,
+                pool: BufferPool::default(),
             })
             .collect()
     }
@@ -135,6 +136,9 @@ pub struct ThreadTransport {
     calls: u64,
     fault: Option<u64>,
     failed: bool,
+    /// Buffers handed back by this rank's collectives; sends copy into
+    /// them, so messages travel in memory already mapped.
+    pool: BufferPool,
 }
 
 impl ThreadTransport {
@@ -168,12 +172,12 @@ impl ThreadTransport {
 
     fn send_raw(&mut self, to: usize, data: &[u8]) -> Result<()> {
         self.check_peer(to)?;
-        self.senders[to]
-            .send(data.to_vec())
-            .map_err(|_| Error::PeerFailed {
-                rank: self.rank,
-                peer: to,
-            })?;
+        let mut msg = self.pool.take();
+        msg.extend_from_slice(data);
+        self.senders[to].send(msg).map_err(|_| Error::PeerFailed {
+            rank: self.rank,
+            peer: to,
+        })?;
         self.counter.sent(data.len());
         Ok(())
     }
@@ -219,6 +223,28 @@ impl Transport for ThreadTransport {
         // exchanges never deadlocks.
         self.send_raw(to, data)?;
         self.recv_raw(from)
+    }
+    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
+        let got = self.recv(from)?;
+        self.pool.give(std::mem::replace(into, got));
+        Ok(())
+    }
+    fn exchange_into(
+        &mut self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        into: &mut Vec<u8>,
+    ) -> Result<()> {
+        let got = self.exchange(to, data, from)?;
+        self.pool.give(std::mem::replace(into, got));
+        Ok(())
+    }
+    fn take_buffer(&mut self) -> Vec<u8> {
+        self.pool.take()
+    }
+    fn give_buffer(&mut self, buf: Vec<u8>) {
+        self.pool.give(buf);
     }
     fn traffic(&self) -> Traffic {
         self.counter.traffic()

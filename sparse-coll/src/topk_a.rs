@@ -1,14 +1,17 @@
 //! TopkA / AGsparse (RedSync sec. 5.3, SparDL Table 1): every rank's
 //! selected pairs are allgathered and summed locally.
 
+use crate::Traffic;
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
 use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Id, Reduced, enter, put_pairs, read_pairs};
+use crate::sparse::{Id, Reduced, enter, gather_bruck, le_bytes, le_u32s, pairs_view, take_parts};
 use crate::values::{WireValues, values_param, values_param_of};
 use sparse_core::cost::{self, Cost};
+use sparse_core::sparse::merge_sum_into;
 use sparse_core::{Element, Error, Result, SparseVec};
+use std::borrow::Cow;
 
 /// TopkA: each rank's `(indices, values)`, packed behind a 4-byte length
 /// (indices then values), is allgathered with Bruck's algorithm (any `P`,
@@ -66,20 +69,87 @@ pub fn topk_a_with<T: Transport + ?Sized, E: Element>(
             traffic: t.traffic().since(&start),
         });
     }
-    let mut packed = Vec::with_capacity(v.nnz() * (4 + E::BYTES));
-    put_pairs(&mut packed, v);
-    let all = bruck_allgather(t, &packed)?;
-    let mut result = SparseVec::zeros(v.dim())?;
-    for b in &all {
-        // The Bruck frame carries the length: nnz follows from it.
-        let part = read_pairs(b, b.len() / (4 + E::BYTES), v.dim(), "topk_a message")?;
-        result = result.merge_sum(&part)?;
+    let mut out = Reduced::default();
+    raw_into(t, v, start, &mut out)?;
+    Ok(out)
+}
+
+/// [`topk_a`] into `out`, reusing its allocations and the transport's
+/// buffer pool: the pairs are sent as they lie in memory, the received
+/// pairs read in place, and the sum in rank order merged into `out`'s
+/// vectors ([`sparse_core::sparse::merge_sum_into`]).
+///
+/// # Errors
+/// As [`topk_a`].
+pub fn topk_a_into<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    let start = enter(
+        t,
+        Id::TopkA,
+        v,
+        &[("values", WireValues::Raw.code())],
+        Ok(()),
+    )?;
+    raw_into(t, v, start, out)
+}
+
+/// TopkA with raw values after the entry check.
+fn raw_into<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    start: Traffic,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    let (dim, p, r) = (v.dim(), t.size(), t.rank());
+    let (idx, val) = (le_u32s(v.indices()), le_bytes(v.values()));
+    let own = [&idx[..], &val[..]];
+    let g = gather_bruck(t, &own)?;
+    let views = (0..p)
+        .map(|q| {
+            if q == r {
+                Ok((Cow::Borrowed(v.indices()), Cow::Borrowed(v.values())))
+            } else {
+                let b = g.block(q);
+                // The Bruck frame carries the length: nnz follows from it.
+                pairs_view::<E>(b, b.len() / (4 + E::BYTES), dim, "topk_a message")
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // The sum in rank order, alternating between the result's and the
+    // (empty) dropped vector's allocations.
+    let (mut ai, mut av) = take_parts(&mut out.result);
+    let (mut bi, mut bv) = take_parts(&mut out.dropped);
+    match &views[..] {
+        [only] => {
+            ai.extend_from_slice(&only.0);
+            av.extend_from_slice(&only.1);
+        }
+        [first, second, rest @ ..] => {
+            merge_sum_into(
+                (&first.0, &first.1),
+                (&second.0, &second.1),
+                &mut ai,
+                &mut av,
+            );
+            for (i, x) in rest {
+                merge_sum_into((&ai, &av), (i, x), &mut bi, &mut bv);
+                std::mem::swap(&mut ai, &mut bi);
+                std::mem::swap(&mut av, &mut bv);
+            }
+            bi.clear();
+            bv.clear();
+        }
+        [] => {}
     }
-    Ok(Reduced {
-        result,
-        dropped: SparseVec::zeros(v.dim())?,
-        traffic: t.traffic().since(&start),
-    })
+    drop(views);
+    g.release(t);
+    out.result = SparseVec::new_unchecked(dim, ai, av);
+    out.dropped = SparseVec::new_unchecked(dim, bi, bv);
+    out.traffic = t.traffic().since(&start);
+    Ok(())
 }
 
 /// [`topk_a`] as a [`SparseAllreduce`] (registry name `topk_a`, parameter
@@ -118,6 +188,19 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         topk_a_with(t, v, self.values)
+    }
+    fn allreduce_into(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        if self.values == WireValues::Raw {
+            topk_a_into(t, v, out)
+        } else {
+            *out = topk_a_with(t, v, self.values)?;
+            Ok(())
+        }
     }
 }
 

@@ -4,7 +4,7 @@ use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{Id, Reduced};
-use crate::split_allgather::{Gather, Phase, split_allgather};
+use crate::split_allgather::{Gather, Phase, split_allgather, split_allgather_into};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec};
 
@@ -62,6 +62,14 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         topk_dsa(t, v)
+    }
+    fn allreduce_into(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        split_allgather_into(t, v, false, Gather::RecursiveDoubling, Id::TopkDsa, out)
     }
 }
 

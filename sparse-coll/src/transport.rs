@@ -58,6 +58,36 @@ impl TrafficCounter {
     }
 }
 
+/// A few buffers kept for reuse, the largest first: what
+/// [`Transport::take_buffer`] and [`Transport::give_buffer`] need.
+#[derive(Debug, Default)]
+pub struct BufferPool {
+    spare: Vec<Vec<u8>>,
+}
+
+impl BufferPool {
+    /// How many buffers a pool keeps.
+    const KEEP: usize = 4;
+    /// The largest spare buffer, or an empty one.
+    pub fn take(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_default()
+    }
+    /// Keeps `buf` if it is among the `KEEP` largest.
+    pub fn give(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() == 0 {
+            return;
+        }
+        buf.clear();
+        let at = self
+            .spare
+            .partition_point(|b| b.capacity() <= buf.capacity());
+        self.spare.insert(at, buf);
+        if self.spare.len() > Self::KEEP {
+            self.spare.remove(0);
+        }
+    }
+}
+
 /// Point-to-point byte messaging between `size` ranks.
 ///
 /// Messages between a pair of ranks arrive in the order they were sent.
@@ -86,6 +116,45 @@ pub trait Transport {
     /// # Errors
     /// As [`Transport::send`] and [`Transport::recv`].
     fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>>;
+    /// [`Transport::exchange`], with the received message written into
+    /// `into` (its old contents replaced, its allocation reused where the
+    /// transport can), so that a collective called again and again
+    /// receives into the same memory instead of fresh pages. The default
+    /// moves the message [`Transport::exchange`] returns into `into`.
+    ///
+    /// # Errors
+    /// As [`Transport::exchange`].
+    fn exchange_into(
+        &mut self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        into: &mut Vec<u8>,
+    ) -> Result<()> {
+        *into = self.exchange(to, data, from)?;
+        Ok(())
+    }
+    /// [`Transport::recv`] into `into`, as [`Transport::exchange_into`].
+    ///
+    /// # Errors
+    /// As [`Transport::recv`].
+    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
+        *into = self.recv(from)?;
+        Ok(())
+    }
+    /// A buffer to receive into with [`Transport::exchange_into`] or
+    /// [`Transport::recv_into`]: one that an earlier
+    /// [`Transport::give_buffer`] returned, so that a collective called
+    /// again receives into memory already mapped instead of fresh pages;
+    /// empty (no allocation) by default.
+    fn take_buffer(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+    /// Hands a buffer back for a later [`Transport::take_buffer`]; the
+    /// default drops it. Transports keep only a few.
+    fn give_buffer(&mut self, buf: Vec<u8>) {
+        drop(buf);
+    }
     /// The traffic of this rank so far.
     fn traffic(&self) -> Traffic;
     /// The element-wise sum over ranks of `x` on every rank, with the same
@@ -98,6 +167,16 @@ pub trait Transport {
     /// [`sparse_core::Error::Disagreement`] on every rank when the ranks'
     /// lengths differ; the transport's errors.
     fn allreduce_sum_f32(&mut self, x: &[f32]) -> Result<Vec<f32>> {
-        crate::dense::ring_allreduce(self, x)
+        let mut out = Vec::new();
+        self.allreduce_sum_f32_into(x, &mut out)?;
+        Ok(out)
+    }
+    /// [`Transport::allreduce_sum_f32`] into `out` (its old contents
+    /// replaced, its allocation reused).
+    ///
+    /// # Errors
+    /// As [`Transport::allreduce_sum_f32`].
+    fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
+        crate::dense::ring_allreduce_into(self, x, out)
     }
 }
