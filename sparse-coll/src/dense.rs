@@ -10,8 +10,11 @@
 //! `a + b` and `b + a`, which IEEE addition makes equal.
 
 use crate::Transport;
+use crate::sparse::from_le;
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result};
+use std::borrow::Cow;
+use std::ops::Range;
 
 /// The little-endian bytes of a slice of elements, as [`from_bytes`] reads
 /// them (borrowed on little-endian hosts, converted on others).
@@ -24,6 +27,16 @@ pub fn to_bytes<E: Element>(x: &[E]) -> std::borrow::Cow<'_, [u8]> {
 /// # Errors
 /// [`Error::Corrupt`] otherwise.
 pub fn from_bytes<E: Element>(b: &[u8], expected: usize) -> Result<Vec<E>> {
+    le_elements(b, expected).map(Cow::into_owned)
+}
+
+/// The `expected` little-endian elements of `b`, read in place where the
+/// host is little-endian and `b` is aligned for `E` (a received message
+/// always is, in practice), so no copy of the message is made.
+///
+/// # Errors
+/// [`Error::Corrupt`] if `b` does not hold `expected` elements.
+fn le_elements<E: Element>(b: &[u8], expected: usize) -> Result<Cow<'_, [E]>> {
     if b.len() != expected * E::BYTES {
         return Err(Error::corrupt(
             "dense message",
@@ -35,59 +48,24 @@ pub fn from_bytes<E: Element>(b: &[u8], expected: usize) -> Result<Vec<E>> {
             ),
         ));
     }
-    Ok(b.chunks_exact(E::BYTES).map(E::read_le).collect())
+    Ok(from_le(b))
 }
 
-/// `acc[i] += y_i` for the little-endian elements `y` of `b`, read in place
-/// where the host is little-endian and `b` is aligned for `E` (a received
-/// message always is, in practice), so no copy of the message is made.
+/// `acc[i] += y_i` for the little-endian elements `y` of `b`.
 ///
 /// # Errors
 /// [`Error::Corrupt`] if `b` does not hold `acc.len()` elements.
 fn add_le_into<E: Element>(acc: &mut [E], b: &[u8]) -> Result<()> {
-    check_le_len::<E>(b, acc.len())?;
-    if cfg!(target_endian = "little")
-        && let Ok(y) = bytemuck::try_cast_slice::<u8, E>(b)
-    {
-        add_into(acc, y);
-        return Ok(());
-    }
-    for (a, c) in acc.iter_mut().zip(b.chunks_exact(E::BYTES)) {
-        *a = *a + E::read_le(c);
-    }
+    add_into(acc, &le_elements(b, acc.len())?);
     Ok(())
 }
 
-/// `dst[i] = y_i` for the little-endian elements of `b`, as [`add_le_into`].
+/// `dst[i] = y_i` for the little-endian elements of `b`.
 ///
 /// # Errors
 /// [`Error::Corrupt`] if `b` does not hold `dst.len()` elements.
 fn copy_le_into<E: Element>(dst: &mut [E], b: &[u8]) -> Result<()> {
-    check_le_len::<E>(b, dst.len())?;
-    if cfg!(target_endian = "little")
-        && let Ok(y) = bytemuck::try_cast_slice::<u8, E>(b)
-    {
-        dst.copy_from_slice(y);
-        return Ok(());
-    }
-    for (a, c) in dst.iter_mut().zip(b.chunks_exact(E::BYTES)) {
-        *a = E::read_le(c);
-    }
-    Ok(())
-}
-
-fn check_le_len<E: Element>(b: &[u8], expected: usize) -> Result<()> {
-    if b.len() != expected * E::BYTES {
-        return Err(Error::corrupt(
-            "dense message",
-            format!(
-                "{} bytes, expected {} elements of {}",
-                b.len(),
-                expected,
-                E::NAME
-            ),
-        ));
-    }
+    dst.copy_from_slice(&le_elements(b, dst.len())?);
     Ok(())
 }
 
@@ -313,23 +291,33 @@ fn frame(blocks: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-fn unframe(mut bytes: &[u8], count: usize) -> Result<Vec<Vec<u8>>> {
+/// Where the `count` blocks of a frame ([`frame`]'s layout) lie in
+/// `bytes`, which they must fill exactly.
+fn frame_spans(bytes: &[u8], count: usize) -> Result<Vec<Range<usize>>> {
     let mut out = Vec::with_capacity(count.min(bytes.len() / 4));
+    let mut at = 0;
     for _ in 0..count {
-        if bytes.len() < 4 {
-            return Err(Error::corrupt("bruck frame", "truncated length"));
-        }
-        let len = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")) as usize;
-        if bytes.len() - 4 < len {
+        let len = bytes
+            .get(at..at + 4)
+            .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
+            .ok_or_else(|| Error::corrupt("bruck frame", "truncated length"))?;
+        if bytes.len() - at - 4 < len {
             return Err(Error::corrupt("bruck frame", "truncated block"));
         }
-        out.push(bytes[4..4 + len].to_vec());
-        bytes = &bytes[4 + len..];
+        out.push(at + 4..at + 4 + len);
+        at += 4 + len;
     }
-    if !bytes.is_empty() {
+    if at != bytes.len() {
         return Err(Error::corrupt("bruck frame", "trailing bytes"));
     }
     Ok(out)
+}
+
+fn unframe(bytes: &[u8], count: usize) -> Result<Vec<Vec<u8>>> {
+    Ok(frame_spans(bytes, count)?
+        .into_iter()
+        .map(|span| bytes[span].to_vec())
+        .collect())
 }
 
 /// Bruck allgather of one byte block per rank, of any lengths: `ceil(lg P)`
@@ -341,18 +329,102 @@ fn unframe(mut bytes: &[u8], count: usize) -> Result<Vec<Vec<u8>>> {
 /// # Errors
 /// Transport errors; [`Error::Corrupt`] for a malformed frame.
 pub fn bruck_allgather<T: Transport + ?Sized>(t: &mut T, block: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let own = [block];
+    let g = gather_bruck(t, &own)?;
+    let blocks = (0..t.size())
+        .map(|q| match g.block(q) {
+            Some(b) => b.to_vec(),
+            None => block.to_vec(),
+        })
+        .collect();
+    g.release(t);
+    Ok(blocks)
+}
+
+/// The blocks of a Bruck allgather ([`gather_bruck`]), by rank: the
+/// others' blocks as spans of the received frames, which came from the
+/// transport's buffer pool and go back to it with [`Gathered::release`].
+/// This rank's own block is the caller's.
+pub(crate) struct Gathered<'a> {
+    /// This rank's block, as the parts it is the concatenation of.
+    own: &'a [&'a [u8]],
+    msgs: Vec<Vec<u8>>,
+    /// By rank: the source (0 own, `i + 1` for `msgs[i]`) and the span.
+    spans: Vec<(usize, Range<usize>)>,
+}
+
+impl Gathered<'_> {
+    /// Rank `q`'s block; `None` for this rank's own, which is the
+    /// caller's.
+    pub(crate) fn block(&self, q: usize) -> Option<&[u8]> {
+        match &self.spans[q] {
+            (0, _) => None,
+            (src, span) => Some(&self.msgs[src - 1][span.clone()]),
+        }
+    }
+    /// Appends held block `i` (in holding order) with its 4-byte length,
+    /// as [`frame`] does.
+    fn frame_into(&self, i: usize, out: &mut Vec<u8>) {
+        let own;
+        let parts: &[&[u8]] = match self.block(i) {
+            Some(b) => {
+                own = [b];
+                &own
+            }
+            None => self.own,
+        };
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        out.extend_from_slice(&(len as u32).to_le_bytes());
+        parts.iter().for_each(|p| out.extend_from_slice(p));
+    }
+    /// Hands the received frames back to the transport's pool.
+    pub(crate) fn release<T: Transport + ?Sized>(self, t: &mut T) {
+        self.msgs.into_iter().for_each(|m| t.give_buffer(m));
+    }
+}
+
+/// [`bruck_allgather`] of this rank's block `own` (the concatenation of
+/// its parts, so a vector's indices and values need not be copied into one
+/// buffer first), with the same frames on the wire and so the same
+/// traffic; frames are built and received in the transport's pooled
+/// buffers and read in place: no per-block copy and, once warm, no
+/// allocation.
+///
+/// # Errors
+/// Transport errors; [`Error::Corrupt`] for a malformed frame.
+pub(crate) fn gather_bruck<'a, T: Transport + ?Sized>(
+    t: &mut T,
+    own: &'a [&'a [u8]],
+) -> Result<Gathered<'a>> {
     let (p, r) = (t.size(), t.rank());
-    let mut blocks = vec![block.to_vec()];
+    let mut g = Gathered {
+        own,
+        msgs: Vec::new(),
+        spans: vec![(0, 0..0)],
+    };
+    let mut send = t.take_buffer();
     let mut dist = 1;
     while dist < p {
         let count = dist.min(p - dist);
-        let got = t.exchange((r + p - dist) % p, &frame(&blocks[..count]), (r + dist) % p)?;
-        blocks.extend(unframe(&got, count)?);
+        send.clear();
+        for i in 0..count {
+            g.frame_into(i, &mut send);
+        }
+        let mut got = t.take_buffer();
+        t.exchange_into((r + p - dist) % p, &send, (r + dist) % p, &mut got)?;
+        let src = g.msgs.len() + 1;
+        g.spans.extend(
+            frame_spans(&got, count)?
+                .into_iter()
+                .map(|span| (src, span)),
+        );
+        g.msgs.push(got);
         dist <<= 1;
     }
-    // blocks[i] is rank (r + i) % p's block.
-    blocks.rotate_right(r);
-    Ok(blocks)
+    t.give_buffer(send);
+    // spans[i] is rank (r + i) % p's block.
+    g.spans.rotate_right(r);
+    Ok(g)
 }
 
 /// Recursive-doubling allgather of one byte block per rank, of any lengths

@@ -249,21 +249,8 @@ pub fn read_pairs<E: Element>(
     dim: usize,
     what: &'static str,
 ) -> Result<SparseVec<E>> {
-    if nnz.checked_mul(4 + E::BYTES) != Some(b.len()) {
-        return Err(Error::corrupt(
-            what,
-            format!("{} bytes for {nnz} pairs", b.len()),
-        ));
-    }
-    let idx: Vec<u32> = b[..4 * nnz]
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-        .collect();
-    let val: Vec<E> = b[4 * nnz..]
-        .chunks_exact(E::BYTES)
-        .map(E::read_le)
-        .collect();
-    SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt(what, e))
+    let (idx, val) = pairs_parts::<E>(b, nnz, what)?;
+    SparseVec::new(dim, idx.into_owned(), val.into_owned()).map_err(|e| Error::corrupt(what, e))
 }
 
 /// Appends one block: `nnz: u32`, then the pairs.
@@ -327,32 +314,14 @@ pub fn encode_stream<E: Element>(s: &Stream<E>) -> Vec<u8> {
 /// # Errors
 /// [`Error::Corrupt`] for anything else.
 pub fn decode_stream<E: Element>(b: &[u8], dim: usize) -> Result<Stream<E>> {
-    let corrupt = |d: &str| Error::corrupt("stream message", d);
-    match b.first() {
-        Some(0) => {
-            let nnz = u32::from_le_bytes(
-                b.get(1..5)
-                    .ok_or_else(|| corrupt("truncated"))?
-                    .try_into()
-                    .expect("4 bytes"),
-            ) as usize;
-            Ok(Stream::Sparse(read_pairs(
-                &b[5..],
-                nnz,
-                dim,
-                "stream message",
-            )?))
-        }
-        Some(1) => {
-            if b.len() != 1 + dim * E::BYTES {
-                return Err(corrupt("dense length"));
-            }
-            Ok(Stream::Dense(
-                b[1..].chunks_exact(E::BYTES).map(E::read_le).collect(),
-            ))
-        }
-        _ => Err(corrupt("bad tag")),
-    }
+    const WHAT: &str = "stream message";
+    Ok(match stream_parts(b, dim, WHAT)? {
+        StreamView::Sparse((idx, val)) => Stream::Sparse(
+            SparseVec::new(dim, idx.into_owned(), val.into_owned())
+                .map_err(|e| Error::corrupt(WHAT, e))?,
+        ),
+        StreamView::Dense(d) => Stream::Dense(d.into_owned()),
+    })
 }
 
 /// A stream as a sparse vector (dense streams keep their non-zeros).
@@ -366,13 +335,65 @@ pub fn stream_to_sparse<E: Element>(s: Stream<E>) -> Result<SparseVec<E>> {
     }
 }
 
+/// `into_new(|out| f_into(.., out))`: the one-shot form of a call that
+/// writes into a kept [`Reduced`], on a fresh one.
+///
+/// # Errors
+/// `f`'s.
+pub(crate) fn into_new<E: Element>(
+    f: impl FnOnce(&mut Reduced<E>) -> Result<()>,
+) -> Result<Reduced<E>> {
+    let mut out = Reduced::default();
+    f(&mut out)?;
+    Ok(out)
+}
+
+/// The elements of little-endian bytes `b` (a multiple of `E::BYTES`
+/// long), as [`le_bytes`] wrote them: borrowed where the host is
+/// little-endian and `b` is aligned for `E` (the usual case for a received
+/// message: no copy), decoded otherwise.
+pub(crate) fn from_le<E: Element>(b: &[u8]) -> Cow<'_, [E]> {
+    match bytemuck::try_cast_slice::<u8, E>(b) {
+        Ok(x) if cfg!(target_endian = "little") => Cow::Borrowed(x),
+        _ => Cow::Owned(b.chunks_exact(E::BYTES).map(E::read_le).collect()),
+    }
+}
+
+/// The indices of little-endian bytes `b`, as [`from_le`].
+fn from_le_u32s(b: &[u8]) -> Cow<'_, [u32]> {
+    match bytemuck::try_cast_slice::<u8, u32>(b) {
+        Ok(x) if cfg!(target_endian = "little") => Cow::Borrowed(x),
+        _ => Cow::Owned(
+            b.chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect(),
+        ),
+    }
+}
+
 /// Sparse pairs read in place where possible: indices and values.
 pub(crate) type PairsView<'b, E> = (Cow<'b, [u32]>, Cow<'b, [E]>);
 
-/// The pairs of a message written by [`put_pairs`], as slices: borrowed
-/// from `b` where the host is little-endian and the parts are aligned for
-/// their types (the usual case: no copy), decoded otherwise. The indices
-/// are validated (strictly increasing, below `dim`).
+/// The `nnz` pairs [`put_pairs`] wrote into exactly `b`, read as
+/// [`from_le`] reads, not validated.
+fn pairs_parts<'b, E: Element>(
+    b: &'b [u8],
+    nnz: usize,
+    what: &'static str,
+) -> Result<PairsView<'b, E>> {
+    if nnz.checked_mul(4 + E::BYTES) != Some(b.len()) {
+        return Err(Error::corrupt(
+            what,
+            format!("{} bytes for {nnz} pairs", b.len()),
+        ));
+    }
+    let (idx, val) = b.split_at(4 * nnz);
+    Ok((from_le_u32s(idx), from_le(val)))
+}
+
+/// [`read_pairs`] without building a vector: the pairs of `b` read in
+/// place where possible ([`from_le`]), the indices validated (strictly
+/// increasing, below `dim`).
 ///
 /// # Errors
 /// [`Error::Corrupt`] (naming `what`) for a wrong length, unsorted or
@@ -383,28 +404,56 @@ pub(crate) fn pairs_view<'b, E: Element>(
     dim: usize,
     what: &'static str,
 ) -> Result<PairsView<'b, E>> {
-    if nnz.checked_mul(4 + E::BYTES) != Some(b.len()) {
-        return Err(Error::corrupt(
-            what,
-            format!("{} bytes for {nnz} pairs", b.len()),
-        ));
+    let pairs = pairs_parts(b, nnz, what)?;
+    sparse_core::sparse::check_indices(dim, &pairs.0).map_err(|e| Error::corrupt(what, e))?;
+    Ok(pairs)
+}
+
+/// A stream message ([`encode_stream`]'s layout) read in place.
+pub(crate) enum StreamView<'b, E: Element> {
+    /// Sparse pairs.
+    Sparse(PairsView<'b, E>),
+    /// Dense values.
+    Dense(Cow<'b, [E]>),
+}
+
+/// The stream message `b` of dimension `dim`, its pairs not validated.
+fn stream_parts<'b, E: Element>(
+    b: &'b [u8],
+    dim: usize,
+    what: &'static str,
+) -> Result<StreamView<'b, E>> {
+    let corrupt = |d: &str| Error::corrupt(what, d);
+    match b.first() {
+        Some(0) => {
+            let nnz = b
+                .get(1..5)
+                .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
+                .ok_or_else(|| corrupt("truncated"))?;
+            Ok(StreamView::Sparse(pairs_parts(&b[5..], nnz, what)?))
+        }
+        Some(1) if b.len() == 1 + dim * E::BYTES => Ok(StreamView::Dense(from_le(&b[1..]))),
+        Some(1) => Err(corrupt("dense length")),
+        _ => Err(corrupt("bad tag")),
     }
-    let (ib, vb) = b.split_at(4 * nnz);
-    let le = cfg!(target_endian = "little");
-    let idx = match bytemuck::try_cast_slice::<u8, u32>(ib) {
-        Ok(s) if le => Cow::Borrowed(s),
-        _ => Cow::Owned(
-            ib.chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect(),
-        ),
-    };
-    let val = match bytemuck::try_cast_slice::<u8, E>(vb) {
-        Ok(s) if le => Cow::Borrowed(s),
-        _ => Cow::Owned(vb.chunks_exact(E::BYTES).map(E::read_le).collect()),
-    };
-    sparse_core::sparse::check_indices(dim, &idx).map_err(|e| Error::corrupt(what, e))?;
-    Ok((idx, val))
+}
+
+/// [`decode_stream`] read in place where possible, the indices validated
+/// as [`pairs_view`] does.
+///
+/// # Errors
+/// [`Error::Corrupt`] (naming `what`) for anything but a valid stream of
+/// dimension `dim`.
+pub(crate) fn stream_view<'b, E: Element>(
+    b: &'b [u8],
+    dim: usize,
+    what: &'static str,
+) -> Result<StreamView<'b, E>> {
+    let view = stream_parts(b, dim, what)?;
+    if let StreamView::Sparse((idx, _)) = &view {
+        sparse_core::sparse::check_indices(dim, &idx[..]).map_err(|e| Error::corrupt(what, e))?;
+    }
+    Ok(view)
 }
 
 /// Takes the vectors of a [`SparseVec`] kept across calls, leaving an
@@ -415,100 +464,4 @@ pub(crate) fn take_parts<E: Element>(v: &mut SparseVec<E>) -> (Vec<u32>, Vec<E>)
     i.clear();
     x.clear();
     (i, x)
-}
-
-/// The blocks of a Bruck allgather ([`gather_bruck`]), by rank: the
-/// others' blocks as spans of the received frames, which came from the
-/// transport's buffer pool and go back to it with [`Gathered::release`].
-/// This rank's own block is the caller's.
-pub(crate) struct Gathered<'a> {
-    /// This rank's block, as the parts it is the concatenation of.
-    own: &'a [&'a [u8]],
-    msgs: Vec<Vec<u8>>,
-    /// By rank: the source (0 own, `i + 1` for `msgs[i]`) and the span.
-    spans: Vec<(usize, std::ops::Range<usize>)>,
-}
-
-impl Gathered<'_> {
-    /// Rank `q`'s block: another rank's (this rank's own is in the
-    /// caller's hands).
-    ///
-    /// # Panics
-    /// If `q` is this rank.
-    pub(crate) fn block(&self, q: usize) -> &[u8] {
-        let (src, range) = &self.spans[q];
-        assert!(*src > 0, "Gathered::block: this rank's own block");
-        &self.msgs[src - 1][range.clone()]
-    }
-    /// Appends held block `i` (in holding order) with its 4-byte length.
-    fn frame_into(&self, i: usize, out: &mut Vec<u8>) {
-        match &self.spans[i] {
-            (0, _) => {
-                let len: usize = self.own.iter().map(|p| p.len()).sum();
-                out.extend_from_slice(&(len as u32).to_le_bytes());
-                self.own.iter().for_each(|p| out.extend_from_slice(p));
-            }
-            (src, range) => {
-                out.extend_from_slice(&(range.len() as u32).to_le_bytes());
-                out.extend_from_slice(&self.msgs[src - 1][range.clone()]);
-            }
-        }
-    }
-    /// Hands the received frames back to the transport's pool.
-    pub(crate) fn release<T: Transport + ?Sized>(self, t: &mut T) {
-        self.msgs.into_iter().for_each(|m| t.give_buffer(m));
-    }
-}
-
-/// [`bruck_allgather`] of this rank's block `own` (the concatenation of
-/// its parts, so a vector's indices and values need not be copied into one
-/// buffer first) with the same frames on the wire, so the same traffic;
-/// frames are built and received in the transport's pooled buffers and
-/// read in place: no per-block copy and, once warm, no allocation.
-///
-/// # Errors
-/// Transport errors; [`Error::Corrupt`] for a malformed frame.
-pub(crate) fn gather_bruck<'a, T: Transport + ?Sized>(
-    t: &mut T,
-    own: &'a [&'a [u8]],
-) -> Result<Gathered<'a>> {
-    let (p, r) = (t.size(), t.rank());
-    let mut g = Gathered {
-        own,
-        msgs: Vec::new(),
-        spans: vec![(0, 0..0)],
-    };
-    let mut send = t.take_buffer();
-    let mut dist = 1;
-    while dist < p {
-        let count = dist.min(p - dist);
-        send.clear();
-        for i in 0..count {
-            g.frame_into(i, &mut send);
-        }
-        let mut got = t.take_buffer();
-        t.exchange_into((r + p - dist) % p, &send, (r + dist) % p, &mut got)?;
-        let src = g.msgs.len() + 1;
-        let mut at = 0;
-        for _ in 0..count {
-            let len = got
-                .get(at..at + 4)
-                .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
-                .ok_or_else(|| Error::corrupt("bruck frame", "truncated length"))?;
-            if got.len() - at - 4 < len {
-                return Err(Error::corrupt("bruck frame", "truncated block"));
-            }
-            g.spans.push((src, at + 4..at + 4 + len));
-            at += 4 + len;
-        }
-        if at != got.len() {
-            return Err(Error::corrupt("bruck frame", "trailing bytes"));
-        }
-        g.msgs.push(got);
-        dist <<= 1;
-    }
-    t.give_buffer(send);
-    // spans[i] is rank (r + i) % p's block.
-    g.spans.rotate_right(r);
-    Ok(g)
 }

@@ -2,11 +2,11 @@
 
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::dense::{bruck_allgather, recursive_doubling_allgather};
+use crate::dense::{gather_bruck, recursive_doubling_allgather};
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
-    Id, PairsView, Reduced, decode_stream, encode_stream, enter, gather_bruck, le_bytes, le_u32s,
-    pairs_view, take_parts,
+    Id, PairsView, Reduced, StreamView, encode_stream, enter, into_new, le_bytes, le_u32s,
+    stream_view, take_parts,
 };
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
@@ -15,21 +15,6 @@ use sparse_core::sparse::merge_sum_into;
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
 use std::borrow::Cow;
-
-/// The entries of `v` in `lo..lo + len`, re-indexed from 0.
-fn slice<E: Element>(v: &SparseVec<E>, lo: usize, len: usize) -> SparseVec<E> {
-    let (_, idx, val) = v.restrict(lo, len).into_parts();
-    SparseVec::new_unchecked(len, idx.iter().map(|&i| i - lo as u32).collect(), val)
-}
-
-/// Sparse entries re-indexed by `+ lo` into dimension `dim`.
-fn shift<E: Element>(v: &SparseVec<E>, lo: usize, dim: usize) -> SparseVec<E> {
-    SparseVec::new_unchecked(
-        dim,
-        v.indices().iter().map(|&i| i + lo as u32).collect(),
-        v.values().to_vec(),
-    )
-}
 
 /// How the reduced partitions travel in the allgather phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,99 +33,6 @@ pub(crate) enum Gather {
     Bruck,
     /// Recursive doubling with MPICH's fold (TopkDSA as SparDL runs it).
     RecursiveDoubling,
-}
-
-pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    phase: Phase,
-    gather: Gather,
-    id: Id,
-) -> Result<Reduced<E>> {
-    let dim = v.dim();
-    let qbits = match phase {
-        Phase::Dense(Some(q)) => q.bits() as u64 | (q.bucket() as u64) << 8,
-        _ => 0,
-    };
-    // The dense phase holds the whole result densely: probe for it before
-    // the call, so that a refused allocation is an error on every rank.
-    let local = match phase {
-        Phase::Dense(_) => {
-            sparse_core::alloc::probe(dense_phase_bytes::<E>(dim, t.size()), "DSAR's dense result")
-        }
-        Phase::Sparse => Ok(()),
-    };
-    let start = enter(t, id, v, &[("quantization", qbits)], local)?;
-    let (p, r) = (t.size(), t.rank());
-    let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
-    // Split phase: P - 1 direct steps; at step s send partition (r + s) to
-    // its owner and receive this rank's partition from rank r - s.
-    let mut parts: Vec<Option<SparseVec<E>>> = vec![None; p];
-    parts[r] = Some(slice(v, lo, len));
-    for s in 1..p {
-        let (to, from) = ((r + s) % p, (r + p - s) % p);
-        let mine = Stream::Sparse(slice(v, even_start(to, dim, p), even_len(to, dim, p)));
-        let got = t.exchange(to, &encode_stream(&mine), from)?;
-        parts[from] = Some(match decode_stream::<E>(&got, len)? {
-            Stream::Sparse(s) => s,
-            Stream::Dense(_) => {
-                return Err(Error::corrupt(
-                    "split message",
-                    "dense stream in the split phase",
-                ));
-            }
-        });
-    }
-    // Reduce this rank's partition, contributions in rank order.
-    let mut acc = Stream::Sparse(SparseVec::zeros(len)?);
-    for part in parts.into_iter().flatten() {
-        acc = acc.sum(&Stream::Sparse(part))?;
-    }
-    // Encode the partition for the allgather; keep what quantization loses.
-    let mut dropped = SparseVec::zeros(dim)?;
-    let block = match phase {
-        Phase::Sparse => encode_stream(&acc),
-        Phase::Dense(None) => encode_stream(&Stream::Dense(acc.to_dense())),
-        Phase::Dense(Some(q)) => {
-            let exact = acc.to_dense();
-            let mut out = vec![2u8];
-            // Levels are lowered where a remainder would round, so that
-            // what is sent plus `dropped` is the partition sum bit for bit.
-            let rest =
-                Qsgd(q.with_seed(q.seed() ^ r as u64)).encode_with_remainder(&exact, &mut out)?;
-            dropped = shift(&SparseVec::from_dense(&rest)?, lo, dim);
-            out
-        }
-    };
-    let blocks = match gather {
-        Gather::Bruck => bruck_allgather(t, &block)?,
-        Gather::RecursiveDoubling => recursive_doubling_allgather(t, &block)?,
-    };
-    let mut result_idx = Vec::new();
-    let mut result_val = Vec::new();
-    for (q, b) in blocks.iter().enumerate() {
-        let (qlo, qlen) = (even_start(q, dim, p), even_len(q, dim, p));
-        let part: SparseVec<E> = if b.first() == Some(&2) {
-            let mut rd = Reader::new(&b[1..], "qsgd partition");
-            let vals: Vec<E> = Qsgd(QsgdParams::new(2, 1, 0)?).decode(&mut rd, qlen)?;
-            rd.finish()?;
-            SparseVec::from_dense(&vals)?
-        } else {
-            match decode_stream::<E>(b, qlen)? {
-                Stream::Sparse(s) => s,
-                Stream::Dense(d) => SparseVec::from_dense(&d)?,
-            }
-        };
-        result_idx.extend(part.indices().iter().map(|&i| i + qlo as u32));
-        result_val.extend_from_slice(part.values());
-    }
-    let result = SparseVec::new(dim, result_idx, result_val)
-        .map_err(|e| Error::corrupt("allgather block", e))?;
-    Ok(Reduced {
-        result,
-        dropped,
-        traffic: t.traffic().since(&start),
-    })
 }
 
 /// The bytes DSAR holds at its peak for a result of dimension `dim`: the
@@ -174,7 +66,16 @@ pub fn ssar_split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    split_allgather(t, v, Phase::Sparse, Gather::Bruck, Id::SsarSplitAllgather)
+    into_new(|out| {
+        split_allgather(
+            t,
+            v,
+            Phase::Sparse,
+            Gather::Bruck,
+            Id::SsarSplitAllgather,
+            out,
+        )
+    })
 }
 
 /// DSAR_Split_allgather: the split phase of [`ssar_split_allgather`], then
@@ -196,12 +97,32 @@ pub fn dsar_split_allgather<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     qsgd: Option<QsgdParams>,
 ) -> Result<Reduced<E>> {
+    into_new(|out| {
+        split_allgather(
+            t,
+            v,
+            Phase::Dense(qsgd),
+            Gather::Bruck,
+            Id::DsarSplitAllgather,
+            out,
+        )
+    })
+}
+
+/// [`topk_dsa`](crate::topk_dsa): the split phase, then a
+/// recursive-doubling allgather of the partitions as sparse streams.
+pub(crate) fn topk_dsa_into<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    out: &mut Reduced<E>,
+) -> Result<()> {
     split_allgather(
         t,
         v,
-        Phase::Dense(qsgd),
-        Gather::Bruck,
-        Id::DsarSplitAllgather,
+        Phase::Sparse,
+        Gather::RecursiveDoubling,
+        Id::TopkDsa,
+        out,
     )
 }
 
@@ -237,7 +158,14 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        split_allgather_into(t, v, false, Gather::Bruck, Id::SsarSplitAllgather, out)
+        split_allgather(
+            t,
+            v,
+            Phase::Sparse,
+            Gather::Bruck,
+            Id::SsarSplitAllgather,
+            out,
+        )
     }
 }
 
@@ -326,12 +254,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         )))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        let q = self.qsgd.map(|q| {
-            let mut mix = sparse_core::SplitMix64(q.seed() ^ self.calls.rotate_left(32));
-            q.with_seed(mix.next_u64())
-        });
-        self.calls += 1;
-        dsar_split_allgather(t, v, q)
+        into_new(|out| self.allreduce_into(t, v, out))
     }
     fn allreduce_into(
         &mut self,
@@ -339,12 +262,19 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        if self.qsgd.is_some() {
-            *out = self.allreduce(t, v)?;
-            return Ok(());
-        }
+        let q = self.qsgd.map(|q| {
+            let mut mix = sparse_core::SplitMix64(q.seed() ^ self.calls.rotate_left(32));
+            q.with_seed(mix.next_u64())
+        });
         self.calls += 1;
-        split_allgather_into(t, v, true, Gather::Bruck, Id::DsarSplitAllgather, out)
+        split_allgather(
+            t,
+            v,
+            Phase::Dense(q),
+            Gather::Bruck,
+            Id::DsarSplitAllgather,
+            out,
+        )
     }
 }
 
@@ -368,78 +298,47 @@ pub(crate) fn dsar_qsgd<E: Element>(params: &mut Params) -> Result<Box<dyn Spars
     )))
 }
 
-/// A received partition: sparse pairs (indices relative to the
-/// partition) or dense values.
-enum PartView<'b, E: Element> {
-    Sparse(Cow<'b, [u32]>, Cow<'b, [E]>),
-    Dense(Cow<'b, [E]>),
-}
-
-/// Reads a stream block ([`encode_stream`]'s layout) of dimension `len`
-/// in place.
-fn stream_view<'b, E: Element>(
-    b: &'b [u8],
-    len: usize,
-    what: &'static str,
-) -> Result<PartView<'b, E>> {
-    let corrupt = |d: &str| Error::corrupt(what, d);
-    match b.first() {
-        Some(0) => {
-            let nnz = b
-                .get(1..5)
-                .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
-                .ok_or_else(|| corrupt("truncated"))?;
-            let (i, x) = pairs_view(&b[5..], nnz, len, what)?;
-            Ok(PartView::Sparse(i, x))
-        }
-        Some(1) => {
-            if b.len() != 1 + len * E::BYTES {
-                return Err(corrupt("dense length"));
-            }
-            let body = &b[1..];
-            Ok(PartView::Dense(
-                match bytemuck::try_cast_slice::<u8, E>(body) {
-                    Ok(s) if cfg!(target_endian = "little") => Cow::Borrowed(s),
-                    _ => Cow::Owned(body.chunks_exact(E::BYTES).map(E::read_le).collect()),
-                },
-            ))
-        }
-        _ => Err(corrupt("bad tag")),
-    }
-}
-
-/// The split-allgather family without QSGD into `out`, reusing its
-/// allocations and the transport's buffer pool: the same messages, the
-/// same traffic and the same bits as [`split_allgather`], with the
-/// partition messages written from the input and read in place. Where the
-/// partition sum would turn dense past delta in the sparse phase, the sum
-/// is formed again by [`Stream::sum`], so the wire and the result stay
-/// exactly [`split_allgather`]'s.
-pub(crate) fn split_allgather_into<T: Transport + ?Sized, E: Element>(
+/// The split-allgather family, into `out` (its allocations reused, as
+/// the transport's buffer pool is): the split phase writes each owner's
+/// entries straight from the input, received pairs are read in place, and
+/// each owner sums its partition in rank order
+/// ([`sparse_core::sparse::merge_sum_into`]). In the sparse phase a sum
+/// past delta is formed again by [`Stream::sum`], which turns dense on the
+/// way as SparCML's stream does, so that what travels is the stream's.
+fn split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    dense_phase: bool,
+    phase: Phase,
     gather: Gather,
     id: Id,
     out: &mut Reduced<E>,
 ) -> Result<()> {
     let dim = v.dim();
-    let local = if dense_phase {
-        sparse_core::alloc::probe(dense_phase_bytes::<E>(dim, t.size()), "DSAR's dense result")
-    } else {
-        Ok(())
+    let qbits = match phase {
+        Phase::Dense(Some(q)) => q.bits() as u64 | (q.bucket() as u64) << 8,
+        _ => 0,
     };
-    let start = enter(t, id, v, &[("quantization", 0)], local)?;
+    // The dense phase holds the whole result densely: probe for it before
+    // the call, so that a refused allocation is an error on every rank.
+    let local = match phase {
+        Phase::Dense(_) => {
+            sparse_core::alloc::probe(dense_phase_bytes::<E>(dim, t.size()), "DSAR's dense result")
+        }
+        Phase::Sparse => Ok(()),
+    };
+    let start = enter(t, id, v, &[("quantization", qbits)], local)?;
     let (p, r) = (t.size(), t.rank());
-    let len = even_len(r, dim, p);
+    let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
+    // Partition q's entries of the input: its start and their positions.
     let range_of = |q: usize| {
         let (qlo, qlen) = (even_start(q, dim, p), even_len(q, dim, p));
         let a = v.indices().partition_point(|&i| (i as usize) < qlo);
         let b = v.indices().partition_point(|&i| (i as usize) < qlo + qlen);
         (qlo as u32, a..b)
     };
-    // Split phase: the entries of partition `to`, re-indexed, as a sparse
-    // stream written straight from the input.
+    // Split phase: P - 1 direct steps; at step s send partition (r + s),
+    // re-indexed, as a sparse stream to its owner and receive this rank's
+    // partition from rank r - s.
     let mut send = t.take_buffer();
     let mut got: Vec<Vec<u8>> = Vec::with_capacity(p);
     for s in 1..p {
@@ -456,7 +355,9 @@ pub(crate) fn split_allgather_into<T: Transport + ?Sized, E: Element>(
         t.exchange_into(to, &send, from, &mut msg)?;
         got.push(msg);
     }
-    // This rank's partition from every rank, in rank order.
+    t.give_buffer(send);
+    // This rank's partition from every rank, in rank order; the message
+    // from rank q arrived at step (r - q) mod P.
     let (qlo, span) = range_of(r);
     let own_idx: Vec<u32> = v.indices()[span.clone()].iter().map(|&i| i - qlo).collect();
     let mut parts: Vec<PairsView<'_, E>> = Vec::with_capacity(p);
@@ -468,10 +369,9 @@ pub(crate) fn split_allgather_into<T: Transport + ?Sized, E: Element>(
             ));
             continue;
         }
-        // The message from rank q arrived at step (r - q) mod P.
         match stream_view::<E>(&got[(r + p - q) % p - 1], len, "split message")? {
-            PartView::Sparse(i, x) => parts.push((i, x)),
-            PartView::Dense(_) => {
+            StreamView::Sparse(pairs) => parts.push(pairs),
+            StreamView::Dense(_) => {
                 return Err(Error::corrupt(
                     "split message",
                     "dense stream in the split phase",
@@ -479,6 +379,7 @@ pub(crate) fn split_allgather_into<T: Transport + ?Sized, E: Element>(
             }
         }
     }
+    // The sum, alternating between the result's and dropped's vectors.
     let (mut ai, mut av) = take_parts(&mut out.result);
     let (mut bi, mut bv) = take_parts(&mut out.dropped);
     for (i, x) in &parts {
@@ -486,111 +387,122 @@ pub(crate) fn split_allgather_into<T: Transport + ?Sized, E: Element>(
         std::mem::swap(&mut ai, &mut bi);
         std::mem::swap(&mut av, &mut bv);
     }
-    // The partition's block for the allgather.
-    let sparse_sum = !dense_phase && ai.len() <= Stream::<E>::delta(len);
-    let mut block = t.take_buffer();
-    block.clear();
-    let header;
-    let (hi, hv) = (le_u32s(&ai), le_bytes(&av));
-    let own: [&[u8]; 3] = if sparse_sum {
-        let mut h = [0u8; 5];
-        h[1..].copy_from_slice(&(ai.len() as u32).to_le_bytes());
-        header = h;
-        [&header[..], &hi[..], &hv[..]]
+    // The partition's block for the allgather: the sparse sum itself as a
+    // stream, written from its vectors; or a block encoded here.
+    let sparse_sum = phase == Phase::Sparse && ai.len() <= Stream::<E>::delta(len);
+    let mut header = [0u8; 5];
+    header[1..].copy_from_slice(&(ai.len() as u32).to_le_bytes());
+    // What QSGD removes from the partition (dense, this rank's share of
+    // `dropped`).
+    let mut rest: Option<Vec<E>> = None;
+    let block = if sparse_sum {
+        Vec::new()
     } else {
-        let sum = if dense_phase {
+        let dense = || {
             let mut d = vec![E::zero(); len];
             for (&i, &x) in ai.iter().zip(av.iter()) {
                 d[i as usize] = x;
             }
-            Stream::Dense(d)
-        } else {
-            // Past delta: the stream's own sum, which turns dense on the
-            // way exactly as split_allgather's does.
-            let mut acc = Stream::Sparse(SparseVec::zeros(len)?);
-            for (i, x) in &parts {
-                let part = SparseVec::new_unchecked(len, i.to_vec(), x.to_vec());
-                acc = acc.sum(&Stream::Sparse(part))?;
-            }
-            acc
+            d
         };
-        block = encode_stream(&sum);
-        header = [0; 5];
-        [&block[..], &header[..0], &header[..0]]
+        match phase {
+            Phase::Sparse => {
+                let mut acc = Stream::Sparse(SparseVec::zeros(len)?);
+                for (i, x) in &parts {
+                    let part = SparseVec::new_unchecked(len, i.to_vec(), x.to_vec());
+                    acc = acc.sum(&Stream::Sparse(part))?;
+                }
+                encode_stream(&acc)
+            }
+            Phase::Dense(None) => encode_stream(&Stream::Dense(dense())),
+            Phase::Dense(Some(q)) => {
+                let mut b = vec![2u8];
+                // Levels are lowered where a remainder would round, so that
+                // what is sent plus `dropped` is the partition sum bit for
+                // bit.
+                rest = Some(
+                    Qsgd(q.with_seed(q.seed() ^ r as u64))
+                        .encode_with_remainder(&dense(), &mut b)?,
+                );
+                b
+            }
+        }
     };
-    let own_len: usize = own.iter().map(|b| b.len()).sum();
-    let mut result_i = bi;
-    let mut result_v = bv;
+    drop(parts);
+    got.into_iter().for_each(|m| t.give_buffer(m));
+    let (hi, hv) = (le_u32s(&ai), le_bytes(&av));
+    let own: Vec<&[u8]> = if sparse_sum {
+        vec![&header, &hi, &hv]
+    } else {
+        vec![&block]
+    };
+    // The result: every partition in rank order, shifted to its place.
+    let (mut result_i, mut result_v) = (bi, bv);
     result_i.clear();
     result_v.clear();
-    let mut append = |view: PartView<'_, E>, qlo: usize| match view {
-        PartView::Sparse(i, x) => {
-            result_i.extend(i.iter().map(|&i| i + qlo as u32));
-            result_v.extend_from_slice(&x);
-        }
-        PartView::Dense(d) => {
-            for (i, &x) in d.iter().enumerate() {
-                if x != E::zero() {
-                    result_i.push((qlo + i) as u32);
-                    result_v.push(x);
+    let mut append = |q: usize, b: Option<&[u8]>| -> Result<()> {
+        let qlo = even_start(q, dim, p) as u32;
+        let view = match b {
+            None if sparse_sum => {
+                StreamView::Sparse((Cow::Borrowed(&ai[..]), Cow::Borrowed(&av[..])))
+            }
+            None => block_view(&block, len)?,
+            Some(b) => block_view(b, even_len(q, dim, p))?,
+        };
+        match view {
+            StreamView::Sparse((i, x)) => {
+                result_i.extend(i.iter().map(|&i| i + qlo));
+                result_v.extend_from_slice(&x);
+            }
+            StreamView::Dense(d) => {
+                for (i, &x) in d.iter().enumerate() {
+                    if x != E::zero() {
+                        result_i.push(qlo + i as u32);
+                        result_v.push(x);
+                    }
                 }
             }
         }
+        Ok(())
     };
-    let qstart = |q: usize| even_start(q, dim, p);
     match gather {
         Gather::Bruck => {
             let g = gather_bruck(t, &own)?;
             for q in 0..p {
-                let view = if q == r {
-                    own_view(&own, sparse_sum, &ai, &av, len)?
-                } else {
-                    stream_view::<E>(g.block(q), even_len(q, dim, p), "allgather block")?
-                };
-                append(view, qstart(q));
+                append(q, g.block(q))?;
             }
             g.release(t);
         }
         Gather::RecursiveDoubling => {
-            let mut flat = Vec::with_capacity(own_len);
-            own.iter().for_each(|b| flat.extend_from_slice(b));
-            let blocks = recursive_doubling_allgather(t, &flat)?;
-            for (q, b) in blocks.iter().enumerate() {
-                let view = if q == r {
-                    own_view(&own, sparse_sum, &ai, &av, len)?
-                } else {
-                    stream_view::<E>(b, even_len(q, dim, p), "allgather block")?
-                };
-                append(view, qstart(q));
+            let flat = own.concat();
+            for (q, b) in recursive_doubling_allgather(t, &flat)?.iter().enumerate() {
+                append(q, (q != r).then_some(&b[..]))?;
             }
         }
     }
-    drop(parts);
-    got.into_iter().for_each(|m| t.give_buffer(m));
-    t.give_buffer(send);
-    if sparse_sum {
-        t.give_buffer(block);
-    }
+    // This rank's share of what QSGD dropped, in the sum's old vectors.
     ai.clear();
     av.clear();
+    for (i, &x) in rest.iter().flatten().enumerate() {
+        if x != E::zero() {
+            ai.push((lo + i) as u32);
+            av.push(x);
+        }
+    }
     out.result = SparseVec::new_unchecked(dim, result_i, result_v);
     out.dropped = SparseVec::new_unchecked(dim, ai, av);
     out.traffic = t.traffic().since(&start);
     Ok(())
 }
 
-/// This rank's own partition as the others read it: the sparse sum itself,
-/// or its dense block read back (zeros dropped, as a receiver drops them).
-fn own_view<'b, E: Element>(
-    own: &[&'b [u8]; 3],
-    sparse_sum: bool,
-    ai: &'b [u32],
-    av: &'b [E],
-    len: usize,
-) -> Result<PartView<'b, E>> {
-    if sparse_sum {
-        Ok(PartView::Sparse(Cow::Borrowed(ai), Cow::Borrowed(av)))
-    } else {
-        stream_view(own[0], len, "allgather block")
+/// An allgathered partition of dimension `len`: a stream, or (tag 2) a
+/// QSGD-encoded dense partition, read back dense.
+fn block_view<E: Element>(b: &[u8], len: usize) -> Result<StreamView<'_, E>> {
+    if b.first() != Some(&2) {
+        return stream_view(b, len, "allgather block");
     }
+    let mut rd = Reader::new(&b[1..], "qsgd partition");
+    let vals: Vec<E> = Qsgd(QsgdParams::new(2, 1, 0)?).decode(&mut rd, len)?;
+    rd.finish()?;
+    Ok(StreamView::Dense(Cow::Owned(vals)))
 }

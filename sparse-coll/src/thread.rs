@@ -172,7 +172,8 @@ impl ThreadTransport {
 
     fn send_raw(&mut self, to: usize, data: &[u8]) -> Result<()> {
         self.check_peer(to)?;
-        let mut msg = self.pool.take();
+        let mut msg = self.pool.take_fitting(data.len());
+        msg.clear();
         msg.extend_from_slice(data);
         self.senders[to].send(msg).map_err(|_| Error::PeerFailed {
             rank: self.rank,

@@ -4,9 +4,9 @@
 use crate::Traffic;
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::dense::bruck_allgather;
+use crate::dense::{bruck_allgather, gather_bruck};
 use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Id, Reduced, enter, gather_bruck, le_bytes, le_u32s, pairs_view, take_parts};
+use crate::sparse::{Id, Reduced, enter, into_new, le_bytes, le_u32s, pairs_view, take_parts};
 use crate::values::{WireValues, values_param, values_param_of};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
@@ -69,9 +69,7 @@ pub fn topk_a_with<T: Transport + ?Sized, E: Element>(
             traffic: t.traffic().since(&start),
         });
     }
-    let mut out = Reduced::default();
-    raw_into(t, v, start, &mut out)?;
-    Ok(out)
+    into_new(|out| raw_into(t, v, start, out))
 }
 
 /// [`topk_a`] into `out`, reusing its allocations and the transport's
@@ -103,19 +101,15 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
     start: Traffic,
     out: &mut Reduced<E>,
 ) -> Result<()> {
-    let (dim, p, r) = (v.dim(), t.size(), t.rank());
+    let (dim, p) = (v.dim(), t.size());
     let (idx, val) = (le_u32s(v.indices()), le_bytes(v.values()));
     let own = [&idx[..], &val[..]];
     let g = gather_bruck(t, &own)?;
     let views = (0..p)
-        .map(|q| {
-            if q == r {
-                Ok((Cow::Borrowed(v.indices()), Cow::Borrowed(v.values())))
-            } else {
-                let b = g.block(q);
-                // The Bruck frame carries the length: nnz follows from it.
-                pairs_view::<E>(b, b.len() / (4 + E::BYTES), dim, "topk_a message")
-            }
+        .map(|q| match g.block(q) {
+            None => Ok((Cow::Borrowed(v.indices()), Cow::Borrowed(v.values()))),
+            // The Bruck frame carries the length: nnz follows from it.
+            Some(b) => pairs_view::<E>(b, b.len() / (4 + E::BYTES), dim, "topk_a message"),
         })
         .collect::<Result<Vec<_>>>()?;
     // The sum in rank order, alternating between the result's and the

@@ -3,8 +3,9 @@
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Id, Reduced};
-use crate::split_allgather::{Gather, Phase, split_allgather, split_allgather_into};
+use crate::sparse::Reduced;
+use crate::sparse::into_new;
+use crate::split_allgather::topk_dsa_into;
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec};
 
@@ -32,7 +33,7 @@ pub fn topk_dsa<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, Id::TopkDsa)
+    into_new(|out| topk_dsa_into(t, v, out))
 }
 
 /// [`topk_dsa`] as a [`SparseAllreduce`] (registry name `topk_dsa`).
@@ -69,7 +70,7 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        split_allgather_into(t, v, false, Gather::RecursiveDoubling, Id::TopkDsa, out)
+        topk_dsa_into(t, v, out)
     }
 }
 

@@ -58,26 +58,38 @@ impl TrafficCounter {
     }
 }
 
-/// A few buffers kept for reuse, the largest first: what
-/// [`Transport::take_buffer`] and [`Transport::give_buffer`] need.
+/// A few buffers kept for reuse, ordered by capacity: what
+/// [`Transport::take_buffer`] and [`Transport::give_buffer`] need. A buffer
+/// keeps its length and contents while it waits, so that a receive into it
+/// (which resizes it to the message) writes zeros only where it grows.
 #[derive(Debug, Default)]
 pub struct BufferPool {
+    /// Ascending by capacity.
     spare: Vec<Vec<u8>>,
 }
 
 impl BufferPool {
     /// How many buffers a pool keeps.
     const KEEP: usize = 4;
-    /// The largest spare buffer, or an empty one.
+    /// The largest spare buffer (a receive may need the most room), or an
+    /// empty one; its contents are unspecified.
     pub fn take(&mut self) -> Vec<u8> {
         self.spare.pop().unwrap_or_default()
     }
+    /// The smallest spare buffer that holds `len` bytes, or a new one of
+    /// that capacity: for a message of known length, so that a small one
+    /// does not carry off the large buffers. Its contents are unspecified.
+    pub fn take_fitting(&mut self, len: usize) -> Vec<u8> {
+        match self.spare.iter().position(|b| b.capacity() >= len) {
+            Some(i) => self.spare.remove(i),
+            None => Vec::with_capacity(len),
+        }
+    }
     /// Keeps `buf` if it is among the `KEEP` largest.
-    pub fn give(&mut self, mut buf: Vec<u8>) {
+    pub fn give(&mut self, buf: Vec<u8>) {
         if buf.capacity() == 0 {
             return;
         }
-        buf.clear();
         let at = self
             .spare
             .partition_point(|b| b.capacity() <= buf.capacity());
@@ -146,7 +158,8 @@ pub trait Transport {
     /// [`Transport::recv_into`]: one that an earlier
     /// [`Transport::give_buffer`] returned, so that a collective called
     /// again receives into memory already mapped instead of fresh pages;
-    /// empty (no allocation) by default.
+    /// empty (no allocation) by default. Its contents are unspecified: a
+    /// receive replaces them, a sender clears it first.
     fn take_buffer(&mut self) -> Vec<u8> {
         Vec::new()
     }
@@ -178,5 +191,31 @@ pub trait Transport {
     /// As [`Transport::allreduce_sum_f32`].
     fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
         crate::dense::ring_allreduce_into(self, x, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BufferPool;
+
+    /// The pool keeps the four largest buffers; `take` hands out the
+    /// largest, `take_fitting` the smallest that fits (else a new one), and
+    /// a buffer keeps its length while it waits.
+    #[test]
+    fn buffer_pool_keeps_the_largest_and_fits_requests() {
+        let mut pool = BufferPool::default();
+        pool.give(Vec::new()); // no allocation: not kept
+        for cap in [10usize, 50, 20, 40, 30] {
+            let mut b = Vec::with_capacity(cap);
+            b.resize(cap / 2, 7u8);
+            pool.give(b);
+        }
+        let caps = |p: &BufferPool| p.spare.iter().map(Vec::capacity).collect::<Vec<_>>();
+        assert_eq!(caps(&pool), [20, 30, 40, 50]);
+        let fit = pool.take_fitting(25);
+        assert_eq!((fit.capacity(), fit.len()), (30, 15));
+        assert_eq!(pool.take_fitting(60).capacity(), 60);
+        assert_eq!(pool.take().capacity(), 50);
+        assert_eq!(caps(&pool), [20, 40]);
     }
 }
