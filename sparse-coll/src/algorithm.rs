@@ -59,8 +59,8 @@ pub trait SparseAllreduce<E: Element>: Send {
     /// [`SparseAllreduce::allreduce`] into `out`, which a caller keeps
     /// across calls (start from [`Reduced::default`]): its contents are
     /// replaced, and where the algorithm builds its result in place
-    /// (TopkA, SSAR, the split-allgather family) its allocations are
-    /// reused, so a training loop's collective allocates nothing once
+    /// (TopkA with raw values; SSAR_Split_allgather, TopkDSA and DSAR) its
+    /// allocations are reused, so a training loop's collective allocates nothing once
     /// warm. The default moves [`SparseAllreduce::allreduce`]'s result in.
     /// On an error `out` holds no valid result.
     ///

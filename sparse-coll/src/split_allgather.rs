@@ -66,16 +66,23 @@ pub fn ssar_split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    into_new(|out| {
-        split_allgather(
-            t,
-            v,
-            Phase::Sparse,
-            Gather::Bruck,
-            Id::SsarSplitAllgather,
-            out,
-        )
-    })
+    into_new(|out| ssar_split_allgather_into(t, v, out))
+}
+
+/// [`ssar_split_allgather`] into `out`, reusing its allocations.
+fn ssar_split_allgather_into<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    split_allgather(
+        t,
+        v,
+        Phase::Sparse,
+        Gather::Bruck,
+        Id::SsarSplitAllgather,
+        out,
+    )
 }
 
 /// DSAR_Split_allgather: the split phase of [`ssar_split_allgather`], then
@@ -158,14 +165,7 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        split_allgather(
-            t,
-            v,
-            Phase::Sparse,
-            Gather::Bruck,
-            Id::SsarSplitAllgather,
-            out,
-        )
+        ssar_split_allgather_into(t, v, out)
     }
 }
 
