@@ -259,6 +259,25 @@ fn compact<W: Word>(
 /// one (47% of 64-element chunks).
 pub(crate) const SCREEN: usize = 16;
 
+/// Bit `j` set where `hit(chunk[j])`, for a chunk of at most [`SCREEN`]
+/// elements: a full chunk unrolls into one vector compare and a move of
+/// its mask.
+#[inline]
+pub(crate) fn hit_mask<W: Word>(chunk: &[W], hit: impl Fn(W) -> bool) -> u32 {
+    debug_assert!(chunk.len() <= SCREEN);
+    if let Ok(full) = <&[W; SCREEN]>::try_from(chunk) {
+        let mut m = 0u32;
+        for (j, &b) in full.iter().enumerate() {
+            m |= u32::from(hit(b)) << j;
+        }
+        return m;
+    }
+    chunk
+        .iter()
+        .enumerate()
+        .fold(0u32, |m, (j, &b)| m | (u32::from(hit(b)) << j))
+}
+
 /// Appends to `out` the positions (from `base`) of the elements of `chunk`
 /// (at most [`SCREEN`]) for which `take` holds, in order. Each position is written
 /// and the end advanced by the test's result, with no branch per element:

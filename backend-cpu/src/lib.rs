@@ -49,31 +49,43 @@ pub struct Cpu;
 /// far below `f32::MAX`.
 const F32_SUM_SAFE: f64 = 1e36;
 
-/// `sum |x_i|` of an `f32` chunk: `f32` partial sums of eight elements
-/// (sixteen lanes of eight adds each, vectorized, where the `f64` path
-/// converts every element), added in `f64`. Each partial sum of
-/// non-negative terms is within `8 * 2^-24` relative of exact, so the
-/// chunk's sum is within `5e-7` relative (finite inputs, magnitudes at
-/// most [`F32_SUM_SAFE`]); the shared suite checks the mean within `1e-5`.
-fn f32_abs_sum(x: &[f32]) -> f64 {
+/// `(max |x_i|, sum |x_i|)` of an `f32` chunk in one vectorized loop:
+/// sixteen lanes keep a running maximum and `f32` partial sums of eight
+/// elements each, which are added in `f64` (where the `f64` path converts
+/// every element). Each partial sum of non-negative terms is within
+/// `8 * 2^-24` relative of exact, so the chunk's sum is within `5e-7`
+/// relative when every magnitude is at most [`F32_SUM_SAFE`] (the caller
+/// checks the maximum and otherwise sums in `f64`); the shared suite checks
+/// the mean within `1e-5`. A NaN is skipped by the maximum and makes the sum
+/// NaN, which is how the caller finds it.
+fn f32_abs_stats(x: &[f32]) -> (f32, f64) {
     const LANES: usize = 16;
+    let mut max = [0.0f32; LANES];
+    let mut wide = [0.0f64; LANES];
     let mut total = 0.0f64;
-    for block in x.chunks(LANES * 8) {
+    let mut blocks = x.chunks_exact(LANES * 8);
+    for block in &mut blocks {
         let mut acc = [0.0f32; LANES];
-        let mut rows = block.chunks_exact(LANES);
-        for row in &mut rows {
-            for (a, &v) in acc.iter_mut().zip(row) {
-                *a += v.abs();
+        for row in block.chunks_exact(LANES) {
+            for j in 0..LANES {
+                let v = row[j].abs();
+                acc[j] += v;
+                max[j] = if v > max[j] { v } else { max[j] };
             }
         }
-        total += acc.iter().map(|&a| f64::from(a)).sum::<f64>();
-        total += rows
-            .remainder()
-            .iter()
-            .map(|&v| f64::from(v.abs()))
-            .sum::<f64>();
+        for j in 0..LANES {
+            wide[j] += f64::from(acc[j]);
+        }
     }
-    total
+    for &v in blocks.remainder() {
+        let v = v.abs();
+        total += f64::from(v);
+        max[0] = if v > max[0] { v } else { max[0] };
+    }
+    (
+        max.iter().fold(0.0f32, |m, &v| m.max(v)),
+        total + wide.iter().sum::<f64>(),
+    )
 }
 
 /// Elements per chunk of the fused reductions (16 KiB of `f32`: several
@@ -180,47 +192,39 @@ fn count_keys_above<W: Word>(bits: &[W], t: u64, inf: u64) -> (usize, bool) {
 }
 
 /// `(count of magnitude keys above each of up to 8 thresholds, NaN seen)`
-/// in one pass: every element is compared with all eight (missing ones
-/// are the largest key, which nothing is above), which vectorizes.
+/// in one pass over memory: a chunk small enough for L1 is read once from
+/// memory and then counted against each threshold in turn, each count a
+/// vectorized compare over the chunk's elements.
 fn count_keys_above_each<W: Word>(bits: &[W], ts: &[u64], inf: u64) -> ([usize; 8], bool) {
-    let mut t = [!W::from_u64(0); 8];
-    for (slot, &key) in t.iter_mut().zip(ts) {
-        *slot = W::from_u64(key);
-    }
     let inf = W::from_u64(inf);
     let (mut count, mut nan) = ([0usize; 8], false);
-    for chunk in bits.chunks(1 << 16) {
-        let (mut c, mut n) = ([0u32; 8], false);
-        for &b in chunk {
-            let k = keys::abs(b);
-            for j in 0..8 {
-                c[j] += u32::from(k > t[j]);
-            }
-            n |= k > inf;
+    for chunk in bits.chunks(STATS_CHUNK) {
+        for (c, &t) in count.iter_mut().zip(ts) {
+            let t = W::from_u64(t);
+            *c += chunk
+                .iter()
+                .fold(0u32, |n, &b| n + u32::from(keys::abs(b) > t)) as usize;
         }
-        for j in 0..8 {
-            count[j] += c[j] as usize;
-        }
-        nan |= n;
+        nan |= chunk.iter().fold(false, |n, &b| n | (keys::abs(b) > inf));
     }
     (count, nan)
 }
 
-/// `(indices with magnitude key above t, NaN seen)`, in index order. Chunks
-/// of 64 are first tested as a whole (a vectorized any-hit test), so the
-/// scalar, branchy pass only visits chunks that hold a hit.
+/// `(indices with magnitude key above t, NaN seen)`, in index order. Each
+/// chunk of [`keys::SCREEN`] is compared as a whole into a bit mask (a
+/// vectorized compare), and only the set bits are visited: a NaN's key is
+/// above infinity's and so above `t`, so it is among them.
 fn compact_keys_above<W: Word>(bits: &[W], t: u64, inf: u64) -> (Vec<u32>, bool) {
     let (t, inf) = (W::from_u64(t), W::from_u64(inf));
     let mut out = Vec::new();
     let mut nan = false;
     for (c, chunk) in bits.chunks(keys::SCREEN).enumerate() {
-        let hits = chunk.iter().fold(false, |h, &b| h | (keys::abs(b) > t));
-        if hits {
-            keys::push_where(&mut out, chunk, c * keys::SCREEN, |b| {
-                let k = keys::abs(b);
-                nan |= k > inf;
-                k > t
-            });
+        let mut mask = keys::hit_mask(chunk, |b| keys::abs(b) > t);
+        while mask != 0 {
+            let o = mask.trailing_zeros() as usize;
+            nan |= keys::abs(chunk[o]) > inf;
+            out.push((c * keys::SCREEN + o) as u32);
+            mask &= mask - 1;
         }
     }
     (out, nan)
@@ -278,19 +282,29 @@ impl ReduceOps for Cpu {
         f64_sum(x, |v| v * v)
     }
     fn abs_stats<E: Element>(&self, x: &Vec<E>) -> Result<(E, f64)> {
-        // Both reductions a chunk at a time, the chunk still in L1 for the
-        // second: one pass over memory.
+        // Both reductions a chunk at a time: one pass over memory (for
+        // `f32`, one loop; otherwise two, the chunk still in L1 for the
+        // second).
         let inf = abs_key(E::infinity());
         let (mut max, mut sum) = (0u64, 0.0f64);
         for chunk in x.chunks(STATS_CHUNK) {
+            if E::BYTES == 4
+                && let Ok(f) = bytemuck::try_cast_slice::<E, f32>(chunk)
+            {
+                let (m, s) = f32_abs_stats(f);
+                if s.is_nan() {
+                    return Err(first_nan(x));
+                }
+                if f64::from(m) <= F32_SUM_SAFE {
+                    max = max.max(u64::from(m.to_bits()));
+                    sum += s;
+                    continue;
+                }
+            }
             let (m, nan) = by_width!(chunk, max_key(inf));
             nan_error(nan, x)?;
             max = max.max(m);
-            sum += if E::BYTES == 4 && m <= abs_key(E::from_f64_nearest(F32_SUM_SAFE)) {
-                f32_abs_sum(bytemuck::cast_slice(chunk))
-            } else {
-                f64_sum(chunk, |v| v.abs())?
-            };
+            sum += f64_sum(chunk, |v| v.abs())?;
         }
         let mean = if x.is_empty() {
             0.0

@@ -190,7 +190,7 @@ fn sampled_candidates<B: Backend, E: Element>(
 
 /// A non-finite error found in a sample or candidate set, re-derived on the
 /// input so that its index is the input's.
-fn in_input<B: Backend, E: Element>(
+pub(crate) fn in_input<B: Backend, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     e: sparse_core::Error,

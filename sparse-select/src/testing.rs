@@ -98,18 +98,72 @@ pub fn radix_topk_is_exact_in_every_order<B: Backend>(b: &B) {
     }
 }
 
+/// Inputs that mislead the sample the trimmed top-k predicts its rung
+/// from: large values only inside the sampled blocks (the prediction is
+/// too high, and the ladder goes on below it), or only outside them (too
+/// low, and the survivors are narrowed to the paper's rung), with the `k`
+/// that does it.
+fn misleading_samples() -> Vec<(String, Vec<f32>, usize)> {
+    let n = 1usize << 20;
+    let blocks = sparse_core::topk::narrowing_sample(n).expect("a sample at 2^20");
+    let mut sampled = vec![false; n];
+    for i in blocks.into_iter().flatten() {
+        sampled[i] = true;
+    }
+    let base = dense_values(n, ValueDist::Normal { std: 1.0 }, 21);
+    let mut out = Vec::new();
+    for (name, inside, count, k) in [("high", true, 500, 1000), ("low", false, 2000, 1000)] {
+        let mut x = base.clone();
+        let spots = (0..n)
+            .filter(|&i| sampled[i] == inside)
+            .step_by(7)
+            .take(count);
+        for (j, i) in spots.enumerate() {
+            x[i] = if j % 2 == 0 { 100.0 } else { -100.0 - j as f32 };
+        }
+        out.push((format!("prediction too {name}"), x, k));
+    }
+    out
+}
+
 /// One check of the suite (see the module doc).
 pub fn trimmed_topk_is_exact<B: Backend>(b: &B) {
+    for (name, x, k) in misleading_samples() {
+        let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+        let s = TrimmedTopK::default()
+            .select(b, &b.upload(&x).unwrap(), k)
+            .map(|s| host(b, s))
+            .unwrap();
+        assert_eq!(indices(&s), oracle_topk(&keys, k), "{name} k={k}");
+        check_values(&x, &s);
+    }
+    for epsilon in [0.0, -0.1, 1.5, f64::NAN] {
+        assert!(
+            matches!(
+                TrimmedTopK::new(epsilon),
+                Err(Error::InvalidParameter { .. })
+            ),
+            "epsilon {epsilon}"
+        );
+    }
+    let fine = TrimmedTopK::new(0.05).unwrap();
+    assert_eq!(fine.epsilon(), 0.05);
     for (name, x) in cases() {
         let buf = b.upload(&x).unwrap();
         let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
         for k in ks(x.len()) {
-            let s = TrimmedTopK::default()
-                .select(b, &buf, k)
-                .map(|s| host(b, s))
-                .unwrap();
-            assert_eq!(indices(&s), oracle_topk(&keys, k), "{name} k={k}");
-            check_values(&x, &s);
+            // RedSync's step, and a fine one whose ladder (20 rungs) takes
+            // more than one counting call.
+            for mut t in [TrimmedTopK::default(), fine] {
+                let s = t.select(b, &buf, k).map(|s| host(b, s)).unwrap();
+                assert_eq!(
+                    indices(&s),
+                    oracle_topk(&keys, k),
+                    "{name} k={k} epsilon={}",
+                    t.epsilon()
+                );
+                check_values(&x, &s);
+            }
         }
     }
 }
@@ -319,6 +373,32 @@ pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
             s.select(b, &ok, 3).err(),
             Some(Error::KOutOfRange { k: 3, len: 2 }),
             "{name}: k > n"
+        );
+    }
+    // Parameters that would loop forever or sample nothing.
+    let ok = b.upload(&[1.0f32, 2.0, 3.0]).unwrap();
+    let bad: Vec<Box<dyn Selector<B, f32>>> = vec![
+        Box::new(ThresholdBinarySearch { epsilon: 0.0 }),
+        Box::new(ThresholdBinarySearch { epsilon: f64::NAN }),
+        Box::new(SampledThreshold {
+            rate: 0.0,
+            ..SampledThreshold::default()
+        }),
+        Box::new(SampledThreshold {
+            min_sample: 0,
+            ..SampledThreshold::default()
+        }),
+        Box::new(BlockTopK { blocks: 0 }),
+        Box::new(BucketTopK {
+            bucket: 0,
+            per_bucket: None,
+        }),
+    ];
+    for mut s in bad {
+        assert!(
+            matches!(s.select(b, &ok, 1), Err(Error::InvalidParameter { .. })),
+            "{}",
+            s.name()
         );
     }
     // f64 infinities too (the radix check has a slow path there), on

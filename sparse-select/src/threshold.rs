@@ -1,9 +1,12 @@
 //! Threshold-based selection: RedSync's threshold binary search (Alg. 3),
 //! its reuse across iterations (Alg. 5), and DGC's sampled threshold.
 
-use crate::radix::{refine, top_k};
-use crate::{Selection, Selector, check_k, empty, finite, kth_key, selection, stats, to_threshold};
-use sparse_core::{Backend, CounterRng, Element, KeyOrder, Result};
+use crate::radix::{in_input, refine, top_k};
+use crate::{
+    Selection, Selector, check_k, empty, finite, first_infinite, kth_key, selection, stats,
+    to_threshold,
+};
+use sparse_core::{Backend, CounterRng, Element, Error, KeyOrder, Result};
 
 /// The exact fallback: every element whose magnitude is at least the k-th
 /// largest. It holds at least k elements, at most 2k unless ties at the
@@ -37,7 +40,8 @@ fn at_least_kth<B: Backend, E: Element>(
 /// than 2k unless ties force it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThresholdBinarySearch {
-    /// Stop when `r - l <= epsilon`.
+    /// Stop when `r - l <= epsilon`; must be above 0 (a call with any
+    /// other value is [`Error::InvalidParameter`]).
     pub epsilon: f64,
 }
 
@@ -79,6 +83,13 @@ impl ThresholdBinarySearch {
         x: &B::Buffer<E>,
         k: usize,
     ) -> Result<(Selection<B, E>, Option<E>)> {
+        if self.epsilon.is_nan() || self.epsilon <= 0.0 {
+            // A bisection to width 0 would never end.
+            return Err(Error::invalid(
+                "epsilon",
+                format!("{} must be above 0", self.epsilon),
+            ));
+        }
         check_k(b, x, k)?;
         let (max, mean) = stats(b, x)?;
         if k == 0 {
@@ -173,14 +184,15 @@ impl<B: Backend, E: Element> Selector<B, E> for ThresholdReuse<E> {
 /// `e` itself, so that half the calls pass fewer than k). If more than 2k
 /// elements pass it, the top k of those are selected exactly (DGC's second
 /// selection on the already-selected set); if fewer than k pass, the exact
-/// fallback of [`ThresholdBinarySearch`] runs. Cost: one pass to check the
-/// input is finite, one compaction, and work on the sample and on the
-/// elements that passed.
+/// fallback of [`ThresholdBinarySearch`] runs. Cost: one compaction (which
+/// also finds NaN and infinity), and work on the sample and on the elements
+/// that passed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SampledThreshold {
-    /// Sampled fraction of the input (DGC: 0.1% to 1%).
+    /// Sampled fraction of the input (DGC: 0.1% to 1%), in `(0, 1]`.
     pub rate: f64,
-    /// Smallest sample.
+    /// Smallest sample, at least 1. A call with `rate` or `min_sample`
+    /// out of range is [`Error::InvalidParameter`].
     pub min_sample: usize,
     /// Seed of the sample positions; advanced on every call.
     pub seed: u64,
@@ -204,9 +216,18 @@ impl<B: Backend, E: Element> Selector<B, E> for SampledThreshold {
         "sampled_threshold".into()
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
+        if !(self.rate > 0.0 && self.rate <= 1.0) || self.min_sample == 0 {
+            return Err(Error::invalid(
+                "rate, min_sample",
+                format!(
+                    "rate {} not in (0, 1] or min_sample {} not at least 1",
+                    self.rate, self.min_sample
+                ),
+            ));
+        }
         let n = check_k(b, x, k)?;
-        finite(b, x)?;
         if k == 0 {
+            finite(b, x)?;
             return empty(b);
         }
         let m = ((self.rate * n as f64).ceil() as usize)
@@ -227,11 +248,17 @@ impl<B: Backend, E: Element> Selector<B, E> for SampledThreshold {
         // exact fallback runs) in about 2% of calls, not in half of them.
         let expected = (k as f64 * m as f64 / n as f64).max(1.0);
         let ks = ((expected + 2.0 * expected.sqrt()).ceil() as usize + 1).min(m);
-        let (key, _) = kth_key(b, &sample, KeyOrder::Abs, ks)?;
+        let (key, _) = kth_key(b, &sample, KeyOrder::Abs, ks).map_err(|e| in_input(b, x, e))?;
         // Strictly above the sampled k-th magnitude: one compaction, whose
-        // length is the count.
+        // length is the count. The input's finiteness is checked on the
+        // way, not in a pass of its own: the compaction fails on a NaN, and
+        // every infinity is above the (finite) threshold, so among the
+        // elements that passed.
         let t = E::from_bits_u64(key);
         let passed = b.compact_above(x, t)?;
+        if b.max_abs(&passed.values)?.is_infinite() {
+            return Err(first_infinite(b, x));
+        }
         let c = b.len(&passed.indices);
         if c > 2 * k {
             // DGC's second selection, among the elements that passed only.
