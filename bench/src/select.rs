@@ -37,6 +37,9 @@ pub struct SelectRow {
     /// Median milliseconds per call, over the calls after the first (a
     /// stateful selector keeps its state across them, as in training).
     pub ms: f64,
+    /// Median ms of copying the array, measured just before this row (the
+    /// row's own floor: the machine's speed drifts over a run).
+    pub copy_ms: f64,
 }
 
 /// The result of a run: rows plus the baselines.
@@ -48,7 +51,7 @@ pub struct SelectReport {
     pub k: usize,
     /// One row per algorithm.
     pub rows: Vec<SelectRow>,
-    /// Median ms of copying the array.
+    /// Median ms of copying the array: the median of the rows' own copies.
     pub copy_ms: f64,
     /// Median ms of an exact top-k with `select_nth_unstable_by`.
     pub nth_ms: f64,
@@ -105,10 +108,12 @@ pub fn run<B: Backend>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
     // The memory floor: one read and one write of the array, into a buffer
     // allocated (and faulted in) beforehand.
     let mut dst = x.clone();
-    let copy_ms = ms(time_median(3, a.min_time, || {
-        dst.copy_from_slice(&x);
-        dst[0]
-    }));
+    let mut copy = || {
+        ms(time_median(3, a.min_time, || {
+            dst.copy_from_slice(&x);
+            dst[0]
+        }))
+    };
     let nth_ms = ms(time_median(3, a.min_time, || nth_topk(&x, k)));
     let buf = b.upload(&x)?;
     let mut sels = selectors::<B>();
@@ -119,6 +124,7 @@ pub fn run<B: Backend>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
         // it does not depend on how many timed calls follow (stateful
         // selectors, the threshold reuse and the sampled threshold's draws,
         // would otherwise report whichever call came last).
+        let copy_ms = copy();
         let first = b.download(&s.select(b, &buf, k)?.indices)?;
         let recall = first.iter().filter(|&&i| in_exact[i as usize]).count() as f64 / k as f64;
         let mut failed = None;
@@ -138,10 +144,14 @@ pub fn run<B: Backend>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
             selected: first.len(),
             recall,
             ms: ms(t),
+            copy_ms,
         });
         bar.inc();
     }
     bar.finish();
+    let mut copies: Vec<f64> = rows.iter().map(|r| r.copy_ms).collect();
+    copies.sort_by(f64::total_cmp);
+    let copy_ms = copies.get(copies.len() / 2).copied().unwrap_or(f64::NAN);
     Ok(SelectReport {
         n: a.n,
         k,
