@@ -62,6 +62,10 @@ pub struct AllreduceRow {
     pub paper_bytes: Option<f64>,
     /// Median over the timed calls of the slowest rank's milliseconds.
     pub ms: f64,
+    /// The row's floor, where the transport has one (MPI): a bare
+    /// `MPI_Allgather` of as many bytes as the row's calls received, timed
+    /// right after each call; median of the slowest rank, milliseconds.
+    pub floor_ms: Option<f64>,
     /// Largest difference from the dense oracle, over all coordinates.
     pub max_abs_err: f64,
 }
@@ -109,12 +113,27 @@ pub struct RankMeasure {
     pub model: sparse_core::cost::Cost,
     /// The paper's formula for the same call, where it differs.
     pub paper: Option<sparse_core::cost::Cost>,
+    /// The floor timed after each call, where there is one: a bare
+    /// allgather of the call's own bytes, then one of the pairs payload
+    /// (see [`Floor`]).
+    pub floors: Vec<[Duration; 2]>,
 }
+
+/// A transport's floor of a sparse call, timed after each one (under MPI,
+/// bare `MPI_Allgather`s): given the bytes this rank received in the call,
+/// returns the time of an allgather of that many bytes spread over the
+/// other ranks (every rank contributing the largest share of any rank),
+/// and of one of the sparse input's pairs (8 bytes per entry of the
+/// largest input), the same for every algorithm. A collective call: every
+/// rank calls it together.
+pub type Floor<'a, T> = &'a mut dyn FnMut(&mut T, u64) -> Result<[Duration; 2]>;
 
 /// One rank's part of the benchmark, on any transport: for each algorithm
 /// (registry specs, built with budget `k`), one warm-up call, then `reps`
-/// timed calls, each started after `barrier`; the last call's result and
-/// traffic are kept.
+/// timed calls, each started after `barrier` and followed by the `floor`
+/// where there is one (interleaved, so that a row and its floor see the
+/// machine in the same state); the last call's result and traffic are
+/// kept.
 /// Returns the measures and the dense ring's (times, traffic).
 ///
 /// # Errors
@@ -128,6 +147,7 @@ pub fn run_rank<T: Transport + Send>(
     k: usize,
     reps: usize,
     barrier: &dyn Fn(&mut T) -> Result<()>,
+    mut floor: Option<Floor<'_, T>>,
 ) -> Result<(Vec<RankMeasure>, Vec<Duration>, Traffic)> {
     let mut out = Vec::new();
     for spec in algos {
@@ -137,6 +157,7 @@ pub fn run_rank<T: Transport + Send>(
         let mut reduced = Reduced::default();
         runner.allreduce_into(t, v, &mut reduced)?;
         let mut times = Vec::with_capacity(reps);
+        let mut floors = Vec::new();
         let (mut model, mut paper) = (runner.cost(profile), runner.paper_cost(profile));
         for _ in 0..reps {
             (model, paper) = (runner.cost(profile), runner.paper_cost(profile));
@@ -144,6 +165,9 @@ pub fn run_rank<T: Transport + Send>(
             let start = Instant::now();
             runner.allreduce_into(t, v, &mut reduced)?;
             times.push(start.elapsed());
+            if let Some(floor) = floor.as_mut() {
+                floors.push(floor(t, reduced.traffic.bytes_recv)?);
+            }
         }
         out.push(RankMeasure {
             reduced,
@@ -151,6 +175,7 @@ pub fn run_rank<T: Transport + Send>(
             times,
             model,
             paper,
+            floors,
         });
     }
     let dense_in = v.to_dense();
@@ -365,6 +390,8 @@ pub struct Summary {
     pub times: Vec<Duration>,
     /// A digest of the last result (indices and value bits).
     pub digest: u64,
+    /// The floors timed after the calls (empty without one).
+    pub floors: Vec<[Duration; 2]>,
 }
 
 impl Summary {
@@ -374,6 +401,7 @@ impl Summary {
             traffic: m.reduced.traffic,
             times: m.times.clone(),
             digest: digest(&m.reduced.result),
+            floors: m.floors.clone(),
         }
     }
 }
@@ -413,6 +441,10 @@ pub fn encode_summaries(s: &[Summary], dense_times: &[Duration], dense: Traffic)
         put(m.digest);
         put(m.times.len() as u64);
         for t in &m.times {
+            put(t.as_nanos() as u64);
+        }
+        put(m.floors.len() as u64);
+        for t in m.floors.iter().flatten() {
             put(t.as_nanos() as u64);
         }
     }
@@ -455,10 +487,14 @@ pub fn decode_summaries(b: &[u8]) -> Result<(Vec<Summary>, Vec<Duration>, Traffi
         let times = (0..reps)
             .map(|_| next().map(Duration::from_nanos))
             .collect::<Result<_>>()?;
+        let floors = (0..next()?)
+            .map(|_| Ok([Duration::from_nanos(next()?), Duration::from_nanos(next()?)]))
+            .collect::<Result<_>>()?;
         out.push(Summary {
             traffic: t,
             times,
             digest,
+            floors,
         });
     }
     let dense = traffic(&mut next)?;
@@ -517,6 +553,12 @@ pub fn report(
             model_bytes: measure.model.bytes(),
             paper_bytes: measure.paper.map(|c| c.bytes()),
             ms: slowest(&(0..p).map(|r| m(r).times.as_slice()).collect::<Vec<_>>()),
+            floor_ms: (!m(0).floors.is_empty()).then(|| {
+                let own: Vec<Vec<Duration>> = (0..p)
+                    .map(|r| m(r).floors.iter().map(|f| f[0]).collect())
+                    .collect();
+                slowest(&own.iter().map(Vec::as_slice).collect::<Vec<_>>())
+            }),
             max_abs_err,
         });
     }
@@ -568,7 +610,7 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
                 Ok(())
             };
             let v = &ins[t.rank()];
-            let res = run_rank(t, v, &profile, &algos, k, a.reps, &wait)?;
+            let res = run_rank(t, v, &profile, &algos, k, a.reps, &wait, None)?;
             let over = match overlap_algorithm(&algos) {
                 Some(spec) => Some(run_overlap(t, v, &spec, k, a.reps, &wait)?),
                 None => None,
@@ -635,6 +677,36 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
     let algos = selection(&a, k)?;
     let oracle = Oracle::of(&ins);
     let profile = oracle.profile(&ins);
+    // The floors of a sparse call, bare MPI_Allgathers timed after each
+    // one: of the call's own bytes (each rank sending the largest share any
+    // rank received from one peer), and of the sparse input's pairs (a u32
+    // index and an f32 value each, padded to the largest rank's count).
+    let mut most = [0u64];
+    t.comm().all_reduce_into(
+        &[ins[r].nnz() as u64],
+        &mut most[..],
+        SystemOperation::max(),
+    );
+    let pairs = vec![0u8; 8 * most[0] as usize];
+    let (mut own, mut gathered) = (Vec::new(), vec![0u8; pairs.len() * p]);
+    let mut floor = |t: &mut MpiTransport, recv: u64| -> Result<[Duration; 2]> {
+        let mut share = [0u64];
+        t.comm().all_reduce_into(
+            &[recv.div_ceil((p as u64 - 1).max(1))],
+            &mut share[..],
+            SystemOperation::max(),
+        );
+        own.resize(share[0] as usize, 0u8);
+        let mut own_gathered = vec![0u8; own.len() * p];
+        t.comm().barrier();
+        let start = Instant::now();
+        t.comm().all_gather_into(&own[..], &mut own_gathered[..]);
+        let own_time = start.elapsed();
+        t.comm().barrier();
+        let start = Instant::now();
+        t.comm().all_gather_into(&pairs[..], &mut gathered[..]);
+        Ok([own_time, start.elapsed()])
+    };
     let (measures, dense_times, dense_traffic) = run_rank(
         &mut t,
         &ins[r],
@@ -646,6 +718,7 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
             t.comm().barrier();
             Ok(())
         },
+        Some(&mut floor),
     )?;
     let barrier = |t: &mut MpiTransport| {
         t.comm().barrier();
@@ -669,24 +742,6 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
             .all_reduce_into(&dense_in[..], &mut sum[..], SystemOperation::sum());
         mpi_times.push(start.elapsed());
     }
-    // A bare MPI_Allgather of the sparse calls' payload (every rank's
-    // pairs: a u32 index and an f32 value each, padded to the largest
-    // rank's count), the floor of a sparse call.
-    let mut most = [0u64];
-    t.comm().all_reduce_into(
-        &[ins[r].nnz() as u64],
-        &mut most[..],
-        SystemOperation::max(),
-    );
-    let payload = vec![0u8; 8 * most[0] as usize];
-    let mut gathered = vec![0u8; payload.len() * p];
-    let mut gather_times = Vec::with_capacity(a.reps);
-    for _ in 0..a.reps {
-        t.comm().barrier();
-        let start = Instant::now();
-        t.comm().all_gather_into(&payload[..], &mut gathered[..]);
-        gather_times.push(start.elapsed());
-    }
     let mut mine = encode_summaries(
         &measures.iter().map(Summary::of).collect::<Vec<_>>(),
         &dense_times,
@@ -697,12 +752,11 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         mine.extend(list.iter().flat_map(nanos));
     }
     mine.extend(mpi_times.iter().flat_map(nanos));
-    mine.extend(gather_times.iter().flat_map(nanos));
     let all = bruck_allgather(&mut t, &mine)?;
     if r != 0 {
         return Ok(None);
     }
-    let lists = 2 + if over.is_some() { 4 } else { 0 };
+    let lists = 1 + if over.is_some() { 4 } else { 0 };
     let tail = 8 * a.reps * lists;
     let mut per_rank = Vec::with_capacity(p);
     let mut times_per_rank: Vec<Vec<Vec<Duration>>> = Vec::with_capacity(p);
@@ -732,8 +786,18 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
             .map(|l| l[l.len() - 1 - from_end].clone())
             .collect()
     };
-    let (mpi_per_rank, gather_per_rank) = (list(1), list(0));
+    let mpi_per_rank = list(0);
     let mpi_ms = slowest(&mpi_per_rank.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    // The pairs' allgather of every call of every row, in the same order on
+    // every rank.
+    let gather_per_rank: Vec<Vec<Duration>> = per_rank
+        .iter()
+        .map(|(sums, _, _)| {
+            sums.iter()
+                .flat_map(|m| m.floors.iter().map(|f| f[1]))
+                .collect()
+        })
+        .collect();
     let gather_ms = slowest(
         &gather_per_rank
             .iter()
@@ -755,21 +819,23 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         model_bytes: sparse_core::cost::ring_allreduce(p, a.n).bytes(),
         paper_bytes: None,
         ms: rep.dense_ms,
+        floor_ms: None,
         max_abs_err: max_err(&sum, &oracle.sum),
     });
     rep.rows.push(AllreduceRow {
         algo: "mpi_allgather".into(),
-        params: format!("bytes={}", payload.len()),
+        params: format!("bytes={}", pairs.len()),
         chose: None,
         lossless: false,
         result_nnz: 0,
-        bytes_recv_max: Some((payload.len() * (p - 1)) as u64),
-        bytes_sent_max: Some((payload.len() * (p - 1)) as u64),
+        bytes_recv_max: Some((pairs.len() * (p - 1)) as u64),
+        bytes_sent_max: Some((pairs.len() * (p - 1)) as u64),
         msgs_max: None,
         rounds: None,
-        model_bytes: (payload.len() * (p - 1)) as f64,
+        model_bytes: (pairs.len() * (p - 1)) as f64,
         paper_bytes: None,
         ms: gather_ms,
+        floor_ms: None,
         max_abs_err: f64::NAN,
     });
     if mpi_ms < rep.dense_ms {
@@ -789,7 +855,48 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         model_bytes: sparse_core::cost::rabenseifner_allreduce(p, a.n).bytes(),
         paper_bytes: None,
         ms: mpi_ms,
+        floor_ms: None,
         max_abs_err: max_err(&sum, &oracle.sum),
     });
     Ok(Some(rep))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_round_trip_and_reject_truncation() {
+        let ns = |x: u64| Duration::from_nanos(x);
+        let traffic = |x: u64| Traffic {
+            bytes_sent: x,
+            bytes_recv: x + 1,
+            msgs_sent: x + 2,
+            msgs_recv: x + 3,
+            rounds: x + 4,
+        };
+        let s = vec![
+            Summary {
+                traffic: traffic(10),
+                times: vec![ns(5), ns(7)],
+                digest: 99,
+                floors: vec![[ns(1), ns(2)], [ns(3), ns(4)]],
+            },
+            Summary {
+                traffic: traffic(20),
+                times: vec![ns(6)],
+                digest: 98,
+                floors: Vec::new(),
+            },
+        ];
+        let dense = vec![ns(11), ns(12)];
+        let bytes = encode_summaries(&s, &dense, traffic(30));
+        assert_eq!(decode_summaries(&bytes).unwrap(), (s, dense, traffic(30)));
+        for cut in [8, bytes.len() / 2, bytes.len() - 8] {
+            assert!(matches!(
+                decode_summaries(&bytes[..cut]),
+                Err(Error::Corrupt { .. })
+            ));
+        }
+    }
 }

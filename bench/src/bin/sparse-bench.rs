@@ -425,6 +425,7 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
                 "paper_bytes": r.paper_bytes,
                 "ms": r.ms, "dense_ms": rep.dense_ms, "dense_algo": rep.dense_algo, "vs_dense": r.ms / rep.dense_ms,
                 "dense_bytes_recv_max": rep.dense_bytes_recv_max,
+                "floor_ms": r.floor_ms, "vs_floor": r.floor_ms.map(|f| r.ms / f),
                 "max_abs_err": r.max_abs_err, "lossless": r.lossless,
             });
             bench::out!("{obj}");
@@ -476,6 +477,9 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
                 format!("{:.0}", r.model_bytes),
                 format!("{:.3}", r.ms),
                 format!("{:.3}", r.ms / rep.dense_ms),
+                r.floor_ms.map_or("-".into(), |f| format!("{f:.3}")),
+                r.floor_ms
+                    .map_or("-".into(), |f| format!("{:.2}", r.ms / f)),
                 format!("{:.2e}", r.max_abs_err),
                 if r.lossless {
                     "yes".into()
@@ -496,11 +500,18 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
             "model_bytes",
             "ms",
             "x_dense",
+            "floor_ms",
+            "x_floor",
             "max_err",
             "lossless",
         ],
         &table,
     );
+    if rep.rows.iter().any(|r| r.floor_ms.is_some()) {
+        bench::out!(
+            "floor_ms: a bare MPI_Allgather of as many bytes as the row's calls received, timed after each call; mpi_allgather: one of the input's pairs, timed after every call of every row"
+        );
+    }
     if let Some(o) = &rep.overlap {
         bench::out!(
             "non-blocking {}: local step {:.3} ms, allreduce {:.3} ms; one after the other {:.3} ms, overlapped {:.3} ms ({:.0}% saved)",
