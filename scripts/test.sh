@@ -146,6 +146,8 @@ def rows(text):
     return {r["algo"]: r for r in rows if r["bench"] == "allreduce"}
 threads, mpi = rows(sys.argv[1]), rows(sys.argv[2])
 assert "mpi_allreduce" in mpi, "no mpi_allreduce row"
+assert "mpi_allgather" in mpi, "no mpi_allgather row"
+assert all(mpi[a]["floor_ms"] > 0 for a in threads), "a sparse row without its floor"
 assert all(r["ranks"] == 2 for r in mpi.values()), "world size is not 2"
 for algo, r in threads.items():
     assert mpi[algo]["bytes_recv_max"] == r["bytes_recv_max"], (algo, mpi[algo], r)
