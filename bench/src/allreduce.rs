@@ -688,7 +688,8 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
         SystemOperation::max(),
     );
     let pairs = vec![0u8; 8 * most[0] as usize];
-    let (mut own, mut gathered) = (Vec::new(), vec![0u8; pairs.len() * p]);
+    let (mut own, mut own_gathered) = (Vec::new(), Vec::new());
+    let mut gathered = vec![0u8; pairs.len() * p];
     let mut floor = |t: &mut MpiTransport, recv: u64| -> Result<[Duration; 2]> {
         let mut share = [0u64];
         t.comm().all_reduce_into(
@@ -697,7 +698,7 @@ pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
             SystemOperation::max(),
         );
         own.resize(share[0] as usize, 0u8);
-        let mut own_gathered = vec![0u8; own.len() * p];
+        own_gathered.resize(own.len() * p, 0u8);
         t.comm().barrier();
         let start = Instant::now();
         t.comm().all_gather_into(&own[..], &mut own_gathered[..]);

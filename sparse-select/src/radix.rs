@@ -172,6 +172,25 @@ fn sampled_candidates<B: Backend, E: Element>(
     order: KeyOrder,
     k: usize,
 ) -> Result<Option<Selected<B, E>>> {
+    let Some((sample, r)) = rank_sample(b, x, k)? else {
+        return Ok(None);
+    };
+    let (key, _) = kth_key(b, &sample, order, r).map_err(|e| in_input(b, x, e))?;
+    if key == 0 {
+        return Ok(None);
+    }
+    Ok(Some(b.compact_key(x, order, key - 1, 0)?))
+}
+
+/// The [`narrowing_sample`] of `x`, gathered on the device, and the
+/// [`sample_rank`] within it that bounds the top `k` from below. `None`
+/// where there is no sample (small inputs) or the rank falls outside it
+/// (k near n).
+pub(crate) fn rank_sample<B: Backend, E: Element>(
+    b: &B,
+    x: &B::Buffer<E>,
+    k: usize,
+) -> Result<Option<(B::Buffer<E>, usize)>> {
     let n = b.len(x);
     let Some(blocks) = narrowing_sample(n) else {
         return Ok(None);
@@ -180,12 +199,7 @@ fn sampled_candidates<B: Backend, E: Element>(
     let Some(r) = sample_rank(k, n, positions.len()) else {
         return Ok(None);
     };
-    let sample = b.gather(x, &b.upload(&positions)?)?;
-    let (key, _) = kth_key(b, &sample, order, r).map_err(|e| in_input(b, x, e))?;
-    if key == 0 {
-        return Ok(None);
-    }
-    Ok(Some(b.compact_key(x, order, key - 1, 0)?))
+    Ok(Some((b.gather(x, &b.upload(&positions)?)?, r)))
 }
 
 /// A non-finite error found in a sample or candidate set, re-derived on the

@@ -1,8 +1,7 @@
 //! Trimmed top-k (RedSync Alg. 2).
 
-use crate::radix::{refine, top_k};
+use crate::radix::{rank_sample, refine, top_k};
 use crate::{Selection, Selector, check_k, empty, selection, stats, to_threshold};
-use sparse_core::topk::{narrowing_sample, sample_rank};
 use sparse_core::{Backend, Element, Error, KeyOrder, Result, Selected};
 
 /// Thresholds of the ladder counted per call.
@@ -20,9 +19,9 @@ const LADDER: usize = 8;
 ///
 /// # Cost
 /// The paper counts one rung per pass over the input. Here a sample of the
-/// input (the [`narrowing_sample`] of the radix select, 64 Ki elements)
+/// input (the [`narrowing_sample`](sparse_core::topk::narrowing_sample) of the radix select, 64 Ki elements)
 /// predicts the rung: the highest whose sample count reaches
-/// [`sample_rank`] (the expected count of k plus four standard
+/// [`sample_rank`](sparse_core::topk::sample_rank) (the expected count of k plus four standard
 /// deviations), unless that rung holds more than a 32nd of the sample. One
 /// pass compacts everything above the predicted rung; the
 /// rungs above it are counted on that (small) compacted set, and the
@@ -98,7 +97,7 @@ fn first_rung<B: Backend, E: Element>(
 }
 
 /// The rung a sample of `x` predicts holds `k`: the highest whose count in
-/// the sample reaches [`sample_rank`]. `None` without a sample (small
+/// the sample reaches [`sample_rank`](sparse_core::topk::sample_rank). `None` without a sample (small
 /// inputs, or `k` too close to `n`), when no rung is predicted to hold k,
 /// or when the predicted rung holds more than [`MAX_PREDICTED`] of the
 /// sample (a compaction that large costs more than counting the ladder on
@@ -109,16 +108,10 @@ fn predicted_rung<B: Backend, E: Element>(
     rungs: &[E],
     k: usize,
 ) -> Result<Option<usize>> {
-    let n = b.len(x);
-    let Some(blocks) = narrowing_sample(n) else {
+    let Some((sample, r)) = rank_sample(b, x, k)? else {
         return Ok(None);
     };
-    let positions: Vec<u32> = blocks.into_iter().flatten().map(|i| i as u32).collect();
-    let m = positions.len();
-    let Some(r) = sample_rank(k, n, m) else {
-        return Ok(None);
-    };
-    let sample = b.gather(x, &b.upload(&positions)?)?;
+    let m = b.len(&sample);
     let counts = b.count_above_each(&sample, rungs)?;
     Ok(counts
         .iter()
