@@ -4,9 +4,13 @@ use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
 use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Id, Reduced, decode_stream, encode_stream, enter, stream_to_sparse};
+use crate::sparse::{
+    Id, Reduced, StreamView, decode_stream, encode_stream, enter, le_bytes, le_u32s,
+    stream_to_sparse, stream_view, take_parts,
+};
 use crate::values::{WireValues, values_param, values_param_of};
 use sparse_core::cost::{self, Cost};
+use sparse_core::sparse::merge_sum_into;
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
 
 /// SSAR_Recursive_double: in round `t` ranks `2^(t-1)` apart exchange their
@@ -165,6 +169,213 @@ pub(crate) fn fold_rounds(p: usize) -> f64 {
     }
 }
 
+/// [`ssar_recursive_double`] with raw values into `out`, reusing its
+/// vectors and the transport's buffer pool: each partial sum is written
+/// into the pool's send buffer, the partner's is received into a pooled
+/// buffer and read in place, and the sparse sums alternate between `out`'s
+/// two vectors ([`merge_sum_into`]). The same messages, sums and result as
+/// [`ssar_recursive_double`], which forms every sum with [`Stream::sum`]
+/// and stays the reference: the collective suite checks that both give the
+/// same bits and traffic on every input.
+///
+/// # Errors
+/// As [`ssar_recursive_double`].
+pub fn ssar_recursive_double_into<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    const WHAT: &str = "stream message";
+    let dim = v.dim();
+    let start = enter(t, Id::SsarRecursiveDouble, v, &[("values", 0)], Ok(()))?;
+    let r = t.rank();
+    let fold = Fold::new(t);
+    let mut acc = Acc {
+        dim,
+        delta: Stream::<E>::delta(dim),
+        state: State::Input,
+        parts: take_parts(&mut out.result),
+        spare: take_parts(&mut out.dropped),
+    };
+    if v.nnz() > acc.delta {
+        acc.state = State::Dense(acc.densify(v.indices(), v.values())?);
+    }
+    let (mut send, mut got) = (t.take_buffer(), t.take_buffer());
+    let run = (|| {
+        match fold.role(r) {
+            Some(true) => t.send(r + 1, acc.encode(v, &mut send))?,
+            Some(false) => {
+                t.recv_into(r - 1, &mut got)?;
+                acc.add(v, stream_view(&got, dim, WHAT)?)?;
+            }
+            None => {}
+        }
+        if let Some(nr) = fold.newrank {
+            let mut mask = 1;
+            while mask < fold.pp {
+                let partner = fold.real(nr ^ mask);
+                t.exchange_into(partner, acc.encode(v, &mut send), partner, &mut got)?;
+                acc.add(v, stream_view(&got, dim, WHAT)?)?;
+                mask <<= 1;
+            }
+        }
+        match fold.role(r) {
+            Some(true) => {
+                t.recv_into(r + 1, &mut got)?;
+                acc.replace(stream_view(&got, dim, WHAT)?);
+            }
+            Some(false) => t.send(r - 1, acc.encode(v, &mut send))?,
+            None => {}
+        }
+        Ok(())
+    })();
+    t.give_buffer(send);
+    t.give_buffer(got);
+    run?;
+    let Acc {
+        state,
+        mut parts,
+        mut spare,
+        ..
+    } = acc;
+    // An earlier partial sum may be left in the spare vectors.
+    spare.0.clear();
+    spare.1.clear();
+    out.result = match state {
+        State::Input => SparseVec::new_unchecked(dim, v.indices().to_vec(), v.values().to_vec()),
+        State::Sparse => SparseVec::new_unchecked(dim, parts.0, parts.1),
+        State::Dense(d) => {
+            parts.0.clear();
+            parts.1.clear();
+            SparseVec::from_dense(&d)?
+        }
+    };
+    out.dropped = SparseVec::new_unchecked(dim, spare.0, spare.1);
+    out.traffic = t.traffic().since(&start);
+    Ok(())
+}
+
+/// Where [`ssar_recursive_double_into`]'s partial sum is.
+enum State<E> {
+    /// Still the input.
+    Input,
+    /// In [`Acc::parts`], at most delta entries.
+    Sparse,
+    /// Dense, past delta (as [`Stream::from_sparse`] turns it).
+    Dense(Vec<E>),
+}
+
+/// The partial sum of [`ssar_recursive_double_into`] and its two pairs of
+/// vectors.
+struct Acc<E> {
+    dim: usize,
+    delta: usize,
+    state: State<E>,
+    parts: (Vec<u32>, Vec<E>),
+    spare: (Vec<u32>, Vec<E>),
+}
+
+impl<E: Element> Acc<E> {
+    /// The sparse entries (`None` when dense).
+    fn pairs<'a>(&'a self, v: &'a SparseVec<E>) -> Option<(&'a [u32], &'a [E])> {
+        match &self.state {
+            State::Input => Some((v.indices(), v.values())),
+            State::Sparse => Some((&self.parts.0, &self.parts.1)),
+            State::Dense(_) => None,
+        }
+    }
+
+    /// `0 + x` at every entry, as [`SparseVec::to_dense`].
+    fn densify(&self, i: &[u32], x: &[E]) -> Result<Vec<E>> {
+        let mut d = sparse_core::alloc::try_filled(self.dim, E::zero(), "a dense stream")?;
+        for (&i, &x) in i.iter().zip(x) {
+            d[i as usize] = d[i as usize] + x;
+        }
+        Ok(d)
+    }
+
+    /// The partial sum as [`encode_stream`] writes it, into `buf`.
+    fn encode<'b>(&self, v: &SparseVec<E>, buf: &'b mut Vec<u8>) -> &'b [u8] {
+        buf.clear();
+        match (&self.state, self.pairs(v)) {
+            (_, Some((i, x))) => {
+                buf.push(0);
+                buf.extend_from_slice(&(i.len() as u32).to_le_bytes());
+                buf.extend_from_slice(&le_u32s(i));
+                buf.extend_from_slice(&le_bytes(x));
+            }
+            (State::Dense(d), None) => {
+                buf.push(1);
+                buf.extend_from_slice(&le_bytes(d));
+            }
+            _ => unreachable!("pairs() is None only when dense"),
+        }
+        buf
+    }
+
+    /// `self + got`, in that order, as [`Stream::sum`] forms it.
+    fn add(&mut self, v: &SparseVec<E>, got: StreamView<'_, E>) -> Result<()> {
+        // Field by field (not `pairs`), so that `spare` can be written.
+        let a = match &self.state {
+            State::Input => Some((v.indices(), v.values())),
+            State::Sparse => Some((&self.parts.0[..], &self.parts.1[..])),
+            State::Dense(_) => None,
+        };
+        let next = match (a, got) {
+            (Some(a), StreamView::Sparse((i, x))) => {
+                let (si, sv) = &mut self.spare;
+                merge_sum_into(a, (&i, &x), si, sv);
+                std::mem::swap(&mut self.parts, &mut self.spare);
+                if self.parts.0.len() > self.delta {
+                    State::Dense(self.densify(&self.parts.0, &self.parts.1)?)
+                } else {
+                    State::Sparse
+                }
+            }
+            (Some((i, x)), StreamView::Dense(d)) => {
+                let mut d = d.into_owned();
+                for (&i, &x) in i.iter().zip(x) {
+                    d[i as usize] = d[i as usize] + x;
+                }
+                State::Dense(d)
+            }
+            (None, got) => {
+                let State::Dense(mut a) = std::mem::replace(&mut self.state, State::Input) else {
+                    unreachable!("pairs() is None only when dense")
+                };
+                match got {
+                    StreamView::Sparse((i, x)) => {
+                        for (&i, &x) in i.iter().zip(x.iter()) {
+                            a[i as usize] = a[i as usize] + x;
+                        }
+                    }
+                    StreamView::Dense(d) => {
+                        a.iter_mut().zip(d.iter()).for_each(|(a, &b)| *a = *a + b)
+                    }
+                }
+                State::Dense(a)
+            }
+        };
+        self.state = next;
+        Ok(())
+    }
+
+    /// The partial sum replaced by `got` (a folded rank's result).
+    fn replace(&mut self, got: StreamView<'_, E>) {
+        self.state = match got {
+            StreamView::Sparse((i, x)) => {
+                let (pi, pv) = &mut self.parts;
+                pi.clear();
+                pv.clear();
+                pi.extend_from_slice(&i);
+                pv.extend_from_slice(&x);
+                State::Sparse
+            }
+            StreamView::Dense(d) => State::Dense(d.into_owned()),
+        };
+    }
+}
+
 /// [`ssar_recursive_double`] as a [`SparseAllreduce`] (registry name
 /// `ssar_recursive_double`, parameter `values`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -235,6 +446,19 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         ssar_recursive_double_with(t, v, self.values)
+    }
+    fn allreduce_into(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        if self.values == WireValues::Raw {
+            ssar_recursive_double_into(t, v, out)
+        } else {
+            *out = ssar_recursive_double_with(t, v, self.values)?;
+            Ok(())
+        }
     }
 }
 
