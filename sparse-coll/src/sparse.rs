@@ -296,17 +296,24 @@ pub fn take_block<E: Element>(
 pub fn encode_stream<E: Element>(s: &Stream<E>) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + s.payload_bytes());
     match s {
-        Stream::Sparse(v) => {
-            out.push(0);
-            out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
-            put_pairs(&mut out, v);
-        }
-        Stream::Dense(d) => {
-            out.push(1);
-            out.extend_from_slice(&le_bytes(d));
-        }
+        Stream::Sparse(v) => put_sparse_stream(&mut out, v.indices(), v.values()),
+        Stream::Dense(d) => put_dense_stream(&mut out, d),
     }
     out
+}
+
+/// Appends a sparse stream of these pairs as [`encode_stream`] writes it.
+pub(crate) fn put_sparse_stream<E: Element>(out: &mut Vec<u8>, indices: &[u32], values: &[E]) {
+    out.push(0);
+    out.extend_from_slice(&(indices.len() as u32).to_le_bytes());
+    out.extend_from_slice(&le_u32s(indices));
+    out.extend_from_slice(&le_bytes(values));
+}
+
+/// Appends a dense stream of these values as [`encode_stream`] writes it.
+pub(crate) fn put_dense_stream<E: Element>(out: &mut Vec<u8>, values: &[E]) {
+    out.push(1);
+    out.extend_from_slice(&le_bytes(values));
 }
 
 /// Decodes [`encode_stream`]'s bytes for dimension `dim`.

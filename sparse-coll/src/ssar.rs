@@ -5,8 +5,8 @@ use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
-    Id, Reduced, StreamView, decode_stream, encode_stream, enter, le_bytes, le_u32s,
-    stream_to_sparse, stream_view, take_parts,
+    Id, Reduced, StreamView, decode_stream, encode_stream, enter, put_dense_stream,
+    put_sparse_stream, stream_to_sparse, stream_view, take_parts,
 };
 use crate::values::{WireValues, values_param, values_param_of};
 use sparse_core::cost::{self, Cost};
@@ -275,53 +275,50 @@ struct Acc<E> {
     spare: (Vec<u32>, Vec<E>),
 }
 
-impl<E: Element> Acc<E> {
-    /// The sparse entries (`None` when dense).
-    fn pairs<'a>(&'a self, v: &'a SparseVec<E>) -> Option<(&'a [u32], &'a [E])> {
-        match &self.state {
-            State::Input => Some((v.indices(), v.values())),
-            State::Sparse => Some((&self.parts.0, &self.parts.1)),
-            State::Dense(_) => None,
-        }
+/// The sparse entries of a partial sum in `state` (`Err` with the dense
+/// values past delta); `parts` holds them in [`State::Sparse`]. A function
+/// of the fields rather than a method, so that [`Acc::add`] can write
+/// `spare` while it reads them.
+fn pairs<'a, E: Element>(
+    state: &'a State<E>,
+    parts: &'a (Vec<u32>, Vec<E>),
+    v: &'a SparseVec<E>,
+) -> std::result::Result<(&'a [u32], &'a [E]), &'a [E]> {
+    match state {
+        State::Input => Ok((v.indices(), v.values())),
+        State::Sparse => Ok((&parts.0, &parts.1)),
+        State::Dense(d) => Err(d),
     }
+}
 
+/// `d[i] = d[i] + x` for every pair, as [`SparseVec::add_to_dense`] adds.
+fn add_pairs<E: Element>(d: &mut [E], i: &[u32], x: &[E]) {
+    for (&i, &x) in i.iter().zip(x) {
+        d[i as usize] = d[i as usize] + x;
+    }
+}
+
+impl<E: Element> Acc<E> {
     /// `0 + x` at every entry, as [`SparseVec::to_dense`].
     fn densify(&self, i: &[u32], x: &[E]) -> Result<Vec<E>> {
         let mut d = sparse_core::alloc::try_filled(self.dim, E::zero(), "a dense stream")?;
-        for (&i, &x) in i.iter().zip(x) {
-            d[i as usize] = d[i as usize] + x;
-        }
+        add_pairs(&mut d, i, x);
         Ok(d)
     }
 
     /// The partial sum as [`encode_stream`] writes it, into `buf`.
     fn encode<'b>(&self, v: &SparseVec<E>, buf: &'b mut Vec<u8>) -> &'b [u8] {
         buf.clear();
-        match (&self.state, self.pairs(v)) {
-            (_, Some((i, x))) => {
-                buf.push(0);
-                buf.extend_from_slice(&(i.len() as u32).to_le_bytes());
-                buf.extend_from_slice(&le_u32s(i));
-                buf.extend_from_slice(&le_bytes(x));
-            }
-            (State::Dense(d), None) => {
-                buf.push(1);
-                buf.extend_from_slice(&le_bytes(d));
-            }
-            _ => unreachable!("pairs() is None only when dense"),
+        match pairs(&self.state, &self.parts, v) {
+            Ok((i, x)) => put_sparse_stream(buf, i, x),
+            Err(d) => put_dense_stream(buf, d),
         }
         buf
     }
 
     /// `self + got`, in that order, as [`Stream::sum`] forms it.
     fn add(&mut self, v: &SparseVec<E>, got: StreamView<'_, E>) -> Result<()> {
-        // Field by field (not `pairs`), so that `spare` can be written.
-        let a = match &self.state {
-            State::Input => Some((v.indices(), v.values())),
-            State::Sparse => Some((&self.parts.0[..], &self.parts.1[..])),
-            State::Dense(_) => None,
-        };
-        let next = match (a, got) {
+        let next = match (pairs(&self.state, &self.parts, v).ok(), got) {
             (Some(a), StreamView::Sparse((i, x))) => {
                 let (si, sv) = &mut self.spare;
                 merge_sum_into(a, (&i, &x), si, sv);
@@ -334,21 +331,15 @@ impl<E: Element> Acc<E> {
             }
             (Some((i, x)), StreamView::Dense(d)) => {
                 let mut d = d.into_owned();
-                for (&i, &x) in i.iter().zip(x) {
-                    d[i as usize] = d[i as usize] + x;
-                }
+                add_pairs(&mut d, i, x);
                 State::Dense(d)
             }
             (None, got) => {
                 let State::Dense(mut a) = std::mem::replace(&mut self.state, State::Input) else {
-                    unreachable!("pairs() is None only when dense")
+                    unreachable!("pairs() is Err only when dense")
                 };
                 match got {
-                    StreamView::Sparse((i, x)) => {
-                        for (&i, &x) in i.iter().zip(x.iter()) {
-                            a[i as usize] = a[i as usize] + x;
-                        }
-                    }
+                    StreamView::Sparse((i, x)) => add_pairs(&mut a, &i, &x),
                     StreamView::Dense(d) => {
                         a.iter_mut().zip(d.iter()).for_each(|(a, &b)| *a = *a + b)
                     }
