@@ -282,17 +282,8 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
     })
 }
 
-fn frame(blocks: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(blocks.iter().map(|b| 4 + b.len()).sum());
-    for b in blocks {
-        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-        out.extend_from_slice(b);
-    }
-    out
-}
-
-/// Where the `count` blocks of a frame ([`frame`]'s layout) lie in
-/// `bytes`, which they must fill exactly.
+/// Where the `count` blocks of a frame (each block behind its 4-byte length,
+/// as [`Gathered::frame_into`] writes them) lie in `bytes`, which they must fill exactly.
 fn frame_spans(bytes: &[u8], count: usize) -> Result<Vec<Range<usize>>> {
     let mut out = Vec::with_capacity(count.min(bytes.len() / 4));
     let mut at = 0;
@@ -311,13 +302,6 @@ fn frame_spans(bytes: &[u8], count: usize) -> Result<Vec<Range<usize>>> {
         return Err(Error::corrupt("bruck frame", "trailing bytes"));
     }
     Ok(out)
-}
-
-fn unframe(bytes: &[u8], count: usize) -> Result<Vec<Vec<u8>>> {
-    Ok(frame_spans(bytes, count)?
-        .into_iter()
-        .map(|span| bytes[span].to_vec())
-        .collect())
 }
 
 /// Bruck allgather of one byte block per rank, of any lengths: `ceil(lg P)`
@@ -362,8 +346,9 @@ impl Gathered<'_> {
             (src, span) => Some(&self.msgs[src - 1][span.clone()]),
         }
     }
-    /// Appends held block `i` (in holding order) with its 4-byte length,
-    /// as [`frame`] does.
+    /// Appends block `i` of `spans` (in holding order while Bruck's gather
+    /// runs, by rank in the recursive doubling's and after) behind its
+    /// 4-byte length: one block of a frame.
     fn frame_into(&self, i: usize, out: &mut Vec<u8>) {
         let own;
         let parts: &[&[u8]] = match self.block(i) {
@@ -443,11 +428,35 @@ pub fn recursive_doubling_allgather<T: Transport + ?Sized>(
     t: &mut T,
     block: &[u8],
 ) -> Result<Vec<Vec<u8>>> {
+    let own = [block];
+    let g = gather_recursive_doubling(t, &own)?;
+    let blocks = (0..t.size())
+        .map(|q| g.block(q).unwrap_or(block).to_vec())
+        .collect();
+    g.release(t);
+    Ok(blocks)
+}
+
+/// [`recursive_doubling_allgather`] of this rank's block `own` (the
+/// concatenation of these parts), sending the same messages, with the
+/// received frames read in place: in buffers from the transport's pool,
+/// handed back by [`Gathered::release`].
+///
+/// # Errors
+/// As [`recursive_doubling_allgather`].
+pub(crate) fn gather_recursive_doubling<'a, T: Transport + ?Sized>(
+    t: &mut T,
+    own: &'a [&'a [u8]],
+) -> Result<Gathered<'a>> {
     let (p, r) = (t.size(), t.rank());
-    let mut held: Vec<Vec<u8>> = vec![Vec::new(); p];
-    held[r] = block.to_vec();
+    // By rank, as the result is; (0, _) is this rank's own block.
+    let mut g = Gathered {
+        own,
+        msgs: Vec::new(),
+        spans: vec![(0, 0..0); p],
+    };
     if p == 1 {
-        return Ok(held);
+        return Ok(g);
     }
     let fold = Fold::new(t);
     // The ranks a number of the p' stands for, in increasing order.
@@ -458,35 +467,90 @@ pub fn recursive_doubling_allgather<T: Transport + ?Sized>(
             vec![nr + fold.rem]
         }
     };
-    let collect = |held: &[Vec<u8>], ranks: &[usize]| {
-        frame(&ranks.iter().map(|&q| held[q].clone()).collect::<Vec<_>>())
+    let mut send = t.take_buffer();
+    // Frames of these ranks' blocks (all held here), into `send`.
+    let frames = |g: &Gathered<'_>, ranks: &mut dyn Iterator<Item = usize>, send: &mut Vec<u8>| {
+        send.clear();
+        ranks.for_each(|q| g.frame_into(q, send));
     };
-    match fold.role(r) {
-        Some(true) => t.send(r + 1, block)?,
-        Some(false) => held[r - 1] = t.recv(r - 1)?,
-        None => {}
-    }
-    if let Some(nr) = fold.newrank {
-        let mut mask = 1;
-        while mask < fold.pp {
-            let team = |x: usize| -> Vec<usize> {
-                let base = x & !(mask - 1);
-                (base..base + mask).flat_map(reals).collect()
-            };
-            let (mine, theirs) = (team(nr), team(nr ^ mask));
-            let partner = fold.real(nr ^ mask);
-            let got = t.exchange(partner, &collect(&held, &mine), partner)?;
-            for (q, b) in theirs.iter().zip(unframe(&got, theirs.len())?) {
-                held[*q] = b;
+    // Keeps a received message, its blocks those of `ranks` at `spans`.
+    let keep = |g: &mut Gathered<'_>, got: Vec<u8>, ranks: &[usize], spans: Vec<Range<usize>>| {
+        let src = g.msgs.len() + 1;
+        for (&q, span) in ranks.iter().zip(spans) {
+            g.spans[q] = (src, span);
+        }
+        g.msgs.push(got);
+    };
+    let run = (|| {
+        match fold.role(r) {
+            Some(true) => {
+                send.clear();
+                own.iter().for_each(|b| send.extend_from_slice(b));
+                t.send(r + 1, &send)?;
             }
-            mask <<= 1;
+            Some(false) => {
+                let mut got = t.take_buffer();
+                t.recv_into(r - 1, &mut got)?;
+                let whole = 0..got.len();
+                keep(&mut g, got, &[r - 1], vec![whole]);
+            }
+            None => {}
+        }
+        if let Some(nr) = fold.newrank {
+            let mut mask = 1;
+            while mask < fold.pp {
+                let team = |x: usize| -> Vec<usize> {
+                    let base = x & !(mask - 1);
+                    (base..base + mask).flat_map(reals).collect()
+                };
+                let (mine, theirs) = (team(nr), team(nr ^ mask));
+                let partner = fold.real(nr ^ mask);
+                frames(&g, &mut mine.into_iter(), &mut send);
+                let mut got = t.take_buffer();
+                t.exchange_into(partner, &send, partner, &mut got)?;
+                let spans = frame_spans(&got, theirs.len());
+                match spans {
+                    Ok(spans) => keep(&mut g, got, &theirs, spans),
+                    Err(e) => {
+                        t.give_buffer(got);
+                        return Err(e);
+                    }
+                }
+                mask <<= 1;
+            }
+        }
+        match fold.role(r) {
+            Some(true) => {
+                let mut got = t.take_buffer();
+                t.recv_into(r + 1, &mut got)?;
+                let mut spans = frame_spans(&got, p);
+                // This rank's own block stays the caller's.
+                let others: Vec<usize> = (0..p).filter(|&q| q != r).collect();
+                if let Ok(s) = &mut spans {
+                    s.remove(r);
+                }
+                match spans {
+                    Ok(spans) => keep(&mut g, got, &others, spans),
+                    Err(e) => {
+                        t.give_buffer(got);
+                        return Err(e);
+                    }
+                }
+            }
+            Some(false) => {
+                frames(&g, &mut (0..p), &mut send);
+                t.send(r - 1, &send)?;
+            }
+            None => {}
+        }
+        Ok(())
+    })();
+    t.give_buffer(send);
+    match run {
+        Ok(()) => Ok(g),
+        Err(e) => {
+            g.release(t);
+            Err(e)
         }
     }
-    let all: Vec<usize> = (0..p).collect();
-    match fold.role(r) {
-        Some(true) => held = unframe(&t.recv(r + 1)?, p)?,
-        Some(false) => t.send(r - 1, &collect(&held, &all))?,
-        None => {}
-    }
-    Ok(held)
 }

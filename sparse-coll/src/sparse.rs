@@ -381,6 +381,56 @@ fn from_le_u32s(b: &[u8]) -> Cow<'_, [u32]> {
 /// Sparse pairs read in place where possible: indices and values.
 pub(crate) type PairsView<'b, E> = (Cow<'b, [u32]>, Cow<'b, [E]>);
 
+/// The sum of `parts` in their order (rank order) into `sum`, whose
+/// contents are replaced: one part is copied, two or more are merged
+/// ([`merge_sum_into`](sparse_core::sparse::merge_sum_into)) with `scratch`
+/// as the vectors the merges alternate with, left empty after. Both pairs
+/// of vectors keep their allocations.
+pub(crate) fn sum_parts<E: Element>(
+    parts: &[PairsView<'_, E>],
+    sum: (&mut Vec<u32>, &mut Vec<E>),
+    scratch: (&mut Vec<u32>, &mut Vec<E>),
+) {
+    use sparse_core::sparse::merge_sum_into;
+    let ((ai, av), (bi, bv)) = (sum, scratch);
+    ai.clear();
+    av.clear();
+    match parts {
+        [] => {}
+        [only] => {
+            ai.extend_from_slice(&only.0);
+            av.extend_from_slice(&only.1);
+        }
+        [first, second, rest @ ..] => {
+            merge_sum_into((&first.0, &first.1), (&second.0, &second.1), ai, av);
+            for (i, x) in rest {
+                merge_sum_into((ai, av), (i, x), bi, bv);
+                std::mem::swap(ai, bi);
+                std::mem::swap(av, bv);
+            }
+        }
+    }
+    bi.clear();
+    bv.clear();
+}
+
+/// Appends `indices`, each less `base`, as [`le_u32s`] writes indices:
+/// the re-indexed pairs of a partition starting at `base`.
+///
+/// # Panics
+/// If an index is below `base`.
+pub(crate) fn put_rebased(out: &mut Vec<u8>, indices: &[u32], base: u32) {
+    assert!(
+        indices.first().is_none_or(|&i| i >= base),
+        "put_rebased: an index below the base"
+    );
+    let at = out.len();
+    out.resize(at + 4 * indices.len(), 0);
+    for (w, &i) in out[at..].chunks_exact_mut(4).zip(indices) {
+        w.copy_from_slice(&(i - base).to_le_bytes());
+    }
+}
+
 /// The `nnz` pairs [`put_pairs`] wrote into exactly `b`, read as
 /// [`from_le`] reads, not validated.
 fn pairs_parts<'b, E: Element>(

@@ -2,16 +2,15 @@
 
 use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::dense::{gather_bruck, recursive_doubling_allgather};
+use crate::dense::{gather_bruck, gather_recursive_doubling};
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
     Id, PairsView, Reduced, StreamView, encode_stream, enter, into_new, le_bytes, le_u32s,
-    stream_view, take_parts,
+    put_rebased, stream_view, sum_parts, take_parts,
 };
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
-use sparse_core::sparse::merge_sum_into;
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
 use std::borrow::Cow;
@@ -347,9 +346,7 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
         send.clear();
         send.push(0);
         send.extend_from_slice(&(span.len() as u32).to_le_bytes());
-        for &i in &v.indices()[span.clone()] {
-            send.extend_from_slice(&(i - qlo).to_le_bytes());
-        }
+        put_rebased(&mut send, &v.indices()[span.clone()], qlo);
         send.extend_from_slice(&le_bytes(&v.values()[span]));
         let mut msg = t.take_buffer();
         t.exchange_into(to, &send, from, &mut msg)?;
@@ -382,11 +379,7 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
     // The sum, alternating between the result's and dropped's vectors.
     let (mut ai, mut av) = take_parts(&mut out.result);
     let (mut bi, mut bv) = take_parts(&mut out.dropped);
-    for (i, x) in &parts {
-        merge_sum_into((&ai, &av), (i, x), &mut bi, &mut bv);
-        std::mem::swap(&mut ai, &mut bi);
-        std::mem::swap(&mut av, &mut bv);
-    }
+    sum_parts(&parts, (&mut ai, &mut av), (&mut bi, &mut bv));
     // The partition's block for the allgather: the sparse sum itself as a
     // stream, written from its vectors; or a block encoded here.
     let sparse_sum = phase == Phase::Sparse && ai.len() <= Stream::<E>::delta(len);
@@ -474,10 +467,11 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
             g.release(t);
         }
         Gather::RecursiveDoubling => {
-            let flat = own.concat();
-            for (q, b) in recursive_doubling_allgather(t, &flat)?.iter().enumerate() {
-                append(q, (q != r).then_some(&b[..]))?;
+            let g = gather_recursive_doubling(t, &own)?;
+            for q in 0..p {
+                append(q, g.block(q))?;
             }
+            g.release(t);
         }
     }
     // This rank's share of what QSGD dropped, in the sum's old vectors.

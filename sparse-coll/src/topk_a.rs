@@ -6,10 +6,11 @@ use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Id, Reduced, enter, into_new, le_bytes, le_u32s, pairs_view, take_parts};
+use crate::sparse::{
+    Id, Reduced, enter, into_new, le_bytes, le_u32s, pairs_view, sum_parts, take_parts,
+};
 use crate::values::{WireValues, values_param, values_param_of};
 use sparse_core::cost::{self, Cost};
-use sparse_core::sparse::merge_sum_into;
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::borrow::Cow;
 
@@ -116,28 +117,7 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
     // (empty) dropped vector's allocations.
     let (mut ai, mut av) = take_parts(&mut out.result);
     let (mut bi, mut bv) = take_parts(&mut out.dropped);
-    match &views[..] {
-        [only] => {
-            ai.extend_from_slice(&only.0);
-            av.extend_from_slice(&only.1);
-        }
-        [first, second, rest @ ..] => {
-            merge_sum_into(
-                (&first.0, &first.1),
-                (&second.0, &second.1),
-                &mut ai,
-                &mut av,
-            );
-            for (i, x) in rest {
-                merge_sum_into((&ai, &av), (i, x), &mut bi, &mut bv);
-                std::mem::swap(&mut ai, &mut bi);
-                std::mem::swap(&mut av, &mut bv);
-            }
-            bi.clear();
-            bv.clear();
-        }
-        [] => {}
-    }
+    sum_parts(&views, (&mut ai, &mut av), (&mut bi, &mut bv));
     drop(views);
     g.release(t);
     out.result = SparseVec::new_unchecked(dim, ai, av);
