@@ -81,14 +81,14 @@ impl Profile {
         (k + (m - 1.0) / (self.p as f64 - 1.0) * (self.union as f64 - k)).min(self.n as f64)
     }
     /// Bytes of a sparse stream of `entries` over `len` coordinates on the
-    /// wire: a tag byte, then `nnz: u32` and the pairs, or the `len` values
-    /// once past SparCML's delta.
+    /// wire ([`crate::sparse::encode_stream`]): a 4-byte tag, then `nnz:
+    /// u32` and the pairs, or the `len` values once past SparCML's delta.
     pub fn stream_bytes(&self, entries: f64, len: f64) -> f64 {
         let vb = self.value_bytes as f64;
         if entries > len * vb / (4.0 + vb) {
-            1.0 + vb * len
+            4.0 + vb * len
         } else {
-            5.0 + self.pair_bytes() * entries
+            8.0 + self.pair_bytes() * entries
         }
     }
     /// This profile with the value bytes of `values` on the wire.

@@ -290,11 +290,14 @@ pub fn take_block<E: Element>(
     Ok(part)
 }
 
-/// Bytes of a sparse stream on the wire: a tag byte (0 sparse, 1 dense),
-/// then for a sparse stream `nnz: u32`, the indices and the values; for a
-/// dense one the `dim` values.
+/// Bytes of a sparse stream on the wire: a tag byte (0 sparse, 1 dense)
+/// and three zero bytes, then for a sparse stream `nnz: u32`, the indices
+/// and the values; for a dense one the `dim` values. The header keeps the
+/// pairs and values 4-byte aligned wherever the message lies aligned (a
+/// receive buffer, a block behind a frame's 4-byte length), so that
+/// receivers read them in place rather than copy them out.
 pub fn encode_stream<E: Element>(s: &Stream<E>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(5 + s.payload_bytes());
+    let mut out = Vec::with_capacity(SPARSE_HEADER + s.payload_bytes());
     match s {
         Stream::Sparse(v) => put_sparse_stream(&mut out, v.indices(), v.values()),
         Stream::Dense(d) => put_dense_stream(&mut out, d),
@@ -302,17 +305,29 @@ pub fn encode_stream<E: Element>(s: &Stream<E>) -> Vec<u8> {
     out
 }
 
+/// Bytes before a sparse stream's pairs: tag, padding, `nnz`.
+pub(crate) const SPARSE_HEADER: usize = 8;
+/// Bytes before a dense stream's values: tag, padding.
+const DENSE_HEADER: usize = 4;
+
+/// The header of a sparse stream of `nnz` pairs, as [`encode_stream`]
+/// writes it.
+pub(crate) fn sparse_header(nnz: usize) -> [u8; SPARSE_HEADER] {
+    let mut h = [0u8; SPARSE_HEADER];
+    h[4..].copy_from_slice(&(nnz as u32).to_le_bytes());
+    h
+}
+
 /// Appends a sparse stream of these pairs as [`encode_stream`] writes it.
 pub(crate) fn put_sparse_stream<E: Element>(out: &mut Vec<u8>, indices: &[u32], values: &[E]) {
-    out.push(0);
-    out.extend_from_slice(&(indices.len() as u32).to_le_bytes());
+    out.extend_from_slice(&sparse_header(indices.len()));
     out.extend_from_slice(&le_u32s(indices));
     out.extend_from_slice(&le_bytes(values));
 }
 
 /// Appends a dense stream of these values as [`encode_stream`] writes it.
 pub(crate) fn put_dense_stream<E: Element>(out: &mut Vec<u8>, values: &[E]) {
-    out.push(1);
+    out.extend_from_slice(&[1, 0, 0, 0]);
     out.extend_from_slice(&le_bytes(values));
 }
 
@@ -481,15 +496,24 @@ fn stream_parts<'b, E: Element>(
     what: &'static str,
 ) -> Result<StreamView<'b, E>> {
     let corrupt = |d: &str| Error::corrupt(what, d);
+    if b.get(1..DENSE_HEADER).is_some_and(|pad| pad != [0, 0, 0]) {
+        return Err(corrupt("non-zero header padding"));
+    }
     match b.first() {
         Some(0) => {
             let nnz = b
-                .get(1..5)
+                .get(DENSE_HEADER..SPARSE_HEADER)
                 .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
                 .ok_or_else(|| corrupt("truncated"))?;
-            Ok(StreamView::Sparse(pairs_parts(&b[5..], nnz, what)?))
+            Ok(StreamView::Sparse(pairs_parts(
+                &b[SPARSE_HEADER..],
+                nnz,
+                what,
+            )?))
         }
-        Some(1) if b.len() == 1 + dim * E::BYTES => Ok(StreamView::Dense(from_le(&b[1..]))),
+        Some(1) if b.len() == DENSE_HEADER + dim * E::BYTES => {
+            Ok(StreamView::Dense(from_le(&b[DENSE_HEADER..])))
+        }
         Some(1) => Err(corrupt("dense length")),
         _ => Err(corrupt("bad tag")),
     }
@@ -521,4 +545,66 @@ pub(crate) fn take_parts<E: Element>(v: &mut SparseVec<E>) -> (Vec<u32>, Vec<E>)
     i.clear();
     x.clear();
     (i, x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Streams round-trip; a received stream's pairs and values are read in
+    /// place (borrowed, not copied) from an aligned buffer and from behind a
+    /// frame's 4-byte length; malformed headers are `Corrupt`.
+    #[test]
+    fn streams_round_trip_read_in_place_and_reject_bad_headers() {
+        let v = SparseVec::new(64, vec![1, 5, 63], vec![1.5f32, -2.0, 0.25]).unwrap();
+        let dense: Vec<f32> = (0..64).map(|i| i as f32).collect();
+        for s in [Stream::Sparse(v.clone()), Stream::Dense(dense.clone())] {
+            let b = encode_stream(&s);
+            assert_eq!(decode_stream::<f32>(&b, 64).unwrap(), s);
+            // Aligned in a buffer of u32s, and behind a 4-byte frame length.
+            let words: Vec<u32> = vec![0; 1 + b.len().div_ceil(4)];
+            let mut framed: Vec<u8> = bytemuck::cast_slice(&words).to_vec();
+            framed[4..4 + b.len()].copy_from_slice(&b);
+            let aligned: &[u32] = bytemuck::cast_slice(&framed[..framed.len() / 4 * 4]);
+            let at = bytemuck::cast_slice::<u32, u8>(aligned);
+            for msg in [&b[..], &at[4..4 + b.len()]] {
+                if msg.as_ptr().align_offset(4) != 0 {
+                    continue; // an allocator may place bytes anywhere
+                }
+                match stream_view::<f32>(msg, 64, "test").unwrap() {
+                    StreamView::Sparse((i, x)) => {
+                        assert!(matches!((&i, &x), (Cow::Borrowed(_), Cow::Borrowed(_))));
+                        assert_eq!((&i[..], &x[..]), (v.indices(), v.values()));
+                    }
+                    StreamView::Dense(d) => {
+                        assert!(matches!(d, Cow::Borrowed(_)));
+                        assert_eq!(&d[..], &dense[..]);
+                    }
+                }
+            }
+        }
+        let good = encode_stream(&Stream::Sparse(v));
+        let mut padded = good.clone();
+        padded[2] = 1;
+        let mut tag = good.clone();
+        tag[0] = 7;
+        let dense_short = {
+            let mut d = encode_stream(&Stream::Dense(dense));
+            d.pop();
+            d
+        };
+        for bad in [
+            &padded[..],
+            &tag[..],
+            &good[..7],
+            &good[..good.len() - 1],
+            &dense_short[..],
+            &[][..],
+        ] {
+            assert!(
+                matches!(decode_stream::<f32>(bad, 64), Err(Error::Corrupt { .. })),
+                "{bad:?}"
+            );
+        }
+    }
 }

@@ -6,7 +6,7 @@ use crate::dense::{gather_bruck, gather_recursive_doubling};
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
     Id, PairsView, Reduced, StreamView, encode_stream, enter, into_new, le_bytes, le_u32s,
-    put_rebased, stream_view, sum_parts, take_parts,
+    put_rebased, sparse_header, stream_view, sum_parts, take_parts,
 };
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
@@ -233,7 +233,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         let len = (prof.n as f64 / prof.p as f64).ceil();
         let vb = prof.value_bytes as f64;
         let block = match self.qsgd {
-            None => 1.0 + vb * len,
+            None => 4.0 + vb * len,
             Some(q) => {
                 let scales = (len / q.bucket() as f64).ceil();
                 let words = (len * q.bits() as f64 / 32.0).ceil();
@@ -344,8 +344,7 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
         let (to, from) = ((r + s) % p, (r + p - s) % p);
         let (qlo, span) = range_of(to);
         send.clear();
-        send.push(0);
-        send.extend_from_slice(&(span.len() as u32).to_le_bytes());
+        send.extend_from_slice(&sparse_header(span.len()));
         put_rebased(&mut send, &v.indices()[span.clone()], qlo);
         send.extend_from_slice(&le_bytes(&v.values()[span]));
         let mut msg = t.take_buffer();
@@ -383,8 +382,7 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
     // The partition's block for the allgather: the sparse sum itself as a
     // stream, written from its vectors; or a block encoded here.
     let sparse_sum = phase == Phase::Sparse && ai.len() <= Stream::<E>::delta(len);
-    let mut header = [0u8; 5];
-    header[1..].copy_from_slice(&(ai.len() as u32).to_le_bytes());
+    let header = sparse_header(ai.len());
     // What QSGD removes from the partition (dense, this rank's share of
     // `dropped`).
     let mut rest: Option<Vec<E>> = None;

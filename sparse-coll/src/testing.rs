@@ -193,14 +193,15 @@ pub fn expected_bytes(spec: &str, ins: &[SparseVec<f32>], r: usize) -> Option<u6
         union.sort_unstable();
         union.dedup();
         let len = range(q).len();
+        // A stream's header: tag and padding, and for pairs their count.
         if dense || union.len() > Stream::<f32>::delta(len) {
-            1 + 4 * len
+            4 + 4 * len
         } else {
-            5 + 8 * union.len()
+            8 + 8 * union.len()
         }
     };
     let split = |dense: bool| -> usize {
-        others().map(|q| 5 + 8 * count(&ins[q], r)).sum::<usize>()
+        others().map(|q| 8 + 8 * count(&ins[q], r)).sum::<usize>()
             + others().map(|q| 4 + block(q, dense)).sum::<usize>()
     };
     let bytes = match name.as_str() {

@@ -76,14 +76,29 @@ impl BufferPool {
     pub fn take(&mut self) -> Vec<u8> {
         self.spare.pop().unwrap_or_default()
     }
-    /// The smallest spare buffer that holds `len` bytes, or a new one of
-    /// that capacity: for a message of known length, so that a small one
-    /// does not carry off the large buffers. Its contents are unspecified.
+    /// A buffer for a message of `len` bytes: the smallest spare one that
+    /// holds it with a sixteenth to spare without being far larger (at most
+    /// `2 len` plus 4 KiB); else the largest spare one, if it is smaller,
+    /// grown; else a new one. A grown or new buffer gets an eighth to spare.
+    /// So a small message does not carry off a large buffer (the thread
+    /// transport ships this buffer to the receiver: a large one lent for a
+    /// small message would leave this rank short of it at its next large
+    /// send), and the buffers passed back and forth between ranks keep room
+    /// for the messages of later calls, which differ a little from rank to
+    /// rank and call to call. Its contents are unspecified.
     pub fn take_fitting(&mut self, len: usize) -> Vec<u8> {
-        match self.spare.iter().position(|b| b.capacity() >= len) {
-            Some(i) => self.spare.remove(i),
-            None => Vec::with_capacity(len),
+        let roomy = len + len / 16;
+        let close = |b: &Vec<u8>| b.capacity() >= roomy && b.capacity() <= 2 * len + 4096;
+        if let Some(i) = self.spare.iter().position(close) {
+            return self.spare.remove(i);
         }
+        let mut buf = match self.spare.last() {
+            Some(b) if b.capacity() < roomy => self.spare.pop().unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        buf.clear();
+        buf.reserve_exact(len + len / 8);
+        buf
     }
     /// Keeps `buf` if it is among the `KEEP` largest.
     pub fn give(&mut self, buf: Vec<u8>) {
@@ -199,8 +214,9 @@ mod tests {
     use super::BufferPool;
 
     /// The pool keeps the four largest buffers; `take` hands out the
-    /// largest, `take_fitting` the smallest that fits (else a new one), and
-    /// a buffer keeps its length while it waits.
+    /// largest, `take_fitting` the smallest that fits with room to spare
+    /// and is not far larger, else the largest smaller one grown, else a new
+    /// one; a buffer keeps its length while it waits.
     #[test]
     fn buffer_pool_keeps_the_largest_and_fits_requests() {
         let mut pool = BufferPool::default();
@@ -212,10 +228,19 @@ mod tests {
         }
         let caps = |p: &BufferPool| p.spare.iter().map(Vec::capacity).collect::<Vec<_>>();
         assert_eq!(caps(&pool), [20, 30, 40, 50]);
+        // 25 bytes with a sixteenth to spare: 26, so 30.
         let fit = pool.take_fitting(25);
         assert_eq!((fit.capacity(), fit.len()), (30, 15));
-        assert_eq!(pool.take_fitting(60).capacity(), 60);
-        assert_eq!(pool.take().capacity(), 50);
-        assert_eq!(caps(&pool), [20, 40]);
+        // 40 holds 39 but not 39 + 2: the next one, 50, is taken instead.
+        assert_eq!(pool.take_fitting(39).capacity(), 50);
+        // Nothing holds 60: the largest smaller one, 40, grown to 60 + 7.
+        let grown = pool.take_fitting(60);
+        assert_eq!((grown.capacity(), grown.len()), (67, 0));
+        assert_eq!(caps(&pool), [20]);
+        // A small message does not take a buffer far larger than it.
+        pool.give(Vec::with_capacity(100_000));
+        assert_eq!(pool.take_fitting(10).capacity(), 20);
+        assert_eq!(pool.take_fitting(10).capacity(), 11);
+        assert_eq!(pool.take().capacity(), 100_000);
     }
 }

@@ -188,9 +188,9 @@ fn profiles_place_inputs_between_full_and_no_overlap() {
     assert_eq!(c.words, 0.5 * (2.0 * 10.0 * 2.0) + 0.5 * (2.0 * 10.0 * 3.0));
     // The prediction: the partner's stream at each of the lg P = 2 steps,
     // the union of 1 and then 2 ranks (10 and 15 of 25 by the overlap
-    // model), 5 bytes of frame and 8 per pair.
+    // model), an 8-byte stream header and 8 bytes per pair.
     let c = SparseAllreduce::<f32>::cost(&ssar, &prof(25));
-    assert_eq!(c.bytes(), (5.0 + 8.0 * 10.0) + (5.0 + 8.0 * 15.0));
+    assert_eq!(c.bytes(), (8.0 + 8.0 * 10.0) + (8.0 + 8.0 * 15.0));
 }
 
 #[test]

@@ -91,7 +91,7 @@ fn ssar_recursive_double_meets_sparcmls_bounds_exactly() {
     for p in [2usize, 4, 8, 16] {
         let k = 25;
         let lg = cost::ceil_log2(p) as f64;
-        let header = 5.0 * lg; // tag + nnz per message
+        let header = 8.0 * lg; // tag, padding and nnz per message
         for (overlap, bound) in [
             (1.0, cost::ssar_recursive_double(p, k).lo),
             (0.0, cost::ssar_recursive_double(p, k).hi),
