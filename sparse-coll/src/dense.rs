@@ -291,15 +291,15 @@ fn frame_spans(bytes: &[u8], count: usize) -> Result<Vec<Range<usize>>> {
         let len = bytes
             .get(at..at + 4)
             .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
-            .ok_or_else(|| Error::corrupt("bruck frame", "truncated length"))?;
+            .ok_or_else(|| Error::corrupt("allgather frame", "truncated length"))?;
         if bytes.len() - at - 4 < len {
-            return Err(Error::corrupt("bruck frame", "truncated block"));
+            return Err(Error::corrupt("allgather frame", "truncated block"));
         }
         out.push(at + 4..at + 4 + len);
         at += 4 + len;
     }
     if at != bytes.len() {
-        return Err(Error::corrupt("bruck frame", "trailing bytes"));
+        return Err(Error::corrupt("allgather frame", "trailing bytes"));
     }
     Ok(out)
 }
@@ -325,7 +325,8 @@ pub fn bruck_allgather<T: Transport + ?Sized>(t: &mut T, block: &[u8]) -> Result
     Ok(blocks)
 }
 
-/// The blocks of a Bruck allgather ([`gather_bruck`]), by rank: the
+/// The blocks of an allgather ([`gather_bruck`],
+/// [`gather_recursive_doubling`]), by rank: the
 /// others' blocks as spans of the received frames, which came from the
 /// transport's buffer pool and go back to it with [`Gathered::release`].
 /// This rank's own block is the caller's.

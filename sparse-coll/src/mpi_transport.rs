@@ -43,10 +43,11 @@ impl std::fmt::Debug for MpiTransport {
 impl MpiTransport {
     /// A transport over `comm`.
     pub fn new(comm: SimpleCommunicator) -> Self {
+        let ranks = comm.size() as usize;
         Self {
             comm,
             counter: TrafficCounter::default(),
-            pool: BufferPool::default(),
+            pool: BufferPool::for_ranks(ranks),
         }
     }
 

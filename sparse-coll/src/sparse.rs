@@ -511,7 +511,12 @@ fn stream_parts<'b, E: Element>(
                 what,
             )?))
         }
-        Some(1) if b.len() == DENSE_HEADER + dim * E::BYTES => {
+        Some(1)
+            if dim
+                .checked_mul(E::BYTES)
+                .and_then(|n| n.checked_add(DENSE_HEADER))
+                == Some(b.len()) =>
+        {
             Ok(StreamView::Dense(from_le(&b[DENSE_HEADER..])))
         }
         Some(1) => Err(corrupt("dense length")),
@@ -603,6 +608,16 @@ mod tests {
         ] {
             assert!(
                 matches!(decode_stream::<f32>(bad, 64), Err(Error::Corrupt { .. })),
+                "{bad:?}"
+            );
+        }
+        // A dimension whose dense length overflows is no match either.
+        for (bad, dim) in [
+            (&[1u8, 0, 0, 0][..], 1usize << 62),
+            (&[1, 0, 0, 0, 0, 0, 0, 0][..], usize::MAX / 4 + 2),
+        ] {
+            assert!(
+                matches!(decode_stream::<f32>(bad, dim), Err(Error::Corrupt { .. })),
                 "{bad:?}"
             );
         }

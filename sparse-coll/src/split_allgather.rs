@@ -240,7 +240,8 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
                 6.0 + vb * scales + 4.0 * words
             }
         };
-        let bytes = prof.split_phase_bytes() + prof.others() * (5.0 + block);
+        // Each block behind its 4-byte frame length.
+        let bytes = prof.split_phase_bytes() + prof.others() * (4.0 + block);
         bytes_cost(split_rounds(prof.p), bytes)
     }
     /// SparCML's bounds at the input's overlap.

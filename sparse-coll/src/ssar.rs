@@ -22,7 +22,8 @@ use sparse_core::{Element, Error, Result, SparseVec, Stream};
 /// IEEE arithmetic, so every rank holds a bitwise identical result.
 /// Lossless.
 ///
-/// Bytes: each message is a 1-byte tag, `nnz: u32` and the pairs; between
+/// Bytes: each message is an 8-byte header (tag, padding, `nnz: u32`) and
+/// the pairs; between
 /// `k lg P` pairs (indices fully overlap) and `(P - 1) k` (disjoint) for
 /// the busiest rank, SparCML's bounds.
 ///

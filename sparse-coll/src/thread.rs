@@ -79,7 +79,7 @@ impl ThreadCluster {
                 calls: 0,
                 fault: self.fault.filter(|&(r, _)| r == rank).map(|(_, s)| s),
                 failed: false,
-                pool: BufferPool::default(),
+                pool: BufferPool::for_ranks(p),
             })
             .collect()
     }

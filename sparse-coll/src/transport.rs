@@ -62,15 +62,36 @@ impl TrafficCounter {
 /// [`Transport::take_buffer`] and [`Transport::give_buffer`] need. A buffer
 /// keeps its length and contents while it waits, so that a receive into it
 /// (which resizes it to the message) writes zeros only where it grows.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BufferPool {
     /// Ascending by capacity.
     spare: Vec<Vec<u8>>,
+    /// How many buffers it keeps.
+    keep: usize,
+}
+
+impl Default for BufferPool {
+    /// A pool that keeps four buffers.
+    fn default() -> Self {
+        Self {
+            spare: Vec::new(),
+            keep: 4,
+        }
+    }
 }
 
 impl BufferPool {
-    /// How many buffers a pool keeps.
-    const KEEP: usize = 4;
+    /// A pool for a transport of `ranks` ranks: it keeps `2 ceil(lg P) + 2`
+    /// buffers (at least four), what a Bruck or recursive-doubling
+    /// allgather holds at once (a send buffer and one received frame per
+    /// round) with the one the thread transport lends to each send, so that
+    /// warm calls find every buffer they need here.
+    pub fn for_ranks(ranks: usize) -> Self {
+        Self {
+            spare: Vec::new(),
+            keep: (2 * sparse_core::cost::ceil_log2(ranks.max(1)) as usize + 2).max(4),
+        }
+    }
     /// The largest spare buffer (a receive may need the most room), or an
     /// empty one; its contents are unspecified.
     pub fn take(&mut self) -> Vec<u8> {
@@ -87,8 +108,10 @@ impl BufferPool {
     /// for the messages of later calls, which differ a little from rank to
     /// rank and call to call. Its contents are unspecified.
     pub fn take_fitting(&mut self, len: usize) -> Vec<u8> {
-        let roomy = len + len / 16;
-        let close = |b: &Vec<u8>| b.capacity() >= roomy && b.capacity() <= 2 * len + 4096;
+        let roomy = len.saturating_add(len / 16);
+        let close = |b: &Vec<u8>| {
+            b.capacity() >= roomy && b.capacity() <= len.saturating_mul(2).saturating_add(4096)
+        };
         if let Some(i) = self.spare.iter().position(close) {
             return self.spare.remove(i);
         }
@@ -97,10 +120,10 @@ impl BufferPool {
             _ => Vec::new(),
         };
         buf.clear();
-        buf.reserve_exact(len + len / 8);
+        buf.reserve_exact(len.saturating_add(len / 8));
         buf
     }
-    /// Keeps `buf` if it is among the `KEEP` largest.
+    /// Keeps `buf` if it is among the largest the pool keeps.
     pub fn give(&mut self, buf: Vec<u8>) {
         if buf.capacity() == 0 {
             return;
@@ -109,7 +132,7 @@ impl BufferPool {
             .spare
             .partition_point(|b| b.capacity() <= buf.capacity());
         self.spare.insert(at, buf);
-        if self.spare.len() > Self::KEEP {
+        if self.spare.len() > self.keep {
             self.spare.remove(0);
         }
     }
@@ -242,5 +265,8 @@ mod tests {
         assert_eq!(pool.take_fitting(10).capacity(), 20);
         assert_eq!(pool.take_fitting(10).capacity(), 11);
         assert_eq!(pool.take().capacity(), 100_000);
+        // Enough for a send and one frame per round of lg P, plus a lent one.
+        let keeps = [1, 2, 4, 5, 8, 64].map(|p| BufferPool::for_ranks(p).keep);
+        assert_eq!(keeps, [4, 4, 6, 8, 8, 14]);
     }
 }

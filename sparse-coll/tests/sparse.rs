@@ -130,7 +130,7 @@ fn ssar_switches_to_dense_past_delta() {
     for red in run(p, &ins, ssar_recursive_double::<_, f32>) {
         assert_eq!(red.result.to_dense(), want);
         assert!(
-            red.traffic.bytes_recv <= 3 * (1 + 2000 * 4),
+            red.traffic.bytes_recv <= 3 * (4 + 2000 * 4),
             "every message at most dense: {}",
             red.traffic.bytes_recv
         );

@@ -106,8 +106,8 @@ fn warm_calls_allocate_nothing_that_grows_with_the_data() {
     // SSAR_Recursive_double on the thread transport: powers of two (the
     // fold's messages differ in size and the pool regrows a buffer).
     for (spec, ranks) in [
-        ("topk_a", &[2, 3, 4][..]),
-        ("ssar_recursive_double", &[2, 4][..]),
+        ("topk_a", &[2, 3, 4, 5, 8][..]),
+        ("ssar_recursive_double", &[2, 4, 8][..]),
     ] {
         for &p in ranks {
             let bytes = warm_bytes(spec, p);
