@@ -382,7 +382,7 @@ pub(crate) fn from_le<E: Element>(b: &[u8]) -> Cow<'_, [E]> {
 }
 
 /// The indices of little-endian bytes `b`, as [`from_le`].
-fn from_le_u32s(b: &[u8]) -> Cow<'_, [u32]> {
+pub(crate) fn from_le_u32s(b: &[u8]) -> Cow<'_, [u32]> {
     match bytemuck::try_cast_slice::<u8, u32>(b) {
         Ok(x) if cfg!(target_endian = "little") => Cow::Borrowed(x),
         _ => Cow::Owned(

@@ -5,8 +5,8 @@ use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{gather_bruck, gather_recursive_doubling};
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
-    Id, PairsView, Reduced, StreamView, encode_stream, enter, into_new, le_bytes, le_u32s,
-    put_rebased, sparse_header, stream_view, sum_parts, take_parts,
+    Id, PairsView, Reduced, StreamView, encode_stream, enter, from_le_u32s, into_new, le_bytes,
+    le_u32s, put_rebased, sparse_header, stream_view, sum_parts, take_parts,
 };
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
@@ -356,12 +356,17 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
     // This rank's partition from every rank, in rank order; the message
     // from rank q arrived at step (r - q) mod P.
     let (qlo, span) = range_of(r);
-    let own_idx: Vec<u32> = v.indices()[span.clone()].iter().map(|&i| i - qlo).collect();
+    // This rank's own pairs, re-indexed in a pooled buffer and read from it
+    // as the received ones are.
+    let mut own_buf = t.take_buffer();
+    own_buf.clear();
+    put_rebased(&mut own_buf, &v.indices()[span.clone()], qlo);
+    let mut own_idx = Some(from_le_u32s(&own_buf));
     let mut parts: Vec<PairsView<'_, E>> = Vec::with_capacity(p);
     for q in 0..p {
         if q == r {
             parts.push((
-                Cow::Borrowed(&own_idx),
+                own_idx.take().unwrap_or_default(),
                 Cow::Borrowed(&v.values()[span.clone()]),
             ));
             continue;
@@ -422,6 +427,7 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
     };
     drop(parts);
     got.into_iter().for_each(|m| t.give_buffer(m));
+    t.give_buffer(own_buf);
     let (hi, hv) = (le_u32s(&ai), le_bytes(&av));
     let own: Vec<&[u8]> = if sparse_sum {
         vec![&header, &hi, &hv]

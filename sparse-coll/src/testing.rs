@@ -438,3 +438,53 @@ pub fn bad_input_suite(t: &mut dyn Transport) -> Result<usize> {
     }
     Ok(calls)
 }
+
+/// A global allocator that counts, per thread, the bytes asked of it
+/// (allocations, growth in place, and the whole of a moved reallocation),
+/// for tests that hold code to what it allocates: install it with
+/// `#[global_allocator] static A: CountingAlloc = CountingAlloc;` and read
+/// [`CountingAlloc::asked`] around the code. It forwards to the system
+/// allocator.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CountingAlloc;
+
+thread_local! {
+    static ASKED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+impl CountingAlloc {
+    /// The bytes this thread has asked for so far.
+    pub fn asked() -> u64 {
+        ASKED.with(std::cell::Cell::get)
+    }
+
+    fn track(bytes: usize) {
+        // `try_with`: the thread-local may be gone while a thread exits.
+        let _ = ASKED.try_with(|a| a.set(a.get() + bytes as u64));
+    }
+}
+
+// SAFETY: forwards to the system allocator; the counter touches only a
+// thread-local cell initialised without allocating.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        Self::track(layout.size());
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: as above.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as above.
+        let moved = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        Self::track(if moved == ptr {
+            new_size.saturating_sub(layout.size())
+        } else {
+            new_size
+        });
+        moved
+    }
+}

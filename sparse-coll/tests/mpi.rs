@@ -70,3 +70,10 @@ fn point_to_point_and_non_blocking_calls() {
         check_ok(n, "nonblocking", &mpiexec(n, "nonblocking", 60));
     }
 }
+
+#[test]
+fn warm_calls_allocate_nothing_that_grows_with_the_data_under_mpi() {
+    for n in [2usize, 3, 4, 5] {
+        check_ok(n, "warm", &mpiexec(n, "warm", 120));
+    }
+}

@@ -5,57 +5,19 @@
 //! warm-up calls on the same input, stay under `SMALL`, while each message
 //! carries at least `MIN_MESSAGE` bytes. A fresh buffer for one message, a
 //! received stream copied out of its buffer or one copy of the input would
-//! exceed it. What the other algorithms still allocate is in the README.
-#![allow(unsafe_code)] // the counting global allocator
+//! exceed it. What the other algorithms still allocate is in the README;
+//! under MPI, `mpi-suite warm` holds all four lossless top-k algorithms to
+//! the same bound.
 
+use sparse_coll::testing::CountingAlloc;
 use sparse_coll::{Defaults, Reduced, Registry, ThreadCluster, Transport};
 use sparse_core::SparseVec;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
-struct Counting;
-
-thread_local! {
-    /// Bytes this thread asked the allocator for: allocations, growth in
-    /// place and the whole of a moved reallocation.
-    static ASKED: Cell<u64> = const { Cell::new(0) };
-}
-
-fn track(bytes: usize) {
-    // `try_with`: the thread-local may be gone while a thread exits.
-    let _ = ASKED.try_with(|a| a.set(a.get() + bytes as u64));
-}
-
-// SAFETY: forwards to the system allocator; the counter touches only a
-// thread-local cell initialised without allocating.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        track(layout.size());
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as above.
-        let moved = unsafe { System.realloc(ptr, layout, new_size) };
-        // Growth in place costs the new bytes; a move, a whole new block.
-        track(if moved == ptr {
-            new_size.saturating_sub(layout.size())
-        } else {
-            new_size
-        });
-        moved
-    }
-}
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 fn asked() -> u64 {
-    ASKED.with(Cell::get)
+    CountingAlloc::asked()
 }
 
 const DIM: usize = 1 << 20;

@@ -10,11 +10,17 @@
 //! - `p2p`: zero-length messages, exchanges whose target and source differ,
 //!   and the traffic counters;
 //! - `nonblocking`: SparDL started on a progress thread while the rank
-//!   computes equals the blocking call, bit for bit.
+//!   computes equals the blocking call, bit for bit;
+//! - `warm`: once warm, the lossless top-k algorithms allocate nothing
+//!   that grows with the data (a counting global allocator; MPICH's own
+//!   allocations are not Rust's and are not counted).
 
-use sparse_coll::testing::{bad_input_suite, collective_suite};
+use sparse_coll::testing::{CountingAlloc, bad_input_suite, collective_suite};
 use sparse_coll::{MpiTransport, Traffic, Transport, spardl, topk_a};
 use sparse_core::{Error, Result, SparseVec};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
 
 /// A transport that panics at its `at`-th call.
 struct PanicAt<'a> {
@@ -156,6 +162,45 @@ fn main() {
             assert_eq!(started.result, blocking.result, "rank {r}");
             assert_eq!(started.dropped, blocking.dropped, "rank {r}");
             println!("OK rank {r} of {p}: non-blocking equals blocking ({busy})");
+        }
+        "warm" => {
+            // 12,000 pairs per rank spread over the dimension (every
+            // partition gets some), half of them shared by every rank.
+            const DIM: u32 = 1 << 20;
+            const NNZ: u32 = 12_000;
+            const SMALL: u64 = 8 << 10;
+            let mut idx: Vec<u32> = (0..NNZ / 2)
+                .map(|i| i * (DIM / NNZ))
+                .chain((0..NNZ / 2).map(|i| 7 + i * (2 * DIM / NNZ - 3) + r as u32 * 3))
+                .filter(|&i| i < DIM)
+                .collect();
+            idx.sort_unstable();
+            idx.dedup();
+            let val = idx.iter().map(|&i| (i % 13) as f32 - 6.5).collect();
+            let v = SparseVec::new(DIM as usize, idx, val).expect("input");
+            let registry = sparse_coll::Registry::<f32>::builtin();
+            let defaults = sparse_coll::Defaults { k: NNZ as usize };
+            for spec in [
+                "topk_a",
+                "topk_dsa",
+                "ssar_recursive_double",
+                "ssar_split_allgather",
+            ] {
+                let mut algo = registry.build(spec, defaults).expect("built");
+                let mut out = sparse_coll::Reduced::default();
+                for _ in 0..3 {
+                    algo.allreduce_into(&mut t, &v, &mut out).expect("warm-up");
+                }
+                let before = CountingAlloc::asked();
+                algo.allreduce_into(&mut t, &v, &mut out)
+                    .expect("warm call");
+                let bytes = CountingAlloc::asked() - before;
+                assert!(
+                    bytes <= SMALL,
+                    "rank {r} of {p}: a warm {spec} call allocated {bytes} bytes (at most {SMALL})"
+                );
+            }
+            println!("OK rank {r} of {p}: warm calls allocate at most {SMALL} bytes");
         }
         other => panic!("unknown mode {other:?}"),
     }
