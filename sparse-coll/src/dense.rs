@@ -469,18 +469,15 @@ pub(crate) fn gather_recursive_doubling<'a, T: Transport + ?Sized>(
         }
     };
     let mut send = t.take_buffer();
-    // Frames of these ranks' blocks (all held here), into `send`.
-    let frames = |g: &Gathered<'_>, ranks: &mut dyn Iterator<Item = usize>, send: &mut Vec<u8>| {
-        send.clear();
-        ranks.for_each(|q| g.frame_into(q, send));
-    };
-    // Keeps a received message, its blocks those of `ranks` at `spans`.
-    let keep = |g: &mut Gathered<'_>, got: Vec<u8>, ranks: &[usize], spans: Vec<Range<usize>>| {
+    // Keeps a received frame of the blocks of `ranks`.
+    let keep = |g: &mut Gathered<'_>, got: Vec<u8>, ranks: &[usize]| -> Result<()> {
+        let spans = frame_spans(&got, ranks.len())?;
         let src = g.msgs.len() + 1;
         for (&q, span) in ranks.iter().zip(spans) {
             g.spans[q] = (src, span);
         }
         g.msgs.push(got);
+        Ok(())
     };
     let run = (|| {
         match fold.role(r) {
@@ -490,10 +487,11 @@ pub(crate) fn gather_recursive_doubling<'a, T: Transport + ?Sized>(
                 t.send(r + 1, &send)?;
             }
             Some(false) => {
+                // The folded rank's block, whole (not framed).
                 let mut got = t.take_buffer();
                 t.recv_into(r - 1, &mut got)?;
-                let whole = 0..got.len();
-                keep(&mut g, got, &[r - 1], vec![whole]);
+                g.spans[r - 1] = (g.msgs.len() + 1, 0..got.len());
+                g.msgs.push(got);
             }
             None => {}
         }
@@ -506,17 +504,11 @@ pub(crate) fn gather_recursive_doubling<'a, T: Transport + ?Sized>(
                 };
                 let (mine, theirs) = (team(nr), team(nr ^ mask));
                 let partner = fold.real(nr ^ mask);
-                frames(&g, &mut mine.into_iter(), &mut send);
+                send.clear();
+                mine.into_iter().for_each(|q| g.frame_into(q, &mut send));
                 let mut got = t.take_buffer();
                 t.exchange_into(partner, &send, partner, &mut got)?;
-                let spans = frame_spans(&got, theirs.len());
-                match spans {
-                    Ok(spans) => keep(&mut g, got, &theirs, spans),
-                    Err(e) => {
-                        t.give_buffer(got);
-                        return Err(e);
-                    }
-                }
+                keep(&mut g, got, &theirs)?;
                 mask <<= 1;
             }
         }
@@ -524,22 +516,13 @@ pub(crate) fn gather_recursive_doubling<'a, T: Transport + ?Sized>(
             Some(true) => {
                 let mut got = t.take_buffer();
                 t.recv_into(r + 1, &mut got)?;
-                let mut spans = frame_spans(&got, p);
+                keep(&mut g, got, &(0..p).collect::<Vec<_>>())?;
                 // This rank's own block stays the caller's.
-                let others: Vec<usize> = (0..p).filter(|&q| q != r).collect();
-                if let Ok(s) = &mut spans {
-                    s.remove(r);
-                }
-                match spans {
-                    Ok(spans) => keep(&mut g, got, &others, spans),
-                    Err(e) => {
-                        t.give_buffer(got);
-                        return Err(e);
-                    }
-                }
+                g.spans[r] = (0, 0..0);
             }
             Some(false) => {
-                frames(&g, &mut (0..p), &mut send);
+                send.clear();
+                (0..p).for_each(|q| g.frame_into(q, &mut send));
                 t.send(r - 1, &send)?;
             }
             None => {}

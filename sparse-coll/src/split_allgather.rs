@@ -361,12 +361,12 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
     let mut own_buf = t.take_buffer();
     own_buf.clear();
     put_rebased(&mut own_buf, &v.indices()[span.clone()], qlo);
-    let mut own_idx = Some(from_le_u32s(&own_buf));
+    let own_idx = from_le_u32s(&own_buf);
     let mut parts: Vec<PairsView<'_, E>> = Vec::with_capacity(p);
     for q in 0..p {
         if q == r {
             parts.push((
-                own_idx.take().unwrap_or_default(),
+                Cow::Borrowed(&own_idx[..]),
                 Cow::Borrowed(&v.values()[span.clone()]),
             ));
             continue;
