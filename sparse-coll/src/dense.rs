@@ -1,5 +1,7 @@
 //! Dense baselines: ring, recursive doubling and Rabenseifner allreduce,
-//! and Bruck allgather, for any number of ranks.
+//! and Bruck allgather, for any number of ranks. Each runs inside
+//! [`crate::guard`]: a rank that fails part way abandons the transport,
+//! so its peers fail too instead of waiting.
 //!
 //! Non-powers of two are handled as MPICH does (Thakur, Rabenseifner and
 //! Gropp): with `p'` the largest power of two not above `P` and
@@ -99,32 +101,34 @@ pub fn ring_allreduce_into<T: Transport + ?Sized, E: Element>(
     x: &[E],
     out: &mut Vec<E>,
 ) -> Result<()> {
-    let (p, r, n) = (t.size(), t.rank(), x.len());
-    out.clear();
-    out.extend_from_slice(x);
-    if p == 1 {
-        return Ok(());
-    }
-    let buf = &mut out[..];
-    let chunk = |c: usize| even_start(c, n, p)..even_start(c, n, p) + even_len(c, n, p);
-    let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
-    let mut got = t.take_buffer();
-    let mut steps = || -> Result<()> {
-        for s in 0..p - 1 {
-            let (send_c, recv_c) = ((r + p - s) % p, (r + 2 * p - s - 1) % p);
-            t.exchange_into(next, &to_bytes(&buf[chunk(send_c)]), prev, &mut got)?;
-            add_le_into(&mut buf[chunk(recv_c)], &got)?;
+    crate::transport::guard(t, |t| {
+        let (p, r, n) = (t.size(), t.rank(), x.len());
+        out.clear();
+        out.extend_from_slice(x);
+        if p == 1 {
+            return Ok(());
         }
-        for s in 0..p - 1 {
-            let (send_c, recv_c) = ((r + 1 + p - s) % p, (r + p - s) % p);
-            t.exchange_into(next, &to_bytes(&buf[chunk(send_c)]), prev, &mut got)?;
-            copy_le_into(&mut buf[chunk(recv_c)], &got)?;
-        }
-        Ok(())
-    };
-    let done = steps();
-    t.give_buffer(got);
-    done
+        let buf = &mut out[..];
+        let chunk = |c: usize| even_start(c, n, p)..even_start(c, n, p) + even_len(c, n, p);
+        let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
+        let mut got = t.take_buffer();
+        let mut steps = || -> Result<()> {
+            for s in 0..p - 1 {
+                let (send_c, recv_c) = ((r + p - s) % p, (r + 2 * p - s - 1) % p);
+                t.exchange_into(next, &to_bytes(&buf[chunk(send_c)]), prev, &mut got)?;
+                add_le_into(&mut buf[chunk(recv_c)], &got)?;
+            }
+            for s in 0..p - 1 {
+                let (send_c, recv_c) = ((r + 1 + p - s) % p, (r + p - s) % p);
+                t.exchange_into(next, &to_bytes(&buf[chunk(send_c)]), prev, &mut got)?;
+                copy_le_into(&mut buf[chunk(recv_c)], &got)?;
+            }
+            Ok(())
+        };
+        let done = steps();
+        t.give_buffer(got);
+        done
+    })
 }
 
 /// The fold rule: ranks below `2 rem` take part, even ones handing over
@@ -219,15 +223,17 @@ pub fn recursive_doubling_allreduce<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     x: &[E],
 ) -> Result<Vec<E>> {
-    folded(t, x, |t, fold, nr, buf| {
-        let mut mask = 1;
-        while mask < fold.pp {
-            let partner = fold.real(nr ^ mask);
-            let got = t.exchange(partner, &to_bytes(buf), partner)?;
-            add_le_into(buf, &got)?;
-            mask <<= 1;
-        }
-        Ok(())
+    crate::transport::guard(t, |t| {
+        folded(t, x, |t, fold, nr, buf| {
+            let mut mask = 1;
+            while mask < fold.pp {
+                let partner = fold.real(nr ^ mask);
+                let got = t.exchange(partner, &to_bytes(buf), partner)?;
+                add_le_into(buf, &got)?;
+                mask <<= 1;
+            }
+            Ok(())
+        })
     })
 }
 
@@ -242,43 +248,45 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     x: &[E],
 ) -> Result<Vec<E>> {
-    folded(t, x, |t, fold, nr, buf| {
-        let (n, pp) = (buf.len(), fold.pp);
-        let span = |lo: usize, hi: usize| {
-            even_start(lo, n, pp)..if hi == pp { n } else { even_start(hi, n, pp) }
-        };
-        // Reduce-scatter: halve the block range [lo, hi) each step.
-        let (mut lo, mut hi) = (0usize, pp);
-        let mut mask = pp / 2;
-        while mask > 0 {
-            let partner = fold.real(nr ^ mask);
-            let mid = lo + (hi - lo) / 2;
-            let (keep, give) = if nr & mask == 0 {
-                ((lo, mid), (mid, hi))
-            } else {
-                ((mid, hi), (lo, mid))
+    crate::transport::guard(t, |t| {
+        folded(t, x, |t, fold, nr, buf| {
+            let (n, pp) = (buf.len(), fold.pp);
+            let span = |lo: usize, hi: usize| {
+                even_start(lo, n, pp)..if hi == pp { n } else { even_start(hi, n, pp) }
             };
-            let got = t.exchange(partner, &to_bytes(&buf[span(give.0, give.1)]), partner)?;
-            add_le_into(&mut buf[span(keep.0, keep.1)], &got)?;
-            (lo, hi) = keep;
-            mask /= 2;
-        }
-        // Allgather: double the range back.
-        let mut mask = 1;
-        while mask < pp {
-            let partner = fold.real(nr ^ mask);
-            let width = hi - lo;
-            let other = if nr & mask == 0 {
-                (hi, hi + width)
-            } else {
-                (lo - width, lo)
-            };
-            let got = t.exchange(partner, &to_bytes(&buf[span(lo, hi)]), partner)?;
-            copy_le_into(&mut buf[span(other.0, other.1)], &got)?;
-            (lo, hi) = (lo.min(other.0), hi.max(other.1));
-            mask <<= 1;
-        }
-        Ok(())
+            // Reduce-scatter: halve the block range [lo, hi) each step.
+            let (mut lo, mut hi) = (0usize, pp);
+            let mut mask = pp / 2;
+            while mask > 0 {
+                let partner = fold.real(nr ^ mask);
+                let mid = lo + (hi - lo) / 2;
+                let (keep, give) = if nr & mask == 0 {
+                    ((lo, mid), (mid, hi))
+                } else {
+                    ((mid, hi), (lo, mid))
+                };
+                let got = t.exchange(partner, &to_bytes(&buf[span(give.0, give.1)]), partner)?;
+                add_le_into(&mut buf[span(keep.0, keep.1)], &got)?;
+                (lo, hi) = keep;
+                mask /= 2;
+            }
+            // Allgather: double the range back.
+            let mut mask = 1;
+            while mask < pp {
+                let partner = fold.real(nr ^ mask);
+                let width = hi - lo;
+                let other = if nr & mask == 0 {
+                    (hi, hi + width)
+                } else {
+                    (lo - width, lo)
+                };
+                let got = t.exchange(partner, &to_bytes(&buf[span(lo, hi)]), partner)?;
+                copy_le_into(&mut buf[span(other.0, other.1)], &got)?;
+                (lo, hi) = (lo.min(other.0), hi.max(other.1));
+                mask <<= 1;
+            }
+            Ok(())
+        })
     })
 }
 
@@ -313,16 +321,18 @@ fn frame_spans(bytes: &[u8], count: usize) -> Result<Vec<Range<usize>>> {
 /// # Errors
 /// Transport errors; [`Error::Corrupt`] for a malformed frame.
 pub fn bruck_allgather<T: Transport + ?Sized>(t: &mut T, block: &[u8]) -> Result<Vec<Vec<u8>>> {
-    let own = [block];
-    let g = gather_bruck(t, &own)?;
-    let blocks = (0..t.size())
-        .map(|q| match g.block(q) {
-            Some(b) => b.to_vec(),
-            None => block.to_vec(),
-        })
-        .collect();
-    g.release(t);
-    Ok(blocks)
+    crate::transport::guard(t, |t| {
+        let own = [block];
+        let g = gather_bruck(t, &own)?;
+        let blocks = (0..t.size())
+            .map(|q| match g.block(q) {
+                Some(b) => b.to_vec(),
+                None => block.to_vec(),
+            })
+            .collect();
+        g.release(t);
+        Ok(blocks)
+    })
 }
 
 /// The blocks of an allgather ([`gather_bruck`],
@@ -429,13 +439,15 @@ pub fn recursive_doubling_allgather<T: Transport + ?Sized>(
     t: &mut T,
     block: &[u8],
 ) -> Result<Vec<Vec<u8>>> {
-    let own = [block];
-    let g = gather_recursive_doubling(t, &own)?;
-    let blocks = (0..t.size())
-        .map(|q| g.block(q).unwrap_or(block).to_vec())
-        .collect();
-    g.release(t);
-    Ok(blocks)
+    crate::transport::guard(t, |t| {
+        let own = [block];
+        let g = gather_recursive_doubling(t, &own)?;
+        let blocks = (0..t.size())
+            .map(|q| g.block(q).unwrap_or(block).to_vec())
+            .collect();
+        g.release(t);
+        Ok(blocks)
+    })
 }
 
 /// [`recursive_doubling_allgather`] of this rank's block `own` (the

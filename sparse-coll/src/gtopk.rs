@@ -35,60 +35,62 @@ pub fn gtopk<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     k: usize,
 ) -> Result<Reduced<E>> {
-    let dim = v.dim();
-    let start = enter(t, Id::Gtopk, v, &[("k", k as u64)], Ok(()))?;
-    let (p, r) = (t.size(), t.rank());
-    let read = |b: &[u8]| -> Result<SparseVec<E>> {
-        let mut rest = b;
-        let part = take_block::<E>(&mut rest, dim, 0, dim, "gtopk message")?;
-        if !rest.is_empty() || part.nnz() > k {
-            return Err(Error::corrupt(
-                "gtopk message",
-                format!("{} entries for k = {k}", part.nnz()),
-            ));
+    crate::transport::guard(t, |t| {
+        let dim = v.dim();
+        let start = enter(t, Id::Gtopk, v, &[("k", k as u64)], Ok(()))?;
+        let (p, r) = (t.size(), t.rank());
+        let read = |b: &[u8]| -> Result<SparseVec<E>> {
+            let mut rest = b;
+            let part = take_block::<E>(&mut rest, dim, 0, dim, "gtopk message")?;
+            if !rest.is_empty() || part.nnz() > k {
+                return Err(Error::corrupt(
+                    "gtopk message",
+                    format!("{} entries for k = {k}", part.nnz()),
+                ));
+            }
+            Ok(part)
+        };
+        let (mut acc, mut dropped) = split_topk(v, k);
+        let mut dist = 1;
+        while dist < p {
+            if r % (2 * dist) == dist {
+                let mut msg = Vec::new();
+                put_block(&mut msg, &acc);
+                t.send(r - dist, &msg)?;
+                break;
+            }
+            if r + dist < p {
+                let got = read(&t.recv(r + dist)?)?;
+                let (kept, cut) = split_topk(&acc.merge_sum(&got)?, k);
+                dropped = dropped.merge_sum(&cut)?;
+                acc = kept;
+            }
+            dist <<= 1;
         }
-        Ok(part)
-    };
-    let (mut acc, mut dropped) = split_topk(v, k);
-    let mut dist = 1;
-    while dist < p {
-        if r % (2 * dist) == dist {
-            let mut msg = Vec::new();
-            put_block(&mut msg, &acc);
-            t.send(r - dist, &msg)?;
-            break;
+        // Broadcast down the same tree: a rank receives from the parent it sent
+        // to (r minus its lowest set bit), then serves its own children.
+        let low = if r == 0 {
+            p.next_power_of_two()
+        } else {
+            1 << r.trailing_zeros()
+        };
+        if r != 0 {
+            acc = read(&t.recv(r - low)?)?;
         }
-        if r + dist < p {
-            let got = read(&t.recv(r + dist)?)?;
-            let (kept, cut) = split_topk(&acc.merge_sum(&got)?, k);
-            dropped = dropped.merge_sum(&cut)?;
-            acc = kept;
+        let mut msg = Vec::new();
+        put_block(&mut msg, &acc);
+        let mut dist = low / 2;
+        while dist >= 1 {
+            if r + dist < p {
+                t.send(r + dist, &msg)?;
+            }
+            dist /= 2;
         }
-        dist <<= 1;
-    }
-    // Broadcast down the same tree: a rank receives from the parent it sent
-    // to (r minus its lowest set bit), then serves its own children.
-    let low = if r == 0 {
-        p.next_power_of_two()
-    } else {
-        1 << r.trailing_zeros()
-    };
-    if r != 0 {
-        acc = read(&t.recv(r - low)?)?;
-    }
-    let mut msg = Vec::new();
-    put_block(&mut msg, &acc);
-    let mut dist = low / 2;
-    while dist >= 1 {
-        if r + dist < p {
-            t.send(r + dist, &msg)?;
-        }
-        dist /= 2;
-    }
-    Ok(Reduced {
-        result: acc,
-        dropped,
-        traffic: t.traffic().since(&start),
+        Ok(Reduced {
+            result: acc,
+            dropped,
+            traffic: t.traffic().since(&start),
+        })
     })
 }
 
@@ -132,7 +134,7 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
         Some(cost::gtopk(prof.p, self.k))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        gtopk(t, v, self.k)
+        crate::transport::guard(t, |t| gtopk(t, v, self.k))
     }
 }
 

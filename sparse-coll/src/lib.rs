@@ -112,5 +112,5 @@ pub use ssar::{SsarRecursiveDouble, ssar_recursive_double, ssar_recursive_double
 pub use thread::{ThreadCluster, ThreadTransport};
 pub use topk_a::{TopkA, topk_a, topk_a_with};
 pub use topk_dsa::{TopkDsa, topk_dsa};
-pub use transport::{BufferPool, Traffic, TrafficCounter, Transport};
+pub use transport::{BufferPool, Traffic, TrafficCounter, Transport, guard};
 pub use zen::{ZenBalancedParallelism, ZenStats, zen_balanced_parallelism, zen_pieces};

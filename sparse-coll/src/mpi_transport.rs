@@ -12,49 +12,90 @@ use sparse_core::{Error, Result};
 /// non-overtaking rule), which is all the [`Transport`] contract asks.
 const TAG: Tag = 0x5ca1;
 
+/// The tag of the empty message a rank sends every other rank when it
+/// abandons the transport ([`Transport::abandon`]).
+const POISON: Tag = 0x5ca2;
+
 /// A [`Transport`] over an MPI communicator (usually `MPI_COMM_WORLD`).
 ///
 /// Messages of any length, zero included, travel as `MPI_BYTE`s; a
-/// receive probes first (`MPI_Mprobe`), so sizes need not be known in
+/// receive probes first (`MPI_Improbe`), so sizes need not be known in
 /// advance. [`Transport::exchange`] posts a non-blocking send, then
 /// receives, then waits on the send, so rings and shifts never deadlock.
 /// Traffic is counted as on the thread transport.
 ///
-/// MPI receives have no timeout: a rank that dies leaves its peers
-/// waiting. Programs therefore install [`MpiTransport::abort_on_panic`],
-/// which turns a panic on any rank into `MPI_Abort` of the whole job, and
-/// run under `mpiexec` with `MPIEXEC_TIMEOUT` as a backstop.
+/// # Failures
+/// The transport talks on a duplicate of the communicator it was given
+/// ([`MpiTransport::new`] is collective), so its messages never match
+/// anyone else's.
+///
+/// A rank whose collective fails after the entry agreement (a corrupt
+/// message, a refused allocation) abandons the transport
+/// ([`Transport::abandon`]): it sends every other rank an empty message on
+/// a tag of its own and fails every later call. Every wait of this
+/// transport (for a message, for a send to complete) also watches for
+/// those messages, so a peer waiting on a failed rank, directly or
+/// through others, fails with [`Error::PeerFailed`] and abandons in turn,
+/// instead of waiting forever. Sends go from a copy the transport owns:
+/// one still pending when its destination has abandoned is left to MPI
+/// unfinished, its copy never freed. A peer that had already finished the failed call keeps its result,
+/// which is complete and exact (it received everything it needed), and
+/// fails at its next call. `MPI_Finalize` may then warn of the
+/// unmatched messages.
+///
+/// A rank that dies (killed, or exits without abandoning) still leaves its
+/// peers waiting: MPI receives have no timeout. Programs therefore install
+/// [`MpiTransport::abort_on_panic`], which turns a panic on any rank into
+/// `MPI_Abort` of the whole job, and run under `mpiexec` with
+/// `MPIEXEC_TIMEOUT` as a backstop.
 pub struct MpiTransport {
-    comm: SimpleCommunicator,
+    /// Always `Some` but in `drop`, which leaks it after a failure.
+    comm: Option<SimpleCommunicator>,
     counter: TrafficCounter,
     pool: BufferPool,
+    /// The ranks that have abandoned the transport, this one included
+    /// once it has.
+    abandoned: Vec<bool>,
+    /// The first rank known to have failed, once one has.
+    failed: Option<usize>,
+    /// The copy a send is made from (one send is in flight at a time),
+    /// kept across calls.
+    outgoing: Vec<u8>,
 }
 
 impl std::fmt::Debug for MpiTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MpiTransport")
-            .field("rank", &self.comm.rank())
-            .field("size", &self.comm.size())
+            .field("rank", &self.comm().rank())
+            .field("size", &self.comm().size())
             .field("traffic", &self.counter.traffic())
             .finish()
     }
 }
 
 impl MpiTransport {
-    /// A transport over `comm`.
+    /// A transport over a duplicate of `comm` (`MPI_Comm_dup`: every rank
+    /// of `comm` calls this together).
     pub fn new(comm: SimpleCommunicator) -> Self {
+        let comm = comm.duplicate();
         let ranks = comm.size() as usize;
         Self {
-            comm,
+            comm: Some(comm),
             counter: TrafficCounter::default(),
             pool: BufferPool::for_ranks(ranks),
+            abandoned: vec![false; ranks],
+            failed: None,
+            outgoing: Vec::new(),
         }
     }
 
-    /// The communicator, for MPI calls of the program's own (barriers,
-    /// `MPI_Allreduce` baselines, ...).
+    /// The transport's communicator, for MPI calls of the program's own
+    /// (barriers, `MPI_Allreduce` baselines, ...); receives on it with
+    /// tags `0x5ca1` and `0x5ca2` would take this transport's messages.
     pub fn comm(&self) -> &SimpleCommunicator {
-        &self.comm
+        self.comm
+            .as_ref()
+            .expect("the communicator lives until drop")
     }
 
     /// Installs a panic hook that prints the panic (as the default hook
@@ -71,63 +112,186 @@ impl MpiTransport {
     }
 
     fn check_peer(&self, peer: usize) -> Result<i32> {
-        let size = self.comm.size() as usize;
+        let size = self.comm().size() as usize;
         if peer >= size {
             return Err(Error::NoSuchRank { rank: peer, size });
         }
         Ok(peer as i32)
     }
 
+    /// This rank's error once the transport has failed.
+    fn alive(&self) -> Result<()> {
+        match self.failed {
+            None => Ok(()),
+            Some(peer) => Err(Error::PeerFailed {
+                rank: self.comm().rank() as usize,
+                peer,
+            }),
+        }
+    }
+
+    /// Takes every abandon message that has arrived; a rank that learns of
+    /// a failure abandons in turn. Returns [`MpiTransport::alive`].
+    fn watch(&mut self) -> Result<()> {
+        use mpi::topology::Communicator as _;
+        while let Some((msg, status)) = self
+            .comm()
+            .any_process()
+            .immediate_matched_probe_with_tag(POISON)
+        {
+            msg.matched_receive_into(&mut [0u8; 0][..]);
+            let from = status.source_rank() as usize;
+            self.abandoned[from] = true;
+            self.failed.get_or_insert(from);
+        }
+        if self.failed.is_some() {
+            self.abandon();
+        }
+        self.alive()
+    }
+
     /// Receives the next message from `from` into `into`: probes for its
     /// size, grows `into` only where it is too short (a buffer reused
     /// across calls is written over, not zeroed again) and receives in
-    /// place.
-    fn recv_raw(&mut self, from: i32, into: &mut Vec<u8>) {
+    /// place. Fails instead when a rank abandons first.
+    fn recv_raw(&mut self, from: i32, into: &mut Vec<u8>) -> Result<()> {
         use mpi::datatype::Equivalence;
-        let (msg, status) = self.comm.process_at_rank(from).matched_probe_with_tag(TAG);
+        self.alive()?;
+        let (msg, status) = loop {
+            if let Some(got) = self
+                .comm()
+                .process_at_rank(from)
+                .immediate_matched_probe_with_tag(TAG)
+            {
+                break got;
+            }
+            self.watch()?;
+        };
         let len = usize::try_from(status.count(u8::equivalent_datatype()))
             .expect("MPI_Get_count of a received message is not negative");
         into.resize(len, 0);
         msg.matched_receive_into(&mut into[..]);
         self.counter.received(len);
+        Ok(())
+    }
+
+    /// Sends a copy of `data` to `to` (without blocking), runs `then`
+    /// (the receive of an exchange), and waits for the send to complete
+    /// or for `to` to abandon the transport. Then the send is left
+    /// unfinished and its copy is never freed, so MPI may still read it,
+    /// and this rank fails. The copy is what makes that sound: `data` is
+    /// the caller's and must not stay lent to MPI after this returns.
+    fn send_then(
+        &mut self,
+        to: i32,
+        data: &[u8],
+        then: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        self.alive()?;
+        let mut copy = std::mem::take(&mut self.outgoing);
+        copy.clear();
+        copy.try_reserve(data.len())
+            .map_err(|_| Error::OutOfMemory {
+                what: "outgoing message",
+                bytes: data.len() as u64,
+            })?;
+        copy.extend_from_slice(data);
+        let (sent, then) = mpi::request::scope(|scope| {
+            let mut req =
+                self.comm()
+                    .process_at_rank(to)
+                    .immediate_send_with_tag(scope, &copy[..], TAG);
+            let then = then(self);
+            loop {
+                match req.test() {
+                    Ok(_) => return (true, then),
+                    Err(pending) => req = pending,
+                }
+                // A failure elsewhere does not end this wait: `to` may
+                // still receive; it abandons (and says so) if it never
+                // will.
+                let _ = self.watch();
+                if self.abandoned[to as usize] {
+                    // SAFETY: this only unregisters the request from the
+                    // scope and gives up its handle unfinished. MPI may
+                    // read `copy` later; `copy` is leaked below, so it
+                    // outlives every use. (`to` has abandoned, so it never
+                    // receives on this transport's private communicator
+                    // again: the send will not complete.)
+                    #[allow(unsafe_code)]
+                    let _ = unsafe { req.into_raw() };
+                    return (false, then);
+                }
+            }
+        });
+        if sent {
+            self.outgoing = copy;
+            self.counter.sent(data.len());
+            then
+        } else {
+            std::mem::forget(copy);
+            then.and(self.alive())
+        }
     }
 }
 
 impl Transport for MpiTransport {
-    /// `MPI_Allreduce` with `MPI_SUM`, after one small `MPI_Allreduce` that
-    /// checks the lengths agree (a mismatch would be undefined in MPI).
+    /// `MPI_Allreduce` with `MPI_SUM`, after an entry agreement on the
+    /// lengths and on `out`'s allocation ([`crate::agree_or_fail`], over
+    /// this transport's messages, so it watches for failed peers: MPI's
+    /// own collectives cannot). Every rank that passes it enters
+    /// `MPI_Allreduce`, and nothing between can fail.
+    ///
     /// MPICH reduces each element in one fixed order for all ranks at these
     /// sizes (recursive doubling for short vectors, reduce-scatter then
     /// allgather for long ones), so every rank gets the same bits; the
     /// optimizers' tests check that under `mpiexec`. The traffic counters
     /// cannot see inside MPICH: the call counts one round and the bytes a
-    /// ring moves (`2 (P - 1) / P` of the vector each way).
+    /// ring moves (`2 (P - 1) / P` of the vector each way); the agreement
+    /// is not counted.
     fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
         use mpi::collective::{CommunicatorCollectives, SystemOperation};
-        let p = self.comm.size() as usize;
-        let n = x.len() as u64;
-        let mut range = [0u64; 2];
-        self.comm
-            .all_reduce_into(&[n, u64::MAX - n], &mut range, SystemOperation::max());
-        let (hi, lo) = (range[0], u64::MAX - range[1]);
-        if hi != lo {
-            return Err(Error::Disagreement {
-                what: "dense allreduce length",
-                detail: format!("lengths from {lo} to {hi}; this rank {n}"),
-            });
+        crate::transport::guard(self, |t| {
+            let p = t.comm().size() as usize;
+            let local = out
+                .try_reserve(x.len().saturating_sub(out.len()))
+                .map_err(|_| Error::OutOfMemory {
+                    what: "dense allreduce result",
+                    bytes: 4 * x.len() as u64,
+                });
+            let counted = t.counter.clone();
+            let agreed =
+                crate::agree_or_fail(t, &[("dense allreduce length", x.len() as u64)], local);
+            t.counter = counted;
+            agreed?;
+            out.resize(x.len(), 0.0);
+            if p > 1 && !x.is_empty() {
+                t.comm()
+                    .all_reduce_into(x, &mut out[..], SystemOperation::sum());
+                let bytes = (2 * (p - 1) * 4 * x.len()).div_ceil(p);
+                t.counter.round();
+                t.counter.sent(bytes);
+                t.counter.received(bytes);
+            } else {
+                out.copy_from_slice(x);
+            }
+            Ok(())
+        })
+    }
+    /// Sends every other rank an empty message on the abandon tag (once),
+    /// and fails every later call.
+    fn abandon(&mut self) {
+        let me = self.comm().rank() as usize;
+        self.failed.get_or_insert(me);
+        if std::mem::replace(&mut self.abandoned[me], true) {
+            return;
         }
-        out.resize(x.len(), 0.0);
-        if p > 1 && !x.is_empty() {
-            self.comm
-                .all_reduce_into(x, &mut out[..], SystemOperation::sum());
-            let bytes = (2 * (p - 1) * 4 * x.len()).div_ceil(p);
-            self.counter.round();
-            self.counter.sent(bytes);
-            self.counter.received(bytes);
-        } else {
-            out.copy_from_slice(x);
+        for peer in (0..self.abandoned.len()).filter(|&r| r != me) {
+            // Empty messages travel eagerly: this returns at once.
+            self.comm()
+                .process_at_rank(peer as i32)
+                .send_with_tag(&[0u8; 0][..], POISON);
         }
-        Ok(())
     }
     fn take_buffer(&mut self) -> Vec<u8> {
         self.pool.take()
@@ -136,17 +300,15 @@ impl Transport for MpiTransport {
         self.pool.give(buf);
     }
     fn rank(&self) -> usize {
-        self.comm.rank() as usize
+        self.comm().rank() as usize
     }
     fn size(&self) -> usize {
-        self.comm.size() as usize
+        self.comm().size() as usize
     }
     fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
         let to = self.check_peer(to)?;
         self.counter.round();
-        self.comm.process_at_rank(to).send_with_tag(data, TAG);
-        self.counter.sent(data.len());
-        Ok(())
+        self.send_then(to, data, |_| Ok(()))
     }
     fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
         let mut got = Vec::new();
@@ -161,8 +323,7 @@ impl Transport for MpiTransport {
     fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
         let from = self.check_peer(from)?;
         self.counter.round();
-        self.recv_raw(from, into);
-        Ok(())
+        self.recv_raw(from, into)
     }
     fn exchange_into(
         &mut self,
@@ -173,19 +334,22 @@ impl Transport for MpiTransport {
     ) -> Result<()> {
         let (to, from) = (self.check_peer(to)?, self.check_peer(from)?);
         self.counter.round();
-        mpi::request::scope(|scope| {
-            let req = self
-                .comm
-                .process_at_rank(to)
-                .immediate_send_with_tag(scope, data, TAG);
-            self.recv_raw(from, into);
-            req.wait();
-        });
-        self.counter.sent(data.len());
-        Ok(())
+        self.send_then(to, data, |t| t.recv_raw(from, into))
     }
     fn traffic(&self) -> Traffic {
         self.counter.traffic()
+    }
+}
+
+impl Drop for MpiTransport {
+    /// Frees the communicator, except after a failure: messages may still
+    /// be on their way on it, and MPI could hand its context to a later
+    /// communicator (a new transport), where they would match. A rank
+    /// that keeps it keeps MPI from reusing it on any rank.
+    fn drop(&mut self) {
+        if self.failed.is_some() {
+            std::mem::forget(self.comm.take());
+        }
     }
 }
 

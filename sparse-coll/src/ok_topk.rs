@@ -210,89 +210,93 @@ impl<E: Element> OkTopk<E> {
         t: &mut T,
         v: &SparseVec<E>,
     ) -> Result<Reduced<E>> {
-        let dim = v.dim();
-        let start = enter(
-            t,
-            Id::OkTopk,
-            v,
-            &[
-                ("k", self.k as u64),
-                ("period", self.period),
-                ("call", self.calls),
-            ],
-            Ok(()),
-        )?;
-        let (p, r) = (t.size(), t.rank());
-        let refresh = self.refreshes_next() || self.bounds.len() != p + 1;
-        let keys = || v.values().iter().map(|&x| abs_key(x)).collect();
-        if refresh || self.local.is_none() {
-            self.local = kth_key(keys(), self.k);
-        }
-        let (mut sel, mut dropped) = reaching(v, self.local);
-        if sel.nnz() > self.budget() {
-            // The reused threshold went stale: exact top-k, re-estimated.
-            (sel, dropped) = split_topk(v, self.k);
-            self.local = kth_key(keys(), self.k);
-        }
-        if refresh {
-            self.balance(t, &sel)?;
-        }
-        let bounds = self.bounds.clone();
-        let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
-        let mut parts: Vec<SparseVec<E>> = vec![SparseVec::zeros(dim)?; p];
-        parts[r] = sel.restrict(region(r).0, region(r).1);
-        for s in 1..p {
-            let (to, from) = ((r + s) % p, (r + p - s) % p);
+        crate::transport::guard(t, |t| {
+            let dim = v.dim();
+            let start = enter(
+                t,
+                Id::OkTopk,
+                v,
+                &[
+                    ("k", self.k as u64),
+                    ("period", self.period),
+                    ("call", self.calls),
+                ],
+                Ok(()),
+            )?;
+            let (p, r) = (t.size(), t.rank());
+            let refresh = self.refreshes_next() || self.bounds.len() != p + 1;
+            let keys = || v.values().iter().map(|&x| abs_key(x)).collect();
+            if refresh || self.local.is_none() {
+                self.local = kth_key(keys(), self.k);
+            }
+            let (mut sel, mut dropped) = reaching(v, self.local);
+            if sel.nnz() > self.budget() {
+                // The reused threshold went stale: exact top-k, re-estimated.
+                (sel, dropped) = split_topk(v, self.k);
+                self.local = kth_key(keys(), self.k);
+            }
+            if refresh {
+                self.balance(t, &sel)?;
+            }
+            let bounds = self.bounds.clone();
+            let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
+            let mut parts: Vec<SparseVec<E>> = vec![SparseVec::zeros(dim)?; p];
+            parts[r] = sel.restrict(region(r).0, region(r).1);
+            for s in 1..p {
+                let (to, from) = ((r + s) % p, (r + p - s) % p);
+                let mut msg = Vec::new();
+                put_block(&mut msg, &sel.restrict(region(to).0, region(to).1));
+                let got = t.exchange(to, &msg, from)?;
+                let mut rest: &[u8] = &got;
+                parts[from] =
+                    take_block(&mut rest, dim, region(r).0, region(r).1, "ok-topk piece")?;
+                if !rest.is_empty() {
+                    return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
+                }
+            }
+            let mut sum = SparseVec::zeros(dim)?;
+            for part in &parts {
+                sum = sum.merge_sum(part)?;
+            }
+            if refresh {
+                self.global_threshold(t, &sum)?;
+            }
+            let (chosen, cut) = reaching(&sum, self.global);
+            dropped = dropped.merge_sum(&cut)?;
             let mut msg = Vec::new();
-            put_block(&mut msg, &sel.restrict(region(to).0, region(to).1));
-            let got = t.exchange(to, &msg, from)?;
-            let mut rest: &[u8] = &got;
-            parts[from] = take_block(&mut rest, dim, region(r).0, region(r).1, "ok-topk piece")?;
-            if !rest.is_empty() {
-                return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
+            put_block(&mut msg, &chosen);
+            let all = bruck_allgather(t, &msg)?;
+            let (mut idx, mut val) = (Vec::new(), Vec::new());
+            for (q, b) in all.iter().enumerate() {
+                let mut rest: &[u8] = b;
+                let part =
+                    take_block::<E>(&mut rest, dim, region(q).0, region(q).1, "ok-topk block")?;
+                if !rest.is_empty() {
+                    return Err(Error::corrupt("ok-topk block", "trailing bytes"));
+                }
+                idx.extend_from_slice(part.indices());
+                val.extend_from_slice(part.values());
             }
-        }
-        let mut sum = SparseVec::zeros(dim)?;
-        for part in &parts {
-            sum = sum.merge_sum(part)?;
-        }
-        if refresh {
-            self.global_threshold(t, &sum)?;
-        }
-        let (chosen, cut) = reaching(&sum, self.global);
-        dropped = dropped.merge_sum(&cut)?;
-        let mut msg = Vec::new();
-        put_block(&mut msg, &chosen);
-        let all = bruck_allgather(t, &msg)?;
-        let (mut idx, mut val) = (Vec::new(), Vec::new());
-        for (q, b) in all.iter().enumerate() {
-            let mut rest: &[u8] = b;
-            let part = take_block::<E>(&mut rest, dim, region(q).0, region(q).1, "ok-topk block")?;
-            if !rest.is_empty() {
-                return Err(Error::corrupt("ok-topk block", "trailing bytes"));
+            let mut result =
+                SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("ok-topk blocks", e))?;
+            if result.nnz() > self.budget() {
+                // Over budget: every rank keeps the same exact top-k of the same
+                // gathered entries; each owner keeps what it cut from its region.
+                let (kept, over) = split_topk(&result, self.k);
+                let (lo, len) = region(r);
+                dropped = dropped.merge_sum(&over.restrict(lo, len))?;
+                self.global = kth_key(
+                    result.values().iter().map(|&x| abs_key(x)).collect(),
+                    self.k,
+                );
+                result = kept;
             }
-            idx.extend_from_slice(part.indices());
-            val.extend_from_slice(part.values());
-        }
-        let mut result =
-            SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("ok-topk blocks", e))?;
-        if result.nnz() > self.budget() {
-            // Over budget: every rank keeps the same exact top-k of the same
-            // gathered entries; each owner keeps what it cut from its region.
-            let (kept, over) = split_topk(&result, self.k);
-            let (lo, len) = region(r);
-            dropped = dropped.merge_sum(&over.restrict(lo, len))?;
-            self.global = kth_key(
-                result.values().iter().map(|&x| abs_key(x)).collect(),
-                self.k,
-            );
-            result = kept;
-        }
-        self.calls += 1;
-        Ok(Reduced {
-            result,
-            dropped,
-            traffic: t.traffic().since(&start),
+            self.calls += 1;
+            Ok(Reduced {
+                result,
+                dropped,
+                traffic: t.traffic().since(&start),
+            })
         })
     }
 }
@@ -336,7 +340,7 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         Some(prof.within(cost::ok_topk(prof.p, self.k)))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        OkTopk::allreduce(self, t, v)
+        crate::transport::guard(t, |t| OkTopk::allreduce(self, t, v))
     }
 }
 

@@ -46,21 +46,23 @@ pub fn omnireduce_blocks<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     block_size: usize,
 ) -> Result<Reduced<E>> {
-    let block = Block::new(block_size, Raw);
-    enter(
-        t,
-        Id::OmniReduceBlocks,
-        v,
-        &[("block size", block_size as u64)],
-        block.as_ref().map(drop).map_err(Clone::clone),
-    )?;
-    let scheme = Omni {
-        dim: v.dim(),
-        p: t.size(),
-        block: block?,
-    };
-    let pieces = split_by_owner(v, &scheme, t.size());
-    push_pull(t, v, &scheme, pieces)
+    crate::transport::guard(t, |t| {
+        let block = Block::new(block_size, Raw);
+        enter(
+            t,
+            Id::OmniReduceBlocks,
+            v,
+            &[("block size", block_size as u64)],
+            block.as_ref().map(drop).map_err(Clone::clone),
+        )?;
+        let scheme = Omni {
+            dim: v.dim(),
+            p: t.size(),
+            block: block?,
+        };
+        let pieces = split_by_owner(v, &scheme, t.size());
+        push_pull(t, v, &scheme, pieces)
+    })
 }
 
 /// [`omnireduce_blocks`] as a [`SparseAllreduce`] (registry name
@@ -105,7 +107,7 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
         bytes_cost(2.0 * (p - 1.0), prof.others() * (push + pull))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        omnireduce_blocks(t, v, self.block)
+        crate::transport::guard(t, |t| omnireduce_blocks(t, v, self.block))
     }
 }
 

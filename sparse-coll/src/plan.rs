@@ -376,7 +376,7 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         let mut out = Reduced::default();
-        self.run(t, v, &mut out)?;
+        crate::transport::guard(t, |t| self.run(t, v, &mut out))?;
         Ok(out)
     }
     fn allreduce_into(
@@ -385,7 +385,7 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        self.run(t, v, out)
+        crate::transport::guard(t, |t| self.run(t, v, out))
     }
 }
 

@@ -172,7 +172,7 @@ pub fn spardl<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     k: usize,
 ) -> Result<Reduced<E>> {
-    spardl_with(t, v, k, WireValues::Raw)
+    crate::transport::guard(t, |t| spardl_with(t, v, k, WireValues::Raw))
 }
 
 /// [`spardl`] with its blocks sent by `values`: every block a rank sends
@@ -190,15 +190,17 @@ pub fn spardl_with<T: Transport + ?Sized, E: Element>(
     k: usize,
     values: WireValues,
 ) -> Result<Reduced<E>> {
-    in_teams(
-        t,
-        v,
-        Budget { k, values },
-        1,
-        Id::Spardl,
-        &[("k", k as u64), ("values", values.code())],
-        |_, lay, pos, block, dropped| cut_to(block, lay.share(pos), dropped),
-    )
+    crate::transport::guard(t, |t| {
+        in_teams(
+            t,
+            v,
+            Budget { k, values },
+            1,
+            Id::Spardl,
+            &[("k", k as u64), ("values", values.code())],
+            |_, lay, pos, block, dropped| cut_to(block, lay.share(pos), dropped),
+        )
+    })
 }
 
 /// Cuts `block` to its top `n` and adds the rest to `dropped`.
@@ -313,47 +315,49 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
     k: usize,
     d: usize,
 ) -> Result<Reduced<E>> {
-    let extra = [("k", k as u64), ("teams", d as u64)];
-    in_teams(
-        t,
-        v,
-        Budget {
-            k,
-            values: WireValues::Raw,
-        },
-        d,
-        Id::SpardlRsag,
-        &extra,
-        |col, lay, pos, block, dropped| {
-            let (lo, len) = lay.span(pos);
-            let l = lay.share(pos);
-            let mut block = cut_to(block, l, dropped)?;
-            let c = col.rank();
-            let mut mask = 1;
-            while mask < d {
-                let partner = c ^ mask;
-                let mut msg = Vec::new();
-                put_block(&mut msg, &block);
-                let got = col.exchange(partner, &msg, partner)?;
-                let mut rest: &[u8] = &got;
-                let other = take_block::<E>(&mut rest, lay.dim, lo, len, "r-sag block")?;
-                if !rest.is_empty() || other.nnz() > l {
-                    return Err(Error::corrupt("r-sag block", "over its share"));
+    crate::transport::guard(t, |t| {
+        let extra = [("k", k as u64), ("teams", d as u64)];
+        in_teams(
+            t,
+            v,
+            Budget {
+                k,
+                values: WireValues::Raw,
+            },
+            d,
+            Id::SpardlRsag,
+            &extra,
+            |col, lay, pos, block, dropped| {
+                let (lo, len) = lay.span(pos);
+                let l = lay.share(pos);
+                let mut block = cut_to(block, l, dropped)?;
+                let c = col.rank();
+                let mut mask = 1;
+                while mask < d {
+                    let partner = c ^ mask;
+                    let mut msg = Vec::new();
+                    put_block(&mut msg, &block);
+                    let got = col.exchange(partner, &msg, partner)?;
+                    let mut rest: &[u8] = &got;
+                    let other = take_block::<E>(&mut rest, lay.dim, lo, len, "r-sag block")?;
+                    if !rest.is_empty() || other.nnz() > l {
+                        return Err(Error::corrupt("r-sag block", "over its share"));
+                    }
+                    let (kept, cut) = split_topk(&block.merge_sum(&other)?, l);
+                    // After this step the 2 * mask column workers of this aligned
+                    // range all hold this sum and cut the same entries: each cut
+                    // entry goes to exactly one of them.
+                    let group = 2 * mask;
+                    let base = c & !(group - 1);
+                    let (mine, _) = split_where(&cut, |i, _| base + i as usize % group == c);
+                    *dropped = dropped.merge_sum(&mine)?;
+                    block = kept;
+                    mask <<= 1;
                 }
-                let (kept, cut) = split_topk(&block.merge_sum(&other)?, l);
-                // After this step the 2 * mask column workers of this aligned
-                // range all hold this sum and cut the same entries: each cut
-                // entry goes to exactly one of them.
-                let group = 2 * mask;
-                let base = c & !(group - 1);
-                let (mine, _) = split_where(&cut, |i, _| base + i as usize % group == c);
-                *dropped = dropped.merge_sum(&mine)?;
-                block = kept;
-                mask <<= 1;
-            }
-            Ok(block)
-        },
-    )
+                Ok(block)
+            },
+        )
+    })
 }
 
 /// SparDL with B-SAG (Sec. 3.3, any `d` dividing `P`), with the state of
@@ -466,42 +470,44 @@ impl SpardlBsag {
         t: &mut T,
         v: &SparseVec<E>,
     ) -> Result<Reduced<E>> {
-        let (k, d) = (self.k, self.d.unwrap_or_else(|| smallest_divisor(t.size())));
-        let extra = [("k", k as u64), ("teams", d as u64)];
-        in_teams(
-            t,
-            v,
-            Budget {
-                k,
-                values: WireValues::Raw,
-            },
-            d,
-            Id::SpardlBsag,
-            &extra,
-            |col, lay, pos, block, dropped| {
-                let (lo, len) = lay.span(pos);
-                let h = self.next_h(lay.share(pos), d);
-                let sent = cut_to(block, h, dropped)?;
-                let mut msg = Vec::new();
-                put_block(&mut msg, &sent);
-                let all = bruck_allgather(col, &msg)?;
-                let mut sum = SparseVec::zeros(lay.dim)?;
-                for b in &all {
-                    let mut rest: &[u8] = b;
-                    let part = take_block::<E>(&mut rest, lay.dim, lo, len, "b-sag block")?;
-                    if !rest.is_empty() {
-                        return Err(Error::corrupt("b-sag block", "trailing bytes"));
+        crate::transport::guard(t, |t| {
+            let (k, d) = (self.k, self.d.unwrap_or_else(|| smallest_divisor(t.size())));
+            let extra = [("k", k as u64), ("teams", d as u64)];
+            in_teams(
+                t,
+                v,
+                Budget {
+                    k,
+                    values: WireValues::Raw,
+                },
+                d,
+                Id::SpardlBsag,
+                &extra,
+                |col, lay, pos, block, dropped| {
+                    let (lo, len) = lay.span(pos);
+                    let h = self.next_h(lay.share(pos), d);
+                    let sent = cut_to(block, h, dropped)?;
+                    let mut msg = Vec::new();
+                    put_block(&mut msg, &sent);
+                    let all = bruck_allgather(col, &msg)?;
+                    let mut sum = SparseVec::zeros(lay.dim)?;
+                    for b in &all {
+                        let mut rest: &[u8] = b;
+                        let part = take_block::<E>(&mut rest, lay.dim, lo, len, "b-sag block")?;
+                        if !rest.is_empty() {
+                            return Err(Error::corrupt("b-sag block", "trailing bytes"));
+                        }
+                        sum = sum.merge_sum(&part)?;
                     }
-                    sum = sum.merge_sum(&part)?;
-                }
-                self.last_count = Some(sum.nnz());
-                let (kept, cut) = split_topk(&sum, lay.share(pos));
-                let c = col.rank();
-                let (mine, _) = split_where(&cut, |i, _| i as usize % d == c);
-                *dropped = dropped.merge_sum(&mine)?;
-                Ok(kept)
-            },
-        )
+                    self.last_count = Some(sum.nnz());
+                    let (kept, cut) = split_topk(&sum, lay.share(pos));
+                    let c = col.rank();
+                    let (mine, _) = split_where(&cut, |i, _| i as usize % d == c);
+                    *dropped = dropped.merge_sum(&mine)?;
+                    Ok(kept)
+                },
+            )
+        })
     }
 }
 
@@ -608,7 +614,7 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
         )
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        spardl_with(t, v, self.k, self.values)
+        crate::transport::guard(t, |t| spardl_with(t, v, self.k, self.values))
     }
 }
 
@@ -659,8 +665,10 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         bytes_cost(c.rounds, c.words / 2.0 * prof.pair_bytes())
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        let d = self.teams(t.size());
-        spardl_rsag(t, v, self.k, d)
+        crate::transport::guard(t, |t| {
+            let d = self.teams(t.size());
+            spardl_rsag(t, v, self.k, d)
+        })
     }
 }
 
@@ -717,7 +725,7 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         Some(prof.within(cost::spardl_bsag(prof.p, self.k, d)))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        SpardlBsag::allreduce(self, t, v)
+        crate::transport::guard(t, |t| SpardlBsag::allreduce(self, t, v))
     }
 }
 

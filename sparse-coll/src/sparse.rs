@@ -114,7 +114,15 @@ pub fn agree_or_fail<T: Transport + ?Sized>(
         Some(0) => None,
         code => Some((r, code.unwrap_or(u64::MAX))),
     });
+    // Well-formed entry messages reach every rank the same (the allgather
+    // forwards them unchanged), so every rank fails here alike; a
+    // malformed one may have reached only some ranks, and the others may
+    // go on: that failure is not marked shared, so the rank abandons.
+    let well_formed = all.iter().all(|b| b.len() >= 8 && b.len() % 8 == 0);
     if let Some((rank, code)) = failed {
+        if well_formed {
+            crate::transport::mark_shared_failure();
+        }
         local?;
         return Err(Error::PeerError {
             rank,
@@ -130,10 +138,16 @@ pub fn agree_or_fail<T: Transport + ?Sized>(
                 .map(|(r, v)| format!("rank {r}: {v:?}"))
                 .collect::<Vec<_>>()
                 .join(", ");
+            if well_formed {
+                crate::transport::mark_shared_failure();
+            }
             return Err(Error::Disagreement { what: name, detail });
         }
     }
     if all.iter().any(|b| b.len() != mine.len()) {
+        if well_formed {
+            crate::transport::mark_shared_failure();
+        }
         return Err(Error::Disagreement {
             what: "parameter count",
             detail: format!("{:?}", all.iter().map(Vec::len).collect::<Vec<_>>()),

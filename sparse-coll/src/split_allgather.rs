@@ -65,7 +65,7 @@ pub fn ssar_split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    into_new(|out| ssar_split_allgather_into(t, v, out))
+    crate::transport::guard(t, |t| into_new(|out| ssar_split_allgather_into(t, v, out)))
 }
 
 /// [`ssar_split_allgather`] into `out`, reusing its allocations.
@@ -103,15 +103,17 @@ pub fn dsar_split_allgather<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     qsgd: Option<QsgdParams>,
 ) -> Result<Reduced<E>> {
-    into_new(|out| {
-        split_allgather(
-            t,
-            v,
-            Phase::Dense(qsgd),
-            Gather::Bruck,
-            Id::DsarSplitAllgather,
-            out,
-        )
+    crate::transport::guard(t, |t| {
+        into_new(|out| {
+            split_allgather(
+                t,
+                v,
+                Phase::Dense(qsgd),
+                Gather::Bruck,
+                Id::DsarSplitAllgather,
+                out,
+            )
+        })
     })
 }
 
@@ -122,14 +124,16 @@ pub(crate) fn topk_dsa_into<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     out: &mut Reduced<E>,
 ) -> Result<()> {
-    split_allgather(
-        t,
-        v,
-        Phase::Sparse,
-        Gather::RecursiveDoubling,
-        Id::TopkDsa,
-        out,
-    )
+    crate::transport::guard(t, |t| {
+        split_allgather(
+            t,
+            v,
+            Phase::Sparse,
+            Gather::RecursiveDoubling,
+            Id::TopkDsa,
+            out,
+        )
+    })
 }
 
 /// [`ssar_split_allgather`] as a [`SparseAllreduce`] (registry name
@@ -156,7 +160,7 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
         Some(prof.within(cost::ssar_split_allgather(prof.p, prof.k_avg())))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        ssar_split_allgather(t, v)
+        crate::transport::guard(t, |t| ssar_split_allgather(t, v))
     }
     fn allreduce_into(
         &mut self,
@@ -164,7 +168,7 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        ssar_split_allgather_into(t, v, out)
+        crate::transport::guard(t, |t| ssar_split_allgather_into(t, v, out))
     }
 }
 
@@ -254,7 +258,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         )))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        into_new(|out| self.allreduce_into(t, v, out))
+        crate::transport::guard(t, |t| into_new(|out| self.allreduce_into(t, v, out)))
     }
     fn allreduce_into(
         &mut self,
@@ -262,19 +266,21 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        let q = self.qsgd.map(|q| {
-            let mut mix = sparse_core::SplitMix64(q.seed() ^ self.calls.rotate_left(32));
-            q.with_seed(mix.next_u64())
-        });
-        self.calls += 1;
-        split_allgather(
-            t,
-            v,
-            Phase::Dense(q),
-            Gather::Bruck,
-            Id::DsarSplitAllgather,
-            out,
-        )
+        crate::transport::guard(t, |t| {
+            let q = self.qsgd.map(|q| {
+                let mut mix = sparse_core::SplitMix64(q.seed() ^ self.calls.rotate_left(32));
+                q.with_seed(mix.next_u64())
+            });
+            self.calls += 1;
+            split_allgather(
+                t,
+                v,
+                Phase::Dense(q),
+                Gather::Bruck,
+                Id::DsarSplitAllgather,
+                out,
+            )
+        })
     }
 }
 

@@ -38,7 +38,7 @@ pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    ssar_recursive_double_with(t, v, WireValues::Raw)
+    crate::transport::guard(t, |t| ssar_recursive_double_with(t, v, WireValues::Raw))
 }
 
 /// [`ssar_recursive_double`] with its partial sums sent by `values`: before
@@ -59,37 +59,39 @@ pub fn ssar_recursive_double_with<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     values: WireValues,
 ) -> Result<Reduced<E>> {
-    if values != WireValues::Raw {
-        return quantized(t, v, values);
-    }
-    let dim = v.dim();
-    let start = enter(t, Id::SsarRecursiveDouble, v, &[("values", 0)], Ok(()))?;
-    let r = t.rank();
-    let fold = Fold::new(t);
-    let mut acc = Stream::from_sparse(v.clone());
-    match fold.role(r) {
-        Some(true) => t.send(r + 1, &encode_stream(&acc))?,
-        Some(false) => acc = acc.sum(&decode_stream(&t.recv(r - 1)?, dim)?)?,
-        None => {}
-    }
-    if let Some(nr) = fold.newrank {
-        let mut mask = 1;
-        while mask < fold.pp {
-            let partner = fold.real(nr ^ mask);
-            let got = decode_stream(&t.exchange(partner, &encode_stream(&acc), partner)?, dim)?;
-            acc = acc.sum(&got)?;
-            mask <<= 1;
+    crate::transport::guard(t, |t| {
+        if values != WireValues::Raw {
+            return quantized(t, v, values);
         }
-    }
-    match fold.role(r) {
-        Some(true) => acc = decode_stream(&t.recv(r + 1)?, dim)?,
-        Some(false) => t.send(r - 1, &encode_stream(&acc))?,
-        None => {}
-    }
-    Ok(Reduced {
-        result: stream_to_sparse(acc)?,
-        dropped: SparseVec::zeros(dim)?,
-        traffic: t.traffic().since(&start),
+        let dim = v.dim();
+        let start = enter(t, Id::SsarRecursiveDouble, v, &[("values", 0)], Ok(()))?;
+        let r = t.rank();
+        let fold = Fold::new(t);
+        let mut acc = Stream::from_sparse(v.clone());
+        match fold.role(r) {
+            Some(true) => t.send(r + 1, &encode_stream(&acc))?,
+            Some(false) => acc = acc.sum(&decode_stream(&t.recv(r - 1)?, dim)?)?,
+            None => {}
+        }
+        if let Some(nr) = fold.newrank {
+            let mut mask = 1;
+            while mask < fold.pp {
+                let partner = fold.real(nr ^ mask);
+                let got = decode_stream(&t.exchange(partner, &encode_stream(&acc), partner)?, dim)?;
+                acc = acc.sum(&got)?;
+                mask <<= 1;
+            }
+        }
+        match fold.role(r) {
+            Some(true) => acc = decode_stream(&t.recv(r + 1)?, dim)?,
+            Some(false) => t.send(r - 1, &encode_stream(&acc))?,
+            None => {}
+        }
+        Ok(Reduced {
+            result: stream_to_sparse(acc)?,
+            dropped: SparseVec::zeros(dim)?,
+            traffic: t.traffic().since(&start),
+        })
     })
 }
 
@@ -186,74 +188,78 @@ pub fn ssar_recursive_double_into<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     out: &mut Reduced<E>,
 ) -> Result<()> {
-    const WHAT: &str = "stream message";
-    let dim = v.dim();
-    let start = enter(t, Id::SsarRecursiveDouble, v, &[("values", 0)], Ok(()))?;
-    let r = t.rank();
-    let fold = Fold::new(t);
-    let mut acc = Acc {
-        dim,
-        delta: Stream::<E>::delta(dim),
-        state: State::Input,
-        parts: take_parts(&mut out.result),
-        spare: take_parts(&mut out.dropped),
-    };
-    if v.nnz() > acc.delta {
-        acc.state = State::Dense(acc.densify(v.indices(), v.values())?);
-    }
-    let (mut send, mut got) = (t.take_buffer(), t.take_buffer());
-    let run = (|| {
-        match fold.role(r) {
-            Some(true) => t.send(r + 1, acc.encode(v, &mut send))?,
-            Some(false) => {
-                t.recv_into(r - 1, &mut got)?;
-                acc.add(v, stream_view(&got, dim, WHAT)?)?;
-            }
-            None => {}
+    crate::transport::guard(t, |t| {
+        const WHAT: &str = "stream message";
+        let dim = v.dim();
+        let start = enter(t, Id::SsarRecursiveDouble, v, &[("values", 0)], Ok(()))?;
+        let r = t.rank();
+        let fold = Fold::new(t);
+        let mut acc = Acc {
+            dim,
+            delta: Stream::<E>::delta(dim),
+            state: State::Input,
+            parts: take_parts(&mut out.result),
+            spare: take_parts(&mut out.dropped),
+        };
+        if v.nnz() > acc.delta {
+            acc.state = State::Dense(acc.densify(v.indices(), v.values())?);
         }
-        if let Some(nr) = fold.newrank {
-            let mut mask = 1;
-            while mask < fold.pp {
-                let partner = fold.real(nr ^ mask);
-                t.exchange_into(partner, acc.encode(v, &mut send), partner, &mut got)?;
-                acc.add(v, stream_view(&got, dim, WHAT)?)?;
-                mask <<= 1;
+        let (mut send, mut got) = (t.take_buffer(), t.take_buffer());
+        let run = (|| {
+            match fold.role(r) {
+                Some(true) => t.send(r + 1, acc.encode(v, &mut send))?,
+                Some(false) => {
+                    t.recv_into(r - 1, &mut got)?;
+                    acc.add(v, stream_view(&got, dim, WHAT)?)?;
+                }
+                None => {}
             }
-        }
-        match fold.role(r) {
-            Some(true) => {
-                t.recv_into(r + 1, &mut got)?;
-                acc.replace(stream_view(&got, dim, WHAT)?);
+            if let Some(nr) = fold.newrank {
+                let mut mask = 1;
+                while mask < fold.pp {
+                    let partner = fold.real(nr ^ mask);
+                    t.exchange_into(partner, acc.encode(v, &mut send), partner, &mut got)?;
+                    acc.add(v, stream_view(&got, dim, WHAT)?)?;
+                    mask <<= 1;
+                }
             }
-            Some(false) => t.send(r - 1, acc.encode(v, &mut send))?,
-            None => {}
-        }
+            match fold.role(r) {
+                Some(true) => {
+                    t.recv_into(r + 1, &mut got)?;
+                    acc.replace(stream_view(&got, dim, WHAT)?);
+                }
+                Some(false) => t.send(r - 1, acc.encode(v, &mut send))?,
+                None => {}
+            }
+            Ok(())
+        })();
+        t.give_buffer(send);
+        t.give_buffer(got);
+        run?;
+        let Acc {
+            state,
+            mut parts,
+            mut spare,
+            ..
+        } = acc;
+        // An earlier partial sum may be left in the spare vectors.
+        spare.0.clear();
+        spare.1.clear();
+        out.result = match state {
+            State::Input => {
+                SparseVec::new_unchecked(dim, v.indices().to_vec(), v.values().to_vec())
+            }
+            State::Sparse => SparseVec::new_unchecked(dim, parts.0, parts.1),
+            State::Dense(d) => {
+                parts.0.clear();
+                parts.1.clear();
+                SparseVec::from_dense(&d)?
+            }
+        };
+        out.dropped = SparseVec::new_unchecked(dim, spare.0, spare.1);
+        out.traffic = t.traffic().since(&start);
         Ok(())
-    })();
-    t.give_buffer(send);
-    t.give_buffer(got);
-    run?;
-    let Acc {
-        state,
-        mut parts,
-        mut spare,
-        ..
-    } = acc;
-    // An earlier partial sum may be left in the spare vectors.
-    spare.0.clear();
-    spare.1.clear();
-    out.result = match state {
-        State::Input => SparseVec::new_unchecked(dim, v.indices().to_vec(), v.values().to_vec()),
-        State::Sparse => SparseVec::new_unchecked(dim, parts.0, parts.1),
-        State::Dense(d) => {
-            parts.0.clear();
-            parts.1.clear();
-            SparseVec::from_dense(&d)?
-        }
-    };
-    out.dropped = SparseVec::new_unchecked(dim, spare.0, spare.1);
-    out.traffic = t.traffic().since(&start);
-    Ok(())
+    })
 }
 
 /// Where [`ssar_recursive_double_into`]'s partial sum is.
@@ -437,7 +443,7 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
         Some(prof.within(cost::ssar_recursive_double(prof.p, prof.k_avg())))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        ssar_recursive_double_with(t, v, self.values)
+        crate::transport::guard(t, |t| ssar_recursive_double_with(t, v, self.values))
     }
     fn allreduce_into(
         &mut self,
@@ -445,12 +451,14 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        if self.values == WireValues::Raw {
-            ssar_recursive_double_into(t, v, out)
-        } else {
-            *out = ssar_recursive_double_with(t, v, self.values)?;
-            Ok(())
-        }
+        crate::transport::guard(t, |t| {
+            if self.values == WireValues::Raw {
+                ssar_recursive_double_into(t, v, out)
+            } else {
+                *out = ssar_recursive_double_with(t, v, self.values)?;
+                Ok(())
+            }
+        })
     }
 }
 

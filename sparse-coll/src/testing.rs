@@ -439,6 +439,184 @@ pub fn bad_input_suite(t: &mut dyn Transport) -> Result<usize> {
     Ok(calls)
 }
 
+/// A transport that corrupts one message of this rank: its `nth` send or
+/// exchange (counting from 1) loses its last byte (an empty message gets
+/// one), which every decoder of this crate rejects: their formats have
+/// exact lengths. Everything else goes to the inner transport.
+pub struct Corrupting<'a> {
+    inner: &'a mut dyn Transport,
+    nth: Option<u64>,
+    sent: u64,
+    fired: bool,
+}
+
+impl<'a> Corrupting<'a> {
+    /// Corrupts the `nth` message `inner` sends (`None`: none).
+    pub fn new(inner: &'a mut dyn Transport, nth: Option<u64>) -> Self {
+        Self {
+            inner,
+            nth,
+            sent: 0,
+            fired: false,
+        }
+    }
+    /// Whether the message was corrupted (this rank sent `nth` messages).
+    pub fn fired(&self) -> bool {
+        self.fired
+    }
+    /// `data`, or its corruption when this is the `nth` message.
+    fn outgoing<'d>(&mut self, data: &'d [u8]) -> std::borrow::Cow<'d, [u8]> {
+        self.sent += 1;
+        if Some(self.sent) != self.nth {
+            return data.into();
+        }
+        self.fired = true;
+        match data {
+            [] => vec![0xA5].into(),
+            [rest @ .., _] => rest.into(),
+        }
+    }
+}
+
+impl Transport for Corrupting<'_> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
+        let data = self.outgoing(data);
+        self.inner.send(to, &data)
+    }
+    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
+        self.inner.recv(from)
+    }
+    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
+        let data = self.outgoing(data);
+        self.inner.exchange(to, &data, from)
+    }
+    fn exchange_into(
+        &mut self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        into: &mut Vec<u8>,
+    ) -> Result<()> {
+        let data = self.outgoing(data);
+        self.inner.exchange_into(to, &data, from, into)
+    }
+    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
+        self.inner.recv_into(from, into)
+    }
+    fn take_buffer(&mut self) -> Vec<u8> {
+        self.inner.take_buffer()
+    }
+    fn give_buffer(&mut self, buf: Vec<u8>) {
+        self.inner.give_buffer(buf);
+    }
+    fn traffic(&self) -> Traffic {
+        self.inner.traffic()
+    }
+    fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
+        self.inner.allreduce_sum_f32_into(x, out)
+    }
+    fn abandon(&mut self) {
+        self.inner.abandon();
+    }
+}
+
+/// The input of [`corrupt_case`]: 1,000 coordinates, 2% per rank, half
+/// of them shared.
+pub const CORRUPT_CASE: Case = Case {
+    dim: 1000,
+    density: 0.02,
+    overlap: 0.5,
+    skew: false,
+    seed: 7,
+};
+
+/// One rank's account of [`corrupt_case`]: whether its message was
+/// corrupted, and how each of the two calls ended ([`CALL_EXACT`], ...).
+pub type CorruptOutcome = [u8; 3];
+/// The call returned the exact sum (a lossless algorithm).
+pub const CALL_EXACT: u8 = 0;
+/// The call returned a result that is not the exact sum.
+pub const CALL_WRONG: u8 = 1;
+/// The call returned (a lossy algorithm: not checked).
+pub const CALL_LOSSY: u8 = 2;
+/// The call failed with a timeout: a rank waited in vain.
+pub const CALL_TIMEOUT: u8 = 3;
+/// The call failed otherwise.
+pub const CALL_FAILED: u8 = 4;
+
+/// Runs `spec` twice on [`CORRUPT_CASE`], with the `nth` message of rank
+/// `victim` corrupted in the first call ([`Corrupting`]), and reports how
+/// it went on this rank; [`check_corrupt`] judges all ranks' reports.
+///
+/// # Errors
+/// Building the algorithm or the input (the calls' errors are reported).
+pub fn corrupt_case(
+    t: &mut dyn Transport,
+    registry: &Registry<f32>,
+    spec: &str,
+    victim: usize,
+    nth: u64,
+) -> Result<CorruptOutcome> {
+    use sparse_core::Error;
+    let (p, r) = (t.size(), t.rank());
+    let ins = inputs(p, &CORRUPT_CASE)?;
+    let mut oracle = vec![0.0f32; CORRUPT_CASE.dim];
+    for v in &ins {
+        v.add_to_dense(&mut oracle);
+    }
+    let k = budget(&CORRUPT_CASE);
+    let mut algo = registry.build(spec, Defaults { k })?;
+    let lossless = algo.lossless();
+    let mut call = |t: &mut dyn Transport| match algo.allreduce(t, &ins[r]) {
+        Ok(_) if !lossless => CALL_LOSSY,
+        Ok(red) if red.result.to_dense() == oracle => CALL_EXACT,
+        Ok(_) => CALL_WRONG,
+        Err(Error::Timeout { .. }) => CALL_TIMEOUT,
+        Err(_) => CALL_FAILED,
+    };
+    let mut corrupting = Corrupting::new(t, (r == victim).then_some(nth));
+    let first = call(&mut corrupting);
+    let fired = corrupting.fired();
+    let second = call(t);
+    Ok([u8::from(fired), first, second])
+}
+
+/// Judges every rank's [`corrupt_case`] report (by rank): without a
+/// corrupted message both calls succeed everywhere; with one, the
+/// corruption is caught (some rank's first call fails), no rank waits in
+/// vain (no timeout), every rank fails by its second call, and a lossless
+/// result returned despite the failure is exact. Returns whether a message
+/// was corrupted.
+///
+/// # Errors
+/// What went wrong, for the caller's panic.
+pub fn check_corrupt(outcomes: &[CorruptOutcome]) -> std::result::Result<bool, String> {
+    let fired = outcomes.iter().any(|o| o[0] == 1);
+    let ok = |c: u8| c == CALL_EXACT || c == CALL_LOSSY;
+    let fine = if !fired {
+        outcomes.iter().all(|o| ok(o[1]) && ok(o[2]))
+    } else {
+        outcomes.iter().any(|o| o[1] == CALL_FAILED)
+            && outcomes.iter().all(|o| {
+                o[1..].iter().all(|&c| c != CALL_TIMEOUT && c != CALL_WRONG)
+                    && (o[1] == CALL_FAILED || o[2] == CALL_FAILED)
+            })
+    };
+    if fine {
+        Ok(fired)
+    } else {
+        Err(format!(
+            "outcomes by rank (fired, first call, second call; 0 exact, 1 wrong, 2 lossy, 3 timeout, 4 failed): {outcomes:?}"
+        ))
+    }
+}
+
 /// A global allocator that counts, per thread, the bytes asked of it
 /// (allocations, growth in place, and the whole of a moved reallocation),
 /// for tests that hold code to what it allocates: install it with

@@ -9,7 +9,8 @@ use std::time::Duration;
 /// transport of `cargo test` and the main job.
 ///
 /// Every receive waits at most `timeout`. A rank that returns an error or
-/// panics drops its links, so the ranks waiting on it get
+/// panics drops its links, and a rank whose collective fails part way
+/// closes them ([`Transport::abandon`]), so the ranks waiting on it get
 /// [`Error::PeerFailed`] at once and fail in turn: nothing hangs. A fault
 /// plan makes rank `r` fail at its `s`-th communication call.
 #[derive(Debug, Clone)]
@@ -79,6 +80,7 @@ impl ThreadCluster {
                 calls: 0,
                 fault: self.fault.filter(|&(r, _)| r == rank).map(|(_, s)| s),
                 failed: false,
+                abandoned: false,
                 pool: BufferPool::for_ranks(p),
             })
             .collect()
@@ -136,6 +138,8 @@ pub struct ThreadTransport {
     calls: u64,
     fault: Option<u64>,
     failed: bool,
+    /// Whether [`Transport::abandon`] closed the links.
+    abandoned: bool,
     /// Buffers handed back by this rank's collectives; sends copy into
     /// them, so messages travel in memory already mapped.
     pool: BufferPool,
@@ -146,6 +150,12 @@ impl ThreadTransport {
     /// every call fails and the links are closed.
     fn step(&mut self) -> Result<()> {
         self.calls += 1;
+        if self.abandoned {
+            return Err(Error::Transport {
+                rank: self.rank,
+                detail: "abandoned after a failed collective".into(),
+            });
+        }
         if self.failed || self.fault == Some(self.calls) {
             self.failed = true;
             self.senders.clear();
@@ -249,5 +259,12 @@ impl Transport for ThreadTransport {
     }
     fn traffic(&self) -> Traffic {
         self.counter.traffic()
+    }
+    /// Closes this rank's links, as a failed rank's do: its peers' waits
+    /// on it end with [`Error::PeerFailed`], and its own later calls fail.
+    fn abandon(&mut self) {
+        self.abandoned = true;
+        self.senders.clear();
+        self.receivers.clear();
     }
 }

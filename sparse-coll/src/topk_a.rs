@@ -31,7 +31,7 @@ pub fn topk_a<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    topk_a_with(t, v, WireValues::Raw)
+    crate::transport::guard(t, |t| topk_a_with(t, v, WireValues::Raw))
 }
 
 /// [`topk_a`] with its values sent by `values` (RedSync's quantized
@@ -48,29 +48,31 @@ pub fn topk_a_with<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     values: WireValues,
 ) -> Result<Reduced<E>> {
-    let split = values.split_exact(v);
-    let local = split.as_ref().map(drop).map_err(Clone::clone);
-    let start = enter(t, Id::TopkA, v, &[("values", values.code())], local)?;
-    let (sent, dropped) = split?;
-    if values != WireValues::Raw {
-        let mut msg = Vec::new();
-        values.put(&mut msg, &sent)?;
-        let mut result = SparseVec::zeros(v.dim())?;
-        for b in bruck_allgather(t, &msg)? {
-            let mut rest: &[u8] = &b;
-            let part = values.take(&mut rest, v.dim(), 0, v.dim(), "topk_a message")?;
-            if !rest.is_empty() {
-                return Err(Error::corrupt("topk_a message", "trailing bytes"));
+    crate::transport::guard(t, |t| {
+        let split = values.split_exact(v);
+        let local = split.as_ref().map(drop).map_err(Clone::clone);
+        let start = enter(t, Id::TopkA, v, &[("values", values.code())], local)?;
+        let (sent, dropped) = split?;
+        if values != WireValues::Raw {
+            let mut msg = Vec::new();
+            values.put(&mut msg, &sent)?;
+            let mut result = SparseVec::zeros(v.dim())?;
+            for b in bruck_allgather(t, &msg)? {
+                let mut rest: &[u8] = &b;
+                let part = values.take(&mut rest, v.dim(), 0, v.dim(), "topk_a message")?;
+                if !rest.is_empty() {
+                    return Err(Error::corrupt("topk_a message", "trailing bytes"));
+                }
+                result = result.merge_sum(&part)?;
             }
-            result = result.merge_sum(&part)?;
+            return Ok(Reduced {
+                result,
+                dropped,
+                traffic: t.traffic().since(&start),
+            });
         }
-        return Ok(Reduced {
-            result,
-            dropped,
-            traffic: t.traffic().since(&start),
-        });
-    }
-    into_new(|out| raw_into(t, v, start, out))
+        into_new(|out| raw_into(t, v, start, out))
+    })
 }
 
 /// [`topk_a`] into `out`, reusing its allocations and the transport's
@@ -85,14 +87,16 @@ pub fn topk_a_into<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     out: &mut Reduced<E>,
 ) -> Result<()> {
-    let start = enter(
-        t,
-        Id::TopkA,
-        v,
-        &[("values", WireValues::Raw.code())],
-        Ok(()),
-    )?;
-    raw_into(t, v, start, out)
+    crate::transport::guard(t, |t| {
+        let start = enter(
+            t,
+            Id::TopkA,
+            v,
+            &[("values", WireValues::Raw.code())],
+            Ok(()),
+        )?;
+        raw_into(t, v, start, out)
+    })
 }
 
 /// TopkA with raw values after the entry check.
@@ -161,7 +165,7 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
         Some(cost::topk_a(prof.p, prof.k_avg()))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        topk_a_with(t, v, self.values)
+        crate::transport::guard(t, |t| topk_a_with(t, v, self.values))
     }
     fn allreduce_into(
         &mut self,
@@ -169,12 +173,14 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        if self.values == WireValues::Raw {
-            topk_a_into(t, v, out)
-        } else {
-            *out = topk_a_with(t, v, self.values)?;
-            Ok(())
-        }
+        crate::transport::guard(t, |t| {
+            if self.values == WireValues::Raw {
+                topk_a_into(t, v, out)
+            } else {
+                *out = topk_a_with(t, v, self.values)?;
+                Ok(())
+            }
+        })
     }
 }
 

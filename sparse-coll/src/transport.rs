@@ -1,6 +1,7 @@
 //! The `Transport` trait and its traffic counters.
 
 use sparse_core::Result;
+use std::cell::Cell;
 
 /// Bytes and messages one rank sent and received, and the rounds
 /// (send, receive or exchange calls) it took.
@@ -230,6 +231,53 @@ pub trait Transport {
     fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
         crate::dense::ring_allreduce_into(self, x, out)
     }
+    /// Gives up this transport after a collective failed on this rank part
+    /// way (a corrupt message, a refused allocation, a failed peer), so
+    /// that the peers still waiting on this rank fail too instead of
+    /// waiting: every later call on this rank fails, and the peers' calls
+    /// fail ([`sparse_core::Error::PeerFailed`]) as soon as they wait on
+    /// this rank or on a rank that failed in turn. Idempotent. Every
+    /// collective of this crate calls it through [`guard`]; a collective
+    /// of your own does the same.
+    ///
+    /// The default does nothing, for transports whose waits end anyway
+    /// (a timeout, a link that closes when its rank returns).
+    /// [`crate::ThreadTransport`] closes its links; [`crate::MpiTransport`]
+    /// sends every peer a message that its waits watch for.
+    fn abandon(&mut self) {}
+}
+
+thread_local! {
+    /// Whether the last entry agreement on this thread ended in an error
+    /// that every rank returns ([`mark_shared_failure`]).
+    static SHARED_FAILURE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Records that the entry agreement now failing returns an error on every
+/// rank at the same point, so [`guard`] leaves the transport usable.
+pub(crate) fn mark_shared_failure() {
+    SHARED_FAILURE.with(|f| f.set(true));
+}
+
+/// Runs the collective `f` on `t`, and [`Transport::abandon`]s `t` when
+/// it fails anywhere but in its entry agreement: an error there (a
+/// rejected input, a disagreement, a rank that cannot take part) reaches
+/// every rank at the same point of the same call
+/// ([`crate::agree_or_fail`]) and leaves the transport usable; any other
+/// error may leave peers waiting on this rank, which abandoning ends.
+///
+/// # Errors
+/// `f`'s error.
+pub fn guard<T: Transport + ?Sized, R>(
+    t: &mut T,
+    f: impl FnOnce(&mut T) -> Result<R>,
+) -> Result<R> {
+    SHARED_FAILURE.with(|s| s.set(false));
+    let out = f(t);
+    if out.is_err() && !SHARED_FAILURE.with(Cell::get) {
+        t.abandon();
+    }
+    out
 }
 
 #[cfg(test)]

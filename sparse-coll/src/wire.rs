@@ -1,15 +1,21 @@
 //! What a collective of your own needs to speak the built-in ones' wire
 //! formats: the entry check every sparse allreduce starts with, and the
 //! framing of sparse pairs, blocks and streams. Every integer and value
-//! travels little-endian.
+//! travels little-endian. Run the whole call inside [`crate::guard`], as
+//! the built-in ones do: a rank that fails part way (a corrupt message)
+//! then abandons the transport, so its peers fail instead of waiting.
 //!
 //! ```
-//! use sparse_coll::{Reduced, Transport, wire};
+//! use sparse_coll::{Reduced, Transport, guard, wire};
 //! use sparse_coll::dense::bruck_allgather;
 //! use sparse_core::{Result, SparseVec};
 //!
 //! /// An allgather of every rank's pairs, summed in rank order.
 //! fn my_allreduce(t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
+//!     guard(t, |t| my_allreduce_body(t, v))
+//! }
+//!
+//! fn my_allreduce_body(t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
 //!     // Every rank checks its input and agrees on the call, or all fail.
 //!     let start = wire::enter(t, "my_allreduce", v, &[], Ok(()))?;
 //!     let mut msg = Vec::new();

@@ -59,24 +59,26 @@ pub fn zen_balanced_parallelism<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     index: &Arc<PartitionIndex>,
 ) -> Result<Reduced<E>> {
-    let fits = if index.h0().partitions() as usize != t.size() || index.dim() != v.dim() {
-        Err(Error::invalid(
-            "index",
-            format!(
-                "{} partitions over {} for {} ranks and dimension {}",
-                index.h0().partitions(),
-                index.dim(),
-                t.size(),
-                v.dim()
-            ),
-        ))
-    } else {
-        Ok(())
-    };
-    enter_zen(t, v, index.h0().seed(), fits)?;
-    let scheme = Zen { index };
-    let pieces = split_by_owner(v, &scheme, t.size());
-    push_pull(t, v, &scheme, pieces)
+    crate::transport::guard(t, |t| {
+        let fits = if index.h0().partitions() as usize != t.size() || index.dim() != v.dim() {
+            Err(Error::invalid(
+                "index",
+                format!(
+                    "{} partitions over {} for {} ranks and dimension {}",
+                    index.h0().partitions(),
+                    index.dim(),
+                    t.size(),
+                    v.dim()
+                ),
+            ))
+        } else {
+            Ok(())
+        };
+        enter_zen(t, v, index.h0().seed(), fits)?;
+        let scheme = Zen { index };
+        let pieces = split_by_owner(v, &scheme, t.size());
+        push_pull(t, v, &scheme, pieces)
+    })
 }
 
 /// Zen's push pieces by its hierarchical hashing (Alg. 1) on backend `b`:
@@ -141,8 +143,10 @@ pub(crate) fn zen_failed<T: Transport + ?Sized, E: Element>(
     seed: u64,
     why: Error,
 ) -> Result<Reduced<E>> {
-    enter_zen(t, v, seed, Err(why.clone()))?;
-    Err(why)
+    crate::transport::guard(t, |t| {
+        enter_zen(t, v, seed, Err(why.clone()))?;
+        Err(why)
+    })
 }
 
 fn enter_zen<T: Transport + ?Sized, E: Element>(
@@ -263,31 +267,33 @@ impl<B: Backend + Send, E: Element> SparseAllreduce<E> for ZenBalancedParallelis
         Some(Cost::new(2.0 * prof.others(), words))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        let (p, dim) = (t.size(), v.dim());
-        let index = match &self.index {
-            Some(index) if index.h0().partitions() as usize == p && index.dim() == dim => {
-                index.clone()
-            }
-            _ => {
-                // Built before the call (8 bytes per coordinate); a refused
-                // allocation reaches every rank as an error.
-                let built = H0::new(self.seed, p as u32)
-                    .and_then(|h0| PartitionIndex::new(h0, dim))
-                    .map(Arc::new);
-                let index = match built {
-                    Ok(index) => index,
-                    Err(e) => return zen_failed(t, v, self.seed, e),
-                };
-                self.index = Some(index.clone());
-                index
-            }
-        };
-        let pieces = match v.check().and_then(|()| self.pieces(v, p, t.rank())) {
-            Ok(pieces) => pieces,
-            Err(e) => return zen_failed(t, v, self.seed, e),
-        };
-        enter_zen(t, v, self.seed, Ok(()))?;
-        push_pull(t, v, &Zen { index: &index }, pieces)
+        crate::transport::guard(t, |t| {
+            let (p, dim) = (t.size(), v.dim());
+            let index = match &self.index {
+                Some(index) if index.h0().partitions() as usize == p && index.dim() == dim => {
+                    index.clone()
+                }
+                _ => {
+                    // Built before the call (8 bytes per coordinate); a refused
+                    // allocation reaches every rank as an error.
+                    let built = H0::new(self.seed, p as u32)
+                        .and_then(|h0| PartitionIndex::new(h0, dim))
+                        .map(Arc::new);
+                    let index = match built {
+                        Ok(index) => index,
+                        Err(e) => return zen_failed(t, v, self.seed, e),
+                    };
+                    self.index = Some(index.clone());
+                    index
+                }
+            };
+            let pieces = match v.check().and_then(|()| self.pieces(v, p, t.rank())) {
+                Ok(pieces) => pieces,
+                Err(e) => return zen_failed(t, v, self.seed, e),
+            };
+            enter_zen(t, v, self.seed, Ok(()))?;
+            push_pull(t, v, &Zen { index: &index }, pieces)
+        })
     }
 }
 

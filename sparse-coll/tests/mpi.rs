@@ -77,3 +77,10 @@ fn warm_calls_allocate_nothing_that_grows_with_the_data_under_mpi() {
         check_ok(n, "warm", &mpiexec(n, "warm", 120));
     }
 }
+
+#[test]
+fn a_corrupt_message_fails_every_rank_without_a_hang_under_mpi() {
+    for n in [2usize, 3, 4, 5] {
+        check_ok(n, "corrupt", &mpiexec(n, "corrupt", 300));
+    }
+}

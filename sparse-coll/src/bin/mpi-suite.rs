@@ -11,11 +11,18 @@
 //!   and the traffic counters;
 //! - `nonblocking`: SparDL started on a progress thread while the rank
 //!   computes equals the blocking call, bit for bit;
+//! - `corrupt`: every algorithm, with each message of the first and of the
+//!   last rank corrupted in turn (`testing::corrupt_case`, on a fresh
+//!   transport each time): every rank fails by its next call, none hangs
+//!   (`testing::check_corrupt` on every rank's report, gathered on a
+//!   transport of their own);
 //! - `warm`: once warm, the lossless top-k algorithms allocate nothing
 //!   that grows with the data (a counting global allocator; MPICH's own
 //!   allocations are not Rust's and are not counted).
 
-use sparse_coll::testing::{CountingAlloc, bad_input_suite, collective_suite};
+use sparse_coll::testing::{
+    CountingAlloc, algorithms, bad_input_suite, check_corrupt, collective_suite, corrupt_case,
+};
 use sparse_coll::{MpiTransport, Traffic, Transport, spardl, topk_a};
 use sparse_core::{Error, Result, SparseVec};
 
@@ -201,6 +208,36 @@ fn main() {
                 );
             }
             println!("OK rank {r} of {p}: warm calls allocate at most {SMALL} bytes");
+        }
+        "corrupt" => {
+            let registry = sparse_coll::Registry::<f32>::builtin();
+            let mut cases = 0;
+            for spec in algorithms(p) {
+                for victim in [0, p - 1] {
+                    for nth in 1.. {
+                        // A fresh transport per case: a failed call
+                        // abandons its transport on every rank.
+                        let mut fresh = MpiTransport::new(universe.world());
+                        let mine = corrupt_case(&mut fresh, &registry, &spec, victim, nth)
+                            .expect("the case builds");
+                        drop(fresh);
+                        let all = sparse_coll::dense::bruck_allgather(&mut t, &mine)
+                            .expect("the reports gather");
+                        let outcomes: Vec<[u8; 3]> = all
+                            .iter()
+                            .map(|b| b[..].try_into().expect("3-byte reports"))
+                            .collect();
+                        let fired = check_corrupt(&outcomes).unwrap_or_else(|e| {
+                            panic!("{spec} P={p}, message {nth} of rank {victim}: {e}")
+                        });
+                        if !fired {
+                            break;
+                        }
+                        cases += 1;
+                    }
+                }
+            }
+            println!("OK rank {r} of {p}: {cases} corrupted messages failed every rank");
         }
         other => panic!("unknown mode {other:?}"),
     }

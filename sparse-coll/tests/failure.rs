@@ -1,0 +1,114 @@
+//! A corrupt message reaches every rank as an error, never as a hang: for
+//! every algorithm of the registry and every dense allreduce, on 2 to 5
+//! thread ranks, each message
+//! that the first or the last rank sends in turn is corrupted
+//! (`testing::Corrupting`), and `testing::check_corrupt` is the oracle: the
+//! corruption is caught, no rank waits until its timeout, every rank fails
+//! by its next call, and a lossless result that a rank still returned is
+//! the exact sum. `mpi-suite corrupt` runs the same cases under
+//! `mpiexec -n 2..5`.
+
+use sparse_coll::testing::{
+    CALL_EXACT, CALL_FAILED, CALL_TIMEOUT, CALL_WRONG, CorruptOutcome, Corrupting, algorithms,
+    check_corrupt, corrupt_case,
+};
+use sparse_coll::{Registry, ThreadCluster, Transport, dense};
+use sparse_core::{Error, Result};
+use std::time::{Duration, Instant};
+
+/// Far above any call here: reaching it means a rank waited in vain.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Corrupts each message of the first and of the last of `p` thread ranks
+/// in turn, until the victim sends no more, running `case(t, victim, nth)`
+/// on every rank and judging the reports with [`check_corrupt`]. Returns
+/// the number of corrupted messages.
+fn sweep(
+    what: &str,
+    p: usize,
+    case: impl Fn(&mut dyn Transport, usize, u64) -> Result<CorruptOutcome> + Sync,
+) -> usize {
+    let mut cases = 0;
+    for victim in [0, p - 1] {
+        for nth in 1.. {
+            let start = Instant::now();
+            let outcomes: Vec<_> = ThreadCluster::new(p)
+                .timeout(TIMEOUT)
+                .run(|t| case(t, victim, nth))
+                .into_iter()
+                .collect::<Result<_>>()
+                .expect("the case builds");
+            let ctx = format!("{what} P={p}, message {nth} of rank {victim}");
+            let fired = check_corrupt(&outcomes).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            assert!(start.elapsed() < TIMEOUT, "{ctx}: {:?}", start.elapsed());
+            if !fired {
+                break;
+            }
+            cases += 1;
+        }
+    }
+    cases
+}
+
+#[test]
+fn a_corrupt_message_fails_every_rank_without_a_hang() {
+    let registry = Registry::builtin();
+    let mut cases = 0;
+    for p in 2..=5usize {
+        for spec in algorithms(p) {
+            cases += sweep(&spec, p, |t, victim, nth| {
+                corrupt_case(t, &registry, &spec, victim, nth)
+            });
+        }
+    }
+    assert!(cases > 500, "{cases} corrupted messages");
+}
+
+/// The dense allreduces: the ring, recursive doubling, Rabenseifner, and
+/// the transport's own (`Transport::allreduce_sum_f32`).
+const DENSE: [&str; 4] = ["ring", "recursive_doubling", "rabenseifner", "transport"];
+
+fn dense_call(t: &mut dyn Transport, which: &str, x: &[f32]) -> Result<Vec<f32>> {
+    match which {
+        "ring" => dense::ring_allreduce(t, x),
+        "recursive_doubling" => dense::recursive_doubling_allreduce(t, x),
+        "rabenseifner" => dense::rabenseifner_allreduce(t, x),
+        _ => t.allreduce_sum_f32(x),
+    }
+}
+
+/// [`corrupt_case`] for a dense allreduce of 1,001 integer-valued
+/// elements per rank.
+fn dense_case(t: &mut dyn Transport, which: &str, victim: usize, nth: u64) -> CorruptOutcome {
+    let (p, r) = (t.size(), t.rank());
+    let input =
+        |q: usize| -> Vec<f32> { (0..1001).map(|i| ((i * 7 + q * 13) % 97) as f32).collect() };
+    let oracle: Vec<f32> = (0..1001)
+        .map(|i| (0..p).map(|q| input(q)[i]).sum())
+        .collect();
+    let x = input(r);
+    let code = |res: Result<Vec<f32>>| match res {
+        Ok(sum) if sum == oracle => CALL_EXACT,
+        Ok(_) => CALL_WRONG,
+        Err(Error::Timeout { .. }) => CALL_TIMEOUT,
+        Err(_) => CALL_FAILED,
+    };
+    let mut corrupting = Corrupting::new(t, (r == victim).then_some(nth));
+    let first = code(dense_call(&mut corrupting, which, &x));
+    let fired = corrupting.fired();
+    let second = code(dense_call(t, which, &x));
+    [u8::from(fired), first, second]
+}
+
+#[test]
+fn a_corrupt_message_in_a_dense_allreduce_fails_every_rank_without_a_hang() {
+    let mut cases = 0;
+    for p in 2..=5usize {
+        for which in DENSE {
+            cases += sweep(which, p, |t, victim, nth| {
+                Ok(dense_case(t, which, victim, nth))
+            });
+        }
+    }
+    assert!(cases > 50, "{cases} corrupted messages");
+}
