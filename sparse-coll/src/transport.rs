@@ -242,7 +242,7 @@ pub trait Transport {
     ///
     /// The default does nothing, for transports whose waits end anyway
     /// (a timeout, a link that closes when its rank returns).
-    /// [`crate::ThreadTransport`] closes its links; [`crate::MpiTransport`]
+    /// [`crate::ThreadTransport`] closes its links; `MpiTransport` (feature `mpi`)
     /// sends every peer a message that its waits watch for.
     fn abandon(&mut self) {}
 }
