@@ -107,7 +107,7 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
         bytes_cost(2.0 * (p - 1.0), prof.others() * (push + pull))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| omnireduce_blocks(t, v, self.block))
+        omnireduce_blocks(t, v, self.block)
     }
 }
 

@@ -172,7 +172,7 @@ pub fn spardl<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     k: usize,
 ) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| spardl_with(t, v, k, WireValues::Raw))
+    spardl_with(t, v, k, WireValues::Raw)
 }
 
 /// [`spardl`] with its blocks sent by `values`: every block a rank sends
@@ -614,7 +614,7 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
         )
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| spardl_with(t, v, self.k, self.values))
+        spardl_with(t, v, self.k, self.values)
     }
 }
 
@@ -665,10 +665,8 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         bytes_cost(c.rounds, c.words / 2.0 * prof.pair_bytes())
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| {
-            let d = self.teams(t.size());
-            spardl_rsag(t, v, self.k, d)
-        })
+        let d = self.teams(t.size());
+        spardl_rsag(t, v, self.k, d)
     }
 }
 
@@ -725,7 +723,7 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         Some(prof.within(cost::spardl_bsag(prof.p, self.k, d)))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| SpardlBsag::allreduce(self, t, v))
+        SpardlBsag::allreduce(self, t, v)
     }
 }
 

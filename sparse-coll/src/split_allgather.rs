@@ -65,7 +65,7 @@ pub fn ssar_split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| into_new(|out| ssar_split_allgather_into(t, v, out)))
+    into_new(|out| ssar_split_allgather_into(t, v, out))
 }
 
 /// [`ssar_split_allgather`] into `out`, reusing its allocations.
@@ -74,14 +74,16 @@ fn ssar_split_allgather_into<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     out: &mut Reduced<E>,
 ) -> Result<()> {
-    split_allgather(
-        t,
-        v,
-        Phase::Sparse,
-        Gather::Bruck,
-        Id::SsarSplitAllgather,
-        out,
-    )
+    crate::transport::guard(t, |t| {
+        split_allgather(
+            t,
+            v,
+            Phase::Sparse,
+            Gather::Bruck,
+            Id::SsarSplitAllgather,
+            out,
+        )
+    })
 }
 
 /// DSAR_Split_allgather: the split phase of [`ssar_split_allgather`], then
@@ -160,7 +162,7 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
         Some(prof.within(cost::ssar_split_allgather(prof.p, prof.k_avg())))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| ssar_split_allgather(t, v))
+        ssar_split_allgather(t, v)
     }
     fn allreduce_into(
         &mut self,
@@ -168,7 +170,7 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        crate::transport::guard(t, |t| ssar_split_allgather_into(t, v, out))
+        ssar_split_allgather_into(t, v, out)
     }
 }
 
@@ -258,7 +260,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         )))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| into_new(|out| self.allreduce_into(t, v, out)))
+        into_new(|out| self.allreduce_into(t, v, out))
     }
     fn allreduce_into(
         &mut self,

@@ -38,7 +38,7 @@ pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| ssar_recursive_double_with(t, v, WireValues::Raw))
+    ssar_recursive_double_with(t, v, WireValues::Raw)
 }
 
 /// [`ssar_recursive_double`] with its partial sums sent by `values`: before
@@ -443,7 +443,7 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
         Some(prof.within(cost::ssar_recursive_double(prof.p, prof.k_avg())))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| ssar_recursive_double_with(t, v, self.values))
+        ssar_recursive_double_with(t, v, self.values)
     }
     fn allreduce_into(
         &mut self,
@@ -451,14 +451,12 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        crate::transport::guard(t, |t| {
-            if self.values == WireValues::Raw {
-                ssar_recursive_double_into(t, v, out)
-            } else {
-                *out = ssar_recursive_double_with(t, v, self.values)?;
-                Ok(())
-            }
-        })
+        if self.values == WireValues::Raw {
+            ssar_recursive_double_into(t, v, out)
+        } else {
+            *out = ssar_recursive_double_with(t, v, self.values)?;
+            Ok(())
+        }
     }
 }
 

@@ -31,7 +31,7 @@ pub fn topk_a<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| topk_a_with(t, v, WireValues::Raw))
+    topk_a_with(t, v, WireValues::Raw)
 }
 
 /// [`topk_a`] with its values sent by `values` (RedSync's quantized
@@ -165,7 +165,7 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
         Some(cost::topk_a(prof.p, prof.k_avg()))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| topk_a_with(t, v, self.values))
+        topk_a_with(t, v, self.values)
     }
     fn allreduce_into(
         &mut self,
@@ -173,14 +173,12 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        crate::transport::guard(t, |t| {
-            if self.values == WireValues::Raw {
-                topk_a_into(t, v, out)
-            } else {
-                *out = topk_a_with(t, v, self.values)?;
-                Ok(())
-            }
-        })
+        if self.values == WireValues::Raw {
+            topk_a_into(t, v, out)
+        } else {
+            *out = topk_a_with(t, v, self.values)?;
+            Ok(())
+        }
     }
 }
 

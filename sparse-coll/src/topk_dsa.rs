@@ -33,7 +33,7 @@ pub fn topk_dsa<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| into_new(|out| topk_dsa_into(t, v, out)))
+    into_new(|out| topk_dsa_into(t, v, out))
 }
 
 /// [`topk_dsa`] as a [`SparseAllreduce`] (registry name `topk_dsa`).
@@ -62,7 +62,7 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
         Some(prof.within(cost::topk_dsa(prof.p, prof.n, prof.k_avg())))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| topk_dsa(t, v))
+        topk_dsa(t, v)
     }
     fn allreduce_into(
         &mut self,
@@ -70,7 +70,7 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        crate::transport::guard(t, |t| topk_dsa_into(t, v, out))
+        topk_dsa_into(t, v, out)
     }
 }
 

@@ -143,10 +143,8 @@ pub(crate) fn zen_failed<T: Transport + ?Sized, E: Element>(
     seed: u64,
     why: Error,
 ) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| {
-        enter_zen(t, v, seed, Err(why.clone()))?;
-        Err(why)
-    })
+    enter_zen(t, v, seed, Err(why.clone()))?;
+    Err(why)
 }
 
 fn enter_zen<T: Transport + ?Sized, E: Element>(
