@@ -133,7 +133,6 @@ impl MpiTransport {
     /// Takes every abandon message that has arrived; a rank that learns of
     /// a failure abandons in turn. Returns [`MpiTransport::alive`].
     fn watch(&mut self) -> Result<()> {
-        use mpi::topology::Communicator as _;
         while let Some((msg, status)) = self
             .comm()
             .any_process()

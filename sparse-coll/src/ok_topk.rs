@@ -130,6 +130,13 @@ impl<E: Element> OkTopk<E> {
         self.calls % self.period == 0 || self.global.is_none()
     }
 
+    /// Whether the regions in use cut `0..dim` among `p` ranks: a call on
+    /// another number of ranks or another dimension re-cuts them, or the
+    /// entries outside the old regions would reach no owner.
+    fn regions_fit(&self, p: usize, dim: usize) -> bool {
+        self.bounds.len() == p + 1 && self.bounds.last() == Some(&dim)
+    }
+
     fn balance<T: Transport + ?Sized>(&mut self, t: &mut T, sel: &SparseVec<E>) -> Result<()> {
         let (p, dim) = (t.size(), sel.dim());
         let n = sel.nnz();
@@ -224,7 +231,7 @@ impl<E: Element> OkTopk<E> {
                 Ok(()),
             )?;
             let (p, r) = (t.size(), t.rank());
-            let refresh = self.refreshes_next() || self.bounds.len() != p + 1;
+            let refresh = self.refreshes_next() || !self.regions_fit(p, dim);
             let keys = || v.values().iter().map(|&x| abs_key(x)).collect();
             if refresh || self.local.is_none() {
                 self.local = kth_key(keys(), self.k);
@@ -327,7 +334,7 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         let mut bytes =
             prof.others() * (4.0 + pair * sel / p) + prof.others() * (8.0 + pair * chosen / p);
         let mut rounds = prof.others() + lg;
-        if self.refreshes_next() || self.bounds.len() != prof.p + 1 {
+        if self.refreshes_next() || !self.regions_fit(prof.p, prof.n) {
             let mags = (self.k as f64).min(sel_union / p);
             bytes += prof.others() * (12.0 + 4.0 * prof.others())
                 + prof.others() * (4.0 + prof.value_bytes as f64 * mags);

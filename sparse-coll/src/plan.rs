@@ -2,7 +2,7 @@
 //! whichever of its candidates the cost model finds cheapest.
 
 use crate::algorithm::{Defaults, Params, Registered, Registry, SparseAllreduce};
-use crate::dense::bruck_allgather;
+use crate::sparse::{Id, agree_sharing};
 use crate::{Reduced, Transport};
 use sparse_core::cost::{Bounds, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
@@ -165,10 +165,13 @@ pub const AUTO_BETA: f64 = 4e-10;
 /// for this call's profile, and runs it.
 ///
 /// The profile must be the same on every rank, or ranks would pick
-/// different algorithms. Each call therefore starts with a Bruck allgather
-/// of every rank's entry count (`ceil(lg P)` rounds of a few bytes, not
-/// counted in the returned traffic), which gives `k_max` and `k_sum`
-/// exactly. The union of the index sets is only known after the
+/// different algorithms. A profiling call therefore starts with a Bruck
+/// allgather of every rank's entry count (`ceil(lg P)` rounds of a few
+/// bytes, not counted in the returned traffic), which gives `k_max` and
+/// `k_sum` exactly. That round is an entry agreement too: it carries the
+/// planner's `every` and call counter, so ranks out of step (one
+/// profiling while another runs its last choice) get
+/// [`Error::Disagreement`] on every rank and the transport stays usable. The union of the index sets is only known after the
 /// allreduce: it is estimated from the densification ratio of the last
 /// calls (the result's entries over `k_sum`, identical on every rank),
 /// averaged with weight 1/2 on the newest, as Zen profiles sparsity at run
@@ -328,16 +331,21 @@ impl<E: Element> Auto<E> {
         if let (false, Some(i)) = (profiling, self.last) {
             return self.candidates[i].allreduce_into(t, v, out);
         }
-        let all = bruck_allgather(t, &(v.nnz() as u64).to_le_bytes())?;
-        let counts = all
-            .iter()
-            .map(|b| {
-                b.as_slice()
-                    .try_into()
-                    .map(|w| u64::from_le_bytes(w) as usize)
-                    .map_err(|_| Error::corrupt("entry count", "not 8 bytes"))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        // The profile's round is an entry agreement of its own, so that
+        // ranks out of step (one profiling, another running its last
+        // choice, or planners built with another `every`) get
+        // `Error::Disagreement` on every rank, as disagreeing algorithms do.
+        let all = agree_sharing(
+            t,
+            &[
+                ("algorithm", Id::Auto.value()),
+                ("every", self.every),
+                ("call", self.calls - 1),
+            ],
+            Ok(()),
+            &[v.nnz() as u64],
+        )?;
+        let counts: Vec<usize> = all.iter().map(|w| w[0] as usize).collect();
         let prof = self.profile(v.dim(), E::BYTES, &counts);
         let i = self.choose(&prof);
         self.candidates[i].allreduce_into(t, v, out)?;

@@ -51,13 +51,15 @@ pub(crate) enum Id {
     TopkDsa,
     Gtopk,
     OkTopk,
+    /// The planner's profiling round ([`crate::Auto`]).
+    Auto,
     /// A user's algorithm: a hash of its name with the top bit set.
     User(u64),
 }
 
 impl Id {
     /// The value the entry round compares (distinct for every built-in).
-    fn value(self) -> u64 {
+    pub(crate) fn value(self) -> u64 {
         match self {
             Id::TopkA => 1,
             Id::SsarRecursiveDouble => 2,
@@ -71,6 +73,7 @@ impl Id {
             Id::TopkDsa => 10,
             Id::Gtopk => 11,
             Id::OkTopk => 12,
+            Id::Auto => 13,
             Id::User(h) => h,
         }
     }
@@ -102,9 +105,22 @@ pub fn agree_or_fail<T: Transport + ?Sized>(
     fields: &[(&'static str, u64)],
     local: Result<()>,
 ) -> Result<()> {
+    agree_sharing(t, fields, local, &[]).map(drop)
+}
+
+/// [`agree_or_fail`] that also carries `shared`, words every rank may give
+/// differently (the same number of them on every rank), in the same round:
+/// returns every rank's words, by rank, once the ranks agree.
+pub(crate) fn agree_sharing<T: Transport + ?Sized>(
+    t: &mut T,
+    fields: &[(&'static str, u64)],
+    local: Result<()>,
+    shared: &[u64],
+) -> Result<Vec<Vec<u64>>> {
     let status = local.as_ref().err().map_or(0, failure_code);
     let mut mine = status.to_le_bytes().to_vec();
     mine.extend(fields.iter().flat_map(|(_, v)| v.to_le_bytes()));
+    mine.extend(shared.iter().flat_map(|v| v.to_le_bytes()));
     let all = bruck_allgather(t, &mine)?;
     let word = |b: &[u8], i: usize| {
         b.get(8 * i..8 * i + 8)
@@ -153,7 +169,15 @@ pub fn agree_or_fail<T: Transport + ?Sized>(
             detail: format!("{:?}", all.iter().map(Vec::len).collect::<Vec<_>>()),
         });
     }
-    Ok(())
+    let first = 1 + fields.len();
+    Ok(all
+        .iter()
+        .map(|b| {
+            (first..first + shared.len())
+                .map(|i| word(b, i).expect("every message has mine's length"))
+                .collect()
+        })
+        .collect())
 }
 
 /// The kind of a rank's failure as it travels in the entry round.

@@ -546,3 +546,40 @@ fn ok_topk_stays_within_its_budget_after_a_tiny_first_call() {
         }
     }
 }
+
+/// One Ok-Topk object across calls whose dimension changes (growing and
+/// shrinking, between refreshes): its regions are cut again for the new
+/// dimension, so the inputs still sum to the result plus every `dropped`
+/// on every call.
+#[test]
+fn ok_topk_conserves_across_changing_dimensions() {
+    let dims = [1000usize, 97, 10_007, 500, 1000, 10];
+    for p in [2usize, 3, 5] {
+        for k in [1usize, 5, 40] {
+            let calls: Vec<Vec<SparseVec<f32>>> = dims
+                .iter()
+                .enumerate()
+                .map(|(c, &dim)| inputs(p, dim, 0.2, 0.3, false, 11 + c as u64))
+                .collect();
+            let out: Vec<Vec<Reduced<f32>>> = ThreadCluster::new(p)
+                .run(|t| {
+                    // A period longer than the run: only a change of
+                    // dimension can make it re-cut.
+                    let mut ok = OkTopk::new(k, 64)?;
+                    let mut reds = Vec::new();
+                    for ins in &calls {
+                        reds.push(ok.allreduce(t, &ins[t.rank()])?);
+                        assert_eq!(ok.bounds().last(), Some(&ins[0].dim()));
+                    }
+                    Ok(reds)
+                })
+                .into_iter()
+                .map(|r| r.unwrap())
+                .collect();
+            for (c, ins) in calls.iter().enumerate() {
+                let per_call: Vec<Reduced<f32>> = out.iter().map(|o| o[c].clone()).collect();
+                assert_conserved(ins, &per_call, &format!("P={p} k={k} call {c}"));
+            }
+        }
+    }
+}

@@ -285,3 +285,43 @@ fn started_collectives_return_the_transport() {
 fn squares_mod_7(n: u64) -> u64 {
     (0..n).map(|x| x * x % 7).sum()
 }
+
+/// Planners out of step get a disagreement on every rank, not a misread
+/// message, and the transport stays usable: planners built with different
+/// `every`, and one planner a call ahead of the others, so that it runs its
+/// last choice while they profile.
+#[test]
+fn planners_out_of_step_all_get_an_error() {
+    let reg = registry();
+    let v = SparseVec::new(40, vec![1, 5], vec![1.0f32, 2.0]).unwrap();
+    for p in [2usize, 3] {
+        let out = ThreadCluster::new(p).run(|t| {
+            let spec = if sparse_coll::Transport::rank(t) == 0 {
+                "auto:every=1"
+            } else {
+                "auto:every=2"
+            };
+            let differs = reg.build(spec, Defaults { k: 8 })?.allreduce(t, &v);
+            // The same transport still works for planners in step.
+            let again = reg.build("auto", Defaults { k: 8 })?.allreduce(t, &v)?;
+            assert_eq!(again.result.to_dense()[5], 2.0 * p as f32);
+            differs
+        });
+        assert_all_disagree(&out, "every", &format!("every=1 vs 2, P={p}"));
+        let out = ThreadCluster::new(p).run(|t| {
+            let auto = std::sync::Mutex::new(reg.build("auto:every=2", Defaults { k: 8 })?);
+            if sparse_coll::Transport::rank(t) == p - 1 {
+                // This rank's planner has profiled once on its own.
+                ThreadCluster::new(1)
+                    .run(|solo| auto.lock().unwrap().allreduce(solo, &v).map(drop))
+                    .pop()
+                    .unwrap()?;
+            }
+            let ahead = auto.into_inner().unwrap().allreduce(t, &v);
+            let again = reg.build("auto", Defaults { k: 8 })?.allreduce(t, &v)?;
+            assert_eq!(again.result.to_dense()[1], p as f32);
+            ahead
+        });
+        assert_all_disagree(&out, "algorithm", &format!("one planner ahead, P={p}"));
+    }
+}

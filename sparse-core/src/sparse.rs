@@ -332,10 +332,12 @@ impl<E: Element> SparseVec<E> {
     }
 
     /// The entries with index in `lo..lo + len` (indices unchanged), in
-    /// O(log nnz + entries) by binary search.
+    /// O(log nnz + entries) by binary search. A range past `usize::MAX`
+    /// ends there.
     pub fn restrict(&self, lo: usize, len: usize) -> Self {
+        let hi = lo.saturating_add(len);
         let a = self.indices.partition_point(|&i| (i as usize) < lo);
-        let b = self.indices.partition_point(|&i| (i as usize) < lo + len);
+        let b = self.indices.partition_point(|&i| (i as usize) < hi);
         Self {
             dim: self.dim,
             indices: self.indices[a..b].to_vec(),
@@ -387,6 +389,27 @@ impl<E: Element> SparseVec<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `restrict` against a filter, ranges past the end and past
+    /// `usize::MAX` included.
+    #[test]
+    fn restrict_equals_a_filter() {
+        let v = SparseVec::new(100, vec![0, 3, 50, 99], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        for (lo, len) in [
+            (0, 0),
+            (0, 100),
+            (1, 50),
+            (3, 1),
+            (99, usize::MAX),
+            (1, usize::MAX),
+        ] {
+            let keep = |i: u32| (i as usize) >= lo && (i as usize - lo) < len;
+            let r = v.restrict(lo, len);
+            let want: Vec<u32> = v.indices().iter().copied().filter(|&i| keep(i)).collect();
+            assert_eq!(r.indices(), &want[..], "{lo} {len}");
+            assert_eq!(r.dim(), 100);
+        }
+    }
 
     /// A small generator for the merge test (no dependency needed here).
     fn lcg(state: &mut u64) -> u64 {

@@ -9,9 +9,14 @@ pub const INDEX_BYTES: usize = 4;
 
 /// SparCML's switch point `delta = N * isize / (c + isize)` (sec. 5.1): the
 /// sparse form (`nnz * (c + isize)` bytes) is no larger than the dense form
-/// (`N * isize` bytes) exactly while `nnz <= delta`. Rounded down.
+/// (`N * isize` bytes) exactly while `nnz <= delta`. Rounded down. With
+/// `c = isize = 0` both forms take no bytes and delta is `n`.
 pub fn delta(n: usize, isize: usize, c: usize) -> usize {
-    ((n as u128 * isize as u128) / (c + isize) as u128) as usize
+    let per_entry = c as u128 + isize as u128;
+    if per_entry == 0 {
+        return n;
+    }
+    ((n as u128 * isize as u128) / per_entry) as usize
 }
 
 /// A vector held sparse or dense, as SparCML's sparse stream.
@@ -124,6 +129,10 @@ mod tests {
         assert_eq!(Stream::<f64>::delta(1000), 666);
         // f16: N * 2 / 6: 1000 / 3 -> 333.
         assert_eq!(Stream::<half::f16>::delta(1000), 333);
+        // Degenerate sizes: no bytes per entry either way, or no value bytes.
+        assert_eq!(delta(10, 0, 0), 10);
+        assert_eq!(delta(10, 0, 4), 0);
+        assert_eq!(delta(usize::MAX, usize::MAX, usize::MAX), usize::MAX / 2);
     }
 
     #[test]
