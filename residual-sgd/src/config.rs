@@ -124,7 +124,8 @@ impl Config {
         })
     }
     /// RedSync's quantized mode (RGC only): each compressed layer but the
-    /// last (the output layer) alternates top-k and low-k by signed value
+    /// output layer (the last layer of more than one dimension, so a
+    /// trailing bias does not count) alternates top-k and low-k by signed value
     /// from step to step and sends the selected entries' same-sign mean;
     /// what the mean misses of each value goes back into the residual,
     /// exactly ([`sparse_coll::wire::WireValues::split_exact`]).

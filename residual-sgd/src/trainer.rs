@@ -66,7 +66,8 @@ struct Compressed<B: Backend, S> {
     top: bool,
     /// Steps taken (QSGD's fresh seed).
     steps: u64,
-    /// The output layer (the last), never quantized.
+    /// The output layer (the last of more than one dimension), never
+    /// quantized.
     output: bool,
 }
 
@@ -143,7 +144,9 @@ impl<B: Backend, S: Selector<B, f32> + Clone> Trainer<B, S> {
             });
         }
         let mut out = Vec::with_capacity(layers.len());
-        let last = layers.len().saturating_sub(1);
+        // The output layer: the last of more than one dimension (a trailing
+        // bias, as burn lists a `Linear`'s parameters, is not it).
+        let last = layers.iter().rposition(|s| s.dims > 1);
         for (l, (spec, w)) in layers.into_iter().zip(weights).enumerate() {
             if w.len() != spec.len {
                 return Err(Error::LengthMismatch {
@@ -168,7 +171,7 @@ impl<B: Backend, S: Selector<B, f32> + Clone> Trainer<B, S> {
                     comm: comm(&spec)?,
                     top: true,
                     steps: 0,
-                    output: l == last,
+                    output: Some(l) == last,
                 })
             } else {
                 Part::Dense {
@@ -244,54 +247,57 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
     /// own gradients. A NaN or infinite gradient or gradients that do not
     /// fit the layers are an error on every rank (checked in one round
     /// before anything changes, so no state moves); layers that differ
-    /// across ranks are [`Error::Disagreement`] on every rank.
+    /// across ranks (in size or in being compressed), or a different
+    /// fusion threshold, are [`Error::Disagreement`] on every rank.
+    ///
+    /// Then every layer's local work runs (compensation, selection,
+    /// quantization) before anything is sent, and a second round tells
+    /// every rank whether it succeeded everywhere: a failure there (a
+    /// residual that overflowed to infinity, a backend error) is an error on
+    /// every rank, in step, with nothing taken from any memory; the memories
+    /// may hold this step's gradient. A residual that overflowed keeps
+    /// failing the steps that follow.
     ///
     /// # Errors
     /// As above; the collectives' and the backend's errors.
     pub fn step(&mut self, t: &mut dyn Transport, grads: &[Vec<f32>]) -> Result<StepReport> {
         let local = self.check(grads);
-        let mut fields = vec![("layers", self.layers.len() as u64)];
-        fields.extend(
-            self.layers
-                .iter()
-                .map(|l| ("layer size", l.spec.len as u64)),
-        );
+        let mut fields = vec![
+            ("layers", self.layers.len() as u64),
+            ("fusion", self.cfg.fusion as u64),
+        ];
+        for l in &self.layers {
+            fields.push(("layer size", l.spec.len as u64));
+            fields.push((
+                "layer compressed",
+                u64::from(matches!(l.part, Part::Compressed(_))),
+            ));
+        }
         agree_or_fail(t, &fields, local)?;
         let start = t.traffic();
         let p = t.size() as f32;
         let mut rep = StepReport::default();
+        let mut ready = Vec::with_capacity(grads.len());
+        let prepared = grads.iter().enumerate().try_for_each(|(l, g)| {
+            ready.push(self.prepare(l, g, p, &mut rep)?);
+            Ok(())
+        });
+        agree_or_fail(t, &[("step", 1)], prepared)?;
         // Dense layers wait in a bucket until it holds `fusion` bytes or a
         // compressed layer comes.
         let mut bucket: Vec<(usize, Vec<f32>)> = Vec::new();
         let n = self.layers.len();
-        for (l, g) in grads.iter().enumerate() {
-            let clock = Instant::now();
-            let mut g = self.b.upload(g)?;
-            if let Some(c) = self.cfg.clip {
-                clip(&self.b, &mut g, c / p.sqrt())?;
-            }
+        for (l, r) in ready.into_iter().enumerate() {
             let layer = &mut self.layers[l];
-            if let Rule::Rgc { weight_decay, .. } = self.cfg.rule
-                && weight_decay != 0.0
-            {
-                self.b.axpy(weight_decay, &layer.w, &mut g)?;
-            }
-            rep.select += clock.elapsed();
-            rep.dense.push(matches!(layer.part, Part::Dense { .. }));
-            rep.sent.push(SparseVec::zeros(layer.spec.len)?);
-            rep.dropped.push(SparseVec::zeros(layer.spec.len)?);
-            match &mut layer.part {
-                Part::Compressed(c) => {
+            match (&mut layer.part, r) {
+                (Part::Compressed(c), Ready::Compressed(x)) => {
                     let (sent, dropped) =
-                        compressed_step(&self.b, &self.cfg, c, &mut layer.w, t, &g, p, &mut rep)?;
+                        compressed_step(&self.b, &self.cfg, c, &mut layer.w, t, x, p, &mut rep)?;
                     rep.sent[l] = sent;
                     rep.dropped[l] = dropped;
                 }
-                Part::Dense { .. } => {
-                    let clock = Instant::now();
-                    bucket.push((l, self.b.download(&g)?));
-                    rep.select += clock.elapsed();
-                }
+                (Part::Dense { .. }, Ready::Dense(g)) => bucket.push((l, g)),
+                _ => return Err(Error::invalid("layer", "prepared for another kind")),
             }
             let bytes: usize = bucket.iter().map(|(_, g)| 4 * g.len()).sum();
             let next_compressed = self
@@ -313,6 +319,32 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
         }
         rep.traffic = t.traffic().since(&start);
         Ok(rep)
+    }
+
+    /// Layer `l`'s local work of a step: clipping and weight decay, then
+    /// for a compressed layer compensation, selection and quantization;
+    /// nothing is taken from its memory yet.
+    fn prepare(&mut self, l: usize, g: &[f32], p: f32, rep: &mut StepReport) -> Result<Ready<B>> {
+        let clock = Instant::now();
+        let mut g = self.b.upload(g)?;
+        if let Some(c) = self.cfg.clip {
+            clip(&self.b, &mut g, c / p.sqrt())?;
+        }
+        let layer = &mut self.layers[l];
+        if let Rule::Rgc { weight_decay, .. } = self.cfg.rule
+            && weight_decay != 0.0
+        {
+            self.b.axpy(weight_decay, &layer.w, &mut g)?;
+        }
+        rep.dense.push(matches!(layer.part, Part::Dense { .. }));
+        rep.sent.push(SparseVec::zeros(layer.spec.len)?);
+        rep.dropped.push(SparseVec::zeros(layer.spec.len)?);
+        let ready = match &mut layer.part {
+            Part::Compressed(c) => Ready::Compressed(compress(&self.b, &self.cfg, c, &g)?),
+            Part::Dense { .. } => Ready::Dense(self.b.download(&g)?),
+        };
+        rep.select += clock.elapsed();
+        Ok(ready)
     }
 
     fn check(&self, grads: &[Vec<f32>]) -> Result<()> {
@@ -349,47 +381,52 @@ fn clip<B: Backend>(b: &B, g: &mut B::Buffer<f32>, max: f32) -> Result<()> {
     Ok(())
 }
 
-/// A compressed layer: compensate, select, quantize, allreduce, collect,
-/// apply.
-#[allow(clippy::too_many_arguments)]
-fn compressed_step<B: Backend, S: Selector<B, f32>>(
+/// A layer's part of a step, ready to send.
+enum Ready<B: Backend> {
+    /// A compressed layer's selection.
+    Compressed(Selected<B>),
+    /// A dense layer's gradient.
+    Dense(Vec<f32>),
+}
+
+/// What a compressed layer selected: the positions to take from its
+/// memory, what it sends, and what quantization removed from that.
+struct Selected<B: Backend> {
+    indices: B::Buffer<u32>,
+    sent: SparseVec<f32>,
+    remainder: Option<SparseVec<f32>>,
+    quantized: bool,
+}
+
+/// A compressed layer's local work: compensate, select, quantize. Its
+/// memory holds the compensated accumulator afterwards, with nothing taken
+/// out yet.
+fn compress<B: Backend, S: Selector<B, f32>>(
     b: &B,
     cfg: &Config,
     c: &mut Compressed<B, S>,
-    w: &mut B::Buffer<f32>,
-    t: &mut dyn Transport,
     g: &B::Buffer<f32>,
-    p: f32,
-    rep: &mut StepReport,
-) -> Result<(SparseVec<f32>, SparseVec<f32>)> {
-    let n = b.len(w);
-    let clock = Instant::now();
+) -> Result<Selected<B>> {
+    let n = b.len(g);
     c.memory.compensate(b, g)?;
-    // The step applied is `scale * sum / P`.
-    let scale = match cfg.rule {
-        Rule::TopK => 1.0,
-        Rule::Rgc { .. } => cfg.lr,
-    };
     let k = k_for_density(n, cfg.density)?;
-    let quantize = cfg.quantized && !c.output;
-    let sel = if quantize {
+    let quantized = cfg.quantized && !c.output;
+    let sel = if quantized {
         // RedSync's alternation: the largest values, then the smallest.
         let order = if c.top {
             KeyOrder::Signed
         } else {
             KeyOrder::SignedReversed
         };
-        c.top = !c.top;
         RadixTopK { order }.select(b, c.memory.accumulator(), k)?
     } else {
         c.selector.select(b, c.memory.accumulator(), k)?
     };
     let mut sent = sel.to_sparse(b, n)?;
-    c.memory.remove(b, &sel.indices)?;
     // Quantization: what is sent is what the codec carries; the exact
     // remainder goes back into the memory (for QSGD without feedback it is
     // lost, as in SparCML's listing).
-    let remainder = if quantize {
+    let remainder = if quantized {
         let (q, rest) = WireValues::SameSignMean.split_exact(&sent)?;
         sent = q;
         Some(rest)
@@ -409,10 +446,45 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
     } else {
         None
     };
-    if let Some(rest) = remainder {
-        c.memory.restore(b, &rest)?;
+    Ok(Selected {
+        indices: sel.indices,
+        sent,
+        remainder,
+        quantized,
+    })
+}
+
+/// A compressed layer's step once every rank has its selection: take it
+/// from the memory, allreduce, collect, apply.
+#[allow(clippy::too_many_arguments)]
+fn compressed_step<B: Backend, S: Selector<B, f32>>(
+    b: &B,
+    cfg: &Config,
+    c: &mut Compressed<B, S>,
+    w: &mut B::Buffer<f32>,
+    t: &mut dyn Transport,
+    x: Selected<B>,
+    p: f32,
+    rep: &mut StepReport,
+) -> Result<(SparseVec<f32>, SparseVec<f32>)> {
+    let n = b.len(w);
+    let clock = Instant::now();
+    let Selected {
+        indices,
+        sent,
+        remainder,
+        quantized,
+    } = x;
+    c.memory.remove(b, &indices)?;
+    if quantized {
+        c.top = !c.top;
     }
     c.steps += 1;
+    // The step applied is `scale * sum / P`.
+    let scale = match cfg.rule {
+        Rule::TopK => 1.0,
+        Rule::Rgc { .. } => cfg.lr,
+    };
     rep.select += clock.elapsed();
     let clock = Instant::now();
     let red = c.comm.allreduce(t, &sent)?;
@@ -435,6 +507,11 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
     } else {
         // Global residual collection: what the collective cut stays here.
         c.memory.restore(b, &red.dropped)?;
+    }
+    // What quantization removed goes back after the collection, which in
+    // the paper's variant clears the result's positions.
+    if let Some(rest) = remainder {
+        c.memory.restore(b, &rest)?;
     }
     if red.result.nnz() > 0 {
         let step: Vec<f32> = red

@@ -592,3 +592,207 @@ fn a_users_memory_replaces_the_rules() {
         assert_eq!(got_r, rest);
     }
 }
+
+/// What quantization removes goes back into the residual under the
+/// paper's collection too: at P = 1 over a lossless collective nothing is
+/// cut, so after every step the residual plus what was sent is the
+/// accumulator (the residual before plus this step's `lr g`), bit for bit,
+/// for SparCML's QSGD with feedback and for RedSync's quantized mode.
+#[test]
+fn paper_collection_keeps_what_quantization_removed() {
+    use residual_sgd::Collection;
+    let n = 50;
+    let configs = [
+        Config::new(1.0, 0.2, Rule::TopK)
+            .unwrap()
+            .qsgd(2, 8, true)
+            .unwrap(),
+        Config::new(1.0, 0.2, rgc(0.0, false, 0.0, false))
+            .unwrap()
+            .quantized()
+            .unwrap(),
+    ];
+    for (c, cfg) in configs.into_iter().enumerate() {
+        for collection in [Collection::Global, Collection::Paper] {
+            let out = ThreadCluster::new(1).run(|t| {
+                let cfg = cfg.collection(collection);
+                // Two layers, so the first is not the (unquantized) output.
+                let mut tr = trainer(cfg, &[n, n], &[vec![0.0; n], vec![0.0; n]], "topk_a");
+                let mut rng = Rng::seed_from_u64(5);
+                for step in 0..20 {
+                    let before = tr.residuals()?.remove(0);
+                    let g = vec![dyadic(n, &mut rng), dyadic(n, &mut rng)];
+                    let rep = tr.step(t, &g)?;
+                    let after = tr.residuals()?.remove(0);
+                    let mut total = after.clone();
+                    for (i, x) in rep.sent[0].iter() {
+                        total[i as usize] += x;
+                    }
+                    for i in 0..n {
+                        let acc = before[i] + g[0][i];
+                        assert_eq!(
+                            total[i], acc,
+                            "config {c} {collection:?} step {step} at {i}"
+                        );
+                    }
+                }
+                Ok(())
+            });
+            for r in out {
+                r.unwrap();
+            }
+        }
+    }
+}
+
+/// RedSync's output layer is the last layer of more than one dimension: a
+/// trailing bias (as burn lists a `Linear`'s parameters) does not take its
+/// place, so the output weights go exact while the hidden ones go as a
+/// same-sign mean.
+#[test]
+fn quantized_mode_exempts_the_output_weights_before_a_bias() {
+    let spec = |name: &str, len: usize, dims: usize| LayerSpec {
+        name: name.into(),
+        len,
+        dims,
+    };
+    let specs = vec![
+        spec("fc1.weight", 40, 2),
+        spec("fc1.bias", 4, 1),
+        spec("out.weight", 40, 2),
+        spec("out.bias", 4, 1),
+    ];
+    let out = ThreadCluster::new(1).run(|t| {
+        let cfg = Config::new(0.1, 0.25, rgc(0.0, false, 0.0, false))?
+            .quantized()?
+            .compress_threshold(0);
+        let w: Vec<Vec<f32>> = specs.iter().map(|s| vec![0.0; s.len]).collect();
+        let mut tr = Trainer::new(
+            Cpu,
+            cfg,
+            specs.clone(),
+            &w,
+            RadixTopK::magnitude(),
+            comm("topk_a"),
+        )?;
+        assert_eq!(tr.compressed(), vec![true, false, true, false]);
+        let mut rng = Rng::seed_from_u64(3);
+        let g: Vec<Vec<f32>> = specs.iter().map(|s| dyadic(s.len, &mut rng)).collect();
+        let rep = tr.step(t, &g)?;
+        let hidden = &rep.sent[0];
+        assert!(hidden.values().iter().all(|&x| x == hidden.values()[0]));
+        let output = &rep.sent[2];
+        assert_eq!(output.nnz(), 10);
+        for (i, x) in output.iter() {
+            assert_eq!(x, g[2][i as usize], "the output layer's exact values");
+        }
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}
+
+/// Ranks that disagree on which layers are compressed (another `dims`, or
+/// another compress threshold) or on the fusion threshold get
+/// `Error::Disagreement` on every rank before anything is sent, and the
+/// transport stays usable.
+#[test]
+fn ranks_that_compress_different_layers_all_get_an_error() {
+    for p in [2usize, 3] {
+        for case in ["dims", "threshold", "fusion"] {
+            let out = ThreadCluster::new(p).run(|t| {
+                let odd = t.rank() == p - 1;
+                let mut cfg = Config::new(0.1, 0.25, Rule::TopK)?.compress_threshold(0);
+                if odd && case == "threshold" {
+                    cfg = cfg.compress_threshold(1 << 20);
+                }
+                if odd && case == "fusion" {
+                    cfg = cfg.fuse(1 << 20);
+                }
+                let dims = if odd && case == "dims" { 1 } else { 2 };
+                let specs = vec![
+                    LayerSpec {
+                        name: "a".into(),
+                        len: 64,
+                        dims,
+                    },
+                    LayerSpec {
+                        name: "b".into(),
+                        len: 64,
+                        dims: 2,
+                    },
+                ];
+                let w = vec![vec![0.0; 64]; 2];
+                let mut tr = Trainer::new(
+                    Cpu,
+                    cfg,
+                    specs.clone(),
+                    &w,
+                    RadixTopK::magnitude(),
+                    comm("topk_a"),
+                )?;
+                let res = tr.step(t, &[vec![1.0; 64], vec![2.0; 64]]);
+                // The transport still works.
+                let mut same = trainer(
+                    Config::new(0.1, 0.25, Rule::TopK)?,
+                    &[8],
+                    &[vec![0.0; 8]],
+                    "topk_a",
+                );
+                same.step(t, &[vec![1.0; 8]])?;
+                res.map(drop)
+            });
+            let what = if case == "fusion" {
+                "fusion"
+            } else {
+                "layer compressed"
+            };
+            for (r, res) in out.iter().enumerate() {
+                assert!(
+                    matches!(res, Err(Error::Disagreement { what: w, .. }) if *w == what),
+                    "{case} P={p} rank {r}: {res:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A failure after the entry check (a residual that overflows to infinity
+/// on one rank) is an error on every rank, in step, with no weight moved,
+/// and again on the next step; the transport stays usable.
+#[test]
+fn an_overflowing_residual_is_an_error_on_every_rank() {
+    for p in [2usize, 3] {
+        let out = ThreadCluster::new(p).run(|t| {
+            let cfg = Config::new(1.0, 0.5, Rule::TopK)?;
+            let mut tr = trainer(cfg, &[2], &[vec![0.0; 2]], "topk_a");
+            let g = if t.rank() == 0 {
+                vec![3.4e38f32, 3.0e38]
+            } else {
+                vec![1.0, 0.5]
+            };
+            tr.step(t, std::slice::from_ref(&g))?;
+            let w = tr.weights()?;
+            for _ in 0..2 {
+                let res = tr.step(t, std::slice::from_ref(&g));
+                if t.rank() == 0 {
+                    assert!(matches!(res, Err(Error::NonFinite { .. })), "{res:?}");
+                } else {
+                    assert!(
+                        matches!(res, Err(Error::PeerError { rank: 0, .. })),
+                        "rank {}: {res:?}",
+                        t.rank()
+                    );
+                }
+                assert_eq!(tr.weights()?, w, "no weight moved");
+            }
+            let mut fresh = trainer(cfg, &[2], &[vec![0.0; 2]], "topk_a");
+            fresh.step(t, &[vec![1.0, 2.0]])?;
+            Ok(())
+        });
+        for r in out {
+            r.unwrap();
+        }
+    }
+}

@@ -374,6 +374,19 @@ pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
             Some(Error::KOutOfRange { k: 3, len: 2 }),
             "{name}: k > n"
         );
+        // After a call that succeeded (a threshold kept for reuse), NaN and
+        // infinity are still errors.
+        let x: Vec<f32> = (0..100).map(|i| i as f32).collect();
+        for (at, bad) in [(99, f32::INFINITY), (50, f32::NAN), (0, f32::NEG_INFINITY)] {
+            s.select(b, &b.upload(&x).unwrap(), 10).unwrap();
+            let mut y = x.clone();
+            y[at] = bad;
+            assert_eq!(
+                s.select(b, &b.upload(&y).unwrap(), 10).err(),
+                Some(Error::NonFinite { index: at }),
+                "{name}: {bad} at {at} after a good call"
+            );
+        }
     }
     // Parameters that would loop forever or sample nothing.
     let ok = b.upload(&[1.0f32, 2.0, 3.0]).unwrap();

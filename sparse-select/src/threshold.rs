@@ -164,9 +164,15 @@ impl<B: Backend, E: Element> Selector<B, E> for ThresholdReuse<E> {
             check_k(b, x, k)?;
             let c = b.count_above(x, t)?;
             if c >= k && c <= 2 * k {
+                // `count_above` rejects NaN; an infinity passes the finite
+                // threshold, so it is among the compacted values.
+                let passed = b.compact_above(x, t)?;
+                if b.max_abs(&passed.values)?.is_infinite() {
+                    return Err(first_infinite(b, x));
+                }
                 self.since_search += 1;
                 self.reuses += 1;
-                return Ok(selection(b, b.compact_above(x, t)?, Some(t.to_f64_exact())));
+                return Ok(selection(b, passed, Some(t.to_f64_exact())));
             }
         }
         let (s, t) = self.search.run(b, x, k)?;
