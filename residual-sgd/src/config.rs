@@ -52,6 +52,49 @@ pub enum Collection {
 }
 
 impl Config {
+    /// The settings ranks must share, as the trainer's entry round compares
+    /// them: a rank with another learning rate, rule, density, clipping or
+    /// quantization would apply other updates than its peers, silently.
+    pub(crate) fn fields(&self) -> Vec<(&'static str, u64)> {
+        let (kind, momentum, nesterov, weight_decay, masking) = match self.rule {
+            Rule::TopK => (0, 0.0, false, 0.0, false),
+            Rule::Rgc {
+                momentum,
+                nesterov,
+                weight_decay,
+                factor_masking,
+            } => (1, momentum, nesterov, weight_decay, factor_masking),
+        };
+        let (qsgd, feedback) = match self.qsgd {
+            Some((q, feedback)) => (
+                u64::from(q.bits()) | (q.bucket() as u64) << 8,
+                u64::from(feedback),
+            ),
+            None => (0, 0),
+        };
+        vec![
+            ("lr", u64::from(self.lr.to_bits())),
+            ("density", self.density.to_bits()),
+            ("rule", kind),
+            ("momentum", u64::from(momentum.to_bits())),
+            ("nesterov", u64::from(nesterov)),
+            ("weight decay", u64::from(weight_decay.to_bits())),
+            ("factor masking", u64::from(masking)),
+            (
+                "clip",
+                self.clip.map_or(u64::MAX, |c| u64::from(c.to_bits())),
+            ),
+            ("qsgd", qsgd),
+            ("qsgd feedback", feedback),
+            ("quantized", u64::from(self.quantized)),
+            (
+                "collection",
+                u64::from(self.collection == Collection::Paper),
+            ),
+            ("fusion", self.fusion as u64),
+        ]
+    }
+
     /// `lr` (finite, positive), the density of the sent set in `(0, 1]`,
     /// the rule; RedSync's compress threshold of 128 KiB, no clipping.
     ///

@@ -133,6 +133,34 @@ impl<B: Backend, S: Selector<B, f32> + Clone> Trainer<B, S> {
         layers: Vec<LayerSpec>,
         weights: &[Vec<f32>],
         selector: S,
+        comm: impl FnMut(&LayerSpec) -> Result<Box<dyn SparseAllreduce<f32>>>,
+        memory: impl FnMut(&B, &LayerSpec) -> Result<Box<dyn Memory<B>>>,
+    ) -> Result<Self> {
+        Self::with_parts(
+            b,
+            cfg,
+            layers,
+            weights,
+            |_| Ok(selector.clone()),
+            comm,
+            memory,
+        )
+    }
+}
+
+impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
+    /// As [`Trainer::with_memory`], with each compressed layer's selector
+    /// built by `selector(layer)`: one per layer, chosen at run time
+    /// (`S = Box<dyn Selector<B, f32>>`) or differing from layer to layer.
+    ///
+    /// # Errors
+    /// As [`Trainer::with_memory`]; `selector`'s errors.
+    pub fn with_parts(
+        b: B,
+        cfg: Config,
+        layers: Vec<LayerSpec>,
+        weights: &[Vec<f32>],
+        mut selector: impl FnMut(&LayerSpec) -> Result<S>,
         mut comm: impl FnMut(&LayerSpec) -> Result<Box<dyn SparseAllreduce<f32>>>,
         mut memory: impl FnMut(&B, &LayerSpec) -> Result<Box<dyn Memory<B>>>,
     ) -> Result<Self> {
@@ -167,7 +195,7 @@ impl<B: Backend, S: Selector<B, f32> + Clone> Trainer<B, S> {
                 }
                 Part::Compressed(Compressed {
                     memory,
-                    selector: selector.clone(),
+                    selector: selector(&spec)?,
                     comm: comm(&spec)?,
                     top: true,
                     steps: 0,
@@ -247,8 +275,9 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
     /// own gradients. A NaN or infinite gradient or gradients that do not
     /// fit the layers are an error on every rank (checked in one round
     /// before anything changes, so no state moves); layers that differ
-    /// across ranks (in size or in being compressed), or a different
-    /// fusion threshold, are [`Error::Disagreement`] on every rank.
+    /// across ranks (in size or in being compressed), or settings that
+    /// differ (learning rate, rule, density, clipping, quantization,
+    /// collection, fusion), are [`Error::Disagreement`] on every rank.
     ///
     /// Then every layer's local work runs (compensation, selection,
     /// quantization) before anything is sent, and a second round tells
@@ -262,10 +291,8 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
     /// As above; the collectives' and the backend's errors.
     pub fn step(&mut self, t: &mut dyn Transport, grads: &[Vec<f32>]) -> Result<StepReport> {
         let local = self.check(grads);
-        let mut fields = vec![
-            ("layers", self.layers.len() as u64),
-            ("fusion", self.cfg.fusion as u64),
-        ];
+        let mut fields = self.cfg.fields();
+        fields.push(("layers", self.layers.len() as u64));
         for l in &self.layers {
             fields.push(("layer size", l.spec.len as u64));
             fields.push((

@@ -694,16 +694,34 @@ fn quantized_mode_exempts_the_output_weights_before_a_bias() {
 }
 
 /// Ranks that disagree on which layers are compressed (another `dims`, or
-/// another compress threshold) or on the fusion threshold get
-/// `Error::Disagreement` on every rank before anything is sent, and the
-/// transport stays usable.
+/// another compress threshold) or on a setting (fusion, learning rate,
+/// density, rule) get `Error::Disagreement` on every rank before anything
+/// is sent, and the transport stays usable.
 #[test]
 fn ranks_that_compress_different_layers_all_get_an_error() {
     for p in [2usize, 3] {
-        for case in ["dims", "threshold", "fusion"] {
+        let cases = [
+            ("dims", "layer compressed"),
+            ("threshold", "layer compressed"),
+            ("fusion", "fusion"),
+            ("lr", "lr"),
+            ("density", "density"),
+            ("rule", "rule"),
+        ];
+        for (case, what) in cases {
             let out = ThreadCluster::new(p).run(|t| {
                 let odd = t.rank() == p - 1;
-                let mut cfg = Config::new(0.1, 0.25, Rule::TopK)?.compress_threshold(0);
+                let (lr, density) = match (odd, case) {
+                    (true, "lr") => (0.2, 0.25),
+                    (true, "density") => (0.1, 0.5),
+                    _ => (0.1, 0.25),
+                };
+                let rule = if odd && case == "rule" {
+                    rgc(0.0, false, 0.0, false)
+                } else {
+                    Rule::TopK
+                };
+                let mut cfg = Config::new(lr, density, rule)?.compress_threshold(0);
                 if odd && case == "threshold" {
                     cfg = cfg.compress_threshold(1 << 20);
                 }
@@ -743,11 +761,6 @@ fn ranks_that_compress_different_layers_all_get_an_error() {
                 same.step(t, &[vec![1.0; 8]])?;
                 res.map(drop)
             });
-            let what = if case == "fusion" {
-                "fusion"
-            } else {
-                "layer compressed"
-            };
             for (r, res) in out.iter().enumerate() {
                 assert!(
                     matches!(res, Err(Error::Disagreement { what: w, .. }) if *w == what),
@@ -794,5 +807,62 @@ fn an_overflowing_residual_is_an_error_on_every_rank() {
         for r in out {
             r.unwrap();
         }
+    }
+}
+
+/// One selector per layer, chosen at run time (`Box<dyn Selector>`), through
+/// `Trainer::with_parts`: each layer steps as it does in a trainer that
+/// uses that layer's selector everywhere, bit for bit.
+#[test]
+fn a_selector_per_layer_through_with_parts() {
+    use sparse_select::{Selector, TrimmedTopK};
+    let sizes = [50usize, 60];
+    let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.0; n]).collect();
+    let cfg = Config::new(0.5, 0.1, rgc(0.9, false, 0.0, false))
+        .unwrap()
+        .compress_threshold(0);
+    let out = ThreadCluster::new(2).run(|t| {
+        let rank = t.rank() as u64;
+        let grads = |step: usize| -> Vec<Vec<f32>> {
+            let mut rng = Rng::seed_from_u64(step as u64 * 10 + rank);
+            sizes.iter().map(|&n| dyadic(n, &mut rng)).collect()
+        };
+        let mut mixed = Trainer::with_parts(
+            Cpu,
+            cfg,
+            layers(&sizes),
+            &w0,
+            |l: &LayerSpec| -> Result<Box<dyn Selector<Cpu, f32>>> {
+                Ok(if l.name == "layer0" {
+                    Box::new(RadixTopK::magnitude())
+                } else {
+                    Box::new(TrimmedTopK::default())
+                })
+            },
+            comm("topk_a"),
+            |b, l| residual_sgd::memory::for_rule(b, cfg.rule(), cfg.lr(), l.len),
+        )?;
+        let mut radix = trainer(cfg, &sizes, &w0, "topk_a");
+        let mut trimmed = Trainer::new(
+            Cpu,
+            cfg,
+            layers(&sizes),
+            &w0,
+            TrimmedTopK::default(),
+            comm("topk_a"),
+        )?;
+        for step in 0..10 {
+            let g = grads(step);
+            mixed.step(t, &g)?;
+            radix.step(t, &g)?;
+            trimmed.step(t, &g)?;
+        }
+        let w = mixed.weights()?;
+        assert_eq!(w[0], radix.weights()?[0], "layer 0 as with radix top-k");
+        assert_eq!(w[1], trimmed.weights()?[1], "layer 1 as with trimmed top-k");
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
     }
 }

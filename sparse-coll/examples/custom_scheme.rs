@@ -8,7 +8,7 @@
 //! Run with `cargo run -p sparse-coll --example custom_scheme`.
 
 use sparse_coll::dense::ring_allreduce;
-use sparse_coll::testing::{cases, collective_suite_for};
+use sparse_coll::testing::{bad_input_suite_for, cases, collective_suite_for, real_cases};
 use sparse_coll::{
     Auto, Defaults, LOSSLESS, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster,
     Transport, wire,
@@ -65,10 +65,17 @@ fn main() -> Result<()> {
             .enumerate()
         {
             let runs = res?;
-            assert_eq!(runs, cases(p).len(), "P={p} rank {r}");
+            assert_eq!(runs, cases(p).len() + real_cases(p).len(), "P={p} rank {r}");
         }
     }
     println!("dense_ring passed the collective suite on 1 to 9 ranks");
+    // Invalid inputs on one rank: an error on every rank, then a good call.
+    for p in 1..=5 {
+        for res in ThreadCluster::new(p).run(|t| bad_input_suite_for(t, &registry, "dense_ring")) {
+            res?;
+        }
+    }
+    println!("dense_ring passed the bad-input suite on 1 to 5 ranks");
 
     // 3. The planner chooses between it and the built-in lossless ones, by
     //    bytes (alpha = 0): sparse inputs go to a sparse scheme, inputs that

@@ -357,7 +357,32 @@ impl<E: Element> Registry<E> {
                     ),
                 )
             })?;
-        let algo = (entry.build)(&mut params, defaults)?;
+        // The planner over candidates of this registry, a user's included
+        // (its own entry only knows the built-in ones).
+        let algo = match params.take::<String>("candidates")? {
+            Some(list) if entry.name == "auto" => {
+                let candidates = list
+                    .split('+')
+                    .map(|name| {
+                        if name == "auto" {
+                            return Err(Error::invalid(
+                                "candidates",
+                                "auto cannot plan over itself",
+                            ));
+                        }
+                        self.build(name, defaults)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Box::new(crate::plan::auto_from(&mut params, candidates)?)
+            }
+            Some(list) => {
+                return Err(Error::invalid(
+                    "algorithm",
+                    format!("{}: unknown parameter candidates={list:?}", params.name()),
+                ));
+            }
+            None => (entry.build)(&mut params, defaults)?,
+        };
         params.finish()?;
         Ok(algo)
     }

@@ -99,4 +99,9 @@ impl<T: Transport + ?Sized> Transport for Group<'_, T> {
     fn traffic(&self) -> Traffic {
         self.parent.traffic()
     }
+    /// A collective that fails part way on the group abandons the parent:
+    /// the peers waiting on this rank are members of both.
+    fn abandon(&mut self) {
+        self.parent.abandon();
+    }
 }

@@ -18,7 +18,8 @@ const POISON: Tag = 0x5ca2;
 
 /// A [`Transport`] over an MPI communicator (usually `MPI_COMM_WORLD`).
 ///
-/// Messages of any length, zero included, travel as `MPI_BYTE`s; a
+/// Messages of any length, zero included, travel as `MPI_BYTE`s (those
+/// of [`MAX_MESSAGE`] bytes or more in pieces, as MPI counts are `int`s); a
 /// receive probes first (`MPI_Improbe`), so sizes need not be known in
 /// advance. [`Transport::exchange`] posts a non-blocking send, then
 /// receives, then waits on the send, so rings and shifts never deadlock.
@@ -61,7 +62,17 @@ pub struct MpiTransport {
     /// The copy a send is made from (one send is in flight at a time),
     /// kept across calls.
     outgoing: Vec<u8>,
+    /// The longest single MPI message ([`MAX_MESSAGE`]).
+    max_message: usize,
 }
+
+/// The longest message sent as one MPI message (1 GiB). MPI counts are
+/// `int`s, so a message of 2 GiB or more cannot be one: a longer message
+/// travels as pieces of this length, then one shorter piece (empty where
+/// the length is a multiple of it), and the receiver reads pieces until a
+/// short one. Messages below it, every message of the built-in algorithms
+/// at ordinary sizes, are one MPI message as before.
+pub const MAX_MESSAGE: usize = 1 << 30;
 
 impl std::fmt::Debug for MpiTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,7 +97,27 @@ impl MpiTransport {
             abandoned: vec![false; ranks],
             failed: None,
             outgoing: Vec::new(),
+            max_message: MAX_MESSAGE,
         }
+    }
+
+    /// The same transport with messages split into pieces of `bytes`
+    /// instead of [`MAX_MESSAGE`], so that tests can send split messages
+    /// without allocating gigabytes. Every rank must set the same length:
+    /// a receiver reads pieces until one is shorter than its own.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for 0 or more than [`MAX_MESSAGE`].
+    #[cfg(feature = "testing")]
+    pub fn with_max_message(mut self, bytes: usize) -> Result<Self> {
+        if bytes == 0 || bytes > MAX_MESSAGE {
+            return Err(Error::invalid(
+                "max_message",
+                format!("{bytes} not in 1..={MAX_MESSAGE}"),
+            ));
+        }
+        self.max_message = bytes;
+        Ok(self)
     }
 
     /// The transport's communicator, for MPI calls of the program's own
@@ -153,24 +184,36 @@ impl MpiTransport {
     /// size, grows `into` only where it is too short (a buffer reused
     /// across calls is written over, not zeroed again) and receives in
     /// place. Fails instead when a rank abandons first.
+    ///
+    /// A message of [`MAX_MESSAGE`] bytes or more arrives in pieces: they
+    /// are read one after the other until a shorter one.
     fn recv_raw(&mut self, from: i32, into: &mut Vec<u8>) -> Result<()> {
         use mpi::datatype::Equivalence;
         self.alive()?;
-        let (msg, status) = loop {
-            if let Some(got) = self
-                .comm()
-                .process_at_rank(from)
-                .immediate_matched_probe_with_tag(TAG)
-            {
-                break got;
+        let mut total = 0;
+        loop {
+            let (msg, status) = loop {
+                if let Some(got) = self
+                    .comm()
+                    .process_at_rank(from)
+                    .immediate_matched_probe_with_tag(TAG)
+                {
+                    break got;
+                }
+                self.watch()?;
+            };
+            // A piece is at most `max_message` bytes, so its count fits.
+            let len = usize::try_from(status.count(u8::equivalent_datatype()))
+                .expect("MPI_Get_count of a received piece is not negative");
+            let end = total + len;
+            into.resize(end, 0);
+            msg.matched_receive_into(&mut into[total..end]);
+            total = end;
+            if len < self.max_message {
+                break;
             }
-            self.watch()?;
-        };
-        let len = usize::try_from(status.count(u8::equivalent_datatype()))
-            .expect("MPI_Get_count of a received message is not negative");
-        into.resize(len, 0);
-        msg.matched_receive_into(&mut into[..]);
-        self.counter.received(len);
+        }
+        self.counter.received(total);
         Ok(())
     }
 
@@ -195,30 +238,50 @@ impl MpiTransport {
                 bytes: data.len() as u64,
             })?;
         copy.extend_from_slice(data);
+        // Pieces of `max_message` bytes, then a shorter one (empty where
+        // the length is a multiple): one piece below `max_message`.
+        let max = self.max_message;
+        let short = (copy.len() % max == 0).then_some(&copy[..0]);
         let (sent, then) = mpi::request::scope(|scope| {
-            let mut req =
-                self.comm()
-                    .process_at_rank(to)
-                    .immediate_send_with_tag(scope, &copy[..], TAG);
+            // Every piece is posted before `then` runs, so that two ranks
+            // exchanging split messages never wait on each other.
+            let mut reqs: Vec<_> = copy
+                .chunks(max)
+                .chain(short)
+                .map(|piece| {
+                    Some(
+                        self.comm()
+                            .process_at_rank(to)
+                            .immediate_send_with_tag(scope, piece, TAG),
+                    )
+                })
+                .collect();
             let then = then(self);
             loop {
-                match req.test() {
-                    Ok(_) => return (true, then),
-                    Err(pending) => req = pending,
+                for slot in &mut reqs {
+                    if let Some(Err(req)) = slot.take().map(|req| req.test()) {
+                        *slot = Some(req);
+                    }
+                }
+                if reqs.iter().all(Option::is_none) {
+                    return (true, then);
                 }
                 // A failure elsewhere does not end this wait: `to` may
                 // still receive; it abandons (and says so) if it never
                 // will.
                 let _ = self.watch();
                 if self.abandoned[to as usize] {
-                    // SAFETY: this only unregisters the request from the
-                    // scope and gives up its handle unfinished. MPI may
-                    // read `copy` later; `copy` is leaked below, so it
-                    // outlives every use. (`to` has abandoned, so it never
-                    // receives on this transport's private communicator
-                    // again: the send will not complete.)
-                    #[allow(unsafe_code)]
-                    let _ = unsafe { req.into_raw() };
+                    for req in reqs.into_iter().flatten() {
+                        // SAFETY: this only unregisters the request from
+                        // the scope and gives up its handle unfinished.
+                        // MPI may read `copy` later; `copy` is leaked
+                        // below, so it outlives every use. (`to` has
+                        // abandoned, so it never receives on this
+                        // transport's private communicator again: the
+                        // send will not complete.)
+                        #[allow(unsafe_code)]
+                        let _ = unsafe { req.into_raw() };
+                    }
                     return (false, then);
                 }
             }
@@ -265,8 +328,13 @@ impl Transport for MpiTransport {
             agreed?;
             out.resize(x.len(), 0.0);
             if p > 1 && !x.is_empty() {
-                t.comm()
-                    .all_reduce_into(x, &mut out[..], SystemOperation::sum());
+                // MPI counts are `int`s: vectors of 2^31 elements or more
+                // are reduced in slices (the same on every rank, which
+                // agreed on the length).
+                let slice = (t.max_message / 4).max(1);
+                for (x, out) in x.chunks(slice).zip(out.chunks_mut(slice)) {
+                    t.comm().all_reduce_into(x, out, SystemOperation::sum());
+                }
                 let bytes = (2 * (p - 1) * 4 * x.len()).div_ceil(p);
                 t.counter.round();
                 t.counter.sent(bytes);

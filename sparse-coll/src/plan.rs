@@ -366,9 +366,17 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     fn name(&self) -> String {
         "auto".into()
     }
+    /// With `candidates` (their names joined by `+`) where they are not
+    /// the built-in lossless ones ([`LOSSLESS`]).
     fn params(&self) -> String {
+        let names: Vec<String> = self.candidates.iter().map(|c| c.name()).collect();
+        let candidates = if names == LOSSLESS {
+            String::new()
+        } else {
+            format!(",candidates={}", names.join("+"))
+        };
         format!(
-            "alpha={},beta={},every={}",
+            "alpha={},beta={},every={}{candidates}",
             self.alpha, self.beta, self.every
         )
     }
@@ -399,12 +407,27 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
 
 impl<E: Element> Registered<E> for Auto<E> {
     const NAME: &'static str = "auto";
-    const PARAMS: &'static str = "alpha (s per message, default 5e-6), beta (s per word, default 4e-10), every (calls between profiles, default 16)";
+    const PARAMS: &'static str = "alpha (s per message, default 5e-6), beta (s per word, default 4e-10), every (calls between profiles, default 16), candidates (registered names joined by +, each with its defaults; default the built-in lossless ones)";
     const HELP: &'static str =
         "the planner: the cheapest lossless algorithm by the cost model, profiled per call";
     fn build(params: &mut Params, _: Defaults) -> Result<Self> {
-        let alpha = params.take("alpha")?.unwrap_or(AUTO_ALPHA);
-        let beta = params.take("beta")?.unwrap_or(AUTO_BETA);
-        Self::lossless(alpha, beta)?.reprofile_every(params.take("every")?.unwrap_or(16))
+        let registry = Registry::<E>::builtin();
+        let d = Defaults { k: 0 };
+        let candidates = LOSSLESS
+            .iter()
+            .map(|name| registry.build(name, d))
+            .collect::<Result<_>>()?;
+        auto_from(params, candidates)
     }
+}
+
+/// The planner over `candidates` with `alpha`, `beta` and `every` from
+/// `params` (the registry's `auto`, with or without `candidates`).
+pub(crate) fn auto_from<E: Element>(
+    params: &mut Params,
+    candidates: Vec<Box<dyn SparseAllreduce<E>>>,
+) -> Result<Auto<E>> {
+    let alpha = params.take("alpha")?.unwrap_or(AUTO_ALPHA);
+    let beta = params.take("beta")?.unwrap_or(AUTO_BETA);
+    Auto::new(alpha, beta, candidates)?.reprofile_every(params.take("every")?.unwrap_or(16))
 }

@@ -207,8 +207,9 @@ fn failure_text(code: u64) -> &'static str {
 
 /// The entry of every sparse allreduce: checks the input `v` (one O(nnz)
 /// pass: a vector built with `SparseVec::new_unchecked` from bad parts is
-/// caught here) and combines that with `local` (the algorithm's own checks
-/// and allocations made before the call), then [`agree_or_fail`] on the
+/// caught here; its error comes before `local`'s) and combines that with
+/// `local` (the algorithm's own checks and allocations made before the
+/// call), then [`agree_or_fail`] on the
 /// algorithm, the dimension, the element type and the algorithm's `extra`
 /// parameters, in that order. Returns the traffic after the check, from
 /// which the algorithm counts its own.
@@ -225,7 +226,7 @@ pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
         ("element", E::CODE as u64),
     ];
     fields.extend_from_slice(extra);
-    agree_or_fail(t, &fields, local.and_then(|()| v.check()))?;
+    agree_or_fail(t, &fields, v.check().and(local))?;
     Ok(t.traffic())
 }
 

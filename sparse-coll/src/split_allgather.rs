@@ -39,8 +39,11 @@ pub(crate) enum Gather {
 /// (an index and a value per coordinate), plus this rank's own partition
 /// twice (the sum and its encoding).
 fn dense_phase_bytes<E: Element>(dim: usize, p: usize) -> u64 {
+    // Saturating: a dimension past what any machine holds is a refused
+    // probe (the input check names it), not an overflow.
     let (dim, e) = (dim as u64, E::BYTES as u64);
-    dim * (2 * e + 4) + 2 * dim.div_ceil(p.max(1) as u64) * e
+    dim.saturating_mul(2 * e + 4)
+        .saturating_add(dim.div_ceil(p.max(1) as u64).saturating_mul(2 * e))
 }
 
 /// `(P - 1)` direct steps, then a Bruck allgather.

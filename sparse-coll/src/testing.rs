@@ -68,13 +68,34 @@ pub fn cases(p: usize) -> Vec<Case> {
 /// # Errors
 /// An infeasible case.
 pub fn inputs(p: usize, case: &Case) -> Result<Vec<SparseVec<f32>>> {
+    inputs_of(p, case, true)
+}
+
+/// The cases [`collective_suite_for`] also runs with real (normal) values:
+/// two of the matrix's shapes.
+pub fn real_cases(p: usize) -> Vec<Case> {
+    cases(p)
+        .into_iter()
+        .filter(|c| {
+            (c.dim == 1000 && c.overlap == 0.5 && !c.skew)
+                || (c.dim == 10_007 && c.skew && c.overlap == 1.0)
+        })
+        .collect()
+}
+
+/// [`inputs`], with integer values or normal ones.
+fn inputs_of(p: usize, case: &Case, integer: bool) -> Result<Vec<SparseVec<f32>>> {
     let spec = GradientSpec {
         overlap: case.overlap,
         skew: case.skew.then_some(Skew {
             partitions: 4,
             ratio: 3.0,
         }),
-        values: ValueDist::Integer { max: 100 },
+        values: if integer {
+            ValueDist::Integer { max: 100 }
+        } else {
+            ValueDist::Normal { std: 10.0 }
+        },
         ..GradientSpec::new(case.dim, case.density, case.seed)
     };
     let mut v = spec.generate::<f32>(p)?;
@@ -139,10 +160,7 @@ pub fn expected_rounds(spec: &str, p: usize, r: usize) -> Option<u64> {
         (true, false) => core + 2,
         _ => core,
     };
-    if p == 1 {
-        return Some(0);
-    }
-    Some(match name.as_str() {
+    let rounds = match name.as_str() {
         "topk_a" => lg(p),
         "topk_dsa" => (pu - 1) + fold(pp.ilog2() as u64),
         "ssar_recursive_double" => fold(pp.ilog2() as u64),
@@ -164,7 +182,8 @@ pub fn expected_rounds(spec: &str, p: usize, r: usize) -> Option<u64> {
         "spardl_rsag" => 2 * lg(p / d) + d.ilog2() as u64,
         "spardl_bsag" => 2 * lg(p / d) + lg(d),
         _ => return None,
-    })
+    };
+    Some(if p == 1 { 0 } else { rounds })
 }
 
 /// Rank `r`'s bytes received where they follow from the inputs alone:
@@ -254,10 +273,18 @@ pub fn collective_suite(t: &mut dyn Transport) -> Result<usize> {
 
 /// The suite for one algorithm of `registry` (a user's own included),
 /// built from `spec` afresh for every input of the matrix with the input's
-/// budget as its default `k`. Checks what every algorithm promises
-/// (identical results, the exact sum or exact conservation); for the
-/// built-in ones also their budgets, rounds and, where they follow from
-/// the inputs, bytes. Returns the number of inputs checked.
+/// budget as its default `k`. Checks what every algorithm promises, on a
+/// first and a second call of the same instance (its state kept across
+/// calls): identical results on every rank, bit for bit, and the exact sum
+/// or exact conservation on integer-valued inputs; on real-valued inputs
+/// (where sums depend on the order of additions) identical bits on every
+/// rank and the sum within a rounding bound. `allreduce_into` must give
+/// what `allreduce` gives. The traffic a call reports must be what the
+/// transport counted during the call less its entry agreement, which costs
+/// the same in every case: at least `ceil(lg P)` rounds of one message each
+/// way, as many bytes sent as received. For the built-in algorithms also
+/// their budgets, rounds and, where they follow from the inputs, bytes.
+/// Returns the number of inputs checked.
 ///
 /// # Errors
 /// Transport errors and the algorithm's errors. Failed checks panic.
@@ -270,116 +297,242 @@ pub fn collective_suite_for(
     let mut runs = 0;
     // Kept across the cases, as a caller of `allreduce_into` keeps it.
     let mut reused = Reduced::default();
-    for case in cases(p) {
-        let ins = inputs(p, &case)?;
-        let dim = case.dim;
-        let mut oracle = vec![0.0f32; dim];
-        for v in &ins {
-            v.add_to_dense(&mut oracle);
-        }
+    // What the entry agreement costs, from the first call.
+    let mut entry: Option<Traffic> = None;
+    let integer = cases(p).into_iter().map(|c| (c, true));
+    let real = real_cases(p).into_iter().map(|c| (c, false));
+    for (case, exact) in integer.chain(real) {
+        let ins = inputs_of(p, &case, exact)?;
         let k = budget(&case);
         let mut algo = registry.build(spec, Defaults { k })?;
-        let ctx = format!("{spec} P={p} rank {r} {case:?}");
-        let red = algo.allreduce(t, &ins[r])?;
-        // `allreduce_into` on a second, fresh instance, into an outcome
-        // that still holds the last case's: the same bits and traffic.
-        registry
-            .build(spec, Defaults { k })?
-            .allreduce_into(t, &ins[r], &mut reused)?;
-        let same = |a: &SparseVec<f32>, b: &SparseVec<f32>| {
-            a.dim() == b.dim()
-                && a.indices() == b.indices()
-                && a.values()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .eq(b.values().iter().map(|x| x.to_bits()))
-        };
-        assert!(
-            same(&reused.result, &red.result),
-            "{ctx}: allreduce_into's result"
-        );
-        assert!(
-            same(&reused.dropped, &red.dropped),
-            "{ctx}: allreduce_into's dropped"
-        );
-        assert_eq!(
-            reused.traffic, red.traffic,
-            "{ctx}: allreduce_into's traffic"
-        );
-        // Every rank's result, dropped and traffic, on every rank.
-        let mut mine = Vec::new();
-        put_block(&mut mine, &red.result);
-        put_block(&mut mine, &red.dropped);
-        for x in [red.traffic.bytes_recv, red.traffic.rounds] {
-            mine.extend_from_slice(&x.to_le_bytes());
-        }
-        let all = bruck_allgather(t, &mine)?;
-        let mut total = vec![0.0f32; dim];
-        let mut traffic = Vec::new();
-        for (q, b) in all.iter().enumerate() {
-            let mut rest: &[u8] = b;
-            let result: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
-            let dropped: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
-            assert_eq!(rest.len(), 16, "{ctx}: message from rank {q}");
-            let word = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8"));
-            traffic.push(Traffic {
-                bytes_recv: word(0),
-                rounds: word(8),
-                ..Traffic::default()
-            });
+        let kind = if exact { "integer" } else { "real" };
+        let ctx = format!("{spec} P={p} rank {r} {case:?} {kind} values");
+        for call in [1, 2] {
+            let ctx = format!("{ctx}, call {call}");
+            let before = t.traffic();
+            let red = algo.allreduce(t, &ins[r])?;
+            let cost = entry_cost(&ctx, p, &t.traffic().since(&before), &red.traffic);
             assert_eq!(
-                result.indices(),
-                red.result.indices(),
-                "{ctx}: rank {q}'s pattern"
+                *entry.get_or_insert(cost),
+                cost,
+                "{ctx}: the entry agreement costs the same in every call; the rest is the \
+                 call's own traffic and must be reported"
             );
-            let bits = |v: &SparseVec<f32>| -> Vec<u32> {
-                v.values().iter().map(|x| x.to_bits()).collect()
-            };
-            assert_eq!(bits(&result), bits(&red.result), "{ctx}: rank {q}'s bits");
-            if q == 0 {
-                result.add_to_dense(&mut total);
-            }
-            dropped.add_to_dense(&mut total);
-        }
-        if algo.lossless() {
-            assert_eq!(red.result.to_dense(), oracle, "{ctx}: the exact sum");
-            assert_eq!(red.dropped.nnz(), 0, "{ctx}: lossless drops nothing");
-        } else {
-            if let Some(i) = (0..dim).find(|&i| total[i] != oracle[i]) {
-                panic!(
-                    "{ctx}: coordinate {i}: result + dropped = {}, inputs sum to {}",
-                    total[i], oracle[i]
-                );
-            }
-            if let Some(most) = most_entries(spec, k) {
+            if call == 1 {
+                // `allreduce_into` on a second, fresh instance, into an
+                // outcome that still holds the last case's: the same bits
+                // and traffic.
+                registry
+                    .build(spec, Defaults { k })?
+                    .allreduce_into(t, &ins[r], &mut reused)?;
                 assert!(
-                    red.result.nnz() <= most,
-                    "{ctx}: {} > {most}",
-                    red.result.nnz()
+                    same_bits(&reused.result, &red.result),
+                    "{ctx}: allreduce_into's result"
+                );
+                assert!(
+                    same_bits(&reused.dropped, &red.dropped),
+                    "{ctx}: allreduce_into's dropped"
+                );
+                assert_eq!(
+                    reused.traffic, red.traffic,
+                    "{ctx}: allreduce_into's traffic"
                 );
             }
-        }
-        for (q, tr) in traffic.iter().enumerate() {
-            if let Some(rounds) = expected_rounds(spec, p, q) {
-                assert_eq!(tr.rounds, rounds, "{ctx}: rank {q}'s rounds");
-            }
-            if let Some(b) = expected_bytes(spec, &ins, q) {
-                assert_eq!(tr.bytes_recv, b, "{ctx}: rank {q}'s bytes");
-            }
+            let outcome = Outcome {
+                ins: &ins,
+                k,
+                lossless: algo.lossless(),
+                exact,
+                first: call == 1,
+            };
+            check_outcome(t, spec, &ctx, &outcome, &red)?;
         }
         runs += 1;
     }
     Ok(runs)
 }
 
+/// Whether two vectors are equal bit for bit.
+fn same_bits(a: &SparseVec<f32>, b: &SparseVec<f32>) -> bool {
+    a.dim() == b.dim()
+        && a.indices() == b.indices()
+        && a.values()
+            .iter()
+            .map(|x| x.to_bits())
+            .eq(b.values().iter().map(|x| x.to_bits()))
+}
+
+/// What a call reported against what the transport counted during it:
+/// the report within the count, and the difference (the entry agreement, a
+/// Bruck allgather of equal blocks) symmetric, one message each way per
+/// round, and at least `ceil(lg P)` rounds. Returns the difference.
+fn entry_cost(ctx: &str, p: usize, counted: &Traffic, reported: &Traffic) -> Traffic {
+    let pairs = [
+        ("bytes sent", counted.bytes_sent, reported.bytes_sent),
+        ("bytes received", counted.bytes_recv, reported.bytes_recv),
+        ("messages sent", counted.msgs_sent, reported.msgs_sent),
+        ("messages received", counted.msgs_recv, reported.msgs_recv),
+        ("rounds", counted.rounds, reported.rounds),
+    ];
+    for (what, c, rep) in pairs {
+        assert!(
+            rep <= c,
+            "{ctx}: reports {rep} {what}, the transport counted {c}"
+        );
+    }
+    let entry = counted.since(reported);
+    let shape = (entry.msgs_sent, entry.msgs_recv, entry.bytes_sent);
+    assert_eq!(
+        shape,
+        (entry.rounds, entry.rounds, entry.bytes_recv),
+        "{ctx}: counted less reported is not an entry agreement: {entry:?}"
+    );
+    if p > 1 {
+        assert!(
+            entry.rounds >= lg(p),
+            "{ctx}: no entry agreement ({entry:?}): ranks that disagree would hang"
+        );
+    }
+    entry
+}
+
+/// One call's inputs and what its algorithm promises.
+struct Outcome<'a> {
+    ins: &'a [SparseVec<f32>],
+    k: usize,
+    lossless: bool,
+    /// Integer-valued inputs: sums are exact in any order.
+    exact: bool,
+    /// A first call of a fresh instance: the built-ins' traffic formulas
+    /// hold.
+    first: bool,
+}
+
+/// Checks one call's outcome `red` on every rank: every rank's result and
+/// dropped part are gathered, the results compared bit for bit, the sum or
+/// its conservation checked (exactly, or within a rounding bound), and a
+/// built-in algorithm's budget and traffic.
+fn check_outcome(
+    t: &mut dyn Transport,
+    spec: &str,
+    ctx: &str,
+    o: &Outcome<'_>,
+    red: &Reduced<f32>,
+) -> Result<()> {
+    let p = t.size();
+    let dim = o.ins[0].dim();
+    // The dense sum in f64, and the sum of magnitudes: f32 additions in
+    // any order of at most `P` terms per coordinate (and as many dropped
+    // parts) stay within `4 P eps` of it.
+    let mut oracle = vec![0.0f64; dim];
+    let mut mags = vec![0.0f64; dim];
+    for v in o.ins {
+        for (i, x) in v.iter() {
+            oracle[i as usize] += f64::from(x);
+            mags[i as usize] += f64::from(x.abs());
+        }
+    }
+    let bound = |i: usize| 4.0 * p as f64 * f64::from(f32::EPSILON) * mags[i];
+    // Every rank's result, dropped and traffic, on every rank.
+    let mut mine = Vec::new();
+    put_block(&mut mine, &red.result);
+    put_block(&mut mine, &red.dropped);
+    for x in [red.traffic.bytes_recv, red.traffic.rounds] {
+        mine.extend_from_slice(&x.to_le_bytes());
+    }
+    let all = bruck_allgather(t, &mine)?;
+    let mut total = vec![0.0f64; dim];
+    let mut traffic = Vec::new();
+    for (q, b) in all.iter().enumerate() {
+        let mut rest: &[u8] = b;
+        let result: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
+        let dropped: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
+        assert_eq!(rest.len(), 16, "{ctx}: message from rank {q}");
+        let word = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8"));
+        traffic.push(Traffic {
+            bytes_recv: word(0),
+            rounds: word(8),
+            ..Traffic::default()
+        });
+        assert_eq!(
+            result.indices(),
+            red.result.indices(),
+            "{ctx}: rank {q}'s pattern"
+        );
+        assert!(same_bits(&result, &red.result), "{ctx}: rank {q}'s bits");
+        if q == 0 {
+            result
+                .iter()
+                .for_each(|(i, x)| total[i as usize] += f64::from(x));
+        }
+        dropped
+            .iter()
+            .for_each(|(i, x)| total[i as usize] += f64::from(x));
+    }
+    let off = |got: &[f64]| {
+        (0..dim).find(|&i| {
+            if o.exact {
+                got[i] != oracle[i]
+            } else {
+                (got[i] - oracle[i]).abs() > bound(i)
+            }
+        })
+    };
+    if o.lossless {
+        assert_eq!(red.dropped.nnz(), 0, "{ctx}: lossless drops nothing");
+        let got: Vec<f64> = red.result.to_dense().into_iter().map(f64::from).collect();
+        if let Some(i) = off(&got) {
+            panic!(
+                "{ctx}: coordinate {i}: result {}, inputs sum to {}",
+                got[i], oracle[i]
+            );
+        }
+    } else {
+        if let Some(i) = off(&total) {
+            panic!(
+                "{ctx}: coordinate {i}: result + dropped = {}, inputs sum to {}",
+                total[i], oracle[i]
+            );
+        }
+        if let Some(most) = most_entries(spec, o.k) {
+            assert!(
+                red.result.nnz() <= most,
+                "{ctx}: {} > {most}",
+                red.result.nnz()
+            );
+        }
+    }
+    if o.first {
+        for (q, tr) in traffic.iter().enumerate() {
+            if let Some(rounds) = expected_rounds(spec, p, q) {
+                assert_eq!(tr.rounds, rounds, "{ctx}: rank {q}'s rounds");
+            }
+            if let Some(b) = expected_bytes(spec, o.ins, q) {
+                assert_eq!(tr.bytes_recv, b, "{ctx}: rank {q}'s bytes");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The ways a vector built with `SparseVec::new_unchecked` can break its
 /// invariants.
-pub const BAD_INPUTS: [&str; 4] = ["out of range", "unsorted", "duplicate", "lengths differ"];
+pub const BAD_INPUTS: [&str; 5] = [
+    "out of range",
+    "unsorted",
+    "duplicate",
+    "lengths differ",
+    "dimension too large",
+];
 
 /// An invalid vector of dimension `dim >= 4` of the given kind
-/// ([`BAD_INPUTS`]).
+/// ([`BAD_INPUTS`]); of dimension `usize::MAX`, past `u32` indices, for
+/// "dimension too large".
 pub fn bad_input(kind: &str, dim: usize) -> SparseVec<f32> {
     let d = dim as u32;
+    if kind == "dimension too large" {
+        return SparseVec::new_unchecked(usize::MAX, Vec::new(), Vec::new());
+    }
     let (idx, val) = match kind {
         "out of range" => (vec![0, d - 1, d + 5], vec![1.0, 2.0, 3.0]),
         "unsorted" => (vec![2, 1, 3], vec![1.0, 2.0, 3.0]),
@@ -389,52 +542,69 @@ pub fn bad_input(kind: &str, dim: usize) -> SparseVec<f32> {
     SparseVec::new_unchecked(dim, idx, val)
 }
 
-/// Every algorithm (DSAR with QSGD included) with an invalid input on one
-/// rank (each rank in turn, each kind of [`BAD_INPUTS`]): every rank returns
-/// an error, the bad rank its own ([`sparse_core::Error::IndexOutOfRange`],
-/// `NotStrictlyIncreasing` or `LengthMismatch`), the others
-/// [`sparse_core::Error::PeerError`] naming it; then a valid call on the
-/// same transport succeeds (the failed call left no message behind).
-/// Returns the number of calls checked.
+/// Every built-in algorithm (DSAR with QSGD included) through
+/// [`bad_input_suite_for`]. Returns the number of calls checked.
 ///
 /// # Errors
 /// Transport errors. Failed checks panic.
 pub fn bad_input_suite(t: &mut dyn Transport) -> Result<usize> {
+    let registry = Registry::<f32>::builtin();
+    let mut calls = 0;
+    for name in registry.names() {
+        calls += bad_input_suite_for(t, &registry, name)?;
+    }
+    Ok(calls)
+}
+
+/// One algorithm of `registry` (a user's own included) with an invalid
+/// input on one rank (each kind of [`BAD_INPUTS`], on the ranks in turn):
+/// every rank returns an error, the bad rank its own
+/// ([`sparse_core::Error::IndexOutOfRange`], `NotStrictlyIncreasing`,
+/// `LengthMismatch` or `DimensionTooLarge`), the others
+/// [`sparse_core::Error::PeerError`] naming it; then a valid call on the
+/// same instance and transport succeeds (the failed call left no message
+/// behind). Returns the number of calls checked.
+///
+/// # Errors
+/// Transport errors. Failed checks panic.
+pub fn bad_input_suite_for(
+    t: &mut dyn Transport,
+    registry: &Registry<f32>,
+    spec: &str,
+) -> Result<usize> {
     use sparse_core::Error;
     let (p, r) = (t.size(), t.rank());
-    let registry = Registry::<f32>::builtin();
     let dim = 97;
     let good = SparseVec::new(dim, vec![3, 50], vec![1.0f32, -2.0])?;
     let mut calls = 0;
-    for name in registry.names() {
-        for (n, kind) in BAD_INPUTS.iter().enumerate() {
-            let bad = (n + calls) % p;
-            let input = if r == bad {
-                bad_input(kind, dim)
-            } else {
-                good.clone()
-            };
-            let ctx = format!("{name} P={p} rank {r}, {kind} on rank {bad}");
-            let mut runner = registry.build(name, Defaults { k: 4 })?;
-            match runner.allreduce(t, &input) {
-                Ok(red) => panic!("{ctx}: accepted ({} entries)", red.result.nnz()),
-                Err(Error::PeerError { rank, .. }) if r != bad => {
-                    assert_eq!(rank, bad, "{ctx}: names the bad rank");
-                }
-                Err(
-                    Error::IndexOutOfRange { .. }
-                    | Error::NotStrictlyIncreasing { .. }
-                    | Error::LengthMismatch { .. },
-                ) if r == bad => {}
-                Err(e) => panic!("{ctx}: unexpected error {e}"),
+    for (n, kind) in BAD_INPUTS.iter().enumerate() {
+        let bad = (n + spec.len()) % p;
+        let input = if r == bad {
+            bad_input(kind, dim)
+        } else {
+            good.clone()
+        };
+        let ctx = format!("{spec} P={p} rank {r}, {kind} on rank {bad}");
+        let mut runner = registry.build(spec, Defaults { k: 4 })?;
+        match runner.allreduce(t, &input) {
+            Ok(red) => panic!("{ctx}: accepted ({} entries)", red.result.nnz()),
+            Err(Error::PeerError { rank, .. }) if r != bad => {
+                assert_eq!(rank, bad, "{ctx}: names the bad rank");
             }
-            let red = runner.allreduce(t, &good)?;
-            if runner.lossless() {
-                let want = SparseVec::new(dim, vec![3, 50], vec![p as f32, -2.0 * p as f32])?;
-                assert_eq!(red.result, want, "{ctx}: the next call works");
-            }
-            calls += 1;
+            Err(
+                Error::IndexOutOfRange { .. }
+                | Error::NotStrictlyIncreasing { .. }
+                | Error::LengthMismatch { .. }
+                | Error::DimensionTooLarge { .. },
+            ) if r == bad => {}
+            Err(e) => panic!("{ctx}: unexpected error {e}"),
         }
+        let red = runner.allreduce(t, &good)?;
+        if runner.lossless() {
+            let want = SparseVec::new(dim, vec![3, 50], vec![p as f32, -2.0 * p as f32])?;
+            assert_eq!(red.result, want, "{ctx}: the next call works");
+        }
+        calls += 1;
     }
     Ok(calls)
 }

@@ -325,3 +325,70 @@ fn planners_out_of_step_all_get_an_error() {
         assert_all_disagree(&out, "algorithm", &format!("one planner ahead, P={p}"));
     }
 }
+
+/// A user's scheme under its own name: TopkA, wrapped.
+struct MyTopk;
+
+impl SparseAllreduce<f32> for MyTopk {
+    fn name(&self) -> String {
+        "my_topk".into()
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    fn cost(&self, prof: &Profile) -> sparse_core::cost::Cost {
+        sparse_core::cost::Cost::new(0.0, prof.k_sum as f64)
+    }
+    fn allreduce(
+        &mut self,
+        t: &mut dyn sparse_coll::Transport,
+        v: &SparseVec<f32>,
+    ) -> sparse_core::Result<Reduced<f32>> {
+        sparse_coll::topk_a(t, v)
+    }
+}
+
+/// `auto` by name plans over the candidates a spec names, a user's own
+/// included, and reports them in its spec; bad candidate lists are errors.
+#[test]
+fn auto_by_name_plans_over_named_candidates() {
+    let mut reg = registry();
+    reg.register("my_topk", "", "TopkA, wrapped", |_, _| Ok(Box::new(MyTopk)))
+        .unwrap();
+    let d = Defaults { k: 0 };
+    let auto = reg
+        .build("auto:candidates=my_topk+ssar_split_allgather,every=3", d)
+        .unwrap();
+    assert_eq!(
+        auto.spec(),
+        format!(
+            "auto:alpha={},beta={},every=3,candidates=my_topk+ssar_split_allgather",
+            sparse_coll::AUTO_ALPHA,
+            sparse_coll::AUTO_BETA
+        )
+    );
+    assert_eq!(reg.build(&auto.spec(), d).unwrap().spec(), auto.spec());
+    assert_eq!(
+        reg.build("auto", d).unwrap().spec(),
+        "auto:alpha=0.000005,beta=0.0000000004,every=16"
+    );
+    for bad in [
+        "auto:candidates=nope",
+        "auto:candidates=auto",
+        "topk_a:candidates=my_topk",
+        "auto:candidates=",
+    ] {
+        assert!(reg.build(bad, d).is_err(), "{bad}");
+    }
+    let ins = inputs(3, 500, 0.05, 0.5, false, 9);
+    let out = ThreadCluster::new(3).run(|t| {
+        let mut auto = reg.build("auto:candidates=my_topk", d)?;
+        let r = sparse_coll::Transport::rank(t);
+        let red = auto.allreduce(t, &ins[r])?;
+        assert_eq!(auto.ran().as_deref(), Some("my_topk"));
+        Ok(red)
+    });
+    for red in out {
+        assert_eq!(red.unwrap().result.to_dense(), oracle(&ins));
+    }
+}

@@ -111,6 +111,17 @@ pub trait Selector<B: Backend, E: Element> {
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>>;
 }
 
+/// A boxed selector selects as the one inside, so that a selector chosen at
+/// run time (`Box<dyn Selector<B, E>>`) goes wherever a selector does.
+impl<B: Backend, E: Element, S: Selector<B, E> + ?Sized> Selector<B, E> for Box<S> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
+        (**self).select(b, x, k)
+    }
+}
+
 /// The number of elements a density selects from `n`: `round(density n)`,
 /// at least 1 when `n > 0`.
 ///

@@ -8,12 +8,13 @@
 //! - `panic`: the last rank panics in the middle of a SparDL allreduce; the
 //!   panic hook must end the job (non-zero exit) at once;
 //! - `p2p`: zero-length messages, exchanges whose target and source differ,
-//!   and the traffic counters;
+//!   messages split into pieces, and the traffic counters;
 //! - `nonblocking`: SparDL started on a progress thread while the rank
 //!   computes equals the blocking call, bit for bit;
-//! - `corrupt`: every algorithm, with each message of the first and of the
-//!   last rank corrupted in turn (`testing::corrupt_case`, on a fresh
-//!   transport each time): every rank fails by its next call, none hangs
+//! - `corrupt`: every algorithm (and two on a `Group` of every rank), with
+//!   each message of the first and of the last rank corrupted in turn
+//!   (`testing::corrupt_case`, on a fresh transport each time): every rank
+//!   fails by its next call, none hangs
 //!   (`testing::check_corrupt` on every rank's report, gathered on a
 //!   transport of their own);
 //! - `warm`: once warm, the lossless top-k algorithms allocate nothing
@@ -151,7 +152,51 @@ fn main() {
             assert_eq!((tr.bytes_sent, tr.bytes_recv, tr.rounds), (3, 3, 2));
             assert_eq!((tr.msgs_sent, tr.msgs_recv), (2, 2));
             assert!(matches!(t.send(p, &[]), Err(Error::NoSuchRank { .. })));
-            println!("OK rank {r} of {p}: zero-length and shifted exchanges");
+            // Messages split into pieces (of 1,000 bytes here, as messages
+            // of 1 GiB or more are): lengths around multiples of a piece,
+            // counted as one message each.
+            let mut pieces = MpiTransport::new(universe.world())
+                .with_max_message(1000)
+                .expect("a piece length");
+            let before = pieces.traffic();
+            let lens = [0usize, 1, 999, 1000, 1001, 2000, 4567];
+            let fill = |q: usize, len: usize| -> Vec<u8> {
+                (0..len).map(|i| (i * 31 + q * 7 + len) as u8).collect()
+            };
+            for len in lens {
+                let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+                let got = pieces.exchange(to, &fill(r, len), from).expect("exchange");
+                assert_eq!(got, fill(from, len), "rank {r}: {len} bytes in pieces");
+            }
+            let tr = pieces.traffic().since(&before);
+            let total: usize = lens.iter().sum();
+            assert_eq!((tr.bytes_sent, tr.bytes_recv), (total as u64, total as u64));
+            assert_eq!((tr.msgs_sent, tr.msgs_recv), (7, 7));
+            // Collectives and the dense allreduce (in slices of 250
+            // elements) over pieces equal those over whole messages, bit
+            // for bit and byte for byte.
+            let v = SparseVec::new(
+                50_000,
+                (0..3000).map(|i| i * 16 + r as u32).collect(),
+                (0..3000).map(|i| (i % 17) as f32 - 8.0).collect(),
+            )
+            .expect("input");
+            for algo in [
+                topk_a::<MpiTransport, f32>,
+                sparse_coll::ssar_split_allgather,
+            ] {
+                let whole = algo(&mut t, &v).expect("whole messages");
+                let split = algo(&mut pieces, &v).expect("pieces");
+                assert_eq!(whole.result, split.result, "rank {r}");
+                assert_eq!(whole.traffic, split.traffic, "rank {r}");
+            }
+            let x: Vec<f32> = (0..1001).map(|i| ((i * 7 + r * 13) % 97) as f32).collect();
+            assert_eq!(
+                pieces.allreduce_sum_f32(&x).expect("sliced MPI_Allreduce"),
+                t.allreduce_sum_f32(&x).expect("MPI_Allreduce"),
+                "rank {r}"
+            );
+            println!("OK rank {r} of {p}: zero-length, shifted and split exchanges");
         }
         "nonblocking" => {
             let v = SparseVec::new(
@@ -212,14 +257,25 @@ fn main() {
         "corrupt" => {
             let registry = sparse_coll::Registry::<f32>::builtin();
             let mut cases = 0;
-            for spec in algorithms(p) {
+            // Every algorithm on the transport, and some on a `Group` of
+            // every rank in reverse order, which must abandon the transport
+            // under it.
+            let cases_of = algorithms(p).into_iter().map(|s| (s, false));
+            let grouped = ["topk_a", "spardl"].map(|s| (s.to_string(), true));
+            for (spec, group) in cases_of.chain(grouped) {
                 for victim in [0, p - 1] {
                     for nth in 1.. {
                         // A fresh transport per case: a failed call
                         // abandons its transport on every rank.
                         let mut fresh = MpiTransport::new(universe.world());
-                        let mine = corrupt_case(&mut fresh, &registry, &spec, victim, nth)
-                            .expect("the case builds");
+                        let mine = if group {
+                            let mut g = sparse_coll::Group::new(&mut fresh, (0..p).rev().collect())
+                                .expect("every rank is a member");
+                            corrupt_case(&mut g, &registry, &spec, victim, nth)
+                        } else {
+                            corrupt_case(&mut fresh, &registry, &spec, victim, nth)
+                        }
+                        .expect("the case builds");
                         drop(fresh);
                         let all = sparse_coll::dense::bruck_allgather(&mut t, &mine)
                             .expect("the reports gather");
@@ -228,7 +284,9 @@ fn main() {
                             .map(|b| b[..].try_into().expect("3-byte reports"))
                             .collect();
                         let fired = check_corrupt(&outcomes).unwrap_or_else(|e| {
-                            panic!("{spec} P={p}, message {nth} of rank {victim}: {e}")
+                            panic!(
+                                "{spec} (group: {group}) P={p}, message {nth} of rank {victim}: {e}"
+                            )
                         });
                         if !fired {
                             break;
