@@ -3,7 +3,7 @@
 use crate::memory::{self, Memory};
 use crate::{Collection, Config, Rule};
 use sparse_coll::wire::WireValues;
-use sparse_coll::{SparseAllreduce, Traffic, Transport, agree_or_fail};
+use sparse_coll::{SparseAllreduce, Traffic, Transport, agree, agree_or_fail};
 use sparse_core::encoding::Qsgd;
 use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
 use sparse_select::{RadixTopK, Selector, k_for_density};
@@ -46,7 +46,8 @@ pub struct StepReport {
     pub dropped: Vec<SparseVec<f32>>,
     /// Which layers went through the dense allreduce.
     pub dense: Vec<bool>,
-    /// This rank's traffic over all layers.
+    /// This rank's traffic over the whole step: its two agreement rounds,
+    /// every layer's collective and the dense allreduces.
     pub traffic: Traffic,
     /// Time spent selecting (and updating residuals before it).
     pub select: Duration,
@@ -300,8 +301,28 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
                 u64::from(matches!(l.part, Part::Compressed(_))),
             ));
         }
-        agree_or_fail(t, &fields, local)?;
         let start = t.traffic();
+        // One word stands for all of them (FNV-1a over the values), so the
+        // round stays small at every step; only when it differs do the
+        // ranks (all of them, as all see it) exchange the fields to name
+        // the one that differs.
+        let digest = fields.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, (_, v)| {
+            v.to_le_bytes()
+                .iter()
+                .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+        });
+        match agree_or_fail(t, &[("settings", digest)], local) {
+            Err(Error::Disagreement {
+                what: "settings", ..
+            }) => {
+                agree(t, &fields)?;
+                return Err(Error::Disagreement {
+                    what: "settings",
+                    detail: "the ranks' settings hash differently".into(),
+                });
+            }
+            other => other?,
+        }
         let p = t.size() as f32;
         let mut rep = StepReport::default();
         let mut ready = Vec::with_capacity(grads.len());
