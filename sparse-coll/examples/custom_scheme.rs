@@ -57,9 +57,11 @@ fn main() -> Result<()> {
     )?;
     assert!(registry.build("dense_ring:k=3", Defaults { k: 1 }).is_err());
 
-    // 2. The collective suite, as the built-in algorithms run it.
+    // 2. The collective suite, as the built-in algorithms run it, with
+    //    sends that wait for their receive as MPI's do.
     for p in 1..=9 {
         for (r, res) in ThreadCluster::new(p)
+            .synchronous(true)
             .run(|t| collective_suite_for(t, &registry, "dense_ring"))
             .into_iter()
             .enumerate()

@@ -13,12 +13,23 @@ use std::time::Duration;
 /// closes them ([`Transport::abandon`]), so the ranks waiting on it get
 /// [`Error::PeerFailed`] at once and fail in turn: nothing hangs. A fault
 /// plan makes rank `r` fail at its `s`-th communication call.
+///
+/// Sends are buffered by default: a send never waits. With
+/// [`ThreadCluster::synchronous`] every send waits until its message is
+/// received, as MPI's do past the eager limit, so a scheme that would
+/// deadlock under MPI deadlocks here too, and fails with
+/// [`Error::Timeout`].
 #[derive(Debug, Clone)]
 pub struct ThreadCluster {
     size: usize,
     timeout: Duration,
     fault: Option<(usize, u64)>,
+    synchronous: bool,
 }
+
+/// A message on a link, with where to say it was received (synchronous
+/// sends).
+type Msg = (Vec<u8>, Option<Sender<()>>);
 
 impl ThreadCluster {
     /// `size` ranks (at least 1), a 10 s receive timeout, no fault.
@@ -31,7 +42,19 @@ impl ThreadCluster {
             size,
             timeout: Duration::from_secs(10),
             fault: None,
+            synchronous: false,
         }
+    }
+    /// Makes every send wait until its message is received (`MPI_Ssend`):
+    /// [`Transport::send`] returns then, and [`Transport::exchange`]
+    /// returns once it has received and its own message has been received,
+    /// as the MPI transport's do for messages past MPI's eager limit. The
+    /// wait is bounded by the timeout: a scheme that sends before it
+    /// receives on both sides fails with [`Error::Timeout`] instead of
+    /// passing here and deadlocking under MPI.
+    pub fn synchronous(mut self, on: bool) -> Self {
+        self.synchronous = on;
+        self
     }
     /// Sets the receive timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
@@ -52,9 +75,8 @@ impl ThreadCluster {
         // links[src][dst]: the channel from src to dst.
         // senders[src][dst] and receivers[dst][src] are the two ends of the
         // link from src to dst.
-        let mut senders: Vec<Vec<Sender<Vec<u8>>>> =
-            (0..p).map(|_| Vec::with_capacity(p)).collect();
-        let mut receivers: Vec<Vec<Option<Receiver<Vec<u8>>>>> =
+        let mut senders: Vec<Vec<Sender<Msg>>> = (0..p).map(|_| Vec::with_capacity(p)).collect();
+        let mut receivers: Vec<Vec<Option<Receiver<Msg>>>> =
             (0..p).map(|_| (0..p).map(|_| None).collect()).collect();
         for (src, row) in senders.iter_mut().enumerate() {
             for rx_row in receivers.iter_mut() {
@@ -82,6 +104,7 @@ impl ThreadCluster {
                 failed: false,
                 abandoned: false,
                 pool: BufferPool::for_ranks(p),
+                synchronous: self.synchronous,
             })
             .collect()
     }
@@ -132,8 +155,8 @@ impl ThreadCluster {
 pub struct ThreadTransport {
     rank: usize,
     size: usize,
-    senders: Vec<Sender<Vec<u8>>>,
-    receivers: Vec<Receiver<Vec<u8>>>,
+    senders: Vec<Sender<Msg>>,
+    receivers: Vec<Receiver<Msg>>,
     timeout: Duration,
     counter: TrafficCounter,
     calls: u64,
@@ -144,6 +167,8 @@ pub struct ThreadTransport {
     /// Buffers handed back by this rank's collectives; sends copy into
     /// them, so messages travel in memory already mapped.
     pool: BufferPool,
+    /// Sends wait until received ([`ThreadCluster::synchronous`]).
+    synchronous: bool,
 }
 
 impl ThreadTransport {
@@ -181,23 +206,54 @@ impl ThreadTransport {
         }
     }
 
-    fn send_raw(&mut self, to: usize, data: &[u8]) -> Result<()> {
+    /// Posts `data` to `to`; in synchronous mode returns where its
+    /// receipt will be said ([`ThreadTransport::wait_received`]).
+    fn send_raw(&mut self, to: usize, data: &[u8]) -> Result<Option<Receiver<()>>> {
         self.check_peer(to)?;
         let mut msg = self.pool.take_fitting(data.len());
         msg.clear();
         msg.extend_from_slice(data);
-        self.senders[to].send(msg).map_err(|_| Error::PeerFailed {
-            rank: self.rank,
-            peer: to,
-        })?;
+        let (ack, receipt) = if self.synchronous {
+            let (tx, rx) = channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        self.senders[to]
+            .send((msg, ack))
+            .map_err(|_| Error::PeerFailed {
+                rank: self.rank,
+                peer: to,
+            })?;
         self.counter.sent(data.len());
-        Ok(())
+        Ok(receipt)
+    }
+
+    /// Waits, at most the timeout, until `to` has received the message
+    /// `receipt` belongs to.
+    fn wait_received(&self, to: usize, receipt: Option<Receiver<()>>) -> Result<()> {
+        match receipt.map(|r| r.recv_timeout(self.timeout)) {
+            None | Some(Ok(())) => Ok(()),
+            Some(Err(RecvTimeoutError::Timeout)) => Err(Error::Timeout {
+                rank: self.rank,
+                peer: to,
+                timeout_ms: self.timeout.as_millis() as u64,
+            }),
+            Some(Err(RecvTimeoutError::Disconnected)) => Err(Error::PeerFailed {
+                rank: self.rank,
+                peer: to,
+            }),
+        }
     }
 
     fn recv_raw(&mut self, from: usize) -> Result<Vec<u8>> {
         self.check_peer(from)?;
         match self.receivers[from].recv_timeout(self.timeout) {
-            Ok(msg) => {
+            Ok((msg, ack)) => {
+                if let Some(ack) = ack {
+                    // The sender may have given up waiting: nothing to say.
+                    let _ = ack.send(());
+                }
                 self.counter.received(msg.len());
                 Ok(msg)
             }
@@ -223,7 +279,8 @@ impl Transport for ThreadTransport {
     }
     fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
         self.step()?;
-        self.send_raw(to, data)
+        let receipt = self.send_raw(to, data)?;
+        self.wait_received(to, receipt)
     }
     fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
         self.step()?;
@@ -232,9 +289,12 @@ impl Transport for ThreadTransport {
     fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
         self.step()?;
         // Channels are unbounded: sending first cannot block, so a ring of
-        // exchanges never deadlocks.
-        self.send_raw(to, data)?;
-        self.recv_raw(from)
+        // exchanges never deadlocks. A synchronous send is waited for
+        // after the receive, as the MPI transport waits on its `MPI_Isend`.
+        let receipt = self.send_raw(to, data)?;
+        let got = self.recv_raw(from)?;
+        self.wait_received(to, receipt)?;
+        Ok(got)
     }
     fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
         let got = self.recv(from)?;

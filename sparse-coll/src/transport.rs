@@ -153,11 +153,12 @@ pub trait Transport {
     ///
     /// It may block until `to` receives the message, as `MPI_Send` does
     /// past MPI's eager limit: the MPI transport does, the thread transport
-    /// never does. So a scheme must not have ranks send to each other (or
-    /// to themselves) before they receive: use [`Transport::exchange`] for
-    /// shifts and swaps, as every collective of this crate does. A scheme
-    /// that passes its tests on threads can still deadlock under MPI if it
-    /// breaks this rule.
+    /// only with [`crate::ThreadCluster::synchronous`]. So a scheme must not
+    /// have ranks send to each other (or to themselves) before they
+    /// receive: use [`Transport::exchange`] for shifts and swaps, as every
+    /// collective of this crate does. Test a scheme of your own with
+    /// synchronous sends: with buffered ones it can pass and still
+    /// deadlock under MPI.
     ///
     /// # Errors
     /// [`sparse_core::Error::NoSuchRank`], or the transport's failure

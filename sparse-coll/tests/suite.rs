@@ -72,3 +72,58 @@ fn bad_inputs_are_errors_on_every_rank() {
         }
     }
 }
+
+/// Every built-in algorithm with synchronous sends (each send waits until
+/// its message is received, as MPI's do past the eager limit): none sends
+/// before receiving on both sides, so none would deadlock under MPI.
+#[test]
+fn collective_suite_with_synchronous_sends() {
+    let registry = Registry::builtin();
+    for p in [2usize, 3, 5, 8] {
+        for spec in algorithms(p) {
+            for (r, res) in ThreadCluster::new(p)
+                .synchronous(true)
+                .timeout(std::time::Duration::from_secs(5))
+                .run(|t| collective_suite_for(t, &registry, &spec))
+                .into_iter()
+                .enumerate()
+            {
+                if let Err(e) = res {
+                    panic!("{spec} P={p} rank {r}: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Two ranks that send to each other before receiving: buffered sends let
+/// it pass; with synchronous ones a rank times out (MPI would hang) and the
+/// other fails with it; exchanges work either way.
+#[test]
+fn sending_first_on_both_sides_times_out_with_synchronous_sends() {
+    use sparse_coll::Transport;
+    use sparse_core::Error;
+    for synchronous in [false, true] {
+        let out = ThreadCluster::new(2)
+            .synchronous(synchronous)
+            .timeout(std::time::Duration::from_millis(300))
+            .run(|t| {
+                let peer = 1 - t.rank();
+                let got = t.exchange(peer, &[t.rank() as u8; 5], peer)?;
+                assert_eq!(got, vec![peer as u8; 5]);
+                t.send(peer, &[7; 3])?;
+                t.recv(peer)
+            });
+        if synchronous {
+            assert!(out.iter().all(Result::is_err), "{out:?}");
+            assert!(
+                out.iter().any(|r| matches!(r, Err(Error::Timeout { .. }))),
+                "{out:?}"
+            );
+        } else {
+            for res in out {
+                assert_eq!(res.unwrap(), vec![7; 3]);
+            }
+        }
+    }
+}
