@@ -224,13 +224,7 @@ impl<E: Element> Auto<E> {
     /// [`Error::InvalidParameter`] for a negative or non-finite `alpha` or
     /// `beta`.
     pub fn lossless(alpha: f64, beta: f64) -> Result<Self> {
-        let reg = Registry::<E>::builtin();
-        let d = Defaults { k: 0 };
-        let candidates = LOSSLESS
-            .iter()
-            .map(|name| reg.build(name, d))
-            .collect::<Result<_>>()?;
-        Self::new(alpha, beta, candidates)
+        Self::new(alpha, beta, lossless_candidates()?)
     }
 
     /// A planner over `candidates` (mixing lossless and lossy ones is
@@ -411,14 +405,17 @@ impl<E: Element> Registered<E> for Auto<E> {
     const HELP: &'static str =
         "the planner: the cheapest lossless algorithm by the cost model, profiled per call";
     fn build(params: &mut Params, _: Defaults) -> Result<Self> {
-        let registry = Registry::<E>::builtin();
-        let d = Defaults { k: 0 };
-        let candidates = LOSSLESS
-            .iter()
-            .map(|name| registry.build(name, d))
-            .collect::<Result<_>>()?;
-        auto_from(params, candidates)
+        auto_from(params, lossless_candidates()?)
     }
+}
+
+/// The built-in lossless algorithms ([`LOSSLESS`]), with their defaults.
+fn lossless_candidates<E: Element>() -> Result<Vec<Box<dyn SparseAllreduce<E>>>> {
+    let registry = Registry::<E>::builtin();
+    LOSSLESS
+        .iter()
+        .map(|name| registry.build(name, Defaults { k: 0 }))
+        .collect()
 }
 
 /// The planner over `candidates` with `alpha`, `beta` and `every` from
