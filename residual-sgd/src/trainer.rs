@@ -286,7 +286,12 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
     /// residual that overflowed to infinity, a backend error) is an error on
     /// every rank, in step, with nothing taken from any memory; the memories
     /// may hold this step's gradient. A residual that overflowed keeps
-    /// failing the steps that follow.
+    /// failing the steps that follow. A layer's selection leaves its memory
+    /// only once its collective has succeeded: a collective that fails on
+    /// every rank alike (its entry agreement) leaves it there, after the
+    /// layers before it were applied. A failure on one rank only after
+    /// that round (a memory's or the backend's error) abandons the
+    /// transport ([`sparse_coll::guard`]), so no peer waits on it.
     ///
     /// # Errors
     /// As above; the collectives' and the backend's errors.
@@ -331,6 +336,25 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
             Ok(())
         });
         agree_or_fail(t, &[("step", 1)], prepared)?;
+        // From here a failure on one rank only (a memory's or the backend's
+        // error) abandons the transport, so that no peer waits on this rank
+        // in a collective; a failure every rank shares (a collective's entry
+        // agreement) leaves it usable.
+        sparse_coll::guard(t, |t| self.communicate(t, ready, p, &mut rep))?;
+        rep.traffic = t.traffic().since(&start);
+        Ok(rep)
+    }
+
+    /// The step's communication, once every rank has done its local work:
+    /// each compressed layer's collective and update, and the dense layers'
+    /// (fused) allreduces and updates, in layer order.
+    fn communicate(
+        &mut self,
+        t: &mut dyn Transport,
+        ready: Vec<Ready<B>>,
+        p: f32,
+        rep: &mut StepReport,
+    ) -> Result<()> {
         // Dense layers wait in a bucket until it holds `fusion` bytes or a
         // compressed layer comes.
         let mut bucket: Vec<(usize, Vec<f32>)> = Vec::new();
@@ -340,7 +364,7 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
             match (&mut layer.part, r) {
                 (Part::Compressed(c), Ready::Compressed(x)) => {
                     let (sent, dropped) =
-                        compressed_step(&self.b, &self.cfg, c, &mut layer.w, t, x, p, &mut rep)?;
+                        compressed_step(&self.b, &self.cfg, c, &mut layer.w, t, x, p, rep)?;
                     rep.sent[l] = sent;
                     rep.dropped[l] = dropped;
                 }
@@ -361,12 +385,11 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
                 for (j, g) in bucket.drain(..) {
                     let part = &sum[at..at + g.len()];
                     at += g.len();
-                    dense_apply(&self.b, &self.cfg, &mut self.layers[j], part, p, &mut rep)?;
+                    dense_apply(&self.b, &self.cfg, &mut self.layers[j], part, p, rep)?;
                 }
             }
         }
-        rep.traffic = t.traffic().since(&start);
-        Ok(rep)
+        Ok(())
     }
 
     /// Layer `l`'s local work of a step: clipping and weight decay, then
@@ -523,11 +546,6 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
         remainder,
         quantized,
     } = x;
-    c.memory.remove(b, &indices)?;
-    if quantized {
-        c.top = !c.top;
-    }
-    c.steps += 1;
     // The step applied is `scale * sum / P`.
     let scale = match cfg.rule {
         Rule::TopK => 1.0,
@@ -538,6 +556,14 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
     let red = c.comm.allreduce(t, &sent)?;
     rep.communicate += clock.elapsed();
     let clock = Instant::now();
+    // Taken from the memory only once the collective has succeeded: a
+    // collective that fails on every rank alike (its entry agreement)
+    // leaves the selection in the memory, not lost.
+    c.memory.remove(b, &indices)?;
+    if quantized {
+        c.top = !c.top;
+    }
+    c.steps += 1;
     if cfg.collection == Collection::Paper {
         // SparDL's paper variant: outside the result this rank keeps its
         // own accumulator (what it sent comes back), inside it keeps only

@@ -866,3 +866,52 @@ fn a_selector_per_layer_through_with_parts() {
         r.unwrap();
     }
 }
+
+/// A collective that fails on every rank alike (here its entry agreement:
+/// the ranks run different algorithms on the second layer) leaves that
+/// layer's selection in its memory: after the failed step the residual is
+/// this step's whole `lr g`, nothing lost; the transport stays usable.
+#[test]
+fn a_failed_collective_leaves_the_selection_in_the_memory() {
+    let n = 100;
+    let out = ThreadCluster::new(2).run(|t| {
+        let cfg = Config::new(1.0, 0.1, Rule::TopK)?.compress_threshold(0);
+        let second = if t.rank() == 0 {
+            "topk_a"
+        } else {
+            "ssar_recursive_double"
+        };
+        let mut tr = Trainer::new(
+            Cpu,
+            cfg,
+            layers(&[n, n]),
+            &[vec![0.0; n], vec![0.0; n]],
+            RadixTopK::magnitude(),
+            |l: &LayerSpec| {
+                let spec = if l.name == "layer1" { second } else { "topk_a" };
+                Registry::builtin().build(spec, Defaults { k: l.len })
+            },
+        )?;
+        let mut rng = Rng::seed_from_u64(4 + t.rank() as u64);
+        let g = vec![dyadic(n, &mut rng), dyadic(n, &mut rng)];
+        let res = tr.step(t, &g);
+        assert!(
+            matches!(
+                res,
+                Err(Error::Disagreement {
+                    what: "algorithm",
+                    ..
+                })
+            ),
+            "{res:?}"
+        );
+        assert_eq!(tr.residuals()?[1], g[1], "layer 1: nothing taken");
+        // The transport is still usable.
+        let mut fresh = trainer(cfg, &[4], &[vec![0.0; 4]], "topk_a");
+        fresh.step(t, &[vec![1.0, 2.0, 3.0, 4.0]])?;
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}

@@ -359,27 +359,31 @@ impl<E: Element> Registry<E> {
             })?;
         // The planner over candidates of this registry, a user's included
         // (its own entry only knows the built-in ones).
-        let algo = match params.take::<String>("candidates")? {
-            Some(list) if entry.name == "auto" => {
+        let candidates = match entry.name.as_str() {
+            "auto" => params.take::<String>("candidates")?,
+            _ => None,
+        };
+        let algo = match candidates {
+            Some(list) => {
                 let candidates = list
                     .split('+')
                     .map(|name| {
-                        if name == "auto" {
+                        // Plain names: a candidate's own parameters would
+                        // need a syntax of their own inside this one.
+                        let plain = !name.is_empty()
+                            && name
+                                .chars()
+                                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+                        if !plain || name == "auto" {
                             return Err(Error::invalid(
                                 "candidates",
-                                "auto cannot plan over itself",
+                                format!("{name:?} is not the name of an algorithm other than auto"),
                             ));
                         }
                         self.build(name, defaults)
                     })
                     .collect::<Result<Vec<_>>>()?;
                 Box::new(crate::plan::auto_from(&mut params, candidates)?)
-            }
-            Some(list) => {
-                return Err(Error::invalid(
-                    "algorithm",
-                    format!("{}: unknown parameter candidates={list:?}", params.name()),
-                ));
             }
             None => (entry.build)(&mut params, defaults)?,
         };

@@ -361,7 +361,10 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         "auto".into()
     }
     /// With `candidates` (their names joined by `+`) where they are not
-    /// the built-in lossless ones ([`LOSSLESS`]).
+    /// the built-in lossless ones ([`LOSSLESS`]). Only the candidates'
+    /// names: a planner over candidates built with parameters of their own
+    /// ([`Auto::new`]) reports a spec that rebuilds them with their
+    /// defaults.
     fn params(&self) -> String {
         let names: Vec<String> = self.candidates.iter().map(|c| c.name()).collect();
         let candidates = if names == LOSSLESS {

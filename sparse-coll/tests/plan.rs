@@ -375,6 +375,8 @@ fn auto_by_name_plans_over_named_candidates() {
     for bad in [
         "auto:candidates=nope",
         "auto:candidates=auto",
+        "auto:candidates=auto:every=2",
+        "auto:candidates=topk_a:values=f16",
         "topk_a:candidates=my_topk",
         "auto:candidates=",
     ] {
