@@ -408,16 +408,10 @@ impl Summary {
 
 /// FNV-1a over a result's dimension, indices and value bits.
 pub fn digest(v: &SparseVec<f32>) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
     let words = std::iter::once(v.dim() as u64)
         .chain(v.indices().iter().map(|&i| u64::from(i)))
         .chain(v.values().iter().map(|x| u64::from(x.to_bits())));
-    for w in words {
-        for b in w.to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    h
+    sparse_core::hash::fnv1a(words.flat_map(u64::to_le_bytes))
 }
 
 /// One rank's summaries, the dense ring's times and traffic, as bytes.

@@ -311,11 +311,7 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
         // round stays small at every step; only when it differs do the
         // ranks (all of them, as all see it) exchange the fields to name
         // the one that differs.
-        let digest = fields.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, (_, v)| {
-            v.to_le_bytes()
-                .iter()
-                .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-        });
+        let digest = sparse_core::hash::fnv1a(fields.iter().flat_map(|(_, v)| v.to_le_bytes()));
         match agree_or_fail(t, &[("settings", digest)], local) {
             Err(Error::Disagreement {
                 what: "settings", ..
@@ -525,8 +521,8 @@ fn compress<B: Backend, S: Selector<B, f32>>(
     })
 }
 
-/// A compressed layer's step once every rank has its selection: take it
-/// from the memory, allreduce, collect, apply.
+/// A compressed layer's step once every rank has its selection:
+/// allreduce, then take the selection from the memory, collect, apply.
 #[allow(clippy::too_many_arguments)]
 fn compressed_step<B: Backend, S: Selector<B, f32>>(
     b: &B,
@@ -539,7 +535,6 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
     rep: &mut StepReport,
 ) -> Result<(SparseVec<f32>, SparseVec<f32>)> {
     let n = b.len(w);
-    let clock = Instant::now();
     let Selected {
         indices,
         sent,
@@ -551,7 +546,6 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
         Rule::TopK => 1.0,
         Rule::Rgc { .. } => cfg.lr,
     };
-    rep.select += clock.elapsed();
     let clock = Instant::now();
     let red = c.comm.allreduce(t, &sent)?;
     rep.communicate += clock.elapsed();

@@ -230,6 +230,13 @@ impl<E> fmt::Debug for Entry<E> {
     }
 }
 
+/// Whether `s` is an algorithm's name: non-empty, of `[a-z0-9_]`.
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
 /// Names to algorithms: the built-in ones ([`Registry::builtin`]) and any a
 /// user registers. `sparse-bench`, the tests and the planner all read the
 /// algorithms from here.
@@ -304,11 +311,7 @@ impl<E: Element> Registry<E> {
         + Sync
         + 'static,
     ) -> Result<()> {
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        {
+        if !is_name(name) {
             return Err(Error::invalid(
                 "algorithm",
                 format!("{name:?} is not a name of [a-z0-9_]"),
@@ -370,11 +373,7 @@ impl<E: Element> Registry<E> {
                     .map(|name| {
                         // Plain names: a candidate's own parameters would
                         // need a syntax of their own inside this one.
-                        let plain = !name.is_empty()
-                            && name
-                                .chars()
-                                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-                        if !plain || name == "auto" {
+                        if !is_name(name) || name == "auto" {
                             return Err(Error::invalid(
                                 "candidates",
                                 format!("{name:?} is not the name of an algorithm other than auto"),

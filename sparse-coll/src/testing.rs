@@ -310,7 +310,7 @@ pub fn collective_suite_for(
             let ctx = format!("{ctx}, call {call}");
             let before = t.traffic();
             let red = algo.allreduce(t, &ins[r])?;
-            entry_cost(&ctx, p, &t.traffic().since(&before), &red.traffic);
+            check_entry_cost(&ctx, p, &t.traffic().since(&before), &red.traffic);
             // A rank whose result holds what its own input does not learned
             // it from a message, which the call must report.
             let own = &ins[r];
@@ -374,8 +374,8 @@ fn same_bits(a: &SparseVec<f32>, b: &SparseVec<f32>) -> bool {
 /// What a call reported against what the transport counted during it:
 /// the report within the count, and the difference (the entry agreement, a
 /// Bruck allgather of equal blocks) symmetric, one message each way per
-/// round, and at least `ceil(lg P)` rounds. Returns the difference.
-fn entry_cost(ctx: &str, p: usize, counted: &Traffic, reported: &Traffic) -> Traffic {
+/// round, and at least `ceil(lg P)` rounds.
+fn check_entry_cost(ctx: &str, p: usize, counted: &Traffic, reported: &Traffic) {
     let pairs = [
         ("bytes sent", counted.bytes_sent, reported.bytes_sent),
         ("bytes received", counted.bytes_recv, reported.bytes_recv),
@@ -402,7 +402,6 @@ fn entry_cost(ctx: &str, p: usize, counted: &Traffic, reported: &Traffic) -> Tra
             "{ctx}: no entry agreement ({entry:?}): ranks that disagree would hang"
         );
     }
-    entry
 }
 
 /// One call's inputs and what its algorithm promises.

@@ -234,15 +234,22 @@ impl ThreadTransport {
     fn wait_received(&self, to: usize, receipt: Option<Receiver<()>>) -> Result<()> {
         match receipt.map(|r| r.recv_timeout(self.timeout)) {
             None | Some(Ok(())) => Ok(()),
-            Some(Err(RecvTimeoutError::Timeout)) => Err(Error::Timeout {
+            Some(Err(e)) => Err(self.wait_error(to, e)),
+        }
+    }
+
+    /// A wait on `peer` that ended without its message or receipt.
+    fn wait_error(&self, peer: usize, e: RecvTimeoutError) -> Error {
+        match e {
+            RecvTimeoutError::Timeout => Error::Timeout {
                 rank: self.rank,
-                peer: to,
+                peer,
                 timeout_ms: self.timeout.as_millis() as u64,
-            }),
-            Some(Err(RecvTimeoutError::Disconnected)) => Err(Error::PeerFailed {
+            },
+            RecvTimeoutError::Disconnected => Error::PeerFailed {
                 rank: self.rank,
-                peer: to,
-            }),
+                peer,
+            },
         }
     }
 
@@ -257,15 +264,7 @@ impl ThreadTransport {
                 self.counter.received(msg.len());
                 Ok(msg)
             }
-            Err(RecvTimeoutError::Timeout) => Err(Error::Timeout {
-                rank: self.rank,
-                peer: from,
-                timeout_ms: self.timeout.as_millis() as u64,
-            }),
-            Err(RecvTimeoutError::Disconnected) => Err(Error::PeerFailed {
-                rank: self.rank,
-                peer: from,
-            }),
+            Err(e) => Err(self.wait_error(from, e)),
         }
     }
 }

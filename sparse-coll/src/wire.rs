@@ -74,9 +74,5 @@ pub fn enter<E: Element>(
 /// FNV-1a of the name with the top bit set, so that no user name collides
 /// with a built-in algorithm's identifier.
 fn name_id(name: &str) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in name.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-    }
-    h | 1 << 63
+    sparse_core::hash::fnv1a(name.bytes()) | 1 << 63
 }

@@ -11,6 +11,7 @@
 //!   universal) family, seeded.
 //! - [`H0`]: Zen's partition function `h0`, shared by all ranks.
 //! - [`HierarchicalHash`]: `h0` plus the `k` rehash functions of Zen Alg. 1.
+//! - [`fnv1a`]: the host's digest of bytes (64-bit, so not for kernels).
 
 /// A bijective 32-bit finalizer with strong avalanche ("lowbias32", C.
 /// Wellons' hash prospector).
@@ -22,6 +23,15 @@ pub fn mix32(mut x: u32) -> u32 {
     x = x.wrapping_mul(0x846c_a68b);
     x ^= x >> 16;
     x
+}
+
+/// FNV-1a (64 bits) of `bytes`: the digests the ranks compare (weights,
+/// results, settings) and user algorithms' identifiers. Host only, not
+/// seeded, not for partitioning.
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// SplitMix64: a small sequential generator used to expand seeds (host only).
@@ -288,6 +298,14 @@ impl HierarchicalHash {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The published FNV-1a 64-bit test vectors.
+    #[test]
+    fn fnv1a_matches_the_reference_vectors() {
+        assert_eq!(fnv1a(*b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(*b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(*b"foobar"), 0x8594_4171_f739_67e8);
+    }
 
     #[test]
     fn pinned_values() {

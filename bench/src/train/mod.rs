@@ -237,13 +237,7 @@ pub fn config(run: &Run, a: &TrainArgs) -> Result<Config> {
 
 /// FNV-1a over the weights' bits.
 pub fn weight_hash(w: &[Vec<f32>]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for x in w.iter().flatten() {
-        for b in x.to_bits().to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
+    sparse_core::hash::fnv1a(w.iter().flatten().flat_map(|x| x.to_bits().to_le_bytes()))
 }
 
 /// The training shard of `rank` of `p`: every `p`-th image of the training

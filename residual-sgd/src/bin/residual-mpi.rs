@@ -20,13 +20,7 @@ const SIZES: [usize; 2] = [2000, 50];
 
 /// FNV-1a over every weight's bits.
 fn digest(w: &[Vec<f32>]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for x in w.iter().flatten() {
-        for b in x.to_bits().to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    h
+    sparse_core::hash::fnv1a(w.iter().flatten().flat_map(|x| x.to_bits().to_le_bytes()))
 }
 
 /// Trains on `t`; after every step all ranks' digests must agree. Returns
