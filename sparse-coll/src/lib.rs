@@ -81,6 +81,7 @@ mod ok_topk;
 mod omnireduce;
 mod plan;
 mod push_pull;
+pub mod sim;
 mod spardl;
 pub mod sparse;
 mod split_allgather;
@@ -103,6 +104,7 @@ pub use mpi_transport::MpiTransport;
 pub use ok_topk::OkTopk;
 pub use omnireduce::{OmniReduceBlocks, omnireduce_blocks};
 pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto, LOSSLESS, Profile};
+pub use sim::{SimCluster, SimTransport};
 pub use spardl::{Spardl, SpardlBsag, SpardlRsag, spardl, spardl_rsag, spardl_with};
 pub use sparse::{Reduced, agree, agree_or_fail};
 pub use split_allgather::{
