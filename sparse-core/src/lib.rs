@@ -4,8 +4,8 @@
 //! ([`Element`]), sparse vectors ([`SparseVec`]) and SparCML's sparse
 //! streams ([`Stream`]), encodings ([`encoding`]), seeded hashing
 //! ([`hash`]), QSGD ([`qsgd`]), the alpha-beta cost model ([`cost`]), Zen's
-//! sparsity statistics ([`stats`]), the [`Backend`] trait of device
-//! primitives, and one error type ([`Error`]).
+//! sparsity statistics ([`stats`]), the [`Backend`] traits of device
+//! primitives (generic over the element type), and one error type ([`Error`]).
 //!
 //! ```
 //! use sparse_core::{SparseVec, Stream, encoding::{Coo, Encoding, Raw}};
@@ -48,8 +48,8 @@ pub mod topk;
 pub struct ReadmeDoctests;
 
 pub use backend::{
-    Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, HashOps, HashPartitions, KeyOrder,
-    ReduceOps, Scalar, SelectOps, Selected,
+    Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, HashOps, HashPartitions, IndexOps,
+    KeyOrder, ReduceOps, Scalar, SelectOps, Selected,
 };
 pub use element::{Element, abs_key, exact_difference, signed_key};
 pub use error::{Error, Result};
