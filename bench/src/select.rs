@@ -4,7 +4,7 @@
 //! plain copy of the array into a preallocated buffer (the memory floor).
 
 use crate::{Progress, time_median};
-use sparse_core::testing::generate::{ValueDist, dense_values};
+use sparse_core::generate::{ValueDist, dense_values};
 use sparse_core::{Backend, Result, abs_key};
 use sparse_select::{
     BlockTopK, BucketTopK, Policy, RadixTopK, SampledThreshold, Selector, ThresholdBinarySearch,

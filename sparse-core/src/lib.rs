@@ -24,8 +24,9 @@
 //! # Ok::<(), sparse_core::Error>(())
 //! ```
 //!
-//! Features: `testing` exports the backend test suite and the seeded
-//! gradient generators ([`testing`]).
+//! Seeded synthetic gradients and test inputs: [`generate`].
+//!
+//! Features: `testing` exports the backend test suites (module `testing`).
 
 pub mod alloc;
 pub mod backend;
@@ -33,6 +34,7 @@ pub mod cost;
 mod element;
 pub mod encoding;
 mod error;
+pub mod generate;
 pub mod hash;
 pub mod qsgd;
 pub mod sparse;

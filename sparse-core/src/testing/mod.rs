@@ -1,18 +1,14 @@
-//! Test support, behind the `testing` feature: seeded synthetic gradients
-//! ([`generate`]), the backend test suite written once ([`suite`]) and the
+//! Test support, behind the `testing` feature: the seeded generators
+//! ([`generate`], [`Rng`]: re-exported from [`crate::generate`], which is
+//! always built), the backend test suite written once ([`suite`]) and the
 //! differential tests against a reference backend ([`differential`]), run
 //! by every backend through [`crate::backend_test_suite!`] and
 //! [`crate::differential_test_suite!`] for each element type it implements.
 
 pub mod differential;
-pub mod generate;
 pub mod suite;
 
-/// The named, seedable generator of synthetic gradients and test inputs:
-/// ChaCha8, whose stream is fixed by its specification (not by a `rand`
-/// version). Hashing seeds ([`crate::SplitMix64`]) and QSGD's counter-based
-/// draws, which kernels reproduce bit for bit, keep their own generators.
-pub type Rng = rand_chacha::ChaCha8Rng;
+pub use crate::generate::{self, Rng};
 
 /// The element types by the names the suite macros take, so that
 /// `backend_test_suite!(..; f16)` names a type wherever it is expanded.
