@@ -1,4 +1,4 @@
-//! The `Backend` trait: the device primitives every backend implements.
+//! The backend traits: the device primitives every backend implements.
 //!
 //! One trait per concern, gathered by [`Backend<E>`](Backend), which every
 //! type implementing all of them for the element type `E` gets by a blanket
