@@ -1,8 +1,9 @@
 //! # backend-cpu
 //!
 //! The reference [`Backend`](sparse_core::Backend): every device primitive
-//! written plainly over `Vec`s on the host, to be obviously right. Other
-//! backends are tested against it.
+//! written plainly over `Vec`s on the host, to be obviously right, for every
+//! element type (`f32`, `f64`, `f16`, `bf16`: one generic impl of each ops
+//! trait). Other backends are tested against it.
 //!
 //! ```
 //! use backend_cpu::Cpu;
@@ -37,7 +38,8 @@ use sparse_core::encoding::{bits_from_indices, indices_from_bits};
 use sparse_core::qsgd::{self, QsgdParams, Quantized};
 use sparse_core::{
     BufferOps, CodecOps, DenseOps, Element, Error, Extreme, HashOps, HashPartitions,
-    HierarchicalHash, ReduceOps, Result, Scalar, SelectOps, Selected, abs_key, signed_key,
+    HierarchicalHash, IndexOps, ReduceOps, Result, Scalar, SelectOps, Selected, abs_key,
+    signed_key,
 };
 use sparse_core::{Digit, KeyOrder};
 
@@ -266,22 +268,22 @@ impl BufferOps for Cpu {
     }
 }
 
-impl ReduceOps for Cpu {
-    fn max_abs<E: Element>(&self, x: &Vec<E>) -> Result<E> {
+impl<E: Element> ReduceOps<E> for Cpu {
+    fn max_abs(&self, x: &Vec<E>) -> Result<E> {
         let (m, nan) = by_width!(x, max_key(abs_key(E::infinity())));
         nan_error(nan, x)?;
         Ok(E::from_bits_u64(m))
     }
-    fn mean_abs<E: Element>(&self, x: &Vec<E>) -> Result<f64> {
+    fn mean_abs(&self, x: &Vec<E>) -> Result<f64> {
         if x.is_empty() {
             return Ok(0.0);
         }
         Ok(f64_sum(x, |v| v.abs())? / x.len() as f64)
     }
-    fn sum_squares<E: Element>(&self, x: &Vec<E>) -> Result<f64> {
+    fn sum_squares(&self, x: &Vec<E>) -> Result<f64> {
         f64_sum(x, |v| v * v)
     }
-    fn abs_stats<E: Element>(&self, x: &Vec<E>) -> Result<(E, f64)> {
+    fn abs_stats(&self, x: &Vec<E>) -> Result<(E, f64)> {
         // Both reductions a chunk at a time: one pass over memory (for
         // `f32`, one loop; otherwise two, the chunk still in L1 for the
         // second).
@@ -313,7 +315,7 @@ impl ReduceOps for Cpu {
         };
         Ok((E::from_bits_u64(max), mean))
     }
-    fn count_above_each<E: Element>(&self, x: &Vec<E>, ts: &[E]) -> Result<Vec<usize>> {
+    fn count_above_each(&self, x: &Vec<E>, ts: &[E]) -> Result<Vec<usize>> {
         if ts.is_empty() || ts.iter().any(|&t| t < E::zero() || t.is_nan()) {
             return ts.iter().map(|&t| self.count_above(x, t)).collect();
         }
@@ -327,7 +329,7 @@ impl ReduceOps for Cpu {
         }
         Ok(counts)
     }
-    fn count_above<E: Element>(&self, x: &Vec<E>, t: E) -> Result<usize> {
+    fn count_above(&self, x: &Vec<E>, t: E) -> Result<usize> {
         let inf = abs_key(E::infinity());
         if t < E::zero() || t.is_nan() {
             // Every magnitude is above a negative threshold, none above NaN.
@@ -349,8 +351,8 @@ fn topk_by_key<E: Element>(x: &[E], k: usize, key: impl Fn(E) -> u64) -> Selecte
     Selected { indices, values }
 }
 
-impl SelectOps for Cpu {
-    fn compact_above<E: Element>(&self, x: &Vec<E>, t: E) -> Result<Selected<Self, E>> {
+impl<E: Element> SelectOps<E> for Cpu {
+    fn compact_above(&self, x: &Vec<E>, t: E) -> Result<Selected<Self, E>> {
         if t < E::zero() || t.is_nan() {
             let mut nan = false;
             let s = select_where(x, |_, v| {
@@ -367,7 +369,7 @@ impl SelectOps for Cpu {
         let values = indices.iter().map(|&i| x[i as usize]).collect();
         Ok(Selected { indices, values })
     }
-    fn topk_abs<E: Element>(&self, x: &Vec<E>, k: usize) -> Result<Selected<Self, E>> {
+    fn topk_abs(&self, x: &Vec<E>, k: usize) -> Result<Selected<Self, E>> {
         check_k(k, x.len())?;
         if k == 0 {
             check_nan_fast(x)?;
@@ -377,18 +379,13 @@ impl SelectOps for Cpu {
         nan_in_top(&values, x)?;
         Ok(Selected { indices, values })
     }
-    fn digit_histogram<E: Element>(
-        &self,
-        x: &Vec<E>,
-        order: KeyOrder,
-        d: Digit,
-    ) -> Result<Vec<u32>> {
+    fn digit_histogram(&self, x: &Vec<E>, order: KeyOrder, d: Digit) -> Result<Vec<u32>> {
         check_digit::<E>(d)?;
         let (hist, nan) = by_width!(x, digit_hist(order, d, abs_key(E::infinity())));
         nan_error(nan, x)?;
         Ok(hist)
     }
-    fn compact_key<E: Element>(
+    fn compact_key(
         &self,
         x: &Vec<E>,
         order: KeyOrder,
@@ -403,7 +400,7 @@ impl SelectOps for Cpu {
         let values = indices.iter().map(|&i| x[i as usize]).collect();
         Ok(Selected { indices, values })
     }
-    fn topk_abs_segmented<E: Element>(
+    fn topk_abs_segmented(
         &self,
         x: &Vec<E>,
         offsets: &[usize],
@@ -429,20 +426,11 @@ impl SelectOps for Cpu {
         nan_in_top(&out.values, x)?;
         Ok(out)
     }
-    fn gather<E: Element>(&self, x: &Vec<E>, indices: &Vec<u32>) -> Result<Vec<E>> {
+    fn gather(&self, x: &Vec<E>, indices: &Vec<u32>) -> Result<Vec<E>> {
         check_indices(indices, x.len())?;
         Ok(indices.iter().map(|&i| x[i as usize]).collect())
     }
-    fn gather_indices(&self, src: &Vec<u32>, positions: &Vec<u32>) -> Result<Vec<u32>> {
-        check_indices(positions, src.len())?;
-        Ok(positions.iter().map(|&i| src[i as usize]).collect())
-    }
-    fn topk_signed<E: Element>(
-        &self,
-        x: &Vec<E>,
-        k: usize,
-        end: Extreme,
-    ) -> Result<Selected<Self, E>> {
+    fn topk_signed(&self, x: &Vec<E>, k: usize, end: Extreme) -> Result<Selected<Self, E>> {
         check_k(k, x.len())?;
         check_nan_fast(x)?;
         Ok(match end {
@@ -464,13 +452,8 @@ fn select_where<E: Element>(x: &[E], mut keep: impl FnMut(usize, E) -> bool) -> 
     Selected { indices, values }
 }
 
-impl DenseOps for Cpu {
-    fn scatter_add<E: Element>(
-        &self,
-        dense: &mut Vec<E>,
-        indices: &Vec<u32>,
-        values: &Vec<E>,
-    ) -> Result<()> {
+impl<E: Element> DenseOps<E> for Cpu {
+    fn scatter_add(&self, dense: &mut Vec<E>, indices: &Vec<u32>, values: &Vec<E>) -> Result<()> {
         check_len("scatter_add indices vs values", indices.len(), values.len())?;
         check_indices(indices, dense.len())?;
         for (&i, &v) in indices.iter().zip(values) {
@@ -478,21 +461,21 @@ impl DenseOps for Cpu {
         }
         Ok(())
     }
-    fn mask<E: Element>(&self, dense: &mut Vec<E>, indices: &Vec<u32>) -> Result<()> {
+    fn mask(&self, dense: &mut Vec<E>, indices: &Vec<u32>) -> Result<()> {
         check_indices(indices, dense.len())?;
         for &i in indices {
             dense[i as usize] = E::zero();
         }
         Ok(())
     }
-    fn axpy<E: Element>(&self, a: E, x: &Vec<E>, y: &mut Vec<E>) -> Result<()> {
+    fn axpy(&self, a: E, x: &Vec<E>, y: &mut Vec<E>) -> Result<()> {
         check_len("axpy x vs y", y.len(), x.len())?;
         for (yi, &xi) in y.iter_mut().zip(x) {
             *yi = a * xi + *yi;
         }
         Ok(())
     }
-    fn scale<E: Element>(&self, a: E, x: &mut Vec<E>) -> Result<()> {
+    fn scale(&self, a: E, x: &mut Vec<E>) -> Result<()> {
         for v in x.iter_mut() {
             *v = a * *v;
         }
@@ -500,8 +483,8 @@ impl DenseOps for Cpu {
     }
 }
 
-impl HashOps for Cpu {
-    fn hash_partition<E: Element>(
+impl<E: Element> HashOps<E> for Cpu {
+    fn hash_partition(
         &self,
         indices: &Vec<u32>,
         values: &Vec<E>,
@@ -567,7 +550,11 @@ impl HashOps for Cpu {
     }
 }
 
-impl CodecOps for Cpu {
+impl IndexOps for Cpu {
+    fn gather_indices(&self, src: &Vec<u32>, positions: &Vec<u32>) -> Result<Vec<u32>> {
+        check_indices(positions, src.len())?;
+        Ok(positions.iter().map(|&i| src[i as usize]).collect())
+    }
     fn bitmap_encode(&self, indices: &Vec<u32>, lo: u32, len: usize) -> Result<Vec<u32>> {
         if let Some(position) = indices
             .iter()
@@ -585,7 +572,10 @@ impl CodecOps for Cpu {
         check_len("bitmap words", len.div_ceil(32), words.len())?;
         Ok(indices_from_bits(words, lo, len))
     }
-    fn qsgd_quantize<E: Element>(
+}
+
+impl<E: Element> CodecOps<E> for Cpu {
+    fn qsgd_quantize(
         &self,
         x: &Vec<E>,
         p: &QsgdParams,
@@ -594,7 +584,7 @@ impl CodecOps for Cpu {
         let q = qsgd::quantize(x, p, counter_base)?;
         Ok((q.scales, q.words))
     }
-    fn qsgd_dequantize<E: Element>(
+    fn qsgd_dequantize(
         &self,
         scales: &Vec<E>,
         words: &Vec<u32>,
@@ -614,19 +604,28 @@ impl CodecOps for Cpu {
 
 #[cfg(test)]
 mod suite {
-    sparse_core::backend_test_suite!(crate::Cpu);
+    sparse_core::backend_test_suite!(crate::Cpu; f32, f64, f16, bf16);
 
     /// Every function of the backend suite is listed in
-    /// `backend_test_suite!`, and nothing else is.
+    /// `backend_test_suite!`, and nothing else is; the same for the
+    /// differential tests and `differential_test_suite!`.
     #[test]
     fn the_backend_suite_macro_lists_every_suite_function() {
-        let (missing, extra) = sparse_core::testing::unlisted_suite_fns(
-            include_str!("../../sparse-core/src/testing/suite.rs"),
-            include_str!("../../sparse-core/src/testing/mod.rs"),
-        );
-        assert!(
-            missing.is_empty() && extra.is_empty(),
-            "{missing:?} {extra:?}"
-        );
+        for (suite, macros) in [
+            (
+                include_str!("../../sparse-core/src/testing/suite.rs"),
+                include_str!("../../sparse-core/src/testing/mod.rs"),
+            ),
+            (
+                include_str!("../../sparse-core/src/testing/differential.rs"),
+                include_str!("../../sparse-core/src/testing/differential.rs"),
+            ),
+        ] {
+            let (missing, extra) = sparse_core::testing::unlisted_suite_fns(suite, macros);
+            assert!(
+                missing.is_empty() && extra.is_empty(),
+                "{missing:?} {extra:?}"
+            );
+        }
     }
 }

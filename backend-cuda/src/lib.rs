@@ -41,9 +41,11 @@
 //! ## Element types
 //! The kernels are written for `f32`, the type gradients travel in on every
 //! runtime here (WGSL has no `f64`, and `bf16` exists on none of the
-//! runtimes' WGSL paths). Buffers of any [`Scalar`] upload and download;
-//! element primitives on `f64`, `f16` or `bf16` return
-//! [`Error::Unsupported`], which the shared suite reports as skipped.
+//! runtimes' WGSL paths), so `CubeBackend<R>` is a
+//! [`Backend<f32>`](sparse_core::Backend) and no other: buffers of any
+//! [`Scalar`](sparse_core::Scalar) upload and download, and an element
+//! primitive on `f64`, `f16` or `bf16` does not compile. The shared suites
+//! run for `f32`.
 //!
 //! ## Why `CubeBackend<R>` holds a type-erased client
 //! cubecl 0.11 launches kernels through a runtime-erased `Client`; the
@@ -65,7 +67,7 @@ use cubecl::client::Client;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use cubecl_runtime::runtime::Runtime;
-use sparse_core::{Element, Error, Result};
+use sparse_core::{Error, Result};
 use std::marker::PhantomData;
 
 /// The kernel backend on runtime `R`.
@@ -186,15 +188,29 @@ impl<T> CubeBuffer<T> {
             _t: PhantomData,
         }
     }
-    /// The buffer's bytes viewed as items of another type of the same size.
-    fn cast<U>(&self) -> CubeBuffer<U> {
-        debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<U>());
+    /// Another handle to the same device memory.
+    fn share(&self) -> CubeBuffer<T> {
         CubeBuffer::new(self.handle.clone(), self.len)
     }
     /// Kernel argument over the buffer's words.
     pub(crate) fn arg(&self) -> BufferArg {
         // SAFETY: the handle was allocated with `words` 32-bit words.
         unsafe { BufferArg::from_raw_parts(self.handle.clone(), self.words) }
+    }
+}
+
+impl CubeBuffer<f32> {
+    /// The elements' bit patterns, for the kernels that only compare keys
+    /// or move elements (the same memory).
+    pub(crate) fn bits(&self) -> CubeBuffer<u32> {
+        CubeBuffer::new(self.handle.clone(), self.len)
+    }
+}
+
+impl CubeBuffer<u32> {
+    /// The `f32` elements whose bit patterns these are (the same memory).
+    pub(crate) fn floats(&self) -> CubeBuffer<f32> {
+        CubeBuffer::new(self.handle.clone(), self.len)
     }
 }
 
@@ -233,7 +249,7 @@ impl<R: Runtime> CubeBackend<R> {
         self.fault
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .cast()
+            .share()
     }
 
     /// The deferred index check: [`Error::IndexOutOfRange`] if a kernel
@@ -265,17 +281,5 @@ impl<R: Runtime> CubeBackend<R> {
             .map_err(|e| self.device_error(format!("{e:?}")))?;
         let n = buf.len * std::mem::size_of::<T>();
         Ok(bytemuck::pod_collect_to_vec(&bytes[..n]))
-    }
-
-    /// `Ok` for `f32`, [`Error::Unsupported`] for other element types.
-    fn f32_only<E: Element>(&self, what: &str) -> Result<()> {
-        if E::CODE == <f32 as Element>::CODE {
-            Ok(())
-        } else {
-            Err(Error::Unsupported {
-                backend: self.name,
-                what: format!("{what} on {} elements (kernels are f32)", E::NAME),
-            })
-        }
     }
 }

@@ -1,6 +1,8 @@
-//! The `Backend` traits over the kernels: argument checks, launches and the
-//! small host steps between launches (offsets from per-tile counts, the
-//! radix walk over digit histograms).
+//! The `Backend` traits over the kernels, for `f32` elements (the kernels'
+//! type): argument checks, launches and the small host steps between
+//! launches (offsets from per-tile counts, the radix walk over digit
+//! histograms). Kernels that only move or order elements take their `u32`
+//! bit patterns ([`CubeBuffer::bits`]).
 
 use crate::kernels::{
     ABS, REVERSED, SIGNED, TILE, axpy, bitmap, compact, count, cubes_for, gather, grid, hash,
@@ -11,9 +13,8 @@ use cubecl_runtime::runtime::Runtime;
 use sparse_core::backend::{check_digit, check_k, check_len, check_segments};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::{
-    BufferOps, CodecOps, CounterRng, DenseOps, Digit, Element, Error, Extreme, HashOps,
-    HashPartitions, HierarchicalHash, KeyOrder, ReduceOps, Result, Scalar, SelectOps, Selected,
-    abs_key,
+    BufferOps, CodecOps, CounterRng, DenseOps, Digit, Error, Extreme, HashOps, HashPartitions,
+    HierarchicalHash, IndexOps, KeyOrder, ReduceOps, Result, Scalar, SelectOps, Selected, abs_key,
 };
 
 /// One-pass statistics of `|x|`.
@@ -281,34 +282,34 @@ impl<R: Runtime> CubeBackend<R> {
     }
 
     /// Exact top-k of each segment by key, in index order.
-    fn topk<E: Element>(
+    fn topk(
         &self,
-        x: &CubeBuffer<E>,
+        x: &CubeBuffer<f32>,
         order: u32,
         offsets: &[usize],
         ks: &[usize],
-    ) -> Result<Selected<Self, E>> {
-        let bits = x.cast::<u32>();
+    ) -> Result<Selected<Self, f32>> {
+        let bits = x.bits();
         let keys = self.radix(&bits, order, offsets, ks)?;
         let (indices, values) = self.compact(&bits, order, offsets, &keys)?;
         Ok(Selected {
             indices,
-            values: values.cast(),
+            values: values.floats(),
         })
     }
 
     /// Compaction of a whole buffer by one key and tie quota.
-    fn compact_one<E: Element>(
+    fn compact_one(
         &self,
-        x: &CubeBuffer<E>,
+        x: &CubeBuffer<f32>,
         order: u32,
         key: u32,
         take: u32,
-    ) -> Result<Selected<Self, E>> {
-        let (indices, values) = self.compact(&x.cast(), order, &[0, x.len], &[(key, take)])?;
+    ) -> Result<Selected<Self, f32>> {
+        let (indices, values) = self.compact(&x.bits(), order, &[0, x.len], &[(key, take)])?;
         Ok(Selected {
             indices,
-            values: values.cast(),
+            values: values.floats(),
         })
     }
 }
@@ -334,48 +335,38 @@ impl<R: Runtime> BufferOps for CubeBackend<R> {
     }
 }
 
-impl<R: Runtime> ReduceOps for CubeBackend<R> {
-    fn max_abs<E: Element>(&self, x: &CubeBuffer<E>) -> Result<E> {
-        self.f32_only::<E>("max_abs")?;
-        let st = self.stats(&x.cast(), u32::MAX)?;
-        Ok(E::from_bits_u64(st.max_key as u64))
+impl<R: Runtime> ReduceOps<f32> for CubeBackend<R> {
+    fn max_abs(&self, x: &CubeBuffer<f32>) -> Result<f32> {
+        let st = self.stats(&x.bits(), u32::MAX)?;
+        Ok(f32::from_bits(st.max_key))
     }
-    fn mean_abs<E: Element>(&self, x: &CubeBuffer<E>) -> Result<f64> {
-        self.f32_only::<E>("mean_abs")?;
-        let st = self.stats(&x.cast(), u32::MAX)?;
+    fn mean_abs(&self, x: &CubeBuffer<f32>) -> Result<f64> {
+        let st = self.stats(&x.bits(), u32::MAX)?;
         Ok(if x.len == 0 {
             0.0
         } else {
             st.sum / x.len as f64
         })
     }
-    fn sum_squares<E: Element>(&self, x: &CubeBuffer<E>) -> Result<f64> {
-        self.f32_only::<E>("sum_squares")?;
-        Ok(self.stats(&x.cast(), u32::MAX)?.squares)
+    fn sum_squares(&self, x: &CubeBuffer<f32>) -> Result<f64> {
+        Ok(self.stats(&x.bits(), u32::MAX)?.squares)
     }
-    fn count_above<E: Element>(&self, x: &CubeBuffer<E>, t: E) -> Result<usize> {
-        self.f32_only::<E>("count_above")?;
+    fn count_above(&self, x: &CubeBuffer<f32>, t: f32) -> Result<usize> {
         if t.is_nan() {
-            self.stats(&x.cast(), u32::MAX)?;
+            self.stats(&x.bits(), u32::MAX)?;
             return Ok(0);
         }
-        if t < E::zero() {
-            self.stats(&x.cast(), u32::MAX)?;
+        if t < 0.0 {
+            self.stats(&x.bits(), u32::MAX)?;
             return Ok(x.len);
         }
-        Ok(self.stats(&x.cast(), abs_key(t) as u32)?.above)
+        Ok(self.stats(&x.bits(), abs_key(t) as u32)?.above)
     }
 }
 
-impl<R: Runtime> SelectOps for CubeBackend<R> {
-    fn digit_histogram<E: Element>(
-        &self,
-        x: &CubeBuffer<E>,
-        order: KeyOrder,
-        d: Digit,
-    ) -> Result<Vec<u32>> {
-        self.f32_only::<E>("digit_histogram")?;
-        check_digit::<E>(d)?;
+impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
+    fn digit_histogram(&self, x: &CubeBuffer<f32>, order: KeyOrder, d: Digit) -> Result<Vec<u32>> {
+        check_digit::<f32>(d)?;
         let bins = 1usize << d.digit_bits;
         if x.len == 0 {
             return Ok(vec![0; bins]);
@@ -390,7 +381,7 @@ impl<R: Runtime> SelectOps for CubeBackend<R> {
         } else {
             (u32::MAX << top, [0, 0])
         };
-        let bits = x.cast::<u32>();
+        let bits = x.bits();
         let tiles = self.put(&tiles(&[0, x.len], |_| true));
         let mut hist = self.histogram(
             &bits,
@@ -407,14 +398,13 @@ impl<R: Runtime> SelectOps for CubeBackend<R> {
         hist.truncate(bins);
         Ok(hist)
     }
-    fn compact_key<E: Element>(
+    fn compact_key(
         &self,
-        x: &CubeBuffer<E>,
+        x: &CubeBuffer<f32>,
         order: KeyOrder,
         key: u64,
         take_equal: usize,
-    ) -> Result<Selected<Self, E>> {
-        self.f32_only::<E>("compact_key")?;
+    ) -> Result<Selected<Self, f32>> {
         // No non-NaN key reaches u32::MAX: a larger key selects nothing.
         let (key, take) = if key > u32::MAX as u64 {
             (u32::MAX, 0)
@@ -423,76 +413,49 @@ impl<R: Runtime> SelectOps for CubeBackend<R> {
         };
         self.compact_one(x, order_code(order), key, take)
     }
-    fn topk_abs_segmented<E: Element>(
+    fn topk_abs_segmented(
         &self,
-        x: &CubeBuffer<E>,
+        x: &CubeBuffer<f32>,
         offsets: &[usize],
         ks: &[usize],
-    ) -> Result<Selected<Self, E>> {
-        self.f32_only::<E>("topk_abs_segmented")?;
+    ) -> Result<Selected<Self, f32>> {
         check_segments(offsets, ks, x.len)?;
         self.topk(x, ABS, offsets, ks)
     }
-    fn gather<E: Element>(
-        &self,
-        x: &CubeBuffer<E>,
-        indices: &CubeBuffer<u32>,
-    ) -> Result<CubeBuffer<E>> {
-        self.f32_only::<E>("gather")?;
+    fn gather(&self, x: &CubeBuffer<f32>, indices: &CubeBuffer<u32>) -> Result<CubeBuffer<f32>> {
         let out = self.uninit::<u32>(indices.len);
         if indices.len > 0 {
             gather::launch_gather(
                 &self.client,
                 grid(cubes_for(indices.len)),
-                &x.cast::<u32>(),
+                &x.bits(),
                 indices,
                 &out,
                 &self.fault(),
             );
         }
-        Ok(out.cast())
+        Ok(out.floats())
     }
-    fn gather_indices(
-        &self,
-        src: &CubeBuffer<u32>,
-        positions: &CubeBuffer<u32>,
-    ) -> Result<CubeBuffer<u32>> {
-        let out = self.uninit::<u32>(positions.len);
-        if positions.len > 0 {
-            gather::launch_gather(
-                &self.client,
-                grid(cubes_for(positions.len)),
-                src,
-                positions,
-                &out,
-                &self.fault(),
-            );
-        }
-        Ok(out)
-    }
-    fn compact_above<E: Element>(&self, x: &CubeBuffer<E>, t: E) -> Result<Selected<Self, E>> {
-        self.f32_only::<E>("compact_above")?;
+    fn compact_above(&self, x: &CubeBuffer<f32>, t: f32) -> Result<Selected<Self, f32>> {
         let (key, take) = if t.is_nan() {
             (u32::MAX, 0)
-        } else if t < E::zero() {
+        } else if t < 0.0 {
             (0, u32::MAX)
         } else {
             (abs_key(t) as u32, 0)
         };
         self.compact_one(x, ABS, key, take)
     }
-    fn topk_abs<E: Element>(&self, x: &CubeBuffer<E>, k: usize) -> Result<Selected<Self, E>> {
-        self.f32_only::<E>("topk_abs")?;
+    fn topk_abs(&self, x: &CubeBuffer<f32>, k: usize) -> Result<Selected<Self, f32>> {
         check_k(k, x.len)?;
         self.topk(x, ABS, &[0, x.len], &[k])
     }
-    fn topk_signed<E: Element>(
+    fn topk_signed(
         &self,
-        x: &CubeBuffer<E>,
+        x: &CubeBuffer<f32>,
         k: usize,
         end: Extreme,
-    ) -> Result<Selected<Self, E>> {
-        self.f32_only::<E>("topk_signed")?;
+    ) -> Result<Selected<Self, f32>> {
         check_k(k, x.len)?;
         let order = match end {
             Extreme::Largest => SIGNED,
@@ -502,76 +465,60 @@ impl<R: Runtime> SelectOps for CubeBackend<R> {
     }
 }
 
-impl<R: Runtime> DenseOps for CubeBackend<R> {
-    fn scatter_add<E: Element>(
+impl<R: Runtime> DenseOps<f32> for CubeBackend<R> {
+    fn scatter_add(
         &self,
-        dense: &mut CubeBuffer<E>,
+        dense: &mut CubeBuffer<f32>,
         indices: &CubeBuffer<u32>,
-        values: &CubeBuffer<E>,
+        values: &CubeBuffer<f32>,
     ) -> Result<()> {
-        self.f32_only::<E>("scatter_add")?;
         check_len("scatter_add indices vs values", indices.len, values.len)?;
         if indices.len > 0 {
             scatter::launch_scatter_add(
                 &self.client,
                 grid(cubes_for(indices.len)),
-                &dense.cast(),
+                dense,
                 indices,
-                &values.cast(),
+                values,
                 &self.fault(),
             );
         }
         Ok(())
     }
-    fn mask<E: Element>(&self, dense: &mut CubeBuffer<E>, indices: &CubeBuffer<u32>) -> Result<()> {
-        self.f32_only::<E>("mask")?;
+    fn mask(&self, dense: &mut CubeBuffer<f32>, indices: &CubeBuffer<u32>) -> Result<()> {
         if indices.len > 0 {
             mask::launch_mask(
                 &self.client,
                 grid(cubes_for(indices.len)),
-                &dense.cast(),
+                dense,
                 indices,
                 &self.fault(),
             );
         }
         Ok(())
     }
-    fn axpy<E: Element>(&self, a: E, x: &CubeBuffer<E>, y: &mut CubeBuffer<E>) -> Result<()> {
-        self.f32_only::<E>("axpy")?;
+    fn axpy(&self, a: f32, x: &CubeBuffer<f32>, y: &mut CubeBuffer<f32>) -> Result<()> {
         check_len("axpy x vs y", y.len, x.len)?;
         if y.len > 0 {
-            axpy::launch_axpy(
-                &self.client,
-                grid(cubes_for(y.len)),
-                a.to_f32_lossy(),
-                &x.cast(),
-                &y.cast(),
-            );
+            axpy::launch_axpy(&self.client, grid(cubes_for(y.len)), a, x, y);
         }
         Ok(())
     }
-    fn scale<E: Element>(&self, a: E, x: &mut CubeBuffer<E>) -> Result<()> {
-        self.f32_only::<E>("scale")?;
+    fn scale(&self, a: f32, x: &mut CubeBuffer<f32>) -> Result<()> {
         if x.len > 0 {
-            scale::launch_scale(
-                &self.client,
-                grid(cubes_for(x.len)),
-                a.to_f32_lossy(),
-                &x.cast(),
-            );
+            scale::launch_scale(&self.client, grid(cubes_for(x.len)), a, x);
         }
         Ok(())
     }
 }
 
-impl<R: Runtime> HashOps for CubeBackend<R> {
-    fn hash_partition<E: Element>(
+impl<R: Runtime> HashOps<f32> for CubeBackend<R> {
+    fn hash_partition(
         &self,
         indices: &CubeBuffer<u32>,
-        values: &CubeBuffer<E>,
+        values: &CubeBuffer<f32>,
         h: &HierarchicalHash,
-    ) -> Result<HashPartitions<E>> {
-        self.f32_only::<E>("hash_partition")?;
+    ) -> Result<HashPartitions<f32>> {
         check_len("hash_partition indices vs values", indices.len, values.len)?;
         let parts = h.h0.partitions();
         let (r1, r2) = (h.r1, h.r2);
@@ -586,7 +533,7 @@ impl<R: Runtime> HashOps for CubeBackend<R> {
         let state = self.zeroed::<u32>(n);
         let counters = self.zeroed::<u32>(parts as usize + 1);
         let fallback = self.uninit::<u32>(2 * n);
-        let vals = values.cast::<u32>();
+        let vals = values.bits();
         if n > 0 {
             let count = grid(cubes_for(n));
             for f in 1..=h.rehash.len() as u32 {
@@ -643,7 +590,7 @@ impl<R: Runtime> HashOps for CubeBackend<R> {
         for pair in fallback[..2 * spilled].chunks(2) {
             by_part[h.h0.partition(pair[0]) as usize].push((pair[0], pair[1]));
         }
-        let value = |bits: u32| E::from_bits_u64(bits as u64);
+        let value = f32::from_bits;
         let mut out = HashPartitions {
             offsets: vec![0],
             indices: Vec::with_capacity(n),
@@ -671,7 +618,25 @@ impl<R: Runtime> HashOps for CubeBackend<R> {
     }
 }
 
-impl<R: Runtime> CodecOps for CubeBackend<R> {
+impl<R: Runtime> IndexOps for CubeBackend<R> {
+    fn gather_indices(
+        &self,
+        src: &CubeBuffer<u32>,
+        positions: &CubeBuffer<u32>,
+    ) -> Result<CubeBuffer<u32>> {
+        let out = self.uninit::<u32>(positions.len);
+        if positions.len > 0 {
+            gather::launch_gather(
+                &self.client,
+                grid(cubes_for(positions.len)),
+                src,
+                positions,
+                &out,
+                &self.fault(),
+            );
+        }
+        Ok(out)
+    }
     fn bitmap_encode(
         &self,
         indices: &CubeBuffer<u32>,
@@ -731,13 +696,15 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         }
         Ok(out)
     }
-    fn qsgd_quantize<E: Element>(
+}
+
+impl<R: Runtime> CodecOps<f32> for CubeBackend<R> {
+    fn qsgd_quantize(
         &self,
-        x: &CubeBuffer<E>,
+        x: &CubeBuffer<f32>,
         p: &QsgdParams,
         counter_base: u32,
-    ) -> Result<(CubeBuffer<E>, CubeBuffer<u32>)> {
-        self.f32_only::<E>("qsgd_quantize")?;
+    ) -> Result<(CubeBuffer<f32>, CubeBuffer<u32>)> {
         let n = x.len;
         if n == 0 {
             return Ok((self.zeroed(0), self.zeroed(0)));
@@ -746,7 +713,7 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         let scales = self.uninit::<u32>(nb);
         let bad = self.zeroed::<u32>(1);
         let words = self.uninit::<u32>(nw);
-        let bits = x.cast::<u32>();
+        let bits = x.bits();
         qsgd::launch_qsgd_scales(
             &self.client,
             grid(nb),
@@ -762,8 +729,8 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
         qsgd::launch_qsgd_codes(
             &self.client,
             grid(cubes_for(nw)),
-            &x.cast(),
-            &scales.cast(),
+            x,
+            &scales.floats(),
             &words,
             p.bucket() as u32,
             p.levels(),
@@ -772,32 +739,31 @@ impl<R: Runtime> CodecOps for CubeBackend<R> {
             counter_base,
             p.bits(),
         );
-        Ok((scales.cast(), words))
+        Ok((scales.floats(), words))
     }
-    fn qsgd_dequantize<E: Element>(
+    fn qsgd_dequantize(
         &self,
-        scales: &CubeBuffer<E>,
+        scales: &CubeBuffer<f32>,
         words: &CubeBuffer<u32>,
         n: usize,
         p: &QsgdParams,
-    ) -> Result<CubeBuffer<E>> {
-        self.f32_only::<E>("qsgd_dequantize")?;
+    ) -> Result<CubeBuffer<f32>> {
         check_len("qsgd scales", p.buckets(n), scales.len)?;
         check_len("qsgd words", p.words(n), words.len)?;
-        let out = self.uninit::<u32>(n);
+        let out = self.uninit::<f32>(n);
         if n > 0 {
             qsgd::launch_qsgd_decode(
                 &self.client,
                 grid(cubes_for(n)),
                 words,
-                &scales.cast(),
-                &out.cast(),
+                scales,
+                &out,
                 p.bucket() as u32,
                 p.levels(),
                 p.bits(),
             );
         }
-        Ok(out.cast())
+        Ok(out)
     }
 }
 

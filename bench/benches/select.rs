@@ -6,7 +6,7 @@ use backend_cpu::Cpu;
 use bench::select::{nth_topk, selectors};
 use divan::{Bencher, counter::BytesCount};
 use sparse_core::BufferOps;
-use sparse_core::testing::generate::{ValueDist, dense_values};
+use sparse_core::generate::{ValueDist, dense_values};
 
 fn main() {
     divan::main();

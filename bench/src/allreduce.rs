@@ -7,7 +7,7 @@ use crate::Progress;
 use sparse_coll::{
     Defaults, Profile, Reduced, Registry, SparseAllreduce, Traffic, Transport, dense,
 };
-use sparse_core::testing::generate::{GradientSpec, ValueDist};
+use sparse_core::generate::{GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
 use std::time::{Duration, Instant};
 

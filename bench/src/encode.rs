@@ -11,7 +11,7 @@ use crate::{Progress, gbps, time_median};
 use sparse_core::encoding::{
     Bf16, Bitmap, Block, Coo, Encoding, F16, HashBitmap, PartitionIndex, Qsgd, Raw, SameSignMean,
 };
-use sparse_core::testing::generate::GradientSpec;
+use sparse_core::generate::GradientSpec;
 use sparse_core::{H0, Result, SparseVec};
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! plain copy of the array into a preallocated buffer (the memory floor).
 
 use crate::{Progress, time_median};
-use sparse_core::testing::generate::{ValueDist, dense_values};
+use sparse_core::generate::{ValueDist, dense_values};
 use sparse_core::{Backend, Result, abs_key};
 use sparse_select::{
     BlockTopK, BucketTopK, Policy, RadixTopK, SampledThreshold, Selector, ThresholdBinarySearch,
@@ -74,7 +74,7 @@ pub fn nth_topk(x: &[f32], k: usize) -> Vec<u32> {
 }
 
 /// Every selector, by name, for backend `B`.
-pub fn selectors<B: Backend>() -> Vec<Box<dyn Selector<B, f32>>> {
+pub fn selectors<B: Backend<f32>>() -> Vec<Box<dyn Selector<B, f32>>> {
     vec![
         Box::new(RadixTopK::magnitude()),
         Box::new(TrimmedTopK::default()),
@@ -91,7 +91,7 @@ pub fn selectors<B: Backend>() -> Vec<Box<dyn Selector<B, f32>>> {
 ///
 /// # Errors
 /// Invalid parameters or backend errors.
-pub fn run<B: Backend>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
+pub fn run<B: Backend<f32>>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
     if !(a.density > 0.0 && a.density <= 1.0) {
         return Err(sparse_core::Error::invalid(
             "density",

@@ -14,7 +14,7 @@ use sparse_core::{Backend, Result, SparseVec};
 /// [`Memory::accumulator`], calls [`Memory::remove`] with the selected
 /// indices and [`Memory::restore`] with what comes back (quantization
 /// remainders, the collective's `dropped`).
-pub trait Memory<B: Backend>: Send {
+pub trait Memory<B: Backend<f32>>: Send {
     /// Compensate: fold this step's gradient `g` into the accumulator.
     ///
     /// # Errors
@@ -48,12 +48,12 @@ pub trait Memory<B: Backend>: Send {
 
 /// Plain error feedback: `V += gain g`. SparCML's top-k SGD uses
 /// `gain = lr` (`acc = eps + lr g`); RGC without momentum `gain = 1`.
-pub struct Residual<B: Backend> {
+pub struct Residual<B: Backend<f32>> {
     v: B::Buffer<f32>,
     gain: f32,
 }
 
-impl<B: Backend> Residual<B> {
+impl<B: Backend<f32>> Residual<B> {
     /// A zero residual of `len` entries.
     ///
     /// # Errors
@@ -66,7 +66,7 @@ impl<B: Backend> Residual<B> {
     }
 }
 
-impl<B: Backend> Memory<B> for Residual<B> {
+impl<B: Backend<f32>> Memory<B> for Residual<B> {
     fn compensate(&mut self, b: &B, g: &B::Buffer<f32>) -> Result<()> {
         b.axpy(self.gain, g, &mut self.v)
     }
@@ -81,7 +81,7 @@ impl<B: Backend> Memory<B> for Residual<B> {
 /// RedSync's momentum correction (RGC): `U = m U + G; V = V + U`, or in
 /// Nesterov's form `U = m (U + G); V = V + U + G`; with factor masking the
 /// sent entries leave the momentum too (`U[idx] = 0`).
-pub struct Momentum<B: Backend> {
+pub struct Momentum<B: Backend<f32>> {
     u: B::Buffer<f32>,
     v: B::Buffer<f32>,
     momentum: f32,
@@ -89,7 +89,7 @@ pub struct Momentum<B: Backend> {
     masking: bool,
 }
 
-impl<B: Backend> Momentum<B> {
+impl<B: Backend<f32>> Momentum<B> {
     /// Zero momentum and residual of `len` entries.
     ///
     /// # Errors
@@ -109,7 +109,7 @@ impl<B: Backend> Momentum<B> {
     }
 }
 
-impl<B: Backend> Memory<B> for Momentum<B> {
+impl<B: Backend<f32>> Memory<B> for Momentum<B> {
     fn compensate(&mut self, b: &B, g: &B::Buffer<f32>) -> Result<()> {
         if self.nesterov {
             b.axpy(1.0, g, &mut self.u)?;
@@ -143,7 +143,7 @@ impl<B: Backend> Memory<B> for Momentum<B> {
 ///
 /// # Errors
 /// Backend errors.
-pub fn for_rule<B: Backend + 'static>(
+pub fn for_rule<B: Backend<f32> + 'static>(
     b: &B,
     rule: Rule,
     lr: f32,

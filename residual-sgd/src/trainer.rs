@@ -59,7 +59,7 @@ pub struct StepReport {
 
 /// A compressed layer's parts: its memory, its compressor and its
 /// communicator.
-struct Compressed<B: Backend, S> {
+struct Compressed<B: Backend<f32>, S> {
     memory: Box<dyn Memory<B>>,
     selector: S,
     comm: Box<dyn SparseAllreduce<f32>>,
@@ -73,14 +73,14 @@ struct Compressed<B: Backend, S> {
 }
 
 /// How a layer is reduced.
-enum Part<B: Backend, S> {
+enum Part<B: Backend<f32>, S> {
     /// Dense allreduce and momentum SGD with momentum `u`.
     Dense { u: B::Buffer<f32> },
     /// Compressed.
     Compressed(Compressed<B, S>),
 }
 
-struct Layer<B: Backend, S> {
+struct Layer<B: Backend<f32>, S> {
     spec: LayerSpec,
     w: B::Buffer<f32>,
     part: Part<B, S>,
@@ -89,13 +89,13 @@ struct Layer<B: Backend, S> {
 /// The optimizer of one rank: per layer, weights in a backend buffer and
 /// either a dense momentum or the three parts of a compressed layer (a
 /// [`Memory`], a selector, a collective).
-pub struct Trainer<B: Backend, S> {
+pub struct Trainer<B: Backend<f32>, S> {
     b: B,
     cfg: Config,
     layers: Vec<Layer<B, S>>,
 }
 
-impl<B: Backend + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
+impl<B: Backend<f32> + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
     /// A trainer over `layers` starting from `weights` (the same on every
     /// rank), selecting with a clone of `selector` per compressed layer and
     /// reducing it with the collective `comm(layer)` builds; each
@@ -119,7 +119,7 @@ impl<B: Backend + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
     }
 }
 
-impl<B: Backend, S: Selector<B, f32> + Clone> Trainer<B, S> {
+impl<B: Backend<f32>, S: Selector<B, f32> + Clone> Trainer<B, S> {
     /// As [`Trainer::new`], with each compressed layer's memory built by
     /// `memory(backend, layer)`: a user's own error feedback. The step applied is
     /// `lr * sum / P` for RGC rules and `sum / P` for top-k SGD (whose
@@ -149,7 +149,7 @@ impl<B: Backend, S: Selector<B, f32> + Clone> Trainer<B, S> {
     }
 }
 
-impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
+impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// As [`Trainer::with_memory`], with each compressed layer's selector
     /// built by `selector(layer)`: one per layer, chosen at run time
     /// (`S = Box<dyn Selector<B, f32>>`) or differing from layer to layer.
@@ -221,7 +221,7 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
     }
 }
 
-impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
+impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// The settings.
     pub fn config(&self) -> &Config {
         &self.cfg
@@ -440,7 +440,7 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
 
 /// Scales `g` down to an L2 norm of at most `max`, on the device (the norm
 /// from [`sparse_core::ReduceOps::sum_squares`]).
-fn clip<B: Backend>(b: &B, g: &mut B::Buffer<f32>, max: f32) -> Result<()> {
+fn clip<B: Backend<f32>>(b: &B, g: &mut B::Buffer<f32>, max: f32) -> Result<()> {
     let norm = b.sum_squares(g)?.sqrt();
     if norm > f64::from(max) {
         b.scale((f64::from(max) / norm) as f32, g)?;
@@ -449,7 +449,7 @@ fn clip<B: Backend>(b: &B, g: &mut B::Buffer<f32>, max: f32) -> Result<()> {
 }
 
 /// A layer's part of a step, ready to send.
-enum Ready<B: Backend> {
+enum Ready<B: Backend<f32>> {
     /// A compressed layer's selection.
     Compressed(Selected<B>),
     /// A dense layer's gradient.
@@ -458,7 +458,7 @@ enum Ready<B: Backend> {
 
 /// What a compressed layer selected: the positions to take from its
 /// memory, what it sends, and what quantization removed from that.
-struct Selected<B: Backend> {
+struct Selected<B: Backend<f32>> {
     indices: B::Buffer<u32>,
     sent: SparseVec<f32>,
     remainder: Option<SparseVec<f32>>,
@@ -468,7 +468,7 @@ struct Selected<B: Backend> {
 /// A compressed layer's local work: compensate, select, quantize. Its
 /// memory holds the compensated accumulator afterwards, with nothing taken
 /// out yet.
-fn compress<B: Backend, S: Selector<B, f32>>(
+fn compress<B: Backend<f32>, S: Selector<B, f32>>(
     b: &B,
     cfg: &Config,
     c: &mut Compressed<B, S>,
@@ -524,7 +524,7 @@ fn compress<B: Backend, S: Selector<B, f32>>(
 /// A compressed layer's step once every rank has its selection:
 /// allreduce, then take the selection from the memory, collect, apply.
 #[allow(clippy::too_many_arguments)]
-fn compressed_step<B: Backend, S: Selector<B, f32>>(
+fn compressed_step<B: Backend<f32>, S: Selector<B, f32>>(
     b: &B,
     cfg: &Config,
     c: &mut Compressed<B, S>,
@@ -599,7 +599,7 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
 /// A dense layer's update from the reduced sum: momentum SGD on the mean
 /// (`b = m b + G; w -= lr b`, or `w -= lr (G + m b)` with Nesterov; plain
 /// SGD for top-k SGD).
-fn dense_apply<B: Backend, S>(
+fn dense_apply<B: Backend<f32>, S>(
     b: &B,
     cfg: &Config,
     layer: &mut Layer<B, S>,

@@ -18,7 +18,7 @@ const SIZES: [usize; 2] = [3000, 40];
 /// Per step: each layer's selected indices, residuals and weights.
 type Steps = Vec<(Vec<Vec<u32>>, Vec<Vec<f32>>, Vec<Vec<f32>>)>;
 
-fn run<B: Backend + Send + Sync + Clone + 'static>(b: B, grads: &[Vec<Vec<f32>>]) -> Steps {
+fn run<B: Backend<f32> + Send + Sync + Clone + 'static>(b: B, grads: &[Vec<Vec<f32>>]) -> Steps {
     let layers = LayerSpec::matrices(&SIZES);
     let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
     let rule = Rule::Rgc {

@@ -89,7 +89,7 @@ pub fn zen_balanced_parallelism<T: Transport + ?Sized, E: Element>(
 ///
 /// # Errors
 /// Backend errors.
-pub fn zen_pieces<B: Backend, E: Element>(
+pub fn zen_pieces<B: Backend<E>, E: Element>(
     b: &B,
     hash: &HierarchicalHash,
     v: &SparseVec<E>,
@@ -187,7 +187,7 @@ impl ZenBalancedParallelism {
     }
 }
 
-impl<B: Backend> ZenBalancedParallelism<B> {
+impl<B> ZenBalancedParallelism<B> {
     /// Zen hashing on backend `b`.
     pub fn on(b: B, seed: u64) -> Self {
         Self {
@@ -219,7 +219,10 @@ impl<B: Backend> ZenBalancedParallelism<B> {
         v: &SparseVec<E>,
         p: usize,
         rank: usize,
-    ) -> Result<Vec<SparseVec<E>>> {
+    ) -> Result<Vec<SparseVec<E>>>
+    where
+        B: Backend<E>,
+    {
         let rehash = self.seed ^ 0x5a5a_0000 ^ rank as u64;
         let hash = match self.slots {
             Some((r1, r2)) => HierarchicalHash::new(self.seed, rehash, p as u32, 3, r1, r2)?,
@@ -231,7 +234,7 @@ impl<B: Backend> ZenBalancedParallelism<B> {
     }
 }
 
-impl<B: Backend + Send, E: Element> SparseAllreduce<E> for ZenBalancedParallelism<B> {
+impl<B: Backend<E> + Send, E: Element> SparseAllreduce<E> for ZenBalancedParallelism<B> {
     fn name(&self) -> String {
         "zen_balanced_parallelism".into()
     }

@@ -1,10 +1,22 @@
-//! The `Backend` trait: the device primitives every backend implements.
+//! The backend traits: the device primitives every backend implements.
 //!
-//! One trait per concern ([`BufferOps`], [`ReduceOps`], [`SelectOps`],
-//! [`DenseOps`], [`HashOps`], [`CodecOps`]), gathered by [`Backend`], which
-//! every type implementing all of them gets by a blanket impl. Selection
-//! algorithms (`sparse-select`) and optimizers (`residual-sgd`) are written
-//! over these primitives only, so they run unchanged on every backend.
+//! One trait per concern, gathered by [`Backend<E>`](Backend), which every
+//! type implementing all of them for the element type `E` gets by a blanket
+//! impl:
+//! - element-free: [`BufferOps`] (buffers of any [`Scalar`]) and
+//!   [`IndexOps`] (operations on `u32` indices only);
+//! - per element type: [`ReduceOps<E>`](ReduceOps), [`SelectOps<E>`](SelectOps),
+//!   [`DenseOps<E>`](DenseOps), [`HashOps<E>`](HashOps) and
+//!   [`CodecOps<E>`](CodecOps).
+//!
+//! A backend implements the element traits for exactly the element types
+//! its primitives support (`backend-cpu`: `f32`, `f64`, `f16`, `bf16`;
+//! `backend-cuda`: `f32`), so using an unsupported type is a compile error.
+//! Selection algorithms (`sparse-select`) and optimizers (`residual-sgd`) are
+//! written over these primitives only (`B: Backend<E>`), so they run
+//! unchanged on every backend and element type it implements.
+//! `docs/adding-a-backend.md` lists what a new backend implements and how
+//! it runs the shared suites.
 //!
 //! Contract shared by all backends:
 //! - primitives that compare magnitudes (`max_abs`, `mean_abs`,
@@ -50,24 +62,61 @@ pub trait BufferOps {
     fn len<T: Scalar>(&self, buf: &Self::Buffer<T>) -> usize;
 }
 
-/// Reductions over `|x|`.
-pub trait ReduceOps: BufferOps {
+/// Operations on `u32` index buffers only: no element type involved.
+pub trait IndexOps: BufferOps {
+    /// `src[positions[j]]` for every `j`: maps positions within a selection
+    /// (a compaction of its values) back to the selection's indices, so a
+    /// selector can refine a candidate set without another pass over `x`.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for a position past `src`, as
+    /// [`SelectOps::gather`].
+    fn gather_indices(
+        &self,
+        src: &Self::Buffer<u32>,
+        positions: &Self::Buffer<u32>,
+    ) -> Result<Self::Buffer<u32>>;
+    /// The bitmap of `indices` over `lo..lo + len`, in the layout of
+    /// [`crate::encoding::bits_from_indices`].
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] if an index is outside the range.
+    fn bitmap_encode(
+        &self,
+        indices: &Self::Buffer<u32>,
+        lo: u32,
+        len: usize,
+    ) -> Result<Self::Buffer<u32>>;
+    /// The increasing indices of the set bits below `len`, offset by `lo`.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] if `words` is not `ceil(len / 32)` long.
+    fn bitmap_decode(
+        &self,
+        words: &Self::Buffer<u32>,
+        lo: u32,
+        len: usize,
+    ) -> Result<Self::Buffer<u32>>;
+}
+
+/// Reductions over `|x|` of elements of type `E`.
+pub trait ReduceOps<E: Element>: BufferOps {
     /// `max |x_i|`, or 0 for an empty buffer.
     ///
     /// # Errors
     /// [`Error::NonFinite`] on NaN.
-    fn max_abs<E: Element>(&self, x: &Self::Buffer<E>) -> Result<E>;
+    fn max_abs(&self, x: &Self::Buffer<E>) -> Result<E>;
     /// `sum |x_i| / n`, or 0 for an empty buffer (accumulated at least in
     /// `f32`; backends state their tolerance).
     ///
     /// # Errors
     /// [`Error::NonFinite`] on NaN.
-    fn mean_abs<E: Element>(&self, x: &Self::Buffer<E>) -> Result<f64>;
+    fn mean_abs(&self, x: &Self::Buffer<E>) -> Result<f64>;
     /// The number of `i` with `|x_i| > t`.
     ///
     /// # Errors
     /// [`Error::NonFinite`] on NaN.
-    fn count_above<E: Element>(&self, x: &Self::Buffer<E>, t: E) -> Result<usize>;
+    fn count_above(&self, x: &Self::Buffer<E>, t: E) -> Result<usize>;
     /// `sum x_i^2`, or 0 for an empty buffer: the square of the L2 norm
     /// (DGC's gradient clipping), so a layer's norm needs no download.
     /// `backend-cpu` accumulates in `f64` (exact squares of `f32` and
@@ -77,14 +126,14 @@ pub trait ReduceOps: BufferOps {
     ///
     /// # Errors
     /// [`Error::NonFinite`] on NaN.
-    fn sum_squares<E: Element>(&self, x: &Self::Buffer<E>) -> Result<f64>;
+    fn sum_squares(&self, x: &Self::Buffer<E>) -> Result<f64>;
     /// `(max |x|, mean |x|)`: [`ReduceOps::max_abs`] and
     /// [`ReduceOps::mean_abs`] in one call, which a backend may answer in
     /// one pass (`backend-cpu` does; the default makes both calls).
     ///
     /// # Errors
     /// As [`ReduceOps::max_abs`] and [`ReduceOps::mean_abs`].
-    fn abs_stats<E: Element>(&self, x: &Self::Buffer<E>) -> Result<(E, f64)> {
+    fn abs_stats(&self, x: &Self::Buffer<E>) -> Result<(E, f64)> {
         Ok((self.max_abs(x)?, self.mean_abs(x)?))
     }
     /// [`ReduceOps::count_above`] for each threshold of `ts`, in order,
@@ -93,7 +142,7 @@ pub trait ReduceOps: BufferOps {
     ///
     /// # Errors
     /// As [`ReduceOps::count_above`].
-    fn count_above_each<E: Element>(&self, x: &Self::Buffer<E>, ts: &[E]) -> Result<Vec<usize>> {
+    fn count_above_each(&self, x: &Self::Buffer<E>, ts: &[E]) -> Result<Vec<usize>> {
         ts.iter().map(|&t| self.count_above(x, t)).collect()
     }
 }
@@ -161,8 +210,8 @@ pub struct Digit {
     pub prefix: u64,
 }
 
-/// Selection primitives.
-pub trait SelectOps: BufferOps {
+/// Selection primitives over elements of type `E`.
+pub trait SelectOps<E: Element>: BufferOps {
     /// Histogram of one radix digit of the keys (MSD radix select, Alabi et
     /// al.): entry `d` counts the elements whose key has bits above the
     /// digit equal to `digit.prefix` and digit value `d`. `2^digit_bits`
@@ -171,7 +220,7 @@ pub trait SelectOps: BufferOps {
     /// # Errors
     /// [`Error::NonFinite`] on NaN; [`Error::InvalidParameter`] for a digit
     /// outside the key or wider than 16 bits.
-    fn digit_histogram<E: Element>(
+    fn digit_histogram(
         &self,
         x: &Self::Buffer<E>,
         order: KeyOrder,
@@ -185,7 +234,7 @@ pub trait SelectOps: BufferOps {
     ///
     /// # Errors
     /// [`Error::NonFinite`] on NaN.
-    fn compact_key<E: Element>(
+    fn compact_key(
         &self,
         x: &Self::Buffer<E>,
         order: KeyOrder,
@@ -200,7 +249,7 @@ pub trait SelectOps: BufferOps {
     /// [`Error::InvalidParameter`] if offsets are not increasing from 0 to
     /// the length or `ks` has the wrong length; [`Error::KOutOfRange`] if a
     /// segment is shorter than its k; [`Error::NonFinite`] on NaN.
-    fn topk_abs_segmented<E: Element>(
+    fn topk_abs_segmented(
         &self,
         x: &Self::Buffer<E>,
         offsets: &[usize],
@@ -211,49 +260,28 @@ pub trait SelectOps: BufferOps {
     /// # Errors
     /// [`Error::IndexOutOfRange`] for an index past `x`, from this call or
     /// from the next download (as [`DenseOps::scatter_add`]).
-    fn gather<E: Element>(
-        &self,
-        x: &Self::Buffer<E>,
-        indices: &Self::Buffer<u32>,
-    ) -> Result<Self::Buffer<E>>;
-    /// `src[positions[j]]` for every `j`: maps positions within a selection
-    /// (a compaction of its values) back to the selection's indices, so a
-    /// selector can refine a candidate set without another pass over `x`.
-    ///
-    /// # Errors
-    /// [`Error::IndexOutOfRange`] for a position past `src`, as
-    /// [`SelectOps::gather`].
-    fn gather_indices(
-        &self,
-        src: &Self::Buffer<u32>,
-        positions: &Self::Buffer<u32>,
-    ) -> Result<Self::Buffer<u32>>;
-
+    fn gather(&self, x: &Self::Buffer<E>, indices: &Self::Buffer<u32>) -> Result<Self::Buffer<E>>;
     /// Stream compaction: every `i` with `|x_i| > t`, in index order.
     ///
     /// # Errors
     /// [`Error::NonFinite`] on NaN.
-    fn compact_above<E: Element>(&self, x: &Self::Buffer<E>, t: E) -> Result<Selected<Self, E>>;
+    fn compact_above(&self, x: &Self::Buffer<E>, t: E) -> Result<Selected<Self, E>>;
     /// Exact top-k by magnitude; ties go to the lower index.
     ///
     /// # Errors
     /// [`Error::KOutOfRange`] if `k > len`; [`Error::NonFinite`] on NaN.
-    fn topk_abs<E: Element>(&self, x: &Self::Buffer<E>, k: usize) -> Result<Selected<Self, E>>;
+    fn topk_abs(&self, x: &Self::Buffer<E>, k: usize) -> Result<Selected<Self, E>>;
     /// Exact top-k (or low-k) by signed value; ties go to the lower index
     /// (`-0.0` orders below `+0.0`).
     ///
     /// # Errors
     /// [`Error::KOutOfRange`] if `k > len`; [`Error::NonFinite`] on NaN.
-    fn topk_signed<E: Element>(
-        &self,
-        x: &Self::Buffer<E>,
-        k: usize,
-        end: Extreme,
-    ) -> Result<Selected<Self, E>>;
+    fn topk_signed(&self, x: &Self::Buffer<E>, k: usize, end: Extreme)
+    -> Result<Selected<Self, E>>;
 }
 
-/// Dense updates.
-pub trait DenseOps: BufferOps {
+/// Dense updates of buffers of `E`.
+pub trait DenseOps<E: Element>: BufferOps {
     /// `dense[indices[j]] += values[j]`; indices must be unique.
     ///
     /// # Errors
@@ -264,7 +292,7 @@ pub trait DenseOps: BufferOps {
     /// [`BufferOps::download`]; such indices change nothing, and after the
     /// error the in-range entries of the call may or may not have been
     /// applied.
-    fn scatter_add<E: Element>(
+    fn scatter_add(
         &self,
         dense: &mut Self::Buffer<E>,
         indices: &Self::Buffer<u32>,
@@ -274,21 +302,17 @@ pub trait DenseOps: BufferOps {
     ///
     /// # Errors
     /// As [`DenseOps::scatter_add`].
-    fn mask<E: Element>(
-        &self,
-        dense: &mut Self::Buffer<E>,
-        indices: &Self::Buffer<u32>,
-    ) -> Result<()>;
+    fn mask(&self, dense: &mut Self::Buffer<E>, indices: &Self::Buffer<u32>) -> Result<()>;
     /// `y = a x + y`.
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] if `x` and `y` differ in length.
-    fn axpy<E: Element>(&self, a: E, x: &Self::Buffer<E>, y: &mut Self::Buffer<E>) -> Result<()>;
+    fn axpy(&self, a: E, x: &Self::Buffer<E>, y: &mut Self::Buffer<E>) -> Result<()>;
     /// `x = a x`.
     ///
     /// # Errors
     /// [`Error::Device`] if the device fails.
-    fn scale<E: Element>(&self, a: E, x: &mut Self::Buffer<E>) -> Result<()>;
+    fn scale(&self, a: E, x: &mut Self::Buffer<E>) -> Result<()>;
 }
 
 /// The partitions produced by hierarchical hashing, on the host.
@@ -314,8 +338,8 @@ impl<E> HashPartitions<E> {
     }
 }
 
-/// Zen's hierarchical hash partitioning (Alg. 1).
-pub trait HashOps: BufferOps {
+/// Zen's hierarchical hash partitioning (Alg. 1) of `(index, E)` pairs.
+pub trait HashOps<E: Element>: BufferOps {
     /// Partitions the entries by `h.h0`, placing each through the rehash
     /// functions, the serial overflow area and, if that is full, a fallback
     /// list. Every input entry appears exactly once in the output, in
@@ -323,7 +347,7 @@ pub trait HashOps: BufferOps {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] if `indices` and `values` differ in length.
-    fn hash_partition<E: Element>(
+    fn hash_partition(
         &self,
         indices: &Self::Buffer<u32>,
         values: &Self::Buffer<E>,
@@ -331,35 +355,15 @@ pub trait HashOps: BufferOps {
     ) -> Result<HashPartitions<E>>;
 }
 
-/// Codecs that run where the data lives.
-pub trait CodecOps: BufferOps {
-    /// The bitmap of `indices` over `lo..lo + len`, in the layout of
-    /// [`crate::encoding::bits_from_indices`].
-    ///
-    /// # Errors
-    /// [`Error::IndexOutOfRange`] if an index is outside the range.
-    fn bitmap_encode(
-        &self,
-        indices: &Self::Buffer<u32>,
-        lo: u32,
-        len: usize,
-    ) -> Result<Self::Buffer<u32>>;
-    /// The increasing indices of the set bits below `len`, offset by `lo`.
-    ///
-    /// # Errors
-    /// [`Error::LengthMismatch`] if `words` is not `ceil(len / 32)` long.
-    fn bitmap_decode(
-        &self,
-        words: &Self::Buffer<u32>,
-        lo: u32,
-        len: usize,
-    ) -> Result<Self::Buffer<u32>>;
+/// Element codecs that run where the data lives (the bitmap codec of
+/// indices is in [`IndexOps`]).
+pub trait CodecOps<E: Element>: BufferOps {
     /// QSGD quantization of `x` (see [`crate::qsgd`]): per-bucket scales and
     /// packed code words, bit-identical to [`crate::qsgd::quantize`].
     ///
     /// # Errors
     /// [`Error::NonFinite`] on NaN or infinity.
-    fn qsgd_quantize<E: Element>(
+    fn qsgd_quantize(
         &self,
         x: &Self::Buffer<E>,
         p: &QsgdParams,
@@ -369,7 +373,7 @@ pub trait CodecOps: BufferOps {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] if the buffers do not fit `n`.
-    fn qsgd_dequantize<E: Element>(
+    fn qsgd_dequantize(
         &self,
         scales: &Self::Buffer<E>,
         words: &Self::Buffer<u32>,
@@ -378,10 +382,19 @@ pub trait CodecOps: BufferOps {
     ) -> Result<Self::Buffer<E>>;
 }
 
-/// Every device primitive: implemented automatically for any type that
-/// implements all the ops traits.
-pub trait Backend: BufferOps + ReduceOps + SelectOps + DenseOps + HashOps + CodecOps {}
-impl<T: BufferOps + ReduceOps + SelectOps + DenseOps + HashOps + CodecOps> Backend for T {}
+/// Every device primitive for elements of type `E`: implemented
+/// automatically for any type that implements [`IndexOps`] and all the
+/// element ops traits for `E`. Code generic over backends takes
+/// `B: Backend<E>`; a backend is a `Backend<E>` exactly for the element
+/// types it implements.
+pub trait Backend<E: Element>:
+    IndexOps + ReduceOps<E> + SelectOps<E> + DenseOps<E> + HashOps<E> + CodecOps<E>
+{
+}
+impl<E: Element, T> Backend<E> for T where
+    T: IndexOps + ReduceOps<E> + SelectOps<E> + DenseOps<E> + HashOps<E> + CodecOps<E>
+{
+}
 
 /// Checks a digit against the key width of `E`.
 ///

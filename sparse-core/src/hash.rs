@@ -37,7 +37,7 @@ pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
 /// SplitMix64: a small sequential generator used to expand seeds (host only).
 ///
 /// Seeds of hash functions only; synthetic data and test inputs draw from
-/// the named `rand` generator (`testing::Rng`, feature `testing`).
+/// the named `rand` generator ([`crate::generate::Rng`]).
 #[derive(Debug, Clone)]
 pub struct SplitMix64(pub u64);
 

@@ -4,8 +4,8 @@
 //! ([`Element`]), sparse vectors ([`SparseVec`]) and SparCML's sparse
 //! streams ([`Stream`]), encodings ([`encoding`]), seeded hashing
 //! ([`hash`]), QSGD ([`qsgd`]), the alpha-beta cost model ([`cost`]), Zen's
-//! sparsity statistics ([`stats`]), the [`Backend`] trait of device
-//! primitives, and one error type ([`Error`]).
+//! sparsity statistics ([`stats`]), the [`Backend`] traits of device
+//! primitives (generic over the element type), and one error type ([`Error`]).
 //!
 //! ```
 //! use sparse_core::{SparseVec, Stream, encoding::{Coo, Encoding, Raw}};
@@ -24,8 +24,9 @@
 //! # Ok::<(), sparse_core::Error>(())
 //! ```
 //!
-//! Features: `testing` exports the backend test suite and the seeded
-//! gradient generators ([`testing`]).
+//! Seeded synthetic gradients and test inputs: [`generate`].
+//!
+//! Features: `testing` exports the backend test suites (module `testing`).
 
 pub mod alloc;
 pub mod backend;
@@ -33,6 +34,7 @@ pub mod cost;
 mod element;
 pub mod encoding;
 mod error;
+pub mod generate;
 pub mod hash;
 pub mod qsgd;
 pub mod sparse;
@@ -48,8 +50,8 @@ pub mod topk;
 pub struct ReadmeDoctests;
 
 pub use backend::{
-    Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, HashOps, HashPartitions, KeyOrder,
-    ReduceOps, Scalar, SelectOps, Selected,
+    Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, HashOps, HashPartitions, IndexOps,
+    KeyOrder, ReduceOps, Scalar, SelectOps, Selected,
 };
 pub use element::{Element, abs_key, exact_difference, signed_key};
 pub use error::{Error, Result};

@@ -6,7 +6,7 @@ use sparse_core::{Backend, Element, Error, Result};
 
 /// Validates, plans the segments for `n` elements, and runs the segmented
 /// top-k primitive: the shared body of block and bucket top-k.
-fn segmented<B: Backend, E: Element>(
+fn segmented<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     k: usize,
@@ -50,7 +50,7 @@ impl BlockTopK {
     }
 }
 
-impl<B: Backend, E: Element> Selector<B, E> for BlockTopK {
+impl<B: Backend<E>, E: Element> Selector<B, E> for BlockTopK {
     fn name(&self) -> String {
         format!("block_topk(P={})", self.blocks)
     }
@@ -103,7 +103,7 @@ impl BucketTopK {
     }
 }
 
-impl<B: Backend, E: Element> Selector<B, E> for BucketTopK {
+impl<B: Backend<E>, E: Element> Selector<B, E> for BucketTopK {
     fn name(&self) -> String {
         format!("bucket_topk({})", self.bucket)
     }

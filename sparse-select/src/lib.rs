@@ -42,25 +42,40 @@ mod zen;
 pub use block::{BlockTopK, BucketTopK};
 
 /// Instantiates the selector test suite ([`testing`], feature `testing`)
-/// as `#[test]` functions for the backend built by `$make`.
+/// as `#[test]` functions for the backend built by `$make`, once per
+/// element type listed after the `;`, each in a module named after its
+/// type (`f32::trimmed_topk_is_exact`), as
+/// [`sparse_core::backend_test_suite!`] does:
+///
+/// ```ignore
+/// sparse_select::selector_test_suite!(crate::MyBackend::new(); f32, f16);
+/// ```
+///
+/// List exactly the element types the backend implements (another does not
+/// compile); `$make` names items by absolute paths. The macro only wraps.
 #[cfg(feature = "testing")]
 #[macro_export]
 macro_rules! selector_test_suite {
-    ($make:expr) => {
-        $crate::selector_test_suite!(@each $make;
-            radix_topk_is_exact_in_every_order, trimmed_topk_is_exact, threshold_binary_search_contract,
-            sampled_threshold_is_exact_or_keeps_the_contract, reuse_searches_once_per_interval_and_keeps_the_contract,
-            block_and_bucket_equal_their_per_block_oracles, bad_input_is_an_error_for_every_selector,
-            policy_picks_by_size_and_alternates_when_quantized, large_inputs_up_to_2_pow_22,
-            zen_partitioner_loses_nothing_and_agrees_across_ranks, selection_becomes_a_sparse_vec);
-    };
-    (@each $make:expr; $($name:ident),* $(,)?) => {
+    ($make:expr; $($elem:ident),+ $(,)?) => {
         $(
-            #[test]
-            fn $name() {
-                $crate::testing::$name(&$make);
-            }
-        )*
+            $crate::selector_test_suite!(@element $make, $elem;
+                radix_topk_is_exact_in_every_order, trimmed_topk_is_exact,
+                threshold_binary_search_contract, sampled_threshold_is_exact_or_keeps_the_contract,
+                reuse_searches_once_per_interval_and_keeps_the_contract,
+                block_and_bucket_equal_their_per_block_oracles, bad_input_is_an_error_for_every_selector,
+                policy_picks_by_size_and_alternates_when_quantized, large_inputs_up_to_2_pow_22,
+                zen_partitioner_loses_nothing_and_agrees_across_ranks, selection_becomes_a_sparse_vec);
+        )+
+    };
+    (@element $make:expr, $elem:ident; $($name:ident),* $(,)?) => {
+        mod $elem {
+            $(
+                #[test]
+                fn $name() {
+                    $crate::testing::$name::<_, $crate::testing::elements::$elem>(&$make);
+                }
+            )*
+        }
     };
 }
 pub use policy::{Policy, PolicyChoice};
@@ -84,7 +99,7 @@ pub struct Selection<B: BufferOps + ?Sized, E: Scalar> {
     pub threshold: Option<f64>,
 }
 
-impl<B: Backend, E: Element> Selection<B, E> {
+impl<B: Backend<E>, E: Element> Selection<B, E> {
     /// The selected pairs as a host sparse vector of dimension `dim`, ready
     /// for a collective: one download of the indices and values, checked
     /// (sorted, unique, in range) on the way.
@@ -100,7 +115,7 @@ impl<B: Backend, E: Element> Selection<B, E> {
 /// A communication-set selection algorithm; stateful where the algorithm
 /// keeps state across iterations (threshold reuse, B-SAG's h, the policy's
 /// top-k/low-k flag).
-pub trait Selector<B: Backend, E: Element> {
+pub trait Selector<B: Backend<E>, E: Element> {
     /// A short name for tables.
     fn name(&self) -> String;
     /// Selects from `x` with target size `k`.
@@ -113,7 +128,7 @@ pub trait Selector<B: Backend, E: Element> {
 
 /// A boxed selector selects as the one inside, so that a selector chosen at
 /// run time (`Box<dyn Selector<B, E>>`) goes wherever a selector does.
-impl<B: Backend, E: Element, S: Selector<B, E> + ?Sized> Selector<B, E> for Box<S> {
+impl<B: Backend<E>, E: Element, S: Selector<B, E> + ?Sized> Selector<B, E> for Box<S> {
     fn name(&self) -> String {
         (**self).name()
     }
@@ -138,7 +153,7 @@ pub fn k_for_density(n: usize, density: f64) -> Result<usize> {
 }
 
 /// `max |x|` and `mean |x|`, rejecting NaN (the backend does) and infinity.
-pub(crate) fn stats<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<(f64, f64)> {
+pub(crate) fn stats<B: Backend<E>, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<(f64, f64)> {
     let (max, mean) = b.abs_stats(x)?;
     if max.is_infinite() {
         return Err(first_infinite(b, x));
@@ -147,7 +162,7 @@ pub(crate) fn stats<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<(
 }
 
 /// Rejects NaN (the backend does) and infinity with one reduction.
-pub(crate) fn finite<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<()> {
+pub(crate) fn finite<B: Backend<E>, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<()> {
     if b.max_abs(x)?.is_infinite() {
         return Err(first_infinite(b, x));
     }
@@ -156,7 +171,7 @@ pub(crate) fn finite<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<
 
 /// The error naming the first infinite element (the slow path: only taken
 /// once an infinity is known to be there).
-pub(crate) fn first_infinite<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) -> Error {
+pub(crate) fn first_infinite<B: Backend<E>, E: Element>(b: &B, x: &B::Buffer<E>) -> Error {
     match b
         .compact_above(x, E::max_value())
         .and_then(|s| b.download(&s.indices))
@@ -169,14 +184,18 @@ pub(crate) fn first_infinite<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>) ->
 }
 
 /// Checks `k <= len`.
-pub(crate) fn check_k<B: Backend, E: Element>(b: &B, x: &B::Buffer<E>, k: usize) -> Result<usize> {
+pub(crate) fn check_k<B: Backend<E>, E: Element>(
+    b: &B,
+    x: &B::Buffer<E>,
+    k: usize,
+) -> Result<usize> {
     let n = b.len(x);
     sparse_core::backend::check_k(k, n)?;
     Ok(n)
 }
 
 /// Wraps a device selection.
-pub(crate) fn selection<B: Backend, E: Element>(
+pub(crate) fn selection<B: Backend<E>, E: Element>(
     b: &B,
     s: sparse_core::Selected<B, E>,
     threshold: Option<f64>,
@@ -191,7 +210,7 @@ pub(crate) fn selection<B: Backend, E: Element>(
 }
 
 /// An empty selection.
-pub(crate) fn empty<B: Backend, E: Element>(b: &B) -> Result<Selection<B, E>> {
+pub(crate) fn empty<B: Backend<E>, E: Element>(b: &B) -> Result<Selection<B, E>> {
     Ok(Selection {
         indices: b.zeros(0)?,
         values: b.zeros(0)?,

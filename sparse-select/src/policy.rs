@@ -57,7 +57,7 @@ impl<E> Policy<E> {
     }
 }
 
-impl<B: Backend, E: Element> Selector<B, E> for Policy<E> {
+impl<B: Backend<E>, E: Element> Selector<B, E> for Policy<E> {
     fn name(&self) -> String {
         if self.quantize {
             "policy_quantized".into()

@@ -19,7 +19,7 @@ pub const DIGIT_BITS: u32 = 11;
 /// # Errors
 /// Backend errors (NaN); [`sparse_core::Error::NonFinite`] for infinity when
 /// `order` is [`KeyOrder::Abs`].
-pub fn kth_key<B: Backend, E: Element>(
+pub fn kth_key<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     order: KeyOrder,
@@ -32,7 +32,7 @@ pub fn kth_key<B: Backend, E: Element>(
 
 /// The histogram of the most significant digit of the keys, with the
 /// infinity check of the magnitude order.
-fn first_histogram<B: Backend, E: Element>(
+fn first_histogram<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     order: KeyOrder,
@@ -91,7 +91,7 @@ fn boundary(hist: &[u32], remaining: usize) -> (usize, usize) {
 }
 
 /// Radix select from the first histogram on: `(key, take)`.
-fn kth_from<B: Backend, E: Element>(
+fn kth_from<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     order: KeyOrder,
@@ -133,7 +133,7 @@ fn kth_from<B: Backend, E: Element>(
 /// only, whose positions [`sparse_core::SelectOps::gather_indices`] maps
 /// back. A bucket too heavy to narrow (more than a quarter of the input,
 /// as with many equal keys) continues digit by digit over `x`.
-pub(crate) fn top_k<B: Backend, E: Element>(
+pub(crate) fn top_k<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     order: KeyOrder,
@@ -166,7 +166,7 @@ pub(crate) fn top_k<B: Backend, E: Element>(
 /// of a [`narrowing_sample`] of `x`: one compaction, usually a little more
 /// than k elements. `None` where there is no sample (small inputs) or the
 /// rank falls outside it (k near n).
-fn sampled_candidates<B: Backend, E: Element>(
+fn sampled_candidates<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     order: KeyOrder,
@@ -186,7 +186,7 @@ fn sampled_candidates<B: Backend, E: Element>(
 /// [`sample_rank`] within it that bounds the top `k` from below. `None`
 /// where there is no sample (small inputs) or the rank falls outside it
 /// (k near n).
-pub(crate) fn rank_sample<B: Backend, E: Element>(
+pub(crate) fn rank_sample<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     k: usize,
@@ -204,7 +204,7 @@ pub(crate) fn rank_sample<B: Backend, E: Element>(
 
 /// A non-finite error found in a sample or candidate set, re-derived on the
 /// input so that its index is the input's.
-pub(crate) fn in_input<B: Backend, E: Element>(
+pub(crate) fn in_input<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     e: sparse_core::Error,
@@ -218,7 +218,7 @@ pub(crate) fn in_input<B: Backend, E: Element>(
 /// The top `k` of a candidate set `c` (a selection in index order, at
 /// least `k` long) in `order`, without a pass over the input it came from,
 /// and the k-th key; with `all_ties` every copy of that key is kept.
-pub(crate) fn refine<B: Backend, E: Element>(
+pub(crate) fn refine<B: Backend<E>, E: Element>(
     b: &B,
     c: &Selected<B, E>,
     order: KeyOrder,
@@ -256,7 +256,7 @@ impl RadixTopK {
     }
 }
 
-impl<B: Backend, E: Element> Selector<B, E> for RadixTopK {
+impl<B: Backend<E>, E: Element> Selector<B, E> for RadixTopK {
     fn name(&self) -> String {
         match self.order {
             KeyOrder::Abs => "radix_topk".into(),

@@ -2,8 +2,11 @@
 //! against a brute-force oracle (a full sort), on inputs that break
 //! selection code (random, heavy-tailed, all equal, many ties, all zero,
 //! negative, subnormal, signed zeros; n from 1 to 2^22). Each check is a
-//! `pub fn name<B: Backend>(b: &B)`, so every backend runs it unchanged
-//! through [`crate::selector_test_suite!`].
+//! `pub fn name<B: Backend<E>, E: Element>(b: &B)`, so every backend runs it
+//! unchanged, once for each element type it implements, through
+//! [`crate::selector_test_suite!`]. Inputs are drawn in `f64` and rounded
+//! to `E` (sizes in bytes, where a check depends on them, kept those of
+//! `f32`).
 
 use crate::{
     BlockTopK, BucketTopK, Policy, PolicyChoice, RadixTopK, SampledThreshold, Selection, Selector,
@@ -11,19 +14,25 @@ use crate::{
 };
 use rand::{Rng as _, SeedableRng as _};
 use sparse_core::testing::Rng;
+pub use sparse_core::testing::elements;
 use sparse_core::testing::generate::{ValueDist, dense_values};
-use sparse_core::testing::suite::{inputs, oracle_topk};
-use sparse_core::{Backend, Error, KeyOrder, abs_key};
+use sparse_core::testing::suite::{convert, inputs, oracle_topk};
+use sparse_core::{Backend, Element, Error, KeyOrder, abs_key};
 
 /// A selection downloaded to the host.
-struct Sel {
+struct Sel<E> {
     indices: Vec<u32>,
-    values: Vec<f32>,
+    values: Vec<E>,
     count: usize,
     threshold: Option<f64>,
 }
 
-fn host<B: Backend>(b: &B, s: Selection<B, f32>) -> Sel {
+/// `v` in the element type (nearest value).
+fn e<E: Element>(v: f64) -> E {
+    E::from_f64_nearest(v)
+}
+
+fn host<B: Backend<E>, E: Element>(b: &B, s: Selection<B, E>) -> Sel<E> {
     Sel {
         indices: b.download(&s.indices).expect("download"),
         values: b.download(&s.values).expect("download"),
@@ -34,15 +43,15 @@ fn host<B: Backend>(b: &B, s: Selection<B, f32>) -> Sel {
 
 /// Test inputs: the shared suite's cases (without infinities, which
 /// selectors reject) plus large random ones.
-fn cases() -> Vec<(String, Vec<f32>)> {
-    let mut out: Vec<(String, Vec<f32>)> = inputs(7)
+fn cases<E: Element>() -> Vec<(String, Vec<E>)> {
+    let mut out: Vec<(String, Vec<E>)> = inputs(7)
         .into_iter()
-        .map(|(name, x)| (name, x.iter().map(|&v| v as f32).collect::<Vec<f32>>()))
+        .map(|(name, x)| (name, convert::<E>(&x)))
         .filter(|(_, x)| x.iter().all(|v| v.is_finite()))
         .collect();
     out.push((
         "signed zeros".into(),
-        vec![0.0, -0.0, 1.0, -1.0, -0.0, 0.0, 2.0, -2.0],
+        convert(&[0.0, -0.0, 1.0, -1.0, -0.0, 0.0, 2.0, -2.0]),
     ));
     for (n, seed) in [(1usize << 16, 1u64), (1 << 20, 2)] {
         out.push((
@@ -64,15 +73,15 @@ fn ks(n: usize) -> Vec<usize> {
     k
 }
 
-fn indices(s: &Sel) -> Vec<u32> {
+fn indices<E>(s: &Sel<E>) -> Vec<u32> {
     assert_eq!(s.indices.len(), s.count);
     assert_eq!(s.values.len(), s.count);
     s.indices.clone()
 }
 
-fn check_values(x: &[f32], s: &Sel) {
+fn check_values<E: Element>(x: &[E], s: &Sel<E>) {
     for (&i, &v) in s.indices.iter().zip(&s.values) {
-        assert_eq!(v.to_bits(), x[i as usize].to_bits());
+        assert_eq!(v.to_bits_u64(), x[i as usize].to_bits_u64());
     }
     assert!(
         s.indices.windows(2).all(|w| w[0] < w[1]),
@@ -81,8 +90,8 @@ fn check_values(x: &[f32], s: &Sel) {
 }
 
 /// One check of the suite (see the module doc).
-pub fn radix_topk_is_exact_in_every_order<B: Backend>(b: &B) {
-    for (name, x) in cases() {
+pub fn radix_topk_is_exact_in_every_order<B: Backend<E>, E: Element>(b: &B) {
+    for (name, x) in cases::<E>() {
         let buf = b.upload(&x).unwrap();
         for order in [KeyOrder::Abs, KeyOrder::Signed, KeyOrder::SignedReversed] {
             let keys: Vec<u64> = x.iter().map(|&v| order.key(v)).collect();
@@ -103,7 +112,7 @@ pub fn radix_topk_is_exact_in_every_order<B: Backend>(b: &B) {
 /// too high, and the ladder goes on below it), or only outside them (too
 /// low, and the survivors are narrowed to the paper's rung), with the `k`
 /// that does it.
-fn misleading_samples() -> Vec<(String, Vec<f32>, usize)> {
+fn misleading_samples<E: Element>() -> Vec<(String, Vec<E>, usize)> {
     let n = 1usize << 20;
     let blocks = sparse_core::topk::narrowing_sample(n).expect("a sample at 2^20");
     let mut sampled = vec![false; n];
@@ -119,7 +128,7 @@ fn misleading_samples() -> Vec<(String, Vec<f32>, usize)> {
             .step_by(7)
             .take(count);
         for (j, i) in spots.enumerate() {
-            x[i] = if j % 2 == 0 { 100.0 } else { -100.0 - j as f32 };
+            x[i] = e(if j % 2 == 0 { 100.0 } else { -100.0 - j as f64 });
         }
         out.push((format!("prediction too {name}"), x, k));
     }
@@ -127,8 +136,8 @@ fn misleading_samples() -> Vec<(String, Vec<f32>, usize)> {
 }
 
 /// One check of the suite (see the module doc).
-pub fn trimmed_topk_is_exact<B: Backend>(b: &B) {
-    for (name, x, k) in misleading_samples() {
+pub fn trimmed_topk_is_exact<B: Backend<E>, E: Element>(b: &B) {
+    for (name, x, k) in misleading_samples::<E>() {
         let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
         let s = TrimmedTopK::default()
             .select(b, &b.upload(&x).unwrap(), k)
@@ -148,7 +157,7 @@ pub fn trimmed_topk_is_exact<B: Backend>(b: &B) {
     }
     let fine = TrimmedTopK::new(0.05).unwrap();
     assert_eq!(fine.epsilon(), 0.05);
-    for (name, x) in cases() {
+    for (name, x) in cases::<E>() {
         let buf = b.upload(&x).unwrap();
         let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
         for k in ks(x.len()) {
@@ -172,7 +181,7 @@ pub fn trimmed_topk_is_exact<B: Backend>(b: &B) {
 /// beats every unselected one; at most 2k, unless ties at the k-th
 /// magnitude force more, and then exactly the elements at least as large as
 /// the k-th (the fewest above any threshold that holds k).
-fn check_threshold_contract(name: &str, x: &[f32], k: usize, s: &Sel) {
+fn check_threshold_contract<E: Element>(name: &str, x: &[E], k: usize, s: &Sel<E>) {
     check_values(x, s);
     let idx = indices(s);
     let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
@@ -208,8 +217,8 @@ fn check_threshold_contract(name: &str, x: &[f32], k: usize, s: &Sel) {
         for (i, &v) in x.iter().enumerate() {
             assert_eq!(
                 chosen[i],
-                (v.abs() as f64) > t,
-                "{name} k={k}: threshold {t} vs |x[{i}]| = {}",
+                v.abs().to_f64_exact() > t,
+                "{name} k={k}: threshold {t} vs |x[{i}]| = {:?}",
                 v.abs()
             );
         }
@@ -217,8 +226,8 @@ fn check_threshold_contract(name: &str, x: &[f32], k: usize, s: &Sel) {
 }
 
 /// One check of the suite (see the module doc).
-pub fn threshold_binary_search_contract<B: Backend>(b: &B) {
-    for (name, x) in cases() {
+pub fn threshold_binary_search_contract<B: Backend<E>, E: Element>(b: &B) {
+    for (name, x) in cases::<E>() {
         let buf = b.upload(&x).unwrap();
         for k in ks(x.len()) {
             let s = host(
@@ -231,8 +240,8 @@ pub fn threshold_binary_search_contract<B: Backend>(b: &B) {
 }
 
 /// One check of the suite (see the module doc).
-pub fn sampled_threshold_is_exact_or_keeps_the_contract<B: Backend>(b: &B) {
-    for (name, x) in cases() {
+pub fn sampled_threshold_is_exact_or_keeps_the_contract<B: Backend<E>, E: Element>(b: &B) {
+    for (name, x) in cases::<E>() {
         let buf = b.upload(&x).unwrap();
         let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
         let mut sel = SampledThreshold::default();
@@ -252,13 +261,13 @@ pub fn sampled_threshold_is_exact_or_keeps_the_contract<B: Backend>(b: &B) {
 }
 
 /// One check of the suite (see the module doc).
-pub fn reuse_searches_once_per_interval_and_keeps_the_contract<B: Backend>(b: &B) {
+pub fn reuse_searches_once_per_interval_and_keeps_the_contract<B: Backend<E>, E: Element>(b: &B) {
     let n = 1 << 16;
     let k = n / 100;
-    let mut reuse = ThresholdReuse::<f32>::new(5);
+    let mut reuse = ThresholdReuse::<E>::new(5);
     for step in 0..12u64 {
         // A slowly drifting gradient: same distribution, new draws.
-        let x: Vec<f32> = dense_values(n, ValueDist::Normal { std: 1.0 }, 100 + step);
+        let x: Vec<E> = dense_values(n, ValueDist::Normal { std: 1.0 }, 100 + step);
         let s = host(b, reuse.select(b, &b.upload(&x).unwrap(), k).unwrap());
         check_threshold_contract(&format!("step {step}"), &x, k, &s);
     }
@@ -271,15 +280,15 @@ pub fn reuse_searches_once_per_interval_and_keeps_the_contract<B: Backend>(b: &B
     );
     assert_eq!(reuse.reuses, 9);
     // A changed scale invalidates the threshold: a new search.
-    let x: Vec<f32> = dense_values(n, ValueDist::Normal { std: 100.0 }, 999);
+    let x: Vec<E> = dense_values(n, ValueDist::Normal { std: 100.0 }, 999);
     let s = host(b, reuse.select(b, &b.upload(&x).unwrap(), k).unwrap());
     check_threshold_contract("rescaled", &x, k, &s);
     assert_eq!(reuse.searches, 4);
 }
 
 /// One check of the suite (see the module doc).
-pub fn block_and_bucket_equal_their_per_block_oracles<B: Backend>(b: &B) {
-    for (name, x) in cases() {
+pub fn block_and_bucket_equal_their_per_block_oracles<B: Backend<E>, E: Element>(b: &B) {
+    for (name, x) in cases::<E>() {
         let n = x.len();
         let buf = b.upload(&x).unwrap();
         let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
@@ -331,8 +340,8 @@ fn per_block_oracle(keys: &[u64], offsets: &[usize], ks: &[usize]) -> Vec<u32> {
 }
 
 /// One check of the suite (see the module doc).
-pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
-    let selectors = || -> Vec<Box<dyn Selector<B, f32>>> {
+pub fn bad_input_is_an_error_for_every_selector<B: Backend<E>, E: Element>(b: &B) {
+    let selectors = || -> Vec<Box<dyn Selector<B, E>>> {
         vec![
             Box::new(RadixTopK::magnitude()),
             Box::new(RadixTopK {
@@ -340,23 +349,23 @@ pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
             }),
             Box::new(TrimmedTopK::default()),
             Box::new(ThresholdBinarySearch::default()),
-            Box::new(ThresholdReuse::<f32>::default()),
+            Box::new(ThresholdReuse::<E>::default()),
             Box::new(SampledThreshold::default()),
             Box::new(BlockTopK { blocks: 2 }),
             Box::new(BucketTopK::default()),
-            Box::new(Policy::<f32>::new(false)),
+            Box::new(Policy::<E>::new(false)),
         ]
     };
     for mut s in selectors() {
         let name = s.name();
-        let nan = b.upload(&[1.0f32, 2.0, f32::NAN, 3.0]).unwrap();
+        let nan = b.upload(&[E::one(), e(2.0), E::nan(), e(3.0)]).unwrap();
         assert_eq!(
             s.select(b, &nan, 1).err(),
             Some(Error::NonFinite { index: 2 }),
             "{name}: NaN"
         );
         let inf = b
-            .upload(&[1.0f32, 2.0, 3.0, f32::NEG_INFINITY, f32::INFINITY])
+            .upload(&[E::one(), e(2.0), e(3.0), E::neg_infinity(), E::infinity()])
             .unwrap();
         assert_eq!(
             s.select(b, &inf, 2).err(),
@@ -368,7 +377,7 @@ pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
             Some(Error::NonFinite { index: 3 }),
             "{name}: infinity, k = 0"
         );
-        let ok = b.upload(&[1.0f32, 2.0]).unwrap();
+        let ok = b.upload(&[E::one(), e(2.0)]).unwrap();
         assert_eq!(
             s.select(b, &ok, 3).err(),
             Some(Error::KOutOfRange { k: 3, len: 2 }),
@@ -376,21 +385,21 @@ pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
         );
         // After a call that succeeded (a threshold kept for reuse), NaN and
         // infinity are still errors.
-        let x: Vec<f32> = (0..100).map(|i| i as f32).collect();
-        for (at, bad) in [(99, f32::INFINITY), (50, f32::NAN), (0, f32::NEG_INFINITY)] {
+        let x: Vec<E> = (0..100).map(|i| e(f64::from(i))).collect();
+        for (at, bad) in [(99, E::infinity()), (50, E::nan()), (0, E::neg_infinity())] {
             s.select(b, &b.upload(&x).unwrap(), 10).unwrap();
             let mut y = x.clone();
             y[at] = bad;
             assert_eq!(
                 s.select(b, &b.upload(&y).unwrap(), 10).err(),
                 Some(Error::NonFinite { index: at }),
-                "{name}: {bad} at {at} after a good call"
+                "{name}: {bad:?} at {at} after a good call"
             );
         }
     }
     // Parameters that would loop forever or sample nothing.
-    let ok = b.upload(&[1.0f32, 2.0, 3.0]).unwrap();
-    let bad: Vec<Box<dyn Selector<B, f32>>> = vec![
+    let ok = b.upload(&[E::one(), e(2.0), e(3.0)]).unwrap();
+    let bad: Vec<Box<dyn Selector<B, E>>> = vec![
         Box::new(ThresholdBinarySearch { epsilon: 0.0 }),
         Box::new(ThresholdBinarySearch { epsilon: f64::NAN }),
         Box::new(SampledThreshold {
@@ -414,17 +423,16 @@ pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
             s.name()
         );
     }
-    // f64 infinities too (the radix check has a slow path there), on
-    // backends with f64 kernels.
-    let inf = b.upload(&[1.0f64, f64::INFINITY]).unwrap();
-    match RadixTopK::magnitude().select(b, &inf, 1).err() {
-        Some(Error::Unsupported { backend, what }) => {
-            println!("skipped f64: backend {backend} does not support {what}");
-            return;
-        }
-        other => assert_eq!(other, Some(Error::NonFinite { index: 1 })),
-    }
-    let big = b.upload(&[1.0f64, f64::MAX, -f64::MAX]).unwrap();
+    // Infinity next to the type's largest finite values (the radix check
+    // has a slow path there for f64).
+    let inf = b.upload(&[E::one(), E::infinity()]).unwrap();
+    assert_eq!(
+        RadixTopK::magnitude().select(b, &inf, 1).err(),
+        Some(Error::NonFinite { index: 1 })
+    );
+    let big = b
+        .upload(&[E::one(), E::max_value(), -E::max_value()])
+        .unwrap();
     assert_eq!(
         b.download(&RadixTopK::magnitude().select(b, &big, 1).unwrap().indices)
             .unwrap(),
@@ -433,20 +441,22 @@ pub fn bad_input_is_an_error_for_every_selector<B: Backend>(b: &B) {
 }
 
 /// One check of the suite (see the module doc).
-pub fn policy_picks_by_size_and_alternates_when_quantized<B: Backend>(b: &B) {
-    let mut p = Policy::<f32>::new(false);
+pub fn policy_picks_by_size_and_alternates_when_quantized<B: Backend<E>, E: Element>(b: &B) {
+    let mut p = Policy::<E>::new(false);
+    // Sizes in bytes as those of these many f32 (the policy picks by bytes).
     for (n, want) in [
         (1000usize, PolicyChoice::Exact),
         (100_000, PolicyChoice::Trimmed),
         (2_000_000, PolicyChoice::BinarySearch),
     ] {
-        let x: Vec<f32> = dense_values(n, ValueDist::Normal { std: 1.0 }, n as u64);
+        let n = n * 4 / E::BYTES;
+        let x: Vec<E> = dense_values(n, ValueDist::Normal { std: 1.0 }, n as u64);
         let s = host(b, p.select(b, &b.upload(&x).unwrap(), n / 1000).unwrap());
         assert_eq!(p.last, Some(want), "n = {n}");
         assert!(s.count >= n / 1000);
     }
-    let mut q = Policy::<f32>::new(true);
-    let x: Vec<f32> = dense_values(10_000, ValueDist::Normal { std: 1.0 }, 5);
+    let mut q = Policy::<E>::new(true);
+    let x: Vec<E> = dense_values(10_000, ValueDist::Normal { std: 1.0 }, 5);
     let buf = b.upload(&x).unwrap();
     for round in 0..4 {
         let s = q.select(b, &buf, 50).map(|s| host(b, s)).unwrap();
@@ -469,21 +479,21 @@ pub fn policy_picks_by_size_and_alternates_when_quantized<B: Backend>(b: &B) {
         assert!(
             s.values
                 .iter()
-                .all(|&v| if top { v > 0.0 } else { v < 0.0 }),
+                .all(|&v| if top { v > E::zero() } else { v < E::zero() }),
             "one-signed set"
         );
     }
 }
 
 /// One check of the suite (see the module doc).
-pub fn large_inputs_up_to_2_pow_22<B: Backend>(b: &B) {
+pub fn large_inputs_up_to_2_pow_22<B: Backend<E>, E: Element>(b: &B) {
     let n = 1 << 22;
-    let x: Vec<f32> = dense_values(n, ValueDist::HeavyTailed { scale: 1.0 }, 42);
+    let x: Vec<E> = dense_values(n, ValueDist::HeavyTailed { scale: 1.0 }, 42);
     let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
     let buf = b.upload(&x).unwrap();
     for k in [1, n / 1000] {
         let want = oracle_topk(&keys, k);
-        let exact: [Box<dyn Selector<B, f32>>; 2] = [
+        let exact: [Box<dyn Selector<B, E>>; 2] = [
             Box::new(RadixTopK::magnitude()),
             Box::new(TrimmedTopK::default()),
         ];
@@ -503,11 +513,18 @@ pub fn large_inputs_up_to_2_pow_22<B: Backend>(b: &B) {
     // bound: the exact route runs) or the smallest (far more than k reach
     // it). Selections stay exact, block top-k included.
     let blocks = sparse_core::topk::narrowing_sample(n).expect("a sample at 2^22");
-    for (name, in_blocks) in [("sample high", 100.0f32), ("sample low", 1e-3)] {
+    for (name, in_blocks) in [("sample high", 100.0), ("sample low", 1e-3)] {
         let mut y = x.clone();
         for r in blocks.iter().cloned() {
             for v in &mut y[r] {
-                *v *= in_blocks;
+                // Saturated at the largest finite value (which only a
+                // narrow type reaches).
+                let scaled = *v * e(in_blocks);
+                *v = if scaled.is_finite() {
+                    scaled
+                } else {
+                    E::max_value().copysign(*v)
+                };
             }
         }
         let keys: Vec<u64> = y.iter().map(|&v| abs_key(v)).collect();
@@ -515,7 +532,7 @@ pub fn large_inputs_up_to_2_pow_22<B: Backend>(b: &B) {
         let k = n / 1000;
         let want = oracle_topk(&keys, k);
         for mut sel in [
-            Box::new(RadixTopK::magnitude()) as Box<dyn Selector<B, f32>>,
+            Box::new(RadixTopK::magnitude()) as Box<dyn Selector<B, E>>,
             Box::new(TrimmedTopK::default()),
         ] {
             let s = host(b, sel.select(b, &buf, k).unwrap());
@@ -536,7 +553,7 @@ pub fn large_inputs_up_to_2_pow_22<B: Backend>(b: &B) {
         // index in the input.
         for at in [blocks[3].start - 5, blocks[5].start + 7] {
             let mut z = y.clone();
-            z[at] = f32::INFINITY;
+            z[at] = E::infinity();
             let buf = b.upload(&z).unwrap();
             assert!(
                 matches!(
@@ -550,14 +567,14 @@ pub fn large_inputs_up_to_2_pow_22<B: Backend>(b: &B) {
 }
 
 /// One check of the suite (see the module doc).
-pub fn zen_partitioner_loses_nothing_and_agrees_across_ranks<B: Backend>(b: &B) {
+pub fn zen_partitioner_loses_nothing_and_agrees_across_ranks<B: Backend<E>, E: Element>(b: &B) {
     let mut rng = Rng::seed_from_u64(3);
     let mut idx: Vec<u32> = (0..100_000)
         .map(|_| rng.random_range(0..50_000_000))
         .collect();
     idx.sort_unstable();
     idx.dedup();
-    let vals: Vec<f32> = idx.iter().map(|&i| i as f32).collect();
+    let vals: Vec<E> = idx.iter().map(|&i| e(f64::from(i))).collect();
     let (bi, bv) = (b.upload(&idx).unwrap(), b.upload(&vals).unwrap());
     // Two ranks: same h0 seed, different rehash seeds.
     let rank0 = ZenPartitioner::new(11, 1, 16, idx.len())
@@ -580,7 +597,7 @@ pub fn zen_partitioner_loses_nothing_and_agrees_across_ranks<B: Backend>(b: &B) 
         );
     }
     for p in 0..16 {
-        let set = |z: &crate::ZenPartition<f32>| {
+        let set = |z: &crate::ZenPartition<E>| {
             let mut s = z.parts.indices[z.parts.offsets[p]..z.parts.offsets[p + 1]].to_vec();
             s.sort_unstable();
             s
@@ -606,8 +623,8 @@ pub fn zen_partitioner_loses_nothing_and_agrees_across_ranks<B: Backend>(b: &B) 
 /// `SparseVec` in one call, equal to the top-k of the host
 /// (`SparseVec::split_topk`, the shared tie rule), and a dimension it does
 /// not fit is an error.
-pub fn selection_becomes_a_sparse_vec<B: Backend>(b: &B) {
-    for (name, x) in cases() {
+pub fn selection_becomes_a_sparse_vec<B: Backend<E>, E: Element>(b: &B) {
+    for (name, x) in cases::<E>() {
         let buf = b.upload(&x).unwrap();
         let dense = sparse_core::SparseVec::from_dense(&x).unwrap();
         for k in ks(x.len()) {
@@ -619,8 +636,8 @@ pub fn selection_becomes_a_sparse_vec<B: Backend>(b: &B) {
             let v = sel.to_sparse(b, x.len()).unwrap();
             // Zeros are never stored by from_dense; compare the non-zeros.
             let (want, _) = dense.split_topk(k);
-            let nonzero: Vec<(u32, f32)> = v.iter().filter(|(_, x)| *x != 0.0).collect();
-            let want_nonzero: Vec<(u32, f32)> = want.iter().collect();
+            let nonzero: Vec<(u32, E)> = v.iter().filter(|(_, x)| *x != E::zero()).collect();
+            let want_nonzero: Vec<(u32, E)> = want.iter().collect();
             if k <= dense.nnz() {
                 assert_eq!(nonzero, want_nonzero, "{name} k={k}");
             }

@@ -12,7 +12,7 @@ use sparse_core::{Backend, CounterRng, Element, Error, KeyOrder, Result};
 /// largest. It holds at least k elements, at most 2k unless ties at the
 /// k-th magnitude make that impossible, and then it is the fewest elements
 /// above any threshold that still holds k.
-fn at_least_kth<B: Backend, E: Element>(
+fn at_least_kth<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     k: usize,
@@ -53,7 +53,7 @@ impl Default for ThresholdBinarySearch {
 
 impl ThresholdBinarySearch {
     /// The threshold found (`Some`, with its count) or `None`.
-    fn search<B: Backend, E: Element>(
+    fn search<B: Backend<E>, E: Element>(
         &self,
         b: &B,
         x: &B::Buffer<E>,
@@ -77,7 +77,7 @@ impl ThresholdBinarySearch {
         Ok(None)
     }
 
-    fn run<B: Backend, E: Element>(
+    fn run<B: Backend<E>, E: Element>(
         &self,
         b: &B,
         x: &B::Buffer<E>,
@@ -105,7 +105,7 @@ impl ThresholdBinarySearch {
     }
 }
 
-impl<B: Backend, E: Element> Selector<B, E> for ThresholdBinarySearch {
+impl<B: Backend<E>, E: Element> Selector<B, E> for ThresholdBinarySearch {
     fn name(&self) -> String {
         "threshold_bsearch".into()
     }
@@ -152,7 +152,7 @@ impl<E> Default for ThresholdReuse<E> {
     }
 }
 
-impl<B: Backend, E: Element> Selector<B, E> for ThresholdReuse<E> {
+impl<B: Backend<E>, E: Element> Selector<B, E> for ThresholdReuse<E> {
     fn name(&self) -> String {
         "threshold_bsearch_reuse".into()
     }
@@ -217,7 +217,7 @@ impl Default for SampledThreshold {
     }
 }
 
-impl<B: Backend, E: Element> Selector<B, E> for SampledThreshold {
+impl<B: Backend<E>, E: Element> Selector<B, E> for SampledThreshold {
     fn name(&self) -> String {
         "sampled_threshold".into()
     }

@@ -81,7 +81,7 @@ impl TrimmedTopK {
 /// The first of `rungs` above which at least `k` elements of `x` lie,
 /// counted [`LADDER`] rungs per call (one pass on backends that fuse the
 /// counts).
-fn first_rung<B: Backend, E: Element>(
+fn first_rung<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     rungs: &[E],
@@ -102,7 +102,7 @@ fn first_rung<B: Backend, E: Element>(
 /// or when the predicted rung holds more than [`MAX_PREDICTED`] of the
 /// sample (a compaction that large costs more than counting the ladder on
 /// the input, the route taken then).
-fn predicted_rung<B: Backend, E: Element>(
+fn predicted_rung<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     rungs: &[E],
@@ -123,7 +123,7 @@ fn predicted_rung<B: Backend, E: Element>(
 const MAX_PREDICTED: f64 = 1.0 / 32.0;
 
 /// The elements of a selection `c` whose magnitude is above `t`.
-fn narrow<B: Backend, E: Element>(b: &B, c: &Selected<B, E>, t: E) -> Result<Selected<B, E>> {
+fn narrow<B: Backend<E>, E: Element>(b: &B, c: &Selected<B, E>, t: E) -> Result<Selected<B, E>> {
     let pos = b.compact_above(&c.values, t)?;
     Ok(Selected {
         indices: b.gather_indices(&c.indices, &pos.indices)?,
@@ -133,7 +133,7 @@ fn narrow<B: Backend, E: Element>(b: &B, c: &Selected<B, E>, t: E) -> Result<Sel
 
 /// The survivors of the paper's trim: every element above the highest rung
 /// that at least `k` elements are above, or `None` where no rung holds k.
-fn survivors<B: Backend, E: Element>(
+fn survivors<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     rungs: &[E],
@@ -160,7 +160,7 @@ fn survivors<B: Backend, E: Element>(
     }
 }
 
-impl<B: Backend, E: Element> Selector<B, E> for TrimmedTopK {
+impl<B: Backend<E>, E: Element> Selector<B, E> for TrimmedTopK {
     fn name(&self) -> String {
         "trimmed_topk".into()
     }

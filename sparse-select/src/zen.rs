@@ -39,7 +39,7 @@ impl ZenPartitioner {
     ///
     /// # Errors
     /// Backend errors.
-    pub fn partition<B: Backend, E: Element>(
+    pub fn partition<B: Backend<E>, E: Element>(
         &self,
         b: &B,
         indices: &B::Buffer<u32>,

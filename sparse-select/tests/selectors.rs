@@ -1,6 +1,6 @@
 //! The selector suite on the CPU reference backend.
 
-sparse_select::selector_test_suite!(backend_cpu::Cpu);
+sparse_select::selector_test_suite!(backend_cpu::Cpu; f32, f64, f16, bf16);
 
 /// Every function of the selector suite is listed in
 /// `selector_test_suite!`, and nothing else is.

@@ -1,7 +1,7 @@
 //! Shared setup of the divan benches.
 
 use sparse_core::SparseVec;
-use sparse_core::testing::generate::GradientSpec;
+use sparse_core::generate::GradientSpec;
 
 /// A seeded gradient of dimension `n` and density 0.1%.
 pub fn gradient(n: usize) -> SparseVec<f32> {

@@ -13,7 +13,7 @@ use residual_sgd::{Config, LayerSpec, Rule, Trainer};
 use sparse_coll::dense::bruck_allgather;
 use sparse_coll::{Defaults, MpiTransport, Registry, ThreadCluster, Transport};
 use sparse_core::Result;
-use sparse_core::testing::Rng;
+use sparse_core::generate::Rng;
 use sparse_select::RadixTopK;
 
 const SIZES: [usize; 2] = [2000, 50];

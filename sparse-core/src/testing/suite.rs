@@ -1,43 +1,30 @@
-//! The backend test suite, written once. Each `pub fn name<B: Backend>(b)`
-//! checks one primitive against a brute-force oracle (or the reference
+//! The backend test suite, written once. Each
+//! `pub fn name<B: Backend<E>, E: Element>(b)` checks one primitive on
+//! elements of type `E` against a brute-force oracle (or the reference
 //! implementation in `sparse-core` where the output is a pinned layout) and
-//! panics on a mismatch. [`crate::backend_test_suite!`] wraps each in a
-//! `#[test]`.
-//!
-//! Element types a backend does not support (it returns
-//! [`Error::Unsupported`]) are skipped with a printed note.
+//! panics on a mismatch; each `pub fn name<B: IndexOps>(b)` checks an
+//! index-only primitive. [`crate::backend_test_suite!`] wraps each in a
+//! `#[test]`, the element checks once per element type the backend
+//! implements (a type it does not implement does not compile, so nothing
+//! is skipped).
 
 use super::Rng;
 use super::generate::{ValueDist, dense_values};
-use crate::backend::{Backend, Extreme};
+use crate::backend::{Backend, Extreme, IndexOps};
 use crate::encoding::{bits_from_indices, indices_from_bits};
 use crate::hash::HierarchicalHash;
 use crate::qsgd::{self, QsgdParams};
 use crate::{Element, Error, Result, abs_key, signed_key};
-use half::{bf16, f16};
 use rand::{Rng as _, RngCore as _, SeedableRng as _};
 
-/// Runs the generic check `$run::<B, E>` for every element type.
-macro_rules! each_element {
-    ($run:ident, $b:expr) => {
-        $run::<B, f32>($b);
-        $run::<B, f64>($b);
-        $run::<B, f16>($b);
-        $run::<B, bf16>($b);
-    };
+/// Unwraps, or panics naming `what` and the error.
+fn ok<T>(r: Result<T>, what: &str) -> T {
+    r.unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
-/// Unwraps, or returns `None` (with a note) if the backend lacks the
-/// capability.
-fn supported<T>(r: Result<T>, what: &str) -> Option<T> {
-    match r {
-        Ok(v) => Some(v),
-        Err(Error::Unsupported { backend, what: w }) => {
-            println!("skipped {what}: backend {backend} does not support {w}");
-            None
-        }
-        Err(e) => panic!("{what}: {e}"),
-    }
+/// `v` in the element type (nearest value).
+fn e<E: Element>(v: f64) -> E {
+    E::from_f64_nearest(v)
 }
 
 /// Named inputs covering the cases that break selection code: random,
@@ -90,7 +77,8 @@ pub fn inputs(seed: u64) -> Vec<(String, Vec<f64>)> {
     out
 }
 
-fn convert<E: Element>(x: &[f64]) -> Vec<E> {
+/// `x` in the element type (nearest values).
+pub fn convert<E: Element>(x: &[f64]) -> Vec<E> {
     x.iter().map(|&v| E::from_f64_nearest(v)).collect()
 }
 
@@ -111,7 +99,7 @@ fn ks(n: usize) -> Vec<usize> {
     k
 }
 
-fn check_selected<B: Backend, E: Element>(
+fn check_selected<B: Backend<E>, E: Element>(
     b: &B,
     sel: crate::backend::Selected<B, E>,
     x: &[E],
@@ -131,229 +119,194 @@ fn check_selected<B: Backend, E: Element>(
 
 /// `max_abs` exact, `mean_abs` and `sum_squares` within `1e-5` relative
 /// (`f32` accumulation allowed) against sums in `f64`.
-pub fn reductions<B: Backend>(b: &B) {
-    fn run<B: Backend, E: Element>(b: &B) {
-        for (name, raw) in inputs(11) {
-            let x: Vec<E> = convert(&raw);
-            let Some(buf) = supported(b.upload(&x), E::NAME) else {
-                return;
-            };
-            let Some(max) = supported(b.max_abs(&buf), E::NAME) else {
-                return;
-            };
-            let want = x.iter().fold(E::zero(), |m, v| m.max(v.abs()));
-            assert_eq!(
-                max.to_bits_u64(),
-                want.to_bits_u64(),
-                "{} {name}: max_abs",
-                E::NAME
-            );
-            let mean = b.mean_abs(&buf).unwrap();
-            // The fused statistics give the same maximum and a mean within
-            // the same tolerance.
-            let (fused_max, fused_mean) = b.abs_stats(&buf).unwrap();
-            assert_eq!(
-                fused_max.to_bits_u64(),
-                want.to_bits_u64(),
-                "{} {name}: abs_stats max",
-                E::NAME
-            );
-            let exact = x.iter().map(|v| v.to_f64_exact().abs()).sum::<f64>() / x.len() as f64;
-            for mean in [mean, fused_mean] {
-                if exact.is_finite() {
-                    assert!(
-                        approx::relative_eq!(mean, exact, max_relative = 1e-5),
-                        "{} {name}: mean_abs {mean} vs {exact}",
-                        E::NAME
-                    );
-                } else {
-                    assert!(
-                        mean.is_infinite(),
-                        "{} {name}: mean_abs {mean} vs {exact}",
-                        E::NAME
-                    );
-                }
-            }
-            // Squares in f64 are exact for f32 and narrower; f32
-            // accumulation is within 1e-5 where no f32 square under- or
-            // overflows.
-            let squares = b.sum_squares(&buf).unwrap();
-            let exact = x
-                .iter()
-                .map(|v| v.to_f64_exact() * v.to_f64_exact())
-                .sum::<f64>();
-            let in_range = x.iter().all(|v| {
-                let a = v.to_f64_exact().abs();
-                a == 0.0 || (1e-19..=1e18).contains(&a)
-            });
-            if exact.is_infinite() {
+pub fn reductions<B: Backend<E>, E: Element>(b: &B) {
+    for (name, raw) in inputs(11) {
+        let x: Vec<E> = convert(&raw);
+        let buf = ok(b.upload(&x), E::NAME);
+        let max = ok(b.max_abs(&buf), E::NAME);
+        let want = x.iter().fold(E::zero(), |m, v| m.max(v.abs()));
+        assert_eq!(
+            max.to_bits_u64(),
+            want.to_bits_u64(),
+            "{} {name}: max_abs",
+            E::NAME
+        );
+        let mean = b.mean_abs(&buf).unwrap();
+        // The fused statistics give the same maximum and a mean within
+        // the same tolerance.
+        let (fused_max, fused_mean) = b.abs_stats(&buf).unwrap();
+        assert_eq!(
+            fused_max.to_bits_u64(),
+            want.to_bits_u64(),
+            "{} {name}: abs_stats max",
+            E::NAME
+        );
+        let exact = x.iter().map(|v| v.to_f64_exact().abs()).sum::<f64>() / x.len() as f64;
+        for mean in [mean, fused_mean] {
+            if exact.is_finite() {
                 assert!(
-                    squares.is_infinite(),
-                    "{} {name}: sum_squares {squares}",
+                    approx::relative_eq!(mean, exact, max_relative = 1e-5),
+                    "{} {name}: mean_abs {mean} vs {exact}",
                     E::NAME
                 );
-            } else if in_range {
+            } else {
                 assert!(
-                    approx::relative_eq!(squares, exact, max_relative = 1e-5),
-                    "{} {name}: sum_squares {squares} vs {exact}",
+                    mean.is_infinite(),
+                    "{} {name}: mean_abs {mean} vs {exact}",
                     E::NAME
                 );
             }
         }
-        let empty = b.upload::<E>(&[]).unwrap();
-        assert_eq!(b.max_abs(&empty).unwrap(), E::zero());
-        assert_eq!(b.mean_abs(&empty).unwrap(), 0.0);
-        assert_eq!(b.sum_squares(&empty).unwrap(), 0.0);
+        // Squares in f64 are exact for f32 and narrower; f32
+        // accumulation is within 1e-5 where no f32 square under- or
+        // overflows.
+        let squares = b.sum_squares(&buf).unwrap();
+        let exact = x
+            .iter()
+            .map(|v| v.to_f64_exact() * v.to_f64_exact())
+            .sum::<f64>();
+        let in_range = x.iter().all(|v| {
+            let a = v.to_f64_exact().abs();
+            a == 0.0 || (1e-19..=1e18).contains(&a)
+        });
+        if exact.is_infinite() {
+            assert!(
+                squares.is_infinite(),
+                "{} {name}: sum_squares {squares}",
+                E::NAME
+            );
+        } else if in_range {
+            assert!(
+                approx::relative_eq!(squares, exact, max_relative = 1e-5),
+                "{} {name}: sum_squares {squares} vs {exact}",
+                E::NAME
+            );
+        }
     }
-    each_element!(run, b);
+    let empty = b.upload::<E>(&[]).unwrap();
+    assert_eq!(b.max_abs(&empty).unwrap(), E::zero());
+    assert_eq!(b.mean_abs(&empty).unwrap(), 0.0);
+    assert_eq!(b.sum_squares(&empty).unwrap(), 0.0);
 }
 
 /// `count_above` equals a brute-force count for thresholds at, between and
 /// beyond the data's magnitudes.
-pub fn count_above<B: Backend>(b: &B) {
-    fn run<B: Backend, E: Element>(b: &B) {
-        for (name, raw) in inputs(12) {
-            let x: Vec<E> = convert(&raw);
-            let Some(buf) = supported(b.upload(&x), E::NAME) else {
-                return;
-            };
-            let mut ts: Vec<E> = vec![
-                E::zero(),
-                E::from_f64_nearest(0.5),
-                E::from_f64_nearest(1.0),
-                E::infinity(),
-                E::from_f64_nearest(-1.0),
-            ];
-            ts.extend(x.iter().step_by(x.len() / 5 + 1).map(|v| v.abs()));
-            let mut wants = Vec::new();
-            for &t in &ts {
-                let want = x.iter().filter(|v| v.abs() > t).count();
-                let Some(got) = supported(b.count_above(&buf, t), E::NAME) else {
-                    return;
-                };
-                assert_eq!(got, want, "{} {name}: count_above({t:?})", E::NAME);
-                wants.push(want);
-            }
-            // All thresholds in one call, and the non-negative ones alone
-            // (the fused path of backends that have one).
-            assert_eq!(
-                b.count_above_each(&buf, &ts).unwrap(),
-                wants,
-                "{} {name}: count_above_each",
-                E::NAME
-            );
-            let (ts, wants): (Vec<E>, Vec<usize>) = ts
-                .iter()
-                .zip(&wants)
-                .filter(|(t, _)| **t >= E::zero())
-                .map(|(&t, &w)| (t, w))
-                .unzip();
-            assert_eq!(
-                b.count_above_each(&buf, &ts).unwrap(),
-                wants,
-                "{} {name}: count_above_each",
-                E::NAME
-            );
+pub fn count_above<B: Backend<E>, E: Element>(b: &B) {
+    for (name, raw) in inputs(12) {
+        let x: Vec<E> = convert(&raw);
+        let buf = ok(b.upload(&x), E::NAME);
+        let mut ts: Vec<E> = vec![
+            E::zero(),
+            E::from_f64_nearest(0.5),
+            E::from_f64_nearest(1.0),
+            E::infinity(),
+            E::from_f64_nearest(-1.0),
+        ];
+        ts.extend(x.iter().step_by(x.len() / 5 + 1).map(|v| v.abs()));
+        let mut wants = Vec::new();
+        for &t in &ts {
+            let want = x.iter().filter(|v| v.abs() > t).count();
+            let got = ok(b.count_above(&buf, t), E::NAME);
+            assert_eq!(got, want, "{} {name}: count_above({t:?})", E::NAME);
+            wants.push(want);
         }
+        // All thresholds in one call, and the non-negative ones alone
+        // (the fused path of backends that have one).
+        assert_eq!(
+            b.count_above_each(&buf, &ts).unwrap(),
+            wants,
+            "{} {name}: count_above_each",
+            E::NAME
+        );
+        let (ts, wants): (Vec<E>, Vec<usize>) = ts
+            .iter()
+            .zip(&wants)
+            .filter(|(t, _)| **t >= E::zero())
+            .map(|(&t, &w)| (t, w))
+            .unzip();
+        assert_eq!(
+            b.count_above_each(&buf, &ts).unwrap(),
+            wants,
+            "{} {name}: count_above_each",
+            E::NAME
+        );
     }
-    each_element!(run, b);
 }
 
 /// `compact_above` returns exactly the brute-force filter, in index order.
-pub fn compact_above<B: Backend>(b: &B) {
-    fn run<B: Backend, E: Element>(b: &B) {
-        for (name, raw) in inputs(13) {
-            let x: Vec<E> = convert(&raw);
-            let Some(buf) = supported(b.upload(&x), E::NAME) else {
-                return;
-            };
-            for t in [
-                E::zero(),
-                E::from_f64_nearest(0.7),
-                E::from_f64_nearest(1.5),
-                E::from_f64_nearest(-0.5),
-                E::infinity(),
-            ] {
-                let want: Vec<u32> = (0..x.len() as u32)
-                    .filter(|&i| x[i as usize].abs() > t)
-                    .collect();
-                let Some(sel) = supported(b.compact_above(&buf, t), E::NAME) else {
-                    return;
-                };
-                check_selected(
-                    b,
-                    sel,
-                    &x,
-                    &want,
-                    &format!("{} {name} compact_above({t:?})", E::NAME),
-                );
-            }
+pub fn compact_above<B: Backend<E>, E: Element>(b: &B) {
+    for (name, raw) in inputs(13) {
+        let x: Vec<E> = convert(&raw);
+        let buf = ok(b.upload(&x), E::NAME);
+        for t in [
+            E::zero(),
+            E::from_f64_nearest(0.7),
+            E::from_f64_nearest(1.5),
+            E::from_f64_nearest(-0.5),
+            E::infinity(),
+        ] {
+            let want: Vec<u32> = (0..x.len() as u32)
+                .filter(|&i| x[i as usize].abs() > t)
+                .collect();
+            let sel = ok(b.compact_above(&buf, t), E::NAME);
+            check_selected(
+                b,
+                sel,
+                &x,
+                &want,
+                &format!("{} {name} compact_above({t:?})", E::NAME),
+            );
         }
     }
-    each_element!(run, b);
 }
 
 /// Exact top-k by magnitude equals the sorting oracle (tie rule included)
 /// for k = 0, 1, n/1000, n/3, n-1, n.
-pub fn topk_abs<B: Backend>(b: &B) {
-    fn run<B: Backend, E: Element>(b: &B) {
-        for (name, raw) in inputs(14) {
-            let x: Vec<E> = convert(&raw);
-            let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
-            let Some(buf) = supported(b.upload(&x), E::NAME) else {
-                return;
-            };
-            for k in ks(x.len()) {
-                let Some(sel) = supported(b.topk_abs(&buf, k), E::NAME) else {
-                    return;
-                };
+pub fn topk_abs<B: Backend<E>, E: Element>(b: &B) {
+    for (name, raw) in inputs(14) {
+        let x: Vec<E> = convert(&raw);
+        let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+        let buf = ok(b.upload(&x), E::NAME);
+        for k in ks(x.len()) {
+            let sel = ok(b.topk_abs(&buf, k), E::NAME);
+            check_selected(
+                b,
+                sel,
+                &x,
+                &oracle_topk(&keys, k),
+                &format!("{} {name} topk_abs k={k}", E::NAME),
+            );
+        }
+    }
+}
+
+/// Signed top-k and low-k equal the sorting oracle on the signed order.
+pub fn topk_signed<B: Backend<E>, E: Element>(b: &B) {
+    for (name, raw) in inputs(15) {
+        let x: Vec<E> = convert(&raw);
+        let hi: Vec<u64> = x.iter().map(|&v| signed_key(v)).collect();
+        let lo: Vec<u64> = hi.iter().map(|&k| !k).collect();
+        let buf = ok(b.upload(&x), E::NAME);
+        for k in ks(x.len()) {
+            for (end, keys) in [(Extreme::Largest, &hi), (Extreme::Smallest, &lo)] {
+                let sel = ok(b.topk_signed(&buf, k, end), E::NAME);
                 check_selected(
                     b,
                     sel,
                     &x,
-                    &oracle_topk(&keys, k),
-                    &format!("{} {name} topk_abs k={k}", E::NAME),
+                    &oracle_topk(keys, k),
+                    &format!("{} {name} topk_signed {end:?} k={k}", E::NAME),
                 );
             }
         }
     }
-    each_element!(run, b);
-}
-
-/// Signed top-k and low-k equal the sorting oracle on the signed order.
-pub fn topk_signed<B: Backend>(b: &B) {
-    fn run<B: Backend, E: Element>(b: &B) {
-        for (name, raw) in inputs(15) {
-            let x: Vec<E> = convert(&raw);
-            let hi: Vec<u64> = x.iter().map(|&v| signed_key(v)).collect();
-            let lo: Vec<u64> = hi.iter().map(|&k| !k).collect();
-            let Some(buf) = supported(b.upload(&x), E::NAME) else {
-                return;
-            };
-            for k in ks(x.len()) {
-                for (end, keys) in [(Extreme::Largest, &hi), (Extreme::Smallest, &lo)] {
-                    let Some(sel) = supported(b.topk_signed(&buf, k, end), E::NAME) else {
-                        return;
-                    };
-                    check_selected(
-                        b,
-                        sel,
-                        &x,
-                        &oracle_topk(keys, k),
-                        &format!("{} {name} topk_signed {end:?} k={k}", E::NAME),
-                    );
-                }
-            }
-        }
-    }
-    each_element!(run, b);
 }
 
 /// Pinned values: the tie rule on a hand-written input.
-pub fn topk_pinned_ties<B: Backend>(b: &B) {
-    let x = [1.0f32, -3.0, 3.0, 2.0, -3.0, 0.0, 3.0];
+pub fn topk_pinned_ties<B: Backend<E>, E: Element>(b: &B) {
+    let x: Vec<E> = convert(&[1.0, -3.0, 3.0, 2.0, -3.0, 0.0, 3.0]);
     let buf = b.upload(&x).unwrap();
-    let idx = |s: crate::backend::Selected<B, f32>| b.download(&s.indices).unwrap();
+    let idx = |s: crate::backend::Selected<B, E>| b.download(&s.indices).unwrap();
     // |x| = 3 at 1, 2, 4, 6: the three lowest indices win.
     assert_eq!(idx(b.topk_abs(&buf, 3).unwrap()), vec![1, 2, 4]);
     assert_eq!(idx(b.topk_abs(&buf, 5).unwrap()), vec![1, 2, 3, 4, 6]);
@@ -374,23 +327,23 @@ pub fn topk_pinned_ties<B: Backend>(b: &B) {
 
 /// NaN is an error naming the first NaN; k > n is an error; lengths are
 /// checked.
-pub fn errors<B: Backend>(b: &B) {
-    let x = [1.0f32, 2.0, f32::NAN, 4.0, f32::NAN];
+pub fn errors<B: Backend<E>, E: Element>(b: &B) {
+    let x = [e(1.0), e(2.0), E::nan(), e(4.0), E::nan()];
     let buf = b.upload(&x).unwrap();
     let nan = Error::NonFinite { index: 2 };
     assert_eq!(b.max_abs(&buf).err(), Some(nan.clone()));
     assert_eq!(b.mean_abs(&buf).err(), Some(nan.clone()));
     assert_eq!(b.sum_squares(&buf).err(), Some(nan.clone()));
-    assert_eq!(b.count_above(&buf, 0.0).err(), Some(nan.clone()));
+    assert_eq!(b.count_above(&buf, E::zero()).err(), Some(nan.clone()));
     assert_eq!(b.abs_stats(&buf).err(), Some(nan.clone()));
     assert_eq!(
-        b.count_above_each(&buf, &[0.0, 3.0]).err(),
+        b.count_above_each(&buf, &[E::zero(), e(3.0)]).err(),
         Some(nan.clone())
     );
-    assert_eq!(b.compact_above(&buf, 0.0).err(), Some(nan.clone()));
+    assert_eq!(b.compact_above(&buf, E::zero()).err(), Some(nan.clone()));
     assert_eq!(b.topk_abs(&buf, 1).err(), Some(nan.clone()));
     assert_eq!(b.topk_signed(&buf, 1, Extreme::Largest).err(), Some(nan));
-    let ok = b.upload(&[1.0f32, 2.0]).unwrap();
+    let ok = b.upload(&[E::one(), e(2.0)]).unwrap();
     assert_eq!(
         b.topk_abs(&ok, 3).err(),
         Some(Error::KOutOfRange { k: 3, len: 2 })
@@ -399,19 +352,19 @@ pub fn errors<B: Backend>(b: &B) {
         b.topk_signed(&ok, 3, Extreme::Smallest).err(),
         Some(Error::KOutOfRange { k: 3, len: 2 })
     );
-    let mut y = b.upload(&[1.0f32; 3]).unwrap();
+    let mut y = b.upload(&[E::one(); 3]).unwrap();
     assert!(matches!(
-        b.axpy(1.0, &ok, &mut y),
+        b.axpy(E::one(), &ok, &mut y),
         Err(Error::LengthMismatch { .. })
     ));
     let i = b.upload(&[0u32, 1]).unwrap();
-    let v = b.upload(&[1.0f32]).unwrap();
+    let v = b.upload(&[E::one()]).unwrap();
     assert!(matches!(
         b.scatter_add(&mut y, &i, &v),
         Err(Error::LengthMismatch { .. })
     ));
     let far = b.upload(&[0u32, 3]).unwrap();
-    let two = b.upload(&[1.0f32, 1.0]).unwrap();
+    let two = b.upload(&[E::one(); 2]).unwrap();
     // A bad index is an error at the call or, on backends that check on
     // the device without waiting, at the next download; either way once.
     assert!(matches!(
@@ -432,59 +385,65 @@ pub fn errors<B: Backend>(b: &B) {
 }
 
 /// `scatter_add` and `mask` against dense loops.
-pub fn scatter_add_and_mask<B: Backend>(b: &B) {
+pub fn scatter_add_and_mask<B: Backend<E>, E: Element>(b: &B) {
     let mut rng = Rng::seed_from_u64(21);
     for n in [1usize, 5, 64, 1000, 10_007] {
-        let base: Vec<f32> = dense_values(n, ValueDist::Integer { max: 100 }, rng.next_u64());
+        let base: Vec<E> = dense_values(n, ValueDist::Integer { max: 100 }, rng.next_u64());
         let mut idx: Vec<u32> = (0..n as u32)
             .filter(|_| rng.random_range(0..3) == 0)
             .collect();
         if idx.is_empty() {
             idx.push(0);
         }
-        let vals: Vec<f32> =
-            dense_values(idx.len(), ValueDist::Integer { max: 50 }, rng.next_u64());
+        let vals: Vec<E> = dense_values(idx.len(), ValueDist::Integer { max: 50 }, rng.next_u64());
         let mut want = base.clone();
         for (&i, &v) in idx.iter().zip(&vals) {
-            want[i as usize] += v;
+            want[i as usize] = want[i as usize] + v;
         }
         let mut d = b.upload(&base).unwrap();
         let (bi, bv) = (b.upload(&idx).unwrap(), b.upload(&vals).unwrap());
         b.scatter_add(&mut d, &bi, &bv).unwrap();
         assert_eq!(b.download(&d).unwrap(), want, "scatter_add n={n}");
         for &i in &idx {
-            want[i as usize] = 0.0;
+            want[i as usize] = E::zero();
         }
         b.mask(&mut d, &bi).unwrap();
         assert_eq!(b.download(&d).unwrap(), want, "mask n={n}");
     }
 }
 
-/// `axpy` and `scale` against host loops (exact on integer-valued inputs).
-pub fn axpy_and_scale<B: Backend>(b: &B) {
+/// `axpy` and `scale` against host loops in the element type (exact on
+/// integer-valued inputs where the element type holds the results).
+pub fn axpy_and_scale<B: Backend<E>, E: Element>(b: &B) {
+    let (a, half) = (e::<E>(-3.0), e::<E>(0.5));
     for n in [0usize, 1, 3, 1025] {
-        let x: Vec<f32> = dense_values(n, ValueDist::Integer { max: 1000 }, 1);
-        let y: Vec<f32> = dense_values(n, ValueDist::Integer { max: 1000 }, 2);
+        let x: Vec<E> = dense_values(n, ValueDist::Integer { max: 1000 }, 1);
+        let y: Vec<E> = dense_values(n, ValueDist::Integer { max: 1000 }, 2);
         let (bx, mut by) = (b.upload(&x).unwrap(), b.upload(&y).unwrap());
-        b.axpy(-3.0, &bx, &mut by).unwrap();
-        let want: Vec<f32> = x.iter().zip(&y).map(|(a, c)| -3.0 * a + c).collect();
+        b.axpy(a, &bx, &mut by).unwrap();
+        let want: Vec<E> = x.iter().zip(&y).map(|(&xi, &c)| a * xi + c).collect();
         assert_eq!(b.download(&by).unwrap(), want, "axpy n={n}");
-        b.scale(0.5, &mut by).unwrap();
+        b.scale(half, &mut by).unwrap();
         assert_eq!(
             b.download(&by).unwrap(),
-            want.iter().map(|v| v * 0.5).collect::<Vec<_>>(),
+            want.iter().map(|&v| half * v).collect::<Vec<_>>(),
             "scale n={n}"
         );
     }
 }
 
-fn check_partitions<B: Backend>(
+/// The value each index carries through hashing (in the element type).
+fn hash_value<E: Element>(i: u32) -> E {
+    e(f64::from(i) * 0.5 + 1.0)
+}
+
+fn check_partitions<B: Backend<E>, E: Element>(
     b: &B,
     idx: &[u32],
     h: &HierarchicalHash,
     ctx: &str,
-) -> crate::backend::HashPartitions<f32> {
-    let vals: Vec<f32> = idx.iter().map(|&i| i as f32 * 0.5 + 1.0).collect();
+) -> crate::backend::HashPartitions<E> {
+    let vals: Vec<E> = idx.iter().map(|&i| hash_value(i)).collect();
     let (bi, bv) = (b.upload(idx).unwrap(), b.upload(&vals).unwrap());
     let parts = b.hash_partition(&bi, &bv, h).unwrap();
     let p = h.h0.partitions() as usize;
@@ -500,7 +459,11 @@ fn check_partitions<B: Backend>(
                 q as u32,
                 "{ctx}: index {i} in wrong partition"
             );
-            assert_eq!(parts.values[j], i as f32 * 0.5 + 1.0, "{ctx}: value of {i}");
+            assert_eq!(
+                parts.values[j].to_bits_u64(),
+                hash_value::<E>(i).to_bits_u64(),
+                "{ctx}: value of {i}"
+            );
             seen.push(i);
         }
     }
@@ -513,23 +476,23 @@ fn check_partitions<B: Backend>(
 
 /// Hierarchical hashing with default sizes: every index exactly once, in
 /// partition `h0(index)`, with its value.
-pub fn hash_partition<B: Backend>(b: &B) {
+pub fn hash_partition<B: Backend<E>, E: Element>(b: &B) {
     let mut rng = Rng::seed_from_u64(31);
     for (nnz, parts) in [(0usize, 4u32), (1, 1), (1000, 16), (30_000, 7)] {
         let mut idx: Vec<u32> = (0..nnz).map(|_| rng.next_u32() % 4_000_000).collect();
         idx.sort_unstable();
         idx.dedup();
         let h = HierarchicalHash::with_defaults(99, rng.next_u64(), parts, idx.len()).unwrap();
-        check_partitions(b, &idx, &h, &format!("nnz={nnz} P={parts}"));
+        check_partitions::<B, E>(b, &idx, &h, &format!("nnz={nnz} P={parts}"));
     }
 }
 
 /// Tiny `r1` and `r2` force collisions, serial writes and the fallback;
 /// still nothing is lost.
-pub fn hash_partition_forced_collisions<B: Backend>(b: &B) {
+pub fn hash_partition_forced_collisions<B: Backend<E>, E: Element>(b: &B) {
     let idx: Vec<u32> = (0..5000u32).map(|i| i * 7 + 3).collect();
     let h = HierarchicalHash::new(5, 6, 4, 3, 8, 2).unwrap();
-    let parts = check_partitions(b, &idx, &h, "r1=8 r2=2");
+    let parts = check_partitions::<B, E>(b, &idx, &h, "r1=8 r2=2");
     assert!(
         parts.serial > 0 && parts.fallback > 0,
         "collisions must reach serial ({}) and fallback ({})",
@@ -538,11 +501,11 @@ pub fn hash_partition_forced_collisions<B: Backend>(b: &B) {
     );
     assert_eq!(parts.serial, 4 * 2, "serial area is filled exactly");
     let h = HierarchicalHash::new(5, 6, 3, 1, 1, 0).unwrap();
-    check_partitions(b, &idx, &h, "r1=1 r2=0");
+    check_partitions::<B, E>(b, &idx, &h, "r1=1 r2=0");
 }
 
 /// Bitmap encode equals the layout oracle; decode inverts it.
-pub fn bitmap<B: Backend>(b: &B) {
+pub fn bitmap<B: IndexOps>(b: &B) {
     let mut rng = Rng::seed_from_u64(41);
     for (lo, len) in [
         (0u32, 1usize),
@@ -579,11 +542,10 @@ pub fn bitmap<B: Backend>(b: &B) {
 
 /// QSGD quantization is bit-identical to the reference layout of
 /// [`crate::qsgd`] (same counter-based draws); dequantization matches.
-pub fn qsgd<B: Backend>(b: &B) {
+pub fn qsgd<B: Backend<E>, E: Element>(b: &B) {
     for bits in [2, 4, 8] {
         for (n, bucket) in [(1usize, 1024usize), (1000, 1024), (5000, 512), (4097, 100)] {
-            let x: Vec<f32> =
-                dense_values(n, ValueDist::Normal { std: 2.0 }, n as u64 + bits as u64);
+            let x: Vec<E> = dense_values(n, ValueDist::Normal { std: 2.0 }, n as u64 + bits as u64);
             let p = QsgdParams::new(bits, bucket, 77).unwrap();
             let want = qsgd::quantize(&x, &p, 1000).unwrap();
             let (s, w) = b.qsgd_quantize(&b.upload(&x).unwrap(), &p, 1000).unwrap();
@@ -606,18 +568,22 @@ pub fn qsgd<B: Backend>(b: &B) {
         }
     }
     // Magnitudes at the top of the range and subnormals: the same codes,
-    // and finite decoded values (no `scale * level` overflow).
-    let tiny = f32::from_bits(1);
+    // and finite decoded values (no `scale * level` overflow). The large
+    // values are the same fractions of the type's maximum as `1e38` and
+    // `-4.9e37` of `f32::MAX`.
+    let tiny = E::from_bits_u64(1);
+    let max = E::max_value();
+    let of_max = |v: f64| e::<E>(max.to_f64_exact() * (v / f64::from(f32::MAX)));
     let x = [
-        f32::MAX,
-        -f32::MAX,
-        1e38,
-        -4.9e37,
-        1.0,
+        max,
+        -max,
+        of_max(1e38),
+        of_max(-4.9e37),
+        E::one(),
         tiny,
         -tiny,
-        f32::MIN_POSITIVE / 3.0,
-        0.0,
+        E::min_positive_value() / e(3.0),
+        E::zero(),
     ];
     for bits in [2, 4, 8] {
         for bucket in [1, 4, 1024] {
@@ -632,7 +598,7 @@ pub fn qsgd<B: Backend>(b: &B) {
             assert!(back.iter().all(|v| v.is_finite()), "{back:?}");
         }
     }
-    let bad = b.upload(&[1.0f32, f32::INFINITY]).unwrap();
+    let bad = b.upload(&[E::one(), E::infinity()]).unwrap();
     assert_eq!(
         b.qsgd_quantize(&bad, &QsgdParams::new(4, 8, 0).unwrap(), 0)
             .err(),
@@ -642,9 +608,9 @@ pub fn qsgd<B: Backend>(b: &B) {
 
 /// Top-k and compaction on 2^20 elements (catches multi-pass and
 /// multi-block bugs that small inputs miss).
-pub fn large_topk<B: Backend>(b: &B) {
+pub fn large_topk<B: Backend<E>, E: Element>(b: &B) {
     let n = 1 << 20;
-    let x: Vec<f32> = dense_values(n, ValueDist::HeavyTailed { scale: 1.0 }, 51);
+    let x: Vec<E> = dense_values(n, ValueDist::HeavyTailed { scale: 1.0 }, 51);
     let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
     let buf = b.upload(&x).unwrap();
     for k in [1, n / 1000, n / 10] {
@@ -656,7 +622,7 @@ pub fn large_topk<B: Backend>(b: &B) {
             &format!("large topk k={k}"),
         );
     }
-    let t = 3.0f32;
+    let t = e::<E>(3.0);
     let want: Vec<u32> = (0..n as u32).filter(|&i| x[i as usize].abs() > t).collect();
     assert_eq!(b.count_above(&buf, t).unwrap(), want.len());
     check_selected(
@@ -676,105 +642,89 @@ const ORDERS: [crate::KeyOrder; 3] = [
 
 /// Digit histograms equal brute-force counts for the top, middle and bottom
 /// digits, with matching and non-matching prefixes.
-pub fn digit_histogram<B: Backend>(b: &B) {
-    fn run<B: Backend, E: Element>(b: &B) {
-        let width = (E::BYTES * 8) as u32;
-        for (name, raw) in inputs(16) {
-            let x: Vec<E> = convert(&raw);
-            let Some(buf) = supported(b.upload(&x), E::NAME) else {
-                return;
-            };
-            for order in ORDERS {
-                let keys: Vec<u64> = x.iter().map(|&v| order.key(v)).collect();
-                for (shift, bits) in [(width - 8, 8), (width - 11, 11), (width / 2, 4), (0, 5)] {
-                    let top = shift + bits;
-                    let prefixes = if top >= width {
-                        vec![0]
-                    } else {
-                        vec![keys[0] >> top, (keys[0] >> top) ^ 1]
-                    };
-                    for prefix in prefixes {
-                        let mut want = vec![0u32; 1 << bits];
-                        for &k in &keys {
-                            if top >= 64 || k >> top == prefix {
-                                want[((k >> shift) & ((1 << bits) - 1)) as usize] += 1;
-                            }
+pub fn digit_histogram<B: Backend<E>, E: Element>(b: &B) {
+    let width = (E::BYTES * 8) as u32;
+    for (name, raw) in inputs(16) {
+        let x: Vec<E> = convert(&raw);
+        let buf = ok(b.upload(&x), E::NAME);
+        for order in ORDERS {
+            let keys: Vec<u64> = x.iter().map(|&v| order.key(v)).collect();
+            for (shift, bits) in [(width - 8, 8), (width - 11, 11), (width / 2, 4), (0, 5)] {
+                let top = shift + bits;
+                let prefixes = if top >= width {
+                    vec![0]
+                } else {
+                    vec![keys[0] >> top, (keys[0] >> top) ^ 1]
+                };
+                for prefix in prefixes {
+                    let mut want = vec![0u32; 1 << bits];
+                    for &k in &keys {
+                        if top >= 64 || k >> top == prefix {
+                            want[((k >> shift) & ((1 << bits) - 1)) as usize] += 1;
                         }
-                        let digit = crate::Digit {
-                            shift,
-                            digit_bits: bits,
-                            prefix,
-                        };
-                        let Some(got) = supported(b.digit_histogram(&buf, order, digit), E::NAME)
-                        else {
-                            return;
-                        };
-                        assert_eq!(got, want, "{} {name} {order:?} {digit:?}", E::NAME);
                     }
+                    let digit = crate::Digit {
+                        shift,
+                        digit_bits: bits,
+                        prefix,
+                    };
+                    let got = ok(b.digit_histogram(&buf, order, digit), E::NAME);
+                    assert_eq!(got, want, "{} {name} {order:?} {digit:?}", E::NAME);
                 }
             }
-            let bad = crate::Digit {
-                shift: width - 4,
-                digit_bits: 8,
-                prefix: 0,
-            };
-            assert!(matches!(
-                b.digit_histogram(&buf, crate::KeyOrder::Abs, bad),
-                Err(Error::InvalidParameter { .. })
-            ));
         }
+        let bad = crate::Digit {
+            shift: width - 4,
+            digit_bits: 8,
+            prefix: 0,
+        };
+        assert!(matches!(
+            b.digit_histogram(&buf, crate::KeyOrder::Abs, bad),
+            Err(Error::InvalidParameter { .. })
+        ));
     }
-    each_element!(run, b);
 }
 
 /// Compaction by key with a tie quota equals the brute-force filter.
-pub fn compact_key<B: Backend>(b: &B) {
-    fn run<B: Backend, E: Element>(b: &B) {
-        for (name, raw) in inputs(17) {
-            let x: Vec<E> = convert(&raw);
-            let Some(buf) = supported(b.upload(&x), E::NAME) else {
-                return;
-            };
-            for order in ORDERS {
-                let keys: Vec<u64> = x.iter().map(|&v| order.key(v)).collect();
-                for &key in [keys[0], keys[keys.len() / 2], 0, u64::MAX].iter() {
-                    for take in [0usize, 1, 3, usize::MAX] {
-                        let mut left = take;
-                        let want: Vec<u32> = (0..x.len() as u32)
-                            .filter(|&i| {
-                                let k = keys[i as usize];
-                                if k == key && left > 0 {
-                                    left -= 1;
-                                    true
-                                } else {
-                                    k > key
-                                }
-                            })
-                            .collect();
-                        let Some(sel) = supported(b.compact_key(&buf, order, key, take), E::NAME)
-                        else {
-                            return;
-                        };
-                        check_selected(
-                            b,
-                            sel,
-                            &x,
-                            &want,
-                            &format!("{} {name} {order:?} key={key} take={take}", E::NAME),
-                        );
-                    }
+pub fn compact_key<B: Backend<E>, E: Element>(b: &B) {
+    for (name, raw) in inputs(17) {
+        let x: Vec<E> = convert(&raw);
+        let buf = ok(b.upload(&x), E::NAME);
+        for order in ORDERS {
+            let keys: Vec<u64> = x.iter().map(|&v| order.key(v)).collect();
+            for &key in [keys[0], keys[keys.len() / 2], 0, u64::MAX].iter() {
+                for take in [0usize, 1, 3, usize::MAX] {
+                    let mut left = take;
+                    let want: Vec<u32> = (0..x.len() as u32)
+                        .filter(|&i| {
+                            let k = keys[i as usize];
+                            if k == key && left > 0 {
+                                left -= 1;
+                                true
+                            } else {
+                                k > key
+                            }
+                        })
+                        .collect();
+                    let sel = ok(b.compact_key(&buf, order, key, take), E::NAME);
+                    check_selected(
+                        b,
+                        sel,
+                        &x,
+                        &want,
+                        &format!("{} {name} {order:?} key={key} take={take}", E::NAME),
+                    );
                 }
             }
         }
     }
-    each_element!(run, b);
 }
 
 /// Segmented top-k equals the per-segment sorting oracle; bad segments are
 /// errors.
-pub fn topk_segmented<B: Backend>(b: &B) {
+pub fn topk_segmented<B: Backend<E>, E: Element>(b: &B) {
     for (name, raw) in inputs(18) {
-        let x: Vec<f32> = convert(&raw);
+        let x: Vec<E> = convert(&raw);
         let n = x.len();
         let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
         let buf = b.upload(&x).unwrap();
@@ -813,11 +763,16 @@ pub fn topk_segmented<B: Backend>(b: &B) {
     }
 }
 
-/// Gather returns `x[i]` for each index and rejects indices past the end.
-pub fn gather<B: Backend>(b: &B) {
-    let x: Vec<f32> = dense_values(1000, ValueDist::Normal { std: 1.0 }, 3);
+/// 300 seeded positions below 1000 (with repeats) for the gather checks.
+fn gather_positions() -> Vec<u32> {
     let mut rng = Rng::seed_from_u64(4);
-    let idx: Vec<u32> = (0..300).map(|_| rng.random_range(0..1000) as u32).collect();
+    (0..300).map(|_| rng.random_range(0..1000) as u32).collect()
+}
+
+/// Gather returns `x[i]` for each index and rejects indices past the end.
+pub fn gather<B: Backend<E>, E: Element>(b: &B) {
+    let x: Vec<E> = dense_values(1000, ValueDist::Normal { std: 1.0 }, 3);
+    let idx = gather_positions();
     let got = b
         .gather(&b.upload(&x).unwrap(), &b.upload(&idx).unwrap())
         .unwrap();
@@ -836,7 +791,13 @@ pub fn gather<B: Backend>(b: &B) {
         })
     ));
     assert!(b.download(&x).is_ok(), "the fault is reported once");
-    // The same for indices mapped through positions.
+}
+
+/// Gather of indices returns `src[i]` for each position and rejects
+/// positions past the end.
+pub fn gather_indices<B: IndexOps>(b: &B) {
+    let idx = gather_positions();
+    let far = b.upload(&[5u32, 1000, 7, 1001]).unwrap();
     let src: Vec<u32> = (0..1000).map(|i| i * 7 + 3).collect();
     let src = b.upload(&src).unwrap();
     let got = b.gather_indices(&src, &b.upload(&idx).unwrap()).unwrap();

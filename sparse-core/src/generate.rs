@@ -1,11 +1,17 @@
-//! Seeded generators of synthetic gradients.
+//! Seeded generators of synthetic gradients, for benchmarks, examples and
+//! tests alike: always built (the test suites of the `testing` feature use
+//! them too).
 //!
 //! [`GradientSpec`] draws one sparse gradient per rank with a chosen
 //! dimension, density, overlap ratio between ranks (Zen Def. 3), skewness
-//! (Zen Def. 5) and value distribution. The same spec and seed give the same
-//! gradients on every machine.
+//! (Zen Def. 5) and value distribution; [`dense_values`] draws dense
+//! inputs. The same spec and seed give the same gradients on every machine.
 
-use super::Rng;
+/// The named, seedable generator of synthetic gradients and test inputs:
+/// ChaCha8, whose stream is fixed by its specification (not by a `rand`
+/// version). Hashing seeds ([`crate::SplitMix64`]) and QSGD's counter-based
+/// draws, which kernels reproduce bit for bit, keep their own generators.
+pub type Rng = rand_chacha::ChaCha8Rng;
 use crate::stats::{even_len, even_start};
 use crate::{Element, Error, Result, SparseVec};
 use rand::{Rng as _, SeedableRng};
