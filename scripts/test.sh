@@ -160,7 +160,7 @@ PY
 # Training under MPI: two processes, every rank the same weights after
 # every epoch, the world size in the rows, accuracy above chance.
 train_rows=$(MPIEXEC_TIMEOUT=300 mpiexec -n 2 "$bin/sparse-bench" train --transport mpi \
-    --epochs 2 --hidden 32 --density 0.05 --scheme redsync_rgc,sparcml_topk_sgd --json)
+    --epochs 2 --hidden 32 --density 0.05 --scheme redsync_rgc --scheme sparcml_topk_sgd --json)
 python3 - "$train_rows" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]

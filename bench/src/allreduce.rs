@@ -11,25 +11,46 @@ use sparse_core::testing::generate::{GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
 use std::time::{Duration, Instant};
 
-/// Parameters of the allreduce benchmark.
-#[derive(Debug, Clone)]
+/// Parameters of the allreduce benchmark (`sparse-bench allreduce`'s
+/// flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct AllreduceArgs {
-    /// Ranks.
+    /// Ranks (threads of this process; under MPI the world size, and this
+    /// is ignored).
+    #[arg(long, default_value_t = 8)]
     pub ranks: usize,
-    /// Dimension.
+    /// Dimension of the gradient.
+    #[arg(long, default_value_t = 1 << 20)]
     pub n: usize,
-    /// Fraction of non-zeros per rank; also `k / n` for the lossy ones.
+    /// Fraction of non-zeros per rank, in (0, 1]; also `k / n` for the
+    /// lossy algorithms.
+    #[arg(long, default_value_t = 0.001)]
     pub density: f64,
-    /// Fraction of each rank's indices drawn from a set shared by all.
+    /// Fraction of each rank's indices shared by all ranks, in [0, 1].
+    #[arg(long, default_value_t = 0.5)]
     pub overlap: f64,
-    /// Only these algorithms, as registry names with parameters
-    /// (`spardl_bsag:d=2`; all with their defaults when empty); `auto` is
-    /// the planner.
+    /// Only these algorithms, registry names with parameters
+    /// (`spardl_bsag:k=40,d=2`; one per flag, repeat the flag for more);
+    /// `auto` is the planner. All, with their defaults, when absent.
+    #[arg(long = "algo", value_name = "NAME[:PARAMS]", long_help = algo_help())]
     pub algos: Vec<String>,
     /// Seed of the gradients.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Timed calls per algorithm (after one untimed warm-up call).
+    /// Timed calls per algorithm, after one untimed warm-up call.
+    #[arg(long, default_value_t = 5)]
     pub reps: usize,
+}
+
+/// `--algo`'s long help: every registered algorithm with its parameters.
+pub fn algo_help() -> String {
+    format!(
+        "Only these algorithms, as registry names with parameters \
+         (`spardl_bsag:k=40,d=2`), one per flag: repeat the flag for more \
+         (a list flag never splits its value, as parameters hold commas). \
+         All when absent. `k` defaults to the density times n.\n\nAlgorithms:\n{}",
+        Registry::<f32>::builtin().help()
+    )
 }
 
 /// One row: an algorithm's traffic, time and error.

@@ -139,29 +139,45 @@ impl Run {
     }
 }
 
-/// The settings of a training run.
-#[derive(Debug, Clone, PartialEq)]
+/// The settings of a training run (`sparse-bench train`'s optimizer
+/// flags; their defaults are [`TrainArgs::default`]'s).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct TrainArgs {
     /// Epochs.
+    #[arg(long, default_value_t = TrainArgs::default().epochs)]
     pub epochs: usize,
-    /// Hidden width of the MLP (64 -> hidden -> 10).
+    /// Hidden units of the MLP 64 -> hidden -> 10 (2048 for a model of
+    /// millions of parameters, for timing).
+    #[arg(long, default_value_t = TrainArgs::default().hidden)]
     pub hidden: usize,
     /// Images per rank per step.
+    #[arg(long, default_value_t = TrainArgs::default().batch)]
     pub batch: usize,
     /// Learning rate.
+    #[arg(long, default_value_t = TrainArgs::default().lr)]
     pub lr: f32,
-    /// Momentum of RGC, DGC and dense momentum SGD.
+    /// Momentum of RGC, DGC and their dense counterpart.
+    #[arg(long, default_value_t = TrainArgs::default().momentum)]
     pub momentum: f32,
-    /// Weight decay of RGC, DGC and dense momentum SGD.
+    /// Weight decay of RGC, DGC and their dense counterpart.
+    #[arg(long, default_value_t = TrainArgs::default().weight_decay)]
     pub weight_decay: f32,
-    /// RedSync's compress threshold in bytes: layers of at most this many
-    /// bytes go dense (RedSync's 128 KiB would send a small MLP dense).
+    /// RedSync's compress threshold in bytes: layers of at most this
+    /// many bytes go dense (RedSync uses 131072 for ImageNet-size
+    /// layers, which would send every layer of a small MLP dense).
+    /// Biases (one dimension) always go dense, as DGC does.
+    #[arg(long, default_value_t = TrainArgs::default().compress_threshold)]
     pub compress_threshold: usize,
-    /// DGC's clipping constant `C` (each rank clips to `C / sqrt(P)`).
+    /// DGC's clipping constant C (each rank clips its gradient to an L2
+    /// norm of C / sqrt(P)).
+    #[arg(long, default_value_t = TrainArgs::default().clip)]
     pub clip: f32,
-    /// DGC's warm-up epochs.
+    /// DGC's warm-up epochs (density max(c^(e+1), D), c = D^(1/(W+1))).
+    #[arg(long, default_value_t = TrainArgs::default().warmup)]
     pub warmup: usize,
-    /// Seed of the initial weights and shuffles.
+    /// Seed of the initial weights and shuffles (set per run from the
+    /// seeds to average over; not a flag).
+    #[arg(skip = TrainArgs::default().seed)]
     pub seed: u64,
 }
 
