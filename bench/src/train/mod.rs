@@ -275,25 +275,10 @@ pub fn order_seed(seed: u64, epoch: usize, rank: usize) -> u64 {
     seed ^ (epoch as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((rank as u64) << 48)
 }
 
-/// Trains one rank: every rank of `t` calls it with the same arguments.
-/// `on_step` is called after each step (progress).
-///
-/// # Errors
-/// Invalid settings, the model's, the optimizer's and the collectives'
-/// errors (on every rank).
-pub fn train_rank(
-    t: &mut dyn Transport,
-    run: &Run,
-    a: &TrainArgs,
-    train: &Set,
-    test: &Set,
-    on_step: &(dyn Fn() + Sync),
-) -> Result<RankRun> {
-    let (p, rank) = (t.size(), t.rank());
-    if a.batch == 0 || a.hidden == 0 {
-        return Err(Error::invalid("batch, hidden", "must be at least 1"));
-    }
-    let mlp = Mlp::new(a.hidden);
+/// The optimizer of `run` for `mlp`: RadixTopK selection and each layer's
+/// collective (TopkA for the dense runs and for the output layer of
+/// RedSync's quantized mode), from the initial weights of `a.seed`.
+fn trainer(run: &Run, a: &TrainArgs, mlp: &Mlp) -> Result<Trainer<Cpu, RadixTopK>> {
     let layers = mlp.layers();
     let cfg = config(run, a)?;
     let density = run.density();
@@ -318,7 +303,29 @@ pub fn train_rank(
         )
     };
     let w0 = mlp.init(a.seed);
-    let mut tr = Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)?;
+    Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)
+}
+
+/// Trains one rank: every rank of `t` calls it with the same arguments.
+/// `on_step` is called after each step (progress).
+///
+/// # Errors
+/// Invalid settings, the model's, the optimizer's and the collectives'
+/// errors (on every rank).
+pub fn train_rank(
+    t: &mut dyn Transport,
+    run: &Run,
+    a: &TrainArgs,
+    train: &Set,
+    test: &Set,
+    on_step: &(dyn Fn() + Sync),
+) -> Result<RankRun> {
+    let (p, rank) = (t.size(), t.rank());
+    if a.batch == 0 || a.hidden == 0 {
+        return Err(Error::invalid("batch, hidden", "must be at least 1"));
+    }
+    let mlp = Mlp::new(a.hidden);
+    let mut tr = trainer(run, a, &mlp)?;
     let mine = shard(train, rank, p);
     let steps = steps_per_epoch(mine.len(), a.batch);
     if steps == 0 {
