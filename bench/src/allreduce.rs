@@ -140,7 +140,7 @@ pub struct RankMeasure {
     pub paper: Option<sparse_core::cost::Cost>,
     /// The floor timed after each call, where there is one: a bare
     /// allgather of the call's own bytes, then one of the pairs payload
-    /// (see [`Floor`]).
+    /// (see [`RankHooks::floor`]).
     pub floors: Vec<[Duration; 2]>,
 }
 

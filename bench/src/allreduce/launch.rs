@@ -4,7 +4,7 @@
 //! transport adds to one rank's run (its barrier, and under MPI the floors
 //! timed after each call, MPICH's own allreduce and their rows).
 
-use super::{AllreduceReport, AllreduceRow, Oracle, RankTimes, Setup};
+use super::{AllreduceReport, Oracle, RankTimes, Setup};
 use crate::Progress;
 use sparse_coll::Transport;
 use sparse_core::{Result, SparseVec};
@@ -153,10 +153,10 @@ pub use mpi_launch::{Mpi, MpiHooks};
 
 #[cfg(feature = "mpi")]
 mod mpi_launch {
-    use super::{
-        AllreduceReport, AllreduceRow, Gathered, Launch, Oracle, RankHooks, RankTimes, Setup,
+    use super::{Gathered, Launch, RankHooks};
+    use crate::allreduce::{
+        AllreduceReport, AllreduceRow, Oracle, RankTimes, Setup, max_err, slowest,
     };
-    use crate::allreduce::{max_err, slowest};
     use mpi::collective::{CommunicatorCollectives, SystemOperation};
     use mpi::topology::Communicator;
     use sparse_coll::{MpiTransport, Transport};
