@@ -131,9 +131,14 @@ print(f"train: {len(rows)} rows with every field; train.csv and two plots writte
 PY
 rm -rf "$out_dir"
 
-# A user's own allreduce, defined outside the crate, through the registry,
-# the collective suite and the planner.
-"$bin/examples/custom_scheme"
+# Every crate's examples (built by cargo test above), each asserting what
+# it shows; custom_scheme: a user's own allreduce, defined outside the
+# crate, through the registry, the collective suite and the planner.
+step "examples"
+for example in encode primitives topk wgpu_topk allreduce custom_scheme train_steps allreduce_rows; do
+    echo "-- $example"
+    "$bin/examples/$example"
+done
 
 # The MPI rows must carry the same measured bytes as the thread transport's
 # on the same inputs, plus MPICH's own MPI_Allreduce.
@@ -160,7 +165,7 @@ PY
 # Training under MPI: two processes, every rank the same weights after
 # every epoch, the world size in the rows, accuracy above chance.
 train_rows=$(MPIEXEC_TIMEOUT=300 mpiexec -n 2 "$bin/sparse-bench" train --transport mpi \
-    --epochs 2 --hidden 32 --density 0.05 --scheme redsync_rgc,sparcml_topk_sgd --json)
+    --epochs 2 --hidden 32 --density 0.05 --scheme redsync_rgc --scheme sparcml_topk_sgd --json)
 python3 - "$train_rows" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]

@@ -3,7 +3,11 @@
 //! traffic each rank counted, the cost model's bytes for the same input and
 //! the error against the dense oracle.
 
-use crate::Progress;
+mod launch;
+
+pub use launch::{Gathered, Launch, RankHooks, ThreadHooks, Threads};
+#[cfg(feature = "mpi")]
+pub use launch::{Mpi, MpiHooks};
 use sparse_coll::{
     Defaults, Profile, Reduced, Registry, SparseAllreduce, Traffic, Transport, dense,
 };
@@ -11,25 +15,46 @@ use sparse_core::generate::{GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
 use std::time::{Duration, Instant};
 
-/// Parameters of the allreduce benchmark.
-#[derive(Debug, Clone)]
+/// Parameters of the allreduce benchmark (`sparse-bench allreduce`'s
+/// flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct AllreduceArgs {
-    /// Ranks.
+    /// Ranks (threads of this process; under MPI the world size, and this
+    /// is ignored).
+    #[arg(long, default_value_t = 8)]
     pub ranks: usize,
-    /// Dimension.
+    /// Dimension of the gradient.
+    #[arg(long, default_value_t = 1 << 20)]
     pub n: usize,
-    /// Fraction of non-zeros per rank; also `k / n` for the lossy ones.
+    /// Fraction of non-zeros per rank, in (0, 1]; also `k / n` for the
+    /// lossy algorithms.
+    #[arg(long, default_value_t = 0.001)]
     pub density: f64,
-    /// Fraction of each rank's indices drawn from a set shared by all.
+    /// Fraction of each rank's indices shared by all ranks, in [0, 1].
+    #[arg(long, default_value_t = 0.5)]
     pub overlap: f64,
-    /// Only these algorithms, as registry names with parameters
-    /// (`spardl_bsag:d=2`; all with their defaults when empty); `auto` is
-    /// the planner.
+    /// Only these algorithms, registry names with parameters
+    /// (`spardl_bsag:k=40,d=2`; one per flag, repeat the flag for more);
+    /// `auto` is the planner. All, with their defaults, when absent.
+    #[arg(long = "algo", value_name = "NAME[:PARAMS]", long_help = algo_help())]
     pub algos: Vec<String>,
     /// Seed of the gradients.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Timed calls per algorithm (after one untimed warm-up call).
+    /// Timed calls per algorithm, after one untimed warm-up call.
+    #[arg(long, default_value_t = 5)]
     pub reps: usize,
+}
+
+/// `--algo`'s long help: every registered algorithm with its parameters.
+pub fn algo_help() -> String {
+    format!(
+        "Only these algorithms, as registry names with parameters \
+         (`spardl_bsag:k=40,d=2`), one per flag: repeat the flag for more \
+         (a list flag never splits its value, as parameters hold commas). \
+         All when absent. `k` defaults to the density times n.\n\nAlgorithms:\n{}",
+        Registry::<f32>::builtin().help()
+    )
 }
 
 /// One row: an algorithm's traffic, time and error.
@@ -115,58 +140,84 @@ pub struct RankMeasure {
     pub paper: Option<sparse_core::cost::Cost>,
     /// The floor timed after each call, where there is one: a bare
     /// allgather of the call's own bytes, then one of the pairs payload
-    /// (see [`Floor`]).
+    /// (see [`RankHooks::floor`]).
     pub floors: Vec<[Duration; 2]>,
 }
 
-/// A transport's floor of a sparse call, timed after each one (under MPI,
-/// bare `MPI_Allgather`s): given the bytes this rank received in the call,
-/// returns the time of an allgather of that many bytes spread over the
-/// other ranks (every rank contributing the largest share of any rank),
-/// and of one of the sparse input's pairs (8 bytes per entry of the
-/// largest input), the same for every algorithm. A collective call: every
-/// rank calls it together.
-pub type Floor<'a, T> = &'a mut dyn FnMut(&mut T, u64) -> Result<[Duration; 2]>;
+/// What every rank of a run shares: the inputs, the oracle, the
+/// selected algorithms and the budget.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// One synthetic gradient per rank ([`inputs`]).
+    pub ins: Vec<SparseVec<f32>>,
+    /// The budget of the lossy algorithms: the first input's entries.
+    pub k: usize,
+    /// The selected algorithms as registry specs ([`selection`]).
+    pub algos: Vec<String>,
+    /// The dense oracle of the inputs.
+    pub oracle: Oracle,
+    /// The inputs' exact profile.
+    pub profile: Profile,
+    /// Timed calls per algorithm.
+    pub reps: usize,
+}
+
+impl Setup {
+    /// The inputs, budget, algorithms and oracle of `a`.
+    ///
+    /// # Errors
+    /// Invalid parameters, an unknown algorithm.
+    pub fn new(a: &AllreduceArgs) -> Result<Self> {
+        let ins = inputs(a)?;
+        let k = ins[0].nnz().max(1);
+        let algos = selection(a, k)?;
+        let oracle = Oracle::of(&ins);
+        let profile = oracle.profile(&ins);
+        Ok(Self {
+            ins,
+            k,
+            algos,
+            oracle,
+            profile,
+            reps: a.reps,
+        })
+    }
+}
 
 /// One rank's part of the benchmark, on any transport: for each algorithm
 /// (registry specs, built with budget `k`), one warm-up call, then `reps`
-/// timed calls, each started after `barrier` and followed by the `floor`
-/// where there is one (interleaved, so that a row and its floor see the
-/// machine in the same state); the last call's result and traffic are
-/// kept.
+/// timed calls, each started after the hooks' barrier and followed by the
+/// hooks' floor where there is one (interleaved, so that a row and its
+/// floor see the machine in the same state); the last call's result and
+/// traffic are kept.
 /// Returns the measures and the dense ring's (times, traffic).
 ///
 /// # Errors
 /// The algorithms' and the transport's errors.
-#[allow(clippy::too_many_arguments)]
 pub fn run_rank<T: Transport + Send>(
     t: &mut T,
-    v: &SparseVec<f32>,
-    profile: &Profile,
-    algos: &[String],
-    k: usize,
-    reps: usize,
-    barrier: &dyn Fn(&mut T) -> Result<()>,
-    mut floor: Option<Floor<'_, T>>,
+    s: &Setup,
+    hooks: &mut dyn RankHooks<T>,
 ) -> Result<(Vec<RankMeasure>, Vec<Duration>, Traffic)> {
+    let (v, profile) = (&s.ins[t.rank()], &s.profile);
     let mut out = Vec::new();
-    for spec in algos {
-        let mut runner = build(spec, k)?;
+    for spec in &s.algos {
+        let mut runner = build(spec, s.k)?;
         // One outcome kept across the calls (`allreduce_into`), as a
         // training loop keeps it: the timed calls reuse its allocations.
         let mut reduced = Reduced::default();
         runner.allreduce_into(t, v, &mut reduced)?;
-        let mut times = Vec::with_capacity(reps);
+        let mut times = Vec::with_capacity(s.reps);
         let mut floors = Vec::new();
         let (mut model, mut paper) = (runner.cost(profile), runner.paper_cost(profile));
-        for _ in 0..reps {
+        for _ in 0..s.reps {
             (model, paper) = (runner.cost(profile), runner.paper_cost(profile));
-            barrier(t)?;
+            hooks.barrier(t)?;
             let start = Instant::now();
             runner.allreduce_into(t, v, &mut reduced)?;
             times.push(start.elapsed());
-            if let Some(floor) = floor.as_mut() {
-                floors.push(floor(t, reduced.traffic.bytes_recv)?);
+            if let Some(floor) = hooks.floor(t, reduced.traffic.bytes_recv)? {
+                floors.push(floor);
             }
         }
         out.push(RankMeasure {
@@ -178,20 +229,32 @@ pub fn run_rank<T: Transport + Send>(
             floors,
         });
     }
+    let (dense_times, dense_traffic) = run_dense_ring(t, v, s.reps, hooks)?;
+    Ok((out, dense_times, dense_traffic))
+}
+
+/// The dense ring allreduce on `v`'s dense form: one untimed call (whose
+/// traffic is returned), then `reps` timed calls.
+fn run_dense_ring<T: Transport + Send>(
+    t: &mut T,
+    v: &SparseVec<f32>,
+    reps: usize,
+    hooks: &mut dyn RankHooks<T>,
+) -> Result<(Vec<Duration>, Traffic)> {
     let dense_in = v.to_dense();
-    barrier(t)?;
+    hooks.barrier(t)?;
     let before = t.traffic();
     let mut sum = Vec::new();
     dense::ring_allreduce_into(t, &dense_in, &mut sum)?;
     let dense_traffic = t.traffic().since(&before);
     let mut dense_times = Vec::with_capacity(reps);
     for _ in 0..reps {
-        barrier(t)?;
+        hooks.barrier(t)?;
         let start = Instant::now();
         dense::ring_allreduce_into(t, &dense_in, &mut sum)?;
         dense_times.push(start.elapsed());
     }
-    Ok((out, dense_times, dense_traffic))
+    Ok((dense_times, dense_traffic))
 }
 
 /// Stand-in for the computation a training step overlaps with
@@ -204,7 +267,7 @@ pub fn local_step(x: &mut [f32], g: &[f32]) {
 }
 
 /// SparCML's non-blocking collectives, measured on one rank: for `reps`
-/// calls each (after a barrier), the local computation alone (as many
+/// calls each (after the hooks' barrier), the local computation alone (as many
 /// [`local_step`]s as take about one allreduce), the allreduce alone,
 /// one after the other, and the allreduce started on its progress thread
 /// while the step runs ([`sparse_coll::nonblocking::overlap`]). Returns the
@@ -214,12 +277,11 @@ pub fn local_step(x: &mut [f32], g: &[f32]) {
 /// The algorithm's and the transport's errors.
 pub fn run_overlap<T: Transport + Send>(
     t: &mut T,
-    v: &SparseVec<f32>,
+    s: &Setup,
     spec: &str,
-    k: usize,
-    reps: usize,
-    barrier: &dyn Fn(&mut T) -> Result<()>,
+    hooks: &mut dyn RankHooks<T>,
 ) -> Result<[Vec<Duration>; 4]> {
+    let (v, k, reps) = (&s.ins[t.rank()], s.k, s.reps);
     let g = v.to_dense();
     let mut x = vec![0.0f32; g.len()];
     let mut runner = build(spec, k)?;
@@ -239,20 +301,20 @@ pub fn run_overlap<T: Transport + Send>(
     };
     let mut out: [Vec<Duration>; 4] = Default::default();
     for _ in 0..reps {
-        barrier(t)?;
+        hooks.barrier(t)?;
         let start = Instant::now();
         compute(&mut x);
         out[0].push(start.elapsed());
-        barrier(t)?;
+        hooks.barrier(t)?;
         let start = Instant::now();
         runner.allreduce(t, v)?;
         out[1].push(start.elapsed());
-        barrier(t)?;
+        hooks.barrier(t)?;
         let start = Instant::now();
         compute(&mut x);
         runner.allreduce(t, v)?;
         out[2].push(start.elapsed());
-        barrier(t)?;
+        hooks.barrier(t)?;
         let start = Instant::now();
         let (red, ()) =
             sparse_coll::nonblocking::overlap(t, |t| runner.allreduce(t, v), || compute(&mut x));
@@ -499,6 +561,64 @@ pub fn decode_summaries(b: &[u8]) -> Result<(Vec<Summary>, Vec<Duration>, Traffi
     Ok((out, dense_times, dense))
 }
 
+/// What rank 0 needs of one rank: its summaries, the dense ring's times
+/// and traffic, and further lists of `reps` call times each (the overlap
+/// measurement's four when measured, then the transport's baselines).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankTimes {
+    /// One summary per algorithm.
+    pub summaries: Vec<Summary>,
+    /// The dense ring's timed calls.
+    pub dense_times: Vec<Duration>,
+    /// The dense ring's traffic.
+    pub dense_traffic: Traffic,
+    /// Further lists of call times, as many per list as timed calls.
+    pub lists: Vec<Vec<Duration>>,
+}
+
+impl RankTimes {
+    /// As bytes: [`encode_summaries`], then the lists' times, then their
+    /// count.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = encode_summaries(&self.summaries, &self.dense_times, self.dense_traffic);
+        for t in self.lists.iter().flatten() {
+            out.extend((t.as_nanos() as u64).to_le_bytes());
+        }
+        out.extend((self.lists.len() as u64).to_le_bytes());
+        out
+    }
+
+    /// The inverse of [`RankTimes::encode`], for lists of `reps` times.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for bytes it did not write.
+    pub fn decode(b: &[u8], reps: usize) -> Result<Self> {
+        let truncated = || Error::corrupt("summaries", "truncated");
+        let (rest, count) = b
+            .split_at_checked(b.len().wrapping_sub(8))
+            .ok_or_else(truncated)?;
+        let count = u64::from_le_bytes(count.try_into().expect("8")) as usize;
+        let split = count
+            .checked_mul(8 * reps)
+            .and_then(|tail| rest.len().checked_sub(tail))
+            .ok_or_else(truncated)?;
+        let (summaries, dense_times, dense_traffic) = decode_summaries(&rest[..split])?;
+        let times: Vec<Duration> = rest[split..]
+            .chunks_exact(8)
+            .map(|c| Duration::from_nanos(u64::from_le_bytes(c.try_into().expect("8"))))
+            .collect();
+        Ok(Self {
+            summaries,
+            dense_times,
+            dense_traffic,
+            lists: times
+                .chunks(reps.max(1))
+                .map(<[Duration]>::to_vec)
+                .collect(),
+        })
+    }
+}
+
 /// Combines every rank's summaries into rows: traffic maxima over ranks,
 /// the median over calls of the slowest rank's time, the error of rank 0's
 /// last result (`results`, with `auto`'s choice) against the dense oracle.
@@ -507,21 +627,18 @@ pub fn decode_summaries(b: &[u8]) -> Result<(Vec<Summary>, Vec<Duration>, Traffi
 /// # Errors
 /// [`Error::Disagreement`] if two ranks hold different results.
 pub fn report(
-    ins: &[SparseVec<f32>],
-    oracle: &Oracle,
-    algos: &[String],
-    k: usize,
+    s: &Setup,
     results: &[RankMeasure],
-    per_rank: &[(Vec<Summary>, Vec<Duration>, Traffic)],
+    per_rank: &[RankTimes],
 ) -> Result<AllreduceReport> {
-    let p = ins.len();
-    let profile = oracle.profile(ins);
-    let oracle = &oracle.sum;
+    let (algos, k, p) = (&s.algos, s.k, s.ins.len());
+    let profile = s.profile;
+    let oracle = &s.oracle.sum;
     let mut rows = Vec::new();
     for (i, spec) in algos.iter().enumerate() {
         let algo = build(spec, k)?;
         let measure = &results[i];
-        let m = |r: usize| &per_rank[r].0[i];
+        let m = |r: usize| &per_rank[r].summaries[i];
         let first = &results[i].reduced.result;
         let want = digest(first);
         for r in 0..p {
@@ -558,9 +675,18 @@ pub fn report(
     }
     Ok(AllreduceReport {
         profile,
-        dense_ms: slowest(&per_rank.iter().map(|x| x.1.as_slice()).collect::<Vec<_>>()),
+        dense_ms: slowest(
+            &per_rank
+                .iter()
+                .map(|x| x.dense_times.as_slice())
+                .collect::<Vec<_>>(),
+        ),
         dense_algo: "dense_ring".into(),
-        dense_bytes_recv_max: per_rank.iter().map(|x| x.2.bytes_recv).max().unwrap_or(0),
+        dense_bytes_recv_max: per_rank
+            .iter()
+            .map(|x| x.dense_traffic.bytes_recv)
+            .max()
+            .unwrap_or(0),
         rows,
         overlap: None,
     })
@@ -584,276 +710,86 @@ fn slowest(per_rank: &[&[Duration]]) -> f64 {
     per_call[per_call.len() / 2].as_secs_f64() * 1e3
 }
 
-/// The benchmark on the thread transport: `ranks` threads in this process.
+/// One rank's whole part: [`run_rank`], the overlap measurement where
+/// there is an algorithm for it, the transport's baselines; returns the
+/// measures and the bytes for rank 0 ([`RankTimes`]).
+/// The hooks are readied first ([`RankHooks::prepare`]).
+fn rank_job<T: Transport + Send>(
+    t: &mut T,
+    s: &Setup,
+    hooks: &mut dyn RankHooks<T>,
+) -> Result<(Vec<RankMeasure>, Vec<u8>)> {
+    hooks.prepare(s);
+    let (measures, dense_times, dense_traffic) = run_rank(t, s, hooks)?;
+    let mut lists = Vec::new();
+    if let Some(spec) = overlap_algorithm(&s.algos) {
+        lists.extend(run_overlap(t, s, &spec, hooks)?);
+    }
+    lists.extend(hooks.baselines(t, &s.ins[t.rank()], s.reps)?);
+    let times = RankTimes {
+        summaries: measures.iter().map(Summary::of).collect(),
+        dense_times,
+        dense_traffic,
+        lists,
+    };
+    Ok((measures, times.encode()))
+}
+
+/// The benchmark on any transport: every rank of `launch` runs
+/// [`run_rank`] and the overlap measurement, and rank 0 combines every
+/// rank's [`RankTimes`] into the report, with the transport's own rows
+/// ([`RankHooks::rows`]); other ranks return `None`. The rank count is
+/// `launch`'s, not `a.ranks`.
+///
+/// # Errors
+/// Invalid parameters; the algorithms' and the transport's errors.
+pub fn run<L: Launch>(a: &AllreduceArgs, launch: &L) -> Result<Option<AllreduceReport>> {
+    let a = AllreduceArgs {
+        ranks: launch.ranks(),
+        ..a.clone()
+    };
+    let setup = Setup::new(&a)?;
+    let job = |t: &mut L::T, hooks: &mut L::Hooks| rank_job(t, &setup, hooks);
+    let Some(Gathered { mine, hooks, all }) = launch.gather(&job)? else {
+        return Ok(None);
+    };
+    let per_rank = all
+        .iter()
+        .map(|b| RankTimes::decode(b, a.reps))
+        .collect::<Result<Vec<_>>>()?;
+    let mut rep = report(&setup, &mine, &per_rank)?;
+    if let Some(spec) = overlap_algorithm(&setup.algos) {
+        let over: Vec<[Vec<Duration>; 4]> = per_rank
+            .iter()
+            .map(|r| std::array::from_fn(|i| r.lists[i].clone()))
+            .collect();
+        rep.overlap = Some(overlap_report(&spec, &over));
+    }
+    hooks.rows(&mut rep, &per_rank, &setup.oracle);
+    Ok(Some(rep))
+}
+
+/// The benchmark on the thread transport: `a.ranks` threads in this
+/// process.
 ///
 /// # Errors
 /// Invalid parameters; the algorithms' errors.
 pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
-    let ins = inputs(a)?;
-    let k = ins[0].nnz().max(1);
-    let algos = selection(a, k)?;
-    let oracle = Oracle::of(&ins);
-    let profile = oracle.profile(&ins);
-    let barrier = std::sync::Barrier::new(a.ranks);
-    let bar = std::sync::Mutex::new(Progress::new(a.ranks as u64, "ranks done"));
-    let per_rank = sparse_coll::ThreadCluster::new(a.ranks)
-        .timeout(Duration::from_secs(120))
-        .run(|t| {
-            let wait = |_: &mut sparse_coll::ThreadTransport| {
-                barrier.wait();
-                Ok(())
-            };
-            let v = &ins[t.rank()];
-            let res = run_rank(t, v, &profile, &algos, k, a.reps, &wait, None)?;
-            let over = match overlap_algorithm(&algos) {
-                Some(spec) => Some(run_overlap(t, v, &spec, k, a.reps, &wait)?),
-                None => None,
-            };
-            bar.lock().expect("progress lock").inc();
-            Ok((res, over))
-        })
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
-    bar.into_inner().expect("progress lock").finish();
-    let summaries: Vec<(Vec<Summary>, Vec<Duration>, Traffic)> = per_rank
-        .iter()
-        .map(|((m, d, t), _)| (m.iter().map(Summary::of).collect(), d.clone(), *t))
-        .collect();
-    let mut rep = report(&ins, &oracle, &algos, k, &per_rank[0].0.0, &summaries)?;
-    if let Some(spec) = overlap_algorithm(&algos) {
-        let over: Vec<[Vec<Duration>; 4]> = per_rank
-            .into_iter()
-            .map(|(_, o)| o.expect("measured on every rank"))
-            .collect();
-        rep.overlap = Some(overlap_report(&spec, &over));
-    }
-    Ok(rep)
+    Ok(run(a, &Threads::new(a.ranks))?.expect("rank 0 of the threads reports"))
 }
 
 /// The benchmark on MPI (feature `mpi`): every rank of `MPI_COMM_WORLD`
-/// runs [`run_rank`] with `MPI_Barrier` between calls, then MPICH's own
-/// dense `MPI_Allreduce` on the same data as a baseline row
-/// (`mpi_allreduce`, whose traffic MPI does not expose). Summaries are
-/// gathered to rank 0, which returns the report; other ranks return `None`.
-/// `a.ranks` is ignored: the world size is the rank count.
+/// runs it with `MPI_Barrier` between calls, then MPICH's own dense
+/// `MPI_Allreduce` on the same data as a baseline row (`mpi_allreduce`,
+/// whose traffic MPI does not expose), with the floors of [`Mpi`]. Rank 0
+/// returns the report; other ranks return `None`. `a.ranks` is ignored:
+/// the world size is the rank count.
 ///
 /// # Errors
 /// MPI already initialized; invalid parameters; the algorithms' errors.
 #[cfg(feature = "mpi")]
 pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
-    use mpi::collective::{CommunicatorCollectives, SystemOperation};
-    use sparse_coll::MpiTransport;
-    use sparse_coll::dense::bruck_allgather;
-
-    // The overlap measurement runs MPI calls on a progress thread.
-    let (universe, level) =
-        mpi::initialize_with_threading(mpi::Threading::Multiple).ok_or_else(|| {
-            Error::Transport {
-                rank: 0,
-                detail: "MPI was already initialized".into(),
-            }
-        })?;
-    if level < mpi::Threading::Serialized {
-        return Err(Error::Transport {
-            rank: 0,
-            detail: format!("MPI provides only {level:?}; non-blocking calls need Serialized"),
-        });
-    }
-    MpiTransport::abort_on_panic();
-    let mut t = MpiTransport::new(universe.world());
-    let a = AllreduceArgs {
-        ranks: t.size(),
-        ..a.clone()
-    };
-    let (p, r) = (t.size(), t.rank());
-    let ins = inputs(&a)?;
-    let k = ins[0].nnz().max(1);
-    let algos = selection(&a, k)?;
-    let oracle = Oracle::of(&ins);
-    let profile = oracle.profile(&ins);
-    // The floors of a sparse call, bare MPI_Allgathers timed after each
-    // one: of the call's own bytes (each rank sending the largest share any
-    // rank received from one peer), and of the sparse input's pairs (a u32
-    // index and an f32 value each, padded to the largest rank's count).
-    let mut most = [0u64];
-    t.comm().all_reduce_into(
-        &[ins[r].nnz() as u64],
-        &mut most[..],
-        SystemOperation::max(),
-    );
-    let pairs = vec![0u8; 8 * most[0] as usize];
-    let (mut own, mut own_gathered) = (Vec::new(), Vec::new());
-    let mut gathered = vec![0u8; pairs.len() * p];
-    let mut floor = |t: &mut MpiTransport, recv: u64| -> Result<[Duration; 2]> {
-        let mut share = [0u64];
-        t.comm().all_reduce_into(
-            &[recv.div_ceil((p as u64 - 1).max(1))],
-            &mut share[..],
-            SystemOperation::max(),
-        );
-        own.resize(share[0] as usize, 0u8);
-        own_gathered.resize(own.len() * p, 0u8);
-        t.comm().barrier();
-        let start = Instant::now();
-        t.comm().all_gather_into(&own[..], &mut own_gathered[..]);
-        let own_time = start.elapsed();
-        t.comm().barrier();
-        let start = Instant::now();
-        t.comm().all_gather_into(&pairs[..], &mut gathered[..]);
-        Ok([own_time, start.elapsed()])
-    };
-    let (measures, dense_times, dense_traffic) = run_rank(
-        &mut t,
-        &ins[r],
-        &profile,
-        &algos,
-        k,
-        a.reps,
-        &|t: &mut MpiTransport| {
-            t.comm().barrier();
-            Ok(())
-        },
-        Some(&mut floor),
-    )?;
-    let barrier = |t: &mut MpiTransport| {
-        t.comm().barrier();
-        Ok(())
-    };
-    let over_algo = overlap_algorithm(&algos);
-    let over = match &over_algo {
-        Some(spec) => Some(run_overlap(&mut t, &ins[r], spec, k, a.reps, &barrier)?),
-        None => None,
-    };
-    // MPICH's MPI_Allreduce on the dense gradient.
-    let dense_in = ins[r].to_dense();
-    let mut sum = vec![0.0f32; a.n];
-    t.comm()
-        .all_reduce_into(&dense_in[..], &mut sum[..], SystemOperation::sum());
-    let mut mpi_times = Vec::with_capacity(a.reps);
-    for _ in 0..a.reps {
-        t.comm().barrier();
-        let start = Instant::now();
-        t.comm()
-            .all_reduce_into(&dense_in[..], &mut sum[..], SystemOperation::sum());
-        mpi_times.push(start.elapsed());
-    }
-    let mut mine = encode_summaries(
-        &measures.iter().map(Summary::of).collect::<Vec<_>>(),
-        &dense_times,
-        dense_traffic,
-    );
-    let nanos = |d: &Duration| (d.as_nanos() as u64).to_le_bytes();
-    for list in over.iter().flatten() {
-        mine.extend(list.iter().flat_map(nanos));
-    }
-    mine.extend(mpi_times.iter().flat_map(nanos));
-    let all = bruck_allgather(&mut t, &mine)?;
-    if r != 0 {
-        return Ok(None);
-    }
-    let lists = 1 + if over.is_some() { 4 } else { 0 };
-    let tail = 8 * a.reps * lists;
-    let mut per_rank = Vec::with_capacity(p);
-    let mut times_per_rank: Vec<Vec<Vec<Duration>>> = Vec::with_capacity(p);
-    for b in &all {
-        let split = b
-            .len()
-            .checked_sub(tail)
-            .ok_or_else(|| Error::corrupt("summaries", "truncated"))?;
-        per_rank.push(decode_summaries(&b[..split])?);
-        let times: Vec<Duration> = b[split..]
-            .chunks_exact(8)
-            .map(|c| Duration::from_nanos(u64::from_le_bytes(c.try_into().expect("8"))))
-            .collect();
-        times_per_rank.push(times.chunks(a.reps).map(<[Duration]>::to_vec).collect());
-    }
-    let mut rep = report(&ins, &oracle, &algos, k, &measures, &per_rank)?;
-    if let Some(spec) = over_algo {
-        let over: Vec<[Vec<Duration>; 4]> = times_per_rank
-            .iter()
-            .map(|l| [l[0].clone(), l[1].clone(), l[2].clone(), l[3].clone()])
-            .collect();
-        rep.overlap = Some(overlap_report(&spec, &over));
-    }
-    let list = |from_end: usize| -> Vec<Vec<Duration>> {
-        times_per_rank
-            .iter()
-            .map(|l| l[l.len() - 1 - from_end].clone())
-            .collect()
-    };
-    let mpi_per_rank = list(0);
-    let mpi_ms = slowest(&mpi_per_rank.iter().map(Vec::as_slice).collect::<Vec<_>>());
-    // The pairs' allgather of every call of every row, in the same order on
-    // every rank.
-    let gather_per_rank: Vec<Vec<Duration>> = per_rank
-        .iter()
-        .map(|(sums, _, _)| {
-            sums.iter()
-                .flat_map(|m| m.floors.iter().map(|f| f[1]))
-                .collect()
-        })
-        .collect();
-    let gather_ms = slowest(
-        &gather_per_rank
-            .iter()
-            .map(Vec::as_slice)
-            .collect::<Vec<_>>(),
-    );
-    // The project's ring, as its own row (the header's dense time is the
-    // faster of the two).
-    rep.rows.push(AllreduceRow {
-        algo: "dense_ring".into(),
-        params: String::new(),
-        chose: None,
-        lossless: true,
-        result_nnz: sum.iter().filter(|x| **x != 0.0).count(),
-        bytes_recv_max: Some(rep.dense_bytes_recv_max),
-        bytes_sent_max: Some(rep.dense_bytes_recv_max),
-        msgs_max: None,
-        rounds: None,
-        model_bytes: sparse_core::cost::ring_allreduce(p, a.n).bytes(),
-        paper_bytes: None,
-        ms: rep.dense_ms,
-        floor_ms: None,
-        max_abs_err: max_err(&sum, &oracle.sum),
-    });
-    rep.rows.push(AllreduceRow {
-        algo: "mpi_allgather".into(),
-        params: format!("bytes={}", pairs.len()),
-        chose: None,
-        lossless: false,
-        result_nnz: 0,
-        bytes_recv_max: Some((pairs.len() * (p - 1)) as u64),
-        bytes_sent_max: Some((pairs.len() * (p - 1)) as u64),
-        msgs_max: None,
-        rounds: None,
-        model_bytes: (pairs.len() * (p - 1)) as f64,
-        paper_bytes: None,
-        ms: gather_ms,
-        floor_ms: None,
-        max_abs_err: f64::NAN,
-    });
-    if mpi_ms < rep.dense_ms {
-        rep.dense_ms = mpi_ms;
-        rep.dense_algo = "mpi_allreduce".into();
-    }
-    rep.rows.push(AllreduceRow {
-        algo: "mpi_allreduce".into(),
-        params: String::new(),
-        chose: None,
-        lossless: true,
-        result_nnz: sum.iter().filter(|x| **x != 0.0).count(),
-        bytes_recv_max: None,
-        bytes_sent_max: None,
-        msgs_max: None,
-        rounds: None,
-        model_bytes: sparse_core::cost::rabenseifner_allreduce(p, a.n).bytes(),
-        paper_bytes: None,
-        ms: mpi_ms,
-        floor_ms: None,
-        max_abs_err: max_err(&sum, &oracle.sum),
-    });
-    Ok(Some(rep))
+    run(a, &Mpi::init()?)
 }
 
 #[cfg(test)]

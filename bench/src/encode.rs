@@ -16,18 +16,23 @@ use sparse_core::{H0, Result, SparseVec};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Parameters of the encode benchmark.
-#[derive(Debug, Clone)]
+/// Parameters of the encode benchmark (`sparse-bench encode`'s flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct EncodeArgs {
-    /// Dimension.
+    /// Dimension of the gradient.
+    #[arg(long, default_value_t = 1 << 20)]
     pub n: usize,
-    /// Density of the gradient.
+    /// Fraction of non-zero coordinates, in (0, 1].
+    #[arg(long, default_value_t = 0.001)]
     pub density: f64,
-    /// Ranks: the number of hash-bitmap partitions.
+    /// Ranks: the hash bitmap splits the gradient into this many partitions.
+    #[arg(long, default_value_t = 8)]
     pub ranks: usize,
-    /// Seed.
+    /// Seed of the synthetic gradient and the codecs.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Minimum measuring time per operation.
+    /// Minimum measuring time per operation, in milliseconds.
+    #[arg(long = "min-ms", value_name = "MS", default_value = "100", value_parser = crate::parse_millis)]
     pub min_time: Duration,
 }
 

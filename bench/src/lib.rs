@@ -46,6 +46,16 @@ pub fn time_median<T>(min_reps: usize, min_time: Duration, mut f: impl FnMut() -
     samples[samples.len() / 2]
 }
 
+/// Parses a count of milliseconds (`--min-ms 100`) into a [`Duration`].
+///
+/// # Errors
+/// The text is not a whole number.
+pub fn parse_millis(s: &str) -> Result<Duration, String> {
+    s.parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("{s:?} is not a whole number of milliseconds: {e}"))
+}
+
 /// Gigabytes per second for `bytes` processed in `t`.
 pub fn gbps(bytes: usize, t: Duration) -> f64 {
     bytes as f64 / t.as_secs_f64().max(1e-12) / 1e9

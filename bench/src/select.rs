@@ -12,16 +12,20 @@ use sparse_select::{
 };
 use std::time::Duration;
 
-/// Parameters of the select benchmark.
-#[derive(Debug, Clone)]
+/// Parameters of the select benchmark (`sparse-bench select`'s flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct SelectArgs {
-    /// Elements.
+    /// Elements in the residual.
+    #[arg(long, default_value_t = 1 << 20)]
     pub n: usize,
-    /// Fraction to select: `k = round(density * n)`, at least 1.
+    /// Fraction to select, in (0, 1]: `k = round(density * n)`, at least 1.
+    #[arg(long, default_value_t = 0.001)]
     pub density: f64,
     /// Seed of the residual.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Minimum measuring time per algorithm.
+    /// Minimum measuring time per algorithm, in milliseconds.
+    #[arg(long = "min-ms", value_name = "MS", default_value = "200", value_parser = crate::parse_millis)]
     pub min_time: Duration,
 }
 

@@ -47,7 +47,7 @@
 //! ([`Config::fuse`]).
 //!
 //! SparDL's paper variant of residual collection is
-//! [`Collection::Paper`]. Not built yet (the README says so): fusion of
+//! [`Collection::Paper`]. Not built yet (`docs/status.md` says so): fusion of
 //! compressed layers.
 //!
 //! The parts are traits: a compressed layer's [`Memory`] (compensate,

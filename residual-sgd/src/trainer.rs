@@ -3,7 +3,7 @@
 use crate::memory::{self, Memory};
 use crate::{Collection, Config, Rule};
 use sparse_coll::wire::WireValues;
-use sparse_coll::{SparseAllreduce, Traffic, Transport, agree, agree_or_fail};
+use sparse_coll::{Reduced, SparseAllreduce, Traffic, Transport, agree, agree_or_fail};
 use sparse_core::encoding::Qsgd;
 use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
 use sparse_select::{RadixTopK, Selector, k_for_density};
@@ -359,8 +359,12 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             let layer = &mut self.layers[l];
             match (&mut layer.part, r) {
                 (Part::Compressed(c), Ready::Compressed(x)) => {
-                    let (sent, dropped) =
-                        compressed_step(&self.b, &self.cfg, c, &mut layer.w, t, x, p, rep)?;
+                    let env = Env {
+                        b: &self.b,
+                        cfg: &self.cfg,
+                        p,
+                    };
+                    let (sent, dropped) = compressed_step(&env, c, &mut layer.w, t, x, rep)?;
                     rep.sent[l] = sent;
                     rep.dropped[l] = dropped;
                 }
@@ -451,14 +455,15 @@ fn clip<B: Backend<f32>>(b: &B, g: &mut B::Buffer<f32>, max: f32) -> Result<()> 
 /// A layer's part of a step, ready to send.
 enum Ready<B: Backend<f32>> {
     /// A compressed layer's selection.
-    Compressed(Selected<B>),
+    Compressed(Outgoing<B>),
     /// A dense layer's gradient.
     Dense(Vec<f32>),
 }
 
-/// What a compressed layer selected: the positions to take from its
-/// memory, what it sends, and what quantization removed from that.
-struct Selected<B: Backend<f32>> {
+/// What a compressed layer sends in a step: the positions to take from its
+/// memory, what it sends, and what quantization removed from that (not
+/// [`sparse_core::Selected`], the selector's output it is made from).
+struct Outgoing<B: Backend<f32>> {
     indices: B::Buffer<u32>,
     sent: SparseVec<f32>,
     remainder: Option<SparseVec<f32>>,
@@ -473,7 +478,7 @@ fn compress<B: Backend<f32>, S: Selector<B, f32>>(
     cfg: &Config,
     c: &mut Compressed<B, S>,
     g: &B::Buffer<f32>,
-) -> Result<Selected<B>> {
+) -> Result<Outgoing<B>> {
     let n = b.len(g);
     c.memory.compensate(b, g)?;
     let k = k_for_density(n, cfg.density)?;
@@ -513,7 +518,7 @@ fn compress<B: Backend<f32>, S: Selector<B, f32>>(
     } else {
         None
     };
-    Ok(Selected {
+    Ok(Outgoing {
         indices: sel.indices,
         sent,
         remainder,
@@ -521,21 +526,26 @@ fn compress<B: Backend<f32>, S: Selector<B, f32>>(
     })
 }
 
+/// What a layer's update needs of the trainer: the backend, the
+/// settings and the number of ranks.
+struct Env<'a, B> {
+    b: &'a B,
+    cfg: &'a Config,
+    p: f32,
+}
+
 /// A compressed layer's step once every rank has its selection:
 /// allreduce, then take the selection from the memory, collect, apply.
-#[allow(clippy::too_many_arguments)]
 fn compressed_step<B: Backend<f32>, S: Selector<B, f32>>(
-    b: &B,
-    cfg: &Config,
+    env: &Env<'_, B>,
     c: &mut Compressed<B, S>,
     w: &mut B::Buffer<f32>,
     t: &mut dyn Transport,
-    x: Selected<B>,
-    p: f32,
+    x: Outgoing<B>,
     rep: &mut StepReport,
 ) -> Result<(SparseVec<f32>, SparseVec<f32>)> {
-    let n = b.len(w);
-    let Selected {
+    let Env { b, cfg, p } = *env;
+    let Outgoing {
         indices,
         sent,
         remainder,
@@ -558,24 +568,7 @@ fn compressed_step<B: Backend<f32>, S: Selector<B, f32>>(
         c.top = !c.top;
     }
     c.steps += 1;
-    if cfg.collection == Collection::Paper {
-        // SparDL's paper variant: outside the result this rank keeps its
-        // own accumulator (what it sent comes back), inside it keeps only
-        // what the collective dropped here.
-        let in_result = |i: &u32| red.result.indices().binary_search(i).is_ok();
-        let outside: Vec<(u32, f32)> = sent.iter().filter(|(i, _)| !in_result(i)).collect();
-        if red.result.nnz() > 0 {
-            b.mask(c.memory.accumulator_mut(), &b.upload(red.result.indices())?)?;
-        }
-        let inside: Vec<(u32, f32)> = red.dropped.iter().filter(|(i, _)| in_result(i)).collect();
-        for part in [outside, inside] {
-            let (idx, val): (Vec<u32>, Vec<f32>) = part.into_iter().unzip();
-            c.memory.restore(b, &SparseVec::new(n, idx, val)?)?;
-        }
-    } else {
-        // Global residual collection: what the collective cut stays here.
-        c.memory.restore(b, &red.dropped)?;
-    }
+    collect(b, cfg.collection, c, &sent, &red)?;
     // What quantization removed goes back after the collection, which in
     // the paper's variant clears the result's positions.
     if let Some(rest) = remainder {
@@ -594,6 +587,36 @@ fn compressed_step<B: Backend<f32>, S: Selector<B, f32>>(
     }
     rep.apply += clock.elapsed();
     Ok((sent, red.dropped))
+}
+
+/// The residual collection after a compressed layer's collective
+/// returned `red` for what this rank `sent`.
+fn collect<B: Backend<f32>, S: Selector<B, f32>>(
+    b: &B,
+    collection: Collection,
+    c: &mut Compressed<B, S>,
+    sent: &SparseVec<f32>,
+    red: &Reduced<f32>,
+) -> Result<()> {
+    if collection != Collection::Paper {
+        // Global residual collection: what the collective cut stays here.
+        return c.memory.restore(b, &red.dropped);
+    }
+    // SparDL's paper variant: outside the result this rank keeps its
+    // own accumulator (what it sent comes back), inside it keeps only
+    // what the collective dropped here.
+    let n = sent.dim();
+    let in_result = |i: &u32| red.result.indices().binary_search(i).is_ok();
+    let outside: Vec<(u32, f32)> = sent.iter().filter(|(i, _)| !in_result(i)).collect();
+    if red.result.nnz() > 0 {
+        b.mask(c.memory.accumulator_mut(), &b.upload(red.result.indices())?)?;
+    }
+    let inside: Vec<(u32, f32)> = red.dropped.iter().filter(|(i, _)| in_result(i)).collect();
+    for part in [outside, inside] {
+        let (idx, val): (Vec<u32>, Vec<f32>) = part.into_iter().unzip();
+        c.memory.restore(b, &SparseVec::new(n, idx, val)?)?;
+    }
+    Ok(())
 }
 
 /// A dense layer's update from the reduced sum: momentum SGD on the mean

@@ -7,7 +7,7 @@ use bench::encode::{self, EncodeArgs};
 use bench::print_table;
 use bench::select::{self, SelectArgs};
 use bench::train::TrainArgs;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -15,154 +15,81 @@ use std::time::Duration;
 #[command(
     name = "sparse-bench",
     version,
-    about = "Benchmarks of sparse gradient communication (RedSync, SparDL, SparCML, Zen)"
+    about = "Benchmarks of sparse gradient communication (RedSync, SparDL, SparCML, Zen)",
+    after_help = "List flags (--algo, --density, --scheme) take one value each: repeat the flag for more."
 )]
 struct Cli {
+    /// Print one JSON object per line instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
 
+/// The subcommands, each holding its flags' struct.
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Bytes and encode/decode throughput of every encoding on one gradient.
-    Encode {
-        /// Dimension of the gradient.
-        #[arg(long, default_value_t = 1 << 20)]
-        n: usize,
-        /// Fraction of non-zero coordinates, in (0, 1].
-        #[arg(long, default_value_t = 0.001)]
-        density: f64,
-        /// Ranks: the hash bitmap splits the gradient into this many partitions.
-        #[arg(long, default_value_t = 8)]
-        ranks: usize,
-        /// Seed of the synthetic gradient and the codecs.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Minimum measuring time per operation, in milliseconds.
-        #[arg(long, default_value_t = 100)]
-        min_ms: u64,
-        /// Print one JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Encode(EncodeArgs),
     /// Every communication-set selection algorithm on one residual, against
     /// select_nth_unstable_by and a plain copy measured in the same run.
-    Select {
-        /// Elements in the residual.
-        #[arg(long, default_value_t = 1 << 20)]
-        n: usize,
-        /// Fraction to select, in (0, 1].
-        #[arg(long, default_value_t = 0.001)]
-        density: f64,
-        /// Backend the selectors run on.
-        #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
-        backend: BackendKind,
-        /// Seed of the residual.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Minimum measuring time per algorithm, in milliseconds.
-        #[arg(long, default_value_t = 200)]
-        min_ms: u64,
-        /// Print one JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Select(SelectCli),
     /// Every sparse allreduce on the same synthetic gradients, against the
     /// dense ring allreduce measured in the same run.
-    Allreduce {
-        /// Transport the ranks talk over.
-        #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
-        transport: TransportKind,
-        /// Ranks (threads of this process; under MPI the world size).
-        #[arg(long, default_value_t = 8)]
-        ranks: usize,
-        /// Dimension of the gradient.
-        #[arg(long, default_value_t = 1 << 20)]
-        n: usize,
-        /// Fraction of non-zeros per rank, in (0, 1]; also k / n for the
-        /// lossy algorithms.
-        #[arg(long, default_value_t = 0.001)]
-        density: f64,
-        /// Fraction of each rank's indices shared by all ranks, in [0, 1].
-        #[arg(long, default_value_t = 0.5)]
-        overlap: f64,
-        /// Only these algorithms, registry names with parameters
-        /// (`spardl_bsag:k=40,d=2`; repeat the flag, or separate with
-        /// semicolons); `auto` is the planner. All when absent.
-        #[arg(long, value_delimiter = ';', long_help = algo_help())]
-        algo: Vec<String>,
-        /// Seed of the gradients.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Timed calls per algorithm, after one warm-up call.
-        #[arg(long, default_value_t = 5)]
-        reps: usize,
-        /// Print one JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Allreduce(AllreduceCli),
     /// Data-parallel training of an MLP on the UCI digits: dense SGD and
     /// every residual optimizer over its sparse allreduce, test accuracy
     /// per epoch, bytes per step and time per step, in the same run.
-    Train {
-        /// Transport the ranks talk over.
-        #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
-        transport: TransportKind,
-        /// Ranks (threads of this process; under MPI the world size).
-        #[arg(long, default_value_t = 4)]
-        ranks: usize,
-        /// Epochs.
-        #[arg(long, default_value_t = 40)]
-        epochs: usize,
-        /// Densities of the sent set, each in (0, 1] (repeat the flag or
-        /// separate with commas).
-        #[arg(long, value_delimiter = ',', default_values_t = [0.01, 0.001])]
-        density: Vec<f64>,
-        /// Hidden units of the MLP 64 -> hidden -> 10 (2048 for a model of
-        /// millions of parameters, for timing).
-        #[arg(long, default_value_t = 128)]
-        hidden: usize,
-        /// Images per rank per step.
-        #[arg(long, default_value_t = 16)]
-        batch: usize,
-        /// Learning rate.
-        #[arg(long, default_value_t = 0.1)]
-        lr: f32,
-        /// Momentum of RGC, DGC and their dense counterpart.
-        #[arg(long, default_value_t = 0.9)]
-        momentum: f32,
-        /// Weight decay of RGC, DGC and their dense counterpart.
-        #[arg(long, default_value_t = 1e-4)]
-        weight_decay: f32,
-        /// RedSync's compress threshold in bytes: layers of at most this
-        /// many bytes go dense (RedSync uses 131072 for ImageNet-size
-        /// layers, which would send every layer of a small MLP dense).
-        /// Biases (one dimension) always go dense, as DGC does.
-        #[arg(long, default_value_t = 0)]
-        compress_threshold: usize,
-        /// DGC's clipping constant C (each rank clips its gradient to an L2
-        /// norm of C / sqrt(P)).
-        #[arg(long, default_value_t = 5.0)]
-        clip: f32,
-        /// DGC's warm-up epochs (density max(c^(e+1), D), c = D^(1/(W+1))).
-        #[arg(long, default_value_t = 4)]
-        warmup: usize,
-        /// Only these schemes (repeat the flag or separate with commas):
-        /// sparcml_topk_sgd, redsync_rgc, redsync_rgc_quantized, dgc,
-        /// spardl_global_residual. All when absent.
-        #[arg(long, value_delimiter = ',')]
-        scheme: Vec<String>,
-        /// Seeds to average over (1, 2, ..., seeds).
-        #[arg(long, default_value_t = 1)]
-        seeds: u64,
-        /// Print one JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-        /// Write train.csv and the plots accuracy_vs_epoch.svg and
-        /// accuracy_vs_bytes.svg into this directory.
-        #[arg(long)]
-        out: Option<std::path::PathBuf>,
-    },
+    Train(TrainCli),
+}
+
+/// `sparse-bench select`: the benchmark's flags and the backend.
+#[derive(Args, Debug)]
+struct SelectCli {
+    /// Backend the selectors run on.
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    backend: BackendKind,
+    #[command(flatten)]
+    args: SelectArgs,
+}
+
+/// `sparse-bench allreduce`: the benchmark's flags and the transport.
+#[derive(Args, Debug)]
+struct AllreduceCli {
+    /// Transport the ranks talk over.
+    #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
+    transport: TransportKind,
+    #[command(flatten)]
+    args: AllreduceArgs,
+}
+
+/// `sparse-bench train`: the optimizer's settings and what to run.
+#[derive(Args, Debug)]
+struct TrainCli {
+    /// Transport the ranks talk over.
+    #[arg(long, value_enum, default_value_t = TransportKind::Threads)]
+    transport: TransportKind,
+    /// Ranks (threads of this process; under MPI the world size).
+    #[arg(long, default_value_t = 4)]
+    ranks: usize,
+    /// Densities of the sent set, each in (0, 1] (one per flag: repeat the
+    /// flag for more).
+    #[arg(long = "density", default_values_t = [0.01, 0.001])]
+    densities: Vec<f64>,
+    /// Only these schemes (one per flag: repeat the flag for more):
+    /// sparcml_topk_sgd, redsync_rgc, redsync_rgc_quantized, dgc,
+    /// spardl_global_residual. All when absent.
+    #[arg(long = "scheme")]
+    schemes: Vec<String>,
+    /// Seeds to average over (1, 2, ..., seeds).
+    #[arg(long, default_value_t = 1)]
+    seeds: u64,
+    /// Write train.csv and the plots accuracy_vs_epoch.svg and
+    /// accuracy_vs_bytes.svg into this directory.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    args: TrainArgs,
 }
 
 /// Transports `--transport` can name.
@@ -220,106 +147,13 @@ fn select_on(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-
+    let json = cli.json;
     let result = match cli.command {
-        None => run_default(),
-        Some(Command::Encode {
-            n,
-            density,
-            ranks,
-            seed,
-            min_ms,
-            json,
-        }) => run_encode(
-            EncodeArgs {
-                n,
-                density,
-                ranks,
-                seed,
-                min_time: Duration::from_millis(min_ms),
-            },
-            json,
-        ),
-        Some(Command::Select {
-            n,
-            density,
-            backend,
-            seed,
-            min_ms,
-            json,
-        }) => run_select(
-            backend,
-            SelectArgs {
-                n,
-                density,
-                seed,
-                min_time: Duration::from_millis(min_ms),
-            },
-            json,
-        ),
-        Some(Command::Allreduce {
-            transport,
-            ranks,
-            n,
-            density,
-            overlap,
-            algo,
-            seed,
-            reps,
-            json,
-        }) => run_allreduce(
-            transport,
-            &AllreduceArgs {
-                ranks,
-                n,
-                density,
-                overlap,
-                algos: algo,
-                seed,
-                reps,
-            },
-            json,
-        ),
-        Some(Command::Train {
-            transport,
-            ranks,
-            epochs,
-            density,
-            hidden,
-            batch,
-            lr,
-            momentum,
-            weight_decay,
-            compress_threshold,
-            clip,
-            warmup,
-            scheme,
-            seeds,
-            json,
-            out,
-        }) => run_train(
-            transport,
-            &TrainCli {
-                ranks,
-                densities: density,
-                schemes: scheme,
-                seeds,
-                json,
-                out,
-                args: TrainArgs {
-                    epochs,
-                    hidden,
-                    batch,
-                    lr,
-                    momentum,
-                    weight_decay,
-                    compress_threshold,
-                    clip,
-                    warmup,
-                    seed: 1,
-                },
-            },
-        ),
+        None => run_default(json),
+        Some(Command::Encode(a)) => run_encode(&a, json),
+        Some(Command::Select(c)) => run_select(c.backend, &c.args, json),
+        Some(Command::Allreduce(c)) => run_allreduce(c.transport, &c.args, json),
+        Some(Command::Train(c)) => run_train(&c, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -332,28 +166,28 @@ fn main() -> ExitCode {
 
 /// The default run: every subcommand at a small size, in seconds, ending
 /// with a short training run.
-fn run_default() -> sparse_core::Result<()> {
+fn run_default(json: bool) -> sparse_core::Result<()> {
     let min_time = Duration::from_millis(50);
     run_encode(
-        EncodeArgs {
+        &EncodeArgs {
             n: 1 << 20,
             density: 0.001,
             ranks: 8,
             seed: 1,
             min_time,
         },
-        false,
+        json,
     )?;
     bench::out!();
     run_select(
         BackendKind::Cpu,
-        SelectArgs {
+        &SelectArgs {
             n: 1 << 20,
             density: 0.001,
             seed: 1,
             min_time,
         },
-        false,
+        json,
     )?;
     bench::out!();
     run_allreduce(
@@ -367,20 +201,19 @@ fn run_default() -> sparse_core::Result<()> {
             seed: 1,
             reps: 3,
         },
-        false,
+        json,
     )?;
     bench::out!();
     // The user's first question: does a model still converge, and what
     // does a step send? Dense momentum SGD against RedSync's RGC over
     // TopkA at 1%, P = 4 threads, a few epochs.
     run_train(
-        TransportKind::Threads,
         &TrainCli {
+            transport: TransportKind::Threads,
             ranks: 4,
             densities: vec![0.01],
             schemes: vec!["redsync_rgc".into()],
             seeds: 1,
-            json: false,
             out: None,
             args: TrainArgs {
                 epochs: 8,
@@ -388,6 +221,7 @@ fn run_default() -> sparse_core::Result<()> {
                 ..TrainArgs::default()
             },
         },
+        json,
     )
 }
 
@@ -412,35 +246,61 @@ fn opt(x: Option<u64>) -> String {
     x.map_or_else(|| "-".into(), |x| x.to_string())
 }
 
-fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
-    let prof = &rep.profile;
-    if json {
-        for r in &rep.rows {
-            let obj = serde_json::json!({
-                "bench": "allreduce", "transport": transport, "algo": r.algo, "params": r.params,
-                "chose": r.chose, "ranks": prof.p, "n": prof.n, "nnz": prof.k_max,
-                "nnz_sum": prof.k_sum, "union": prof.union, "result_nnz": r.result_nnz,
-                "bytes_recv_max": r.bytes_recv_max, "bytes_sent_max": r.bytes_sent_max,
-                "msgs_max": r.msgs_max, "rounds": r.rounds, "model_bytes": r.model_bytes,
-                "paper_bytes": r.paper_bytes,
-                "ms": r.ms, "dense_ms": rep.dense_ms, "dense_algo": rep.dense_algo, "vs_dense": r.ms / rep.dense_ms,
-                "dense_bytes_recv_max": rep.dense_bytes_recv_max,
-                "floor_ms": r.floor_ms, "vs_floor": r.floor_ms.map(|f| r.ms / f),
-                "max_abs_err": r.max_abs_err, "lossless": r.lossless,
-            });
-            bench::out!("{obj}");
-        }
-        if let Some(o) = &rep.overlap {
-            let obj = serde_json::json!({
-                "bench": "overlap", "transport": transport, "algo": o.algo, "ranks": prof.p,
-                "n": prof.n, "compute_ms": o.compute_ms, "allreduce_ms": o.allreduce_ms,
-                "sequential_ms": o.sequential_ms, "overlapped_ms": o.overlapped_ms,
-                "saved": 1.0 - o.overlapped_ms / o.sequential_ms,
-            });
-            bench::out!("{obj}");
-        }
-        return;
+/// A row's name in the table: parameters beyond the budget k (teams,
+/// codecs, seeds) name the row, and `auto` shows its choice.
+fn row_name(r: &bench::allreduce::AllreduceRow) -> String {
+    let shown: Vec<&str> = r
+        .params
+        .split(',')
+        .filter(|p| !p.is_empty() && !p.starts_with("k="))
+        .collect();
+    match &r.chose {
+        Some(c) => format!("auto -> {c}"),
+        None if r.algo == "auto" || shown.is_empty() => r.algo.clone(),
+        None => format!("{}:{}", r.algo, shown.join(",")),
     }
+}
+
+fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
+    if json {
+        allreduce_json(transport, rep);
+    } else {
+        allreduce_table(transport, rep);
+    }
+}
+
+/// The allreduce rows and the overlap measurement as JSON lines.
+fn allreduce_json(transport: &str, rep: &AllreduceReport) {
+    let prof = &rep.profile;
+    for r in &rep.rows {
+        let obj = serde_json::json!({
+            "bench": "allreduce", "transport": transport, "algo": r.algo, "params": r.params,
+            "chose": r.chose, "ranks": prof.p, "n": prof.n, "nnz": prof.k_max,
+            "nnz_sum": prof.k_sum, "union": prof.union, "result_nnz": r.result_nnz,
+            "bytes_recv_max": r.bytes_recv_max, "bytes_sent_max": r.bytes_sent_max,
+            "msgs_max": r.msgs_max, "rounds": r.rounds, "model_bytes": r.model_bytes,
+            "paper_bytes": r.paper_bytes,
+            "ms": r.ms, "dense_ms": rep.dense_ms, "dense_algo": rep.dense_algo, "vs_dense": r.ms / rep.dense_ms,
+            "dense_bytes_recv_max": rep.dense_bytes_recv_max,
+            "floor_ms": r.floor_ms, "vs_floor": r.floor_ms.map(|f| r.ms / f),
+            "max_abs_err": r.max_abs_err, "lossless": r.lossless,
+        });
+        bench::out!("{obj}");
+    }
+    if let Some(o) = &rep.overlap {
+        let obj = serde_json::json!({
+            "bench": "overlap", "transport": transport, "algo": o.algo, "ranks": prof.p,
+            "n": prof.n, "compute_ms": o.compute_ms, "allreduce_ms": o.allreduce_ms,
+            "sequential_ms": o.sequential_ms, "overlapped_ms": o.overlapped_ms,
+            "saved": 1.0 - o.overlapped_ms / o.sequential_ms,
+        });
+        bench::out!("{obj}");
+    }
+}
+
+/// The allreduce rows as a table, with a header line and notes.
+fn allreduce_table(transport: &str, rep: &AllreduceReport) {
+    let prof = &rep.profile;
     bench::out!(
         "allreduce: transport {transport}, {} ranks, n = {}, up to {} non-zeros per rank, union {}; x_dense is against the fastest dense allreduce in this run, {}: {:.3} ms; the ring's busiest rank received {} bytes",
         prof.p,
@@ -455,20 +315,8 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
         .rows
         .iter()
         .map(|r| {
-            // Parameters beyond the budget k (teams, codecs, seeds) name
-            // the row.
-            let shown: Vec<&str> = r
-                .params
-                .split(',')
-                .filter(|p| !p.is_empty() && !p.starts_with("k="))
-                .collect();
-            let name = match &r.chose {
-                Some(c) => format!("auto -> {c}"),
-                None if r.algo == "auto" || shown.is_empty() => r.algo.clone(),
-                None => format!("{}:{}", r.algo, shown.join(",")),
-            };
             vec![
-                name,
+                row_name(r),
                 r.result_nnz.to_string(),
                 opt(r.bytes_recv_max),
                 opt(r.bytes_sent_max),
@@ -525,7 +373,7 @@ fn print_allreduce(transport: &str, rep: &AllreduceReport, json: bool) {
     }
 }
 
-fn run_encode(a: EncodeArgs, json: bool) -> sparse_core::Result<()> {
+fn run_encode(a: &EncodeArgs, json: bool) -> sparse_core::Result<()> {
     if !(a.density > 0.0 && a.density <= 1.0) {
         return Err(sparse_core::Error::invalid(
             "density",
@@ -535,7 +383,7 @@ fn run_encode(a: EncodeArgs, json: bool) -> sparse_core::Result<()> {
     if a.ranks == 0 || a.ranks > u32::MAX as usize {
         return Err(sparse_core::Error::invalid("ranks", "must be at least 1"));
     }
-    let (v, rows) = encode::run(&a)?;
+    let (v, rows) = encode::run(a)?;
     let (coo, dense) = (rows[0].bytes as f64, (v.dim() * 4) as f64);
     if json {
         for r in &rows {
@@ -594,8 +442,8 @@ fn run_encode(a: EncodeArgs, json: bool) -> sparse_core::Result<()> {
     Ok(())
 }
 
-fn run_select(backend: BackendKind, a: SelectArgs, json: bool) -> sparse_core::Result<()> {
-    let (report, name) = select_on(backend, &a)?;
+fn run_select(backend: BackendKind, a: &SelectArgs, json: bool) -> sparse_core::Result<()> {
+    let (report, name) = select_on(backend, a)?;
     if json {
         for r in &report.rows {
             let obj = serde_json::json!({
@@ -645,84 +493,95 @@ fn run_select(backend: BackendKind, a: SelectArgs, json: bool) -> sparse_core::R
     Ok(())
 }
 
-/// `--algo`'s long help: every registered algorithm with its parameters.
-fn algo_help() -> String {
-    format!(
-        "Only these algorithms, as registry names with parameters \
-         (`spardl_bsag:k=40,d=2`; repeat the flag, or separate with semicolons). \
-         All when absent. `k` defaults to the density times n.\n\nAlgorithms:\n{}",
-        sparse_coll::Registry::<f32>::builtin().help()
-    )
-}
-
-/// `sparse-bench train`'s settings beyond the optimizer's.
-struct TrainCli {
-    ranks: usize,
-    densities: Vec<f64>,
-    schemes: Vec<String>,
-    seeds: u64,
-    json: bool,
-    out: Option<std::path::PathBuf>,
-    args: TrainArgs,
-}
-
-fn run_train(transport: TransportKind, c: &TrainCli) -> sparse_core::Result<()> {
+fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
     use bench::train::{self, data, output, run};
-    use sparse_core::Error;
     if c.seeds == 0 || c.ranks == 0 {
-        return Err(Error::invalid("seeds, ranks", "must be at least 1"));
+        return Err(sparse_core::Error::invalid(
+            "seeds, ranks",
+            "must be at least 1",
+        ));
     }
     for &d in &c.densities {
         sparse_select::k_for_density(1, d)?;
     }
-    let all = train::schemes();
-    let schemes: Vec<train::Scheme> = if c.schemes.is_empty() {
-        all
-    } else {
-        c.schemes
-            .iter()
-            .map(|name| {
-                all.iter().find(|s| s.name == name).cloned().ok_or_else(|| {
-                    Error::invalid(
-                        "scheme",
-                        format!(
-                            "unknown {name:?}; known: {}",
-                            all.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
-                        ),
-                    )
-                })
-            })
-            .collect::<sparse_core::Result<_>>()?
-    };
-    let runs = run::plan(&schemes, &c.densities);
-    let seeds: Vec<u64> = (1..=c.seeds).collect();
+    let runs = run::plan(&train_schemes(&c.schemes)?, &c.densities);
     let (train_set, test_set) = data::split()?;
     let names: Vec<String> = train::model::Mlp::new(c.args.hidden)
         .layers()
         .into_iter()
         .map(|l| l.name)
         .collect();
-    let (summaries, name, rank) = match transport {
+    let Some((summaries, name)) = train_on(c, &runs, &train_set, &test_set)? else {
+        return Ok(()); // not rank 0
+    };
+    let rows = output::rows(&summaries, &names);
+    if let Some(dir) = &c.out {
+        output::write(dir, &summaries, &rows)?;
+    }
+    if json {
+        for r in &rows {
+            bench::out!("{}", output::json(r, &rows, name));
+        }
+        return Ok(());
+    }
+    print_train(name, c, &rows, train_set.len(), test_set.len());
+    Ok(())
+}
+
+/// The schemes `names` names (all when empty).
+fn train_schemes(names: &[String]) -> sparse_core::Result<Vec<bench::train::Scheme>> {
+    let all = bench::train::schemes();
+    if names.is_empty() {
+        return Ok(all);
+    }
+    names
+        .iter()
+        .map(|name| {
+            all.iter().find(|s| s.name == name).cloned().ok_or_else(|| {
+                sparse_core::Error::invalid(
+                    "scheme",
+                    format!(
+                        "unknown {name:?}; known: {}",
+                        all.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Runs `runs` on `c.transport` with a progress bar; on rank 0 returns the
+/// summaries and the transport's name, elsewhere `None`.
+fn train_on(
+    c: &TrainCli,
+    runs: &[bench::train::Run],
+    train_set: &bench::train::data::Set,
+    test_set: &bench::train::data::Set,
+) -> sparse_core::Result<Option<(Vec<bench::train::run::Summary>, &'static str)>> {
+    use bench::train::{self, run};
+    let seeds: Vec<u64> = (1..=c.seeds).collect();
+    let ticks = runs.len() * seeds.len() * c.args.epochs;
+    match c.transport {
         TransportKind::Threads => {
             let steps = train::steps_per_epoch(train_set.len() / c.ranks, c.args.batch);
-            let total = (runs.len() * seeds.len() * c.args.epochs * steps * c.ranks) as u64;
-            let bar = std::sync::Mutex::new(bench::Progress::new(total, "rank steps"));
+            let bar = std::sync::Mutex::new(bench::Progress::new(
+                (ticks * steps * c.ranks) as u64,
+                "rank steps",
+            ));
             let tick = || {
                 bar.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .inc()
             };
-            let s = run::run_threads(
-                c.ranks, &runs, &c.args, &seeds, &train_set, &test_set, &tick,
-            )?;
+            let s = run::run_threads(c.ranks, runs, &c.args, &seeds, train_set, test_set, &tick)?;
             bar.into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .finish();
-            (s, "threads", 0)
+            Ok(Some((s, "threads")))
         }
         #[cfg(feature = "mpi")]
         TransportKind::Mpi => {
-            let universe = mpi::initialize().ok_or_else(|| Error::Transport {
+            let universe = mpi::initialize().ok_or_else(|| sparse_core::Error::Transport {
                 rank: 0,
                 detail: "MPI was already initialized".into(),
             })?;
@@ -731,11 +590,8 @@ fn run_train(transport: TransportKind, c: &TrainCli) -> sparse_core::Result<()> 
             let rank = sparse_coll::Transport::rank(&t);
             let p = sparse_coll::Transport::size(&t);
             let steps = train::steps_per_epoch(train_set.len() / p, c.args.batch);
-            let total = (runs.len() * seeds.len() * c.args.epochs * steps) as u64;
-            let bar = std::sync::Mutex::new(bench::Progress::new(
-                if rank == 0 { total } else { 0 },
-                "steps",
-            ));
+            let total = if rank == 0 { ticks * steps } else { 0 };
+            let bar = std::sync::Mutex::new(bench::Progress::new(total as u64, "steps"));
             let tick = || {
                 if rank == 0 {
                     bar.lock()
@@ -743,29 +599,13 @@ fn run_train(transport: TransportKind, c: &TrainCli) -> sparse_core::Result<()> 
                         .inc();
                 }
             };
-            let s =
-                run::run_transport(&mut t, &runs, &c.args, &seeds, &train_set, &test_set, &tick)?;
+            let s = run::run_transport(&mut t, runs, &c.args, &seeds, train_set, test_set, &tick)?;
             bar.into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .finish();
-            (s, "mpi", rank)
+            Ok((rank == 0).then_some((s, "mpi")))
         }
-    };
-    if rank != 0 {
-        return Ok(());
     }
-    let rows = output::rows(&summaries, &names);
-    if let Some(dir) = &c.out {
-        output::write(dir, &summaries, &rows)?;
-    }
-    if c.json {
-        for r in &rows {
-            bench::out!("{}", output::json(r, &rows, name));
-        }
-        return Ok(());
-    }
-    print_train(name, c, &rows, train_set.len(), test_set.len());
-    Ok(())
 }
 
 fn print_train(

@@ -139,29 +139,45 @@ impl Run {
     }
 }
 
-/// The settings of a training run.
-#[derive(Debug, Clone, PartialEq)]
+/// The settings of a training run (`sparse-bench train`'s optimizer
+/// flags; their defaults are [`TrainArgs::default`]'s).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct TrainArgs {
     /// Epochs.
+    #[arg(long, default_value_t = TrainArgs::default().epochs)]
     pub epochs: usize,
-    /// Hidden width of the MLP (64 -> hidden -> 10).
+    /// Hidden units of the MLP 64 -> hidden -> 10 (2048 for a model of
+    /// millions of parameters, for timing).
+    #[arg(long, default_value_t = TrainArgs::default().hidden)]
     pub hidden: usize,
     /// Images per rank per step.
+    #[arg(long, default_value_t = TrainArgs::default().batch)]
     pub batch: usize,
     /// Learning rate.
+    #[arg(long, default_value_t = TrainArgs::default().lr)]
     pub lr: f32,
-    /// Momentum of RGC, DGC and dense momentum SGD.
+    /// Momentum of RGC, DGC and their dense counterpart.
+    #[arg(long, default_value_t = TrainArgs::default().momentum)]
     pub momentum: f32,
-    /// Weight decay of RGC, DGC and dense momentum SGD.
+    /// Weight decay of RGC, DGC and their dense counterpart.
+    #[arg(long, default_value_t = TrainArgs::default().weight_decay)]
     pub weight_decay: f32,
-    /// RedSync's compress threshold in bytes: layers of at most this many
-    /// bytes go dense (RedSync's 128 KiB would send a small MLP dense).
+    /// RedSync's compress threshold in bytes: layers of at most this
+    /// many bytes go dense (RedSync uses 131072 for ImageNet-size
+    /// layers, which would send every layer of a small MLP dense).
+    /// Biases (one dimension) always go dense, as DGC does.
+    #[arg(long, default_value_t = TrainArgs::default().compress_threshold)]
     pub compress_threshold: usize,
-    /// DGC's clipping constant `C` (each rank clips to `C / sqrt(P)`).
+    /// DGC's clipping constant C (each rank clips its gradient to an L2
+    /// norm of C / sqrt(P)).
+    #[arg(long, default_value_t = TrainArgs::default().clip)]
     pub clip: f32,
-    /// DGC's warm-up epochs.
+    /// DGC's warm-up epochs (density max(c^(e+1), D), c = D^(1/(W+1))).
+    #[arg(long, default_value_t = TrainArgs::default().warmup)]
     pub warmup: usize,
-    /// Seed of the initial weights and shuffles.
+    /// Seed of the initial weights and shuffles (set per run from the
+    /// seeds to average over; not a flag).
+    #[arg(skip = TrainArgs::default().seed)]
     pub seed: u64,
 }
 
@@ -259,25 +275,10 @@ pub fn order_seed(seed: u64, epoch: usize, rank: usize) -> u64 {
     seed ^ (epoch as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((rank as u64) << 48)
 }
 
-/// Trains one rank: every rank of `t` calls it with the same arguments.
-/// `on_step` is called after each step (progress).
-///
-/// # Errors
-/// Invalid settings, the model's, the optimizer's and the collectives'
-/// errors (on every rank).
-pub fn train_rank(
-    t: &mut dyn Transport,
-    run: &Run,
-    a: &TrainArgs,
-    train: &Set,
-    test: &Set,
-    on_step: &(dyn Fn() + Sync),
-) -> Result<RankRun> {
-    let (p, rank) = (t.size(), t.rank());
-    if a.batch == 0 || a.hidden == 0 {
-        return Err(Error::invalid("batch, hidden", "must be at least 1"));
-    }
-    let mlp = Mlp::new(a.hidden);
+/// The optimizer of `run` for `mlp`: RadixTopK selection and each layer's
+/// collective (TopkA for the dense runs and for the output layer of
+/// RedSync's quantized mode), from the initial weights of `a.seed`.
+fn trainer(run: &Run, a: &TrainArgs, mlp: &Mlp) -> Result<Trainer<Cpu, RadixTopK>> {
     let layers = mlp.layers();
     let cfg = config(run, a)?;
     let density = run.density();
@@ -302,7 +303,29 @@ pub fn train_rank(
         )
     };
     let w0 = mlp.init(a.seed);
-    let mut tr = Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)?;
+    Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)
+}
+
+/// Trains one rank: every rank of `t` calls it with the same arguments.
+/// `on_step` is called after each step (progress).
+///
+/// # Errors
+/// Invalid settings, the model's, the optimizer's and the collectives'
+/// errors (on every rank).
+pub fn train_rank(
+    t: &mut dyn Transport,
+    run: &Run,
+    a: &TrainArgs,
+    train: &Set,
+    test: &Set,
+    on_step: &(dyn Fn() + Sync),
+) -> Result<RankRun> {
+    let (p, rank) = (t.size(), t.rank());
+    if a.batch == 0 || a.hidden == 0 {
+        return Err(Error::invalid("batch, hidden", "must be at least 1"));
+    }
+    let mlp = Mlp::new(a.hidden);
+    let mut tr = trainer(run, a, &mlp)?;
     let mine = shard(train, rank, p);
     let steps = steps_per_epoch(mine.len(), a.batch);
     if steps == 0 {
