@@ -6,7 +6,7 @@ use sparse_coll::wire::WireValues;
 use sparse_coll::{Reduced, SparseAllreduce, Traffic, Transport, agree, agree_or_fail};
 use sparse_core::encoding::Qsgd;
 use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
-use sparse_select::{RadixTopK, Selector, k_for_density};
+use sparse_select::{RadixTopK, Selection, Selector, k_for_density};
 use std::time::{Duration, Instant};
 
 /// A layer: its name, its number of parameters, and its tensor's number of
@@ -93,6 +93,11 @@ pub struct Trainer<B: Backend<f32>, S> {
     b: B,
     cfg: Config,
     layers: Vec<Layer<B, S>>,
+    /// A digest of the weights' history: FNV-1a of the initial weights,
+    /// then folded with the digest of every step's applied results. Ranks
+    /// that applied the same steps to the same weights hold the same
+    /// digest; the entry round of each step compares it.
+    history: u64,
 }
 
 impl<B: Backend<f32> + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
@@ -213,10 +218,16 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 spec,
             });
         }
+        let history = sparse_core::hash::fnv1a(
+            weights
+                .iter()
+                .flat_map(|w| w.iter().flat_map(|x| x.to_bits().to_le_bytes())),
+        );
         Ok(Self {
             b,
             cfg,
             layers: out,
+            history,
         })
     }
 }
@@ -280,18 +291,38 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// differ (learning rate, rule, density, clipping, quantization,
     /// collection, fusion), are [`Error::Disagreement`] on every rank.
     ///
-    /// Then every layer's local work runs (compensation, selection,
-    /// quantization) before anything is sent, and a second round tells
-    /// every rank whether it succeeded everywhere: a failure there (a
-    /// residual that overflowed to infinity, a backend error) is an error on
-    /// every rank, in step, with nothing taken from any memory; the memories
-    /// may hold this step's gradient. A residual that overflowed keeps
-    /// failing the steps that follow. A layer's selection leaves its memory
-    /// only once its collective has succeeded: a collective that fails on
-    /// every rank alike (its entry agreement) leaves it there, after the
-    /// layers before it were applied. A failure on one rank only after
-    /// that round (a memory's or the backend's error) abandons the
-    /// transport ([`sparse_coll::guard`]), so no peer waits on it.
+    /// The entry round also compares a digest of the weights' history (the
+    /// initial weights, then every step's applied results): ranks whose
+    /// weights went apart by any route (a step that ended `Ok` on some ranks
+    /// and in an error on others, a transport lost in its last round) get
+    /// [`Error::Disagreement`] at every later step instead of training on,
+    /// until their trainers are rebuilt from common weights.
+    ///
+    /// Then every layer's local work runs (compensation, selection from the
+    /// compensated accumulator, quantization) before anything is sent; what
+    /// a layer sends is the accumulator's values at the selected indices,
+    /// whatever values its selector returned. A second round tells every
+    /// rank whether that succeeded everywhere: a failure there (a residual
+    /// that overflowed to infinity, a backend error) is an error on every
+    /// rank, in step; a residual that overflowed keeps failing the steps
+    /// that follow.
+    ///
+    /// A step is all or nothing on every rank: every layer's collective
+    /// (and the dense layers' allreduces) runs first, then every rank
+    /// checks every reduced result (valid sparse vectors of the layer's
+    /// dimension, every value finite: a sum that overflowed is
+    /// [`Error::NonFinite`]) and a third round compares one digest of them
+    /// all (results that differ between ranks are
+    /// [`Error::Disagreement`] about `"results"`); only then does any rank
+    /// apply anything. A step that fails anywhere before that leaves the
+    /// weights as they were and every selection in its memory (the
+    /// memories may hold this step's compensated gradient): nothing is
+    /// lost. A failure on one rank only (a collective part way, a memory's
+    /// or the backend's error) abandons the transport
+    /// ([`sparse_coll::guard`]), so no peer waits on it; a failure every
+    /// rank shares leaves it usable. Where a rank fails in the third round
+    /// itself after its peers completed it, the peers apply and it does
+    /// not; the weights digest then stops the next step on every rank.
     ///
     /// # Errors
     /// As above; the collectives' and the backend's errors.
@@ -305,7 +336,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 "layer compressed",
                 u64::from(matches!(l.part, Part::Compressed(_))),
             ));
+            // The dimensions pick the output layer quantized mode exempts.
+            fields.push(("layer dims", l.spec.dims as u64));
         }
+        fields.push(("weights", self.history));
         let start = t.traffic();
         // One word stands for all of them (FNV-1a over the values), so the
         // round stays small at every step; only when it differs do the
@@ -316,6 +350,8 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             Err(Error::Disagreement {
                 what: "settings", ..
             }) => {
+                // Names the field that differs ("weights" for ranks whose
+                // weights went apart).
                 agree(t, &fields)?;
                 return Err(Error::Disagreement {
                     what: "settings",
@@ -335,38 +371,47 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         // From here a failure on one rank only (a memory's or the backend's
         // error) abandons the transport, so that no peer waits on this rank
         // in a collective; a failure every rank shares (a collective's entry
-        // agreement) leaves it usable.
-        sparse_coll::guard(t, |t| self.communicate(t, ready, p, &mut rep))?;
+        // agreement, the commit round) leaves it usable.
+        sparse_coll::guard(t, |t| {
+            let received = self.communicate(t, ready, &mut rep)?;
+            // The commit round: every rank checks every layer's reduced
+            // result, and the ranks compare one digest of them all; only
+            // when every rank holds the same valid results does any rank
+            // apply anything. A step is all or nothing on every rank.
+            let checked = self.check_received(&received);
+            let digest = *checked.as_ref().unwrap_or(&0);
+            agree_or_fail(t, &[("results", digest)], checked.map(drop))?;
+            self.apply(received, p, &mut rep)?;
+            self.history = sparse_core::hash::fnv1a(
+                [self.history, digest].iter().flat_map(|d| d.to_le_bytes()),
+            );
+            Ok(())
+        })?;
         rep.traffic = t.traffic().since(&start);
         Ok(rep)
     }
 
     /// The step's communication, once every rank has done its local work:
-    /// each compressed layer's collective and update, and the dense layers'
-    /// (fused) allreduces and updates, in layer order.
+    /// each compressed layer's collective and the dense layers' (fused)
+    /// allreduces, in layer order. Nothing is applied here.
     fn communicate(
         &mut self,
         t: &mut dyn Transport,
         ready: Vec<Ready<B>>,
-        p: f32,
         rep: &mut StepReport,
-    ) -> Result<()> {
+    ) -> Result<Vec<Received<B>>> {
+        let n = self.layers.len();
+        let mut received: Vec<Option<Received<B>>> = (0..n).map(|_| None).collect();
         // Dense layers wait in a bucket until it holds `fusion` bytes or a
         // compressed layer comes.
         let mut bucket: Vec<(usize, Vec<f32>)> = Vec::new();
-        let n = self.layers.len();
         for (l, r) in ready.into_iter().enumerate() {
-            let layer = &mut self.layers[l];
-            match (&mut layer.part, r) {
-                (Part::Compressed(c), Ready::Compressed(x)) => {
-                    let env = Env {
-                        b: &self.b,
-                        cfg: &self.cfg,
-                        p,
-                    };
-                    let (sent, dropped) = compressed_step(&env, c, &mut layer.w, t, x, rep)?;
-                    rep.sent[l] = sent;
-                    rep.dropped[l] = dropped;
+            match (&mut self.layers[l].part, r) {
+                (Part::Compressed(c), Ready::Compressed(out)) => {
+                    let clock = Instant::now();
+                    let red = c.comm.allreduce(t, &out.sent)?;
+                    rep.communicate += clock.elapsed();
+                    received[l] = Some(Received::Compressed(Box::new((out, red))));
                 }
                 (Part::Dense { .. }, Ready::Dense(g)) => bucket.push((l, g)),
                 _ => return Err(Error::invalid("layer", "prepared for another kind")),
@@ -383,10 +428,95 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 rep.communicate += clock.elapsed();
                 let mut at = 0;
                 for (j, g) in bucket.drain(..) {
-                    let part = &sum[at..at + g.len()];
+                    received[j] = Some(Received::Dense(sum[at..at + g.len()].to_vec()));
                     at += g.len();
-                    dense_apply(&self.b, &self.cfg, &mut self.layers[j], part, p, rep)?;
                 }
+            }
+        }
+        received
+            .into_iter()
+            .map(|r| r.ok_or_else(|| Error::invalid("layer", "no reduced result")))
+            .collect()
+    }
+
+    /// Checks every layer's reduced result before anything is applied: a
+    /// collective's result and dropped entries valid sparse vectors of the
+    /// layer's dimension, every value finite (a sum that overflowed is
+    /// [`Error::NonFinite`]), a dense sum of the layer's length and finite.
+    /// Returns the digest of the results, which the ranks compare.
+    fn check_received(&self, received: &[Received<B>]) -> Result<u64> {
+        let mut words = Vec::with_capacity(received.len());
+        for (layer, r) in self.layers.iter().zip(received) {
+            let n = layer.spec.len;
+            match r {
+                Received::Compressed(sent) => {
+                    let red = &sent.1;
+                    for (what, v) in [("reduced result", &red.result), ("dropped", &red.dropped)] {
+                        v.check()?;
+                        if v.dim() != n {
+                            return Err(Error::LengthMismatch {
+                                what,
+                                expected: n,
+                                got: v.dim(),
+                            });
+                        }
+                        finite(v.values())?;
+                    }
+                    words.push(sparse_core::hash::fnv1a(
+                        red.result
+                            .indices()
+                            .iter()
+                            .flat_map(|i| i.to_le_bytes())
+                            .chain(
+                                red.result
+                                    .values()
+                                    .iter()
+                                    .flat_map(|x| x.to_bits().to_le_bytes()),
+                            ),
+                    ));
+                }
+                Received::Dense(sum) => {
+                    if sum.len() != n {
+                        return Err(Error::LengthMismatch {
+                            what: "dense sum",
+                            expected: n,
+                            got: sum.len(),
+                        });
+                    }
+                    finite(sum)?;
+                    words.push(sparse_core::hash::fnv1a(
+                        sum.iter().flat_map(|x| x.to_bits().to_le_bytes()),
+                    ));
+                }
+            }
+        }
+        Ok(sparse_core::hash::fnv1a(
+            words.iter().flat_map(|w| w.to_le_bytes()),
+        ))
+    }
+
+    /// Applies every layer's checked result: a compressed layer's selection
+    /// leaves its memory, the collection, the update; a dense layer's
+    /// momentum SGD.
+    fn apply(&mut self, received: Vec<Received<B>>, p: f32, rep: &mut StepReport) -> Result<()> {
+        for (l, r) in received.into_iter().enumerate() {
+            let layer = &mut self.layers[l];
+            match (&mut layer.part, r) {
+                (Part::Compressed(c), Received::Compressed(sent)) => {
+                    let (out, red) = *sent;
+                    let env = Env {
+                        b: &self.b,
+                        cfg: &self.cfg,
+                        p,
+                    };
+                    let (sent, dropped) = compressed_apply(&env, c, &mut layer.w, out, red, rep)?;
+                    rep.sent[l] = sent;
+                    rep.dropped[l] = dropped;
+                }
+                (Part::Dense { .. }, Received::Dense(sum)) => {
+                    dense_apply(&self.b, &self.cfg, layer, &sum, p, rep)?;
+                }
+                _ => return Err(Error::invalid("layer", "reduced for another kind")),
             }
         }
         Ok(())
@@ -452,6 +582,22 @@ fn clip<B: Backend<f32>>(b: &B, g: &mut B::Buffer<f32>, max: f32) -> Result<()> 
     Ok(())
 }
 
+/// The first value of `x` that is not finite, as an error.
+fn finite(x: &[f32]) -> Result<()> {
+    match x.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(Error::NonFinite { index }),
+        None => Ok(()),
+    }
+}
+
+/// A layer's reduced result, checked before anything is applied.
+enum Received<B: Backend<f32>> {
+    /// A compressed layer's selection and its collective's result.
+    Compressed(Box<(Outgoing<B>, Reduced<f32>)>),
+    /// A dense layer's share of its (fused) allreduce.
+    Dense(Vec<f32>),
+}
+
 /// A layer's part of a step, ready to send.
 enum Ready<B: Backend<f32>> {
     /// A compressed layer's selection.
@@ -494,6 +640,12 @@ fn compress<B: Backend<f32>, S: Selector<B, f32>>(
     } else {
         c.selector.select(b, c.memory.accumulator(), k)?
     };
+    // What is sent is the accumulator at the selected indices, whatever
+    // values the selector returned: a selector cannot create or lose
+    // gradient mass. `to_sparse` checks the indices (sorted, unique, in
+    // range).
+    let values = b.gather(c.memory.accumulator(), &sel.indices)?;
+    let sel = Selection { values, ..sel };
     let mut sent = sel.to_sparse(b, n)?;
     // Quantization: what is sent is what the codec carries; the exact
     // remainder goes back into the memory (for QSGD without feedback it is
@@ -534,14 +686,14 @@ struct Env<'a, B> {
     p: f32,
 }
 
-/// A compressed layer's step once every rank has its selection:
-/// allreduce, then take the selection from the memory, collect, apply.
-fn compressed_step<B: Backend<f32>, S: Selector<B, f32>>(
+/// A compressed layer's update once every rank holds the same checked
+/// result: take the selection from the memory, collect, apply.
+fn compressed_apply<B: Backend<f32>, S: Selector<B, f32>>(
     env: &Env<'_, B>,
     c: &mut Compressed<B, S>,
     w: &mut B::Buffer<f32>,
-    t: &mut dyn Transport,
     x: Outgoing<B>,
+    red: Reduced<f32>,
     rep: &mut StepReport,
 ) -> Result<(SparseVec<f32>, SparseVec<f32>)> {
     let Env { b, cfg, p } = *env;
@@ -557,12 +709,9 @@ fn compressed_step<B: Backend<f32>, S: Selector<B, f32>>(
         Rule::Rgc { .. } => cfg.lr,
     };
     let clock = Instant::now();
-    let red = c.comm.allreduce(t, &sent)?;
-    rep.communicate += clock.elapsed();
-    let clock = Instant::now();
-    // Taken from the memory only once the collective has succeeded: a
-    // collective that fails on every rank alike (its entry agreement)
-    // leaves the selection in the memory, not lost.
+    // Taken from the memory only once every layer's collective has
+    // succeeded on every rank: a failed step leaves every selection in
+    // its memory, not lost.
     c.memory.remove(b, &indices)?;
     if quantized {
         c.top = !c.top;
