@@ -10,8 +10,7 @@
 use sparse_coll::dense::ring_allreduce;
 use sparse_coll::testing::{bad_input_suite_for, cases, collective_suite_for, real_cases};
 use sparse_coll::{
-    Auto, Defaults, LOSSLESS, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster,
-    Transport, wire,
+    Auto, Defaults, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster, Transport, wire,
 };
 use sparse_core::cost::Cost;
 use sparse_core::{Result, SparseVec};
@@ -98,7 +97,7 @@ fn main() -> Result<()> {
         let chosen = ThreadCluster::new(p)
             .run(|t| {
                 let mut candidates = Vec::new();
-                for name in LOSSLESS.iter().chain(["dense_ring"].iter()) {
+                for name in registry.auto_candidates().into_iter().chain(["dense_ring"]) {
                     candidates.push(registry.build(name, Defaults { k: 0 })?);
                 }
                 let mut auto = Auto::new(0.0, 1.0, candidates)?.reprofile_every(1)?;

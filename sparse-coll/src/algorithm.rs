@@ -51,6 +51,24 @@ pub trait SparseAllreduce<E: Element>: Send {
     fn ran(&self) -> Option<String> {
         None
     }
+    /// The rounds rank `r` of `p` takes in a first call of this instance
+    /// (the entry agreement excluded), where they follow from `p` and `r`
+    /// alone; `None` (the default) where they do not. The collective suite
+    /// (`sparse_coll::testing`) checks them.
+    fn expected_rounds(&self, _p: usize, _r: usize) -> Option<u64> {
+        None
+    }
+    /// The bytes rank `r` receives in a first call on the ranks' inputs
+    /// `ins` (by rank), where they follow from the inputs alone; `None`
+    /// (the default) where they do not. The collective suite checks them.
+    fn expected_bytes(&self, _ins: &[SparseVec<E>], _r: usize) -> Option<u64> {
+        None
+    }
+    /// The most entries a result may hold (a lossy algorithm's budget);
+    /// `None` (the default): no bound. The collective suite checks it.
+    fn max_result_entries(&self) -> Option<usize> {
+        None
+    }
     /// One allreduce of `v`.
     ///
     /// # Errors
@@ -191,21 +209,47 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     const PARAMS: &'static str;
     /// One line for `--help`.
     const HELP: &'static str;
+    /// Whether the planner ([`crate::Auto`]) chooses among it by default
+    /// ([`Registry::auto_candidates`]): a lossless algorithm whose result
+    /// is the exact sparse sum. `false` by default.
+    const PLANNED: bool = false;
     /// Builds it from the parameters.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a bad value.
     fn build(params: &mut Params, defaults: Defaults) -> Result<Self>;
+    /// [`Registered::build`] within `registry`, for an algorithm built
+    /// from others of the same registry (the planner's candidates); the
+    /// default ignores the registry.
+    ///
+    /// # Errors
+    /// As [`Registered::build`].
+    fn build_in(params: &mut Params, defaults: Defaults, registry: &Registry<E>) -> Result<Self> {
+        let _ = registry;
+        Self::build(params, defaults)
+    }
+    /// The specs the collective suite runs on `p` ranks
+    /// (`sparse_coll::testing::algorithms`): by default the name alone,
+    /// with its default parameters.
+    fn suite_specs(p: usize) -> Vec<String> {
+        let _ = p;
+        vec![Self::NAME.to_string()]
+    }
 }
 
-type Builder<E> =
-    Box<dyn Fn(&mut Params, Defaults) -> Result<Box<dyn SparseAllreduce<E>>> + Send + Sync>;
+type Builder<E> = Box<
+    dyn Fn(&mut Params, Defaults, &Registry<E>) -> Result<Box<dyn SparseAllreduce<E>>>
+        + Send
+        + Sync,
+>;
 
 /// One entry of a [`Registry`].
 pub struct Entry<E> {
     name: String,
     params: String,
     help: String,
+    planned: bool,
+    suite: Option<fn(usize) -> Vec<String>>,
     build: Builder<E>,
 }
 
@@ -222,6 +266,17 @@ impl<E> Entry<E> {
     pub fn help(&self) -> &str {
         &self.help
     }
+    /// Whether the planner chooses among it by default
+    /// ([`Registered::PLANNED`]; `false` for [`Registry::register`]ed ones).
+    pub fn planned(&self) -> bool {
+        self.planned
+    }
+    /// The specs the collective suite runs on `p` ranks
+    /// ([`Registered::suite_specs`]; the name alone for
+    /// [`Registry::register`]ed ones).
+    pub fn suite_specs(&self, p: usize) -> Vec<String> {
+        self.suite.map_or_else(|| vec![self.name.clone()], |f| f(p))
+    }
 }
 
 impl<E> fmt::Debug for Entry<E> {
@@ -231,7 +286,7 @@ impl<E> fmt::Debug for Entry<E> {
 }
 
 /// Whether `s` is an algorithm's name: non-empty, of `[a-z0-9_]`.
-fn is_name(s: &str) -> bool {
+pub(crate) fn is_name(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
@@ -275,21 +330,26 @@ impl<E: Element> Registry<E> {
         r.add::<Spardl>();
         r.add::<SpardlRsag>();
         r.add::<SpardlBsag>();
-        r.register(
-            "dsar_qsgd",
-            "bits (2, 4 or 8; default 4), bucket (512), seed",
-            "DSAR with QSGD-quantized dense partitions; lossy, the quantization error in dropped",
-            |p, _| crate::split_allgather::dsar_qsgd(p),
-        )
-        .expect("a free name");
+        DsarSplitAllgather::register_qsgd(&mut r);
         r.add::<Auto<E>>();
         r
     }
 
-    /// Adds a built-in style algorithm.
+    /// Adds a built-in style algorithm: everything about it comes from its
+    /// [`Registered`] implementation.
+    ///
+    /// # Panics
+    /// If its name is taken or not a plain identifier.
     pub fn add<A: Registered<E>>(&mut self) {
-        self.register(A::NAME, A::PARAMS, A::HELP, |p, d| {
-            Ok(Box::new(A::build(p, d)?) as Box<dyn SparseAllreduce<E>>)
+        self.insert(Entry {
+            name: A::NAME.into(),
+            params: A::PARAMS.into(),
+            help: A::HELP.into(),
+            planned: A::PLANNED,
+            suite: Some(A::suite_specs),
+            build: Box::new(|p, d, registry| {
+                Ok(Box::new(A::build_in(p, d, registry)?) as Box<dyn SparseAllreduce<E>>)
+            }),
         })
         .expect("built-in names are distinct");
     }
@@ -311,21 +371,29 @@ impl<E: Element> Registry<E> {
         + Sync
         + 'static,
     ) -> Result<()> {
+        self.insert(Entry {
+            name: name.into(),
+            params: params.into(),
+            help: help.into(),
+            planned: false,
+            suite: None,
+            build: Box::new(move |p, d, _| build(p, d)),
+        })
+    }
+
+    /// Adds `entry` under its name.
+    fn insert(&mut self, entry: Entry<E>) -> Result<()> {
+        let name = &entry.name;
         if !is_name(name) {
             return Err(Error::invalid(
                 "algorithm",
                 format!("{name:?} is not a name of [a-z0-9_]"),
             ));
         }
-        if self.entries.iter().any(|e| e.name == name) {
+        if self.entries.iter().any(|e| e.name == *name) {
             return Err(Error::invalid("algorithm", format!("{name:?} is taken")));
         }
-        self.entries.push(Entry {
-            name: name.into(),
-            params: params.into(),
-            help: help.into(),
-            build: Box::new(build),
-        });
+        self.entries.push(entry);
         Ok(())
     }
 
@@ -337,6 +405,17 @@ impl<E: Element> Registry<E> {
     /// The names, in registration order.
     pub fn names(&self) -> Vec<&str> {
         self.entries.iter().map(|e| e.name.as_str()).collect()
+    }
+
+    /// The names the planner chooses among by default, in registration
+    /// order: the entries with [`Registered::PLANNED`] (the built-in
+    /// lossless algorithms whose result is the exact sparse sum).
+    pub fn auto_candidates(&self) -> Vec<&str> {
+        self.entries
+            .iter()
+            .filter(|e| e.planned)
+            .map(|e| e.name.as_str())
+            .collect()
     }
 
     /// Builds `spec` (`name` or `name:key=value,...`).
@@ -360,32 +439,7 @@ impl<E: Element> Registry<E> {
                     ),
                 )
             })?;
-        // The planner over candidates of this registry, a user's included
-        // (its own entry only knows the built-in ones).
-        let candidates = match entry.name.as_str() {
-            "auto" => params.take::<String>("candidates")?,
-            _ => None,
-        };
-        let algo = match candidates {
-            Some(list) => {
-                let candidates = list
-                    .split('+')
-                    .map(|name| {
-                        // Plain names: a candidate's own parameters would
-                        // need a syntax of their own inside this one.
-                        if !is_name(name) || name == "auto" {
-                            return Err(Error::invalid(
-                                "candidates",
-                                format!("{name:?} is not the name of an algorithm other than auto"),
-                            ));
-                        }
-                        self.build(name, defaults)
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Box::new(crate::plan::auto_from(&mut params, candidates)?)
-            }
-            None => (entry.build)(&mut params, defaults)?,
-        };
+        let algo = (entry.build)(&mut params, defaults, self)?;
         params.finish()?;
         Ok(algo)
     }
@@ -427,4 +481,24 @@ pub(crate) fn teams_param(params: &mut Params) -> Result<Option<usize>> {
 /// Budget `k`: the name's `k=`, else the default.
 pub(crate) fn k_param(params: &mut Params, defaults: Defaults) -> Result<usize> {
     Ok(params.take::<usize>("k")?.unwrap_or(defaults.k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Registry;
+    use crate::sparse::entry_id;
+
+    /// The entry ids derive from the names: every built-in algorithm's
+    /// (the planner's included) is distinct, so ranks that run different
+    /// algorithms disagree on the first field.
+    #[test]
+    fn builtin_entry_ids_are_distinct() {
+        let registry = Registry::<f32>::builtin();
+        let mut ids: Vec<u64> = registry.names().into_iter().map(entry_id).collect();
+        let n = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "{:?}", registry.names());
+        assert!(n >= 14);
+    }
 }

@@ -5,7 +5,7 @@ use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::plan::{Profile, bytes_cost};
 use crate::spardl::split_topk;
-use crate::sparse::{Id, Reduced, enter, put_block, take_block};
+use crate::sparse::{Reduced, enter, put_block, take_block};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
 
@@ -37,7 +37,7 @@ pub fn gtopk<T: Transport + ?Sized, E: Element>(
 ) -> Result<Reduced<E>> {
     crate::transport::guard(t, |t| {
         let dim = v.dim();
-        let start = enter(t, Id::Gtopk, v, &[("k", k as u64)], Ok(()))?;
+        let start = enter(t, NAME, v, &[("k", k as u64)], Ok(()))?;
         let (p, r) = (t.size(), t.rank());
         let read = |b: &[u8]| -> Result<SparseVec<E>> {
             let mut rest = b;
@@ -107,9 +107,12 @@ impl Gtopk {
     }
 }
 
+/// The registry name, from which the entry id derives.
+const NAME: &str = "gtopk";
+
 impl<E: Element> SparseAllreduce<E> for Gtopk {
     fn name(&self) -> String {
-        "gtopk".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         format!("k={}", self.k)
@@ -133,13 +136,27 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(cost::gtopk(prof.p, self.k))
     }
+    /// Binomial trees: a rank receives from each child and sends to its
+    /// parent, then the mirror image.
+    fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
+        let low = if r == 0 {
+            p.next_power_of_two()
+        } else {
+            1 << r.trailing_zeros()
+        };
+        let children = (0..low.ilog2()).filter(|&i| r + (1 << i) < p).count() as u64;
+        Some(2 * (children + u64::from(r != 0)))
+    }
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k)
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         gtopk(t, v, self.k)
     }
 }
 
 impl<E: Element> Registered<E> for Gtopk {
-    const NAME: &'static str = "gtopk";
+    const NAME: &'static str = NAME;
     const PARAMS: &'static str = "k (entries kept)";
     const HELP: &'static str = "gTopk: top-k merged up a binomial tree, broadcast down; lossy";
     fn build(params: &mut Params, d: Defaults) -> Result<Self> {

@@ -102,7 +102,7 @@ pub use gtopk::{Gtopk, gtopk};
 pub use mpi_transport::MpiTransport;
 pub use ok_topk::OkTopk;
 pub use omnireduce::{OmniReduceBlocks, omnireduce_blocks};
-pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto, LOSSLESS, Profile};
+pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto, Profile};
 pub use spardl::{Spardl, SpardlBsag, SpardlRsag, spardl, spardl_rsag, spardl_with};
 pub use sparse::{Reduced, agree, agree_or_fail};
 pub use split_allgather::{

@@ -7,7 +7,7 @@ use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
 use crate::plan::{Profile, bytes_cost};
 use crate::spardl::split_topk;
-use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
+use crate::sparse::{Reduced, enter, put_block, split_where, take_block};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::even_start;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
@@ -221,7 +221,7 @@ impl<E: Element> OkTopk<E> {
             let dim = v.dim();
             let start = enter(
                 t,
-                Id::OkTopk,
+                NAME,
                 v,
                 &[
                     ("k", self.k as u64),
@@ -308,9 +308,12 @@ impl<E: Element> OkTopk<E> {
     }
 }
 
+/// The registry name, from which the entry id derives.
+const NAME: &str = "ok_topk";
+
 impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     fn name(&self) -> String {
-        "ok_topk".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         format!("k={},period={}", self.k, self.period)
@@ -346,13 +349,24 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(cost::ok_topk(prof.p, self.k)))
     }
+    /// A first call refreshes: the split to the region owners (`P - 1`
+    /// steps) and three Bruck allgathers (boundaries, magnitudes, the
+    /// selections).
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + 3 * u64::from(cost::ceil_log2(p)))
+    }
+    /// The owners' selections may together exceed `k` by the threshold's
+    /// estimate: at most 30% more.
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k.max(self.k * 13 / 10))
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         OkTopk::allreduce(self, t, v)
     }
 }
 
 impl<E: Element> Registered<E> for OkTopk<E> {
-    const NAME: &'static str = "ok_topk";
+    const NAME: &'static str = NAME;
     const PARAMS: &'static str =
         "k (entries selected), period (calls between re-estimations, default 32)";
     const HELP: &'static str =

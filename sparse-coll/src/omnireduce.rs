@@ -4,7 +4,7 @@ use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::plan::{Profile, bytes_cost};
 use crate::push_pull::{Scheme, push_pull, split_by_owner};
-use crate::sparse::{Id, Reduced, enter};
+use crate::sparse::{Reduced, enter};
 use sparse_core::cost::Cost;
 use sparse_core::encoding::{Block, Encoding, Raw};
 use sparse_core::{Element, Result, SparseVec};
@@ -50,7 +50,7 @@ pub fn omnireduce_blocks<T: Transport + ?Sized, E: Element>(
         let block = Block::new(block_size, Raw);
         enter(
             t,
-            Id::OmniReduceBlocks,
+            NAME,
             v,
             &[("block size", block_size as u64)],
             block.as_ref().map(drop).map_err(Clone::clone),
@@ -83,9 +83,12 @@ impl OmniReduceBlocks {
     }
 }
 
+/// The registry name, from which the entry id derives.
+const NAME: &str = "omnireduce_blocks";
+
 impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
     fn name(&self) -> String {
-        "omnireduce_blocks".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         format!("block={}", self.block)
@@ -106,13 +109,17 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
         let pull = 16.0 + block * touched(prof.union as f64) / p;
         bytes_cost(2.0 * (p - 1.0), prof.others() * (push + pull))
     }
+    /// Push to every other rank, then pull from every other rank.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * (p as u64 - 1))
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         omnireduce_blocks(t, v, self.block)
     }
 }
 
 impl<E: Element> Registered<E> for OmniReduceBlocks {
-    const NAME: &'static str = "omnireduce_blocks";
+    const NAME: &'static str = NAME;
     const PARAMS: &'static str = "block (coordinates, default 256)";
     const HELP: &'static str = "OmniReduce: push and pull the non-zero blocks; lossless";
     fn build(params: &mut Params, _: Defaults) -> Result<Self> {

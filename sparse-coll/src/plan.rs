@@ -1,8 +1,8 @@
 //! The cost of one call ([`Profile`]) and the [`Auto`] planner, which runs
 //! whichever of its candidates the cost model finds cheapest.
 
-use crate::algorithm::{Defaults, Params, Registered, Registry, SparseAllreduce};
-use crate::sparse::{Id, agree_sharing};
+use crate::algorithm::{Defaults, Params, Registered, Registry, SparseAllreduce, is_name};
+use crate::sparse::{agree_sharing, entry_id};
 use crate::{Reduced, Transport};
 use sparse_core::cost::{Bounds, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
@@ -205,18 +205,9 @@ impl<E: Element> std::fmt::Debug for Auto<E> {
     }
 }
 
-/// The built-in lossless algorithms [`Auto::lossless`] chooses among.
-pub const LOSSLESS: [&str; 6] = [
-    "topk_a",
-    "topk_dsa",
-    "ssar_recursive_double",
-    "ssar_split_allgather",
-    "dsar_split_allgather",
-    "zen_balanced_parallelism",
-];
-
 impl<E: Element> Auto<E> {
-    /// A planner over the built-in lossless algorithms ([`LOSSLESS`]) for a
+    /// A planner over the built-in lossless algorithms
+    /// ([`Registry::auto_candidates`]) for a
     /// network of `alpha` seconds per message and `beta` seconds per 32-bit
     /// word.
     ///
@@ -224,7 +215,7 @@ impl<E: Element> Auto<E> {
     /// [`Error::InvalidParameter`] for a negative or non-finite `alpha` or
     /// `beta`.
     pub fn lossless(alpha: f64, beta: f64) -> Result<Self> {
-        Self::new(alpha, beta, lossless_candidates()?)
+        Self::new(alpha, beta, lossless_candidates(&Registry::builtin())?)
     }
 
     /// A planner over `candidates` (mixing lossless and lossy ones is
@@ -332,7 +323,7 @@ impl<E: Element> Auto<E> {
         let all = agree_sharing(
             t,
             &[
-                ("algorithm", Id::Auto.value()),
+                ("algorithm", entry_id(Self::NAME)),
                 ("every", self.every),
                 ("call", self.calls - 1),
             ],
@@ -361,13 +352,13 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         "auto".into()
     }
     /// With `candidates` (their names joined by `+`) where they are not
-    /// the built-in lossless ones ([`LOSSLESS`]). Only the candidates'
-    /// names: a planner over candidates built with parameters of their own
-    /// ([`Auto::new`]) reports a spec that rebuilds them with their
-    /// defaults.
+    /// the built-in lossless ones ([`Registry::auto_candidates`]). Only the
+    /// candidates' names: a planner over candidates built with parameters
+    /// of their own ([`Auto::new`]) reports a spec that rebuilds them with
+    /// their defaults.
     fn params(&self) -> String {
         let names: Vec<String> = self.candidates.iter().map(|c| c.name()).collect();
-        let candidates = if names == LOSSLESS {
+        let candidates = if names == Registry::<E>::builtin().auto_candidates() {
             String::new()
         } else {
             format!(",candidates={}", names.join("+"))
@@ -407,27 +398,49 @@ impl<E: Element> Registered<E> for Auto<E> {
     const PARAMS: &'static str = "alpha (s per message, default 5e-6), beta (s per word, default 4e-10), every (calls between profiles, default 16), candidates (registered names joined by +, each with its defaults; default the built-in lossless ones)";
     const HELP: &'static str =
         "the planner: the cheapest lossless algorithm by the cost model, profiled per call";
-    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
-        auto_from(params, lossless_candidates()?)
+    fn build(params: &mut Params, defaults: Defaults) -> Result<Self> {
+        Self::build_in(params, defaults, &Registry::builtin())
+    }
+    /// The planner over candidates of `registry` (a user's own included):
+    /// the `candidates` given, each with `defaults`, else the registry's
+    /// [`Registry::auto_candidates`] with their own defaults.
+    fn build_in(params: &mut Params, defaults: Defaults, registry: &Registry<E>) -> Result<Self> {
+        let candidates = match params.take::<String>("candidates")? {
+            Some(list) => list
+                .split('+')
+                .map(|name| {
+                    // Plain names: a candidate's own parameters would
+                    // need a syntax of their own inside this one.
+                    if !is_name(name) || name == Self::NAME {
+                        return Err(Error::invalid(
+                            "candidates",
+                            format!("{name:?} is not the name of an algorithm other than auto"),
+                        ));
+                    }
+                    registry.build(name, defaults)
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None => lossless_candidates(registry)?,
+        };
+        let alpha = params.take("alpha")?.unwrap_or(AUTO_ALPHA);
+        let beta = params.take("beta")?.unwrap_or(AUTO_BETA);
+        Auto::new(alpha, beta, candidates)?.reprofile_every(params.take("every")?.unwrap_or(16))
+    }
+    /// None: its profiling round changes the rounds the suite checks;
+    /// `tests/plan.rs` checks the planner.
+    fn suite_specs(_: usize) -> Vec<String> {
+        Vec::new()
     }
 }
 
-/// The built-in lossless algorithms ([`LOSSLESS`]), with their defaults.
-fn lossless_candidates<E: Element>() -> Result<Vec<Box<dyn SparseAllreduce<E>>>> {
-    let registry = Registry::<E>::builtin();
-    LOSSLESS
-        .iter()
+/// The planner's default candidates in `registry`
+/// ([`Registry::auto_candidates`]), with their defaults.
+fn lossless_candidates<E: Element>(
+    registry: &Registry<E>,
+) -> Result<Vec<Box<dyn SparseAllreduce<E>>>> {
+    registry
+        .auto_candidates()
+        .into_iter()
         .map(|name| registry.build(name, Defaults { k: 0 }))
         .collect()
-}
-
-/// The planner over `candidates` with `alpha`, `beta` and `every` from
-/// `params` (the registry's `auto`, with or without `candidates`).
-pub(crate) fn auto_from<E: Element>(
-    params: &mut Params,
-    candidates: Vec<Box<dyn SparseAllreduce<E>>>,
-) -> Result<Auto<E>> {
-    let alpha = params.take("alpha")?.unwrap_or(AUTO_ALPHA);
-    let beta = params.take("beta")?.unwrap_or(AUTO_BETA);
-    Auto::new(alpha, beta, candidates)?.reprofile_every(params.take("every")?.unwrap_or(16))
 }

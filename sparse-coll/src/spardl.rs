@@ -6,8 +6,8 @@
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
 use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
-use crate::values::{WireValues, values_param, values_param_of};
+use crate::sparse::{Reduced, enter, put_block, split_where, take_block};
+use crate::values::{WireValues, values_param, values_param_of, with_codecs};
 use crate::{Group, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::{even_len, even_start};
@@ -196,7 +196,7 @@ pub fn spardl_with<T: Transport + ?Sized, E: Element>(
             v,
             Budget { k, values },
             1,
-            Id::Spardl,
+            NAME,
             &[("k", k as u64), ("values", values.code())],
             |_, lay, pos, block, dropped| cut_to(block, lay.share(pos), dropped),
         )
@@ -226,7 +226,7 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     budget: Budget,
     d: usize,
-    id: Id,
+    name: &str,
     extra: &[(&'static str, u64)],
     sag: impl FnOnce(
         &mut Group<'_, T>,
@@ -239,7 +239,7 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
     let dim = v.dim();
     // Parameter errors travel in the entry round, so that every rank
     // returns one even where only some ranks passed a bad `d`.
-    let split = if matches!(id, Id::SpardlRsag) && !d.is_power_of_two() {
+    let split = if name == RSAG_NAME && !d.is_power_of_two() {
         Err(Error::invalid(
             "teams",
             format!("R-SAG needs a power of two, not {d}"),
@@ -248,7 +248,7 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
         teams(t, d)
     };
     let local = split.as_ref().map(drop).map_err(Clone::clone);
-    let start = enter(t, id, v, extra, local)?;
+    let start = enter(t, name, v, extra, local)?;
     let (team, column) = split?;
     let lay = Layout {
         dim,
@@ -325,7 +325,7 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
                 values: WireValues::Raw,
             },
             d,
-            Id::SpardlRsag,
+            RSAG_NAME,
             &extra,
             |col, lay, pos, block, dropped| {
                 let (lo, len) = lay.span(pos);
@@ -481,7 +481,7 @@ impl SpardlBsag {
                     values: WireValues::Raw,
                 },
                 d,
-                Id::SpardlBsag,
+                BSAG_NAME,
                 &extra,
                 |col, lay, pos, block, dropped| {
                     let (lo, len) = lay.span(pos);
@@ -589,9 +589,14 @@ impl Spardl {
     }
 }
 
+/// The registry names, from which the entry ids derive.
+const NAME: &str = "spardl";
+const RSAG_NAME: &str = "spardl_rsag";
+const BSAG_NAME: &str = "spardl_bsag";
+
 impl<E: Element> SparseAllreduce<E> for Spardl {
     fn name(&self) -> String {
-        "spardl".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         match values_param(self.values) {
@@ -613,19 +618,30 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
             c.words / 2.0 * prof.pair_bytes() + 8.0 * prof.others(),
         )
     }
+    /// Spar-Reduce-Scatter and the all-gather, Bruck's each.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * u64::from(cost::ceil_log2(p)))
+    }
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k)
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         spardl_with(t, v, self.k, self.values)
     }
 }
 
 impl<E: Element> Registered<E> for Spardl {
-    const NAME: &'static str = "spardl";
+    const NAME: &'static str = NAME;
     const PARAMS: &'static str = "k (entries kept), values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str =
         "SparDL: Spar-Reduce-Scatter with global residual collection, Bruck all-gather; lossy";
     fn build(params: &mut Params, d: Defaults) -> Result<Self> {
         let k = crate::algorithm::k_param(params, d)?;
         Ok(Self::new(k).with_values(values_param_of(params)?))
+    }
+    /// Raw values and every lossy codec.
+    fn suite_specs(_: usize) -> Vec<String> {
+        with_codecs(NAME)
     }
 }
 
@@ -650,7 +666,7 @@ impl SpardlRsag {
 
 impl<E: Element> SparseAllreduce<E> for SpardlRsag {
     fn name(&self) -> String {
-        "spardl_rsag".into()
+        RSAG_NAME.into()
     }
     fn params(&self) -> String {
         k_and_teams(self.k, self.d)
@@ -664,6 +680,15 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         let c = cost::spardl_rsag(prof.p, k, self.teams(prof.p));
         bytes_cost(c.rounds, c.words / 2.0 * prof.pair_bytes())
     }
+    /// SRS in teams of `P / d` and its all-gather, with `lg d` steps of
+    /// recursive doubling between.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        let d = self.teams(p);
+        Some(2 * u64::from(cost::ceil_log2(p / d)) + u64::from(d.ilog2()))
+    }
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k)
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         let d = self.teams(t.size());
         spardl_rsag(t, v, self.k, d)
@@ -671,7 +696,7 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
 }
 
 impl<E: Element> Registered<E> for SpardlRsag {
-    const NAME: &'static str = "spardl_rsag";
+    const NAME: &'static str = RSAG_NAME;
     const PARAMS: &'static str =
         "k (entries kept), d (teams, a power of two dividing P; default 2 for even P, else 1)";
     const HELP: &'static str =
@@ -680,11 +705,16 @@ impl<E: Element> Registered<E> for SpardlRsag {
         let k = crate::algorithm::k_param(params, d)?;
         Ok(Self::new(k, crate::algorithm::teams_param(params)?))
     }
+    /// The largest power of two up to 4 dividing `P` as its teams.
+    fn suite_specs(p: usize) -> Vec<String> {
+        let d = [4usize, 2, 1].into_iter().find(|d| p % d == 0).unwrap_or(1);
+        vec![format!("{RSAG_NAME}:d={d}")]
+    }
 }
 
 impl<E: Element> SparseAllreduce<E> for SpardlBsag {
     fn name(&self) -> String {
-        "spardl_bsag".into()
+        BSAG_NAME.into()
     }
     fn params(&self) -> String {
         k_and_teams(self.k, self.d)
@@ -722,13 +752,22 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         let d = self.d.unwrap_or_else(|| smallest_divisor(prof.p));
         Some(prof.within(cost::spardl_bsag(prof.p, self.k, d)))
     }
+    /// SRS in teams of `P / d` and its all-gather, with a Bruck
+    /// allgather of `ceil(lg d)` steps between.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        let d = self.d.unwrap_or_else(|| smallest_divisor(p));
+        Some(2 * u64::from(cost::ceil_log2(p / d)) + u64::from(cost::ceil_log2(d)))
+    }
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k)
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         SpardlBsag::allreduce(self, t, v)
     }
 }
 
 impl<E: Element> Registered<E> for SpardlBsag {
-    const NAME: &'static str = "spardl_bsag";
+    const NAME: &'static str = BSAG_NAME;
     const PARAMS: &'static str =
         "k (entries kept), d (teams dividing P; default the smallest divisor above 1)";
     const HELP: &'static str = "SparDL with B-SAG: SRS in teams, an adaptive h between them; lossy";
@@ -738,5 +777,9 @@ impl<E: Element> Registered<E> for SpardlBsag {
             Some(d) => Self::new(k, d),
             None => Ok(Self::auto_teams(k)),
         }
+    }
+    /// The smallest divisor above 1 of `P` as its teams.
+    fn suite_specs(p: usize) -> Vec<String> {
+        vec![format!("{BSAG_NAME}:d={}", smallest_divisor(p))]
     }
 }

@@ -35,48 +35,12 @@ impl<E: Element> Default for Reduced<E> {
     }
 }
 
-/// The algorithm identifiers the entry check compares: distinct by
-/// construction.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Id {
-    TopkA,
-    SsarRecursiveDouble,
-    SsarSplitAllgather,
-    DsarSplitAllgather,
-    Spardl,
-    ZenBalancedParallelism,
-    OmniReduceBlocks,
-    SpardlRsag,
-    SpardlBsag,
-    TopkDsa,
-    Gtopk,
-    OkTopk,
-    /// The planner's profiling round ([`crate::Auto`]).
-    Auto,
-    /// A user's algorithm: a hash of its name with the top bit set.
-    User(u64),
-}
-
-impl Id {
-    /// The value the entry round compares (distinct for every built-in).
-    pub(crate) fn value(self) -> u64 {
-        match self {
-            Id::TopkA => 1,
-            Id::SsarRecursiveDouble => 2,
-            Id::SsarSplitAllgather => 3,
-            Id::DsarSplitAllgather => 4,
-            Id::Spardl => 5,
-            Id::ZenBalancedParallelism => 6,
-            Id::OmniReduceBlocks => 7,
-            Id::SpardlRsag => 8,
-            Id::SpardlBsag => 9,
-            Id::TopkDsa => 10,
-            Id::Gtopk => 11,
-            Id::OkTopk => 12,
-            Id::Auto => 13,
-            Id::User(h) => h,
-        }
-    }
+/// The identifier the entry round compares for the algorithm `name`
+/// (FNV-1a of the name, its top bit set): derived from the name, so an
+/// algorithm's file, a user's included, needs no number of its own; the
+/// built-in ones' are checked distinct by a test.
+pub fn entry_id(name: &str) -> u64 {
+    sparse_core::hash::fnv1a(name.bytes()) | 1 << 63
 }
 
 /// Checks that every rank calls the same collective with the same
@@ -210,18 +174,18 @@ fn failure_text(code: u64) -> &'static str {
 /// caught here; its error comes before `local`'s) and combines that with
 /// `local` (the algorithm's own checks and allocations made before the
 /// call), then [`agree_or_fail`] on the
-/// algorithm, the dimension, the element type and the algorithm's `extra`
-/// parameters, in that order. Returns the traffic after the check, from
-/// which the algorithm counts its own.
+/// algorithm (its [`entry_id`]), the dimension, the element type and the
+/// algorithm's `extra` parameters, in that order. Returns the traffic after
+/// the check, from which the algorithm counts its own.
 pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
     t: &mut T,
-    id: Id,
+    name: &str,
     v: &SparseVec<E>,
     extra: &[(&'static str, u64)],
     local: Result<()>,
 ) -> Result<Traffic> {
     let mut fields = vec![
-        ("algorithm", id.value()),
+        ("algorithm", entry_id(name)),
         ("dimension", v.dim() as u64),
         ("element", E::CODE as u64),
     ];

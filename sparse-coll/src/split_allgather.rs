@@ -5,7 +5,7 @@ use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{gather_bruck, gather_recursive_doubling};
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
-    Id, PairsView, Reduced, StreamView, encode_stream, enter, from_le_u32s, into_new, le_bytes,
+    PairsView, Reduced, StreamView, encode_stream, enter, from_le_u32s, into_new, le_bytes,
     le_u32s, put_rebased, sparse_header, stream_view, sum_parts, take_parts,
 };
 use sparse_core::cost::{self, Cost};
@@ -78,14 +78,7 @@ fn ssar_split_allgather_into<T: Transport + ?Sized, E: Element>(
     out: &mut Reduced<E>,
 ) -> Result<()> {
     crate::transport::guard(t, |t| {
-        split_allgather(
-            t,
-            v,
-            Phase::Sparse,
-            Gather::Bruck,
-            Id::SsarSplitAllgather,
-            out,
-        )
+        split_allgather(t, v, Phase::Sparse, Gather::Bruck, SSAR_NAME, out)
     })
 }
 
@@ -109,16 +102,7 @@ pub fn dsar_split_allgather<T: Transport + ?Sized, E: Element>(
     qsgd: Option<QsgdParams>,
 ) -> Result<Reduced<E>> {
     crate::transport::guard(t, |t| {
-        into_new(|out| {
-            split_allgather(
-                t,
-                v,
-                Phase::Dense(qsgd),
-                Gather::Bruck,
-                Id::DsarSplitAllgather,
-                out,
-            )
-        })
+        into_new(|out| split_allgather(t, v, Phase::Dense(qsgd), Gather::Bruck, DSAR_NAME, out))
     })
 }
 
@@ -135,7 +119,7 @@ pub(crate) fn topk_dsa_into<T: Transport + ?Sized, E: Element>(
             v,
             Phase::Sparse,
             Gather::RecursiveDoubling,
-            Id::TopkDsa,
+            crate::topk_dsa::NAME,
             out,
         )
     })
@@ -146,9 +130,61 @@ pub(crate) fn topk_dsa_into<T: Transport + ?Sized, E: Element>(
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SsarSplitAllgather;
 
+/// SSAR_Split_allgather's registry name, from which the entry id derives.
+const SSAR_NAME: &str = "ssar_split_allgather";
+/// DSAR_Split_allgather's (with QSGD too: the quantization is a parameter
+/// the ranks agree on).
+const DSAR_NAME: &str = "dsar_split_allgather";
+
+/// Rank `r`'s bytes in the split phase (from every other rank a stream of
+/// its entries in `r`'s partition) and the allgather of the partitions
+/// (each a framed stream block; `dense`: every block dense).
+pub(crate) fn split_bytes<E: Element>(ins: &[SparseVec<E>], r: usize, dense: bool) -> u64 {
+    let p = ins.len();
+    let others = || (0..p).filter(move |&q| q != r);
+    let pieces: u64 = others()
+        .map(|q| 8 + (4 + E::BYTES as u64) * partition(ins, q, r).count() as u64)
+        .sum();
+    pieces
+        + others()
+            .map(|q| 4 + block_bytes(ins, q, dense))
+            .sum::<u64>()
+}
+
+/// Bytes of partition `q` of the sum as a stream (`dense`: always dense).
+pub(crate) fn block_bytes<E: Element>(ins: &[SparseVec<E>], q: usize, dense: bool) -> u64 {
+    let (p, dim) = (ins.len(), ins[0].dim());
+    let mut union: Vec<u32> = (0..p).flat_map(|from| partition(ins, from, q)).collect();
+    union.sort_unstable();
+    union.dedup();
+    let len = even_len(q, dim, p);
+    // A stream's header: tag and padding, and for pairs their count.
+    let bytes = if dense || union.len() > Stream::<E>::delta(len) {
+        4 + E::BYTES * len
+    } else {
+        8 + (4 + E::BYTES) * union.len()
+    };
+    bytes as u64
+}
+
+/// The indices of rank `from`'s input in partition `q`.
+fn partition<E: Element>(
+    ins: &[SparseVec<E>],
+    from: usize,
+    q: usize,
+) -> impl Iterator<Item = u32> + '_ {
+    let (p, dim) = (ins.len(), ins[0].dim());
+    let range = even_start(q, dim, p)..even_start(q, dim, p) + even_len(q, dim, p);
+    ins[from]
+        .indices()
+        .iter()
+        .copied()
+        .filter(move |&i| range.contains(&(i as usize)))
+}
+
 impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     fn name(&self) -> String {
-        "ssar_split_allgather".into()
+        SSAR_NAME.into()
     }
     fn lossless(&self) -> bool {
         true
@@ -164,6 +200,14 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(cost::ssar_split_allgather(prof.p, prof.k_avg())))
     }
+    /// `P - 1` direct steps, then a Bruck allgather.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + u64::from(cost::ceil_log2(p)))
+    }
+    /// The split phase's pieces, then the partitions' stream blocks.
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        Some(split_bytes(ins, r, false))
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         ssar_split_allgather(t, v)
     }
@@ -178,7 +222,8 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
 }
 
 impl<E: Element> Registered<E> for SsarSplitAllgather {
-    const NAME: &'static str = "ssar_split_allgather";
+    const NAME: &'static str = SSAR_NAME;
+    const PLANNED: bool = true;
     const PARAMS: &'static str = "";
     const HELP: &'static str =
         "SparCML's split phase, then a Bruck allgather of sparse streams; lossless";
@@ -223,9 +268,9 @@ impl DsarSplitAllgather {
 impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     fn name(&self) -> String {
         if self.qsgd.is_some() {
-            "dsar_qsgd".into()
+            DSAR_QSGD_NAME.into()
         } else {
-            "dsar_split_allgather".into()
+            DSAR_NAME.into()
         }
     }
     fn params(&self) -> String {
@@ -262,6 +307,14 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
             self.qsgd.map(|q| (q.bits(), q.bucket())),
         )))
     }
+    /// `P - 1` direct steps, then a Bruck allgather.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + u64::from(cost::ceil_log2(p)))
+    }
+    /// Without QSGD: the split phase's pieces, then the dense partitions.
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        self.qsgd.is_none().then(|| split_bytes(ins, r, true))
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         into_new(|out| self.allreduce_into(t, v, out))
     }
@@ -277,20 +330,14 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
                 q.with_seed(mix.next_u64())
             });
             self.calls += 1;
-            split_allgather(
-                t,
-                v,
-                Phase::Dense(q),
-                Gather::Bruck,
-                Id::DsarSplitAllgather,
-                out,
-            )
+            split_allgather(t, v, Phase::Dense(q), Gather::Bruck, DSAR_NAME, out)
         })
     }
 }
 
 impl<E: Element> Registered<E> for DsarSplitAllgather {
-    const NAME: &'static str = "dsar_split_allgather";
+    const NAME: &'static str = DSAR_NAME;
+    const PLANNED: bool = true;
     const PARAMS: &'static str = "qsgd (bits: 2, 4 or 8; none by default), bucket (512), seed";
     const HELP: &'static str =
         "SparCML's split phase, then dense partitions allgathered; lossless without qsgd";
@@ -300,13 +347,26 @@ impl<E: Element> Registered<E> for DsarSplitAllgather {
     }
 }
 
-/// The registry entry `dsar_qsgd`: DSAR with QSGD in the dense phase
-/// (`bits` 4 by default).
-pub(crate) fn dsar_qsgd<E: Element>(params: &mut Params) -> Result<Box<dyn SparseAllreduce<E>>> {
-    let bits = params.take("bits")?.unwrap_or(4);
-    Ok(Box::new(DsarSplitAllgather::new(
-        DsarSplitAllgather::qsgd_from(params, Some(bits))?,
-    )))
+/// The registry name of DSAR with QSGD.
+const DSAR_QSGD_NAME: &str = "dsar_qsgd";
+
+impl DsarSplitAllgather {
+    /// Registers `dsar_qsgd`: DSAR with QSGD in the dense phase (`bits` 4
+    /// by default), a second name of the same algorithm.
+    pub(crate) fn register_qsgd<E: Element>(r: &mut crate::Registry<E>) {
+        r.register(
+            DSAR_QSGD_NAME,
+            "bits (2, 4 or 8; default 4), bucket (512), seed",
+            "DSAR with QSGD-quantized dense partitions; lossy, the quantization error in dropped",
+            |params, _| {
+                let bits = params.take("bits")?.unwrap_or(4);
+                Ok(Box::new(DsarSplitAllgather::new(
+                    DsarSplitAllgather::qsgd_from(params, Some(bits))?,
+                )))
+            },
+        )
+        .expect("a free name");
+    }
 }
 
 /// The split-allgather family, into `out` (its allocations reused, as
@@ -321,7 +381,7 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     phase: Phase,
     gather: Gather,
-    id: Id,
+    name: &str,
     out: &mut Reduced<E>,
 ) -> Result<()> {
     let dim = v.dim();
@@ -337,7 +397,7 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
         }
         Phase::Sparse => Ok(()),
     };
-    let start = enter(t, id, v, &[("quantization", qbits)], local)?;
+    let start = enter(t, name, v, &[("quantization", qbits)], local)?;
     let (p, r) = (t.size(), t.rank());
     let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
     // Partition q's entries of the input: its start and their positions.

@@ -5,10 +5,10 @@ use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
-    Id, Reduced, StreamView, decode_stream, encode_stream, enter, put_dense_stream,
-    put_sparse_stream, stream_to_sparse, stream_view, take_parts,
+    Reduced, StreamView, decode_stream, encode_stream, enter, put_dense_stream, put_sparse_stream,
+    stream_to_sparse, stream_view, take_parts,
 };
-use crate::values::{WireValues, values_param, values_param_of};
+use crate::values::{WireValues, values_param, values_param_of, with_codecs};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
@@ -64,7 +64,7 @@ pub fn ssar_recursive_double_with<T: Transport + ?Sized, E: Element>(
             return quantized(t, v, values);
         }
         let dim = v.dim();
-        let start = enter(t, Id::SsarRecursiveDouble, v, &[("values", 0)], Ok(()))?;
+        let start = enter(t, NAME, v, &[("values", 0)], Ok(()))?;
         let r = t.rank();
         let fold = Fold::new(t);
         let mut acc = Stream::from_sparse(v.clone());
@@ -102,13 +102,7 @@ fn quantized<T: Transport + ?Sized, E: Element>(
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
     let local = v.check().and_then(|()| values.split_exact(v).map(drop));
-    let start = enter(
-        t,
-        Id::SsarRecursiveDouble,
-        v,
-        &[("values", values.code())],
-        local,
-    )?;
+    let start = enter(t, NAME, v, &[("values", values.code())], local)?;
     let r = t.rank();
     let fold = Fold::new(t);
     let mut acc = v.clone();
@@ -172,6 +166,19 @@ pub(crate) fn fold_rounds(p: usize) -> f64 {
     }
 }
 
+/// Rank `r`'s rounds of recursive doubling with MPICH's fold on `p`
+/// ranks: the folded rank sits out (its input out, the result back), its
+/// partner takes two more than the `lg p'` of the core.
+pub(crate) fn fold_rounds_of(p: usize, r: usize) -> u64 {
+    let core = 1usize << p.ilog2();
+    let rem = p - core;
+    match (r < 2 * rem, r % 2 == 0) {
+        (true, true) => 2,
+        (true, false) => u64::from(core.ilog2()) + 2,
+        _ => core.ilog2().into(),
+    }
+}
+
 /// [`ssar_recursive_double`] with raw values into `out`, reusing its
 /// vectors and the transport's buffer pool: each partial sum is written
 /// into the pool's send buffer, the partner's is received into a pooled
@@ -191,7 +198,7 @@ pub fn ssar_recursive_double_into<T: Transport + ?Sized, E: Element>(
     crate::transport::guard(t, |t| {
         const WHAT: &str = "stream message";
         let dim = v.dim();
-        let start = enter(t, Id::SsarRecursiveDouble, v, &[("values", 0)], Ok(()))?;
+        let start = enter(t, NAME, v, &[("values", 0)], Ok(()))?;
         let r = t.rank();
         let fold = Fold::new(t);
         let mut acc = Acc {
@@ -388,9 +395,12 @@ impl SsarRecursiveDouble {
     }
 }
 
+/// The registry name, from which the entry id derives.
+const NAME: &str = "ssar_recursive_double";
+
 impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
     fn name(&self) -> String {
-        "ssar_recursive_double".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         values_param(self.values)
@@ -442,6 +452,10 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(cost::ssar_recursive_double(prof.p, prof.k_avg())))
     }
+    /// Recursive doubling with MPICH's fold.
+    fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
+        Some(fold_rounds_of(p, r))
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         ssar_recursive_double_with(t, v, self.values)
     }
@@ -461,10 +475,15 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
 }
 
 impl<E: Element> Registered<E> for SsarRecursiveDouble {
-    const NAME: &'static str = "ssar_recursive_double";
+    const NAME: &'static str = NAME;
+    const PLANNED: bool = true;
     const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str = "SparCML's recursive doubling of sparse streams (Zen's Hierarchical Centralization); lossless";
     fn build(params: &mut Params, _: Defaults) -> Result<Self> {
         Ok(Self::new(values_param_of(params)?))
+    }
+    /// Raw values and every lossy codec.
+    fn suite_specs(_: usize) -> Vec<String> {
+        with_codecs(NAME)
     }
 }

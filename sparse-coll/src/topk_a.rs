@@ -7,9 +7,9 @@ use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
-    Id, Reduced, enter, into_new, le_bytes, le_u32s, pairs_view, sum_parts, take_parts,
+    Reduced, enter, into_new, le_bytes, le_u32s, pairs_view, sum_parts, take_parts,
 };
-use crate::values::{WireValues, values_param, values_param_of};
+use crate::values::{WireValues, values_param, values_param_of, with_codecs};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::borrow::Cow;
@@ -51,7 +51,7 @@ pub fn topk_a_with<T: Transport + ?Sized, E: Element>(
     crate::transport::guard(t, |t| {
         let split = values.split_exact(v);
         let local = split.as_ref().map(drop).map_err(Clone::clone);
-        let start = enter(t, Id::TopkA, v, &[("values", values.code())], local)?;
+        let start = enter(t, NAME, v, &[("values", values.code())], local)?;
         let (sent, dropped) = split?;
         if values != WireValues::Raw {
             let mut msg = Vec::new();
@@ -88,13 +88,7 @@ pub fn topk_a_into<T: Transport + ?Sized, E: Element>(
     out: &mut Reduced<E>,
 ) -> Result<()> {
     crate::transport::guard(t, |t| {
-        let start = enter(
-            t,
-            Id::TopkA,
-            v,
-            &[("values", WireValues::Raw.code())],
-            Ok(()),
-        )?;
+        let start = enter(t, NAME, v, &[("values", WireValues::Raw.code())], Ok(()))?;
         raw_into(t, v, start, out)
     })
 }
@@ -144,9 +138,12 @@ impl TopkA {
     }
 }
 
+/// The registry name, from which the entry id derives.
+const NAME: &str = "topk_a";
+
 impl<E: Element> SparseAllreduce<E> for TopkA {
     fn name(&self) -> String {
-        "topk_a".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         values_param(self.values)
@@ -163,6 +160,20 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
     /// Table 1 with the mean `k`.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(cost::topk_a(prof.p, prof.k_avg()))
+    }
+    /// A Bruck allgather: `ceil(lg P)` rounds on every rank.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(cost::ceil_log2(p).into())
+    }
+    /// Raw values: a framed block of every other rank's pairs.
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        let pair = 4 + E::BYTES;
+        (self.values == WireValues::Raw).then(|| {
+            (0..ins.len())
+                .filter(|&q| q != r)
+                .map(|q| (4 + pair * ins[q].nnz()) as u64)
+                .sum()
+        })
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         topk_a_with(t, v, self.values)
@@ -183,11 +194,16 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
 }
 
 impl<E: Element> Registered<E> for TopkA {
-    const NAME: &'static str = "topk_a";
+    const NAME: &'static str = NAME;
+    const PLANNED: bool = true;
     const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str =
         "allgather of every rank's pairs, summed in rank order (RedSync, SparDL's TopkA); lossless";
     fn build(params: &mut Params, _: Defaults) -> Result<Self> {
         Ok(Self::new(values_param_of(params)?))
+    }
+    /// Raw values and every lossy codec.
+    fn suite_specs(_: usize) -> Vec<String> {
+        with_codecs(NAME)
     }
 }

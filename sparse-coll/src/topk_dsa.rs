@@ -40,9 +40,12 @@ pub fn topk_dsa<T: Transport + ?Sized, E: Element>(
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TopkDsa;
 
+/// The registry name, from which the entry id derives.
+pub(crate) const NAME: &str = "topk_dsa";
+
 impl<E: Element> SparseAllreduce<E> for TopkDsa {
     fn name(&self) -> String {
-        "topk_dsa".into()
+        NAME.into()
     }
     fn lossless(&self) -> bool {
         true
@@ -61,6 +64,23 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(cost::topk_dsa(prof.p, prof.n, prof.k_avg())))
     }
+    /// `P - 1` direct steps, then the recursive doubling with MPICH's fold.
+    fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + crate::ssar::fold_rounds_of(p, r))
+    }
+    /// The split phase's pieces and the partitions' stream blocks; a rank
+    /// folded out receives only the result's blocks, its partner its
+    /// partition too.
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        let p = ins.len();
+        let rem = p - (1usize << p.ilog2());
+        let split = crate::split_allgather::split_bytes(ins, r, false);
+        Some(match (r < 2 * rem, r % 2 == 0) {
+            (true, true) => split + 4 + crate::split_allgather::block_bytes(ins, r, false),
+            (true, false) => split - 4,
+            _ => split,
+        })
+    }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         topk_dsa(t, v)
     }
@@ -75,7 +95,8 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
 }
 
 impl<E: Element> Registered<E> for TopkDsa {
-    const NAME: &'static str = "topk_dsa";
+    const NAME: &'static str = NAME;
+    const PLANNED: bool = true;
     const PARAMS: &'static str = "";
     const HELP: &'static str =
         "split, then recursive-doubling allgather of dynamic streams (SparDL's TopkDSA); lossless";

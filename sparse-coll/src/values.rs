@@ -301,6 +301,14 @@ pub(crate) fn values_param_of(params: &mut crate::Params) -> Result<WireValues> 
         .map_or(Ok(WireValues::Raw), |s| WireValues::parse(&s))
 }
 
+/// The collective suite's specs of an algorithm that takes `values`: raw
+/// (its defaults) and each lossy codec.
+pub(crate) fn with_codecs(name: &str) -> Vec<String> {
+    let mut specs = vec![name.to_string()];
+    specs.extend(["f16", "bf16", "ssmean"].map(|v| format!("{name}:values={v}")));
+    specs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,14 +39,13 @@
 //! # assert!(out.iter().all(|r| r.as_ref().unwrap().result.nnz() == 3));
 //! ```
 
-use crate::sparse::Id;
 use crate::{Traffic, Transport};
 use sparse_core::{Element, Result, SparseVec};
 
 pub use crate::spardl::split_topk;
 pub use crate::sparse::{
-    agree, agree_or_fail, decode_stream, encode_stream, le_bytes, le_u32s, put_block, put_pairs,
-    read_pairs, split_where, stream_to_sparse, take_block,
+    agree, agree_or_fail, decode_stream, encode_stream, entry_id, le_bytes, le_u32s, put_block,
+    put_pairs, read_pairs, split_where, stream_to_sparse, take_block,
 };
 pub use crate::values::WireValues;
 
@@ -68,11 +67,5 @@ pub fn enter<E: Element>(
     extra: &[(&'static str, u64)],
     local: Result<()>,
 ) -> Result<Traffic> {
-    crate::sparse::enter(t, Id::User(name_id(name)), v, extra, local)
-}
-
-/// FNV-1a of the name with the top bit set, so that no user name collides
-/// with a built-in algorithm's identifier.
-fn name_id(name: &str) -> u64 {
-    sparse_core::hash::fnv1a(name.bytes()) | 1 << 63
+    crate::sparse::enter(t, name, v, extra, local)
 }

@@ -7,7 +7,7 @@ use crate::Transport;
 use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
 use crate::plan::{Profile, bytes_cost};
 use crate::push_pull::{Scheme, push_pull, split_by_owner};
-use crate::sparse::{Id, Reduced, enter};
+use crate::sparse::{Reduced, enter};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::{Backend, Element, Error, H0, HierarchicalHash, Result, SparseVec};
@@ -153,14 +153,7 @@ fn enter_zen<T: Transport + ?Sized, E: Element>(
     seed: u64,
     local: Result<()>,
 ) -> Result<()> {
-    enter(
-        t,
-        Id::ZenBalancedParallelism,
-        v,
-        &[("h0 seed", seed)],
-        local,
-    )
-    .map(drop)
+    enter(t, NAME, v, &[("h0 seed", seed)], local).map(drop)
 }
 
 /// [`zen_balanced_parallelism`] as a [`SparseAllreduce`] (registry name
@@ -231,9 +224,12 @@ impl<B: Backend> ZenBalancedParallelism<B> {
     }
 }
 
+/// The registry name, from which the entry id derives.
+const NAME: &str = "zen_balanced_parallelism";
+
 impl<B: Backend + Send, E: Element> SparseAllreduce<E> for ZenBalancedParallelism<B> {
     fn name(&self) -> String {
-        "zen_balanced_parallelism".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         match self.slots {
@@ -263,6 +259,10 @@ impl<B: Backend + Send, E: Element> SparseAllreduce<E> for ZenBalancedParallelis
         let density = prof.k_avg() as f64 / n.max(1) as f64;
         let words = cost::zen_balanced_parallelism(p, n, density, prof.densification(), 1.0);
         Some(Cost::new(2.0 * prof.others(), words))
+    }
+    /// Push to every other server, then pull from every other server.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * (p as u64 - 1))
     }
     fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
         crate::transport::guard(t, |t| {
@@ -296,7 +296,8 @@ impl<B: Backend + Send, E: Element> SparseAllreduce<E> for ZenBalancedParallelis
 }
 
 impl<E: Element> Registered<E> for ZenBalancedParallelism {
-    const NAME: &'static str = "zen_balanced_parallelism";
+    const NAME: &'static str = NAME;
+    const PLANNED: bool = true;
     const PARAMS: &'static str = "seed (of h0), r1 and r2 (parallel and serial hash slots per partition; default 2 nnz and r1 / 10)";
     const HELP: &'static str =
         "Zen: hierarchical hashing, push COO to the h0 owner, pull hash bitmap + values; lossless";

@@ -142,7 +142,7 @@ fn auto_picks_within_a_quarter_of_the_fewest_bytes_once_profiled() {
                 }
             })
             .collect();
-        let m = measured(p, &ins, &sparse_coll::LOSSLESS);
+        let m = measured(p, &ins, &registry().auto_candidates());
         let best = m.iter().map(|x| x.1).min().unwrap();
         let choices = plan(p, &ins, 0.0, 1.0, 3);
         let chosen = m.iter().find(|x| x.0 == choices[2]).unwrap();
@@ -159,7 +159,7 @@ fn auto_picks_within_a_quarter_of_the_fewest_bytes_once_profiled() {
 fn auto_picks_the_fewest_rounds_when_latency_dominates() {
     for p in [3usize, 8, 9] {
         let ins = inputs(p, 1000, 0.01, 0.5, false, 9);
-        let m = measured(p, &ins, &sparse_coll::LOSSLESS);
+        let m = measured(p, &ins, &registry().auto_candidates());
         let fewest = m.iter().map(|x| x.2).min().unwrap();
         let choice = plan(p, &ins, 1.0, 0.0, 2).swap_remove(1);
         let chosen = m.iter().find(|x| x.0 == choice).unwrap();
