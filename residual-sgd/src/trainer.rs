@@ -334,9 +334,10 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
         agree_or_fail(t, &[("step", 1)], prepared)?;
         // From here a failure on one rank only (a memory's or the backend's
         // error) abandons the transport, so that no peer waits on this rank
-        // in a collective; a failure every rank shares (a collective's entry
-        // agreement) leaves it usable.
-        sparse_coll::guard(t, |t| self.communicate(t, ready, p, &mut rep))?;
+        // in a collective (each local part runs in `sparse_coll::guard`, as
+        // each collective's body does); a failure every rank shares (a
+        // collective's entry agreement) leaves it usable.
+        self.communicate(t, ready, p, &mut rep)?;
         rep.traffic = t.traffic().since(&start);
         Ok(rep)
     }
@@ -365,7 +366,10 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
                     rep.dropped[l] = dropped;
                 }
                 (Part::Dense { .. }, Ready::Dense(g)) => bucket.push((l, g)),
-                _ => return Err(Error::invalid("layer", "prepared for another kind")),
+                _ => {
+                    let e = Error::invalid("layer", "prepared for another kind");
+                    return sparse_coll::guard(t, |_| Err(e));
+                }
             }
             let bytes: usize = bucket.iter().map(|(_, g)| 4 * g.len()).sum();
             let next_compressed = self
@@ -381,7 +385,10 @@ impl<B: Backend, S: Selector<B, f32>> Trainer<B, S> {
                 for (j, g) in bucket.drain(..) {
                     let part = &sum[at..at + g.len()];
                     at += g.len();
-                    dense_apply(&self.b, &self.cfg, &mut self.layers[j], part, p, rep)?;
+                    let layer = &mut self.layers[j];
+                    sparse_coll::guard(t, |_| {
+                        dense_apply(&self.b, &self.cfg, layer, part, p, rep)
+                    })?;
                 }
             }
         }
@@ -549,51 +556,56 @@ fn compressed_step<B: Backend, S: Selector<B, f32>>(
     let clock = Instant::now();
     let red = c.comm.allreduce(t, &sent)?;
     rep.communicate += clock.elapsed();
-    let clock = Instant::now();
-    // Taken from the memory only once the collective has succeeded: a
-    // collective that fails on every rank alike (its entry agreement)
-    // leaves the selection in the memory, not lost.
-    c.memory.remove(b, &indices)?;
-    if quantized {
-        c.top = !c.top;
-    }
-    c.steps += 1;
-    if cfg.collection == Collection::Paper {
-        // SparDL's paper variant: outside the result this rank keeps its
-        // own accumulator (what it sent comes back), inside it keeps only
-        // what the collective dropped here.
-        let in_result = |i: &u32| red.result.indices().binary_search(i).is_ok();
-        let outside: Vec<(u32, f32)> = sent.iter().filter(|(i, _)| !in_result(i)).collect();
+    // From here a failure is this rank's alone: it abandons the
+    // transport, so that no peer waits on this rank.
+    sparse_coll::guard(t, |_| {
+        let clock = Instant::now();
+        // Taken from the memory only once the collective has succeeded: a
+        // collective that fails on every rank alike (its entry agreement)
+        // leaves the selection in the memory, not lost.
+        c.memory.remove(b, &indices)?;
+        if quantized {
+            c.top = !c.top;
+        }
+        c.steps += 1;
+        if cfg.collection == Collection::Paper {
+            // SparDL's paper variant: outside the result this rank keeps its
+            // own accumulator (what it sent comes back), inside it keeps only
+            // what the collective dropped here.
+            let in_result = |i: &u32| red.result.indices().binary_search(i).is_ok();
+            let outside: Vec<(u32, f32)> = sent.iter().filter(|(i, _)| !in_result(i)).collect();
+            if red.result.nnz() > 0 {
+                b.mask(c.memory.accumulator_mut(), &b.upload(red.result.indices())?)?;
+            }
+            let inside: Vec<(u32, f32)> =
+                red.dropped.iter().filter(|(i, _)| in_result(i)).collect();
+            for part in [outside, inside] {
+                let (idx, val): (Vec<u32>, Vec<f32>) = part.into_iter().unzip();
+                c.memory.restore(b, &SparseVec::new(n, idx, val)?)?;
+            }
+        } else {
+            // Global residual collection: what the collective cut stays here.
+            c.memory.restore(b, &red.dropped)?;
+        }
+        // What quantization removed goes back after the collection, which in
+        // the paper's variant clears the result's positions.
+        if let Some(rest) = remainder {
+            c.memory.restore(b, &rest)?;
+        }
         if red.result.nnz() > 0 {
-            b.mask(c.memory.accumulator_mut(), &b.upload(red.result.indices())?)?;
+            let step: Vec<f32> = red
+                .result
+                .values()
+                .iter()
+                .map(|&x| -scale * x / p)
+                .collect();
+            let idx = b.upload(red.result.indices())?;
+            let val = b.upload(&step)?;
+            b.scatter_add(w, &idx, &val)?;
         }
-        let inside: Vec<(u32, f32)> = red.dropped.iter().filter(|(i, _)| in_result(i)).collect();
-        for part in [outside, inside] {
-            let (idx, val): (Vec<u32>, Vec<f32>) = part.into_iter().unzip();
-            c.memory.restore(b, &SparseVec::new(n, idx, val)?)?;
-        }
-    } else {
-        // Global residual collection: what the collective cut stays here.
-        c.memory.restore(b, &red.dropped)?;
-    }
-    // What quantization removed goes back after the collection, which in
-    // the paper's variant clears the result's positions.
-    if let Some(rest) = remainder {
-        c.memory.restore(b, &rest)?;
-    }
-    if red.result.nnz() > 0 {
-        let step: Vec<f32> = red
-            .result
-            .values()
-            .iter()
-            .map(|&x| -scale * x / p)
-            .collect();
-        let idx = b.upload(red.result.indices())?;
-        let val = b.upload(&step)?;
-        b.scatter_add(w, &idx, &val)?;
-    }
-    rep.apply += clock.elapsed();
-    Ok((sent, red.dropped))
+        rep.apply += clock.elapsed();
+        Ok((sent, red.dropped))
+    })
 }
 
 /// A dense layer's update from the reduced sum: momentum SGD on the mean

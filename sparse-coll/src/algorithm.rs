@@ -10,7 +10,7 @@
 //! [`crate::Auto`] planner and the collective suite
 //! (`sparse_coll::testing`) then treat it like a built-in one.
 
-use crate::{Profile, Reduced, Transport};
+use crate::{Entered, Profile, Reduced, Transport};
 use sparse_core::cost::Cost;
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::collections::BTreeMap;
@@ -18,12 +18,19 @@ use std::fmt;
 
 /// A sparse allreduce with the state it keeps across calls.
 ///
-/// Every rank calls [`SparseAllreduce::allreduce`] with its own input, the
+/// Every rank calls [`SparseAllreduce::allreduce`] (or
+/// [`SparseAllreduce::allreduce_into`]) with its own input, the
 /// same algorithm and parameters. The outcome follows the contract of
 /// [`Reduced`]: `result` bitwise identical on every rank; lossless
 /// algorithms return the exact sum and drop nothing; lossy ones return in
 /// `dropped` what this rank keeps, so that the inputs sum to `result` plus
 /// every rank's `dropped` exactly.
+///
+/// A call is two steps, which an implementation writes and the provided
+/// [`SparseAllreduce::allreduce_into`] runs: the entry round
+/// ([`SparseAllreduce::enter`]), whose errors every rank shares, and the
+/// body ([`SparseAllreduce::body`]), after which a failure abandons the
+/// transport. The body takes the [`Entered`] only an entry round makes.
 ///
 /// Object safe: planners and benches hold `Box<dyn SparseAllreduce<E>>`.
 pub trait SparseAllreduce<E: Element>: Send {
@@ -69,29 +76,62 @@ pub trait SparseAllreduce<E: Element>: Send {
     fn max_result_entries(&self) -> Option<usize> {
         None
     }
-    /// One allreduce of `v`.
+    /// The entry round of a call: checks the input and this rank's
+    /// readiness (its parameters, allocations made before the call), and
+    /// every rank agrees on the algorithm, the dimension, the element type
+    /// and the parameters ([`crate::wire::enter`]). An error here reaches
+    /// every rank at the same point of the same call, so the transport
+    /// stays usable: it never abandons it.
     ///
     /// # Errors
-    /// The algorithm's errors; every rank returns one when any rank fails.
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>>;
-    /// [`SparseAllreduce::allreduce`] into `out`, which a caller keeps
-    /// across calls (start from [`Reduced::default`]): its contents are
-    /// replaced, and where the algorithm builds its result in place
-    /// (TopkA with raw values; SSAR_Split_allgather, TopkDSA and DSAR) its
-    /// allocations are reused, so a training loop's collective allocates nothing once
-    /// warm. The default moves [`SparseAllreduce::allreduce`]'s result in.
-    /// On an error `out` holds no valid result.
+    /// This rank's error, [`Error::PeerError`], [`Error::Disagreement`];
+    /// transport errors.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered>;
+    /// The rest of a call, once every rank has entered: its result into
+    /// `out` (contents replaced; where the algorithm builds its result in
+    /// place, its allocations reused). A failure here may leave peers
+    /// waiting on this rank: [`SparseAllreduce::allreduce_into`] abandons
+    /// the transport then.
     ///
     /// # Errors
-    /// As [`SparseAllreduce::allreduce`].
+    /// The algorithm's errors (a corrupt message, a failed peer, ...).
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()>;
+    /// One allreduce of `v` into `out`, which a caller keeps across calls
+    /// (start from [`Reduced::default`]): [`SparseAllreduce::enter`], then
+    /// [`SparseAllreduce::body`] inside [`crate::guard`], which abandons
+    /// the transport when the body fails, so that no peer waits on this
+    /// rank. On an error `out` holds no valid result. Where the algorithm
+    /// builds its result in place (TopkA with raw values;
+    /// SSAR_Split_allgather, TopkDSA and DSAR) `out`'s allocations are
+    /// reused, so a training loop's collective allocates nothing once
+    /// warm.
+    ///
+    /// # Errors
+    /// As [`SparseAllreduce::enter`] and [`SparseAllreduce::body`]; every
+    /// rank returns one when any rank fails.
     fn allreduce_into(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        *out = self.allreduce(t, v)?;
-        Ok(())
+        let entered = self.enter(t, v)?;
+        crate::guard(t, |t| self.body(t, v, entered, out))
+    }
+    /// [`SparseAllreduce::allreduce_into`] on a fresh outcome.
+    ///
+    /// # Errors
+    /// As [`SparseAllreduce::allreduce_into`].
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        let mut out = Reduced::default();
+        self.allreduce_into(t, v, &mut out)?;
+        Ok(out)
     }
 }
 
@@ -213,27 +253,42 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     /// ([`Registry::auto_candidates`]): a lossless algorithm whose result
     /// is the exact sparse sum. `false` by default.
     const PLANNED: bool = false;
-    /// Builds it from the parameters.
+    /// Builds it from the parameters, within `catalog` (the registry it
+    /// is built from: the planner builds its candidates there; the others
+    /// ignore it).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a bad value.
-    fn build(params: &mut Params, defaults: Defaults) -> Result<Self>;
-    /// [`Registered::build`] within `registry`, for an algorithm built
-    /// from others of the same registry (the planner's candidates); the
-    /// default ignores the registry.
-    ///
-    /// # Errors
-    /// As [`Registered::build`].
-    fn build_in(params: &mut Params, defaults: Defaults, registry: &Registry<E>) -> Result<Self> {
-        let _ = registry;
-        Self::build(params, defaults)
-    }
+    fn build(params: &mut Params, defaults: Defaults, catalog: &dyn Catalog<E>) -> Result<Self>;
     /// The specs the collective suite runs on `p` ranks
     /// (`sparse_coll::testing::algorithms`): by default the name alone,
     /// with its default parameters.
     fn suite_specs(p: usize) -> Vec<String> {
         let _ = p;
         vec![Self::NAME.to_string()]
+    }
+}
+
+/// What a builder may ask of the registry it is built from
+/// ([`Registered::build`]): other algorithms by name, and the planner's
+/// default candidates. [`Registry`] is one.
+pub trait Catalog<E: Element> {
+    /// Builds `spec` (`name` or `name:key=value,...`).
+    ///
+    /// # Errors
+    /// As [`Registry::build`].
+    fn build(&self, spec: &str, defaults: Defaults) -> Result<Box<dyn SparseAllreduce<E>>>;
+    /// The names the planner chooses among by default
+    /// ([`Registry::auto_candidates`]).
+    fn auto_candidates(&self) -> Vec<&str>;
+}
+
+impl<E: Element> Catalog<E> for Registry<E> {
+    fn build(&self, spec: &str, defaults: Defaults) -> Result<Box<dyn SparseAllreduce<E>>> {
+        Registry::build(self, spec, defaults)
+    }
+    fn auto_candidates(&self) -> Vec<&str> {
+        Registry::auto_candidates(self)
     }
 }
 
@@ -348,7 +403,7 @@ impl<E: Element> Registry<E> {
             planned: A::PLANNED,
             suite: Some(A::suite_specs),
             build: Box::new(|p, d, registry| {
-                Ok(Box::new(A::build_in(p, d, registry)?) as Box<dyn SparseAllreduce<E>>)
+                Ok(Box::new(A::build(p, d, registry)?) as Box<dyn SparseAllreduce<E>>)
             }),
         })
         .expect("built-in names are distinct");

@@ -1,13 +1,76 @@
 //! gTopk (Shi et al., as SparDL's Table 1 states it): a reduction tree with
 //! top-k re-selection, then a broadcast tree.
 
-use crate::Transport;
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::plan::{Profile, bytes_cost};
 use crate::spardl::split_topk;
 use crate::sparse::{Reduced, enter, put_block, take_block};
+use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
+
+/// gTopk after the entry round: the reduction tree, then the broadcast.
+fn trees<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    k: usize,
+    start: Traffic,
+) -> Result<Reduced<E>> {
+    let dim = v.dim();
+    let (p, r) = (t.size(), t.rank());
+    let read = |b: &[u8]| -> Result<SparseVec<E>> {
+        let mut rest = b;
+        let part = take_block::<E>(&mut rest, dim, 0, dim, "gtopk message")?;
+        if !rest.is_empty() || part.nnz() > k {
+            return Err(Error::corrupt(
+                "gtopk message",
+                format!("{} entries for k = {k}", part.nnz()),
+            ));
+        }
+        Ok(part)
+    };
+    let (mut acc, mut dropped) = split_topk(v, k);
+    let mut dist = 1;
+    while dist < p {
+        if r % (2 * dist) == dist {
+            let mut msg = Vec::new();
+            put_block(&mut msg, &acc);
+            t.send(r - dist, &msg)?;
+            break;
+        }
+        if r + dist < p {
+            let got = read(&t.recv(r + dist)?)?;
+            let (kept, cut) = split_topk(&acc.merge_sum(&got)?, k);
+            dropped = dropped.merge_sum(&cut)?;
+            acc = kept;
+        }
+        dist <<= 1;
+    }
+    // Broadcast down the same tree: a rank receives from the parent it sent
+    // to (r minus its lowest set bit), then serves its own children.
+    let low = if r == 0 {
+        p.next_power_of_two()
+    } else {
+        1 << r.trailing_zeros()
+    };
+    if r != 0 {
+        acc = read(&t.recv(r - low)?)?;
+    }
+    let mut msg = Vec::new();
+    put_block(&mut msg, &acc);
+    let mut dist = low / 2;
+    while dist >= 1 {
+        if r + dist < p {
+            t.send(r + dist, &msg)?;
+        }
+        dist /= 2;
+    }
+    Ok(Reduced {
+        result: acc,
+        dropped,
+        traffic: t.traffic().since(&start),
+    })
+}
 
 /// gTopk for any `P`: every rank cuts its input to its top `k`; in a
 /// binomial reduction tree (`ceil(lg P)` steps; at distance `2^i`, rank `r`
@@ -27,74 +90,11 @@ use sparse_core::{Element, Error, Result, SparseVec};
 /// Memory per rank: `O((4 + E) (nnz + k))` bytes (`E` the element's bytes):
 /// the input and two `k`-entry messages at a time.
 ///
+/// Registry name `gtopk`, parameter `k`.
+///
 /// # Errors
 /// [`Error::Disagreement`] (dimension, `k`), transport errors,
 /// [`Error::Corrupt`].
-pub fn gtopk<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    k: usize,
-) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| {
-        let dim = v.dim();
-        let start = enter(t, NAME, v, &[("k", k as u64)], Ok(()))?;
-        let (p, r) = (t.size(), t.rank());
-        let read = |b: &[u8]| -> Result<SparseVec<E>> {
-            let mut rest = b;
-            let part = take_block::<E>(&mut rest, dim, 0, dim, "gtopk message")?;
-            if !rest.is_empty() || part.nnz() > k {
-                return Err(Error::corrupt(
-                    "gtopk message",
-                    format!("{} entries for k = {k}", part.nnz()),
-                ));
-            }
-            Ok(part)
-        };
-        let (mut acc, mut dropped) = split_topk(v, k);
-        let mut dist = 1;
-        while dist < p {
-            if r % (2 * dist) == dist {
-                let mut msg = Vec::new();
-                put_block(&mut msg, &acc);
-                t.send(r - dist, &msg)?;
-                break;
-            }
-            if r + dist < p {
-                let got = read(&t.recv(r + dist)?)?;
-                let (kept, cut) = split_topk(&acc.merge_sum(&got)?, k);
-                dropped = dropped.merge_sum(&cut)?;
-                acc = kept;
-            }
-            dist <<= 1;
-        }
-        // Broadcast down the same tree: a rank receives from the parent it sent
-        // to (r minus its lowest set bit), then serves its own children.
-        let low = if r == 0 {
-            p.next_power_of_two()
-        } else {
-            1 << r.trailing_zeros()
-        };
-        if r != 0 {
-            acc = read(&t.recv(r - low)?)?;
-        }
-        let mut msg = Vec::new();
-        put_block(&mut msg, &acc);
-        let mut dist = low / 2;
-        while dist >= 1 {
-            if r + dist < p {
-                t.send(r + dist, &msg)?;
-            }
-            dist /= 2;
-        }
-        Ok(Reduced {
-            result: acc,
-            dropped,
-            traffic: t.traffic().since(&start),
-        })
-    })
-}
-
-/// [`gtopk`] as a [`SparseAllreduce`] (registry name `gtopk`).
 #[derive(Debug, Clone, Copy)]
 pub struct Gtopk {
     k: usize,
@@ -150,8 +150,18 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
     fn max_result_entries(&self) -> Option<usize> {
         Some(self.k)
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        gtopk(t, v, self.k)
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        enter(t, NAME, v, &[("k", self.k as u64)], Ok(()))
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        *out = trees(t, v, self.k, entered.start())?;
+        Ok(())
     }
 }
 
@@ -159,7 +169,7 @@ impl<E: Element> Registered<E> for Gtopk {
     const NAME: &'static str = NAME;
     const PARAMS: &'static str = "k (entries kept)";
     const HELP: &'static str = "gTopk: top-k merged up a binomial tree, broadcast down; lossy";
-    fn build(params: &mut Params, d: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self::new(crate::algorithm::k_param(params, d)?))
     }
 }

@@ -8,22 +8,24 @@
 //!   feature `mpi`, `MpiTransport` over MPICH;
 //! - non-blocking collectives ([`nonblocking`]): start, compute, wait;
 //! - dense baselines ([`dense`]): ring, recursive doubling, Rabenseifner,
-//!   Bruck and recursive-doubling allgather;
+//!   Bruck and recursive-doubling allgather, functions of that module (they
+//!   are not sparse allreduces);
 //! - the sparse-allreduce contract ([`Reduced`], [`agree`]);
-//! - lossless sparse allreduces: TopkA ([`topk_a`]), TopkDSA ([`topk_dsa`]),
+//! - lossless sparse allreduces: TopkA ([`TopkA`]), TopkDSA ([`TopkDsa`]),
 //!   SparCML's SSAR_Recursive_double, SSAR_Split_allgather and
-//!   DSAR_Split_allgather ([`ssar_recursive_double`],
-//!   [`ssar_split_allgather`], [`dsar_split_allgather`]; QSGD makes the last
-//!   lossy), Zen's Balanced Parallelism ([`zen_balanced_parallelism`]; its
+//!   DSAR_Split_allgather ([`SsarRecursiveDouble`],
+//!   [`SsarSplitAllgather`], [`DsarSplitAllgather`]; QSGD makes the last
+//!   lossy), Zen's Balanced Parallelism ([`ZenBalancedParallelism`]; its
 //!   Hierarchical Centralization is SparCML's recursive doubling, as Zen's
 //!   Table 3 classifies it) and the OmniReduce-style block baseline
-//!   ([`omnireduce_blocks`]);
+//!   ([`OmniReduceBlocks`]);
 //! - lossy ones, which return what they cut in `dropped`: gTopk
-//!   ([`gtopk`]), Ok-Topk ([`OkTopk`]), SparDL ([`spardl`]) and SparDL with
-//!   R-SAG ([`spardl_rsag`]) or B-SAG ([`SpardlBsag`]);
-//! - one object-safe interface for all of them ([`SparseAllreduce`]: name,
-//!   lossless, predicted cost for an input's [`Profile`], the call with its
-//!   state across calls), a [`Registry`] of names with parameters
+//!   ([`Gtopk`]), Ok-Topk ([`OkTopk`]), SparDL ([`Spardl`]) and SparDL with
+//!   R-SAG ([`SpardlRsag`]) or B-SAG ([`SpardlBsag`]);
+//! - one way to call all of them: the object-safe [`SparseAllreduce`]
+//!   (name, lossless, predicted cost for an input's [`Profile`], the call
+//!   in two steps, an entry round and a body, with its state across calls;
+//!   `allreduce` and `allreduce_into`), a [`Registry`] of names with parameters
 //!   (`spardl_bsag:k=40,d=2`) that a user's own algorithms join, and the
 //!   [`Auto`] planner over any of them;
 //! - the framing a collective of your own needs ([`wire`]).
@@ -95,22 +97,22 @@ mod values;
 pub mod wire;
 mod zen;
 
-pub use algorithm::{Defaults, Entry, Params, Registered, Registry, SparseAllreduce};
-pub use group::Group;
-pub use gtopk::{Gtopk, gtopk};
+pub use algorithm::{Catalog, Defaults, Entry, Params, Registered, Registry, SparseAllreduce};
+pub use group::{Group, Members};
+pub use gtopk::Gtopk;
 #[cfg(feature = "mpi")]
 pub use mpi_transport::MpiTransport;
 pub use ok_topk::OkTopk;
-pub use omnireduce::{OmniReduceBlocks, omnireduce_blocks};
+pub use omnireduce::OmniReduceBlocks;
 pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto, Profile};
-pub use spardl::{Spardl, SpardlBsag, SpardlRsag, spardl, spardl_rsag, spardl_with};
-pub use sparse::{Reduced, agree, agree_or_fail};
-pub use split_allgather::{
-    DsarSplitAllgather, SsarSplitAllgather, dsar_split_allgather, ssar_split_allgather,
-};
-pub use ssar::{SsarRecursiveDouble, ssar_recursive_double, ssar_recursive_double_with};
+pub use spardl::{Spardl, SpardlBsag, SpardlRsag};
+pub use sparse::{Entered, Reduced, agree, agree_or_fail};
+pub use split_allgather::{DsarSplitAllgather, SsarSplitAllgather};
+pub use ssar::SsarRecursiveDouble;
 pub use thread::{ThreadCluster, ThreadTransport};
-pub use topk_a::{TopkA, topk_a, topk_a_with};
-pub use topk_dsa::{TopkDsa, topk_dsa};
-pub use transport::{BufferPool, Traffic, TrafficCounter, Transport, guard};
-pub use zen::{ZenBalancedParallelism, ZenStats, zen_balanced_parallelism, zen_pieces};
+pub use topk_a::TopkA;
+pub use topk_dsa::TopkDsa;
+pub use transport::{
+    BufferPool, Intercept, Intercepting, Traffic, TrafficCounter, Transport, guard,
+};
+pub use zen::{ZenBalancedParallelism, ZenStats, zen_pieces};

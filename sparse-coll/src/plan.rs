@@ -1,9 +1,9 @@
 //! The cost of one call ([`Profile`]) and the [`Auto`] planner, which runs
 //! whichever of its candidates the cost model finds cheapest.
 
-use crate::algorithm::{Defaults, Params, Registered, Registry, SparseAllreduce, is_name};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, Registry, SparseAllreduce, is_name};
 use crate::sparse::{agree_sharing, entry_id};
-use crate::{Reduced, Transport};
+use crate::{Entered, Reduced, Transport};
 use sparse_core::cost::{Bounds, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
 
@@ -190,6 +190,9 @@ pub struct Auto<E> {
     candidates: Vec<Box<dyn SparseAllreduce<E>>>,
     densification: Option<f64>,
     last: Option<usize>,
+    /// The candidate the entered call runs, and its profile when it
+    /// profiled.
+    pending: Option<(usize, Option<Profile>)>,
     calls: u64,
     every: u64,
 }
@@ -246,6 +249,7 @@ impl<E: Element> Auto<E> {
             candidates,
             densification: None,
             last: None,
+            pending: None,
             calls: 0,
             every: 16,
         })
@@ -309,42 +313,6 @@ impl<E: Element> Auto<E> {
         }
         best.1
     }
-
-    fn run(&mut self, t: &mut dyn Transport, v: &SparseVec<E>, out: &mut Reduced<E>) -> Result<()> {
-        let profiling = self.calls % self.every == 0;
-        self.calls += 1;
-        if let (false, Some(i)) = (profiling, self.last) {
-            return self.candidates[i].allreduce_into(t, v, out);
-        }
-        // The profile's round is an entry agreement of its own, so that
-        // ranks out of step (one profiling, another running its last
-        // choice, or planners built with another `every`) get
-        // `Error::Disagreement` on every rank, as disagreeing algorithms do.
-        let all = agree_sharing(
-            t,
-            &[
-                ("algorithm", entry_id(Self::NAME)),
-                ("every", self.every),
-                ("call", self.calls - 1),
-            ],
-            Ok(()),
-            &[v.nnz() as u64],
-        )?;
-        let counts: Vec<usize> = all.iter().map(|w| w[0] as usize).collect();
-        let prof = self.profile(v.dim(), E::BYTES, &counts);
-        let i = self.choose(&prof);
-        self.candidates[i].allreduce_into(t, v, out)?;
-        let red = &*out;
-        self.last = Some(i);
-        if prof.k_sum > 0 && self.candidates[i].lossless() {
-            let seen = red.result.nnz() as f64 / prof.k_sum as f64;
-            self.densification = Some(match self.densification {
-                Some(old) => 0.5 * old + 0.5 * seen,
-                None => seen,
-            });
-        }
-        Ok(())
-    }
 }
 
 impl<E: Element> SparseAllreduce<E> for Auto<E> {
@@ -378,18 +346,59 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     fn ran(&self) -> Option<String> {
         self.last_name()
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        let mut out = Reduced::default();
-        crate::transport::guard(t, |t| self.run(t, v, &mut out))?;
-        Ok(out)
+    /// On a profiling call the profile's round, then the chosen
+    /// candidate's entry round; on the others the last choice's entry
+    /// round.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let profiling = self.calls % self.every == 0;
+        self.calls += 1;
+        let (i, prof) = match (profiling, self.last) {
+            (false, Some(i)) => (i, None),
+            _ => {
+                // The profile's round is an entry agreement of its own, so
+                // that ranks out of step (one profiling, another running
+                // its last choice, or planners built with another `every`)
+                // get `Error::Disagreement` on every rank, as disagreeing
+                // algorithms do.
+                let all = agree_sharing(
+                    t,
+                    &[
+                        ("algorithm", entry_id(Self::NAME)),
+                        ("every", self.every),
+                        ("call", self.calls - 1),
+                    ],
+                    Ok(()),
+                    &[v.nnz() as u64],
+                )?;
+                let counts: Vec<usize> = all.iter().map(|w| w[0] as usize).collect();
+                let prof = self.profile(v.dim(), E::BYTES, &counts);
+                (self.choose(&prof), Some(prof))
+            }
+        };
+        self.pending = Some((i, prof));
+        self.candidates[i].enter(t, v)
     }
-    fn allreduce_into(
+    /// The chosen candidate's body; a profiling call then learns the
+    /// densification from the result.
+    fn body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        crate::transport::guard(t, |t| self.run(t, v, out))
+        let (i, prof) = self.pending.take().expect("entered");
+        self.candidates[i].body(t, v, entered, out)?;
+        let Some(prof) = prof else { return Ok(()) };
+        self.last = Some(i);
+        if prof.k_sum > 0 && self.candidates[i].lossless() {
+            let seen = out.result.nnz() as f64 / prof.k_sum as f64;
+            self.densification = Some(match self.densification {
+                Some(old) => 0.5 * old + 0.5 * seen,
+                None => seen,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -398,13 +407,10 @@ impl<E: Element> Registered<E> for Auto<E> {
     const PARAMS: &'static str = "alpha (s per message, default 5e-6), beta (s per word, default 4e-10), every (calls between profiles, default 16), candidates (registered names joined by +, each with its defaults; default the built-in lossless ones)";
     const HELP: &'static str =
         "the planner: the cheapest lossless algorithm by the cost model, profiled per call";
-    fn build(params: &mut Params, defaults: Defaults) -> Result<Self> {
-        Self::build_in(params, defaults, &Registry::builtin())
-    }
-    /// The planner over candidates of `registry` (a user's own included):
-    /// the `candidates` given, each with `defaults`, else the registry's
+    /// The planner over candidates of `catalog` (a user's own included):
+    /// the `candidates` given, each with `defaults`, else the catalog's
     /// [`Registry::auto_candidates`] with their own defaults.
-    fn build_in(params: &mut Params, defaults: Defaults, registry: &Registry<E>) -> Result<Self> {
+    fn build(params: &mut Params, defaults: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
         let candidates = match params.take::<String>("candidates")? {
             Some(list) => list
                 .split('+')
@@ -417,10 +423,10 @@ impl<E: Element> Registered<E> for Auto<E> {
                             format!("{name:?} is not the name of an algorithm other than auto"),
                         ));
                     }
-                    registry.build(name, defaults)
+                    catalog.build(name, defaults)
                 })
                 .collect::<Result<Vec<_>>>()?,
-            None => lossless_candidates(registry)?,
+            None => lossless_candidates(catalog)?,
         };
         let alpha = params.take("alpha")?.unwrap_or(AUTO_ALPHA);
         let beta = params.take("beta")?.unwrap_or(AUTO_BETA);
@@ -436,11 +442,11 @@ impl<E: Element> Registered<E> for Auto<E> {
 /// The planner's default candidates in `registry`
 /// ([`Registry::auto_candidates`]), with their defaults.
 fn lossless_candidates<E: Element>(
-    registry: &Registry<E>,
+    catalog: &dyn Catalog<E>,
 ) -> Result<Vec<Box<dyn SparseAllreduce<E>>>> {
-    registry
+    catalog
         .auto_candidates()
         .into_iter()
-        .map(|name| registry.build(name, Defaults { k: 0 }))
+        .map(|name| catalog.build(name, Defaults { k: 0 }))
         .collect()
 }

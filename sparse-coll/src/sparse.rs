@@ -35,6 +35,22 @@ impl<E: Element> Default for Reduced<E> {
     }
 }
 
+/// What only an entry round makes ([`crate::wire::enter`]): the proof
+/// that every rank passed it, which a collective's body
+/// ([`crate::SparseAllreduce::body`]) takes, and the traffic before the
+/// body, from which the body counts its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entered {
+    start: Traffic,
+}
+
+impl Entered {
+    /// The traffic before the body: subtract it with [`Traffic::since`].
+    pub fn start(&self) -> Traffic {
+        self.start
+    }
+}
+
 /// The identifier the entry round compares for the algorithm `name`
 /// (FNV-1a of the name, its top bit set): derived from the name, so an
 /// algorithm's file, a user's included, needs no number of its own; the
@@ -95,16 +111,21 @@ pub(crate) fn agree_sharing<T: Transport + ?Sized>(
         code => Some((r, code.unwrap_or(u64::MAX))),
     });
     // Well-formed entry messages reach every rank the same (the allgather
-    // forwards them unchanged), so every rank fails here alike; a
-    // malformed one may have reached only some ranks, and the others may
-    // go on: that failure is not marked shared, so the rank abandons.
+    // forwards them unchanged), so every rank fails here alike and the
+    // transport stays usable; a malformed one may have reached only some
+    // ranks, and the others may go on: then this rank abandons.
     let well_formed = all.iter().all(|b| b.len() >= 8 && b.len() % 8 == 0);
-    if let Some((rank, code)) = failed {
-        if well_formed {
-            crate::transport::mark_shared_failure();
+    let mut fail = |e: Error| {
+        if !well_formed {
+            t.abandon();
         }
-        local?;
-        return Err(Error::PeerError {
+        Err(e)
+    };
+    if let Some((rank, code)) = failed {
+        if let Err(e) = local {
+            return fail(e);
+        }
+        return fail(Error::PeerError {
             rank,
             detail: failure_text(code).into(),
         });
@@ -118,17 +139,11 @@ pub(crate) fn agree_sharing<T: Transport + ?Sized>(
                 .map(|(r, v)| format!("rank {r}: {v:?}"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            if well_formed {
-                crate::transport::mark_shared_failure();
-            }
-            return Err(Error::Disagreement { what: name, detail });
+            return fail(Error::Disagreement { what: name, detail });
         }
     }
     if all.iter().any(|b| b.len() != mine.len()) {
-        if well_formed {
-            crate::transport::mark_shared_failure();
-        }
-        return Err(Error::Disagreement {
+        return fail(Error::Disagreement {
             what: "parameter count",
             detail: format!("{:?}", all.iter().map(Vec::len).collect::<Vec<_>>()),
         });
@@ -175,15 +190,15 @@ fn failure_text(code: u64) -> &'static str {
 /// `local` (the algorithm's own checks and allocations made before the
 /// call), then [`agree_or_fail`] on the
 /// algorithm (its [`entry_id`]), the dimension, the element type and the
-/// algorithm's `extra` parameters, in that order. Returns the traffic after
-/// the check, from which the algorithm counts its own.
+/// algorithm's `extra` parameters, in that order. Returns the [`Entered`]
+/// its body takes.
 pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     name: &str,
     v: &SparseVec<E>,
     extra: &[(&'static str, u64)],
     local: Result<()>,
-) -> Result<Traffic> {
+) -> Result<Entered> {
     let mut fields = vec![
         ("algorithm", entry_id(name)),
         ("dimension", v.dim() as u64),
@@ -191,7 +206,7 @@ pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
     ];
     fields.extend_from_slice(extra);
     agree_or_fail(t, &fields, v.check().and(local))?;
-    Ok(t.traffic())
+    Ok(Entered { start: t.traffic() })
 }
 
 /// The entries of `v` for which `pick(index, value)` holds, and the rest;
@@ -358,19 +373,6 @@ pub fn stream_to_sparse<E: Element>(s: Stream<E>) -> Result<SparseVec<E>> {
         Stream::Sparse(v) => Ok(v),
         Stream::Dense(d) => SparseVec::from_dense(&d),
     }
-}
-
-/// `into_new(|out| f_into(.., out))`: the one-shot form of a call that
-/// writes into a kept [`Reduced`], on a fresh one.
-///
-/// # Errors
-/// `f`'s.
-pub(crate) fn into_new<E: Element>(
-    f: impl FnOnce(&mut Reduced<E>) -> Result<()>,
-) -> Result<Reduced<E>> {
-    let mut out = Reduced::default();
-    f(&mut out)?;
-    Ok(out)
 }
 
 /// The elements of little-endian bytes `b` (a multiple of `E::BYTES`

@@ -1,13 +1,13 @@
 //! SparCML's SSAR_Split_allgather and DSAR_Split_allgather (sec. 5.3.2-3).
 
-use crate::Transport;
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{gather_bruck, gather_recursive_doubling};
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
-    PairsView, Reduced, StreamView, encode_stream, enter, from_le_u32s, into_new, le_bytes,
-    le_u32s, put_rebased, sparse_header, stream_view, sum_parts, take_parts,
+    PairsView, Reduced, StreamView, encode_stream, enter, from_le_u32s, le_bytes, le_u32s,
+    put_rebased, sparse_header, stream_view, sum_parts, take_parts,
 };
+use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
@@ -62,71 +62,10 @@ fn split_rounds(p: usize) -> f64 {
 /// stay sparse; at most `n (2 E + 4)` for a dense result (`E` the element's
 /// bytes).
 ///
-/// # Errors
-/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
-pub fn ssar_split_allgather<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-) -> Result<Reduced<E>> {
-    into_new(|out| ssar_split_allgather_into(t, v, out))
-}
-
-/// [`ssar_split_allgather`] into `out`, reusing its allocations.
-fn ssar_split_allgather_into<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    out: &mut Reduced<E>,
-) -> Result<()> {
-    crate::transport::guard(t, |t| {
-        split_allgather(t, v, Phase::Sparse, Gather::Bruck, SSAR_NAME, out)
-    })
-}
-
-/// DSAR_Split_allgather: the split phase of [`ssar_split_allgather`], then
-/// the partitions travel dense (`n / P` values each), as SparCML does when
-/// the result is expected past delta. With `qsgd`, the dense phase is
-/// QSGD-quantized (SparCML sec. 6): lossy, and each owner returns in
-/// `dropped` exactly what quantization removed from its partition, so that
-/// the inputs sum to `result` plus all `dropped`.
-///
-/// Memory per rank: the dense result, `n (2 E + 4) + 2 E ceil(n / P)` bytes
-/// (`E` the element's bytes), probed before the call: where the allocator
-/// refuses it every rank returns [`Error::OutOfMemory`] (its own) or
-/// [`Error::PeerError`], instead of the process aborting.
+/// Registry name `ssar_split_allgather`.
 ///
 /// # Errors
 /// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
-pub fn dsar_split_allgather<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    qsgd: Option<QsgdParams>,
-) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| {
-        into_new(|out| split_allgather(t, v, Phase::Dense(qsgd), Gather::Bruck, DSAR_NAME, out))
-    })
-}
-
-/// [`topk_dsa`](crate::topk_dsa): the split phase, then a
-/// recursive-doubling allgather of the partitions as sparse streams.
-pub(crate) fn topk_dsa_into<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    out: &mut Reduced<E>,
-) -> Result<()> {
-    crate::transport::guard(t, |t| {
-        split_allgather(
-            t,
-            v,
-            Phase::Sparse,
-            Gather::RecursiveDoubling,
-            crate::topk_dsa::NAME,
-            out,
-        )
-    })
-}
-
-/// [`ssar_split_allgather`] as a [`SparseAllreduce`] (registry name
-/// `ssar_split_allgather`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SsarSplitAllgather;
 
@@ -208,16 +147,18 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
         Some(split_bytes(ins, r, false))
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        ssar_split_allgather(t, v)
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        split_enter(t, v, Phase::Sparse, SSAR_NAME)
     }
-    fn allreduce_into(
+    fn body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        ssar_split_allgather_into(t, v, out)
+        let start = entered.start();
+        split_allgather(t, v, Phase::Sparse, Gather::Bruck, start, out)
     }
 }
 
@@ -227,16 +168,30 @@ impl<E: Element> Registered<E> for SsarSplitAllgather {
     const PARAMS: &'static str = "";
     const HELP: &'static str =
         "SparCML's split phase, then a Bruck allgather of sparse streams; lossless";
-    fn build(_: &mut Params, _: Defaults) -> Result<Self> {
+    fn build(_: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self)
     }
 }
 
-/// [`dsar_split_allgather`] as a [`SparseAllreduce`] (registry names
-/// `dsar_split_allgather` and, with QSGD, `dsar_qsgd`), with its call
-/// counter: the QSGD seed of a call mixes the configured seed, the call
-/// number and the rank, so that no two calls (or ranks) repeat the same
-/// random draws.
+/// DSAR_Split_allgather: the split phase of [`SsarSplitAllgather`], then
+/// the partitions travel dense (`n / P` values each), as SparCML does when
+/// the result is expected past delta. With `qsgd`, the dense phase is
+/// QSGD-quantized (SparCML sec. 6): lossy, and each owner returns in
+/// `dropped` exactly what quantization removed from its partition, so that
+/// the inputs sum to `result` plus all `dropped`.
+///
+/// Memory per rank: the dense result, `n (2 E + 4) + 2 E ceil(n / P)` bytes
+/// (`E` the element's bytes), probed before the call: where the allocator
+/// refuses it every rank returns [`Error::OutOfMemory`] (its own) or
+/// [`Error::PeerError`], instead of the process aborting.
+///
+/// With its call counter: the QSGD seed of a call mixes the configured
+/// seed, the call number and the rank, so that no two calls (or ranks)
+/// repeat the same random draws. Registry names `dsar_split_allgather`
+/// and, with QSGD, `dsar_qsgd`.
+///
+/// # Errors
+/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DsarSplitAllgather {
     qsgd: Option<QsgdParams>,
@@ -315,23 +270,25 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
         self.qsgd.is_none().then(|| split_bytes(ins, r, true))
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        into_new(|out| self.allreduce_into(t, v, out))
+    /// The call counter counts calls that entered the round.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        self.calls += 1;
+        split_enter(t, v, Phase::Dense(self.qsgd), DSAR_NAME)
     }
-    fn allreduce_into(
+    fn body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        crate::transport::guard(t, |t| {
-            let q = self.qsgd.map(|q| {
-                let mut mix = sparse_core::SplitMix64(q.seed() ^ self.calls.rotate_left(32));
-                q.with_seed(mix.next_u64())
-            });
-            self.calls += 1;
-            split_allgather(t, v, Phase::Dense(q), Gather::Bruck, DSAR_NAME, out)
-        })
+        let call = self.calls - 1;
+        let q = self.qsgd.map(|q| {
+            let mut mix = sparse_core::SplitMix64(q.seed() ^ call.rotate_left(32));
+            q.with_seed(mix.next_u64())
+        });
+        let start = entered.start();
+        split_allgather(t, v, Phase::Dense(q), Gather::Bruck, start, out)
     }
 }
 
@@ -341,7 +298,7 @@ impl<E: Element> Registered<E> for DsarSplitAllgather {
     const PARAMS: &'static str = "qsgd (bits: 2, 4 or 8; none by default), bucket (512), seed";
     const HELP: &'static str =
         "SparCML's split phase, then dense partitions allgathered; lossless without qsgd";
-    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let bits = params.take("qsgd")?;
         Ok(Self::new(Self::qsgd_from(params, bits)?))
     }
@@ -369,132 +326,72 @@ impl DsarSplitAllgather {
     }
 }
 
-/// The split-allgather family, into `out` (its allocations reused, as
-/// the transport's buffer pool is): the split phase writes each owner's
-/// entries straight from the input, received pairs are read in place, and
-/// each owner sums its partition in rank order
-/// ([`sparse_core::sparse::merge_sum_into`]). In the sparse phase a sum
-/// past delta is formed again by [`Stream::sum`], which turns dense on the
-/// way as SparCML's stream does, so that what travels is the stream's.
-fn split_allgather<T: Transport + ?Sized, E: Element>(
+/// The entry round of the split-allgather family: the dense phase holds
+/// the whole result densely, so it is probed for before the call and a
+/// refused allocation is an error on every rank; the ranks agree on the
+/// quantization.
+pub(crate) fn split_enter<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     phase: Phase,
-    gather: Gather,
     name: &str,
-    out: &mut Reduced<E>,
-) -> Result<()> {
-    let dim = v.dim();
+) -> Result<Entered> {
     let qbits = match phase {
         Phase::Dense(Some(q)) => q.bits() as u64 | (q.bucket() as u64) << 8,
         _ => 0,
     };
-    // The dense phase holds the whole result densely: probe for it before
-    // the call, so that a refused allocation is an error on every rank.
     let local = match phase {
-        Phase::Dense(_) => {
-            sparse_core::alloc::probe(dense_phase_bytes::<E>(dim, t.size()), "DSAR's dense result")
-        }
+        Phase::Dense(_) => sparse_core::alloc::probe(
+            dense_phase_bytes::<E>(v.dim(), t.size()),
+            "DSAR's dense result",
+        ),
         Phase::Sparse => Ok(()),
     };
-    let start = enter(t, name, v, &[("quantization", qbits)], local)?;
+    enter(t, name, v, &[("quantization", qbits)], local)
+}
+
+/// The split-allgather family after [`split_enter`], into `out` (its
+/// allocations reused, as the transport's buffer pool is): the split phase
+/// writes each owner's entries straight from the input, received pairs are
+/// read in place, and each owner sums its partition in rank order
+/// ([`sparse_core::sparse::merge_sum_into`]). In the sparse phase a sum
+/// past delta is formed again by [`Stream::sum`], which turns dense on the
+/// way as SparCML's stream does, so that what travels is the stream's.
+pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    phase: Phase,
+    gather: Gather,
+    start: Traffic,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    let dim = v.dim();
     let (p, r) = (t.size(), t.rank());
     let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
-    // Partition q's entries of the input: its start and their positions.
-    let range_of = |q: usize| {
-        let (qlo, qlen) = (even_start(q, dim, p), even_len(q, dim, p));
-        let a = v.indices().partition_point(|&i| (i as usize) < qlo);
-        let b = v.indices().partition_point(|&i| (i as usize) < qlo + qlen);
-        (qlo as u32, a..b)
-    };
-    // Split phase: P - 1 direct steps; at step s send partition (r + s),
-    // re-indexed, as a sparse stream to its owner and receive this rank's
-    // partition from rank r - s.
-    let mut send = t.take_buffer();
-    let mut got: Vec<Vec<u8>> = Vec::with_capacity(p);
-    for s in 1..p {
-        let (to, from) = ((r + s) % p, (r + p - s) % p);
-        let (qlo, span) = range_of(to);
-        send.clear();
-        send.extend_from_slice(&sparse_header(span.len()));
-        put_rebased(&mut send, &v.indices()[span.clone()], qlo);
-        send.extend_from_slice(&le_bytes(&v.values()[span]));
-        let mut msg = t.take_buffer();
-        t.exchange_into(to, &send, from, &mut msg)?;
-        got.push(msg);
-    }
-    t.give_buffer(send);
-    // This rank's partition from every rank, in rank order; the message
-    // from rank q arrived at step (r - q) mod P.
-    let (qlo, span) = range_of(r);
+    let got = split_phase(t, v)?;
     // This rank's own pairs, re-indexed in a pooled buffer and read from it
     // as the received ones are.
+    let (qlo, span) = partition_span(v, r, p);
     let mut own_buf = t.take_buffer();
     own_buf.clear();
     put_rebased(&mut own_buf, &v.indices()[span.clone()], qlo);
     let own_idx = from_le_u32s(&own_buf);
-    let mut parts: Vec<PairsView<'_, E>> = Vec::with_capacity(p);
-    for q in 0..p {
-        if q == r {
-            parts.push((
-                Cow::Borrowed(&own_idx[..]),
-                Cow::Borrowed(&v.values()[span.clone()]),
-            ));
-            continue;
-        }
-        match stream_view::<E>(&got[(r + p - q) % p - 1], len, "split message")? {
-            StreamView::Sparse(pairs) => parts.push(pairs),
-            StreamView::Dense(_) => {
-                return Err(Error::corrupt(
-                    "split message",
-                    "dense stream in the split phase",
-                ));
-            }
-        }
-    }
+    let own = (&own_idx[..], &v.values()[span]);
+    let parts = partition_parts(&got, own, r, len)?;
     // The sum, alternating between the result's and dropped's vectors.
     let (mut ai, mut av) = take_parts(&mut out.result);
     let (mut bi, mut bv) = take_parts(&mut out.dropped);
     sum_parts(&parts, (&mut ai, &mut av), (&mut bi, &mut bv));
     // The partition's block for the allgather: the sparse sum itself as a
-    // stream, written from its vectors; or a block encoded here.
+    // stream, written from its vectors; or a block encoded here (and what
+    // QSGD removed from the partition, dense, this rank's share of
+    // `dropped`).
     let sparse_sum = phase == Phase::Sparse && ai.len() <= Stream::<E>::delta(len);
     let header = sparse_header(ai.len());
-    // What QSGD removes from the partition (dense, this rank's share of
-    // `dropped`).
-    let mut rest: Option<Vec<E>> = None;
-    let block = if sparse_sum {
-        Vec::new()
+    let (block, rest) = if sparse_sum {
+        (Vec::new(), None)
     } else {
-        let dense = || {
-            let mut d = vec![E::zero(); len];
-            for (&i, &x) in ai.iter().zip(av.iter()) {
-                d[i as usize] = x;
-            }
-            d
-        };
-        match phase {
-            Phase::Sparse => {
-                let mut acc = Stream::Sparse(SparseVec::zeros(len)?);
-                for (i, x) in &parts {
-                    let part = SparseVec::new_unchecked(len, i.to_vec(), x.to_vec());
-                    acc = acc.sum(&Stream::Sparse(part))?;
-                }
-                encode_stream(&acc)
-            }
-            Phase::Dense(None) => encode_stream(&Stream::Dense(dense())),
-            Phase::Dense(Some(q)) => {
-                let mut b = vec![2u8];
-                // Levels are lowered where a remainder would round, so that
-                // what is sent plus `dropped` is the partition sum bit for
-                // bit.
-                rest = Some(
-                    Qsgd(q.with_seed(q.seed() ^ r as u64))
-                        .encode_with_remainder(&dense(), &mut b)?,
-                );
-                b
-            }
-        }
+        encode_block(phase, &parts, (&ai, &av), len, r)?
     };
     drop(parts);
     got.into_iter().for_each(|m| t.give_buffer(m));
@@ -510,7 +407,6 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
     result_i.clear();
     result_v.clear();
     let mut append = |q: usize, b: Option<&[u8]>| -> Result<()> {
-        let qlo = even_start(q, dim, p) as u32;
         let view = match b {
             None if sparse_sum => {
                 StreamView::Sparse((Cow::Borrowed(&ai[..]), Cow::Borrowed(&av[..])))
@@ -518,51 +414,165 @@ fn split_allgather<T: Transport + ?Sized, E: Element>(
             None => block_view(&block, len)?,
             Some(b) => block_view(b, even_len(q, dim, p))?,
         };
-        match view {
-            StreamView::Sparse((i, x)) => {
-                result_i.extend(i.iter().map(|&i| i + qlo));
-                result_v.extend_from_slice(&x);
-            }
-            StreamView::Dense(d) => {
-                for (i, &x) in d.iter().enumerate() {
-                    if x != E::zero() {
-                        result_i.push(qlo + i as u32);
-                        result_v.push(x);
-                    }
-                }
-            }
-        }
+        append_partition(
+            view,
+            even_start(q, dim, p) as u32,
+            &mut result_i,
+            &mut result_v,
+        );
         Ok(())
     };
     match gather {
         Gather::Bruck => {
             let g = gather_bruck(t, &own)?;
-            for q in 0..p {
-                append(q, g.block(q))?;
-            }
+            (0..p).try_for_each(|q| append(q, g.block(q)))?;
             g.release(t);
         }
         Gather::RecursiveDoubling => {
             let g = gather_recursive_doubling(t, &own)?;
-            for q in 0..p {
-                append(q, g.block(q))?;
-            }
+            (0..p).try_for_each(|q| append(q, g.block(q)))?;
             g.release(t);
         }
     }
     // This rank's share of what QSGD dropped, in the sum's old vectors.
     ai.clear();
     av.clear();
-    for (i, &x) in rest.iter().flatten().enumerate() {
-        if x != E::zero() {
-            ai.push((lo + i) as u32);
-            av.push(x);
-        }
-    }
+    let rest = rest.map(|d| StreamView::Dense(Cow::Owned(d)));
+    rest.into_iter()
+        .for_each(|d| append_partition(d, lo as u32, &mut ai, &mut av));
     out.result = SparseVec::new_unchecked(dim, result_i, result_v);
     out.dropped = SparseVec::new_unchecked(dim, ai, av);
     out.traffic = t.traffic().since(&start);
     Ok(())
+}
+
+/// Partition `q`'s entries of `v` among `p`: the partition's start and
+/// their positions in `v`.
+fn partition_span<E: Element>(
+    v: &SparseVec<E>,
+    q: usize,
+    p: usize,
+) -> (u32, std::ops::Range<usize>) {
+    let dim = v.dim();
+    let (qlo, qlen) = (even_start(q, dim, p), even_len(q, dim, p));
+    let a = v.indices().partition_point(|&i| (i as usize) < qlo);
+    let b = v.indices().partition_point(|&i| (i as usize) < qlo + qlen);
+    (qlo as u32, a..b)
+}
+
+/// The split phase: `P - 1` direct steps; at step `s` this rank sends
+/// partition `r + s`, re-indexed, as a sparse stream to its owner and
+/// receives its own partition from rank `r - s`. Returns the received
+/// messages by step, in pooled buffers.
+fn split_phase<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+) -> Result<Vec<Vec<u8>>> {
+    let (p, r) = (t.size(), t.rank());
+    let mut send = t.take_buffer();
+    let mut got: Vec<Vec<u8>> = Vec::with_capacity(p);
+    for s in 1..p {
+        let (to, from) = ((r + s) % p, (r + p - s) % p);
+        let (qlo, span) = partition_span(v, to, p);
+        send.clear();
+        send.extend_from_slice(&sparse_header(span.len()));
+        put_rebased(&mut send, &v.indices()[span.clone()], qlo);
+        send.extend_from_slice(&le_bytes(&v.values()[span]));
+        let mut msg = t.take_buffer();
+        t.exchange_into(to, &send, from, &mut msg)?;
+        got.push(msg);
+    }
+    t.give_buffer(send);
+    Ok(got)
+}
+
+/// This rank's partition (`len` coordinates) from every rank, in rank
+/// order, read in place: `own` (this rank's pairs, re-indexed) at `r`, and
+/// from rank `q` the message that arrived at split step `(r - q) mod P`.
+fn partition_parts<'a, E: Element>(
+    got: &'a [Vec<u8>],
+    own: (&'a [u32], &'a [E]),
+    r: usize,
+    len: usize,
+) -> Result<Vec<PairsView<'a, E>>> {
+    let p = got.len() + 1;
+    (0..p)
+        .map(|q| {
+            if q == r {
+                return Ok((Cow::Borrowed(own.0), Cow::Borrowed(own.1)));
+            }
+            match stream_view::<E>(&got[(r + p - q) % p - 1], len, "split message")? {
+                StreamView::Sparse(pairs) => Ok(pairs),
+                StreamView::Dense(_) => Err(Error::corrupt(
+                    "split message",
+                    "dense stream in the split phase",
+                )),
+            }
+        })
+        .collect()
+}
+
+/// The allgather block of this rank's partition (`len` coordinates) where
+/// it is not the sparse sum itself: the stream of the sum formed again by
+/// [`Stream::sum`] (past delta), the dense partition, or its QSGD encoding
+/// (tag 2) with what quantization removed.
+fn encode_block<E: Element>(
+    phase: Phase,
+    parts: &[PairsView<'_, E>],
+    (ai, av): (&[u32], &[E]),
+    len: usize,
+    r: usize,
+) -> Result<(Vec<u8>, Option<Vec<E>>)> {
+    let dense = || {
+        let mut d = vec![E::zero(); len];
+        for (&i, &x) in ai.iter().zip(av.iter()) {
+            d[i as usize] = x;
+        }
+        d
+    };
+    Ok(match phase {
+        Phase::Sparse => {
+            let mut acc = Stream::Sparse(SparseVec::zeros(len)?);
+            for (i, x) in parts {
+                let part = SparseVec::new_unchecked(len, i.to_vec(), x.to_vec());
+                acc = acc.sum(&Stream::Sparse(part))?;
+            }
+            (encode_stream(&acc), None)
+        }
+        Phase::Dense(None) => (encode_stream(&Stream::Dense(dense())), None),
+        Phase::Dense(Some(q)) => {
+            let mut b = vec![2u8];
+            // Levels are lowered where a remainder would round, so that
+            // what is sent plus `dropped` is the partition sum bit for bit.
+            let rest =
+                Qsgd(q.with_seed(q.seed() ^ r as u64)).encode_with_remainder(&dense(), &mut b)?;
+            (b, Some(rest))
+        }
+    })
+}
+
+/// Appends an allgathered partition starting at `qlo` to the result's
+/// vectors (a dense one's non-zeros).
+fn append_partition<E: Element>(
+    view: StreamView<'_, E>,
+    qlo: u32,
+    result_i: &mut Vec<u32>,
+    result_v: &mut Vec<E>,
+) {
+    match view {
+        StreamView::Sparse((i, x)) => {
+            result_i.extend(i.iter().map(|&i| i + qlo));
+            result_v.extend_from_slice(&x);
+        }
+        StreamView::Dense(d) => {
+            for (i, &x) in d.iter().enumerate() {
+                if x != E::zero() {
+                    result_i.push(qlo + i as u32);
+                    result_v.push(x);
+                }
+            }
+        }
+    }
 }
 
 /// An allgathered partition of dimension `len`: a stream, or (tag 2) a

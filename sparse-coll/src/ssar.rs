@@ -1,7 +1,6 @@
 //! SparCML's SSAR_Recursive_double (sec. 5.3.1).
 
-use crate::Transport;
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
 use crate::plan::{Profile, bytes_cost};
 use crate::sparse::{
@@ -9,100 +8,58 @@ use crate::sparse::{
     stream_to_sparse, stream_view, take_parts,
 };
 use crate::values::{WireValues, values_param, values_param_of, with_codecs};
+use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
 
-/// SSAR_Recursive_double: in round `t` ranks `2^(t-1)` apart exchange their
-/// partial sums as sparse streams and add them (`lg P` rounds for a power
-/// of two). A stream switches to dense past SparCML's delta, so a result
-/// that fills in is never larger on the wire than dense. Non-powers of two
-/// fold as MPICH does (each extra rank hands its stream to an odd partner
-/// and gets the result back). Partners add `a + b` and `b + a`: equal in
-/// IEEE arithmetic, so every rank holds a bitwise identical result.
-/// Lossless.
-///
-/// Bytes: each message is an 8-byte header (tag, padding, `nnz: u32`) and
-/// the pairs; between
-/// `k lg P` pairs (indices fully overlap) and `(P - 1) k` (disjoint) for
-/// the busiest rank, SparCML's bounds.
-///
-/// Memory per rank: the running stream and one received stream: `O((4 + E)
-/// (nnz + result))` bytes while sparse, at most about `3 n E` once the stream
-/// is dense past delta (`E` the element's bytes).
-///
-/// # Errors
-/// [`sparse_core::Error::Disagreement`] if ranks pass different dimensions;
-/// transport errors; [`sparse_core::Error::Corrupt`] for malformed messages.
-pub fn ssar_recursive_double<T: Transport + ?Sized, E: Element>(
+/// SSAR_Recursive_double with raw values after the entry round, every sum
+/// formed by [`Stream::sum`]: the reference [`raw_into`] is checked
+/// against (the same messages, sums and result).
+#[cfg(test)]
+fn reference<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
+    start: Traffic,
 ) -> Result<Reduced<E>> {
-    ssar_recursive_double_with(t, v, WireValues::Raw)
-}
-
-/// [`ssar_recursive_double`] with its partial sums sent by `values`: before
-/// each send a rank splits its partial sum with
-/// [`WireValues::split_exact`], sends what the codec carries exactly and
-/// adds the partner's (`a + b` and `b + a`, so partners stay identical).
-/// The `2^i` core ranks of a block hold the same partial sum at step `i`,
-/// so its remainder goes to the `dropped` of one of them, the block's
-/// lowest; the inputs sum to `result` plus every `dropped`. A folded rank's
-/// input is split likewise; the result goes back to it raw (exactly). Lossy
-/// codecs send sparse blocks throughout (no dense switch); raw values travel
-/// exactly as in [`ssar_recursive_double`].
-///
-/// # Errors
-/// As [`ssar_recursive_double`]; the codec's errors.
-pub fn ssar_recursive_double_with<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    values: WireValues,
-) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| {
-        if values != WireValues::Raw {
-            return quantized(t, v, values);
+    let dim = v.dim();
+    let r = t.rank();
+    let fold = Fold::new(t);
+    let mut acc = Stream::from_sparse(v.clone());
+    match fold.role(r) {
+        Some(true) => t.send(r + 1, &encode_stream(&acc))?,
+        Some(false) => acc = acc.sum(&decode_stream(&t.recv(r - 1)?, dim)?)?,
+        None => {}
+    }
+    if let Some(nr) = fold.newrank {
+        let mut mask = 1;
+        while mask < fold.pp {
+            let partner = fold.real(nr ^ mask);
+            let got = decode_stream(&t.exchange(partner, &encode_stream(&acc), partner)?, dim)?;
+            acc = acc.sum(&got)?;
+            mask <<= 1;
         }
-        let dim = v.dim();
-        let start = enter(t, NAME, v, &[("values", 0)], Ok(()))?;
-        let r = t.rank();
-        let fold = Fold::new(t);
-        let mut acc = Stream::from_sparse(v.clone());
-        match fold.role(r) {
-            Some(true) => t.send(r + 1, &encode_stream(&acc))?,
-            Some(false) => acc = acc.sum(&decode_stream(&t.recv(r - 1)?, dim)?)?,
-            None => {}
-        }
-        if let Some(nr) = fold.newrank {
-            let mut mask = 1;
-            while mask < fold.pp {
-                let partner = fold.real(nr ^ mask);
-                let got = decode_stream(&t.exchange(partner, &encode_stream(&acc), partner)?, dim)?;
-                acc = acc.sum(&got)?;
-                mask <<= 1;
-            }
-        }
-        match fold.role(r) {
-            Some(true) => acc = decode_stream(&t.recv(r + 1)?, dim)?,
-            Some(false) => t.send(r - 1, &encode_stream(&acc))?,
-            None => {}
-        }
-        Ok(Reduced {
-            result: stream_to_sparse(acc)?,
-            dropped: SparseVec::zeros(dim)?,
-            traffic: t.traffic().since(&start),
-        })
+    }
+    match fold.role(r) {
+        Some(true) => acc = decode_stream(&t.recv(r + 1)?, dim)?,
+        Some(false) => t.send(r - 1, &encode_stream(&acc))?,
+        None => {}
+    }
+    Ok(Reduced {
+        result: stream_to_sparse(acc)?,
+        dropped: SparseVec::zeros(dim)?,
+        traffic: t.traffic().since(&start),
     })
 }
 
+/// SSAR_Recursive_double with a lossy codec, after the entry round.
 fn quantized<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     values: WireValues,
+    start: Traffic,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
-    let local = v.check().and_then(|()| values.split_exact(v).map(drop));
-    let start = enter(t, NAME, v, &[("values", values.code())], local)?;
     let r = t.rank();
     let fold = Fold::new(t);
     let mut acc = v.clone();
@@ -179,97 +136,87 @@ pub(crate) fn fold_rounds_of(p: usize, r: usize) -> u64 {
     }
 }
 
-/// [`ssar_recursive_double`] with raw values into `out`, reusing its
-/// vectors and the transport's buffer pool: each partial sum is written
-/// into the pool's send buffer, the partner's is received into a pooled
-/// buffer and read in place, and the sparse sums alternate between `out`'s
-/// two vectors ([`merge_sum_into`]). The same messages, sums and result as
-/// [`ssar_recursive_double`], which forms every sum with [`Stream::sum`]
-/// and stays the reference: the collective suite checks that both give the
-/// same bits and traffic on every input.
-///
-/// # Errors
-/// As [`ssar_recursive_double`].
-pub fn ssar_recursive_double_into<T: Transport + ?Sized, E: Element>(
+/// SSAR_Recursive_double with raw values after the entry round, into
+/// `out`, reusing its vectors and the transport's buffer pool: each partial
+/// sum is written into the pool's send buffer, the partner's is received
+/// into a pooled buffer and read in place, and the sparse sums alternate
+/// between `out`'s two vectors ([`merge_sum_into`]).
+fn raw_into<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
+    start: Traffic,
     out: &mut Reduced<E>,
 ) -> Result<()> {
-    crate::transport::guard(t, |t| {
-        const WHAT: &str = "stream message";
-        let dim = v.dim();
-        let start = enter(t, NAME, v, &[("values", 0)], Ok(()))?;
-        let r = t.rank();
-        let fold = Fold::new(t);
-        let mut acc = Acc {
-            dim,
-            delta: Stream::<E>::delta(dim),
-            state: State::Input,
-            parts: take_parts(&mut out.result),
-            spare: take_parts(&mut out.dropped),
-        };
-        if v.nnz() > acc.delta {
-            acc.state = State::Dense(acc.densify(v.indices(), v.values())?);
+    const WHAT: &str = "stream message";
+    let dim = v.dim();
+    let r = t.rank();
+    let fold = Fold::new(t);
+    let mut acc = Acc {
+        dim,
+        delta: Stream::<E>::delta(dim),
+        state: State::Input,
+        parts: take_parts(&mut out.result),
+        spare: take_parts(&mut out.dropped),
+    };
+    if v.nnz() > acc.delta {
+        acc.state = State::Dense(acc.densify(v.indices(), v.values())?);
+    }
+    let (mut send, mut got) = (t.take_buffer(), t.take_buffer());
+    let run = (|| {
+        match fold.role(r) {
+            Some(true) => t.send(r + 1, acc.encode(v, &mut send))?,
+            Some(false) => {
+                t.recv_into(r - 1, &mut got)?;
+                acc.add(v, stream_view(&got, dim, WHAT)?)?;
+            }
+            None => {}
         }
-        let (mut send, mut got) = (t.take_buffer(), t.take_buffer());
-        let run = (|| {
-            match fold.role(r) {
-                Some(true) => t.send(r + 1, acc.encode(v, &mut send))?,
-                Some(false) => {
-                    t.recv_into(r - 1, &mut got)?;
-                    acc.add(v, stream_view(&got, dim, WHAT)?)?;
-                }
-                None => {}
+        if let Some(nr) = fold.newrank {
+            let mut mask = 1;
+            while mask < fold.pp {
+                let partner = fold.real(nr ^ mask);
+                t.exchange_into(partner, acc.encode(v, &mut send), partner, &mut got)?;
+                acc.add(v, stream_view(&got, dim, WHAT)?)?;
+                mask <<= 1;
             }
-            if let Some(nr) = fold.newrank {
-                let mut mask = 1;
-                while mask < fold.pp {
-                    let partner = fold.real(nr ^ mask);
-                    t.exchange_into(partner, acc.encode(v, &mut send), partner, &mut got)?;
-                    acc.add(v, stream_view(&got, dim, WHAT)?)?;
-                    mask <<= 1;
-                }
+        }
+        match fold.role(r) {
+            Some(true) => {
+                t.recv_into(r + 1, &mut got)?;
+                acc.replace(stream_view(&got, dim, WHAT)?);
             }
-            match fold.role(r) {
-                Some(true) => {
-                    t.recv_into(r + 1, &mut got)?;
-                    acc.replace(stream_view(&got, dim, WHAT)?);
-                }
-                Some(false) => t.send(r - 1, acc.encode(v, &mut send))?,
-                None => {}
-            }
-            Ok(())
-        })();
-        t.give_buffer(send);
-        t.give_buffer(got);
-        run?;
-        let Acc {
-            state,
-            mut parts,
-            mut spare,
-            ..
-        } = acc;
-        // An earlier partial sum may be left in the spare vectors.
-        spare.0.clear();
-        spare.1.clear();
-        out.result = match state {
-            State::Input => {
-                SparseVec::new_unchecked(dim, v.indices().to_vec(), v.values().to_vec())
-            }
-            State::Sparse => SparseVec::new_unchecked(dim, parts.0, parts.1),
-            State::Dense(d) => {
-                parts.0.clear();
-                parts.1.clear();
-                SparseVec::from_dense(&d)?
-            }
-        };
-        out.dropped = SparseVec::new_unchecked(dim, spare.0, spare.1);
-        out.traffic = t.traffic().since(&start);
+            Some(false) => t.send(r - 1, acc.encode(v, &mut send))?,
+            None => {}
+        }
         Ok(())
-    })
+    })();
+    t.give_buffer(send);
+    t.give_buffer(got);
+    run?;
+    let Acc {
+        state,
+        mut parts,
+        mut spare,
+        ..
+    } = acc;
+    // An earlier partial sum may be left in the spare vectors.
+    spare.0.clear();
+    spare.1.clear();
+    out.result = match state {
+        State::Input => SparseVec::new_unchecked(dim, v.indices().to_vec(), v.values().to_vec()),
+        State::Sparse => SparseVec::new_unchecked(dim, parts.0, parts.1),
+        State::Dense(d) => {
+            parts.0.clear();
+            parts.1.clear();
+            SparseVec::from_dense(&d)?
+        }
+    };
+    out.dropped = SparseVec::new_unchecked(dim, spare.0, spare.1);
+    out.traffic = t.traffic().since(&start);
+    Ok(())
 }
 
-/// Where [`ssar_recursive_double_into`]'s partial sum is.
+/// Where [`raw_into`]'s partial sum is.
 enum State<E> {
     /// Still the input.
     Input,
@@ -279,7 +226,7 @@ enum State<E> {
     Dense(Vec<E>),
 }
 
-/// The partial sum of [`ssar_recursive_double_into`] and its two pairs of
+/// The partial sum of [`raw_into`] and its two pairs of
 /// vectors.
 struct Acc<E> {
     dim: usize,
@@ -381,8 +328,42 @@ impl<E: Element> Acc<E> {
     }
 }
 
-/// [`ssar_recursive_double`] as a [`SparseAllreduce`] (registry name
-/// `ssar_recursive_double`, parameter `values`).
+/// SSAR_Recursive_double: in round `t` ranks `2^(t-1)` apart exchange their
+/// partial sums as sparse streams and add them (`lg P` rounds for a power
+/// of two). A stream switches to dense past SparCML's delta, so a result
+/// that fills in is never larger on the wire than dense. Non-powers of two
+/// fold as MPICH does (each extra rank hands its stream to an odd partner
+/// and gets the result back). Partners add `a + b` and `b + a`: equal in
+/// IEEE arithmetic, so every rank holds a bitwise identical result.
+/// Lossless.
+///
+/// Bytes: each message is an 8-byte header (tag, padding, `nnz: u32`) and
+/// the pairs; between
+/// `k lg P` pairs (indices fully overlap) and `(P - 1) k` (disjoint) for
+/// the busiest rank, SparCML's bounds.
+///
+/// Memory per rank: the running stream and one received stream: `O((4 + E)
+/// (nnz + result))` bytes while sparse, at most about `3 n E` once the stream
+/// is dense past delta (`E` the element's bytes).
+///
+/// With a lossy codec (`values`) its partial sums are split before
+/// each send a rank splits its partial sum with
+/// [`WireValues::split_exact`], sends what the codec carries exactly and
+/// adds the partner's (`a + b` and `b + a`, so partners stay identical).
+/// The `2^i` core ranks of a block hold the same partial sum at step `i`,
+/// so its remainder goes to the `dropped` of one of them, the block's
+/// lowest; the inputs sum to `result` plus every `dropped`. A folded rank's
+/// input is split likewise; the result goes back to it raw (exactly). Lossy
+/// codecs send sparse blocks throughout (no dense switch); raw values travel
+/// exactly.
+///
+///
+/// Registry name `ssar_recursive_double`, parameter `values`.
+///
+/// # Errors
+/// [`sparse_core::Error::Disagreement`] if ranks pass different dimensions;
+/// transport errors; [`sparse_core::Error::Corrupt`] for malformed messages;
+/// a lossy codec's errors.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SsarRecursiveDouble {
     values: WireValues,
@@ -456,20 +437,27 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
     fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
         Some(fold_rounds_of(p, r))
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        ssar_recursive_double_with(t, v, self.values)
+    /// A lossy codec's split checked before the round.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let local = match self.values {
+            WireValues::Raw => Ok(()),
+            values => values.split_exact(v).map(drop),
+        };
+        enter(t, NAME, v, &[("values", self.values.code())], local)
     }
-    fn allreduce_into(
+    fn body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        if self.values == WireValues::Raw {
-            ssar_recursive_double_into(t, v, out)
-        } else {
-            *out = ssar_recursive_double_with(t, v, self.values)?;
-            Ok(())
+        match self.values {
+            WireValues::Raw => raw_into(t, v, entered.start(), out),
+            values => {
+                *out = quantized(t, v, values, entered.start())?;
+                Ok(())
+            }
         }
     }
 }
@@ -479,11 +467,52 @@ impl<E: Element> Registered<E> for SsarRecursiveDouble {
     const PLANNED: bool = true;
     const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str = "SparCML's recursive doubling of sparse streams (Zen's Hierarchical Centralization); lossless";
-    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self::new(values_param_of(params)?))
     }
     /// Raw values and every lossy codec.
     fn suite_specs(_: usize) -> Vec<String> {
         with_codecs(NAME)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ThreadCluster;
+    use sparse_core::testing::generate::GradientSpec;
+
+    /// The in-place path sends the reference's messages and returns its
+    /// bits, on every rank, at every fold.
+    #[test]
+    fn raw_into_matches_the_reference() {
+        for p in 1..=9usize {
+            for (dim, density, overlap) in [(1usize, 1.0, 1.0), (97, 0.05, 0.5), (1000, 0.1, 0.0)] {
+                let ins = GradientSpec {
+                    overlap,
+                    ..GradientSpec::new(dim, density, p as u64)
+                }
+                .generate::<f32>(p)
+                .unwrap();
+                let out = ThreadCluster::new(p).run(|t| {
+                    let v = &ins[t.rank()];
+                    let start = t.traffic();
+                    let want = reference(t, v, start)?;
+                    let start = t.traffic();
+                    let mut got = Reduced::default();
+                    raw_into(t, v, start, &mut got)?;
+                    Ok((want, got))
+                });
+                for res in out {
+                    let (want, got) = res.unwrap();
+                    assert_eq!(want.result.indices(), got.result.indices(), "P={p}");
+                    let bits = |v: &SparseVec<f32>| -> Vec<u32> {
+                        v.values().iter().map(|x| x.to_bits()).collect()
+                    };
+                    assert_eq!(bits(&want.result), bits(&got.result), "P={p}");
+                    assert_eq!(want.traffic, got.traffic, "P={p}");
+                }
+            }
+        }
     }
 }

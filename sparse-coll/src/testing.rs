@@ -19,6 +19,7 @@
 use crate::algorithm::{Defaults, Registry};
 use crate::dense::bruck_allgather;
 use crate::sparse::{Reduced, put_block, take_block};
+use crate::transport::{Intercept, Intercepting};
 use crate::{Traffic, Transport};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
 use sparse_core::{Result, SparseVec};
@@ -510,28 +511,37 @@ pub fn bad_input_suite_for(
 /// A transport that corrupts one message of this rank: its `nth` send or
 /// exchange (counting from 1) loses its last byte (an empty message gets
 /// one), which every decoder of this crate rejects: their formats have
-/// exact lengths. Everything else goes to the inner transport.
-pub struct Corrupting<'a> {
-    inner: &'a mut dyn Transport,
+/// exact lengths. Everything else goes to the inner transport: the
+/// intercepting transport with [`Corruption`] as its hook.
+pub type Corrupting<'a> = Intercepting<'a, dyn Transport + 'a, Corruption>;
+
+/// The hook of [`Corrupting`]: which message to corrupt, and whether it
+/// was.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Corruption {
     nth: Option<u64>,
     sent: u64,
     fired: bool,
 }
 
-impl<'a> Corrupting<'a> {
+impl<'a> Intercepting<'a, dyn Transport + 'a, Corruption> {
     /// Corrupts the `nth` message `inner` sends (`None`: none).
     pub fn new(inner: &'a mut dyn Transport, nth: Option<u64>) -> Self {
-        Self {
+        Self::wrap(
             inner,
-            nth,
-            sent: 0,
-            fired: false,
-        }
+            Corruption {
+                nth,
+                ..Corruption::default()
+            },
+        )
     }
     /// Whether the message was corrupted (this rank sent `nth` messages).
     pub fn fired(&self) -> bool {
-        self.fired
+        self.hook().fired
     }
+}
+
+impl Intercept for Corruption {
     /// `data`, or its corruption when this is the `nth` message.
     fn outgoing<'d>(&mut self, data: &'d [u8]) -> std::borrow::Cow<'d, [u8]> {
         self.sent += 1;
@@ -543,54 +553,6 @@ impl<'a> Corrupting<'a> {
             [] => vec![0xA5].into(),
             [rest @ .., _] => rest.into(),
         }
-    }
-}
-
-impl Transport for Corrupting<'_> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
-        let data = self.outgoing(data);
-        self.inner.send(to, &data)
-    }
-    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
-        self.inner.recv(from)
-    }
-    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
-        let data = self.outgoing(data);
-        self.inner.exchange(to, &data, from)
-    }
-    fn exchange_into(
-        &mut self,
-        to: usize,
-        data: &[u8],
-        from: usize,
-        into: &mut Vec<u8>,
-    ) -> Result<()> {
-        let data = self.outgoing(data);
-        self.inner.exchange_into(to, &data, from, into)
-    }
-    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
-        self.inner.recv_into(from, into)
-    }
-    fn take_buffer(&mut self) -> Vec<u8> {
-        self.inner.take_buffer()
-    }
-    fn give_buffer(&mut self, buf: Vec<u8>) {
-        self.inner.give_buffer(buf);
-    }
-    fn traffic(&self) -> Traffic {
-        self.inner.traffic()
-    }
-    fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
-        self.inner.allreduce_sum_f32_into(x, out)
-    }
-    fn abandon(&mut self) {
-        self.inner.abandon();
     }
 }
 

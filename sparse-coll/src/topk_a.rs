@@ -1,99 +1,49 @@
 //! TopkA / AGsparse (RedSync sec. 5.3, SparDL Table 1): every rank's
 //! selected pairs are allgathered and summed locally.
 
-use crate::Traffic;
-use crate::Transport;
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{
-    Reduced, enter, into_new, le_bytes, le_u32s, pairs_view, sum_parts, take_parts,
-};
+use crate::sparse::{Reduced, enter, le_bytes, le_u32s, pairs_view, sum_parts, take_parts};
 use crate::values::{WireValues, values_param, values_param_of, with_codecs};
+use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::borrow::Cow;
 
-/// TopkA: each rank's `(indices, values)`, packed behind a 4-byte length
-/// (indices then values), is allgathered with Bruck's algorithm (any `P`,
-/// `ceil(lg P)` rounds); every rank then sums the `P` vectors in rank order,
-/// so the result is bitwise identical everywhere. Lossless. A rank receives
-/// `sum over other ranks q of (4 + nnz_q (4 + isize))` bytes: with `k` each,
-/// SparDL's `2 (P - 1) k` words plus the framing.
-///
-/// Memory per rank: the `P` gathered messages and the merged result, about `2
-/// (4 + E) K` bytes for `K` entries over all ranks (`E` the element's bytes).
-///
-/// # Errors
-/// [`sparse_core::Error::Disagreement`] if ranks pass different dimensions;
-/// transport errors; [`sparse_core::Error::Corrupt`] for malformed messages.
-pub fn topk_a<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-) -> Result<Reduced<E>> {
-    topk_a_with(t, v, WireValues::Raw)
-}
-
-/// [`topk_a`] with its values sent by `values` (RedSync's quantized
-/// AGsparse with [`WireValues::SameSignMean`]): each rank sends what
+/// TopkA with a lossy codec, after the entry round: each rank sends what
 /// [`WireValues::split_exact`] keeps and returns the exact remainder in
-/// `dropped`, so the inputs sum to `result` plus every `dropped`. Raw values
-/// travel exactly as in [`topk_a`].
-///
-/// # Errors
-/// As [`topk_a`]; [`sparse_core::Error::NonFinite`] for a value a lossy
-/// codec cannot take (on every rank).
-pub fn topk_a_with<T: Transport + ?Sized, E: Element>(
+/// `dropped`.
+fn quantized<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     values: WireValues,
+    start: Traffic,
 ) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| {
-        let split = values.split_exact(v);
-        let local = split.as_ref().map(drop).map_err(Clone::clone);
-        let start = enter(t, NAME, v, &[("values", values.code())], local)?;
-        let (sent, dropped) = split?;
-        if values != WireValues::Raw {
-            let mut msg = Vec::new();
-            values.put(&mut msg, &sent)?;
-            let mut result = SparseVec::zeros(v.dim())?;
-            for b in bruck_allgather(t, &msg)? {
-                let mut rest: &[u8] = &b;
-                let part = values.take(&mut rest, v.dim(), 0, v.dim(), "topk_a message")?;
-                if !rest.is_empty() {
-                    return Err(Error::corrupt("topk_a message", "trailing bytes"));
-                }
-                result = result.merge_sum(&part)?;
-            }
-            return Ok(Reduced {
-                result,
-                dropped,
-                traffic: t.traffic().since(&start),
-            });
+    let (sent, dropped) = values.split_exact(v)?;
+    let mut msg = Vec::new();
+    values.put(&mut msg, &sent)?;
+    let mut result = SparseVec::zeros(v.dim())?;
+    for b in bruck_allgather(t, &msg)? {
+        let mut rest: &[u8] = &b;
+        let part = values.take(&mut rest, v.dim(), 0, v.dim(), "topk_a message")?;
+        if !rest.is_empty() {
+            return Err(Error::corrupt("topk_a message", "trailing bytes"));
         }
-        into_new(|out| raw_into(t, v, start, out))
+        result = result.merge_sum(&part)?;
+    }
+    Ok(Reduced {
+        result,
+        dropped,
+        traffic: t.traffic().since(&start),
     })
 }
 
-/// [`topk_a`] into `out`, reusing its allocations and the transport's
-/// buffer pool: the pairs are sent as they lie in memory, the received
-/// pairs read in place, and the sum in rank order merged into `out`'s
-/// vectors ([`sparse_core::sparse::merge_sum_into`]).
-///
-/// # Errors
-/// As [`topk_a`].
-pub fn topk_a_into<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    out: &mut Reduced<E>,
-) -> Result<()> {
-    crate::transport::guard(t, |t| {
-        let start = enter(t, NAME, v, &[("values", WireValues::Raw.code())], Ok(()))?;
-        raw_into(t, v, start, out)
-    })
-}
-
-/// TopkA with raw values after the entry check.
+/// TopkA with raw values after the entry round, into `out`, reusing its
+/// allocations and the transport's buffer pool: the pairs are sent as they
+/// lie in memory, the received pairs read in place, and the sum in rank
+/// order merged into `out`'s vectors
+/// ([`sparse_core::sparse::merge_sum_into`]).
 fn raw_into<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
@@ -124,8 +74,28 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
     Ok(())
 }
 
-/// [`topk_a`] as a [`SparseAllreduce`] (registry name `topk_a`, parameter
-/// `values`).
+/// TopkA / AGsparse: each rank's `(indices, values)`, packed behind a
+/// 4-byte length (indices then values), is allgathered with Bruck's
+/// algorithm (any `P`, `ceil(lg P)` rounds); every rank then sums the `P`
+/// vectors in rank order, so the result is bitwise identical everywhere.
+/// Lossless with raw values. A rank receives `sum over other ranks q of
+/// (4 + nnz_q (4 + isize))` bytes: with `k` each, SparDL's `2 (P - 1) k`
+/// words plus the framing.
+///
+/// With a lossy codec (`values`; RedSync's quantized AGsparse with
+/// [`WireValues::SameSignMean`]) each rank sends what
+/// [`WireValues::split_exact`] keeps and returns the exact remainder in
+/// `dropped`, so the inputs sum to `result` plus every `dropped`.
+///
+/// Memory per rank: the `P` gathered messages and the merged result, about
+/// `2 (4 + E) K` bytes for `K` entries over all ranks (`E` the element's
+/// bytes). Registry name `topk_a`, parameter `values`.
+///
+/// # Errors
+/// [`sparse_core::Error::Disagreement`] if ranks pass different
+/// dimensions; transport errors; [`sparse_core::Error::Corrupt`] for
+/// malformed messages; [`sparse_core::Error::NonFinite`] for a value a
+/// lossy codec cannot take (on every rank).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TopkA {
     values: WireValues,
@@ -175,20 +145,27 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
                 .sum()
         })
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        topk_a_with(t, v, self.values)
+    /// A lossy codec's split checked before the round.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let local = match self.values {
+            WireValues::Raw => Ok(()),
+            values => values.split_exact(v).map(drop),
+        };
+        enter(t, NAME, v, &[("values", self.values.code())], local)
     }
-    fn allreduce_into(
+    fn body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        if self.values == WireValues::Raw {
-            topk_a_into(t, v, out)
-        } else {
-            *out = topk_a_with(t, v, self.values)?;
-            Ok(())
+        match self.values {
+            WireValues::Raw => raw_into(t, v, entered.start(), out),
+            values => {
+                *out = quantized(t, v, values, entered.start())?;
+                Ok(())
+            }
         }
     }
 }
@@ -199,7 +176,7 @@ impl<E: Element> Registered<E> for TopkA {
     const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str =
         "allgather of every rank's pairs, summed in rank order (RedSync, SparDL's TopkA); lossless";
-    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self::new(values_param_of(params)?))
     }
     /// Raw values and every lossy codec.

@@ -1,17 +1,15 @@
 //! TopkDSA (Renggli et al., as SparDL's Table 1 and experiments run it).
 
-use crate::Transport;
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::plan::{Profile, bytes_cost};
-use crate::sparse::Reduced;
-use crate::sparse::into_new;
-use crate::split_allgather::topk_dsa_into;
+use crate::split_allgather::{Gather, Phase, split_allgather, split_enter};
+use crate::{Entered, Reduced, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec};
 
 /// TopkDSA, the dynamic sparse allreduce of Renggli et al. (SparCML) as
 /// SparDL's Table 1 and experiments run it: the split phase of
-/// [`crate::ssar_split_allgather`] (`P - 1` direct steps; each owner sums its
+/// [`crate::SsarSplitAllgather`] (`P - 1` direct steps; each owner sums its
 /// partition), then a recursive-doubling allgather
 /// ([`crate::dense::recursive_doubling_allgather`]) of the partitions, each
 /// a sparse stream that turns dense past delta, so the allgather moves
@@ -27,16 +25,10 @@ use sparse_core::{Element, Result, SparseVec};
 /// in past delta travels dense, so at most `n (2 E + 4)` bytes for a dense
 /// result (`E` the element's bytes).
 ///
+/// Registry name `topk_dsa`.
+///
 /// # Errors
 /// [`sparse_core::Error::Disagreement`], transport errors, [`sparse_core::Error::Corrupt`].
-pub fn topk_dsa<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-) -> Result<Reduced<E>> {
-    into_new(|out| topk_dsa_into(t, v, out))
-}
-
-/// [`topk_dsa`] as a [`SparseAllreduce`] (registry name `topk_dsa`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TopkDsa;
 
@@ -81,16 +73,18 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
             _ => split,
         })
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        topk_dsa(t, v)
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        split_enter(t, v, Phase::Sparse, NAME)
     }
-    fn allreduce_into(
+    fn body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        topk_dsa_into(t, v, out)
+        let start = entered.start();
+        split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, start, out)
     }
 }
 
@@ -100,7 +94,7 @@ impl<E: Element> Registered<E> for TopkDsa {
     const PARAMS: &'static str = "";
     const HELP: &'static str =
         "split, then recursive-doubling allgather of dynamic streams (SparDL's TopkDSA); lossless";
-    fn build(_: &mut Params, _: Defaults) -> Result<Self> {
+    fn build(_: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self)
     }
 }
