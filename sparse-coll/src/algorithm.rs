@@ -1,12 +1,13 @@
 //! One interface for every sparse allreduce ([`SparseAllreduce`]), the
-//! parameters of a name (`spardl_bsag:k=40,d=2`), and the [`Registry`] that
-//! turns names into algorithms: the built-in ones and a user's own.
+//! parameters of a name (`spardl_bsag:k=40,d=2`), and what an algorithm
+//! says to join a registry ([`Registered`]); the [`crate::Registry`]
+//! (`registry.rs`) turns names into algorithms.
 //!
 //! Adding a built-in algorithm is one file (its collective, a type that
 //! implements [`SparseAllreduce`] and [`Registered`]) plus one line in
-//! [`Registry::builtin`]. A user's own algorithm implements
+//! [`Registry::builtin`](crate::Registry::builtin). A user's own algorithm implements
 //! [`SparseAllreduce`] outside this crate (with the framing helpers of
-//! [`crate::wire`]) and joins a registry with [`Registry::register`]; the
+//! [`crate::wire`]) and joins a registry with [`Registry::register`](crate::Registry::register); the
 //! [`crate::Auto`] planner and the collective suite
 //! (`sparse_coll::testing`) then treat it like a built-in one.
 
@@ -143,7 +144,7 @@ impl<E: Element> fmt::Debug for dyn SparseAllreduce<E> + '_ {
 
 impl<E: Element> dyn SparseAllreduce<E> + '_ {
     /// `name:params`, or the name alone without parameters: what
-    /// [`Registry::build`] parses back into the same algorithm.
+    /// [`Registry::build`](crate::Registry::build) parses back into the same algorithm.
     pub fn spec(&self) -> String {
         let p = self.params();
         if p.is_empty() {
@@ -155,7 +156,7 @@ impl<E: Element> dyn SparseAllreduce<E> + '_ {
 }
 
 /// The parameters of a name: `name:key=value,key=value`. Builders take the
-/// values they know with [`Params::take`]; [`Registry::build`] rejects any
+/// values they know with [`Params::take`]; [`Registry::build`](crate::Registry::build) rejects any
 /// left over, so a misspelled key is an error, not a silent default.
 #[derive(Debug, Clone, Default)]
 pub struct Params {
@@ -221,7 +222,7 @@ impl Params {
         }
     }
 
-    fn finish(&self) -> Result<()> {
+    pub(crate) fn finish(&self) -> Result<()> {
         match self.values.keys().next() {
             None => Ok(()),
             Some(k) => Err(Error::invalid(
@@ -250,7 +251,7 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     /// One line for `--help`.
     const HELP: &'static str;
     /// Whether the planner ([`crate::Auto`]) chooses among it by default
-    /// ([`Registry::auto_candidates`]): a lossless algorithm whose result
+    /// ([`Registry::auto_candidates`](crate::Registry::auto_candidates)): a lossless algorithm whose result
     /// is the exact sparse sum. `false` by default.
     const PLANNED: bool = false;
     /// Builds it from the parameters, within `catalog` (the registry it
@@ -271,73 +272,16 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
 
 /// What a builder may ask of the registry it is built from
 /// ([`Registered::build`]): other algorithms by name, and the planner's
-/// default candidates. [`Registry`] is one.
+/// default candidates. [`Registry`](crate::Registry) is one.
 pub trait Catalog<E: Element> {
     /// Builds `spec` (`name` or `name:key=value,...`).
     ///
     /// # Errors
-    /// As [`Registry::build`].
+    /// As [`Registry::build`](crate::Registry::build).
     fn build(&self, spec: &str, defaults: Defaults) -> Result<Box<dyn SparseAllreduce<E>>>;
     /// The names the planner chooses among by default
-    /// ([`Registry::auto_candidates`]).
+    /// ([`Registry::auto_candidates`](crate::Registry::auto_candidates)).
     fn auto_candidates(&self) -> Vec<&str>;
-}
-
-impl<E: Element> Catalog<E> for Registry<E> {
-    fn build(&self, spec: &str, defaults: Defaults) -> Result<Box<dyn SparseAllreduce<E>>> {
-        Registry::build(self, spec, defaults)
-    }
-    fn auto_candidates(&self) -> Vec<&str> {
-        Registry::auto_candidates(self)
-    }
-}
-
-type Builder<E> = Box<
-    dyn Fn(&mut Params, Defaults, &Registry<E>) -> Result<Box<dyn SparseAllreduce<E>>>
-        + Send
-        + Sync,
->;
-
-/// One entry of a [`Registry`].
-pub struct Entry<E> {
-    name: String,
-    params: String,
-    help: String,
-    planned: bool,
-    suite: Option<fn(usize) -> Vec<String>>,
-    build: Builder<E>,
-}
-
-impl<E> Entry<E> {
-    /// The name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-    /// The parameters it takes.
-    pub fn params(&self) -> &str {
-        &self.params
-    }
-    /// One line of help.
-    pub fn help(&self) -> &str {
-        &self.help
-    }
-    /// Whether the planner chooses among it by default
-    /// ([`Registered::PLANNED`]; `false` for [`Registry::register`]ed ones).
-    pub fn planned(&self) -> bool {
-        self.planned
-    }
-    /// The specs the collective suite runs on `p` ranks
-    /// ([`Registered::suite_specs`]; the name alone for
-    /// [`Registry::register`]ed ones).
-    pub fn suite_specs(&self, p: usize) -> Vec<String> {
-        self.suite.map_or_else(|| vec![self.name.clone()], |f| f(p))
-    }
-}
-
-impl<E> fmt::Debug for Entry<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Entry").field("name", &self.name).finish()
-    }
 }
 
 /// Whether `s` is an algorithm's name: non-empty, of `[a-z0-9_]`.
@@ -345,186 +289,6 @@ pub(crate) fn is_name(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
-
-/// Names to algorithms: the built-in ones ([`Registry::builtin`]) and any a
-/// user registers. `sparse-bench`, the tests and the planner all read the
-/// algorithms from here.
-#[derive(Debug)]
-pub struct Registry<E> {
-    entries: Vec<Entry<E>>,
-}
-
-impl<E: Element> Default for Registry<E> {
-    fn default() -> Self {
-        Self::builtin()
-    }
-}
-
-impl<E: Element> Registry<E> {
-    /// A registry with no algorithm.
-    pub fn empty() -> Self {
-        Self {
-            entries: Vec::new(),
-        }
-    }
-
-    /// Every built-in algorithm, one line each.
-    pub fn builtin() -> Self {
-        use crate::*;
-        let mut r = Self::empty();
-        r.add::<TopkA>();
-        r.add::<TopkDsa>();
-        r.add::<SsarRecursiveDouble>();
-        r.add::<SsarSplitAllgather>();
-        r.add::<DsarSplitAllgather>();
-        r.add::<ZenBalancedParallelism>();
-        r.add::<OmniReduceBlocks>();
-        r.add::<Gtopk>();
-        r.add::<OkTopk<E>>();
-        r.add::<Spardl>();
-        r.add::<SpardlRsag>();
-        r.add::<SpardlBsag>();
-        DsarSplitAllgather::register_qsgd(&mut r);
-        r.add::<Auto<E>>();
-        r
-    }
-
-    /// Adds a built-in style algorithm: everything about it comes from its
-    /// [`Registered`] implementation.
-    ///
-    /// # Panics
-    /// If its name is taken or not a plain identifier.
-    pub fn add<A: Registered<E>>(&mut self) {
-        self.insert(Entry {
-            name: A::NAME.into(),
-            params: A::PARAMS.into(),
-            help: A::HELP.into(),
-            planned: A::PLANNED,
-            suite: Some(A::suite_specs),
-            build: Box::new(|p, d, registry| {
-                Ok(Box::new(A::build(p, d, registry)?) as Box<dyn SparseAllreduce<E>>)
-            }),
-        })
-        .expect("built-in names are distinct");
-    }
-
-    /// Registers an algorithm under `name`: `build` gets the parsed
-    /// parameters (take the ones it knows; any left over is an error) and
-    /// the defaults.
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] if the name is taken or not a plain
-    /// identifier (`[a-z0-9_]`).
-    pub fn register(
-        &mut self,
-        name: &str,
-        params: &str,
-        help: &str,
-        build: impl Fn(&mut Params, Defaults) -> Result<Box<dyn SparseAllreduce<E>>>
-        + Send
-        + Sync
-        + 'static,
-    ) -> Result<()> {
-        self.insert(Entry {
-            name: name.into(),
-            params: params.into(),
-            help: help.into(),
-            planned: false,
-            suite: None,
-            build: Box::new(move |p, d, _| build(p, d)),
-        })
-    }
-
-    /// Adds `entry` under its name.
-    fn insert(&mut self, entry: Entry<E>) -> Result<()> {
-        let name = &entry.name;
-        if !is_name(name) {
-            return Err(Error::invalid(
-                "algorithm",
-                format!("{name:?} is not a name of [a-z0-9_]"),
-            ));
-        }
-        if self.entries.iter().any(|e| e.name == *name) {
-            return Err(Error::invalid("algorithm", format!("{name:?} is taken")));
-        }
-        self.entries.push(entry);
-        Ok(())
-    }
-
-    /// The entries, in registration order.
-    pub fn entries(&self) -> &[Entry<E>] {
-        &self.entries
-    }
-
-    /// The names, in registration order.
-    pub fn names(&self) -> Vec<&str> {
-        self.entries.iter().map(|e| e.name.as_str()).collect()
-    }
-
-    /// The names the planner chooses among by default, in registration
-    /// order: the entries with [`Registered::PLANNED`] (the built-in
-    /// lossless algorithms whose result is the exact sparse sum).
-    pub fn auto_candidates(&self) -> Vec<&str> {
-        self.entries
-            .iter()
-            .filter(|e| e.planned)
-            .map(|e| e.name.as_str())
-            .collect()
-    }
-
-    /// Builds `spec` (`name` or `name:key=value,...`).
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] for an unknown name (listing the known
-    /// ones), an unknown parameter or a bad value.
-    pub fn build(&self, spec: &str, defaults: Defaults) -> Result<Box<dyn SparseAllreduce<E>>> {
-        let mut params = Params::parse(spec)?;
-        let entry = self
-            .entries
-            .iter()
-            .find(|e| e.name == params.name())
-            .ok_or_else(|| {
-                Error::invalid(
-                    "algorithm",
-                    format!(
-                        "unknown {:?}; known: {}",
-                        params.name(),
-                        self.names().join(", ")
-                    ),
-                )
-            })?;
-        let algo = (entry.build)(&mut params, defaults, self)?;
-        params.finish()?;
-        Ok(algo)
-    }
-
-    /// Builds every registered algorithm with its default parameters.
-    ///
-    /// # Errors
-    /// As [`Registry::build`].
-    pub fn build_all(&self, defaults: Defaults) -> Result<Vec<Box<dyn SparseAllreduce<E>>>> {
-        self.entries
-            .iter()
-            .map(|e| self.build(&e.name, defaults))
-            .collect()
-    }
-
-    /// `--help` text: one line per algorithm, its parameters and what it
-    /// is.
-    pub fn help(&self) -> String {
-        self.entries
-            .iter()
-            .map(|e| {
-                let params = if e.params.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [{}]", e.params)
-                };
-                format!("  {}{params}: {}\n", e.name, e.help)
-            })
-            .collect()
-    }
 }
 
 /// The teams of the SparDL variants: a fixed count, or chosen at each call
@@ -536,24 +300,4 @@ pub(crate) fn teams_param(params: &mut Params) -> Result<Option<usize>> {
 /// Budget `k`: the name's `k=`, else the default.
 pub(crate) fn k_param(params: &mut Params, defaults: Defaults) -> Result<usize> {
     Ok(params.take::<usize>("k")?.unwrap_or(defaults.k))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Registry;
-    use crate::sparse::entry_id;
-
-    /// The entry ids derive from the names: every built-in algorithm's
-    /// (the planner's included) is distinct, so ranks that run different
-    /// algorithms disagree on the first field.
-    #[test]
-    fn builtin_entry_ids_are_distinct() {
-        let registry = Registry::<f32>::builtin();
-        let mut ids: Vec<u64> = registry.names().into_iter().map(entry_id).collect();
-        let n = ids.len();
-        ids.sort_unstable();
-        ids.dedup();
-        assert_eq!(ids.len(), n, "{:?}", registry.names());
-        assert!(n >= 14);
-    }
 }

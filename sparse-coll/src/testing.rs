@@ -16,9 +16,11 @@
 //! Failures panic with the case, the algorithm and the rank, so a thread
 //! cluster reports them as that rank's error and an MPI program aborts.
 
-use crate::algorithm::{Defaults, Registry};
+use crate::algorithm::Defaults;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Reduced, put_block, take_block};
+use crate::entry::Reduced;
+use crate::frame::{put_block, take_block};
+use crate::registry::Registry;
 use crate::transport::{Intercept, Intercepting};
 use crate::{Traffic, Transport};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
@@ -332,42 +334,7 @@ fn check_outcome(
         }
     }
     let bound = |i: usize| 4.0 * p as f64 * f64::from(f32::EPSILON) * mags[i];
-    // Every rank's result, dropped and traffic, on every rank.
-    let mut mine = Vec::new();
-    put_block(&mut mine, &red.result);
-    put_block(&mut mine, &red.dropped);
-    for x in [red.traffic.bytes_recv, red.traffic.rounds] {
-        mine.extend_from_slice(&x.to_le_bytes());
-    }
-    let all = bruck_allgather(t, &mine)?;
-    let mut total = vec![0.0f64; dim];
-    let mut traffic = Vec::new();
-    for (q, b) in all.iter().enumerate() {
-        let mut rest: &[u8] = b;
-        let result: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
-        let dropped: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
-        assert_eq!(rest.len(), 16, "{ctx}: message from rank {q}");
-        let word = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8"));
-        traffic.push(Traffic {
-            bytes_recv: word(0),
-            rounds: word(8),
-            ..Traffic::default()
-        });
-        assert_eq!(
-            result.indices(),
-            red.result.indices(),
-            "{ctx}: rank {q}'s pattern"
-        );
-        assert!(same_bits(&result, &red.result), "{ctx}: rank {q}'s bits");
-        if q == 0 {
-            result
-                .iter()
-                .for_each(|(i, x)| total[i as usize] += f64::from(x));
-        }
-        dropped
-            .iter()
-            .for_each(|(i, x)| total[i as usize] += f64::from(x));
-    }
+    let (total, traffic) = gather_outcomes(t, ctx, dim, red)?;
     let off = |got: &[f64]| {
         (0..dim).find(|&i| {
             if o.exact {
@@ -412,6 +379,55 @@ fn check_outcome(
         }
     }
     Ok(())
+}
+
+/// Every rank's result, dropped part and traffic (vectors of dimension
+/// `dim`), on every rank: checks
+/// that every rank's result has this rank's bits, and returns the sum of
+/// rank 0's result and every rank's dropped part (in f64), and every
+/// rank's traffic (bytes received and rounds).
+fn gather_outcomes(
+    t: &mut dyn Transport,
+    ctx: &str,
+    dim: usize,
+    red: &Reduced<f32>,
+) -> Result<(Vec<f64>, Vec<Traffic>)> {
+    let mut mine = Vec::new();
+    put_block(&mut mine, &red.result);
+    put_block(&mut mine, &red.dropped);
+    for x in [red.traffic.bytes_recv, red.traffic.rounds] {
+        mine.extend_from_slice(&x.to_le_bytes());
+    }
+    let all = bruck_allgather(t, &mine)?;
+    let mut total = vec![0.0f64; dim];
+    let mut traffic = Vec::new();
+    for (q, b) in all.iter().enumerate() {
+        let mut rest: &[u8] = b;
+        let result: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
+        let dropped: SparseVec<f32> = take_block(&mut rest, dim, 0, dim, "suite")?;
+        assert_eq!(rest.len(), 16, "{ctx}: message from rank {q}");
+        let word = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().expect("8"));
+        traffic.push(Traffic {
+            bytes_recv: word(0),
+            rounds: word(8),
+            ..Traffic::default()
+        });
+        assert_eq!(
+            result.indices(),
+            red.result.indices(),
+            "{ctx}: rank {q}'s pattern"
+        );
+        assert!(same_bits(&result, &red.result), "{ctx}: rank {q}'s bits");
+        if q == 0 {
+            result
+                .iter()
+                .for_each(|(i, x)| total[i as usize] += f64::from(x));
+        }
+        dropped
+            .iter()
+            .for_each(|(i, x)| total[i as usize] += f64::from(x));
+    }
+    Ok((total, traffic))
 }
 
 /// The ways a vector built with `SparseVec::new_unchecked` can break its

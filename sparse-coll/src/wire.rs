@@ -63,10 +63,12 @@
 use crate::{Entered, Transport};
 use sparse_core::{Element, Result, SparseVec};
 
-pub use crate::spardl::split_topk;
-pub use crate::sparse::{
-    agree, agree_or_fail, decode_stream, encode_stream, entry_id, le_bytes, le_u32s, put_block,
-    put_pairs, read_pairs, split_where, stream_to_sparse, take_block,
+pub use crate::algorithms::spardl::split_topk;
+pub use crate::bytes::{le_bytes, le_u32s};
+pub use crate::entry::{agree, agree_or_fail, entry_id};
+pub use crate::frame::{
+    decode_stream, encode_stream, put_block, put_pairs, read_pairs, split_where, stream_to_sparse,
+    take_block,
 };
 pub use crate::values::WireValues;
 
@@ -88,5 +90,5 @@ pub fn enter<E: Element>(
     extra: &[(&'static str, u64)],
     local: Result<()>,
 ) -> Result<Entered> {
-    crate::sparse::enter(t, name, v, extra, local)
+    crate::entry::enter(t, name, v, extra, local)
 }

@@ -139,8 +139,31 @@ fn the_planner_sees_the_added_algorithm() {
     assert!(registry.names().contains(&NAME));
     assert!(registry.auto_candidates().contains(&NAME));
     let d = Defaults { k: 0 };
+    // `auto` by name over this registry's default candidates: its spec
+    // rebuilds the same planner here, and it predicts the cheapest of them,
+    // the added one included.
     let auto = registry.build("auto", d).unwrap();
-    assert!(auto.spec().contains("naive_sum"), "{}", auto.spec());
+    assert_eq!(registry.build(&auto.spec(), d).unwrap().spec(), auto.spec());
+    let prof = Profile {
+        p: 4,
+        n: 1000,
+        value_bytes: 4,
+        k_max: 10,
+        k_sum: 40,
+        union: 40,
+    };
+    let cheapest = registry
+        .auto_candidates()
+        .into_iter()
+        .map(|name| {
+            registry
+                .build(name, d)
+                .unwrap()
+                .cost(&prof)
+                .time(5e-6, 4e-10)
+        })
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(auto.cost(&prof).time(5e-6, 4e-10), cheapest);
     // Only rounds count: the added one takes `ceil(lg P)`, 2 on 3 ranks;
     // SSAR_Split_allgather `(P - 1) + ceil(lg P)`, 4.
     let ran = ThreadCluster::new(3).run(|t| {

@@ -2,11 +2,12 @@
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
-use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{
-    Reduced, StreamView, decode_stream, encode_stream, enter, put_dense_stream, put_sparse_stream,
+use crate::entry::{Reduced, enter};
+use crate::frame::{
+    StreamView, decode_stream, encode_stream, put_dense_stream, put_sparse_stream,
     stream_to_sparse, stream_view, take_parts,
 };
+use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param, values_param_of, with_codecs};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
@@ -439,10 +440,7 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
     }
     /// A lossy codec's split checked before the round.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
-        let local = match self.values {
-            WireValues::Raw => Ok(()),
-            values => values.split_exact(v).map(drop),
-        };
+        let local = self.values.ready(v);
         enter(t, NAME, v, &[("values", self.values.code())], local)
     }
     fn body(

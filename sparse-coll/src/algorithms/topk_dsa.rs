@@ -1,8 +1,8 @@
 //! TopkDSA (Renggli et al., as SparDL's Table 1 and experiments run it).
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::{Profile, bytes_cost};
-use crate::split_allgather::{Gather, Phase, split_allgather, split_enter};
+use crate::algorithms::split_allgather::{Gather, Phase, split_allgather, split_enter};
+use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Reduced, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec};
@@ -51,14 +51,17 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
         let part = 4.0 + prof.partition_stream_bytes();
         let folded = if p.is_power_of_two() { 0.0 } else { part };
         let bytes = prof.split_phase_bytes() + prof.others() * part + folded;
-        bytes_cost((p - 1) as f64 + crate::ssar::fold_rounds(p), bytes)
+        bytes_cost(
+            (p - 1) as f64 + crate::algorithms::ssar::fold_rounds(p),
+            bytes,
+        )
     }
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(cost::topk_dsa(prof.p, prof.n, prof.k_avg())))
     }
     /// `P - 1` direct steps, then the recursive doubling with MPICH's fold.
     fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
-        Some(p as u64 - 1 + crate::ssar::fold_rounds_of(p, r))
+        Some(p as u64 - 1 + crate::algorithms::ssar::fold_rounds_of(p, r))
     }
     /// The split phase's pieces and the partitions' stream blocks; a rank
     /// folded out receives only the result's blocks, its partner its
@@ -66,9 +69,11 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
     fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
         let p = ins.len();
         let rem = p - (1usize << p.ilog2());
-        let split = crate::split_allgather::split_bytes(ins, r, false);
+        let split = crate::algorithms::split_allgather::split_bytes(ins, r, false);
         Some(match (r < 2 * rem, r % 2 == 0) {
-            (true, true) => split + 4 + crate::split_allgather::block_bytes(ins, r, false),
+            (true, true) => {
+                split + 4 + crate::algorithms::split_allgather::block_bytes(ins, r, false)
+            }
             (true, false) => split - 4,
             _ => split,
         })

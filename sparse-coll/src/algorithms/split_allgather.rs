@@ -1,12 +1,14 @@
 //! SparCML's SSAR_Split_allgather and DSAR_Split_allgather (sec. 5.3.2-3).
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::bytes::{from_le_u32s, le_bytes, le_u32s};
 use crate::dense::{gather_bruck, gather_recursive_doubling};
-use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{
-    PairsView, Reduced, StreamView, encode_stream, enter, from_le_u32s, le_bytes, le_u32s,
-    put_rebased, sparse_header, stream_view, sum_parts, take_parts,
+use crate::entry::{Reduced, enter};
+use crate::frame::{
+    PairsView, StreamView, encode_stream, put_rebased, sparse_header, stream_view, sum_parts,
+    take_parts,
 };
+use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
@@ -357,6 +359,9 @@ pub(crate) fn split_enter<T: Transport + ?Sized, E: Element>(
 /// ([`sparse_core::sparse::merge_sum_into`]). In the sparse phase a sum
 /// past delta is formed again by [`Stream::sum`], which turns dense on the
 /// way as SparCML's stream does, so that what travels is the stream's.
+// About 85 lines: the steps are the functions below; what is left here is
+// the buffers and vectors lent from one step to the next, which must stay
+// in one scope for the sum and the messages to be read in place.
 pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,

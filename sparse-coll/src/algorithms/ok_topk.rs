@@ -3,10 +3,11 @@
 //! threshold, then allgather.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithms::spardl::split_topk;
 use crate::dense::bruck_allgather;
-use crate::plan::{Profile, bytes_cost};
-use crate::spardl::split_topk;
-use crate::sparse::{Reduced, enter, put_block, split_where, take_block};
+use crate::entry::{Reduced, enter};
+use crate::frame::{put_block, split_where, take_block};
+use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::even_start;

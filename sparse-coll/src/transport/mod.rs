@@ -1,4 +1,13 @@
-//! The `Transport` trait and its traffic counters.
+//! The `Transport` trait and its traffic counters, the one intercepting
+//! wrapper ([`Intercepting`]), and the transports: threads
+//! ([`thread`]), MPI ([`mpi`], feature `mpi`), a group of ranks
+//! ([`group`]); [`ring`] is the default dense allreduce.
+
+pub(crate) mod group;
+#[cfg(feature = "mpi")]
+pub(crate) mod mpi;
+pub(crate) mod ring;
+pub(crate) mod thread;
 
 use sparse_core::Result;
 use std::borrow::Cow;
@@ -238,7 +247,7 @@ pub trait Transport {
     /// # Errors
     /// As [`Transport::allreduce_sum_f32`].
     fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
-        crate::dense::ring_allreduce_into(self, x, out)
+        ring::ring_allreduce_into(self, x, out)
     }
     /// Gives up this transport after a collective failed on this rank part
     /// way (a corrupt message, a refused allocation, a failed peer), so
@@ -406,7 +415,7 @@ impl<T: Transport + ?Sized, H: Intercept> Transport for Intercepting<'_, T, H> {
         if self.hook.inner_allreduce() {
             self.inner.allreduce_sum_f32_into(x, out)
         } else {
-            crate::dense::ring_allreduce_into(self, x, out)
+            ring::ring_allreduce_into(self, x, out)
         }
     }
     /// Abandons the inner transport: the peers waiting on this rank wait

@@ -2,9 +2,10 @@
 //! top-k re-selection, then a broadcast tree.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::{Profile, bytes_cost};
-use crate::spardl::split_topk;
-use crate::sparse::{Reduced, enter, put_block, take_block};
+use crate::algorithms::spardl::split_topk;
+use crate::entry::{Reduced, enter};
+use crate::frame::{put_block, take_block};
+use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};

@@ -1,9 +1,9 @@
 //! The OmniReduce-style block baseline Zen improves on.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::{Profile, bytes_cost};
-use crate::push_pull::{Scheme, push_pull, split_by_owner};
-use crate::sparse::{Reduced, enter};
+use crate::algorithms::push_pull::{Scheme, push_pull, split_by_owner};
+use crate::entry::{Reduced, enter};
+use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Transport};
 use sparse_core::cost::Cost;
 use sparse_core::encoding::{Block, Encoding, Raw};

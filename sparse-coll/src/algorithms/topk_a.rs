@@ -2,9 +2,11 @@
 //! selected pairs are allgathered and summed locally.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::bytes::{le_bytes, le_u32s};
 use crate::dense::{bruck_allgather, gather_bruck};
-use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Reduced, enter, le_bytes, le_u32s, pairs_view, sum_parts, take_parts};
+use crate::entry::{Reduced, enter};
+use crate::frame::{pairs_view, sum_parts, take_parts};
+use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param, values_param_of, with_codecs};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
@@ -147,10 +149,7 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
     }
     /// A lossy codec's split checked before the round.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
-        let local = match self.values {
-            WireValues::Raw => Ok(()),
-            values => values.split_exact(v).map(drop),
-        };
+        let local = self.values.ready(v);
         enter(t, NAME, v, &[("values", self.values.code())], local)
     }
     fn body(

@@ -5,8 +5,9 @@
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
-use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Reduced, enter, put_block, split_where, take_block};
+use crate::entry::{Reduced, enter};
+use crate::frame::{put_block, split_where, take_block};
+use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param, values_param_of, with_codecs};
 use crate::{Entered, Group, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
@@ -173,6 +174,17 @@ fn teams_enter<T: Transport + ?Sized, E: Element>(
         teams(t, d).map(drop)
     };
     enter(t, name, v, extra, local)
+}
+
+/// [`teams_enter`] for SparDL with SAG: budget `k` and `d` teams.
+fn sag_enter<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    k: usize,
+    d: usize,
+    name: &str,
+) -> Result<Entered> {
+    teams_enter(t, v, d, name, &[("k", k as u64), ("teams", d as u64)])
 }
 
 /// The body of SparDL with and without SAG after [`teams_enter`]:
@@ -691,13 +703,7 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         let d = self.teams(t.size());
-        teams_enter(
-            t,
-            v,
-            d,
-            RSAG_NAME,
-            &[("k", self.k as u64), ("teams", d as u64)],
-        )
+        sag_enter(t, v, self.k, d, RSAG_NAME)
     }
     fn body(
         &mut self,
@@ -779,13 +785,7 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         let d = self.teams(t.size());
-        teams_enter(
-            t,
-            v,
-            d,
-            BSAG_NAME,
-            &[("k", self.k as u64), ("teams", d as u64)],
-        )
+        sag_enter(t, v, self.k, d, BSAG_NAME)
     }
     fn body(
         &mut self,

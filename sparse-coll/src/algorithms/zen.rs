@@ -4,9 +4,9 @@
 //! classifies it.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::{Profile, bytes_cost};
-use crate::push_pull::{Scheme, push_pull, split_by_owner};
-use crate::sparse::{Reduced, enter};
+use crate::algorithms::push_pull::{Scheme, push_pull, split_by_owner};
+use crate::entry::{Reduced, enter};
+use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
