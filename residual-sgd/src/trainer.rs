@@ -370,23 +370,21 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         agree_or_fail(t, &[("step", 1)], prepared)?;
         // From here a failure on one rank only (a memory's or the backend's
         // error) abandons the transport, so that no peer waits on this rank
-        // in a collective; a failure every rank shares (a collective's entry
-        // agreement, the commit round) leaves it usable.
-        sparse_coll::guard(t, |t| {
-            let received = self.communicate(t, ready, &mut rep)?;
-            // The commit round: every rank checks every layer's reduced
-            // result, and the ranks compare one digest of them all; only
-            // when every rank holds the same valid results does any rank
-            // apply anything. A step is all or nothing on every rank.
-            let checked = self.check_received(&received);
-            let digest = *checked.as_ref().unwrap_or(&0);
-            agree_or_fail(t, &[("results", digest)], checked.map(drop))?;
-            self.apply(received, p, &mut rep)?;
-            self.history = sparse_core::hash::fnv1a(
-                [self.history, digest].iter().flat_map(|d| d.to_le_bytes()),
-            );
-            Ok(())
-        })?;
+        // in a collective (each collective guards its own body, and the
+        // local work below runs in `sparse_coll::guard`); a failure every
+        // rank shares (a collective's entry agreement, the commit round)
+        // leaves it usable.
+        let received = self.communicate(t, ready, &mut rep)?;
+        // The commit round: every rank checks every layer's reduced result,
+        // and the ranks compare one digest of them all; only when every
+        // rank holds the same valid results does any rank apply anything.
+        // A step is all or nothing on every rank.
+        let checked = self.check_received(&received);
+        let digest = *checked.as_ref().unwrap_or(&0);
+        agree_or_fail(t, &[("results", digest)], checked.map(drop))?;
+        sparse_coll::guard(t, |_| self.apply(received, p, &mut rep))?;
+        self.history =
+            sparse_core::hash::fnv1a([self.history, digest].iter().flat_map(|d| d.to_le_bytes()));
         rep.traffic = t.traffic().since(&start);
         Ok(rep)
     }
@@ -414,7 +412,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                     received[l] = Some(Received::Compressed(Box::new((out, red))));
                 }
                 (Part::Dense { .. }, Ready::Dense(g)) => bucket.push((l, g)),
-                _ => return Err(Error::invalid("layer", "prepared for another kind")),
+                _ => {
+                    let e = Error::invalid("layer", "prepared for another kind");
+                    return sparse_coll::guard(t, |_| Err(e));
+                }
             }
             let bytes: usize = bucket.iter().map(|(_, g)| 4 * g.len()).sum();
             let next_compressed = self

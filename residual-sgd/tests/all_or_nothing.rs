@@ -8,7 +8,7 @@ use backend_cpu::Cpu;
 use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::{Config, LayerSpec, Rule, Trainer};
 use sparse_coll::{
-    Defaults, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster, Transport,
+    Defaults, Entered, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster, Transport,
 };
 use sparse_core::cost::Cost;
 use sparse_core::testing::Rng;
@@ -201,8 +201,17 @@ impl SparseAllreduce<f32> for Rogue {
     fn cost(&self, prof: &Profile) -> Cost {
         self.inner.cost(prof)
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-        let mut red = self.inner.allreduce(t, v)?;
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Entered> {
+        self.inner.enter(t, v)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<f32>,
+        entered: Entered,
+        red: &mut Reduced<f32>,
+    ) -> Result<()> {
+        self.inner.body(t, v, entered, red)?;
         let (dim, mut idx, mut val) = (
             red.result.dim(),
             red.result.indices().to_vec(),
@@ -220,7 +229,7 @@ impl SparseAllreduce<f32> for Rogue {
             dim
         };
         red.result = SparseVec::new_unchecked(dim, idx, val);
-        Ok(red)
+        Ok(())
     }
 }
 

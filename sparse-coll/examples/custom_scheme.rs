@@ -10,8 +10,8 @@
 use sparse_coll::dense::ring_allreduce;
 use sparse_coll::testing::{bad_input_suite_for, cases, collective_suite_for, real_cases};
 use sparse_coll::{
-    Auto, Defaults, LOSSLESS, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster,
-    Transport, wire,
+    Auto, Defaults, Entered, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster, Transport,
+    wire,
 };
 use sparse_core::cost::Cost;
 use sparse_core::{Result, SparseVec};
@@ -33,16 +33,25 @@ impl SparseAllreduce<f32> for DenseRing {
         let p = prof.p as f64;
         Cost::new(2.0 * (p - 1.0), 2.0 * prof.n as f64 * (p - 1.0) / p)
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-        // The same entry as the built-in algorithms: input checked, every
-        // rank agrees on the call, any rank's failure reaches all.
-        let start = wire::enter(t, "dense_ring", v, &[], Ok(()))?;
+    /// The same entry as the built-in algorithms: input checked, every
+    /// rank agrees on the call, any rank's failure reaches all.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Entered> {
+        wire::enter(t, "dense_ring", v, &[], Ok(()))
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<f32>,
+        entered: Entered,
+        out: &mut Reduced<f32>,
+    ) -> Result<()> {
         let sum = ring_allreduce(t, &v.to_dense())?;
-        Ok(Reduced {
+        *out = Reduced {
             result: SparseVec::from_dense(&sum)?,
             dropped: SparseVec::zeros(v.dim())?,
-            traffic: t.traffic().since(&start),
-        })
+            traffic: t.traffic().since(&entered.start()),
+        };
+        Ok(())
     }
 }
 
@@ -98,7 +107,7 @@ fn main() -> Result<()> {
         let chosen = ThreadCluster::new(p)
             .run(|t| {
                 let mut candidates = Vec::new();
-                for name in LOSSLESS.iter().chain(["dense_ring"].iter()) {
+                for name in registry.auto_candidates().into_iter().chain(["dense_ring"]) {
                     candidates.push(registry.build(name, Defaults { k: 0 })?);
                 }
                 let mut auto = Auto::new(0.0, 1.0, candidates)?.reprofile_every(1)?;

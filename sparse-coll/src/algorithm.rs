@@ -1,16 +1,17 @@
 //! One interface for every sparse allreduce ([`SparseAllreduce`]), the
-//! parameters of a name (`spardl_bsag:k=40,d=2`), and the [`Registry`] that
-//! turns names into algorithms: the built-in ones and a user's own.
+//! parameters of a name (`spardl_bsag:k=40,d=2`), and what an algorithm
+//! says to join a registry ([`Registered`]); the [`crate::Registry`]
+//! (`registry.rs`) turns names into algorithms.
 //!
 //! Adding a built-in algorithm is one file (its collective, a type that
 //! implements [`SparseAllreduce`] and [`Registered`]) plus one line in
-//! [`Registry::builtin`]. A user's own algorithm implements
+//! [`Registry::builtin`](crate::Registry::builtin). A user's own algorithm implements
 //! [`SparseAllreduce`] outside this crate (with the framing helpers of
-//! [`crate::wire`]) and joins a registry with [`Registry::register`]; the
+//! [`crate::wire`]) and joins a registry with [`Registry::register`](crate::Registry::register); the
 //! [`crate::Auto`] planner and the collective suite
 //! (`sparse_coll::testing`) then treat it like a built-in one.
 
-use crate::{Profile, Reduced, Transport};
+use crate::{Entered, Profile, Reduced, Transport};
 use sparse_core::cost::Cost;
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::collections::BTreeMap;
@@ -18,12 +19,19 @@ use std::fmt;
 
 /// A sparse allreduce with the state it keeps across calls.
 ///
-/// Every rank calls [`SparseAllreduce::allreduce`] with its own input, the
+/// Every rank calls [`SparseAllreduce::allreduce`] (or
+/// [`SparseAllreduce::allreduce_into`]) with its own input, the
 /// same algorithm and parameters. The outcome follows the contract of
 /// [`Reduced`]: `result` bitwise identical on every rank; lossless
 /// algorithms return the exact sum and drop nothing; lossy ones return in
 /// `dropped` what this rank keeps, so that the inputs sum to `result` plus
 /// every rank's `dropped` exactly.
+///
+/// A call is two steps, which an implementation writes and the provided
+/// [`SparseAllreduce::allreduce_into`] runs: the entry round
+/// ([`SparseAllreduce::enter`]), whose errors every rank shares, and the
+/// body ([`SparseAllreduce::body`]), after which a failure abandons the
+/// transport. The body takes the [`Entered`] only an entry round makes.
 ///
 /// Object safe: planners and benches hold `Box<dyn SparseAllreduce<E>>`.
 pub trait SparseAllreduce<E: Element>: Send {
@@ -51,29 +59,80 @@ pub trait SparseAllreduce<E: Element>: Send {
     fn ran(&self) -> Option<String> {
         None
     }
-    /// One allreduce of `v`.
+    /// The rounds rank `r` of `p` takes in a first call of this instance
+    /// (the entry agreement excluded), where they follow from `p` and `r`
+    /// alone; `None` (the default) where they do not. The collective suite
+    /// (`sparse_coll::testing`) checks them.
+    fn expected_rounds(&self, _p: usize, _r: usize) -> Option<u64> {
+        None
+    }
+    /// The bytes rank `r` receives in a first call on the ranks' inputs
+    /// `ins` (by rank), where they follow from the inputs alone; `None`
+    /// (the default) where they do not. The collective suite checks them.
+    fn expected_bytes(&self, _ins: &[SparseVec<E>], _r: usize) -> Option<u64> {
+        None
+    }
+    /// The most entries a result may hold (a lossy algorithm's budget);
+    /// `None` (the default): no bound. The collective suite checks it.
+    fn max_result_entries(&self) -> Option<usize> {
+        None
+    }
+    /// The entry round of a call: checks the input and this rank's
+    /// readiness (its parameters, allocations made before the call), and
+    /// every rank agrees on the algorithm, the dimension, the element type
+    /// and the parameters ([`crate::wire::enter`]). An error here reaches
+    /// every rank at the same point of the same call, so the transport
+    /// stays usable: it never abandons it.
     ///
     /// # Errors
-    /// The algorithm's errors; every rank returns one when any rank fails.
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>>;
-    /// [`SparseAllreduce::allreduce`] into `out`, which a caller keeps
-    /// across calls (start from [`Reduced::default`]): its contents are
-    /// replaced, and where the algorithm builds its result in place
-    /// (TopkA with raw values; SSAR_Split_allgather, TopkDSA and DSAR) its
-    /// allocations are reused, so a training loop's collective allocates nothing once
-    /// warm. The default moves [`SparseAllreduce::allreduce`]'s result in.
-    /// On an error `out` holds no valid result.
+    /// This rank's error, [`Error::PeerError`], [`Error::Disagreement`];
+    /// transport errors.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered>;
+    /// The rest of a call, once every rank has entered: its result into
+    /// `out` (contents replaced; where the algorithm builds its result in
+    /// place, its allocations reused). A failure here may leave peers
+    /// waiting on this rank: [`SparseAllreduce::allreduce_into`] abandons
+    /// the transport then.
     ///
     /// # Errors
-    /// As [`SparseAllreduce::allreduce`].
+    /// The algorithm's errors (a corrupt message, a failed peer, ...).
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()>;
+    /// One allreduce of `v` into `out`, which a caller keeps across calls
+    /// (start from [`Reduced::default`]): [`SparseAllreduce::enter`], then
+    /// [`SparseAllreduce::body`] inside [`crate::guard`], which abandons
+    /// the transport when the body fails, so that no peer waits on this
+    /// rank. On an error `out` holds no valid result. Where the algorithm
+    /// builds its result in place (TopkA with raw values;
+    /// SSAR_Split_allgather, TopkDSA and DSAR) `out`'s allocations are
+    /// reused, so a training loop's collective allocates nothing once
+    /// warm.
+    ///
+    /// # Errors
+    /// As [`SparseAllreduce::enter`] and [`SparseAllreduce::body`]; every
+    /// rank returns one when any rank fails.
     fn allreduce_into(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        *out = self.allreduce(t, v)?;
-        Ok(())
+        let entered = self.enter(t, v)?;
+        crate::guard(t, |t| self.body(t, v, entered, out))
+    }
+    /// [`SparseAllreduce::allreduce_into`] on a fresh outcome.
+    ///
+    /// # Errors
+    /// As [`SparseAllreduce::allreduce_into`].
+    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+        let mut out = Reduced::default();
+        self.allreduce_into(t, v, &mut out)?;
+        Ok(out)
     }
 }
 
@@ -85,7 +144,7 @@ impl<E: Element> fmt::Debug for dyn SparseAllreduce<E> + '_ {
 
 impl<E: Element> dyn SparseAllreduce<E> + '_ {
     /// `name:params`, or the name alone without parameters: what
-    /// [`Registry::build`] parses back into the same algorithm.
+    /// [`Registry::build`](crate::Registry::build) parses back into the same algorithm.
     pub fn spec(&self) -> String {
         let p = self.params();
         if p.is_empty() {
@@ -97,7 +156,7 @@ impl<E: Element> dyn SparseAllreduce<E> + '_ {
 }
 
 /// The parameters of a name: `name:key=value,key=value`. Builders take the
-/// values they know with [`Params::take`]; [`Registry::build`] rejects any
+/// values they know with [`Params::take`]; [`Registry::build`](crate::Registry::build) rejects any
 /// left over, so a misspelled key is an error, not a silent default.
 #[derive(Debug, Clone, Default)]
 pub struct Params {
@@ -163,7 +222,7 @@ impl Params {
         }
     }
 
-    fn finish(&self) -> Result<()> {
+    pub(crate) fn finish(&self) -> Result<()> {
         match self.values.keys().next() {
             None => Ok(()),
             Some(k) => Err(Error::invalid(
@@ -191,231 +250,45 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     const PARAMS: &'static str;
     /// One line for `--help`.
     const HELP: &'static str;
-    /// Builds it from the parameters.
+    /// Whether the planner ([`crate::Auto`]) chooses among it by default
+    /// ([`Registry::auto_candidates`](crate::Registry::auto_candidates)): a lossless algorithm whose result
+    /// is the exact sparse sum. `false` by default.
+    const PLANNED: bool = false;
+    /// Builds it from the parameters, within `catalog` (the registry it
+    /// is built from: the planner builds its candidates there; the others
+    /// ignore it).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a bad value.
-    fn build(params: &mut Params, defaults: Defaults) -> Result<Self>;
-}
-
-type Builder<E> =
-    Box<dyn Fn(&mut Params, Defaults) -> Result<Box<dyn SparseAllreduce<E>>> + Send + Sync>;
-
-/// One entry of a [`Registry`].
-pub struct Entry<E> {
-    name: String,
-    params: String,
-    help: String,
-    build: Builder<E>,
-}
-
-impl<E> Entry<E> {
-    /// The name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-    /// The parameters it takes.
-    pub fn params(&self) -> &str {
-        &self.params
-    }
-    /// One line of help.
-    pub fn help(&self) -> &str {
-        &self.help
+    fn build(params: &mut Params, defaults: Defaults, catalog: &dyn Catalog<E>) -> Result<Self>;
+    /// The specs the collective suite runs on `p` ranks
+    /// (`sparse_coll::testing::algorithms`): by default the name alone,
+    /// with its default parameters.
+    fn suite_specs(p: usize) -> Vec<String> {
+        let _ = p;
+        vec![Self::NAME.to_string()]
     }
 }
 
-impl<E> fmt::Debug for Entry<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Entry").field("name", &self.name).finish()
-    }
-}
-
-/// Whether `s` is an algorithm's name: non-empty, of `[a-z0-9_]`.
-fn is_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
-
-/// Names to algorithms: the built-in ones ([`Registry::builtin`]) and any a
-/// user registers. `sparse-bench`, the tests and the planner all read the
-/// algorithms from here.
-#[derive(Debug)]
-pub struct Registry<E> {
-    entries: Vec<Entry<E>>,
-}
-
-impl<E: Element> Default for Registry<E> {
-    fn default() -> Self {
-        Self::builtin()
-    }
-}
-
-impl<E: Element> Registry<E> {
-    /// A registry with no algorithm.
-    pub fn empty() -> Self {
-        Self {
-            entries: Vec::new(),
-        }
-    }
-
-    /// Every built-in algorithm, one line each.
-    pub fn builtin() -> Self {
-        use crate::*;
-        let mut r = Self::empty();
-        r.add::<TopkA>();
-        r.add::<TopkDsa>();
-        r.add::<SsarRecursiveDouble>();
-        r.add::<SsarSplitAllgather>();
-        r.add::<DsarSplitAllgather>();
-        r.add::<ZenBalancedParallelism>();
-        r.add::<OmniReduceBlocks>();
-        r.add::<Gtopk>();
-        r.add::<OkTopk<E>>();
-        r.add::<Spardl>();
-        r.add::<SpardlRsag>();
-        r.add::<SpardlBsag>();
-        r.register(
-            "dsar_qsgd",
-            "bits (2, 4 or 8; default 4), bucket (512), seed",
-            "DSAR with QSGD-quantized dense partitions; lossy, the quantization error in dropped",
-            |p, _| crate::split_allgather::dsar_qsgd(p),
-        )
-        .expect("a free name");
-        r.add::<Auto<E>>();
-        r
-    }
-
-    /// Adds a built-in style algorithm.
-    pub fn add<A: Registered<E>>(&mut self) {
-        self.register(A::NAME, A::PARAMS, A::HELP, |p, d| {
-            Ok(Box::new(A::build(p, d)?) as Box<dyn SparseAllreduce<E>>)
-        })
-        .expect("built-in names are distinct");
-    }
-
-    /// Registers an algorithm under `name`: `build` gets the parsed
-    /// parameters (take the ones it knows; any left over is an error) and
-    /// the defaults.
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] if the name is taken or not a plain
-    /// identifier (`[a-z0-9_]`).
-    pub fn register(
-        &mut self,
-        name: &str,
-        params: &str,
-        help: &str,
-        build: impl Fn(&mut Params, Defaults) -> Result<Box<dyn SparseAllreduce<E>>>
-        + Send
-        + Sync
-        + 'static,
-    ) -> Result<()> {
-        if !is_name(name) {
-            return Err(Error::invalid(
-                "algorithm",
-                format!("{name:?} is not a name of [a-z0-9_]"),
-            ));
-        }
-        if self.entries.iter().any(|e| e.name == name) {
-            return Err(Error::invalid("algorithm", format!("{name:?} is taken")));
-        }
-        self.entries.push(Entry {
-            name: name.into(),
-            params: params.into(),
-            help: help.into(),
-            build: Box::new(build),
-        });
-        Ok(())
-    }
-
-    /// The entries, in registration order.
-    pub fn entries(&self) -> &[Entry<E>] {
-        &self.entries
-    }
-
-    /// The names, in registration order.
-    pub fn names(&self) -> Vec<&str> {
-        self.entries.iter().map(|e| e.name.as_str()).collect()
-    }
-
+/// What a builder may ask of the registry it is built from
+/// ([`Registered::build`]): other algorithms by name, and the planner's
+/// default candidates. [`Registry`](crate::Registry) is one.
+pub trait Catalog<E: Element> {
     /// Builds `spec` (`name` or `name:key=value,...`).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for an unknown name (listing the known
-    /// ones), an unknown parameter or a bad value.
-    pub fn build(&self, spec: &str, defaults: Defaults) -> Result<Box<dyn SparseAllreduce<E>>> {
-        let mut params = Params::parse(spec)?;
-        let entry = self
-            .entries
-            .iter()
-            .find(|e| e.name == params.name())
-            .ok_or_else(|| {
-                Error::invalid(
-                    "algorithm",
-                    format!(
-                        "unknown {:?}; known: {}",
-                        params.name(),
-                        self.names().join(", ")
-                    ),
-                )
-            })?;
-        // The planner over candidates of this registry, a user's included
-        // (its own entry only knows the built-in ones).
-        let candidates = match entry.name.as_str() {
-            "auto" => params.take::<String>("candidates")?,
-            _ => None,
-        };
-        let algo = match candidates {
-            Some(list) => {
-                let candidates = list
-                    .split('+')
-                    .map(|name| {
-                        // Plain names: a candidate's own parameters would
-                        // need a syntax of their own inside this one.
-                        if !is_name(name) || name == "auto" {
-                            return Err(Error::invalid(
-                                "candidates",
-                                format!("{name:?} is not the name of an algorithm other than auto"),
-                            ));
-                        }
-                        self.build(name, defaults)
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Box::new(crate::plan::auto_from(&mut params, candidates)?)
-            }
-            None => (entry.build)(&mut params, defaults)?,
-        };
-        params.finish()?;
-        Ok(algo)
-    }
+    /// As [`Registry::build`](crate::Registry::build).
+    fn build(&self, spec: &str, defaults: Defaults) -> Result<Box<dyn SparseAllreduce<E>>>;
+    /// The names the planner chooses among by default
+    /// ([`Registry::auto_candidates`](crate::Registry::auto_candidates)).
+    fn auto_candidates(&self) -> Vec<&str>;
+}
 
-    /// Builds every registered algorithm with its default parameters.
-    ///
-    /// # Errors
-    /// As [`Registry::build`].
-    pub fn build_all(&self, defaults: Defaults) -> Result<Vec<Box<dyn SparseAllreduce<E>>>> {
-        self.entries
-            .iter()
-            .map(|e| self.build(&e.name, defaults))
-            .collect()
-    }
-
-    /// `--help` text: one line per algorithm, its parameters and what it
-    /// is.
-    pub fn help(&self) -> String {
-        self.entries
-            .iter()
-            .map(|e| {
-                let params = if e.params.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [{}]", e.params)
-                };
-                format!("  {}{params}: {}\n", e.name, e.help)
-            })
-            .collect()
-    }
+/// Whether `s` is an algorithm's name: non-empty, of `[a-z0-9_]`.
+pub(crate) fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// The teams of the SparDL variants: a fixed count, or chosen at each call

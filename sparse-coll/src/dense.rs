@@ -12,123 +12,18 @@
 //! `a + b` and `b + a`, which IEEE addition makes equal.
 
 use crate::Transport;
-use crate::sparse::from_le;
-use sparse_core::stats::{even_len, even_start};
+use crate::bytes::{add_le_into, copy_le_into, le_bytes, le_elements};
+pub use crate::transport::ring::{ring_allreduce, ring_allreduce_into};
+use sparse_core::stats::even_start;
 use sparse_core::{Element, Error, Result};
 use std::borrow::Cow;
 use std::ops::Range;
-
-/// The little-endian bytes of a slice of elements, as [`from_bytes`] reads
-/// them (borrowed on little-endian hosts, converted on others).
-pub fn to_bytes<E: Element>(x: &[E]) -> std::borrow::Cow<'_, [u8]> {
-    crate::sparse::le_bytes(x)
-}
-
 /// Elements from bytes; the length must be a multiple of the element size.
 ///
 /// # Errors
 /// [`Error::Corrupt`] otherwise.
 pub fn from_bytes<E: Element>(b: &[u8], expected: usize) -> Result<Vec<E>> {
     le_elements(b, expected).map(Cow::into_owned)
-}
-
-/// The `expected` little-endian elements of `b`, read in place where the
-/// host is little-endian and `b` is aligned for `E` (a received message
-/// always is, in practice), so no copy of the message is made.
-///
-/// # Errors
-/// [`Error::Corrupt`] if `b` does not hold `expected` elements.
-fn le_elements<E: Element>(b: &[u8], expected: usize) -> Result<Cow<'_, [E]>> {
-    if b.len() != expected * E::BYTES {
-        return Err(Error::corrupt(
-            "dense message",
-            format!(
-                "{} bytes, expected {} elements of {}",
-                b.len(),
-                expected,
-                E::NAME
-            ),
-        ));
-    }
-    Ok(from_le(b))
-}
-
-/// `acc[i] += y_i` for the little-endian elements `y` of `b`.
-///
-/// # Errors
-/// [`Error::Corrupt`] if `b` does not hold `acc.len()` elements.
-fn add_le_into<E: Element>(acc: &mut [E], b: &[u8]) -> Result<()> {
-    add_into(acc, &le_elements(b, acc.len())?);
-    Ok(())
-}
-
-/// `dst[i] = y_i` for the little-endian elements of `b`.
-///
-/// # Errors
-/// [`Error::Corrupt`] if `b` does not hold `dst.len()` elements.
-fn copy_le_into<E: Element>(dst: &mut [E], b: &[u8]) -> Result<()> {
-    dst.copy_from_slice(&le_elements(b, dst.len())?);
-    Ok(())
-}
-
-fn add_into<E: Element>(acc: &mut [E], other: &[E]) {
-    for (a, &b) in acc.iter_mut().zip(other) {
-        *a = *a + b;
-    }
-}
-
-/// Ring allreduce (Patarasuk and Yuan): a reduce-scatter and an allgather of
-/// `P - 1` steps each over `P` even chunks: `2 (P - 1)` rounds, each rank
-/// sends and receives `2 (P - 1) / P n` elements when `P` divides `n`.
-///
-/// # Errors
-/// Transport errors; [`Error::Corrupt`] if a peer sends a wrong length.
-pub fn ring_allreduce<T: Transport + ?Sized, E: Element>(t: &mut T, x: &[E]) -> Result<Vec<E>> {
-    let mut out = Vec::new();
-    ring_allreduce_into(t, x, &mut out)?;
-    Ok(out)
-}
-
-/// [`ring_allreduce`] into `out` (its contents replaced, its allocation
-/// reused), receiving into a buffer of the transport's pool
-/// ([`Transport::take_buffer`]): called again on vectors of the same
-/// length it allocates nothing.
-///
-/// # Errors
-/// As [`ring_allreduce`].
-pub fn ring_allreduce_into<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    x: &[E],
-    out: &mut Vec<E>,
-) -> Result<()> {
-    crate::transport::guard(t, |t| {
-        let (p, r, n) = (t.size(), t.rank(), x.len());
-        out.clear();
-        out.extend_from_slice(x);
-        if p == 1 {
-            return Ok(());
-        }
-        let buf = &mut out[..];
-        let chunk = |c: usize| even_start(c, n, p)..even_start(c, n, p) + even_len(c, n, p);
-        let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
-        let mut got = t.take_buffer();
-        let mut steps = || -> Result<()> {
-            for s in 0..p - 1 {
-                let (send_c, recv_c) = ((r + p - s) % p, (r + 2 * p - s - 1) % p);
-                t.exchange_into(next, &to_bytes(&buf[chunk(send_c)]), prev, &mut got)?;
-                add_le_into(&mut buf[chunk(recv_c)], &got)?;
-            }
-            for s in 0..p - 1 {
-                let (send_c, recv_c) = ((r + 1 + p - s) % p, (r + p - s) % p);
-                t.exchange_into(next, &to_bytes(&buf[chunk(send_c)]), prev, &mut got)?;
-                copy_le_into(&mut buf[chunk(recv_c)], &got)?;
-            }
-            Ok(())
-        };
-        let done = steps();
-        t.give_buffer(got);
-        done
-    })
 }
 
 /// The fold rule: ranks below `2 rem` take part, even ones handing over
@@ -177,7 +72,7 @@ impl Fold {
     fn fold_in<T: Transport + ?Sized, E: Element>(&self, t: &mut T, buf: &mut [E]) -> Result<()> {
         let r = t.rank();
         match self.role(r) {
-            Some(true) => t.send(r + 1, &to_bytes(buf)),
+            Some(true) => t.send(r + 1, &le_bytes(buf)),
             Some(false) => add_le_into(buf, &t.recv(r - 1)?),
             None => Ok(()),
         }
@@ -187,7 +82,7 @@ impl Fold {
         let r = t.rank();
         match self.role(r) {
             Some(true) => copy_le_into(buf, &t.recv(r + 1)?),
-            Some(false) => t.send(r - 1, &to_bytes(buf)),
+            Some(false) => t.send(r - 1, &le_bytes(buf)),
             None => Ok(()),
         }
     }
@@ -228,7 +123,7 @@ pub fn recursive_doubling_allreduce<T: Transport + ?Sized, E: Element>(
             let mut mask = 1;
             while mask < fold.pp {
                 let partner = fold.real(nr ^ mask);
-                let got = t.exchange(partner, &to_bytes(buf), partner)?;
+                let got = t.exchange(partner, &le_bytes(buf), partner)?;
                 add_le_into(buf, &got)?;
                 mask <<= 1;
             }
@@ -265,7 +160,7 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
                 } else {
                     ((mid, hi), (lo, mid))
                 };
-                let got = t.exchange(partner, &to_bytes(&buf[span(give.0, give.1)]), partner)?;
+                let got = t.exchange(partner, &le_bytes(&buf[span(give.0, give.1)]), partner)?;
                 add_le_into(&mut buf[span(keep.0, keep.1)], &got)?;
                 (lo, hi) = keep;
                 mask /= 2;
@@ -280,7 +175,7 @@ pub fn rabenseifner_allreduce<T: Transport + ?Sized, E: Element>(
                 } else {
                     (lo - width, lo)
                 };
-                let got = t.exchange(partner, &to_bytes(&buf[span(lo, hi)]), partner)?;
+                let got = t.exchange(partner, &le_bytes(&buf[span(lo, hi)]), partner)?;
                 copy_le_into(&mut buf[span(other.0, other.1)], &got)?;
                 (lo, hi) = (lo.min(other.0), hi.max(other.1));
                 mask <<= 1;
@@ -457,6 +352,9 @@ pub fn recursive_doubling_allgather<T: Transport + ?Sized>(
 ///
 /// # Errors
 /// As [`recursive_doubling_allgather`].
+// Over 80 lines: MPICH's fold, the doubling steps and the fold's return
+// share the frame bookkeeping of one `Gathered`; split, each part would
+// take the whole state as arguments.
 pub(crate) fn gather_recursive_doubling<'a, T: Transport + ?Sized>(
     t: &mut T,
     own: &'a [&'a [u8]],

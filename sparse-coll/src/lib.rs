@@ -8,31 +8,34 @@
 //!   feature `mpi`, `MpiTransport` over MPICH;
 //! - non-blocking collectives ([`nonblocking`]): start, compute, wait;
 //! - dense baselines ([`dense`]): ring, recursive doubling, Rabenseifner,
-//!   Bruck and recursive-doubling allgather;
+//!   Bruck and recursive-doubling allgather, functions of that module (they
+//!   are not sparse allreduces);
 //! - the sparse-allreduce contract ([`Reduced`], [`agree`]);
-//! - lossless sparse allreduces: TopkA ([`topk_a`]), TopkDSA ([`topk_dsa`]),
+//! - lossless sparse allreduces: TopkA ([`TopkA`]), TopkDSA ([`TopkDsa`]),
 //!   SparCML's SSAR_Recursive_double, SSAR_Split_allgather and
-//!   DSAR_Split_allgather ([`ssar_recursive_double`],
-//!   [`ssar_split_allgather`], [`dsar_split_allgather`]; QSGD makes the last
-//!   lossy), Zen's Balanced Parallelism ([`zen_balanced_parallelism`]; its
+//!   DSAR_Split_allgather ([`SsarRecursiveDouble`],
+//!   [`SsarSplitAllgather`], [`DsarSplitAllgather`]; QSGD makes the last
+//!   lossy), Zen's Balanced Parallelism ([`ZenBalancedParallelism`]; its
 //!   Hierarchical Centralization is SparCML's recursive doubling, as Zen's
 //!   Table 3 classifies it) and the OmniReduce-style block baseline
-//!   ([`omnireduce_blocks`]);
+//!   ([`OmniReduceBlocks`]);
 //! - lossy ones, which return what they cut in `dropped`: gTopk
-//!   ([`gtopk`]), Ok-Topk ([`OkTopk`]), SparDL ([`spardl`]) and SparDL with
-//!   R-SAG ([`spardl_rsag`]) or B-SAG ([`SpardlBsag`]);
-//! - one object-safe interface for all of them ([`SparseAllreduce`]: name,
-//!   lossless, predicted cost for an input's [`Profile`], the call with its
-//!   state across calls), a [`Registry`] of names with parameters
+//!   ([`Gtopk`]), Ok-Topk ([`OkTopk`]), SparDL ([`Spardl`]) and SparDL with
+//!   R-SAG ([`SpardlRsag`]) or B-SAG ([`SpardlBsag`]);
+//! - one way to call all of them: the object-safe [`SparseAllreduce`]
+//!   (name, lossless, predicted cost for an input's [`Profile`], the call
+//!   in two steps, an entry round and a body, with its state across calls;
+//!   `allreduce` and `allreduce_into`), a [`Registry`] of names with parameters
 //!   (`spardl_bsag:k=40,d=2`) that a user's own algorithms join, and the
 //!   [`Auto`] planner over any of them;
 //! - the framing a collective of your own needs ([`wire`]).
 //!
 //! Adding a built-in algorithm is one file (the collective and a type
-//! implementing [`SparseAllreduce`] and [`Registered`]) plus one line in
-//! [`Registry::builtin`]; the suite, `sparse-bench` and the planner read the
-//! algorithms from the registry. `examples/custom_scheme.rs` adds one from
-//! outside the crate.
+//! implementing [`SparseAllreduce`] and [`Registered`], with every fact
+//! about it) plus one line in [`Registry::builtin`]; the suite,
+//! `sparse-bench` and the planner read the algorithms from the registry
+//! (`docs/adding-an-algorithm.md`). `examples/custom_scheme.rs` adds one
+//! from outside the crate.
 //! - with the feature `testing`, the collective suite every transport runs
 //!   (`testing::collective_suite`).
 //!
@@ -70,49 +73,65 @@
 //! # Ok::<(), sparse_core::Error>(())
 //! ```
 
+// The modules in dependency order: each uses only those above it (and
+// `crate::` re-exports of them), so there is no import cycle.
+//
+// 1. `bytes`: little-endian bytes (the leaf).
+// 2. `transport` (`mod.rs`: the trait, traffic, buffer pool, `guard`,
+//    `Intercepting`; `ring.rs`: the default dense allreduce).
+// 3. `dense`: the dense collectives and allgathers (on 1-2).
+// 4. `entry`: the contract (`Reduced`) and the entry round (on 1-3);
+//    then the transports `transport::{thread, group, mpi}` (`mpi` agrees
+//    on its dense allreduce's length through `entry`).
+// 5. `frame`: sparse pairs, blocks and streams on the wire (on 1).
+// 6. `values`: the wire values (on 1, 5).
+// 7. `profile`: what the cost model knows of a call (on 6).
+// 8. `algorithm`: the `SparseAllreduce` and `Registered` traits,
+//    parameters, `Catalog` (on 2, 4, 7).
+// 9. `algorithms::*`: one file per built-in algorithm (on 1-8;
+//    `topk_dsa` on `split_allgather` and `ssar`, `gtopk` and `ok_topk` on
+//    `spardl::split_topk`, `omnireduce` and `zen` on `push_pull`).
+// 10. `plan`: the `Auto` planner (on 4, 7, 8).
+// 11. `registry`: names to algorithms (on 8-10).
+// 12. `wire` (the public framing for a user's algorithm: re-exports of
+//     1, 4, 5, 6 and `spardl::split_topk`), `nonblocking` (on 2),
+//     `testing` (on all).
 mod algorithm;
+mod algorithms;
+mod bytes;
 pub mod dense;
-mod group;
-mod gtopk;
-#[cfg(feature = "mpi")]
-mod mpi_transport;
+mod entry;
+mod frame;
 pub mod nonblocking;
-mod ok_topk;
-mod omnireduce;
 mod plan;
-mod push_pull;
+mod profile;
+mod registry;
 pub mod sim;
-mod spardl;
-pub mod sparse;
-mod split_allgather;
-mod ssar;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod thread;
-mod topk_a;
-mod topk_dsa;
 mod transport;
 mod values;
 pub mod wire;
-mod zen;
 
-pub use algorithm::{Defaults, Entry, Params, Registered, Registry, SparseAllreduce};
-pub use group::Group;
-pub use gtopk::{Gtopk, gtopk};
-#[cfg(feature = "mpi")]
-pub use mpi_transport::MpiTransport;
-pub use ok_topk::OkTopk;
-pub use omnireduce::{OmniReduceBlocks, omnireduce_blocks};
-pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto, LOSSLESS, Profile};
+pub use algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+pub use algorithms::gtopk::Gtopk;
+pub use algorithms::ok_topk::OkTopk;
+pub use algorithms::omnireduce::OmniReduceBlocks;
+pub use algorithms::spardl::{Spardl, SpardlBsag, SpardlRsag};
+pub use algorithms::split_allgather::{DsarSplitAllgather, SsarSplitAllgather};
+pub use algorithms::ssar::SsarRecursiveDouble;
+pub use algorithms::topk_a::TopkA;
+pub use algorithms::topk_dsa::TopkDsa;
+pub use algorithms::zen::{ZenBalancedParallelism, ZenStats, zen_pieces};
+pub use entry::{Entered, Reduced, agree, agree_or_fail};
+pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto};
+pub use profile::Profile;
+pub use registry::{Entry, Registry};
 pub use sim::{SimCluster, SimTransport};
-pub use spardl::{Spardl, SpardlBsag, SpardlRsag, spardl, spardl_rsag, spardl_with};
-pub use sparse::{Reduced, agree, agree_or_fail};
-pub use split_allgather::{
-    DsarSplitAllgather, SsarSplitAllgather, dsar_split_allgather, ssar_split_allgather,
+pub use transport::group::{Group, Members};
+#[cfg(feature = "mpi")]
+pub use transport::mpi::MpiTransport;
+pub use transport::thread::{ThreadCluster, ThreadTransport};
+pub use transport::{
+    BufferPool, Intercept, Intercepting, Traffic, TrafficCounter, Transport, guard,
 };
-pub use ssar::{SsarRecursiveDouble, ssar_recursive_double, ssar_recursive_double_with};
-pub use thread::{ThreadCluster, ThreadTransport};
-pub use topk_a::{TopkA, topk_a, topk_a_with};
-pub use topk_dsa::{TopkDsa, topk_dsa};
-pub use transport::{BufferPool, Traffic, TrafficCounter, Transport, guard};
-pub use zen::{ZenBalancedParallelism, ZenStats, zen_balanced_parallelism, zen_pieces};

@@ -1,157 +1,12 @@
-//! The cost of one call ([`Profile`]) and the [`Auto`] planner, which runs
-//! whichever of its candidates the cost model finds cheapest.
+//! The [`Auto`] planner, which runs whichever of its candidates the cost
+//! model finds cheapest for a call's [`Profile`].
 
-use crate::algorithm::{Defaults, Params, Registered, Registry, SparseAllreduce};
-use crate::sparse::{Id, agree_sharing};
-use crate::{Reduced, Transport};
-use sparse_core::cost::{Bounds, Cost};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
+use crate::entry::{agree_sharing, entry_id};
+use crate::profile::Profile;
+use crate::{Entered, Reduced, Transport};
+use sparse_core::cost::Cost;
 use sparse_core::{Element, Error, Result, SparseVec};
-
-/// What the cost model needs to know about one call: the number of ranks,
-/// the dimension, the element size, each rank's entries (the largest and
-/// the sum over ranks) and the entries of the result (the union of the
-/// ranks' index sets), measured or estimated.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Profile {
-    /// Ranks.
-    pub p: usize,
-    /// Dimension.
-    pub n: usize,
-    /// Bytes per value.
-    pub value_bytes: usize,
-    /// The most entries any rank contributes.
-    pub k_max: usize,
-    /// Entries summed over ranks.
-    pub k_sum: usize,
-    /// Entries of the (lossless) result, between `k_max` and
-    /// `min(k_sum, n)`.
-    pub union: usize,
-}
-
-impl Profile {
-    /// Where the input lies between full overlap (1: every rank holds the
-    /// same indices, `union = k_max`) and none (0: `union = k_sum`); the
-    /// position within a cost formula's bounds.
-    pub fn overlap(&self) -> f64 {
-        if self.k_sum <= self.k_max {
-            1.0
-        } else {
-            let u = self.union.clamp(self.k_max, self.k_sum);
-            (self.k_sum - u) as f64 / (self.k_sum - self.k_max) as f64
-        }
-    }
-    /// Zen's densification ratio over all ranks (Def. 4): `union / k_sum`.
-    pub fn densification(&self) -> f64 {
-        if self.k_sum == 0 {
-            1.0
-        } else {
-            self.union as f64 / self.k_sum as f64
-        }
-    }
-    /// The mean entries per rank, rounded up.
-    pub fn k_avg(&self) -> usize {
-        self.k_sum.div_ceil(self.p.max(1))
-    }
-    /// Words between the best and worst case, at this input's overlap.
-    pub fn within(&self, b: Bounds) -> Cost {
-        let o = self.overlap();
-        Cost::new(
-            b.hi.rounds - o * (b.hi.rounds - b.lo.rounds),
-            b.hi.words - o * (b.hi.words - b.lo.words),
-        )
-    }
-    /// `(P - 1) / P`.
-    pub fn frac(&self) -> f64 {
-        (self.p as f64 - 1.0) / self.p as f64
-    }
-    /// Bytes of one `(index, value)` pair on the wire.
-    pub fn pair_bytes(&self) -> f64 {
-        4.0 + self.value_bytes as f64
-    }
-    /// The expected entries of the union of `m` ranks' index sets, between
-    /// one rank's (`m = 1`) and all ranks' (`m = P`), linear in `m`: exact
-    /// when a fraction of every rank's indices is shared by all and the
-    /// rest is private, Zen's overlap model.
-    pub fn union_of(&self, m: f64) -> f64 {
-        if self.p <= 1 {
-            return self.k_max as f64;
-        }
-        let m = m.clamp(1.0, self.p as f64);
-        let k = self.k_max as f64;
-        (k + (m - 1.0) / (self.p as f64 - 1.0) * (self.union as f64 - k)).min(self.n as f64)
-    }
-    /// Bytes of a sparse stream of `entries` over `len` coordinates on the
-    /// wire ([`crate::sparse::encode_stream`]): a 4-byte tag, then `nnz:
-    /// u32` and the pairs, or the `len` values once past SparCML's delta.
-    pub fn stream_bytes(&self, entries: f64, len: f64) -> f64 {
-        let vb = self.value_bytes as f64;
-        if entries > len * vb / (4.0 + vb) {
-            4.0 + vb * len
-        } else {
-            8.0 + self.pair_bytes() * entries
-        }
-    }
-    /// This profile with the value bytes of `values` on the wire.
-    pub fn with_values<E: Element>(&self, values: crate::wire::WireValues) -> Self {
-        Self {
-            value_bytes: values.value_bytes::<E>(),
-            ..*self
-        }
-    }
-    /// `(P - 1)`, as a float.
-    pub fn others(&self) -> f64 {
-        self.p as f64 - 1.0
-    }
-}
-
-/// The standard normal quantile for `q` in `[0.5, 1)` (Abramowitz and
-/// Stegun 26.2.23, error below 4.5e-4).
-fn normal_quantile(q: f64) -> f64 {
-    let t = (-2.0 * (1.0 - q).ln()).sqrt();
-    t - (2.515_517 + 0.802_853 * t + 0.010_328 * t * t)
-        / (1.0 + 1.432_788 * t + 0.189_269 * t * t + 0.001_308 * t * t * t)
-}
-
-/// A cost of `rounds` rounds and `bytes` bytes received.
-pub(crate) fn bytes_cost(rounds: f64, bytes: f64) -> Cost {
-    Cost::new(rounds, bytes / 4.0)
-}
-
-impl Profile {
-    /// The split phase of SparCML's split-allgather family and TopkDSA:
-    /// from every other rank, a stream of its entries in this rank's
-    /// partition (`k / P` of them).
-    ///
-    /// The busiest rank owns the fullest partition: the entries every rank
-    /// shares fall into the same partition on every rank, so their excess
-    /// over the mean arrives from all `P - 1` others
-    /// ([`Profile::fullest_excess`]).
-    pub(crate) fn split_phase_bytes(&self) -> f64 {
-        let (p, n) = (self.p as f64, self.n as f64);
-        let entries = self.k_avg() as f64 / p + self.fullest_excess();
-        self.others() * self.stream_bytes(entries, n / p)
-    }
-    /// One partition of the sum as a stream (`union / P` entries over
-    /// `n / P` coordinates).
-    pub(crate) fn partition_stream_bytes(&self) -> f64 {
-        let (p, n) = (self.p as f64, self.n as f64);
-        self.stream_bytes(self.union as f64 / p, n / p)
-    }
-    /// The expected excess of the fullest of `P` partitions over the mean,
-    /// counting the entries all ranks share (`overlap * k`), which land in
-    /// the same partition on every rank: the expected maximum of `P`
-    /// binomials, by Blom's approximation of normal order statistics.
-    pub fn fullest_excess(&self) -> f64 {
-        let p = self.p as f64;
-        if self.p < 2 {
-            return 0.0;
-        }
-        let shared = self.overlap() * self.k_avg() as f64;
-        let sd = (shared / p * (1.0 - 1.0 / p)).sqrt();
-        normal_quantile((p - 0.375) / (p + 0.25)) * sd
-    }
-}
-
 /// The network constants [`Auto`] assumes when none are given: 5 us per
 /// message and 0.4 ns per 32-bit word (10 GB/s), a fast cluster
 /// interconnect.
@@ -190,6 +45,13 @@ pub struct Auto<E> {
     candidates: Vec<Box<dyn SparseAllreduce<E>>>,
     densification: Option<f64>,
     last: Option<usize>,
+    /// The candidate the entered call runs, and its profile when it
+    /// profiled.
+    pending: Option<(usize, Option<Profile>)>,
+    /// Whether the candidates are its registry's defaults
+    /// ([`crate::Registry::auto_candidates`]), which its spec then leaves
+    /// out.
+    default_candidates: bool,
     calls: u64,
     every: u64,
 }
@@ -205,28 +67,7 @@ impl<E: Element> std::fmt::Debug for Auto<E> {
     }
 }
 
-/// The built-in lossless algorithms [`Auto::lossless`] chooses among.
-pub const LOSSLESS: [&str; 6] = [
-    "topk_a",
-    "topk_dsa",
-    "ssar_recursive_double",
-    "ssar_split_allgather",
-    "dsar_split_allgather",
-    "zen_balanced_parallelism",
-];
-
 impl<E: Element> Auto<E> {
-    /// A planner over the built-in lossless algorithms ([`LOSSLESS`]) for a
-    /// network of `alpha` seconds per message and `beta` seconds per 32-bit
-    /// word.
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] for a negative or non-finite `alpha` or
-    /// `beta`.
-    pub fn lossless(alpha: f64, beta: f64) -> Result<Self> {
-        Self::new(alpha, beta, lossless_candidates()?)
-    }
-
     /// A planner over `candidates` (mixing lossless and lossy ones is
     /// allowed; the choice then also decides what is dropped).
     ///
@@ -255,9 +96,18 @@ impl<E: Element> Auto<E> {
             candidates,
             densification: None,
             last: None,
+            pending: None,
+            default_candidates: false,
             calls: 0,
             every: 16,
         })
+    }
+
+    /// The same planner, its candidates marked as its registry's defaults
+    /// (its spec leaves them out).
+    pub(crate) fn with_default_candidates(mut self) -> Self {
+        self.default_candidates = true;
+        self
     }
 
     /// Profile and choose every `every` calls (1: on every call).
@@ -318,42 +168,6 @@ impl<E: Element> Auto<E> {
         }
         best.1
     }
-
-    fn run(&mut self, t: &mut dyn Transport, v: &SparseVec<E>, out: &mut Reduced<E>) -> Result<()> {
-        let profiling = self.calls % self.every == 0;
-        self.calls += 1;
-        if let (false, Some(i)) = (profiling, self.last) {
-            return self.candidates[i].allreduce_into(t, v, out);
-        }
-        // The profile's round is an entry agreement of its own, so that
-        // ranks out of step (one profiling, another running its last
-        // choice, or planners built with another `every`) get
-        // `Error::Disagreement` on every rank, as disagreeing algorithms do.
-        let all = agree_sharing(
-            t,
-            &[
-                ("algorithm", Id::Auto.value()),
-                ("every", self.every),
-                ("call", self.calls - 1),
-            ],
-            Ok(()),
-            &[v.nnz() as u64],
-        )?;
-        let counts: Vec<usize> = all.iter().map(|w| w[0] as usize).collect();
-        let prof = self.profile(v.dim(), E::BYTES, &counts);
-        let i = self.choose(&prof);
-        self.candidates[i].allreduce_into(t, v, out)?;
-        let red = &*out;
-        self.last = Some(i);
-        if prof.k_sum > 0 && self.candidates[i].lossless() {
-            let seen = red.result.nnz() as f64 / prof.k_sum as f64;
-            self.densification = Some(match self.densification {
-                Some(old) => 0.5 * old + 0.5 * seen,
-                None => seen,
-            });
-        }
-        Ok(())
-    }
 }
 
 impl<E: Element> SparseAllreduce<E> for Auto<E> {
@@ -361,13 +175,13 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         "auto".into()
     }
     /// With `candidates` (their names joined by `+`) where they are not
-    /// the built-in lossless ones ([`LOSSLESS`]). Only the candidates'
-    /// names: a planner over candidates built with parameters of their own
-    /// ([`Auto::new`]) reports a spec that rebuilds them with their
-    /// defaults.
+    /// its registry's defaults ([`crate::Registry::auto_candidates`]). Only
+    /// the candidates' names: a planner over candidates built with
+    /// parameters of their own ([`Auto::new`]) reports a spec that rebuilds
+    /// them with their defaults.
     fn params(&self) -> String {
         let names: Vec<String> = self.candidates.iter().map(|c| c.name()).collect();
-        let candidates = if names == LOSSLESS {
+        let candidates = if self.default_candidates {
             String::new()
         } else {
             format!(",candidates={}", names.join("+"))
@@ -387,18 +201,59 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     fn ran(&self) -> Option<String> {
         self.last_name()
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        let mut out = Reduced::default();
-        crate::transport::guard(t, |t| self.run(t, v, &mut out))?;
-        Ok(out)
+    /// On a profiling call the profile's round, then the chosen
+    /// candidate's entry round; on the others the last choice's entry
+    /// round.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let profiling = self.calls % self.every == 0;
+        self.calls += 1;
+        let (i, prof) = match (profiling, self.last) {
+            (false, Some(i)) => (i, None),
+            _ => {
+                // The profile's round is an entry agreement of its own, so
+                // that ranks out of step (one profiling, another running
+                // its last choice, or planners built with another `every`)
+                // get `Error::Disagreement` on every rank, as disagreeing
+                // algorithms do.
+                let all = agree_sharing(
+                    t,
+                    &[
+                        ("algorithm", entry_id(Self::NAME)),
+                        ("every", self.every),
+                        ("call", self.calls - 1),
+                    ],
+                    Ok(()),
+                    &[v.nnz() as u64],
+                )?;
+                let counts: Vec<usize> = all.iter().map(|w| w[0] as usize).collect();
+                let prof = self.profile(v.dim(), E::BYTES, &counts);
+                (self.choose(&prof), Some(prof))
+            }
+        };
+        self.pending = Some((i, prof));
+        self.candidates[i].enter(t, v)
     }
-    fn allreduce_into(
+    /// The chosen candidate's body; a profiling call then learns the
+    /// densification from the result.
+    fn body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        crate::transport::guard(t, |t| self.run(t, v, out))
+        let (i, prof) = self.pending.take().expect("entered");
+        self.candidates[i].body(t, v, entered, out)?;
+        let Some(prof) = prof else { return Ok(()) };
+        self.last = Some(i);
+        if prof.k_sum > 0 && self.candidates[i].lossless() {
+            let seen = out.result.nnz() as f64 / prof.k_sum as f64;
+            self.densification = Some(match self.densification {
+                Some(old) => 0.5 * old + 0.5 * seen,
+                None => seen,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -407,27 +262,54 @@ impl<E: Element> Registered<E> for Auto<E> {
     const PARAMS: &'static str = "alpha (s per message, default 5e-6), beta (s per word, default 4e-10), every (calls between profiles, default 16), candidates (registered names joined by +, each with its defaults; default the built-in lossless ones)";
     const HELP: &'static str =
         "the planner: the cheapest lossless algorithm by the cost model, profiled per call";
-    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
-        auto_from(params, lossless_candidates()?)
+    /// The planner over candidates of `catalog` (a user's own included):
+    /// the `candidates` given, each with `defaults`, else the catalog's
+    /// [`crate::Registry::auto_candidates`] with their own defaults.
+    fn build(params: &mut Params, defaults: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
+        let named = params.take::<String>("candidates")?;
+        let default_candidates = named.is_none();
+        let candidates = match named {
+            Some(list) => list
+                .split('+')
+                .map(|name| {
+                    // Plain names: a candidate's own parameters would
+                    // need a syntax of their own inside this one.
+                    if !is_name(name) || name == Self::NAME {
+                        return Err(Error::invalid(
+                            "candidates",
+                            format!("{name:?} is not the name of an algorithm other than auto"),
+                        ));
+                    }
+                    catalog.build(name, defaults)
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None => lossless_candidates(catalog)?,
+        };
+        let alpha = params.take("alpha")?.unwrap_or(AUTO_ALPHA);
+        let beta = params.take("beta")?.unwrap_or(AUTO_BETA);
+        let auto = Auto::new(alpha, beta, candidates)?;
+        let auto = if default_candidates {
+            auto.with_default_candidates()
+        } else {
+            auto
+        };
+        auto.reprofile_every(params.take("every")?.unwrap_or(16))
+    }
+    /// None: its profiling round changes the rounds the suite checks;
+    /// `tests/plan.rs` checks the planner.
+    fn suite_specs(_: usize) -> Vec<String> {
+        Vec::new()
     }
 }
 
-/// The built-in lossless algorithms ([`LOSSLESS`]), with their defaults.
-fn lossless_candidates<E: Element>() -> Result<Vec<Box<dyn SparseAllreduce<E>>>> {
-    let registry = Registry::<E>::builtin();
-    LOSSLESS
-        .iter()
-        .map(|name| registry.build(name, Defaults { k: 0 }))
+/// The planner's default candidates in `catalog`
+/// ([`crate::Registry::auto_candidates`]), with their defaults.
+pub(crate) fn lossless_candidates<E: Element>(
+    catalog: &dyn Catalog<E>,
+) -> Result<Vec<Box<dyn SparseAllreduce<E>>>> {
+    catalog
+        .auto_candidates()
+        .into_iter()
+        .map(|name| catalog.build(name, Defaults { k: 0 }))
         .collect()
-}
-
-/// The planner over `candidates` with `alpha`, `beta` and `every` from
-/// `params` (the registry's `auto`, with or without `candidates`).
-pub(crate) fn auto_from<E: Element>(
-    params: &mut Params,
-    candidates: Vec<Box<dyn SparseAllreduce<E>>>,
-) -> Result<Auto<E>> {
-    let alpha = params.take("alpha")?.unwrap_or(AUTO_ALPHA);
-    let beta = params.take("beta")?.unwrap_or(AUTO_BETA);
-    Auto::new(alpha, beta, candidates)?.reprofile_every(params.take("every")?.unwrap_or(16))
 }

@@ -16,13 +16,15 @@
 //! Failures panic with the case, the algorithm and the rank, so a thread
 //! cluster reports them as that rank's error and an MPI program aborts.
 
-use crate::algorithm::{Defaults, Params, Registry};
+use crate::algorithm::Defaults;
 use crate::dense::bruck_allgather;
-use crate::sparse::{Reduced, put_block, take_block};
+use crate::entry::Reduced;
+use crate::frame::{put_block, take_block};
+use crate::registry::Registry;
+use crate::transport::{Intercept, Intercepting};
 use crate::{Traffic, Transport};
-use sparse_core::stats::{even_len, even_start};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
-use sparse_core::{Result, SparseVec, Stream};
+use sparse_core::{Result, SparseVec};
 
 /// One input of the matrix.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -107,152 +109,27 @@ fn inputs_of(p: usize, case: &Case, integer: bool) -> Result<Vec<SparseVec<f32>>
     Ok(v)
 }
 
-/// The algorithms the suite runs on `p` ranks, as registry specs: every
-/// built-in one but the planner (`auto`, whose profiling round changes the
-/// rounds; `tests/plan.rs` checks it), R-SAG with the largest power of two
-/// up to 4 dividing `P`, B-SAG with the smallest divisor above 1 of `P`.
-/// The budget `k` of the lossy ones comes from the [`Defaults`] of each
-/// case ([`budget`]).
+/// The algorithms the suite runs on `p` ranks, as registry specs: what
+/// each built-in one names for itself ([`crate::Registered::suite_specs`]:
+/// every one but the planner, whose profiling round changes the rounds
+/// and which `tests/plan.rs` checks; the codecs of those that take
+/// `values`; the teams of the SparDL variants). The budget `k` of the
+/// lossy ones comes from the [`Defaults`] of each case ([`budget`]).
 pub fn algorithms(p: usize) -> Vec<String> {
-    let rsag = [4usize, 2, 1].into_iter().find(|d| p % d == 0).unwrap_or(1);
-    let bsag = (2..=p).find(|d| p % d == 0).unwrap_or(1);
-    let mut specs: Vec<String> = Registry::<f32>::builtin()
-        .names()
-        .into_iter()
-        .filter(|&n| n != "auto")
-        .map(|n| match n {
-            "spardl_rsag" => format!("{n}:d={rsag}"),
-            "spardl_bsag" => format!("{n}:d={bsag}"),
-            _ => n.to_string(),
-        })
-        .collect();
-    // The composable wire values: every lossy codec on each collective
-    // that takes one.
-    for name in ["topk_a", "ssar_recursive_double", "spardl"] {
-        for values in ["f16", "bf16", "ssmean"] {
-            specs.push(format!("{name}:values={values}"));
-        }
-    }
-    specs
+    Registry::<f32>::builtin()
+        .entries()
+        .iter()
+        .flat_map(|e| e.suite_specs(p))
+        .collect()
 }
 
 fn lg(p: usize) -> u64 {
     (usize::BITS - (p - 1).leading_zeros()) as u64
 }
 
-/// The name and teams (`d`, 1 when not given) of a spec.
-fn name_and_teams(spec: &str) -> (String, usize) {
-    let mut params = Params::parse(spec).expect("a valid spec");
-    let d = params.take::<usize>("d").ok().flatten().unwrap_or(1);
-    (params.name().to_string(), d)
-}
-
-/// Rank `r`'s rounds in a first call of the built-in algorithm `spec` on
-/// `p` ranks; `None` for a name the suite does not know (a user's own).
-pub fn expected_rounds(spec: &str, p: usize, r: usize) -> Option<u64> {
-    let (name, d) = name_and_teams(spec);
-    let pu = p as u64;
-    let pp = 1usize << p.ilog2();
-    let rem = p - pp;
-    // MPICH's fold: the folded rank sits out, its partner does two more.
-    let fold = |core: u64| match (r < 2 * rem, r % 2 == 0) {
-        (true, true) => 2,
-        (true, false) => core + 2,
-        _ => core,
-    };
-    let rounds = match name.as_str() {
-        "topk_a" => lg(p),
-        "topk_dsa" => (pu - 1) + fold(pp.ilog2() as u64),
-        "ssar_recursive_double" => fold(pp.ilog2() as u64),
-        "ssar_split_allgather" | "dsar_split_allgather" | "dsar_qsgd" => (pu - 1) + lg(p),
-        "zen_balanced_parallelism" | "omnireduce_blocks" => 2 * (pu - 1),
-        "gtopk" => {
-            // Binomial trees: a rank receives from each child and sends to
-            // its parent, then the mirror image.
-            let low = if r == 0 {
-                p.next_power_of_two()
-            } else {
-                1 << r.trailing_zeros()
-            };
-            let children = (0..low.ilog2()).filter(|&i| r + (1 << i) < p).count() as u64;
-            2 * (children + u64::from(r != 0))
-        }
-        "ok_topk" => (pu - 1) + 3 * lg(p),
-        "spardl" => 2 * lg(p),
-        "spardl_rsag" => 2 * lg(p / d) + d.ilog2() as u64,
-        "spardl_bsag" => 2 * lg(p / d) + lg(d),
-        _ => return None,
-    };
-    Some(if p == 1 { 0 } else { rounds })
-}
-
-/// Rank `r`'s bytes received where they follow from the inputs alone:
-/// TopkA (a framed block per other rank), the split-allgather family (the
-/// split pieces, then each partition's stream block), `None` otherwise.
-pub fn expected_bytes(spec: &str, ins: &[SparseVec<f32>], r: usize) -> Option<u64> {
-    if spec.contains("values=") {
-        return None; // what a lossy codec sends depends on the values
-    }
-    let (name, _) = name_and_teams(spec);
-    let (p, dim) = (ins.len(), ins[0].dim());
-    let others = || (0..p).filter(move |&q| q != r);
-    let range = |q: usize| even_start(q, dim, p)..even_start(q, dim, p) + even_len(q, dim, p);
-    let count = |v: &SparseVec<f32>, q: usize| {
-        v.indices()
-            .iter()
-            .filter(|&&i| range(q).contains(&(i as usize)))
-            .count()
-    };
-    let block = |q: usize, dense: bool| {
-        let mut union: Vec<u32> = ins
-            .iter()
-            .flat_map(|v| v.indices().iter().copied())
-            .filter(|&i| range(q).contains(&(i as usize)))
-            .collect();
-        union.sort_unstable();
-        union.dedup();
-        let len = range(q).len();
-        // A stream's header: tag and padding, and for pairs their count.
-        if dense || union.len() > Stream::<f32>::delta(len) {
-            4 + 4 * len
-        } else {
-            8 + 8 * union.len()
-        }
-    };
-    let split = |dense: bool| -> usize {
-        others().map(|q| 8 + 8 * count(&ins[q], r)).sum::<usize>()
-            + others().map(|q| 4 + block(q, dense)).sum::<usize>()
-    };
-    let bytes = match name.as_str() {
-        "topk_a" => others().map(|q| 4 + 8 * ins[q].nnz()).sum(),
-        "ssar_split_allgather" => split(false),
-        "dsar_split_allgather" => split(true),
-        "topk_dsa" => {
-            let rem = p - (1usize << p.ilog2());
-            match (r < 2 * rem, r % 2 == 0) {
-                (true, true) => split(false) + 4 + block(r, false),
-                (true, false) => split(false) - 4,
-                _ => split(false),
-            }
-        }
-        _ => return None,
-    };
-    Some(bytes as u64)
-}
-
 /// The budget the suite gives the lossy algorithms for an input.
 pub fn budget(case: &Case) -> usize {
     ((case.density * case.dim as f64) as usize).max(1) * 2
-}
-
-/// The most entries a built-in lossy algorithm's result may hold with
-/// budget `k` (`None`: no budget, as DSAR with QSGD or a user's own).
-fn most_entries(spec: &str, k: usize) -> Option<usize> {
-    match name_and_teams(spec).0.as_str() {
-        "ok_topk" => Some(k.max(k * 13 / 10)),
-        "gtopk" | "spardl" | "spardl_rsag" | "spardl_bsag" => Some(k),
-        _ => None,
-    }
 }
 
 /// Runs the whole suite on this rank with every built-in algorithm
@@ -283,8 +160,12 @@ pub fn collective_suite(t: &mut dyn Transport) -> Result<usize> {
 /// the transport counted during the call, and the difference an entry
 /// agreement: at least `ceil(lg P)` rounds of one message each way, as
 /// many bytes sent as received; a rank whose result holds what its input
-/// does not must report receiving something. For the built-in algorithms also
-/// their budgets, rounds and, where they follow from the inputs, bytes.
+/// does not must report receiving something. Also what the algorithm
+/// says of itself: its result's bound
+/// ([`crate::SparseAllreduce::max_result_entries`]), and in a first call
+/// its rounds and bytes where it names them
+/// ([`crate::SparseAllreduce::expected_rounds`],
+/// [`crate::SparseAllreduce::expected_bytes`]).
 /// Returns the number of inputs checked.
 ///
 /// # Errors
@@ -304,6 +185,16 @@ pub fn collective_suite_for(
         let ins = inputs_of(p, &case, exact)?;
         let k = budget(&case);
         let mut algo = registry.build(spec, Defaults { k })?;
+        // What the fresh instance says its first call takes, by rank (no
+        // rounds on one rank).
+        let expected: Vec<_> = (0..p)
+            .map(|q| {
+                let rounds = algo
+                    .expected_rounds(p, q)
+                    .map(|n| if p == 1 { 0 } else { n });
+                (rounds, algo.expected_bytes(&ins, q))
+            })
+            .collect();
         let kind = if exact { "integer" } else { "real" };
         let ctx = format!("{spec} P={p} rank {r} {case:?} {kind} values");
         for call in [1, 2] {
@@ -349,12 +240,13 @@ pub fn collective_suite_for(
             }
             let outcome = Outcome {
                 ins: &ins,
-                k,
+                most: algo.max_result_entries(),
+                expected: &expected,
                 lossless: algo.lossless(),
                 exact,
                 first: call == 1,
             };
-            check_outcome(t, spec, &ctx, &outcome, &red)?;
+            check_outcome(t, &ctx, &outcome, &red)?;
         }
         runs += 1;
     }
@@ -407,22 +299,23 @@ fn check_entry_cost(ctx: &str, p: usize, counted: &Traffic, reported: &Traffic) 
 /// One call's inputs and what its algorithm promises.
 struct Outcome<'a> {
     ins: &'a [SparseVec<f32>],
-    k: usize,
+    /// The most entries a result may hold.
+    most: Option<usize>,
+    /// Each rank's rounds and bytes in a first call, where known.
+    expected: &'a [(Option<u64>, Option<u64>)],
     lossless: bool,
     /// Integer-valued inputs: sums are exact in any order.
     exact: bool,
-    /// A first call of a fresh instance: the built-ins' traffic formulas
-    /// hold.
+    /// A first call of a fresh instance: the expected traffic holds.
     first: bool,
 }
 
 /// Checks one call's outcome `red` on every rank: every rank's result and
 /// dropped part are gathered, the results compared bit for bit, the sum or
 /// its conservation checked (exactly, or within a rounding bound), and a
-/// built-in algorithm's budget and traffic.
+/// algorithm's budget and traffic.
 fn check_outcome(
     t: &mut dyn Transport,
-    spec: &str,
     ctx: &str,
     o: &Outcome<'_>,
     red: &Reduced<f32>,
@@ -441,7 +334,64 @@ fn check_outcome(
         }
     }
     let bound = |i: usize| 4.0 * p as f64 * f64::from(f32::EPSILON) * mags[i];
-    // Every rank's result, dropped and traffic, on every rank.
+    let (total, traffic) = gather_outcomes(t, ctx, dim, red)?;
+    let off = |got: &[f64]| {
+        (0..dim).find(|&i| {
+            if o.exact {
+                got[i] != oracle[i]
+            } else {
+                (got[i] - oracle[i]).abs() > bound(i)
+            }
+        })
+    };
+    if o.lossless {
+        assert_eq!(red.dropped.nnz(), 0, "{ctx}: lossless drops nothing");
+        let got: Vec<f64> = red.result.to_dense().into_iter().map(f64::from).collect();
+        if let Some(i) = off(&got) {
+            panic!(
+                "{ctx}: coordinate {i}: result {}, inputs sum to {}",
+                got[i], oracle[i]
+            );
+        }
+    } else {
+        if let Some(i) = off(&total) {
+            panic!(
+                "{ctx}: coordinate {i}: result + dropped = {}, inputs sum to {}",
+                total[i], oracle[i]
+            );
+        }
+        if let Some(most) = o.most {
+            assert!(
+                red.result.nnz() <= most,
+                "{ctx}: {} > {most}",
+                red.result.nnz()
+            );
+        }
+    }
+    if o.first {
+        for (q, (tr, &(rounds, bytes))) in traffic.iter().zip(o.expected).enumerate() {
+            if let Some(rounds) = rounds {
+                assert_eq!(tr.rounds, rounds, "{ctx}: rank {q}'s rounds");
+            }
+            if let Some(b) = bytes {
+                assert_eq!(tr.bytes_recv, b, "{ctx}: rank {q}'s bytes");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every rank's result, dropped part and traffic (vectors of dimension
+/// `dim`), on every rank: checks
+/// that every rank's result has this rank's bits, and returns the sum of
+/// rank 0's result and every rank's dropped part (in f64), and every
+/// rank's traffic (bytes received and rounds).
+fn gather_outcomes(
+    t: &mut dyn Transport,
+    ctx: &str,
+    dim: usize,
+    red: &Reduced<f32>,
+) -> Result<(Vec<f64>, Vec<Traffic>)> {
     let mut mine = Vec::new();
     put_block(&mut mine, &red.result);
     put_block(&mut mine, &red.dropped);
@@ -477,50 +427,7 @@ fn check_outcome(
             .iter()
             .for_each(|(i, x)| total[i as usize] += f64::from(x));
     }
-    let off = |got: &[f64]| {
-        (0..dim).find(|&i| {
-            if o.exact {
-                got[i] != oracle[i]
-            } else {
-                (got[i] - oracle[i]).abs() > bound(i)
-            }
-        })
-    };
-    if o.lossless {
-        assert_eq!(red.dropped.nnz(), 0, "{ctx}: lossless drops nothing");
-        let got: Vec<f64> = red.result.to_dense().into_iter().map(f64::from).collect();
-        if let Some(i) = off(&got) {
-            panic!(
-                "{ctx}: coordinate {i}: result {}, inputs sum to {}",
-                got[i], oracle[i]
-            );
-        }
-    } else {
-        if let Some(i) = off(&total) {
-            panic!(
-                "{ctx}: coordinate {i}: result + dropped = {}, inputs sum to {}",
-                total[i], oracle[i]
-            );
-        }
-        if let Some(most) = most_entries(spec, o.k) {
-            assert!(
-                red.result.nnz() <= most,
-                "{ctx}: {} > {most}",
-                red.result.nnz()
-            );
-        }
-    }
-    if o.first {
-        for (q, tr) in traffic.iter().enumerate() {
-            if let Some(rounds) = expected_rounds(spec, p, q) {
-                assert_eq!(tr.rounds, rounds, "{ctx}: rank {q}'s rounds");
-            }
-            if let Some(b) = expected_bytes(spec, o.ins, q) {
-                assert_eq!(tr.bytes_recv, b, "{ctx}: rank {q}'s bytes");
-            }
-        }
-    }
-    Ok(())
+    Ok((total, traffic))
 }
 
 /// The ways a vector built with `SparseVec::new_unchecked` can break its
@@ -620,28 +527,37 @@ pub fn bad_input_suite_for(
 /// A transport that corrupts one message of this rank: its `nth` send or
 /// exchange (counting from 1) loses its last byte (an empty message gets
 /// one), which every decoder of this crate rejects: their formats have
-/// exact lengths. Everything else goes to the inner transport.
-pub struct Corrupting<'a> {
-    inner: &'a mut dyn Transport,
+/// exact lengths. Everything else goes to the inner transport: the
+/// intercepting transport with [`Corruption`] as its hook.
+pub type Corrupting<'a> = Intercepting<'a, dyn Transport + 'a, Corruption>;
+
+/// The hook of [`Corrupting`]: which message to corrupt, and whether it
+/// was.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Corruption {
     nth: Option<u64>,
     sent: u64,
     fired: bool,
 }
 
-impl<'a> Corrupting<'a> {
+impl<'a> Intercepting<'a, dyn Transport + 'a, Corruption> {
     /// Corrupts the `nth` message `inner` sends (`None`: none).
     pub fn new(inner: &'a mut dyn Transport, nth: Option<u64>) -> Self {
-        Self {
+        Self::wrap(
             inner,
-            nth,
-            sent: 0,
-            fired: false,
-        }
+            Corruption {
+                nth,
+                ..Corruption::default()
+            },
+        )
     }
     /// Whether the message was corrupted (this rank sent `nth` messages).
     pub fn fired(&self) -> bool {
-        self.fired
+        self.hook().fired
     }
+}
+
+impl Intercept for Corruption {
     /// `data`, or its corruption when this is the `nth` message.
     fn outgoing<'d>(&mut self, data: &'d [u8]) -> std::borrow::Cow<'d, [u8]> {
         self.sent += 1;
@@ -653,54 +569,6 @@ impl<'a> Corrupting<'a> {
             [] => vec![0xA5].into(),
             [rest @ .., _] => rest.into(),
         }
-    }
-}
-
-impl Transport for Corrupting<'_> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
-        let data = self.outgoing(data);
-        self.inner.send(to, &data)
-    }
-    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
-        self.inner.recv(from)
-    }
-    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
-        let data = self.outgoing(data);
-        self.inner.exchange(to, &data, from)
-    }
-    fn exchange_into(
-        &mut self,
-        to: usize,
-        data: &[u8],
-        from: usize,
-        into: &mut Vec<u8>,
-    ) -> Result<()> {
-        let data = self.outgoing(data);
-        self.inner.exchange_into(to, &data, from, into)
-    }
-    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
-        self.inner.recv_into(from, into)
-    }
-    fn take_buffer(&mut self) -> Vec<u8> {
-        self.inner.take_buffer()
-    }
-    fn give_buffer(&mut self, buf: Vec<u8>) {
-        self.inner.give_buffer(buf);
-    }
-    fn traffic(&self) -> Traffic {
-        self.inner.traffic()
-    }
-    fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
-        self.inner.allreduce_sum_f32_into(x, out)
-    }
-    fn abandon(&mut self) {
-        self.inner.abandon();
     }
 }
 

@@ -2,7 +2,8 @@
 //! `sparse_core::encoding` a paper allows ([`WireValues`]), with the
 //! quantization error kept exactly in the sender's `dropped`.
 
-use crate::sparse::{le_u32s, put_block, take_block};
+use crate::bytes::le_u32s;
+use crate::frame::{put_block, take_block};
 use sparse_core::encoding::{Bf16, F16, Raw, Reader, SameSignMean, ValueCodec};
 use sparse_core::{Element, Error, Result, SparseVec, exact_difference};
 
@@ -114,6 +115,19 @@ impl WireValues {
         let mut bytes = Vec::new();
         self.encode(values, &mut bytes)?;
         self.decode(&mut Reader::new(&bytes, "values"), values.len())
+    }
+
+    /// Whether this codec can send `v` (checked before a collective's
+    /// entry round, so that a refusal reaches every rank): raw values
+    /// always, a lossy codec when [`WireValues::split_exact`] takes `v`.
+    ///
+    /// # Errors
+    /// [`WireValues::split_exact`]'s.
+    pub(crate) fn ready<E: Element>(&self, v: &SparseVec<E>) -> Result<()> {
+        match self {
+            Self::Raw => Ok(()),
+            values => values.split_exact(v).map(drop),
+        }
     }
 
     /// Splits `v` into `(sent, rest)`: `sent` holds exactly the values the
@@ -299,6 +313,14 @@ pub(crate) fn values_param_of(params: &mut crate::Params) -> Result<WireValues> 
     params
         .take::<String>("values")?
         .map_or(Ok(WireValues::Raw), |s| WireValues::parse(&s))
+}
+
+/// The collective suite's specs of an algorithm that takes `values`: raw
+/// (its defaults) and each lossy codec.
+pub(crate) fn with_codecs(name: &str) -> Vec<String> {
+    let mut specs = vec![name.to_string()];
+    specs.extend(["f16", "bf16", "ssmean"].map(|v| format!("{name}:values={v}")));
+    specs
 }
 
 #[cfg(test)]

@@ -1,52 +1,74 @@
 //! What a collective of your own needs to speak the built-in ones' wire
-//! formats: the entry check every sparse allreduce starts with, and the
-//! framing of sparse pairs, blocks and streams. Every integer and value
-//! travels little-endian. Run the whole call inside [`crate::guard`], as
-//! the built-in ones do: a rank that fails part way (a corrupt message)
-//! then abandons the transport, so its peers fail instead of waiting.
+//! formats: the entry round every sparse allreduce starts with
+//! ([`enter`], in [`crate::SparseAllreduce::enter`]), and the framing of
+//! sparse pairs, blocks and streams for its body
+//! ([`crate::SparseAllreduce::body`]). Every integer and value travels
+//! little-endian. The trait's `allreduce_into` runs the body inside
+//! [`crate::guard`]: a rank that fails part way (a corrupt message) then
+//! abandons the transport, so its peers fail instead of waiting.
 //!
 //! ```
-//! use sparse_coll::{Reduced, Transport, guard, wire};
+//! use sparse_coll::{Entered, Reduced, SparseAllreduce, Profile, Transport, wire};
 //! use sparse_coll::dense::bruck_allgather;
+//! use sparse_core::cost::Cost;
 //! use sparse_core::{Result, SparseVec};
 //!
 //! /// An allgather of every rank's pairs, summed in rank order.
-//! fn my_allreduce(t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-//!     guard(t, |t| my_allreduce_body(t, v))
-//! }
+//! struct MyAllreduce;
 //!
-//! fn my_allreduce_body(t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-//!     // Every rank checks its input and agrees on the call, or all fail.
-//!     let start = wire::enter(t, "my_allreduce", v, &[], Ok(()))?;
-//!     let mut msg = Vec::new();
-//!     wire::put_block(&mut msg, v);
-//!     let mut result = SparseVec::zeros(v.dim())?;
-//!     for b in bruck_allgather(t, &msg)? {
-//!         let mut rest: &[u8] = &b;
-//!         let part = wire::take_block(&mut rest, v.dim(), 0, v.dim(), "my message")?;
-//!         result = result.merge_sum(&part)?;
+//! impl SparseAllreduce<f32> for MyAllreduce {
+//!     fn name(&self) -> String {
+//!         "my_allreduce".into()
 //!     }
-//!     Ok(Reduced {
-//!         dropped: SparseVec::zeros(v.dim())?,
-//!         traffic: t.traffic().since(&start),
-//!         result,
-//!     })
+//!     fn lossless(&self) -> bool {
+//!         true
+//!     }
+//!     fn cost(&self, prof: &Profile) -> Cost {
+//!         Cost::new(prof.p as f64, prof.k_sum as f64)
+//!     }
+//!     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Entered> {
+//!         // Every rank checks its input and agrees on the call, or all fail.
+//!         wire::enter(t, "my_allreduce", v, &[], Ok(()))
+//!     }
+//!     fn body(
+//!         &mut self,
+//!         t: &mut dyn Transport,
+//!         v: &SparseVec<f32>,
+//!         entered: Entered,
+//!         out: &mut Reduced<f32>,
+//!     ) -> Result<()> {
+//!         let mut msg = Vec::new();
+//!         wire::put_block(&mut msg, v);
+//!         let mut result = SparseVec::zeros(v.dim())?;
+//!         for b in bruck_allgather(t, &msg)? {
+//!             let mut rest: &[u8] = &b;
+//!             let part = wire::take_block(&mut rest, v.dim(), 0, v.dim(), "my message")?;
+//!             result = result.merge_sum(&part)?;
+//!         }
+//!         *out = Reduced {
+//!             dropped: SparseVec::zeros(v.dim())?,
+//!             traffic: t.traffic().since(&entered.start()),
+//!             result,
+//!         };
+//!         Ok(())
+//!     }
 //! }
 //! # let out = sparse_coll::ThreadCluster::new(3).run(|t| {
 //! #     let v = SparseVec::new(10, vec![t.rank() as u32], vec![1.0f32])?;
-//! #     my_allreduce(t, &v)
+//! #     MyAllreduce.allreduce(t, &v)
 //! # });
 //! # assert!(out.iter().all(|r| r.as_ref().unwrap().result.nnz() == 3));
 //! ```
 
-use crate::sparse::Id;
-use crate::{Traffic, Transport};
+use crate::{Entered, Transport};
 use sparse_core::{Element, Result, SparseVec};
 
-pub use crate::spardl::split_topk;
-pub use crate::sparse::{
-    agree, agree_or_fail, decode_stream, encode_stream, le_bytes, le_u32s, put_block, put_pairs,
-    read_pairs, split_where, stream_to_sparse, take_block,
+pub use crate::algorithms::spardl::split_topk;
+pub use crate::bytes::{le_bytes, le_u32s};
+pub use crate::entry::{agree, agree_or_fail, entry_id};
+pub use crate::frame::{
+    decode_stream, encode_stream, put_block, put_pairs, read_pairs, split_where, stream_to_sparse,
+    take_block,
 };
 pub use crate::values::WireValues;
 
@@ -55,8 +77,8 @@ pub use crate::values::WireValues;
 /// rank's `local` readiness (checks and allocations made before the call),
 /// then every rank agrees on the algorithm (by `name`), the dimension, the
 /// element type and `extra` parameters. Any rank's failure reaches every
-/// rank as an error ([`crate::agree_or_fail`]). Returns the traffic before
-/// the algorithm's own, to subtract with [`Traffic::since`].
+/// rank as an error ([`crate::agree_or_fail`]); it never abandons the
+/// transport. Returns the [`Entered`] the body takes.
 ///
 /// # Errors
 /// This rank's error; `Error::PeerError`; `Error::Disagreement`; transport
@@ -67,12 +89,6 @@ pub fn enter<E: Element>(
     v: &SparseVec<E>,
     extra: &[(&'static str, u64)],
     local: Result<()>,
-) -> Result<Traffic> {
-    crate::sparse::enter(t, Id::User(name_id(name)), v, extra, local)
-}
-
-/// FNV-1a of the name with the top bit set, so that no user name collides
-/// with a built-in algorithm's identifier.
-fn name_id(name: &str) -> u64 {
-    sparse_core::hash::fnv1a(name.bytes()) | 1 << 63
+) -> Result<Entered> {
+    crate::entry::enter(t, name, v, extra, local)
 }

@@ -10,7 +10,8 @@ use common::{
     topk_by_sort,
 };
 use sparse_coll::{
-    OkTopk, Reduced, SpardlBsag, ThreadCluster, Transport, gtopk, spardl, spardl_rsag,
+    Gtopk, OkTopk, Reduced, Spardl, SpardlBsag, SpardlRsag, SparseAllreduce, ThreadCluster,
+    Transport,
 };
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Error, SparseVec, cost};
@@ -47,7 +48,7 @@ fn gtopk_conserves_the_sum_and_keeps_k() {
         for (dim, density, overlap, k) in CASES {
             for skew in [false, true] {
                 let ins = inputs(p, dim, density, overlap, skew, (p * 7 + dim + k) as u64);
-                let out = run(p, &ins, |t, v| gtopk(t, v, k));
+                let out = run(p, &ins, |t, v| Gtopk::new(k).allreduce(t, v));
                 let ctx = format!("gtopk P={p} dim={dim} k={k} skew={skew}");
                 assert_conserved(&ins, &out, &ctx);
                 assert!(out[0].result.nnz() <= k, "{ctx}");
@@ -76,7 +77,10 @@ fn gtopk_equals_a_brute_force_reduction_tree() {
         for (dim, density, overlap, k) in CASES {
             let ins = inputs(p, dim, density, overlap, false, (p * 5 + k) as u64);
             let want = gtopk_tree(&ins, 0, usize::MAX, k);
-            for (r, red) in run(p, &ins, |t, v| gtopk(t, v, k)).iter().enumerate() {
+            for (r, red) in run(p, &ins, |t, v| Gtopk::new(k).allreduce(t, v))
+                .iter()
+                .enumerate()
+            {
                 assert_eq!(red.result, want, "P={p} dim={dim} k={k} rank {r}");
             }
         }
@@ -87,7 +91,7 @@ fn gtopk_equals_a_brute_force_reduction_tree() {
 fn gtopk_with_room_for_everything_is_lossless() {
     for p in RANKS {
         let ins = inputs(p, 300, 0.05, 0.3, false, 4);
-        for red in run(p, &ins, |t, v| gtopk(t, v, 300)) {
+        for red in run(p, &ins, |t, v| Gtopk::new(300).allreduce(t, v)) {
             assert_eq!(red.result.to_dense(), oracle(&ins), "P={p}");
             assert_eq!(red.dropped.nnz(), 0, "P={p}");
         }
@@ -98,7 +102,9 @@ fn gtopk_with_room_for_everything_is_lossless() {
 fn gtopk_traffic_matches_table_1() {
     for p in RANKS {
         let k = 10;
-        let out = run(p, &full_inputs(p, 200), |t, v| gtopk(t, v, k));
+        let out = run(p, &full_inputs(p, 200), |t, v| {
+            Gtopk::new(k).allreduce(t, v)
+        });
         // Rank 0 receives ceil(lg P) messages of k pairs (4-byte count
         // each) and sends as many down the broadcast tree.
         let t0 = out[0].traffic;
@@ -153,7 +159,10 @@ fn ok_topk_first_call_is_exact_against_a_brute_force_oracle() {
             let out: Vec<(Reduced<f32>, Vec<usize>)> = ThreadCluster::new(p)
                 .run(|t| {
                     let mut ok = OkTopk::new(k, 4)?;
-                    let red = ok.allreduce(t, &ins[t.rank()])?;
+                    let red = {
+                        let r = Transport::rank(t);
+                        ok.allreduce(t, &ins[r])
+                    }?;
                     Ok((red, ok.bounds().to_vec()))
                 })
                 .into_iter()
@@ -218,7 +227,10 @@ fn ok_topk_reuses_its_thresholds_between_refreshes() {
                 let mut ok = OkTopk::new(40, period)?;
                 calls
                     .iter()
-                    .map(|ins| ok.allreduce(t, &ins[t.rank()]))
+                    .map(|ins| {
+                        let r = Transport::rank(t);
+                        ok.allreduce(t, &ins[r])
+                    })
                     .collect::<sparse_core::Result<Vec<_>>>()
             })
             .into_iter()
@@ -269,12 +281,12 @@ fn rsag_conserves_the_sum_and_keeps_shares() {
         for d in [1usize, 2, 4, 8].into_iter().filter(|d| p % d == 0) {
             for (dim, density, overlap, k) in CASES {
                 let ins = inputs(p, dim, density, overlap, true, (p * 3 + d + k) as u64);
-                let out = run(p, &ins, |t, v| spardl_rsag(t, v, k, d));
+                let out = run(p, &ins, |t, v| SpardlRsag::new(k, Some(d)).allreduce(t, v));
                 let ctx = format!("r-sag P={p} d={d} dim={dim} k={k}");
                 assert_conserved(&ins, &out, &ctx);
                 assert_within_shares(&out[0].result, p / d, k, &ctx);
                 if d == 1 {
-                    let plain = run(p, &ins, |t, v| spardl(t, v, k));
+                    let plain = run(p, &ins, |t, v| Spardl::new(k).allreduce(t, v));
                     assert_eq!(out[0].result, plain[0].result, "{ctx}: d = 1 is SparDL");
                 }
             }
@@ -288,7 +300,9 @@ fn rsag_with_room_for_everything_is_lossless() {
         for d in [1usize, 2, 4, 8].into_iter().filter(|d| p % d == 0) {
             let ins = inputs(p, 1500, 0.02, 0.5, true, (p + d) as u64);
             // Every block's share is its whole length: nothing is ever cut.
-            for red in run(p, &ins, |t, v| spardl_rsag(t, v, 1500, d)) {
+            for red in run(p, &ins, |t, v| {
+                SpardlRsag::new(1500, Some(d)).allreduce(t, v)
+            }) {
                 assert_eq!(red.result.to_dense(), oracle(&ins), "P={p} d={d}");
                 assert_eq!(red.dropped.nnz(), 0, "P={p} d={d}");
             }
@@ -312,7 +326,7 @@ fn rsag_with_one_worker_per_team_equals_brute_force_recursive_doubling() {
                     .collect();
                 mask <<= 1;
             }
-            let out = run(p, &ins, |t, v| spardl_rsag(t, v, k, p));
+            let out = run(p, &ins, |t, v| SpardlRsag::new(k, Some(p)).allreduce(t, v));
             for (r, red) in out.iter().enumerate() {
                 assert_eq!(red.result, held[r], "P={p} dim={dim} k={k} rank {r}");
             }
@@ -327,7 +341,7 @@ fn rsag_traffic_matches_eq_5() {
         for d in [1usize, 2, 4, 8, 16].into_iter().filter(|d| p % d == 0) {
             let (k, m) = (4 * p, p / d);
             let out = run(p, &full_inputs(p, 64 * p + 3), |t, v| {
-                spardl_rsag(t, v, k, d)
+                SpardlRsag::new(k, Some(d)).allreduce(t, v)
             });
             let model = cost::spardl_rsag(p, k, d);
             let lgd = d.ilog2() as f64;
@@ -347,7 +361,8 @@ fn rsag_traffic_matches_eq_5() {
 #[test]
 fn sag_rejects_team_counts_that_do_not_fit() {
     for (p, d) in [(4usize, 3usize), (6, 4), (5, 2)] {
-        for r in ThreadCluster::new(p).run(|t| spardl_rsag(t, &SparseVec::<f32>::zeros(40)?, 4, d))
+        for r in ThreadCluster::new(p)
+            .run(|t| SpardlRsag::new(4, Some(d)).allreduce(t, &SparseVec::<f32>::zeros(40)?))
         {
             assert!(
                 matches!(r, Err(Error::InvalidParameter { name: "teams", .. })),
@@ -378,7 +393,10 @@ fn bsag_conserves_the_sum_over_calls() {
                     let mut b = SpardlBsag::new(k, d)?;
                     let mut v = Vec::new();
                     for ins in &calls {
-                        let red = b.allreduce(t, &ins[t.rank()])?;
+                        let red = {
+                            let r = Transport::rank(t);
+                            b.allreduce(t, &ins[r])
+                        }?;
                         v.push((red, b.h().unwrap()));
                     }
                     Ok(v)
@@ -476,7 +494,7 @@ fn ranks_that_disagree_on_k_or_teams_all_get_an_error() {
     }
     let out = ThreadCluster::new(4).run(|t| {
         let d = if t.rank() == 3 { 4 } else { 2 };
-        spardl_rsag(t, &SparseVec::<f32>::zeros(100)?, 8, d)
+        SpardlRsag::new(8, Some(d)).allreduce(t, &SparseVec::<f32>::zeros(100)?)
     });
     assert_all_disagree(&out, "teams", "r-sag with 2 and 4 teams");
 }
@@ -511,7 +529,10 @@ fn ok_topk_stays_within_its_budget_after_a_tiny_first_call() {
                     let mut reds = Vec::new();
                     for (c, ins) in calls.iter().enumerate() {
                         let before = t.traffic();
-                        let red = ok.allreduce(t, &ins[t.rank()])?;
+                        let red = {
+                            let r = Transport::rank(t);
+                            ok.allreduce(t, &ins[r])
+                        }?;
                         assert!(
                             red.result.nnz() <= budget,
                             "P={p} k={k} call {c}: result {} > {budget}",
@@ -568,7 +589,8 @@ fn ok_topk_conserves_across_changing_dimensions() {
                     let mut ok = OkTopk::new(k, 64)?;
                     let mut reds = Vec::new();
                     for ins in &calls {
-                        reds.push(ok.allreduce(t, &ins[t.rank()])?);
+                        let r = Transport::rank(t);
+                        reds.push(ok.allreduce(t, &ins[r])?);
                         assert_eq!(ok.bounds().last(), Some(&ins[0].dim()));
                     }
                     Ok(reds)

@@ -3,7 +3,10 @@
 
 mod common;
 use common::{assert_all_disagree, assert_conserved, inputs, oracle, run};
-use sparse_coll::{Auto, Defaults, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster};
+use sparse_coll::{
+    Auto, Defaults, Entered, Profile, Reduced, Registry, Spardl, SparseAllreduce, ThreadCluster,
+    TopkA,
+};
 use sparse_core::SparseVec;
 
 fn registry() -> Registry<f32> {
@@ -142,7 +145,7 @@ fn auto_picks_within_a_quarter_of_the_fewest_bytes_once_profiled() {
                 }
             })
             .collect();
-        let m = measured(p, &ins, &sparse_coll::LOSSLESS);
+        let m = measured(p, &ins, &registry().auto_candidates());
         let best = m.iter().map(|x| x.1).min().unwrap();
         let choices = plan(p, &ins, 0.0, 1.0, 3);
         let chosen = m.iter().find(|x| x.0 == choices[2]).unwrap();
@@ -159,7 +162,7 @@ fn auto_picks_within_a_quarter_of_the_fewest_bytes_once_profiled() {
 fn auto_picks_the_fewest_rounds_when_latency_dominates() {
     for p in [3usize, 8, 9] {
         let ins = inputs(p, 1000, 0.01, 0.5, false, 9);
-        let m = measured(p, &ins, &sparse_coll::LOSSLESS);
+        let m = measured(p, &ins, &registry().auto_candidates());
         let fewest = m.iter().map(|x| x.2).min().unwrap();
         let choice = plan(p, &ins, 1.0, 0.0, 2).swap_remove(1);
         let chosen = m.iter().find(|x| x.0 == choice).unwrap();
@@ -250,7 +253,7 @@ fn started_collectives_return_the_transport() {
     use sparse_coll::nonblocking::start;
     let p = 4;
     let ins = inputs(p, 3000, 0.02, 0.5, false, 8);
-    let blocking = run(p, &ins, |t, v| sparse_coll::spardl(t, v, 50));
+    let blocking = run(p, &ins, |t, v| Spardl::new(50).allreduce(t, v));
     // Owned transports, each rank on a thread of its own: start, compute,
     // wait, then use the transport again.
     let handles: Vec<_> = ThreadCluster::new(p)
@@ -260,10 +263,10 @@ fn started_collectives_return_the_transport() {
             let v = ins[sparse_coll::Transport::rank(&t)].clone();
             std::thread::spawn(move || {
                 let w = v.clone();
-                let pending = start(t, move |t| sparse_coll::spardl(t, &w, 50));
+                let pending = start(t, move |t| Spardl::new(50).allreduce(t, &w));
                 let busy = squares_mod_7(100_000);
                 let (mut t, first) = pending.wait();
-                let again = sparse_coll::spardl(&mut t, &v, 50);
+                let again = Spardl::new(50).allreduce(&mut t, &v);
                 (first.unwrap(), again.unwrap(), busy)
             })
         })
@@ -327,7 +330,7 @@ fn planners_out_of_step_all_get_an_error() {
 }
 
 /// A user's scheme under its own name: TopkA, wrapped.
-struct MyTopk;
+struct MyTopk(TopkA);
 
 impl SparseAllreduce<f32> for MyTopk {
     fn name(&self) -> String {
@@ -339,12 +342,21 @@ impl SparseAllreduce<f32> for MyTopk {
     fn cost(&self, prof: &Profile) -> sparse_core::cost::Cost {
         sparse_core::cost::Cost::new(0.0, prof.k_sum as f64)
     }
-    fn allreduce(
+    fn enter(
         &mut self,
         t: &mut dyn sparse_coll::Transport,
         v: &SparseVec<f32>,
-    ) -> sparse_core::Result<Reduced<f32>> {
-        sparse_coll::topk_a(t, v)
+    ) -> sparse_core::Result<Entered> {
+        self.0.enter(t, v)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn sparse_coll::Transport,
+        v: &SparseVec<f32>,
+        entered: Entered,
+        out: &mut Reduced<f32>,
+    ) -> sparse_core::Result<()> {
+        self.0.body(t, v, entered, out)
     }
 }
 
@@ -353,8 +365,10 @@ impl SparseAllreduce<f32> for MyTopk {
 #[test]
 fn auto_by_name_plans_over_named_candidates() {
     let mut reg = registry();
-    reg.register("my_topk", "", "TopkA, wrapped", |_, _| Ok(Box::new(MyTopk)))
-        .unwrap();
+    reg.register("my_topk", "", "TopkA, wrapped", |_, _| {
+        Ok(Box::new(MyTopk(TopkA::default())))
+    })
+    .unwrap();
     let d = Defaults { k: 0 };
     let auto = reg
         .build("auto:candidates=my_topk+ssar_split_allgather,every=3", d)

@@ -5,10 +5,10 @@
 //! equal to the papers' formulas, and disagreeing ranks all erroring.
 
 use sparse_coll::{
-    Reduced, ThreadCluster, ThreadTransport, Transport, dsar_split_allgather,
-    ssar_recursive_double, ssar_split_allgather, topk_a, topk_dsa,
+    DsarSplitAllgather, OmniReduceBlocks, Reduced, Spardl, SparseAllreduce, SsarRecursiveDouble,
+    SsarSplitAllgather, ThreadCluster, ThreadTransport, TopkA, TopkDsa, Transport,
+    ZenBalancedParallelism,
 };
-use sparse_coll::{omnireduce_blocks, zen_balanced_parallelism};
 use sparse_core::H0;
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::qsgd::QsgdParams;
@@ -23,30 +23,44 @@ use common::{
 
 type Algo = fn(&mut ThreadTransport, &SparseVec<f32>) -> Result<Reduced<f32>>;
 fn dsar_plain(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-    dsar_split_allgather(t, v, None)
+    DsarSplitAllgather::new(None).allreduce(t, v)
 }
 
 const ZEN_SEED: u64 = 0x2e7;
 
 fn zen(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-    let index = Arc::new(PartitionIndex::new(
-        H0::new(ZEN_SEED, t.size() as u32)?,
-        v.dim(),
-    )?);
-    zen_balanced_parallelism(t, v, &index)
+    ZenBalancedParallelism::new(ZEN_SEED)
+        .host_split()
+        .allreduce(t, v)
+}
+
+fn topk_a(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
+    TopkA::default().allreduce(t, v)
+}
+
+fn topk_dsa(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
+    TopkDsa.allreduce(t, v)
+}
+
+fn ssar_recursive_double(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
+    SsarRecursiveDouble::default().allreduce(t, v)
+}
+
+fn ssar_split_allgather(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
+    SsarSplitAllgather.allreduce(t, v)
 }
 
 fn omni(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-    omnireduce_blocks(t, v, 16)
+    OmniReduceBlocks::new(16)?.allreduce(t, v)
 }
 
 const LOSSLESS: [(&str, Algo); 7] = [
-    ("topk_dsa", topk_dsa::<_, f32>),
+    ("topk_dsa", topk_dsa),
     ("zen_balanced_parallelism", zen),
     ("omnireduce_blocks", omni),
-    ("topk_a", topk_a::<_, f32>),
-    ("ssar_recursive_double", ssar_recursive_double::<_, f32>),
-    ("ssar_split_allgather", ssar_split_allgather::<_, f32>),
+    ("topk_a", topk_a),
+    ("ssar_recursive_double", ssar_recursive_double),
+    ("ssar_split_allgather", ssar_split_allgather),
     ("dsar_split_allgather", dsar_plain),
 ];
 
@@ -54,7 +68,7 @@ const LOSSLESS: [(&str, Algo); 7] = [
 fn topk_a_traffic_is_exact() {
     for p in RANKS {
         let ins = inputs(p, 5000, 0.01, 0.3, false, p as u64);
-        let out = run(p, &ins, topk_a::<_, f32>);
+        let out = run(p, &ins, topk_a);
         for (r, red) in out.iter().enumerate() {
             let want: usize = (0..p)
                 .filter(|&q| q != r)
@@ -75,7 +89,7 @@ fn topk_a_traffic_is_exact() {
         }
         .generate(p)
         .unwrap();
-        for red in run(p, &full, topk_a::<_, f32>) {
+        for red in run(p, &full, topk_a) {
             assert_eq!(
                 red.traffic.bytes_recv as f64,
                 cost::topk_a(p, k).bytes() + 4.0 * (p as f64 - 1.0)
@@ -103,7 +117,7 @@ fn ssar_recursive_double_meets_sparcmls_bounds_exactly() {
             }
             .generate(p)
             .unwrap();
-            for red in run(p, &ins, ssar_recursive_double::<_, f32>) {
+            for red in run(p, &ins, ssar_recursive_double) {
                 assert_eq!(
                     red.traffic.bytes_recv as f64,
                     bound.bytes() + header,
@@ -127,7 +141,7 @@ fn ssar_switches_to_dense_past_delta() {
     .generate(p)
     .unwrap();
     let want = oracle(&ins);
-    for red in run(p, &ins, ssar_recursive_double::<_, f32>) {
+    for red in run(p, &ins, ssar_recursive_double) {
         assert_eq!(red.result.to_dense(), want);
         assert!(
             red.traffic.bytes_recv <= 3 * (4 + 2000 * 4),
@@ -152,9 +166,9 @@ fn disagreeing_ranks_all_get_an_error() {
     let out = ThreadCluster::new(3).run(|t| {
         let v = SparseVec::<f32>::zeros(10).unwrap();
         if t.rank() == 0 {
-            topk_a(t, &v)
+            TopkA::default().allreduce(t, &v)
         } else {
-            ssar_recursive_double(t, &v)
+            SsarRecursiveDouble::default().allreduce(t, &v)
         }
     });
     assert_all_disagree(&out, "algorithm", "topk_a vs ssar_recursive_double");
@@ -164,7 +178,10 @@ fn disagreeing_ranks_all_get_an_error() {
 /// plus every rank's `dropped`, densely.
 fn quantized_dsar(ins: &[SparseVec<f32>], q: QsgdParams) -> (Vec<Reduced<f32>>, Vec<f32>) {
     let out: Vec<Reduced<f32>> = ThreadCluster::new(ins.len())
-        .run(|t| dsar_split_allgather(t, &ins[t.rank()], Some(q)))
+        .run(|t| {
+            let r = Transport::rank(t);
+            DsarSplitAllgather::new(Some(q)).allreduce(t, &ins[r])
+        })
         .into_iter()
         .map(|r| r.unwrap())
         .collect();
@@ -296,7 +313,7 @@ fn spardl_conserves_the_sum_and_agrees_bitwise() {
         ] {
             for skew in [false, true] {
                 let ins = inputs(p, dim, density, overlap, skew, (p + dim + k) as u64);
-                let out = run(p, &ins, |t, v| sparse_coll::spardl(t, v, k));
+                let out = run(p, &ins, |t, v| Spardl::new(k).allreduce(t, v));
                 let ctx = format!("P={p} dim={dim} k={k} skew={skew}");
                 // Integer inputs: conservation is exact.
                 assert_conserved(&ins, &out, &ctx);
@@ -313,7 +330,10 @@ fn spardl_with_room_for_everything_is_lossless() {
         let want = oracle(&ins);
         // Every block can keep its whole length: nothing is ever cut.
         let k = 2000;
-        for red in ThreadCluster::new(p).run(|t| sparse_coll::spardl(t, &ins[t.rank()], k)) {
+        for red in ThreadCluster::new(p).run(|t| {
+            let r = Transport::rank(t);
+            Spardl::new(k).allreduce(t, &ins[r])
+        }) {
             let red = red.unwrap();
             assert_eq!(red.result.to_dense(), want, "P={p}");
             assert_eq!(red.dropped.nnz(), 0);
@@ -338,7 +358,10 @@ fn spardl_traffic_matches_table_1() {
                 }
             })
             .collect();
-        for red in ThreadCluster::new(p).run(|t| sparse_coll::spardl(t, &ins[t.rank()], k)) {
+        for red in ThreadCluster::new(p).run(|t| {
+            let r = Transport::rank(t);
+            Spardl::new(k).allreduce(t, &ins[r])
+        }) {
             let red = red.unwrap();
             let model = cost::spardl(p, k);
             // 4 bytes of count per block in both phases, plus Bruck's frame.
@@ -435,10 +458,9 @@ fn zen_balances_skewed_pushes_that_omnireduce_does_not() {
 /// hashing. With few hash slots and skewed indices, entries go through the
 /// serial overflow area and the fallback list, and still nothing is lost:
 /// the result equals the dense oracle and, bit for bit, the host-partitioned
-/// reference (`zen_balanced_parallelism`), with the same traffic.
+/// reference (`ZenBalancedParallelism::host_split`), with the same traffic.
 #[test]
 fn zen_with_hierarchical_hashing_loses_nothing_under_overflow() {
-    use sparse_coll::{SparseAllreduce, ZenBalancedParallelism};
     for p in [2usize, 3, 5, 8] {
         let dim = 20_000;
         let ins = GradientSpec {
@@ -452,9 +474,7 @@ fn zen_with_hierarchical_hashing_loses_nothing_under_overflow() {
         }
         .generate::<f32>(p)
         .unwrap();
-        let index =
-            Arc::new(PartitionIndex::new(H0::new(ZEN_SEED, p as u32).unwrap(), dim).unwrap());
-        let reference = run(p, &ins, |t, v| zen_balanced_parallelism(t, v, &index));
+        let reference = run(p, &ins, zen);
         let out: Vec<(Reduced<f32>, sparse_coll::ZenStats)> = ThreadCluster::new(p)
             .run(|t| {
                 // 1000 entries per rank over P partitions into 64 parallel

@@ -21,50 +21,32 @@
 //!   that grows with the data (a counting global allocator; MPICH's own
 //!   allocations are not Rust's and are not counted).
 
+use mpi::environment::Universe;
 use sparse_coll::testing::{
     CountingAlloc, algorithms, bad_input_suite, check_corrupt, collective_suite, corrupt_case,
 };
-use sparse_coll::{MpiTransport, Traffic, Transport, spardl, topk_a};
+use sparse_coll::{
+    Intercept, Intercepting, MpiTransport, Reduced, Spardl, SparseAllreduce, SsarSplitAllgather,
+    TopkA, Transport,
+};
 use sparse_core::{Error, Result, SparseVec};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-/// A transport that panics at its `at`-th call.
-struct PanicAt<'a> {
-    inner: &'a mut MpiTransport,
+/// Panics at the `at`-th call of a transport (a send, receive or
+/// exchange, in either form): the hook of an intercepting transport.
+#[derive(Debug)]
+struct PanicAt {
     calls: u64,
     at: u64,
 }
 
-impl PanicAt<'_> {
-    fn tick(&mut self) {
+impl Intercept for PanicAt {
+    fn call(&mut self) -> Result<()> {
         self.calls += 1;
         assert!(self.calls != self.at, "injected panic at call {}", self.at);
-    }
-}
-
-impl Transport for PanicAt<'_> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
-        self.tick();
-        self.inner.send(to, data)
-    }
-    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
-        self.tick();
-        self.inner.recv(from)
-    }
-    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
-        self.tick();
-        self.inner.exchange(to, data, from)
-    }
-    fn traffic(&self) -> Traffic {
-        self.inner.traffic()
+        Ok(())
     }
 }
 
@@ -77,226 +59,254 @@ fn main() {
         "MPI provides only {level:?}"
     );
     MpiTransport::abort_on_panic();
-    let mut t = MpiTransport::new(universe.world());
-    let (r, p) = (t.rank(), t.size());
-    if r == 0 {
-        println!("world size {p}");
+    let t = MpiTransport::new(universe.world());
+    if t.rank() == 0 {
+        println!("world size {}", t.size());
     }
     let mode = std::env::args().nth(1).unwrap_or_else(|| "suite".into());
     match mode.as_str() {
-        "suite" => {
-            let runs = collective_suite(&mut t).expect("the suite runs");
-            // Invalid inputs on one rank: an error on every rank, no hang.
-            let bad = bad_input_suite(&mut t).expect("the bad-input suite runs");
-            // The transport's own dense allreduce (MPI_Allreduce): integer
-            // sums are exact, so it equals the ring bit for bit.
-            for n in [0usize, 1, 7, 1000, 100_003] {
-                let x: Vec<f32> = (0..n)
-                    .map(|i| ((i * 7 + r * 13) % 97) as f32 - 48.0)
-                    .collect();
-                let mpi = t.allreduce_sum_f32(&x).expect("MPI_Allreduce");
-                let ring = sparse_coll::dense::ring_allreduce(&mut t, &x).expect("ring");
-                assert_eq!(
-                    mpi, ring,
-                    "rank {r}: MPI_Allreduce and the ring differ at n = {n}"
-                );
-            }
-            let n = if r == 0 && p > 1 { 5 } else { 6 };
-            match t.allreduce_sum_f32(&vec![1.0; n]) {
-                Err(Error::Disagreement { .. }) if p > 1 => {}
-                Ok(_) if p == 1 => {}
-                other => panic!("rank {r}: lengths that differ gave {other:?}"),
-            }
-            println!("OK rank {r} of {p}: {runs} runs checked, {bad} bad-input calls");
-        }
-        "disagree" => {
-            let dim = if r == 1 { 99 } else { 100 };
-            let res = topk_a(&mut t, &SparseVec::<f32>::zeros(dim).expect("dim"));
-            match res {
-                Err(Error::Disagreement {
-                    what: "dimension", ..
-                }) => {
-                    println!("OK rank {r} of {p}: disagreement reported")
-                }
-                other => panic!("rank {r}: expected a disagreement, got {other:?}"),
-            }
-        }
-        "panic" => {
-            let v = SparseVec::from_dense(&vec![1.0f32; 1000]).expect("dense");
-            // The agreement check takes ceil(lg P) calls: fail at the first
-            // call after it, inside Spar-Reduce-Scatter.
-            let lg = u64::from(usize::BITS - (p - 1).leading_zeros());
-            let at = if r == p - 1 { lg + 1 } else { u64::MAX };
-            let mut f = PanicAt {
-                inner: &mut t,
-                calls: 0,
-                at,
-            };
-            let res = spardl(&mut f, &v, 100);
-            println!(
-                "rank {r} of {p} finished: {:?}",
-                res.map(|x| x.result.nnz())
-            );
-        }
-        "p2p" => {
-            let before = t.traffic();
-            let empty = t
-                .exchange((r + 1) % p, &[], (r + p - 1) % p)
-                .expect("exchange");
-            assert!(empty.is_empty());
-            let got = t
-                .exchange((r + 2) % p, &[r as u8; 3], (r + 2 * p - 2) % p)
-                .expect("exchange");
-            assert_eq!(got, vec![((r + 2 * p - 2) % p) as u8; 3]);
-            let tr = t.traffic().since(&before);
-            assert_eq!((tr.bytes_sent, tr.bytes_recv, tr.rounds), (3, 3, 2));
-            assert_eq!((tr.msgs_sent, tr.msgs_recv), (2, 2));
-            assert!(matches!(t.send(p, &[]), Err(Error::NoSuchRank { .. })));
-            // Messages split into pieces (of 1,000 bytes here, as messages
-            // of 1 GiB or more are): lengths around multiples of a piece,
-            // counted as one message each.
-            let mut pieces = MpiTransport::new(universe.world())
-                .with_max_message(1000)
-                .expect("a piece length");
-            let before = pieces.traffic();
-            let lens = [0usize, 1, 999, 1000, 1001, 2000, 4567];
-            let fill = |q: usize, len: usize| -> Vec<u8> {
-                (0..len).map(|i| (i * 31 + q * 7 + len) as u8).collect()
-            };
-            for len in lens {
-                let (to, from) = ((r + 1) % p, (r + p - 1) % p);
-                let got = pieces.exchange(to, &fill(r, len), from).expect("exchange");
-                assert_eq!(got, fill(from, len), "rank {r}: {len} bytes in pieces");
-            }
-            let tr = pieces.traffic().since(&before);
-            let total: usize = lens.iter().sum();
-            assert_eq!((tr.bytes_sent, tr.bytes_recv), (total as u64, total as u64));
-            assert_eq!((tr.msgs_sent, tr.msgs_recv), (7, 7));
-            // Collectives and the dense allreduce (in slices of 250
-            // elements) over pieces equal those over whole messages, bit
-            // for bit and byte for byte.
-            let v = SparseVec::new(
-                50_000,
-                (0..3000).map(|i| i * 16 + r as u32).collect(),
-                (0..3000).map(|i| (i % 17) as f32 - 8.0).collect(),
-            )
-            .expect("input");
-            for algo in [
-                topk_a::<MpiTransport, f32>,
-                sparse_coll::ssar_split_allgather,
-            ] {
-                let whole = algo(&mut t, &v).expect("whole messages");
-                let split = algo(&mut pieces, &v).expect("pieces");
-                assert_eq!(whole.result, split.result, "rank {r}");
-                assert_eq!(whole.traffic, split.traffic, "rank {r}");
-            }
-            let x: Vec<f32> = (0..1001).map(|i| ((i * 7 + r * 13) % 97) as f32).collect();
-            assert_eq!(
-                pieces.allreduce_sum_f32(&x).expect("sliced MPI_Allreduce"),
-                t.allreduce_sum_f32(&x).expect("MPI_Allreduce"),
-                "rank {r}"
-            );
-            println!("OK rank {r} of {p}: zero-length, shifted and split exchanges");
-        }
-        "nonblocking" => {
-            let v = SparseVec::new(
-                5000,
-                vec![r as u32, 100 + r as u32, 4000],
-                vec![1.0f32, 2.0, 3.0],
-            )
-            .expect("input");
-            let blocking = spardl(&mut t, &v, 40).expect("blocking");
-            let w = v.clone();
-            let pending = sparse_coll::nonblocking::start(t, move |t| spardl(t, &w, 40));
-            let busy: u64 = (0..1_000_000u64).map(|x| x ^ (x >> 3)).sum();
-            let (_t, started) = pending.wait();
-            let started = started.expect("non-blocking");
-            assert_eq!(started.result, blocking.result, "rank {r}");
-            assert_eq!(started.dropped, blocking.dropped, "rank {r}");
-            println!("OK rank {r} of {p}: non-blocking equals blocking ({busy})");
-        }
-        "warm" => {
-            // 12,000 pairs per rank spread over the dimension (every
-            // partition gets some), half of them shared by every rank.
-            const DIM: u32 = 1 << 20;
-            const NNZ: u32 = 12_000;
-            const SMALL: u64 = 8 << 10;
-            let mut idx: Vec<u32> = (0..NNZ / 2)
-                .map(|i| i * (DIM / NNZ))
-                .chain((0..NNZ / 2).map(|i| 7 + i * (2 * DIM / NNZ - 3) + r as u32 * 3))
-                .filter(|&i| i < DIM)
-                .collect();
-            idx.sort_unstable();
-            idx.dedup();
-            let val = idx.iter().map(|&i| (i % 13) as f32 - 6.5).collect();
-            let v = SparseVec::new(DIM as usize, idx, val).expect("input");
-            let registry = sparse_coll::Registry::<f32>::builtin();
-            let defaults = sparse_coll::Defaults { k: NNZ as usize };
-            for spec in [
-                "topk_a",
-                "topk_dsa",
-                "ssar_recursive_double",
-                "ssar_split_allgather",
-            ] {
-                let mut algo = registry.build(spec, defaults).expect("built");
-                let mut out = sparse_coll::Reduced::default();
-                for _ in 0..3 {
-                    algo.allreduce_into(&mut t, &v, &mut out).expect("warm-up");
-                }
-                let before = CountingAlloc::asked();
-                algo.allreduce_into(&mut t, &v, &mut out)
-                    .expect("warm call");
-                let bytes = CountingAlloc::asked() - before;
-                assert!(
-                    bytes <= SMALL,
-                    "rank {r} of {p}: a warm {spec} call allocated {bytes} bytes (at most {SMALL})"
-                );
-            }
-            println!("OK rank {r} of {p}: warm calls allocate at most {SMALL} bytes");
-        }
-        "corrupt" => {
-            let registry = sparse_coll::Registry::<f32>::builtin();
-            let mut cases = 0;
-            // Every algorithm on the transport, and some on a `Group` of
-            // every rank in reverse order, which must abandon the transport
-            // under it.
-            let cases_of = algorithms(p).into_iter().map(|s| (s, false));
-            let grouped = ["topk_a", "spardl"].map(|s| (s.to_string(), true));
-            for (spec, group) in cases_of.chain(grouped) {
-                for victim in [0, p - 1] {
-                    for nth in 1.. {
-                        // A fresh transport per case: a failed call
-                        // abandons its transport on every rank.
-                        let mut fresh = MpiTransport::new(universe.world());
-                        let mine = if group {
-                            let mut g = sparse_coll::Group::new(&mut fresh, (0..p).rev().collect())
-                                .expect("every rank is a member");
-                            corrupt_case(&mut g, &registry, &spec, victim, nth)
-                        } else {
-                            corrupt_case(&mut fresh, &registry, &spec, victim, nth)
-                        }
-                        .expect("the case builds");
-                        drop(fresh);
-                        let all = sparse_coll::dense::bruck_allgather(&mut t, &mine)
-                            .expect("the reports gather");
-                        let outcomes: Vec<[u8; 3]> = all
-                            .iter()
-                            .map(|b| b[..].try_into().expect("3-byte reports"))
-                            .collect();
-                        let fired = check_corrupt(&outcomes).unwrap_or_else(|e| {
-                            panic!(
-                                "{spec} (group: {group}) P={p}, message {nth} of rank {victim}: {e}"
-                            )
-                        });
-                        if !fired {
-                            break;
-                        }
-                        cases += 1;
-                    }
-                }
-            }
-            println!("OK rank {r} of {p}: {cases} corrupted messages failed every rank");
-        }
+        "suite" => suite(t),
+        "disagree" => disagree(t),
+        "panic" => panic_mode(t),
+        "p2p" => p2p(t, &universe),
+        "nonblocking" => nonblocking(t),
+        "warm" => warm(t),
+        "corrupt" => corrupt(t, &universe),
         other => panic!("unknown mode {other:?}"),
     }
+}
+
+/// The collective suite and the bad-input suite on MPI, and the
+/// transport's own dense allreduce against the ring.
+fn suite(mut t: MpiTransport) {
+    let (r, p) = (t.rank(), t.size());
+    let runs = collective_suite(&mut t).expect("the suite runs");
+    // Invalid inputs on one rank: an error on every rank, no hang.
+    let bad = bad_input_suite(&mut t).expect("the bad-input suite runs");
+    // The transport's own dense allreduce (MPI_Allreduce): integer
+    // sums are exact, so it equals the ring bit for bit.
+    for n in [0usize, 1, 7, 1000, 100_003] {
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7 + r * 13) % 97) as f32 - 48.0)
+            .collect();
+        let mpi = t.allreduce_sum_f32(&x).expect("MPI_Allreduce");
+        let ring = sparse_coll::dense::ring_allreduce(&mut t, &x).expect("ring");
+        assert_eq!(
+            mpi, ring,
+            "rank {r}: MPI_Allreduce and the ring differ at n = {n}"
+        );
+    }
+    let n = if r == 0 && p > 1 { 5 } else { 6 };
+    match t.allreduce_sum_f32(&vec![1.0; n]) {
+        Err(Error::Disagreement { .. }) if p > 1 => {}
+        Ok(_) if p == 1 => {}
+        other => panic!("rank {r}: lengths that differ gave {other:?}"),
+    }
+    println!("OK rank {r} of {p}: {runs} runs checked, {bad} bad-input calls");
+}
+
+/// Ranks that pass different dimensions all get a disagreement.
+fn disagree(mut t: MpiTransport) {
+    let (r, p) = (t.rank(), t.size());
+    let dim = if r == 1 { 99 } else { 100 };
+    let res = TopkA::default().allreduce(&mut t, &SparseVec::<f32>::zeros(dim).expect("dim"));
+    match res {
+        Err(Error::Disagreement {
+            what: "dimension", ..
+        }) => {
+            println!("OK rank {r} of {p}: disagreement reported")
+        }
+        other => panic!("rank {r}: expected a disagreement, got {other:?}"),
+    }
+}
+
+/// The last rank panics inside a collective (at its first call after the
+/// entry round, inside Spar-Reduce-Scatter).
+fn panic_mode(mut t: MpiTransport) {
+    let (r, p) = (t.rank(), t.size());
+    let v = SparseVec::from_dense(&vec![1.0f32; 1000]).expect("dense");
+    // The agreement check takes ceil(lg P) calls: fail at the first
+    // call after it, inside Spar-Reduce-Scatter.
+    let lg = u64::from(usize::BITS - (p - 1).leading_zeros());
+    let at = if r == p - 1 { lg + 1 } else { u64::MAX };
+    let mut f = Intercepting::wrap(&mut t, PanicAt { calls: 0, at });
+    let res = Spardl::new(100).allreduce(&mut f, &v);
+    println!(
+        "rank {r} of {p} finished: {:?}",
+        res.map(|x| x.result.nnz())
+    );
+}
+
+/// Zero-length, shifted and split exchanges, and collectives over
+/// messages split into pieces.
+fn p2p(mut t: MpiTransport, universe: &Universe) {
+    let (r, p) = (t.rank(), t.size());
+    let before = t.traffic();
+    let empty = t
+        .exchange((r + 1) % p, &[], (r + p - 1) % p)
+        .expect("exchange");
+    assert!(empty.is_empty());
+    let got = t
+        .exchange((r + 2) % p, &[r as u8; 3], (r + 2 * p - 2) % p)
+        .expect("exchange");
+    assert_eq!(got, vec![((r + 2 * p - 2) % p) as u8; 3]);
+    let tr = t.traffic().since(&before);
+    assert_eq!((tr.bytes_sent, tr.bytes_recv, tr.rounds), (3, 3, 2));
+    assert_eq!((tr.msgs_sent, tr.msgs_recv), (2, 2));
+    assert!(matches!(t.send(p, &[]), Err(Error::NoSuchRank { .. })));
+    // Messages split into pieces (of 1,000 bytes here, as messages
+    // of 1 GiB or more are): lengths around multiples of a piece,
+    // counted as one message each.
+    let mut pieces = MpiTransport::new(universe.world())
+        .with_max_message(1000)
+        .expect("a piece length");
+    let before = pieces.traffic();
+    let lens = [0usize, 1, 999, 1000, 1001, 2000, 4567];
+    let fill = |q: usize, len: usize| -> Vec<u8> {
+        (0..len).map(|i| (i * 31 + q * 7 + len) as u8).collect()
+    };
+    for len in lens {
+        let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+        let got = pieces.exchange(to, &fill(r, len), from).expect("exchange");
+        assert_eq!(got, fill(from, len), "rank {r}: {len} bytes in pieces");
+    }
+    let tr = pieces.traffic().since(&before);
+    let total: usize = lens.iter().sum();
+    assert_eq!((tr.bytes_sent, tr.bytes_recv), (total as u64, total as u64));
+    assert_eq!((tr.msgs_sent, tr.msgs_recv), (7, 7));
+    // Collectives and the dense allreduce (in slices of 250
+    // elements) over pieces equal those over whole messages, bit
+    // for bit and byte for byte.
+    let v = SparseVec::new(
+        50_000,
+        (0..3000).map(|i| i * 16 + r as u32).collect(),
+        (0..3000).map(|i| (i % 17) as f32 - 8.0).collect(),
+    )
+    .expect("input");
+    type Algo = fn(&mut dyn Transport, &SparseVec<f32>) -> Result<Reduced<f32>>;
+    let algos: [Algo; 2] = [
+        |t, v| TopkA::default().allreduce(t, v),
+        |t, v| SsarSplitAllgather.allreduce(t, v),
+    ];
+    for algo in algos {
+        let whole = algo(&mut t, &v).expect("whole messages");
+        let split = algo(&mut pieces, &v).expect("pieces");
+        assert_eq!(whole.result, split.result, "rank {r}");
+        assert_eq!(whole.traffic, split.traffic, "rank {r}");
+    }
+    let x: Vec<f32> = (0..1001).map(|i| ((i * 7 + r * 13) % 97) as f32).collect();
+    assert_eq!(
+        pieces.allreduce_sum_f32(&x).expect("sliced MPI_Allreduce"),
+        t.allreduce_sum_f32(&x).expect("MPI_Allreduce"),
+        "rank {r}"
+    );
+    println!("OK rank {r} of {p}: zero-length, shifted and split exchanges");
+}
+
+/// A collective started on the progress thread equals the blocking one.
+fn nonblocking(mut t: MpiTransport) {
+    let (r, p) = (t.rank(), t.size());
+    let v = SparseVec::new(
+        5000,
+        vec![r as u32, 100 + r as u32, 4000],
+        vec![1.0f32, 2.0, 3.0],
+    )
+    .expect("input");
+    let blocking = Spardl::new(40).allreduce(&mut t, &v).expect("blocking");
+    let w = v.clone();
+    let pending = sparse_coll::nonblocking::start(t, move |t| Spardl::new(40).allreduce(t, &w));
+    let busy: u64 = (0..1_000_000u64).map(|x| x ^ (x >> 3)).sum();
+    let (_t, started) = pending.wait();
+    let started = started.expect("non-blocking");
+    assert_eq!(started.result, blocking.result, "rank {r}");
+    assert_eq!(started.dropped, blocking.dropped, "rank {r}");
+    println!("OK rank {r} of {p}: non-blocking equals blocking ({busy})");
+}
+
+/// Once warm, the lossless top-k algorithms allocate nothing that grows
+/// with the data.
+fn warm(mut t: MpiTransport) {
+    let (r, p) = (t.rank(), t.size());
+    // 12,000 pairs per rank spread over the dimension (every
+    // partition gets some), half of them shared by every rank.
+    const DIM: u32 = 1 << 20;
+    const NNZ: u32 = 12_000;
+    const SMALL: u64 = 8 << 10;
+    let mut idx: Vec<u32> = (0..NNZ / 2)
+        .map(|i| i * (DIM / NNZ))
+        .chain((0..NNZ / 2).map(|i| 7 + i * (2 * DIM / NNZ - 3) + r as u32 * 3))
+        .filter(|&i| i < DIM)
+        .collect();
+    idx.sort_unstable();
+    idx.dedup();
+    let val = idx.iter().map(|&i| (i % 13) as f32 - 6.5).collect();
+    let v = SparseVec::new(DIM as usize, idx, val).expect("input");
+    let registry = sparse_coll::Registry::<f32>::builtin();
+    let defaults = sparse_coll::Defaults { k: NNZ as usize };
+    for spec in [
+        "topk_a",
+        "topk_dsa",
+        "ssar_recursive_double",
+        "ssar_split_allgather",
+    ] {
+        let mut algo = registry.build(spec, defaults).expect("built");
+        let mut out = sparse_coll::Reduced::default();
+        for _ in 0..3 {
+            algo.allreduce_into(&mut t, &v, &mut out).expect("warm-up");
+        }
+        let before = CountingAlloc::asked();
+        algo.allreduce_into(&mut t, &v, &mut out)
+            .expect("warm call");
+        let bytes = CountingAlloc::asked() - before;
+        assert!(
+            bytes <= SMALL,
+            "rank {r} of {p}: a warm {spec} call allocated {bytes} bytes (at most {SMALL})"
+        );
+    }
+    println!("OK rank {r} of {p}: warm calls allocate at most {SMALL} bytes");
+}
+
+/// A corrupted message fails every rank without a hang, for every
+/// algorithm, on the transport and on a group.
+fn corrupt(mut t: MpiTransport, universe: &Universe) {
+    let (r, p) = (t.rank(), t.size());
+    let registry = sparse_coll::Registry::<f32>::builtin();
+    let mut cases = 0;
+    // Every algorithm on the transport, and some on a `Group` of
+    // every rank in reverse order, which must abandon the transport
+    // under it.
+    let cases_of = algorithms(p).into_iter().map(|s| (s, false));
+    let grouped = ["topk_a", "spardl"].map(|s| (s.to_string(), true));
+    for (spec, group) in cases_of.chain(grouped) {
+        for victim in [0, p - 1] {
+            for nth in 1.. {
+                // A fresh transport per case: a failed call
+                // abandons its transport on every rank.
+                let mut fresh = MpiTransport::new(universe.world());
+                let mine = if group {
+                    let mut g = sparse_coll::Group::new(&mut fresh, (0..p).rev().collect())
+                        .expect("every rank is a member");
+                    corrupt_case(&mut g, &registry, &spec, victim, nth)
+                } else {
+                    corrupt_case(&mut fresh, &registry, &spec, victim, nth)
+                }
+                .expect("the case builds");
+                drop(fresh);
+                let all =
+                    sparse_coll::dense::bruck_allgather(&mut t, &mine).expect("the reports gather");
+                let outcomes: Vec<[u8; 3]> = all
+                    .iter()
+                    .map(|b| b[..].try_into().expect("3-byte reports"))
+                    .collect();
+                let fired = check_corrupt(&outcomes).unwrap_or_else(|e| {
+                    panic!("{spec} (group: {group}) P={p}, message {nth} of rank {victim}: {e}")
+                });
+                if !fired {
+                    break;
+                }
+                cases += 1;
+            }
+        }
+    }
+    println!("OK rank {r} of {p}: {cases} corrupted messages failed every rank");
 }

@@ -1,17 +1,15 @@
 //! TopkDSA (Renggli et al., as SparDL's Table 1 and experiments run it).
 
-use crate::Transport;
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::{Profile, bytes_cost};
-use crate::sparse::Reduced;
-use crate::sparse::into_new;
-use crate::split_allgather::topk_dsa_into;
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithms::split_allgather::{Gather, Phase, split_allgather, split_enter};
+use crate::profile::{Profile, bytes_cost};
+use crate::{Entered, Reduced, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec};
 
 /// TopkDSA, the dynamic sparse allreduce of Renggli et al. (SparCML) as
 /// SparDL's Table 1 and experiments run it: the split phase of
-/// [`crate::ssar_split_allgather`] (`P - 1` direct steps; each owner sums its
+/// [`crate::SsarSplitAllgather`] (`P - 1` direct steps; each owner sums its
 /// partition), then a recursive-doubling allgather
 /// ([`crate::dense::recursive_doubling_allgather`]) of the partitions, each
 /// a sparse stream that turns dense past delta, so the allgather moves
@@ -27,22 +25,19 @@ use sparse_core::{Element, Result, SparseVec};
 /// in past delta travels dense, so at most `n (2 E + 4)` bytes for a dense
 /// result (`E` the element's bytes).
 ///
+/// Registry name `topk_dsa`.
+///
 /// # Errors
 /// [`sparse_core::Error::Disagreement`], transport errors, [`sparse_core::Error::Corrupt`].
-pub fn topk_dsa<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-) -> Result<Reduced<E>> {
-    into_new(|out| topk_dsa_into(t, v, out))
-}
-
-/// [`topk_dsa`] as a [`SparseAllreduce`] (registry name `topk_dsa`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TopkDsa;
 
+/// The registry name, from which the entry id derives.
+pub(crate) const NAME: &str = "topk_dsa";
+
 impl<E: Element> SparseAllreduce<E> for TopkDsa {
     fn name(&self) -> String {
-        "topk_dsa".into()
+        NAME.into()
     }
     fn lossless(&self) -> bool {
         true
@@ -56,30 +51,55 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
         let part = 4.0 + prof.partition_stream_bytes();
         let folded = if p.is_power_of_two() { 0.0 } else { part };
         let bytes = prof.split_phase_bytes() + prof.others() * part + folded;
-        bytes_cost((p - 1) as f64 + crate::ssar::fold_rounds(p), bytes)
+        bytes_cost(
+            (p - 1) as f64 + crate::algorithms::ssar::fold_rounds(p),
+            bytes,
+        )
     }
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(cost::topk_dsa(prof.p, prof.n, prof.k_avg())))
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        topk_dsa(t, v)
+    /// `P - 1` direct steps, then the recursive doubling with MPICH's fold.
+    fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + crate::algorithms::ssar::fold_rounds_of(p, r))
     }
-    fn allreduce_into(
+    /// The split phase's pieces and the partitions' stream blocks; a rank
+    /// folded out receives only the result's blocks, its partner its
+    /// partition too.
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        let p = ins.len();
+        let rem = p - (1usize << p.ilog2());
+        let split = crate::algorithms::split_allgather::split_bytes(ins, r, false);
+        Some(match (r < 2 * rem, r % 2 == 0) {
+            (true, true) => {
+                split + 4 + crate::algorithms::split_allgather::block_bytes(ins, r, false)
+            }
+            (true, false) => split - 4,
+            _ => split,
+        })
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        split_enter(t, v, Phase::Sparse, NAME)
+    }
+    fn body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        topk_dsa_into(t, v, out)
+        let start = entered.start();
+        split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, start, out)
     }
 }
 
 impl<E: Element> Registered<E> for TopkDsa {
-    const NAME: &'static str = "topk_dsa";
+    const NAME: &'static str = NAME;
+    const PLANNED: bool = true;
     const PARAMS: &'static str = "";
     const HELP: &'static str =
         "split, then recursive-doubling allgather of dynamic streams (SparDL's TopkDSA); lossless";
-    fn build(_: &mut Params, _: Defaults) -> Result<Self> {
+    fn build(_: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self)
     }
 }

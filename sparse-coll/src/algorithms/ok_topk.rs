@@ -2,12 +2,13 @@
 //! split and reduce over balanced regions, global selection by a reused
 //! threshold, then allgather.
 
-use crate::Transport;
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithms::spardl::split_topk;
 use crate::dense::bruck_allgather;
-use crate::plan::{Profile, bytes_cost};
-use crate::spardl::split_topk;
-use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
+use crate::entry::{Reduced, enter};
+use crate::frame::{put_block, split_where, take_block};
+use crate::profile::{Profile, bytes_cost};
+use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::even_start;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
@@ -207,110 +208,95 @@ impl<E: Element> OkTopk<E> {
         Ok(())
     }
 
-    /// One Ok-Topk allreduce of `v`.
-    ///
-    /// # Errors
-    /// [`Error::Disagreement`] (dimension, `k`, period, or a rank whose
-    /// state is out of step), transport errors, [`Error::Corrupt`].
-    pub fn allreduce<T: Transport + ?Sized>(
+    /// One Ok-Topk allreduce of `v` after the entry round.
+    fn reduce<T: Transport + ?Sized>(
         &mut self,
         t: &mut T,
         v: &SparseVec<E>,
+        start: Traffic,
     ) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| {
-            let dim = v.dim();
-            let start = enter(
-                t,
-                Id::OkTopk,
-                v,
-                &[
-                    ("k", self.k as u64),
-                    ("period", self.period),
-                    ("call", self.calls),
-                ],
-                Ok(()),
-            )?;
-            let (p, r) = (t.size(), t.rank());
-            let refresh = self.refreshes_next() || !self.regions_fit(p, dim);
-            let keys = || v.values().iter().map(|&x| abs_key(x)).collect();
-            if refresh || self.local.is_none() {
-                self.local = kth_key(keys(), self.k);
-            }
-            let (mut sel, mut dropped) = reaching(v, self.local);
-            if sel.nnz() > self.budget() {
-                // The reused threshold went stale: exact top-k, re-estimated.
-                (sel, dropped) = split_topk(v, self.k);
-                self.local = kth_key(keys(), self.k);
-            }
-            if refresh {
-                self.balance(t, &sel)?;
-            }
-            let bounds = self.bounds.clone();
-            let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
-            let mut parts: Vec<SparseVec<E>> = vec![SparseVec::zeros(dim)?; p];
-            parts[r] = sel.restrict(region(r).0, region(r).1);
-            for s in 1..p {
-                let (to, from) = ((r + s) % p, (r + p - s) % p);
-                let mut msg = Vec::new();
-                put_block(&mut msg, &sel.restrict(region(to).0, region(to).1));
-                let got = t.exchange(to, &msg, from)?;
-                let mut rest: &[u8] = &got;
-                parts[from] =
-                    take_block(&mut rest, dim, region(r).0, region(r).1, "ok-topk piece")?;
-                if !rest.is_empty() {
-                    return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
-                }
-            }
-            let mut sum = SparseVec::zeros(dim)?;
-            for part in &parts {
-                sum = sum.merge_sum(part)?;
-            }
-            if refresh {
-                self.global_threshold(t, &sum)?;
-            }
-            let (chosen, cut) = reaching(&sum, self.global);
-            dropped = dropped.merge_sum(&cut)?;
+        let dim = v.dim();
+        let (p, r) = (t.size(), t.rank());
+        let refresh = self.refreshes_next() || !self.regions_fit(p, dim);
+        let keys = || v.values().iter().map(|&x| abs_key(x)).collect();
+        if refresh || self.local.is_none() {
+            self.local = kth_key(keys(), self.k);
+        }
+        let (mut sel, mut dropped) = reaching(v, self.local);
+        if sel.nnz() > self.budget() {
+            // The reused threshold went stale: exact top-k, re-estimated.
+            (sel, dropped) = split_topk(v, self.k);
+            self.local = kth_key(keys(), self.k);
+        }
+        if refresh {
+            self.balance(t, &sel)?;
+        }
+        let bounds = self.bounds.clone();
+        let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
+        let mut parts: Vec<SparseVec<E>> = vec![SparseVec::zeros(dim)?; p];
+        parts[r] = sel.restrict(region(r).0, region(r).1);
+        for s in 1..p {
+            let (to, from) = ((r + s) % p, (r + p - s) % p);
             let mut msg = Vec::new();
-            put_block(&mut msg, &chosen);
-            let all = bruck_allgather(t, &msg)?;
-            let (mut idx, mut val) = (Vec::new(), Vec::new());
-            for (q, b) in all.iter().enumerate() {
-                let mut rest: &[u8] = b;
-                let part =
-                    take_block::<E>(&mut rest, dim, region(q).0, region(q).1, "ok-topk block")?;
-                if !rest.is_empty() {
-                    return Err(Error::corrupt("ok-topk block", "trailing bytes"));
-                }
-                idx.extend_from_slice(part.indices());
-                val.extend_from_slice(part.values());
+            put_block(&mut msg, &sel.restrict(region(to).0, region(to).1));
+            let got = t.exchange(to, &msg, from)?;
+            let mut rest: &[u8] = &got;
+            parts[from] = take_block(&mut rest, dim, region(r).0, region(r).1, "ok-topk piece")?;
+            if !rest.is_empty() {
+                return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
             }
-            let mut result =
-                SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("ok-topk blocks", e))?;
-            if result.nnz() > self.budget() {
-                // Over budget: every rank keeps the same exact top-k of the same
-                // gathered entries; each owner keeps what it cut from its region.
-                let (kept, over) = split_topk(&result, self.k);
-                let (lo, len) = region(r);
-                dropped = dropped.merge_sum(&over.restrict(lo, len))?;
-                self.global = kth_key(
-                    result.values().iter().map(|&x| abs_key(x)).collect(),
-                    self.k,
-                );
-                result = kept;
+        }
+        let mut sum = SparseVec::zeros(dim)?;
+        for part in &parts {
+            sum = sum.merge_sum(part)?;
+        }
+        if refresh {
+            self.global_threshold(t, &sum)?;
+        }
+        let (chosen, cut) = reaching(&sum, self.global);
+        dropped = dropped.merge_sum(&cut)?;
+        let mut msg = Vec::new();
+        put_block(&mut msg, &chosen);
+        let all = bruck_allgather(t, &msg)?;
+        let (mut idx, mut val) = (Vec::new(), Vec::new());
+        for (q, b) in all.iter().enumerate() {
+            let mut rest: &[u8] = b;
+            let part = take_block::<E>(&mut rest, dim, region(q).0, region(q).1, "ok-topk block")?;
+            if !rest.is_empty() {
+                return Err(Error::corrupt("ok-topk block", "trailing bytes"));
             }
-            self.calls += 1;
-            Ok(Reduced {
-                result,
-                dropped,
-                traffic: t.traffic().since(&start),
-            })
+            idx.extend_from_slice(part.indices());
+            val.extend_from_slice(part.values());
+        }
+        let mut result =
+            SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("ok-topk blocks", e))?;
+        if result.nnz() > self.budget() {
+            // Over budget: every rank keeps the same exact top-k of the same
+            // gathered entries; each owner keeps what it cut from its region.
+            let (kept, over) = split_topk(&result, self.k);
+            let (lo, len) = region(r);
+            dropped = dropped.merge_sum(&over.restrict(lo, len))?;
+            self.global = kth_key(
+                result.values().iter().map(|&x| abs_key(x)).collect(),
+                self.k,
+            );
+            result = kept;
+        }
+        self.calls += 1;
+        Ok(Reduced {
+            result,
+            dropped,
+            traffic: t.traffic().since(&start),
         })
     }
 }
 
+/// The registry name, from which the entry id derives.
+const NAME: &str = "ok_topk";
+
 impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     fn name(&self) -> String {
-        "ok_topk".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         format!("k={},period={}", self.k, self.period)
@@ -346,18 +332,46 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(cost::ok_topk(prof.p, self.k)))
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        OkTopk::allreduce(self, t, v)
+    /// A first call refreshes: the split to the region owners (`P - 1`
+    /// steps) and three Bruck allgathers (boundaries, magnitudes, the
+    /// selections).
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + 3 * u64::from(cost::ceil_log2(p)))
+    }
+    /// The owners' selections may together exceed `k` by the threshold's
+    /// estimate: at most 30% more.
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k.max(self.k * 13 / 10))
+    }
+    /// The ranks agree on the budget, the period and the call counter, so
+    /// a rank whose state is out of step is a disagreement.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let fields = [
+            ("k", self.k as u64),
+            ("period", self.period),
+            ("call", self.calls),
+        ];
+        enter(t, NAME, v, &fields, Ok(()))
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        *out = self.reduce(t, v, entered.start())?;
+        Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for OkTopk<E> {
-    const NAME: &'static str = "ok_topk";
+    const NAME: &'static str = NAME;
     const PARAMS: &'static str =
         "k (entries selected), period (calls between re-estimations, default 32)";
     const HELP: &'static str =
         "Ok-Topk: split and reduce over balanced regions, reused thresholds; lossy";
-    fn build(params: &mut Params, d: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let k = crate::algorithm::k_param(params, d)?;
         Self::new(k, params.take("period")?.unwrap_or(32))
     }

@@ -1,10 +1,10 @@
 //! The OmniReduce-style block baseline Zen improves on.
 
-use crate::Transport;
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::{Profile, bytes_cost};
-use crate::push_pull::{Scheme, push_pull, split_by_owner};
-use crate::sparse::{Id, Reduced, enter};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithms::push_pull::{Scheme, push_pull, split_by_owner};
+use crate::entry::{Reduced, enter};
+use crate::profile::{Profile, bytes_cost};
+use crate::{Entered, Transport};
 use sparse_core::cost::Cost;
 use sparse_core::encoding::{Block, Encoding, Raw};
 use sparse_core::{Element, Result, SparseVec};
@@ -37,36 +37,12 @@ impl<E: Element> Scheme<E> for Omni {
 /// Memory per rank: the blocks touched by any rank, at most `(4 + E) n` bytes
 /// (`E` the element's bytes), plus the input.
 ///
+/// Registry name `omnireduce_blocks`, parameter `block`.
+///
 /// # Errors
 /// [`sparse_core::Error::Disagreement`],
 /// [`sparse_core::Error::InvalidParameter`] for a zero block size, transport
 /// errors, [`sparse_core::Error::Corrupt`].
-pub fn omnireduce_blocks<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    block_size: usize,
-) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| {
-        let block = Block::new(block_size, Raw);
-        enter(
-            t,
-            Id::OmniReduceBlocks,
-            v,
-            &[("block size", block_size as u64)],
-            block.as_ref().map(drop).map_err(Clone::clone),
-        )?;
-        let scheme = Omni {
-            dim: v.dim(),
-            p: t.size(),
-            block: block?,
-        };
-        let pieces = split_by_owner(v, &scheme, t.size());
-        push_pull(t, v, &scheme, pieces)
-    })
-}
-
-/// [`omnireduce_blocks`] as a [`SparseAllreduce`] (registry name
-/// `omnireduce_blocks`).
 #[derive(Debug, Clone, Copy)]
 pub struct OmniReduceBlocks {
     block: usize,
@@ -83,9 +59,12 @@ impl OmniReduceBlocks {
     }
 }
 
+/// The registry name, from which the entry id derives.
+const NAME: &str = "omnireduce_blocks";
+
 impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
     fn name(&self) -> String {
-        "omnireduce_blocks".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         format!("block={}", self.block)
@@ -106,16 +85,36 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
         let pull = 16.0 + block * touched(prof.union as f64) / p;
         bytes_cost(2.0 * (p - 1.0), prof.others() * (push + pull))
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        omnireduce_blocks(t, v, self.block)
+    /// Push to every other rank, then pull from every other rank.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * (p as u64 - 1))
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        enter(t, NAME, v, &[("block size", self.block as u64)], Ok(()))
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        let scheme = Omni {
+            dim: v.dim(),
+            p: t.size(),
+            block: Block::new(self.block, Raw)?,
+        };
+        let pieces = split_by_owner(v, &scheme, t.size());
+        *out = push_pull(t, v, &scheme, pieces)?;
+        Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for OmniReduceBlocks {
-    const NAME: &'static str = "omnireduce_blocks";
+    const NAME: &'static str = NAME;
     const PARAMS: &'static str = "block (coordinates, default 256)";
     const HELP: &'static str = "OmniReduce: push and pull the non-zero blocks; lossless";
-    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Self::new(params.take("block")?.unwrap_or(256))
     }
 }

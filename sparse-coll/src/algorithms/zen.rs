@@ -1,17 +1,18 @@
 //! Zen's Balanced Parallelism (push COO to the `h0` owner, pull the hash
 //! bitmap plus values). Its Hierarchical Centralization is SparCML's
-//! recursive doubling ([`crate::ssar_recursive_double`]), as Zen's Table 3
+//! recursive doubling ([`crate::SsarRecursiveDouble`]), as Zen's Table 3
 //! classifies it.
 
-use crate::Transport;
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
-use crate::plan::{Profile, bytes_cost};
-use crate::push_pull::{Scheme, push_pull, split_by_owner};
-use crate::sparse::{Id, Reduced, enter};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithms::push_pull::{Scheme, push_pull, split_by_owner};
+use crate::entry::{Reduced, enter};
+use crate::profile::{Profile, bytes_cost};
+use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::{Backend, Element, Error, H0, HierarchicalHash, Result, SparseVec};
 use sparse_select::ZenPartitioner;
+use std::any::Any;
 use std::sync::Arc;
 
 struct Zen<'a> {
@@ -32,53 +33,6 @@ impl<E: Element> Scheme<E> for Zen<'_> {
             Raw,
         )?))
     }
-}
-
-/// Zen's Balanced Parallelism (Def. 6, Sec. 3): `h0`, shared by all ranks,
-/// assigns every index to a server (one per rank), which balances the load
-/// whatever the skew (Thm. 2). Push sends COO; pull sends Zen's hash bitmap
-/// (Alg. 2) of the server's partition plus the values, so the index part a
-/// rank receives is at most `N/8` bytes plus a word of padding per server,
-/// whatever the density.
-///
-/// `index` holds `h0` (with `P` partitions) and its sorted index sets over
-/// the dimension, computed once per dimension, as Zen does offline. Host
-/// data: hashing on the device is the backend's `hash_partition`.
-///
-/// Memory per rank: the partition index (`8 n` bytes, built once per
-/// dimension by the caller; [`ZenBalancedParallelism`] builds it fallibly before
-/// the call and turns a refused allocation into an error on every rank), plus
-/// `O((4 + E) (nnz + result))` for the messages (`E` the element's bytes).
-///
-/// # Errors
-/// [`Error::Disagreement`] (dimension, `h0`), [`Error::InvalidParameter`]
-/// if `index` does not fit (partitions != P, other dimension), transport
-/// errors, [`Error::Corrupt`].
-pub fn zen_balanced_parallelism<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    index: &Arc<PartitionIndex>,
-) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| {
-        let fits = if index.h0().partitions() as usize != t.size() || index.dim() != v.dim() {
-            Err(Error::invalid(
-                "index",
-                format!(
-                    "{} partitions over {} for {} ranks and dimension {}",
-                    index.h0().partitions(),
-                    index.dim(),
-                    t.size(),
-                    v.dim()
-                ),
-            ))
-        } else {
-            Ok(())
-        };
-        enter_zen(t, v, index.h0().seed(), fits)?;
-        let scheme = Zen { index };
-        let pieces = split_by_owner(v, &scheme, t.size());
-        push_pull(t, v, &scheme, pieces)
-    })
 }
 
 /// Zen's push pieces by its hierarchical hashing (Alg. 1) on backend `b`:
@@ -130,46 +84,30 @@ pub struct ZenStats {
     pub imbalance: f64,
 }
 
-/// The entry of Zen's Balanced Parallelism on a rank that could not build
-/// its partition index (`why`, e.g. [`Error::OutOfMemory`] for a large
-/// dimension): the failure travels in the entry round, so every rank
-/// returns an error instead of the others waiting on this one.
+/// Zen's Balanced Parallelism (Def. 6, Sec. 3): `h0`, shared by all ranks,
+/// assigns every index to a server (one per rank), which balances the load
+/// whatever the skew (Thm. 2). Push sends COO; pull sends Zen's hash bitmap
+/// (Alg. 2) of the server's partition plus the values, so the index part a
+/// rank receives is at most `N/8` bytes plus a word of padding per server,
+/// whatever the density.
+///
+/// Each call splits the input into the servers' pieces with hierarchical
+/// hashing ([`zen_pieces`], Alg. 1) on backend `B` (the CPU by default; a
+/// kernel backend hashes on the device), before the entry round, so a
+/// backend error reaches every rank. The partition index of the hash
+/// bitmaps (`h0` with `P` partitions and its sorted index sets over the
+/// dimension) is built once per (ranks, dimension) and kept across calls,
+/// as Zen does offline.
+///
+/// Memory per rank: the partition index (`8 n` bytes, built fallibly
+/// before the call: a refused allocation is an error on every rank), plus
+/// `O((4 + E) (nnz + result))` for the messages (`E` the element's bytes).
+/// Registry name `zen_balanced_parallelism`, parameters `seed`, `r1`,
+/// `r2`.
 ///
 /// # Errors
-/// Always: `why` on this rank ([`Error::PeerError`] on the others).
-pub(crate) fn zen_failed<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    seed: u64,
-    why: Error,
-) -> Result<Reduced<E>> {
-    enter_zen(t, v, seed, Err(why.clone()))?;
-    Err(why)
-}
-
-fn enter_zen<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    seed: u64,
-    local: Result<()>,
-) -> Result<()> {
-    enter(
-        t,
-        Id::ZenBalancedParallelism,
-        v,
-        &[("h0 seed", seed)],
-        local,
-    )
-    .map(drop)
-}
-
-/// [`zen_balanced_parallelism`] as a [`SparseAllreduce`] (registry name
-/// `zen_balanced_parallelism`), with Zen's own partitioning: each call
-/// splits the input into the servers' pieces with hierarchical hashing
-/// ([`zen_pieces`], Alg. 1) on backend `B` (the CPU by default; a kernel
-/// backend hashes on the device), before the entry round, so a backend
-/// error reaches every rank. The partition index of the hash bitmaps is
-/// built once per (ranks, dimension) and kept across calls.
+/// [`Error::Disagreement`] (dimension, `h0`), [`Error::OutOfMemory`],
+/// the backend's errors, transport errors, [`Error::Corrupt`].
 #[derive(Debug, Clone)]
 pub struct ZenBalancedParallelism<B = backend_cpu::Cpu> {
     seed: u64,
@@ -177,6 +115,12 @@ pub struct ZenBalancedParallelism<B = backend_cpu::Cpu> {
     backend: B,
     index: Option<Arc<PartitionIndex>>,
     last: Option<ZenStats>,
+    /// Pieces by `h0` alone on the host ([`ZenBalancedParallelism::host_split`]).
+    host: bool,
+    /// The pieces the entry round's local work made, for the body: a
+    /// `Vec<SparseVec<E>>` for the call's `E` (the type is the trait's
+    /// parameter, not this struct's).
+    pending: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl ZenBalancedParallelism {
@@ -196,6 +140,8 @@ impl<B> ZenBalancedParallelism<B> {
             backend: b,
             index: None,
             last: None,
+            host: false,
+            pending: None,
         }
     }
     /// Fixed hash memory: `r1` parallel and `r2` serial slots per partition
@@ -210,6 +156,28 @@ impl<B> ZenBalancedParallelism<B> {
         self.slots = Some((r1, r2));
         Ok(self)
     }
+    /// The same collective with its pieces split by `h0` alone on the
+    /// host, without hierarchical hashing: the reference the hashing's
+    /// pieces are checked against (the same pieces, so the same messages
+    /// and result). No [`ZenStats`].
+    #[must_use]
+    pub fn host_split(self) -> Self {
+        Self { host: true, ..self }
+    }
+    /// The partition index for `p` ranks and dimension `dim`: the kept
+    /// one, or one built fallibly (8 bytes per coordinate) and kept.
+    fn index_for(&mut self, p: usize, dim: usize) -> Result<Arc<PartitionIndex>> {
+        match &self.index {
+            Some(index) if index.h0().partitions() as usize == p && index.dim() == dim => {
+                Ok(index.clone())
+            }
+            _ => {
+                let index = Arc::new(PartitionIndex::new(H0::new(self.seed, p as u32)?, dim)?);
+                self.index = Some(index.clone());
+                Ok(index)
+            }
+        }
+    }
     /// What the hashing did on the last call.
     pub fn last_stats(&self) -> Option<ZenStats> {
         self.last
@@ -223,6 +191,10 @@ impl<B> ZenBalancedParallelism<B> {
     where
         B: Backend<E>,
     {
+        if self.host {
+            let index = self.index_for(p, v.dim())?;
+            return Ok(split_by_owner(v, &Zen { index: &index }, p));
+        }
         let rehash = self.seed ^ 0x5a5a_0000 ^ rank as u64;
         let hash = match self.slots {
             Some((r1, r2)) => HierarchicalHash::new(self.seed, rehash, p as u32, 3, r1, r2)?,
@@ -234,9 +206,12 @@ impl<B> ZenBalancedParallelism<B> {
     }
 }
 
+/// The registry name, from which the entry id derives.
+const NAME: &str = "zen_balanced_parallelism";
+
 impl<B: Backend<E> + Send, E: Element> SparseAllreduce<E> for ZenBalancedParallelism<B> {
     fn name(&self) -> String {
-        "zen_balanced_parallelism".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         match self.slots {
@@ -267,43 +242,46 @@ impl<B: Backend<E> + Send, E: Element> SparseAllreduce<E> for ZenBalancedParalle
         let words = cost::zen_balanced_parallelism(p, n, density, prof.densification(), 1.0);
         Some(Cost::new(2.0 * prof.others(), words))
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| {
-            let (p, dim) = (t.size(), v.dim());
-            let index = match &self.index {
-                Some(index) if index.h0().partitions() as usize == p && index.dim() == dim => {
-                    index.clone()
-                }
-                _ => {
-                    // Built before the call (8 bytes per coordinate); a refused
-                    // allocation reaches every rank as an error.
-                    let built = H0::new(self.seed, p as u32)
-                        .and_then(|h0| PartitionIndex::new(h0, dim))
-                        .map(Arc::new);
-                    let index = match built {
-                        Ok(index) => index,
-                        Err(e) => return zen_failed(t, v, self.seed, e),
-                    };
-                    self.index = Some(index.clone());
-                    index
-                }
-            };
-            let pieces = match v.check().and_then(|()| self.pieces(v, p, t.rank())) {
-                Ok(pieces) => pieces,
-                Err(e) => return zen_failed(t, v, self.seed, e),
-            };
-            enter_zen(t, v, self.seed, Ok(()))?;
-            push_pull(t, v, &Zen { index: &index }, pieces)
-        })
+    /// Push to every other server, then pull from every other server.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * (p as u64 - 1))
+    }
+    /// The partition index (built once) and this call's pieces are made
+    /// before the round, so that their failure reaches every rank.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let (p, dim) = (t.size(), v.dim());
+        let ready = self
+            .index_for(p, dim)
+            .and_then(|_| v.check())
+            .and_then(|()| self.pieces(v, p, t.rank()))
+            .map(|pieces| self.pending = Some(Arc::new(pieces)));
+        enter(t, NAME, v, &[("h0 seed", self.seed)], ready)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        let pending = self.pending.take().map(Arc::downcast::<Vec<SparseVec<E>>>);
+        let Some(Ok(pieces)) = pending else {
+            unreachable!("the entry round made this call's pieces")
+        };
+        let pieces = Arc::try_unwrap(pieces).unwrap_or_else(|shared| (*shared).clone());
+        let index = self.index_for(t.size(), v.dim())?;
+        *out = push_pull(t, v, &Zen { index: &index }, pieces)?;
+        Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for ZenBalancedParallelism {
-    const NAME: &'static str = "zen_balanced_parallelism";
+    const NAME: &'static str = NAME;
+    const PLANNED: bool = true;
     const PARAMS: &'static str = "seed (of h0), r1 and r2 (parallel and serial hash slots per partition; default 2 nnz and r1 / 10)";
     const HELP: &'static str =
         "Zen: hierarchical hashing, push COO to the h0 owner, pull hash bitmap + values; lossless";
-    fn build(params: &mut Params, _: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let zen = Self::new(params.take("seed")?.unwrap_or(0x2e7));
         match (params.take("r1")?, params.take("r2")?) {
             (None, None) => Ok(zen),

@@ -2,7 +2,7 @@
 //! Zen's Balanced Parallelism and the OmniReduce-style block baseline.
 
 use crate::Transport;
-use crate::sparse::Reduced;
+use crate::entry::Reduced;
 use sparse_core::encoding::Encoding;
 use sparse_core::{Element, Error, Result, SparseVec};
 

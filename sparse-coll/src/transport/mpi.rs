@@ -313,37 +313,37 @@ impl Transport for MpiTransport {
     /// is not counted.
     fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
         use mpi::collective::{CommunicatorCollectives, SystemOperation};
-        crate::transport::guard(self, |t| {
-            let p = t.comm().size() as usize;
-            let local = out
-                .try_reserve(x.len().saturating_sub(out.len()))
-                .map_err(|_| Error::OutOfMemory {
-                    what: "dense allreduce result",
-                    bytes: 4 * x.len() as u64,
-                });
-            let counted = t.counter.clone();
-            let agreed =
-                crate::agree_or_fail(t, &[("dense allreduce length", x.len() as u64)], local);
-            t.counter = counted;
-            agreed?;
-            out.resize(x.len(), 0.0);
-            if p > 1 && !x.is_empty() {
-                // MPI counts are `int`s: vectors of 2^31 elements or more
-                // are reduced in slices (the same on every rank, which
-                // agreed on the length).
-                let slice = (t.max_message / 4).max(1);
-                for (x, out) in x.chunks(slice).zip(out.chunks_mut(slice)) {
-                    t.comm().all_reduce_into(x, out, SystemOperation::sum());
-                }
-                let bytes = (2 * (p - 1) * 4 * x.len()).div_ceil(p);
-                t.counter.round();
-                t.counter.sent(bytes);
-                t.counter.received(bytes);
-            } else {
-                out.copy_from_slice(x);
+        // The agreement is an entry round (its errors reach every rank
+        // alike); nothing after it fails, so nothing needs abandoning.
+        let t = &mut *self;
+        let p = t.comm().size() as usize;
+        let local = out
+            .try_reserve(x.len().saturating_sub(out.len()))
+            .map_err(|_| Error::OutOfMemory {
+                what: "dense allreduce result",
+                bytes: 4 * x.len() as u64,
+            });
+        let counted = t.counter.clone();
+        let agreed = crate::agree_or_fail(t, &[("dense allreduce length", x.len() as u64)], local);
+        t.counter = counted;
+        agreed?;
+        out.resize(x.len(), 0.0);
+        if p > 1 && !x.is_empty() {
+            // MPI counts are `int`s: vectors of 2^31 elements or more
+            // are reduced in slices (the same on every rank, which
+            // agreed on the length).
+            let slice = (t.max_message / 4).max(1);
+            for (x, out) in x.chunks(slice).zip(out.chunks_mut(slice)) {
+                t.comm().all_reduce_into(x, out, SystemOperation::sum());
             }
-            Ok(())
-        })
+            let bytes = (2 * (p - 1) * 4 * x.len()).div_ceil(p);
+            t.counter.round();
+            t.counter.sent(bytes);
+            t.counter.received(bytes);
+        } else {
+            out.copy_from_slice(x);
+        }
+        Ok(())
     }
     /// Sends every other rank an empty message on the abandon tag (once),
     /// and fails every later call.

@@ -3,12 +3,13 @@
 //! Spar-All-Gather variants with teams: R-SAG and B-SAG with Alg. 2's
 //! h-adjustment.
 
-use crate::algorithm::{Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
-use crate::plan::{Profile, bytes_cost};
-use crate::sparse::{Id, Reduced, enter, put_block, split_where, take_block};
-use crate::values::{WireValues, values_param, values_param_of};
-use crate::{Group, Transport};
+use crate::entry::{Reduced, enter};
+use crate::frame::{put_block, split_where, take_block};
+use crate::profile::{Profile, bytes_cost};
+use crate::values::{WireValues, values_param, values_param_of, with_codecs};
+use crate::{Entered, Group, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec};
@@ -142,67 +143,6 @@ fn gather_blocks<T: Transport + ?Sized, E: Element>(
     Ok(SparseVec::new_unchecked(lay.dim, idx, val))
 }
 
-/// SparDL without SAG: Spar-Reduce-Scatter, then Bruck all-gather.
-///
-/// The dimension is split evenly into `P` blocks and `k` into per-block
-/// shares `k_j` (`k / P`, one more for the first `k % P` blocks). SRS
-/// (see the bags in the crate README and Sec. 3.1) reduces block `w` at
-/// worker `w` in `ceil(lg P)` steps, whose sources and targets differ, so any
-/// `P` works without extra steps; every block is cut to its top `k_j` right
-/// before it is sent, and the preserved block before the all-gather (the
-/// paper's optimized timing).
-///
-/// Global residual collection (Alg. 1): everything a cut removes, local or
-/// received, stays in this rank's `dropped`, so the inputs sum to `result`
-/// plus all `dropped`. Each block is reduced at one owner and all-gathered,
-/// so `result` is identical on every rank. `2 ceil(lg P)` rounds; with full
-/// blocks each rank receives `P - 1` blocks of `k/P` pairs in each phase,
-/// SparDL's `4k (P - 1) / P` words (plus 4 bytes of count or frame per
-/// block).
-///
-/// Memory per rank: `O((4 + E) (nnz + k))` bytes (`E` the element's bytes):
-/// the input's blocks, the received blocks of at most `k / P` entries each,
-/// `dropped`, and the result.
-///
-/// # Errors
-/// [`Error::Disagreement`] (dimension, `k`), transport errors,
-/// [`Error::Corrupt`].
-pub fn spardl<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    k: usize,
-) -> Result<Reduced<E>> {
-    spardl_with(t, v, k, WireValues::Raw)
-}
-
-/// [`spardl`] with its blocks sent by `values`: every block a rank sends
-/// (in Spar-Reduce-Scatter and in the all-gather) is split with
-/// [`WireValues::split_exact`] and the remainder joins that rank's
-/// `dropped`, with the cuts of global residual collection; the inputs sum
-/// to `result` plus every `dropped`. Raw values travel exactly as in
-/// [`spardl`].
-///
-/// # Errors
-/// As [`spardl`]; the codec's errors.
-pub fn spardl_with<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    k: usize,
-    values: WireValues,
-) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| {
-        in_teams(
-            t,
-            v,
-            Budget { k, values },
-            1,
-            Id::Spardl,
-            &[("k", k as u64), ("values", values.code())],
-            |_, lay, pos, block, dropped| cut_to(block, lay.share(pos), dropped),
-        )
-    })
-}
-
 /// Cuts `block` to its top `n` and adds the rest to `dropped`.
 fn cut_to<E: Element>(
     block: SparseVec<E>,
@@ -214,8 +154,41 @@ fn cut_to<E: Element>(
     Ok(kept)
 }
 
-/// The frame of SparDL with and without SAG: the entry check (`id` and
-/// `extra` parameters), Spar-Reduce-Scatter inside this worker's team of
+/// The entry round of SparDL with and without SAG on `d` teams: the
+/// algorithm `name` and its `extra` parameters. Parameter errors travel in
+/// it, so that every rank returns one even where only some ranks passed a
+/// bad `d`.
+fn teams_enter<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    d: usize,
+    name: &str,
+    extra: &[(&'static str, u64)],
+) -> Result<Entered> {
+    let local = if name == RSAG_NAME && !d.is_power_of_two() {
+        Err(Error::invalid(
+            "teams",
+            format!("R-SAG needs a power of two, not {d}"),
+        ))
+    } else {
+        teams(t, d).map(drop)
+    };
+    enter(t, name, v, extra, local)
+}
+
+/// [`teams_enter`] for SparDL with SAG: budget `k` and `d` teams.
+fn sag_enter<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    k: usize,
+    d: usize,
+    name: &str,
+) -> Result<Entered> {
+    teams_enter(t, v, d, name, &[("k", k as u64), ("teams", d as u64)])
+}
+
+/// The body of SparDL with and without SAG after [`teams_enter`]:
+/// Spar-Reduce-Scatter inside this worker's team of
 /// `m = P / d` workers over `m` blocks, then `sag` between the `d` workers
 /// of this worker's column (given the layout, this worker's position in its
 /// team, and its block as SRS left it; it returns the block for the final
@@ -226,8 +199,7 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     budget: Budget,
     d: usize,
-    id: Id,
-    extra: &[(&'static str, u64)],
+    start: Traffic,
     sag: impl FnOnce(
         &mut Group<'_, T>,
         Layout,
@@ -237,19 +209,7 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
     ) -> Result<SparseVec<E>>,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
-    // Parameter errors travel in the entry round, so that every rank
-    // returns one even where only some ranks passed a bad `d`.
-    let split = if matches!(id, Id::SpardlRsag) && !d.is_power_of_two() {
-        Err(Error::invalid(
-            "teams",
-            format!("R-SAG needs a power of two, not {d}"),
-        ))
-    } else {
-        teams(t, d)
-    };
-    let local = split.as_ref().map(drop).map_err(Clone::clone);
-    let start = enter(t, id, v, extra, local)?;
-    let (team, column) = split?;
+    let (team, column) = teams(t, d)?;
     let lay = Layout {
         dim,
         m: team.len(),
@@ -285,86 +245,60 @@ fn teams<T: Transport + ?Sized>(t: &T, d: usize) -> Result<(Vec<usize>, Vec<usiz
     Ok((team, column))
 }
 
-/// SparDL with R-SAG (Sec. 3.3, `d` a power of two dividing `P`): SRS inside
-/// each team of `m = P / d` workers over `m` blocks with shares of
-/// `L = k / m` (Layout), then `lg d` recursive-doubling steps between the
-/// workers of a column, each exchanging its block, adding the partner's and
-/// cutting the sum to its top `L`, then the Bruck all-gather inside the
-/// team. Rounds `2 ceil(lg m) + lg d`; with full blocks each rank receives
-/// `2k (P - d) / P` words in each team phase and `2L` per R-SAG step
-/// (Eq. 5), plus 4 bytes of count per block.
-///
-/// Both partners of a step hold the same sum (`a + b` and `b + a`) and cut
-/// the same entries. The paper gives each partner half of every cut value.
-/// But at step `i` all `2^i` workers of an aligned range of the column hold
-/// that same sum and make the same cut, so halves would count each cut
-/// value `2^(i-1)` times over for `d > 2`; and `x / 2 + x / 2` is not always
-/// `x` in floating point (subnormals). Here each cut entry goes whole to
-/// exactly one of those `2^i` workers (the one at offset `index mod 2^i`),
-/// so the conservation identity holds exactly. `d = 1` is SparDL without
-/// SAG.
-///
-/// Memory per rank: as [`spardl`], `O((4 + E) (nnz + k))` bytes.
-///
-/// # Errors
-/// [`Error::InvalidParameter`] if `d` is not a power of two dividing `P`;
-/// as [`spardl`].
-pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
+/// R-SAG after the entry round.
+fn rsag<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     k: usize,
     d: usize,
+    start: Traffic,
 ) -> Result<Reduced<E>> {
-    crate::transport::guard(t, |t| {
-        let extra = [("k", k as u64), ("teams", d as u64)];
-        in_teams(
-            t,
-            v,
-            Budget {
-                k,
-                values: WireValues::Raw,
-            },
-            d,
-            Id::SpardlRsag,
-            &extra,
-            |col, lay, pos, block, dropped| {
-                let (lo, len) = lay.span(pos);
-                let l = lay.share(pos);
-                let mut block = cut_to(block, l, dropped)?;
-                let c = col.rank();
-                let mut mask = 1;
-                while mask < d {
-                    let partner = c ^ mask;
-                    let mut msg = Vec::new();
-                    put_block(&mut msg, &block);
-                    let got = col.exchange(partner, &msg, partner)?;
-                    let mut rest: &[u8] = &got;
-                    let other = take_block::<E>(&mut rest, lay.dim, lo, len, "r-sag block")?;
-                    if !rest.is_empty() || other.nnz() > l {
-                        return Err(Error::corrupt("r-sag block", "over its share"));
-                    }
-                    let (kept, cut) = split_topk(&block.merge_sum(&other)?, l);
-                    // After this step the 2 * mask column workers of this aligned
-                    // range all hold this sum and cut the same entries: each cut
-                    // entry goes to exactly one of them.
-                    let group = 2 * mask;
-                    let base = c & !(group - 1);
-                    let (mine, _) = split_where(&cut, |i, _| base + i as usize % group == c);
-                    *dropped = dropped.merge_sum(&mine)?;
-                    block = kept;
-                    mask <<= 1;
+    in_teams(
+        t,
+        v,
+        Budget {
+            k,
+            values: WireValues::Raw,
+        },
+        d,
+        start,
+        |col, lay, pos, block, dropped| {
+            let (lo, len) = lay.span(pos);
+            let l = lay.share(pos);
+            let mut block = cut_to(block, l, dropped)?;
+            let c = col.rank();
+            let mut mask = 1;
+            while mask < d {
+                let partner = c ^ mask;
+                let mut msg = Vec::new();
+                put_block(&mut msg, &block);
+                let got = col.exchange(partner, &msg, partner)?;
+                let mut rest: &[u8] = &got;
+                let other = take_block::<E>(&mut rest, lay.dim, lo, len, "r-sag block")?;
+                if !rest.is_empty() || other.nnz() > l {
+                    return Err(Error::corrupt("r-sag block", "over its share"));
                 }
-                Ok(block)
-            },
-        )
-    })
+                let (kept, cut) = split_topk(&block.merge_sum(&other)?, l);
+                // After this step the 2 * mask column workers of this aligned
+                // range all hold this sum and cut the same entries: each cut
+                // entry goes to exactly one of them.
+                let group = 2 * mask;
+                let base = c & !(group - 1);
+                let (mine, _) = split_where(&cut, |i, _| base + i as usize % group == c);
+                *dropped = dropped.merge_sum(&mine)?;
+                block = kept;
+                mask <<= 1;
+            }
+            Ok(block)
+        },
+    )
 }
 
 /// SparDL with B-SAG (Sec. 3.3, any `d` dividing `P`), with the state of
 /// Alg. 2's compression-ratio adjustment kept across calls.
 ///
 /// Each call: SRS inside each team of `m = P / d` workers (as in
-/// [`spardl_rsag`]); every worker cuts its block to its top `h` and the `d`
+/// [`SpardlRsag`]); every worker cuts its block to its top `h` and the `d`
 /// workers of a column all-gather their blocks with Bruck (`ceil(lg d)`
 /// rounds), sum them in column order (the same sum on all `d`), count the
 /// entries `N_t` and cut the sum to its top `L = k / m`; then the Bruck
@@ -383,7 +317,7 @@ pub fn spardl_rsag<T: Transport + ?Sized, E: Element>(
 /// is kept in `[L / d, L]` (`[k / P, d k / P]`), the range the paper derives, and rounded
 /// to whole entries.
 ///
-/// Memory per rank: as [`spardl`], `O((4 + E) (nnz + k))` bytes.
+/// Memory per rank: as [`Spardl`], `O((4 + E) (nnz + k))` bytes.
 #[derive(Debug, Clone)]
 pub struct SpardlBsag {
     k: usize,
@@ -460,54 +394,52 @@ impl SpardlBsag {
         self.last_count
     }
 
-    /// One SparDL allreduce with B-SAG.
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] if `d` does not divide `P`;
-    /// as [`spardl`].
-    pub fn allreduce<T: Transport + ?Sized, E: Element>(
+    /// The teams of a call on `p` workers.
+    fn teams(&self, p: usize) -> usize {
+        self.d.unwrap_or_else(|| smallest_divisor(p))
+    }
+
+    /// One SparDL allreduce with B-SAG after the entry round.
+    fn reduce<T: Transport + ?Sized, E: Element>(
         &mut self,
         t: &mut T,
         v: &SparseVec<E>,
+        start: Traffic,
     ) -> Result<Reduced<E>> {
-        crate::transport::guard(t, |t| {
-            let (k, d) = (self.k, self.d.unwrap_or_else(|| smallest_divisor(t.size())));
-            let extra = [("k", k as u64), ("teams", d as u64)];
-            in_teams(
-                t,
-                v,
-                Budget {
-                    k,
-                    values: WireValues::Raw,
-                },
-                d,
-                Id::SpardlBsag,
-                &extra,
-                |col, lay, pos, block, dropped| {
-                    let (lo, len) = lay.span(pos);
-                    let h = self.next_h(lay.share(pos), d);
-                    let sent = cut_to(block, h, dropped)?;
-                    let mut msg = Vec::new();
-                    put_block(&mut msg, &sent);
-                    let all = bruck_allgather(col, &msg)?;
-                    let mut sum = SparseVec::zeros(lay.dim)?;
-                    for b in &all {
-                        let mut rest: &[u8] = b;
-                        let part = take_block::<E>(&mut rest, lay.dim, lo, len, "b-sag block")?;
-                        if !rest.is_empty() {
-                            return Err(Error::corrupt("b-sag block", "trailing bytes"));
-                        }
-                        sum = sum.merge_sum(&part)?;
+        let (k, d) = (self.k, self.teams(t.size()));
+        in_teams(
+            t,
+            v,
+            Budget {
+                k,
+                values: WireValues::Raw,
+            },
+            d,
+            start,
+            |col, lay, pos, block, dropped| {
+                let (lo, len) = lay.span(pos);
+                let h = self.next_h(lay.share(pos), d);
+                let sent = cut_to(block, h, dropped)?;
+                let mut msg = Vec::new();
+                put_block(&mut msg, &sent);
+                let all = bruck_allgather(col, &msg)?;
+                let mut sum = SparseVec::zeros(lay.dim)?;
+                for b in &all {
+                    let mut rest: &[u8] = b;
+                    let part = take_block::<E>(&mut rest, lay.dim, lo, len, "b-sag block")?;
+                    if !rest.is_empty() {
+                        return Err(Error::corrupt("b-sag block", "trailing bytes"));
                     }
-                    self.last_count = Some(sum.nnz());
-                    let (kept, cut) = split_topk(&sum, lay.share(pos));
-                    let c = col.rank();
-                    let (mine, _) = split_where(&cut, |i, _| i as usize % d == c);
-                    *dropped = dropped.merge_sum(&mine)?;
-                    Ok(kept)
-                },
-            )
-        })
+                    sum = sum.merge_sum(&part)?;
+                }
+                self.last_count = Some(sum.nnz());
+                let (kept, cut) = split_topk(&sum, lay.share(pos));
+                let c = col.rank();
+                let (mine, _) = split_where(&cut, |i, _| i as usize % d == c);
+                *dropped = dropped.merge_sum(&mine)?;
+                Ok(kept)
+            },
+        )
     }
 }
 
@@ -566,8 +498,41 @@ fn smallest_divisor(p: usize) -> usize {
     (2..=p).find(|d| p % d == 0).unwrap_or(1)
 }
 
-/// [`spardl`] as a [`SparseAllreduce`] (registry name `spardl`,
-/// parameters `k` and `values`).
+/// SparDL without SAG: Spar-Reduce-Scatter, then Bruck all-gather.
+///
+/// The dimension is split evenly into `P` blocks and `k` into per-block
+/// shares `k_j` (`k / P`, one more for the first `k % P` blocks). SRS
+/// (see the bags in the crate README and Sec. 3.1) reduces block `w` at
+/// worker `w` in `ceil(lg P)` steps, whose sources and targets differ, so any
+/// `P` works without extra steps; every block is cut to its top `k_j` right
+/// before it is sent, and the preserved block before the all-gather (the
+/// paper's optimized timing).
+///
+/// Global residual collection (Alg. 1): everything a cut removes, local or
+/// received, stays in this rank's `dropped`, so the inputs sum to `result`
+/// plus all `dropped`. Each block is reduced at one owner and all-gathered,
+/// so `result` is identical on every rank. `2 ceil(lg P)` rounds; with full
+/// blocks each rank receives `P - 1` blocks of `k/P` pairs in each phase,
+/// SparDL's `4k (P - 1) / P` words (plus 4 bytes of count or frame per
+/// block).
+///
+/// Memory per rank: `O((4 + E) (nnz + k))` bytes (`E` the element's bytes):
+/// the input's blocks, the received blocks of at most `k / P` entries each,
+/// `dropped`, and the result.
+///
+/// With a lossy codec (`values`) every block a rank sends
+/// (in Spar-Reduce-Scatter and in the all-gather) is split with
+/// [`WireValues::split_exact`] and the remainder joins that rank's
+/// `dropped`, with the cuts of global residual collection; the inputs sum
+/// to `result` plus every `dropped`. Raw values travel exactly as in
+/// SparDL.
+///
+///
+/// Registry name `spardl`, parameters `k` and `values`.
+///
+/// # Errors
+/// [`Error::Disagreement`] (dimension, `k`), transport errors,
+/// [`Error::Corrupt`]; a lossy codec's errors.
 #[derive(Debug, Clone, Copy)]
 pub struct Spardl {
     k: usize,
@@ -589,9 +554,14 @@ impl Spardl {
     }
 }
 
+/// The registry names, from which the entry ids derive.
+const NAME: &str = "spardl";
+const RSAG_NAME: &str = "spardl_rsag";
+const BSAG_NAME: &str = "spardl_bsag";
+
 impl<E: Element> SparseAllreduce<E> for Spardl {
     fn name(&self) -> String {
-        "spardl".into()
+        NAME.into()
     }
     fn params(&self) -> String {
         match values_param(self.values) {
@@ -613,23 +583,81 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
             c.words / 2.0 * prof.pair_bytes() + 8.0 * prof.others(),
         )
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        spardl_with(t, v, self.k, self.values)
+    /// Spar-Reduce-Scatter and the all-gather, Bruck's each.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * u64::from(cost::ceil_log2(p)))
+    }
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k)
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let extra = [("k", self.k as u64), ("values", self.values.code())];
+        teams_enter(t, v, 1, NAME, &extra)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        let budget = Budget {
+            k: self.k,
+            values: self.values,
+        };
+        *out = in_teams(
+            t,
+            v,
+            budget,
+            1,
+            entered.start(),
+            |_, lay, pos, block, dropped| cut_to(block, lay.share(pos), dropped),
+        )?;
+        Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for Spardl {
-    const NAME: &'static str = "spardl";
+    const NAME: &'static str = NAME;
     const PARAMS: &'static str = "k (entries kept), values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str =
         "SparDL: Spar-Reduce-Scatter with global residual collection, Bruck all-gather; lossy";
-    fn build(params: &mut Params, d: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let k = crate::algorithm::k_param(params, d)?;
         Ok(Self::new(k).with_values(values_param_of(params)?))
     }
+    /// Raw values and every lossy codec.
+    fn suite_specs(_: usize) -> Vec<String> {
+        with_codecs(NAME)
+    }
 }
 
-/// [`spardl_rsag`] as a [`SparseAllreduce`] (registry name `spardl_rsag`).
+/// SparDL with R-SAG (Sec. 3.3, `d` a power of two dividing `P`): SRS inside
+/// each team of `m = P / d` workers over `m` blocks with shares of
+/// `L = k / m` (Layout), then `lg d` recursive-doubling steps between the
+/// workers of a column, each exchanging its block, adding the partner's and
+/// cutting the sum to its top `L`, then the Bruck all-gather inside the
+/// team. Rounds `2 ceil(lg m) + lg d`; with full blocks each rank receives
+/// `2k (P - d) / P` words in each team phase and `2L` per R-SAG step
+/// (Eq. 5), plus 4 bytes of count per block.
+///
+/// Both partners of a step hold the same sum (`a + b` and `b + a`) and cut
+/// the same entries. The paper gives each partner half of every cut value.
+/// But at step `i` all `2^i` workers of an aligned range of the column hold
+/// that same sum and make the same cut, so halves would count each cut
+/// value `2^(i-1)` times over for `d > 2`; and `x / 2 + x / 2` is not always
+/// `x` in floating point (subnormals). Here each cut entry goes whole to
+/// exactly one of those `2^i` workers (the one at offset `index mod 2^i`),
+/// so the conservation identity holds exactly. `d = 1` is SparDL without
+/// SAG.
+///
+/// Memory per rank: as [`Spardl`], `O((4 + E) (nnz + k))` bytes.
+///
+/// Registry name `spardl_rsag`, parameters `k` and `d`.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] if `d` is not a power of two dividing `P`;
+/// as [`Spardl`].
 #[derive(Debug, Clone, Copy)]
 pub struct SpardlRsag {
     k: usize,
@@ -650,7 +678,7 @@ impl SpardlRsag {
 
 impl<E: Element> SparseAllreduce<E> for SpardlRsag {
     fn name(&self) -> String {
-        "spardl_rsag".into()
+        RSAG_NAME.into()
     }
     fn params(&self) -> String {
         k_and_teams(self.k, self.d)
@@ -664,27 +692,51 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         let c = cost::spardl_rsag(prof.p, k, self.teams(prof.p));
         bytes_cost(c.rounds, c.words / 2.0 * prof.pair_bytes())
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
+    /// SRS in teams of `P / d` and its all-gather, with `lg d` steps of
+    /// recursive doubling between.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        let d = self.teams(p);
+        Some(2 * u64::from(cost::ceil_log2(p / d)) + u64::from(d.ilog2()))
+    }
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k)
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         let d = self.teams(t.size());
-        spardl_rsag(t, v, self.k, d)
+        sag_enter(t, v, self.k, d, RSAG_NAME)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        *out = rsag(t, v, self.k, self.teams(t.size()), entered.start())?;
+        Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for SpardlRsag {
-    const NAME: &'static str = "spardl_rsag";
+    const NAME: &'static str = RSAG_NAME;
     const PARAMS: &'static str =
         "k (entries kept), d (teams, a power of two dividing P; default 2 for even P, else 1)";
     const HELP: &'static str =
         "SparDL with R-SAG: SRS in teams, recursive doubling between them; lossy";
-    fn build(params: &mut Params, d: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let k = crate::algorithm::k_param(params, d)?;
         Ok(Self::new(k, crate::algorithm::teams_param(params)?))
+    }
+    /// The largest power of two up to 4 dividing `P` as its teams.
+    fn suite_specs(p: usize) -> Vec<String> {
+        let d = [4usize, 2, 1].into_iter().find(|d| p % d == 0).unwrap_or(1);
+        vec![format!("{RSAG_NAME}:d={d}")]
     }
 }
 
 impl<E: Element> SparseAllreduce<E> for SpardlBsag {
     fn name(&self) -> String {
-        "spardl_bsag".into()
+        BSAG_NAME.into()
     }
     fn params(&self) -> String {
         k_and_teams(self.k, self.d)
@@ -722,21 +774,45 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         let d = self.d.unwrap_or_else(|| smallest_divisor(prof.p));
         Some(prof.within(cost::spardl_bsag(prof.p, self.k, d)))
     }
-    fn allreduce(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Reduced<E>> {
-        SpardlBsag::allreduce(self, t, v)
+    /// SRS in teams of `P / d` and its all-gather, with a Bruck
+    /// allgather of `ceil(lg d)` steps between.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        let d = self.d.unwrap_or_else(|| smallest_divisor(p));
+        Some(2 * u64::from(cost::ceil_log2(p / d)) + u64::from(cost::ceil_log2(d)))
+    }
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k)
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let d = self.teams(t.size());
+        sag_enter(t, v, self.k, d, BSAG_NAME)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        *out = self.reduce(t, v, entered.start())?;
+        Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for SpardlBsag {
-    const NAME: &'static str = "spardl_bsag";
+    const NAME: &'static str = BSAG_NAME;
     const PARAMS: &'static str =
         "k (entries kept), d (teams dividing P; default the smallest divisor above 1)";
     const HELP: &'static str = "SparDL with B-SAG: SRS in teams, an adaptive h between them; lossy";
-    fn build(params: &mut Params, defaults: Defaults) -> Result<Self> {
+    fn build(params: &mut Params, defaults: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let k = crate::algorithm::k_param(params, defaults)?;
         match crate::algorithm::teams_param(params)? {
             Some(d) => Self::new(k, d),
             None => Ok(Self::auto_teams(k)),
         }
+    }
+    /// The smallest divisor above 1 of `P` as its teams.
+    fn suite_specs(p: usize) -> Vec<String> {
+        vec![format!("{BSAG_NAME}:d={}", smallest_divisor(p))]
     }
 }

@@ -1,0 +1,176 @@
+//! gTopk (Shi et al., as SparDL's Table 1 states it): a reduction tree with
+//! top-k re-selection, then a broadcast tree.
+
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithms::spardl::split_topk;
+use crate::entry::{Reduced, enter};
+use crate::frame::{put_block, take_block};
+use crate::profile::{Profile, bytes_cost};
+use crate::{Entered, Traffic, Transport};
+use sparse_core::cost::{self, Cost};
+use sparse_core::{Element, Error, Result, SparseVec};
+
+/// gTopk after the entry round: the reduction tree, then the broadcast.
+fn trees<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    k: usize,
+    start: Traffic,
+) -> Result<Reduced<E>> {
+    let dim = v.dim();
+    let (p, r) = (t.size(), t.rank());
+    let read = |b: &[u8]| -> Result<SparseVec<E>> {
+        let mut rest = b;
+        let part = take_block::<E>(&mut rest, dim, 0, dim, "gtopk message")?;
+        if !rest.is_empty() || part.nnz() > k {
+            return Err(Error::corrupt(
+                "gtopk message",
+                format!("{} entries for k = {k}", part.nnz()),
+            ));
+        }
+        Ok(part)
+    };
+    let (mut acc, mut dropped) = split_topk(v, k);
+    let mut dist = 1;
+    while dist < p {
+        if r % (2 * dist) == dist {
+            let mut msg = Vec::new();
+            put_block(&mut msg, &acc);
+            t.send(r - dist, &msg)?;
+            break;
+        }
+        if r + dist < p {
+            let got = read(&t.recv(r + dist)?)?;
+            let (kept, cut) = split_topk(&acc.merge_sum(&got)?, k);
+            dropped = dropped.merge_sum(&cut)?;
+            acc = kept;
+        }
+        dist <<= 1;
+    }
+    // Broadcast down the same tree: a rank receives from the parent it sent
+    // to (r minus its lowest set bit), then serves its own children.
+    let low = if r == 0 {
+        p.next_power_of_two()
+    } else {
+        1 << r.trailing_zeros()
+    };
+    if r != 0 {
+        acc = read(&t.recv(r - low)?)?;
+    }
+    let mut msg = Vec::new();
+    put_block(&mut msg, &acc);
+    let mut dist = low / 2;
+    while dist >= 1 {
+        if r + dist < p {
+            t.send(r + dist, &msg)?;
+        }
+        dist /= 2;
+    }
+    Ok(Reduced {
+        result: acc,
+        dropped,
+        traffic: t.traffic().since(&start),
+    })
+}
+
+/// gTopk for any `P`: every rank cuts its input to its top `k`; in a
+/// binomial reduction tree (`ceil(lg P)` steps; at distance `2^i`, rank `r`
+/// with `r mod 2^(i+1) = 2^i` sends to `r - 2^i`), each receiver adds the
+/// incoming `k` pairs to its own and cuts the sum back to its top `k`
+/// (ties: lower index). Rank 0 ends with the global top-`k` set and sends
+/// it down the mirrored binomial broadcast tree, so every rank returns
+/// rank 0's bytes: bitwise identical. The binomial tree needs no power of
+/// two (Shi et al. assume one; SparDL notes gTopk only runs there).
+///
+/// Every cut stays in the `dropped` of the rank that made it, so the inputs
+/// sum to `result` plus all `dropped` (residual collection as in SparDL).
+/// Rank 0 is the busiest: `2 ceil(lg P)` rounds, receiving `ceil(lg P)`
+/// messages of `4 + k (4 + isize)` bytes when every rank has `k` entries,
+/// and sending as many (Table 1's `4 k lg P` words counts both).
+///
+/// Memory per rank: `O((4 + E) (nnz + k))` bytes (`E` the element's bytes):
+/// the input and two `k`-entry messages at a time.
+///
+/// Registry name `gtopk`, parameter `k`.
+///
+/// # Errors
+/// [`Error::Disagreement`] (dimension, `k`), transport errors,
+/// [`Error::Corrupt`].
+#[derive(Debug, Clone, Copy)]
+pub struct Gtopk {
+    k: usize,
+}
+
+impl Gtopk {
+    /// gTopk keeping `k`.
+    pub fn new(k: usize) -> Self {
+        Self { k }
+    }
+}
+
+/// The registry name, from which the entry id derives.
+const NAME: &str = "gtopk";
+
+impl<E: Element> SparseAllreduce<E> for Gtopk {
+    fn name(&self) -> String {
+        NAME.into()
+    }
+    fn params(&self) -> String {
+        format!("k={}", self.k)
+    }
+    fn lossless(&self) -> bool {
+        false
+    }
+    /// What the root receives: from its child `i`, the top `k` of a
+    /// subtree of `2^i` ranks (all of it when the subtree holds fewer).
+    fn cost(&self, prof: &Profile) -> Cost {
+        let lg = cost::ceil_log2(prof.p);
+        let bytes: f64 = (0..lg)
+            .map(|i| {
+                let subtree = prof.union_of((1u64 << i) as f64);
+                4.0 + prof.pair_bytes() * subtree.min(self.k as f64)
+            })
+            .sum();
+        bytes_cost(2.0 * lg as f64, bytes)
+    }
+    /// Table 1: `4 k lg P` words, the root's words sent and received.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(cost::gtopk(prof.p, self.k))
+    }
+    /// Binomial trees: a rank receives from each child and sends to its
+    /// parent, then the mirror image.
+    fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
+        let low = if r == 0 {
+            p.next_power_of_two()
+        } else {
+            1 << r.trailing_zeros()
+        };
+        let children = (0..low.ilog2()).filter(|&i| r + (1 << i) < p).count() as u64;
+        Some(2 * (children + u64::from(r != 0)))
+    }
+    fn max_result_entries(&self) -> Option<usize> {
+        Some(self.k)
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        enter(t, NAME, v, &[("k", self.k as u64)], Ok(()))
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        *out = trees(t, v, self.k, entered.start())?;
+        Ok(())
+    }
+}
+
+impl<E: Element> Registered<E> for Gtopk {
+    const NAME: &'static str = NAME;
+    const PARAMS: &'static str = "k (entries kept)";
+    const HELP: &'static str = "gTopk: top-k merged up a binomial tree, broadcast down; lossy";
+    fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
+        Ok(Self::new(crate::algorithm::k_param(params, d)?))
+    }
+}

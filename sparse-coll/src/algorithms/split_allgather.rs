@@ -1,0 +1,593 @@
+//! SparCML's SSAR_Split_allgather and DSAR_Split_allgather (sec. 5.3.2-3).
+
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::bytes::{from_le_u32s, le_bytes, le_u32s};
+use crate::dense::{gather_bruck, gather_recursive_doubling};
+use crate::entry::{Reduced, enter};
+use crate::frame::{
+    PairsView, StreamView, encode_stream, put_rebased, sparse_header, stream_view, sum_parts,
+    take_parts,
+};
+use crate::profile::{Profile, bytes_cost};
+use crate::{Entered, Traffic, Transport};
+use sparse_core::cost::{self, Cost};
+use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
+use sparse_core::qsgd::QsgdParams;
+use sparse_core::stats::{even_len, even_start};
+use sparse_core::{Element, Error, Result, SparseVec, Stream};
+use std::borrow::Cow;
+
+/// How the reduced partitions travel in the allgather phase.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Phase {
+    /// Sparse streams (SSAR: the result is expected to stay sparse; a
+    /// partition that fills in still switches to dense past delta).
+    Sparse,
+    /// DSAR: dense partitions, optionally QSGD-quantized.
+    Dense(Option<QsgdParams>),
+}
+
+/// The allgather of the reduced partitions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Gather {
+    /// Bruck: `ceil(lg P)` rounds for any `P` (SparCML's choice here).
+    Bruck,
+    /// Recursive doubling with MPICH's fold (TopkDSA as SparDL runs it).
+    RecursiveDoubling,
+}
+
+/// The bytes DSAR holds at its peak for a result of dimension `dim`: the
+/// received dense partitions (`dim` values) and the result built from them
+/// (an index and a value per coordinate), plus this rank's own partition
+/// twice (the sum and its encoding).
+fn dense_phase_bytes<E: Element>(dim: usize, p: usize) -> u64 {
+    // Saturating: a dimension past what any machine holds is a refused
+    // probe (the input check names it), not an overflow.
+    let (dim, e) = (dim as u64, E::BYTES as u64);
+    dim.saturating_mul(2 * e + 4)
+        .saturating_add(dim.div_ceil(p.max(1) as u64).saturating_mul(2 * e))
+}
+
+/// `(P - 1)` direct steps, then a Bruck allgather.
+fn split_rounds(p: usize) -> f64 {
+    (p - 1) as f64 + cost::ceil_log2(p) as f64
+}
+
+/// SSAR_Split_allgather: the dimension is split evenly into `P`
+/// partitions; in `P - 1` direct steps every rank sends each owner its
+/// entries of that partition; owners sum their partition (contributions in
+/// rank order) and a Bruck allgather (any `P`, `ceil(lg P)` rounds)
+/// concatenates the partitions, each as a sparse stream (dense past delta).
+/// Lossless; bitwise identical on every rank (each partition is summed once).
+///
+/// Memory per rank: `O((4 + E) (nnz + result))` bytes while the partitions
+/// stay sparse; at most `n (2 E + 4)` for a dense result (`E` the element's
+/// bytes).
+///
+/// Registry name `ssar_split_allgather`.
+///
+/// # Errors
+/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SsarSplitAllgather;
+
+/// SSAR_Split_allgather's registry name, from which the entry id derives.
+const SSAR_NAME: &str = "ssar_split_allgather";
+/// DSAR_Split_allgather's (with QSGD too: the quantization is a parameter
+/// the ranks agree on).
+const DSAR_NAME: &str = "dsar_split_allgather";
+
+/// Rank `r`'s bytes in the split phase (from every other rank a stream of
+/// its entries in `r`'s partition) and the allgather of the partitions
+/// (each a framed stream block; `dense`: every block dense).
+pub(crate) fn split_bytes<E: Element>(ins: &[SparseVec<E>], r: usize, dense: bool) -> u64 {
+    let p = ins.len();
+    let others = || (0..p).filter(move |&q| q != r);
+    let pieces: u64 = others()
+        .map(|q| 8 + (4 + E::BYTES as u64) * partition(ins, q, r).count() as u64)
+        .sum();
+    pieces
+        + others()
+            .map(|q| 4 + block_bytes(ins, q, dense))
+            .sum::<u64>()
+}
+
+/// Bytes of partition `q` of the sum as a stream (`dense`: always dense).
+pub(crate) fn block_bytes<E: Element>(ins: &[SparseVec<E>], q: usize, dense: bool) -> u64 {
+    let (p, dim) = (ins.len(), ins[0].dim());
+    let mut union: Vec<u32> = (0..p).flat_map(|from| partition(ins, from, q)).collect();
+    union.sort_unstable();
+    union.dedup();
+    let len = even_len(q, dim, p);
+    // A stream's header: tag and padding, and for pairs their count.
+    let bytes = if dense || union.len() > Stream::<E>::delta(len) {
+        4 + E::BYTES * len
+    } else {
+        8 + (4 + E::BYTES) * union.len()
+    };
+    bytes as u64
+}
+
+/// The indices of rank `from`'s input in partition `q`.
+fn partition<E: Element>(
+    ins: &[SparseVec<E>],
+    from: usize,
+    q: usize,
+) -> impl Iterator<Item = u32> + '_ {
+    let (p, dim) = (ins.len(), ins[0].dim());
+    let range = even_start(q, dim, p)..even_start(q, dim, p) + even_len(q, dim, p);
+    ins[from]
+        .indices()
+        .iter()
+        .copied()
+        .filter(move |&i| range.contains(&(i as usize)))
+}
+
+impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
+    fn name(&self) -> String {
+        SSAR_NAME.into()
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    /// The split phase, then every other partition of the sum as a stream,
+    /// in `(P - 1) + ceil(lg P)` rounds.
+    fn cost(&self, prof: &Profile) -> Cost {
+        let bytes =
+            prof.split_phase_bytes() + prof.others() * (4.0 + prof.partition_stream_bytes());
+        bytes_cost(split_rounds(prof.p), bytes)
+    }
+    /// SparCML's bounds at the input's overlap.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(prof.within(cost::ssar_split_allgather(prof.p, prof.k_avg())))
+    }
+    /// `P - 1` direct steps, then a Bruck allgather.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + u64::from(cost::ceil_log2(p)))
+    }
+    /// The split phase's pieces, then the partitions' stream blocks.
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        Some(split_bytes(ins, r, false))
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        split_enter(t, v, Phase::Sparse, SSAR_NAME)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        let start = entered.start();
+        split_allgather(t, v, Phase::Sparse, Gather::Bruck, start, out)
+    }
+}
+
+impl<E: Element> Registered<E> for SsarSplitAllgather {
+    const NAME: &'static str = SSAR_NAME;
+    const PLANNED: bool = true;
+    const PARAMS: &'static str = "";
+    const HELP: &'static str =
+        "SparCML's split phase, then a Bruck allgather of sparse streams; lossless";
+    fn build(_: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
+        Ok(Self)
+    }
+}
+
+/// DSAR_Split_allgather: the split phase of [`SsarSplitAllgather`], then
+/// the partitions travel dense (`n / P` values each), as SparCML does when
+/// the result is expected past delta. With `qsgd`, the dense phase is
+/// QSGD-quantized (SparCML sec. 6): lossy, and each owner returns in
+/// `dropped` exactly what quantization removed from its partition, so that
+/// the inputs sum to `result` plus all `dropped`.
+///
+/// Memory per rank: the dense result, `n (2 E + 4) + 2 E ceil(n / P)` bytes
+/// (`E` the element's bytes), probed before the call: where the allocator
+/// refuses it every rank returns [`Error::OutOfMemory`] (its own) or
+/// [`Error::PeerError`], instead of the process aborting.
+///
+/// With its call counter: the QSGD seed of a call mixes the configured
+/// seed, the call number and the rank, so that no two calls (or ranks)
+/// repeat the same random draws. Registry names `dsar_split_allgather`
+/// and, with QSGD, `dsar_qsgd`.
+///
+/// # Errors
+/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DsarSplitAllgather {
+    qsgd: Option<QsgdParams>,
+    calls: u64,
+}
+
+impl DsarSplitAllgather {
+    /// DSAR, its dense phase QSGD-quantized with `qsgd`.
+    pub fn new(qsgd: Option<QsgdParams>) -> Self {
+        Self { qsgd, calls: 0 }
+    }
+    /// The QSGD parameters.
+    pub fn qsgd(&self) -> Option<QsgdParams> {
+        self.qsgd
+    }
+    /// QSGD from a name's `bits`, `bucket` and `seed` (defaults 4, 512, a
+    /// fixed seed).
+    fn qsgd_from(params: &mut Params, bits: Option<u32>) -> Result<Option<QsgdParams>> {
+        let bits = match bits.or(params.take("bits")?) {
+            None => return Ok(None),
+            Some(b) => b,
+        };
+        let bucket = params.take("bucket")?.unwrap_or(512);
+        let seed = params.take("seed")?.unwrap_or(0x95d);
+        Ok(Some(QsgdParams::new(bits, bucket, seed)?))
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
+    fn name(&self) -> String {
+        if self.qsgd.is_some() {
+            DSAR_QSGD_NAME.into()
+        } else {
+            DSAR_NAME.into()
+        }
+    }
+    fn params(&self) -> String {
+        self.qsgd.map_or(String::new(), |q| {
+            format!("bits={},bucket={},seed={}", q.bits(), q.bucket(), q.seed())
+        })
+    }
+    fn lossless(&self) -> bool {
+        self.qsgd.is_none()
+    }
+    /// The split phase, then every other partition dense (or its QSGD
+    /// section), in `(P - 1) + ceil(lg P)` rounds.
+    fn cost(&self, prof: &Profile) -> Cost {
+        let len = (prof.n as f64 / prof.p as f64).ceil();
+        let vb = prof.value_bytes as f64;
+        let block = match self.qsgd {
+            None => 4.0 + vb * len,
+            Some(q) => {
+                let scales = (len / q.bucket() as f64).ceil();
+                let words = (len * q.bits() as f64 / 32.0).ceil();
+                6.0 + vb * scales + 4.0 * words
+            }
+        };
+        // Each block behind its 4-byte frame length.
+        let bytes = prof.split_phase_bytes() + prof.others() * (4.0 + block);
+        bytes_cost(split_rounds(prof.p), bytes)
+    }
+    /// SparCML's bounds at the input's overlap.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(prof.within(cost::dsar_split_allgather(
+            prof.p,
+            prof.n,
+            prof.k_avg(),
+            self.qsgd.map(|q| (q.bits(), q.bucket())),
+        )))
+    }
+    /// `P - 1` direct steps, then a Bruck allgather.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + u64::from(cost::ceil_log2(p)))
+    }
+    /// Without QSGD: the split phase's pieces, then the dense partitions.
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        self.qsgd.is_none().then(|| split_bytes(ins, r, true))
+    }
+    /// The call counter counts calls that entered the round.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        self.calls += 1;
+        split_enter(t, v, Phase::Dense(self.qsgd), DSAR_NAME)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        let call = self.calls - 1;
+        let q = self.qsgd.map(|q| {
+            let mut mix = sparse_core::SplitMix64(q.seed() ^ call.rotate_left(32));
+            q.with_seed(mix.next_u64())
+        });
+        let start = entered.start();
+        split_allgather(t, v, Phase::Dense(q), Gather::Bruck, start, out)
+    }
+}
+
+impl<E: Element> Registered<E> for DsarSplitAllgather {
+    const NAME: &'static str = DSAR_NAME;
+    const PLANNED: bool = true;
+    const PARAMS: &'static str = "qsgd (bits: 2, 4 or 8; none by default), bucket (512), seed";
+    const HELP: &'static str =
+        "SparCML's split phase, then dense partitions allgathered; lossless without qsgd";
+    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
+        let bits = params.take("qsgd")?;
+        Ok(Self::new(Self::qsgd_from(params, bits)?))
+    }
+}
+
+/// The registry name of DSAR with QSGD.
+const DSAR_QSGD_NAME: &str = "dsar_qsgd";
+
+impl DsarSplitAllgather {
+    /// Registers `dsar_qsgd`: DSAR with QSGD in the dense phase (`bits` 4
+    /// by default), a second name of the same algorithm.
+    pub(crate) fn register_qsgd<E: Element>(r: &mut crate::Registry<E>) {
+        r.register(
+            DSAR_QSGD_NAME,
+            "bits (2, 4 or 8; default 4), bucket (512), seed",
+            "DSAR with QSGD-quantized dense partitions; lossy, the quantization error in dropped",
+            |params, _| {
+                let bits = params.take("bits")?.unwrap_or(4);
+                Ok(Box::new(DsarSplitAllgather::new(
+                    DsarSplitAllgather::qsgd_from(params, Some(bits))?,
+                )))
+            },
+        )
+        .expect("a free name");
+    }
+}
+
+/// The entry round of the split-allgather family: the dense phase holds
+/// the whole result densely, so it is probed for before the call and a
+/// refused allocation is an error on every rank; the ranks agree on the
+/// quantization.
+pub(crate) fn split_enter<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    phase: Phase,
+    name: &str,
+) -> Result<Entered> {
+    let qbits = match phase {
+        Phase::Dense(Some(q)) => q.bits() as u64 | (q.bucket() as u64) << 8,
+        _ => 0,
+    };
+    let local = match phase {
+        Phase::Dense(_) => sparse_core::alloc::probe(
+            dense_phase_bytes::<E>(v.dim(), t.size()),
+            "DSAR's dense result",
+        ),
+        Phase::Sparse => Ok(()),
+    };
+    enter(t, name, v, &[("quantization", qbits)], local)
+}
+
+/// The split-allgather family after [`split_enter`], into `out` (its
+/// allocations reused, as the transport's buffer pool is): the split phase
+/// writes each owner's entries straight from the input, received pairs are
+/// read in place, and each owner sums its partition in rank order
+/// ([`sparse_core::sparse::merge_sum_into`]). In the sparse phase a sum
+/// past delta is formed again by [`Stream::sum`], which turns dense on the
+/// way as SparCML's stream does, so that what travels is the stream's.
+// About 85 lines: the steps are the functions below; what is left here is
+// the buffers and vectors lent from one step to the next, which must stay
+// in one scope for the sum and the messages to be read in place.
+pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    phase: Phase,
+    gather: Gather,
+    start: Traffic,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    let dim = v.dim();
+    let (p, r) = (t.size(), t.rank());
+    let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
+    let got = split_phase(t, v)?;
+    // This rank's own pairs, re-indexed in a pooled buffer and read from it
+    // as the received ones are.
+    let (qlo, span) = partition_span(v, r, p);
+    let mut own_buf = t.take_buffer();
+    own_buf.clear();
+    put_rebased(&mut own_buf, &v.indices()[span.clone()], qlo);
+    let own_idx = from_le_u32s(&own_buf);
+    let own = (&own_idx[..], &v.values()[span]);
+    let parts = partition_parts(&got, own, r, len)?;
+    // The sum, alternating between the result's and dropped's vectors.
+    let (mut ai, mut av) = take_parts(&mut out.result);
+    let (mut bi, mut bv) = take_parts(&mut out.dropped);
+    sum_parts(&parts, (&mut ai, &mut av), (&mut bi, &mut bv));
+    // The partition's block for the allgather: the sparse sum itself as a
+    // stream, written from its vectors; or a block encoded here (and what
+    // QSGD removed from the partition, dense, this rank's share of
+    // `dropped`).
+    let sparse_sum = phase == Phase::Sparse && ai.len() <= Stream::<E>::delta(len);
+    let header = sparse_header(ai.len());
+    let (block, rest) = if sparse_sum {
+        (Vec::new(), None)
+    } else {
+        encode_block(phase, &parts, (&ai, &av), len, r)?
+    };
+    drop(parts);
+    got.into_iter().for_each(|m| t.give_buffer(m));
+    t.give_buffer(own_buf);
+    let (hi, hv) = (le_u32s(&ai), le_bytes(&av));
+    let own: Vec<&[u8]> = if sparse_sum {
+        vec![&header, &hi, &hv]
+    } else {
+        vec![&block]
+    };
+    // The result: every partition in rank order, shifted to its place.
+    let (mut result_i, mut result_v) = (bi, bv);
+    result_i.clear();
+    result_v.clear();
+    let mut append = |q: usize, b: Option<&[u8]>| -> Result<()> {
+        let view = match b {
+            None if sparse_sum => {
+                StreamView::Sparse((Cow::Borrowed(&ai[..]), Cow::Borrowed(&av[..])))
+            }
+            None => block_view(&block, len)?,
+            Some(b) => block_view(b, even_len(q, dim, p))?,
+        };
+        append_partition(
+            view,
+            even_start(q, dim, p) as u32,
+            &mut result_i,
+            &mut result_v,
+        );
+        Ok(())
+    };
+    match gather {
+        Gather::Bruck => {
+            let g = gather_bruck(t, &own)?;
+            (0..p).try_for_each(|q| append(q, g.block(q)))?;
+            g.release(t);
+        }
+        Gather::RecursiveDoubling => {
+            let g = gather_recursive_doubling(t, &own)?;
+            (0..p).try_for_each(|q| append(q, g.block(q)))?;
+            g.release(t);
+        }
+    }
+    // This rank's share of what QSGD dropped, in the sum's old vectors.
+    ai.clear();
+    av.clear();
+    let rest = rest.map(|d| StreamView::Dense(Cow::Owned(d)));
+    rest.into_iter()
+        .for_each(|d| append_partition(d, lo as u32, &mut ai, &mut av));
+    out.result = SparseVec::new_unchecked(dim, result_i, result_v);
+    out.dropped = SparseVec::new_unchecked(dim, ai, av);
+    out.traffic = t.traffic().since(&start);
+    Ok(())
+}
+
+/// Partition `q`'s entries of `v` among `p`: the partition's start and
+/// their positions in `v`.
+fn partition_span<E: Element>(
+    v: &SparseVec<E>,
+    q: usize,
+    p: usize,
+) -> (u32, std::ops::Range<usize>) {
+    let dim = v.dim();
+    let (qlo, qlen) = (even_start(q, dim, p), even_len(q, dim, p));
+    let a = v.indices().partition_point(|&i| (i as usize) < qlo);
+    let b = v.indices().partition_point(|&i| (i as usize) < qlo + qlen);
+    (qlo as u32, a..b)
+}
+
+/// The split phase: `P - 1` direct steps; at step `s` this rank sends
+/// partition `r + s`, re-indexed, as a sparse stream to its owner and
+/// receives its own partition from rank `r - s`. Returns the received
+/// messages by step, in pooled buffers.
+fn split_phase<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+) -> Result<Vec<Vec<u8>>> {
+    let (p, r) = (t.size(), t.rank());
+    let mut send = t.take_buffer();
+    let mut got: Vec<Vec<u8>> = Vec::with_capacity(p);
+    for s in 1..p {
+        let (to, from) = ((r + s) % p, (r + p - s) % p);
+        let (qlo, span) = partition_span(v, to, p);
+        send.clear();
+        send.extend_from_slice(&sparse_header(span.len()));
+        put_rebased(&mut send, &v.indices()[span.clone()], qlo);
+        send.extend_from_slice(&le_bytes(&v.values()[span]));
+        let mut msg = t.take_buffer();
+        t.exchange_into(to, &send, from, &mut msg)?;
+        got.push(msg);
+    }
+    t.give_buffer(send);
+    Ok(got)
+}
+
+/// This rank's partition (`len` coordinates) from every rank, in rank
+/// order, read in place: `own` (this rank's pairs, re-indexed) at `r`, and
+/// from rank `q` the message that arrived at split step `(r - q) mod P`.
+fn partition_parts<'a, E: Element>(
+    got: &'a [Vec<u8>],
+    own: (&'a [u32], &'a [E]),
+    r: usize,
+    len: usize,
+) -> Result<Vec<PairsView<'a, E>>> {
+    let p = got.len() + 1;
+    (0..p)
+        .map(|q| {
+            if q == r {
+                return Ok((Cow::Borrowed(own.0), Cow::Borrowed(own.1)));
+            }
+            match stream_view::<E>(&got[(r + p - q) % p - 1], len, "split message")? {
+                StreamView::Sparse(pairs) => Ok(pairs),
+                StreamView::Dense(_) => Err(Error::corrupt(
+                    "split message",
+                    "dense stream in the split phase",
+                )),
+            }
+        })
+        .collect()
+}
+
+/// The allgather block of this rank's partition (`len` coordinates) where
+/// it is not the sparse sum itself: the stream of the sum formed again by
+/// [`Stream::sum`] (past delta), the dense partition, or its QSGD encoding
+/// (tag 2) with what quantization removed.
+fn encode_block<E: Element>(
+    phase: Phase,
+    parts: &[PairsView<'_, E>],
+    (ai, av): (&[u32], &[E]),
+    len: usize,
+    r: usize,
+) -> Result<(Vec<u8>, Option<Vec<E>>)> {
+    let dense = || {
+        let mut d = vec![E::zero(); len];
+        for (&i, &x) in ai.iter().zip(av.iter()) {
+            d[i as usize] = x;
+        }
+        d
+    };
+    Ok(match phase {
+        Phase::Sparse => {
+            let mut acc = Stream::Sparse(SparseVec::zeros(len)?);
+            for (i, x) in parts {
+                let part = SparseVec::new_unchecked(len, i.to_vec(), x.to_vec());
+                acc = acc.sum(&Stream::Sparse(part))?;
+            }
+            (encode_stream(&acc), None)
+        }
+        Phase::Dense(None) => (encode_stream(&Stream::Dense(dense())), None),
+        Phase::Dense(Some(q)) => {
+            let mut b = vec![2u8];
+            // Levels are lowered where a remainder would round, so that
+            // what is sent plus `dropped` is the partition sum bit for bit.
+            let rest =
+                Qsgd(q.with_seed(q.seed() ^ r as u64)).encode_with_remainder(&dense(), &mut b)?;
+            (b, Some(rest))
+        }
+    })
+}
+
+/// Appends an allgathered partition starting at `qlo` to the result's
+/// vectors (a dense one's non-zeros).
+fn append_partition<E: Element>(
+    view: StreamView<'_, E>,
+    qlo: u32,
+    result_i: &mut Vec<u32>,
+    result_v: &mut Vec<E>,
+) {
+    match view {
+        StreamView::Sparse((i, x)) => {
+            result_i.extend(i.iter().map(|&i| i + qlo));
+            result_v.extend_from_slice(&x);
+        }
+        StreamView::Dense(d) => {
+            for (i, &x) in d.iter().enumerate() {
+                if x != E::zero() {
+                    result_i.push(qlo + i as u32);
+                    result_v.push(x);
+                }
+            }
+        }
+    }
+}
+
+/// An allgathered partition of dimension `len`: a stream, or (tag 2) a
+/// QSGD-encoded dense partition, read back dense.
+fn block_view<E: Element>(b: &[u8], len: usize) -> Result<StreamView<'_, E>> {
+    if b.first() != Some(&2) {
+        return stream_view(b, len, "allgather block");
+    }
+    let mut rd = Reader::new(&b[1..], "qsgd partition");
+    let vals: Vec<E> = Qsgd(QsgdParams::new(2, 1, 0)?).decode(&mut rd, len)?;
+    rd.finish()?;
+    Ok(StreamView::Dense(Cow::Owned(vals)))
+}

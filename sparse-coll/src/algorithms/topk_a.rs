@@ -1,0 +1,185 @@
+//! TopkA / AGsparse (RedSync sec. 5.3, SparDL Table 1): every rank's
+//! selected pairs are allgathered and summed locally.
+
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::bytes::{le_bytes, le_u32s};
+use crate::dense::{bruck_allgather, gather_bruck};
+use crate::entry::{Reduced, enter};
+use crate::frame::{pairs_view, sum_parts, take_parts};
+use crate::profile::{Profile, bytes_cost};
+use crate::values::{WireValues, values_param, values_param_of, with_codecs};
+use crate::{Entered, Traffic, Transport};
+use sparse_core::cost::{self, Cost};
+use sparse_core::{Element, Error, Result, SparseVec};
+use std::borrow::Cow;
+
+/// TopkA with a lossy codec, after the entry round: each rank sends what
+/// [`WireValues::split_exact`] keeps and returns the exact remainder in
+/// `dropped`.
+fn quantized<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    values: WireValues,
+    start: Traffic,
+) -> Result<Reduced<E>> {
+    let (sent, dropped) = values.split_exact(v)?;
+    let mut msg = Vec::new();
+    values.put(&mut msg, &sent)?;
+    let mut result = SparseVec::zeros(v.dim())?;
+    for b in bruck_allgather(t, &msg)? {
+        let mut rest: &[u8] = &b;
+        let part = values.take(&mut rest, v.dim(), 0, v.dim(), "topk_a message")?;
+        if !rest.is_empty() {
+            return Err(Error::corrupt("topk_a message", "trailing bytes"));
+        }
+        result = result.merge_sum(&part)?;
+    }
+    Ok(Reduced {
+        result,
+        dropped,
+        traffic: t.traffic().since(&start),
+    })
+}
+
+/// TopkA with raw values after the entry round, into `out`, reusing its
+/// allocations and the transport's buffer pool: the pairs are sent as they
+/// lie in memory, the received pairs read in place, and the sum in rank
+/// order merged into `out`'s vectors
+/// ([`sparse_core::sparse::merge_sum_into`]).
+fn raw_into<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    start: Traffic,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    let (dim, p) = (v.dim(), t.size());
+    let (idx, val) = (le_u32s(v.indices()), le_bytes(v.values()));
+    let own = [&idx[..], &val[..]];
+    let g = gather_bruck(t, &own)?;
+    let views = (0..p)
+        .map(|q| match g.block(q) {
+            None => Ok((Cow::Borrowed(v.indices()), Cow::Borrowed(v.values()))),
+            // The Bruck frame carries the length: nnz follows from it.
+            Some(b) => pairs_view::<E>(b, b.len() / (4 + E::BYTES), dim, "topk_a message"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // The sum in rank order, alternating between the result's and the
+    // (empty) dropped vector's allocations.
+    let (mut ai, mut av) = take_parts(&mut out.result);
+    let (mut bi, mut bv) = take_parts(&mut out.dropped);
+    sum_parts(&views, (&mut ai, &mut av), (&mut bi, &mut bv));
+    drop(views);
+    g.release(t);
+    out.result = SparseVec::new_unchecked(dim, ai, av);
+    out.dropped = SparseVec::new_unchecked(dim, bi, bv);
+    out.traffic = t.traffic().since(&start);
+    Ok(())
+}
+
+/// TopkA / AGsparse: each rank's `(indices, values)`, packed behind a
+/// 4-byte length (indices then values), is allgathered with Bruck's
+/// algorithm (any `P`, `ceil(lg P)` rounds); every rank then sums the `P`
+/// vectors in rank order, so the result is bitwise identical everywhere.
+/// Lossless with raw values. A rank receives `sum over other ranks q of
+/// (4 + nnz_q (4 + isize))` bytes: with `k` each, SparDL's `2 (P - 1) k`
+/// words plus the framing.
+///
+/// With a lossy codec (`values`; RedSync's quantized AGsparse with
+/// [`WireValues::SameSignMean`]) each rank sends what
+/// [`WireValues::split_exact`] keeps and returns the exact remainder in
+/// `dropped`, so the inputs sum to `result` plus every `dropped`.
+///
+/// Memory per rank: the `P` gathered messages and the merged result, about
+/// `2 (4 + E) K` bytes for `K` entries over all ranks (`E` the element's
+/// bytes). Registry name `topk_a`, parameter `values`.
+///
+/// # Errors
+/// [`sparse_core::Error::Disagreement`] if ranks pass different
+/// dimensions; transport errors; [`sparse_core::Error::Corrupt`] for
+/// malformed messages; [`sparse_core::Error::NonFinite`] for a value a
+/// lossy codec cannot take (on every rank).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TopkA {
+    values: WireValues,
+}
+
+impl TopkA {
+    /// TopkA sending its values with `values`.
+    pub fn new(values: WireValues) -> Self {
+        Self { values }
+    }
+}
+
+/// The registry name, from which the entry id derives.
+const NAME: &str = "topk_a";
+
+impl<E: Element> SparseAllreduce<E> for TopkA {
+    fn name(&self) -> String {
+        NAME.into()
+    }
+    fn params(&self) -> String {
+        values_param(self.values)
+    }
+    fn lossless(&self) -> bool {
+        self.values.lossless::<E>()
+    }
+    /// Every other rank's framed pairs, in `ceil(lg P)` rounds.
+    fn cost(&self, prof: &Profile) -> Cost {
+        let prof = prof.with_values::<E>(self.values);
+        let bytes = prof.others() * (4.0 + prof.pair_bytes() * prof.k_avg() as f64);
+        bytes_cost(cost::ceil_log2(prof.p) as f64, bytes)
+    }
+    /// Table 1 with the mean `k`.
+    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
+        Some(cost::topk_a(prof.p, prof.k_avg()))
+    }
+    /// A Bruck allgather: `ceil(lg P)` rounds on every rank.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(cost::ceil_log2(p).into())
+    }
+    /// Raw values: a framed block of every other rank's pairs.
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        let pair = 4 + E::BYTES;
+        (self.values == WireValues::Raw).then(|| {
+            (0..ins.len())
+                .filter(|&q| q != r)
+                .map(|q| (4 + pair * ins[q].nnz()) as u64)
+                .sum()
+        })
+    }
+    /// A lossy codec's split checked before the round.
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let local = self.values.ready(v);
+        enter(t, NAME, v, &[("values", self.values.code())], local)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        match self.values {
+            WireValues::Raw => raw_into(t, v, entered.start(), out),
+            values => {
+                *out = quantized(t, v, values, entered.start())?;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl<E: Element> Registered<E> for TopkA {
+    const NAME: &'static str = NAME;
+    const PLANNED: bool = true;
+    const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
+    const HELP: &'static str =
+        "allgather of every rank's pairs, summed in rank order (RedSync, SparDL's TopkA); lossless";
+    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
+        Ok(Self::new(values_param_of(params)?))
+    }
+    /// Raw values and every lossy codec.
+    fn suite_specs(_: usize) -> Vec<String> {
+        with_codecs(NAME)
+    }
+}

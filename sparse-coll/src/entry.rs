@@ -1,0 +1,212 @@
+//! The sparse-allreduce contract ([`Reduced`]) and the entry round every
+//! collective starts with: the agreement of all ranks on the call
+//! ([`agree`], [`agree_or_fail`]), whose errors reach every rank alike, and
+//! the [`Entered`] only it makes.
+
+use crate::dense::bruck_allgather;
+use crate::{Traffic, Transport};
+use sparse_core::{Element, Error, Result, SparseVec};
+
+/// The outcome of a sparse allreduce on one rank.
+///
+/// - `result` is bitwise identical on every rank;
+/// - lossless algorithms return the exact sum and an empty `dropped`;
+/// - lossy ones return in `dropped` what this rank must keep (add back to its
+///   residual), so that the sum over ranks of the inputs equals `result`
+///   plus the sum over ranks of `dropped`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reduced<E> {
+    /// The reduced vector, identical on every rank.
+    pub result: SparseVec<E>,
+    /// What this rank keeps as residual.
+    pub dropped: SparseVec<E>,
+    /// This rank's traffic for the algorithm (the entry check excluded).
+    pub traffic: Traffic,
+}
+
+impl<E: Element> Default for Reduced<E> {
+    /// An empty outcome (dimension 0, no traffic): the starting point of a
+    /// `Reduced` kept across [`crate::SparseAllreduce::allreduce_into`]
+    /// calls.
+    fn default() -> Self {
+        Self {
+            result: SparseVec::new_unchecked(0, Vec::new(), Vec::new()),
+            dropped: SparseVec::new_unchecked(0, Vec::new(), Vec::new()),
+            traffic: Traffic::default(),
+        }
+    }
+}
+
+/// What only an entry round makes ([`crate::wire::enter`]): the proof
+/// that every rank passed it, which a collective's body
+/// ([`crate::SparseAllreduce::body`]) takes, and the traffic before the
+/// body, from which the body counts its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entered {
+    start: Traffic,
+}
+
+impl Entered {
+    /// The traffic before the body: subtract it with [`Traffic::since`].
+    pub fn start(&self) -> Traffic {
+        self.start
+    }
+}
+
+/// The identifier the entry round compares for the algorithm `name`
+/// (FNV-1a of the name, its top bit set): derived from the name, so an
+/// algorithm's file, a user's included, needs no number of its own; the
+/// built-in ones' are checked distinct by a test.
+pub fn entry_id(name: &str) -> u64 {
+    sparse_core::hash::fnv1a(name.bytes()) | 1 << 63
+}
+
+/// Checks that every rank calls the same collective with the same
+/// parameters (`fields`: name and value). Every rank learns every rank's
+/// values (a Bruck allgather of a few bytes), so all ranks return the same
+/// [`Error::Disagreement`] instead of some hanging in mismatched steps.
+///
+/// # Errors
+/// [`Error::Disagreement`]; transport errors.
+pub fn agree<T: Transport + ?Sized>(t: &mut T, fields: &[(&'static str, u64)]) -> Result<()> {
+    agree_or_fail(t, fields, Ok(()))
+}
+
+/// [`agree`], with this rank's own readiness: a rank that cannot take part
+/// (`local` is an error: an invalid input, a refused allocation, bad
+/// parameters) says so in the same round, and then every rank returns an
+/// error: the failing rank its own, the others [`Error::PeerError`] naming
+/// the lowest failing rank and the kind of failure. So an error on one rank
+/// reaches every rank as an error, never as a hang.
+///
+/// # Errors
+/// `local`'s error; [`Error::PeerError`]; [`Error::Disagreement`];
+/// transport errors.
+pub fn agree_or_fail<T: Transport + ?Sized>(
+    t: &mut T,
+    fields: &[(&'static str, u64)],
+    local: Result<()>,
+) -> Result<()> {
+    agree_sharing(t, fields, local, &[]).map(drop)
+}
+
+/// [`agree_or_fail`] that also carries `shared`, words every rank may give
+/// differently (the same number of them on every rank), in the same round:
+/// returns every rank's words, by rank, once the ranks agree.
+pub(crate) fn agree_sharing<T: Transport + ?Sized>(
+    t: &mut T,
+    fields: &[(&'static str, u64)],
+    local: Result<()>,
+    shared: &[u64],
+) -> Result<Vec<Vec<u64>>> {
+    let status = local.as_ref().err().map_or(0, failure_code);
+    let mut mine = status.to_le_bytes().to_vec();
+    mine.extend(fields.iter().flat_map(|(_, v)| v.to_le_bytes()));
+    mine.extend(shared.iter().flat_map(|v| v.to_le_bytes()));
+    let all = bruck_allgather(t, &mine)?;
+    let word = |b: &[u8], i: usize| {
+        b.get(8 * i..8 * i + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+    };
+    let failed = all.iter().enumerate().find_map(|(r, b)| match word(b, 0) {
+        Some(0) => None,
+        code => Some((r, code.unwrap_or(u64::MAX))),
+    });
+    // Well-formed entry messages reach every rank the same (the allgather
+    // forwards them unchanged), so every rank fails here alike and the
+    // transport stays usable; a malformed one may have reached only some
+    // ranks, and the others may go on: then this rank abandons.
+    let well_formed = all.iter().all(|b| b.len() >= 8 && b.len() % 8 == 0);
+    let mut fail = |e: Error| {
+        if !well_formed {
+            t.abandon();
+        }
+        Err(e)
+    };
+    if let Some((rank, code)) = failed {
+        if let Err(e) = local {
+            return fail(e);
+        }
+        return fail(Error::PeerError {
+            rank,
+            detail: failure_text(code).into(),
+        });
+    }
+    for (i, (name, _)) in fields.iter().enumerate() {
+        let values: Vec<Option<u64>> = all.iter().map(|b| word(b, i + 1)).collect();
+        if values.iter().any(|v| *v != values[0]) {
+            let detail = values
+                .iter()
+                .enumerate()
+                .map(|(r, v)| format!("rank {r}: {v:?}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return fail(Error::Disagreement { what: name, detail });
+        }
+    }
+    if all.iter().any(|b| b.len() != mine.len()) {
+        return fail(Error::Disagreement {
+            what: "parameter count",
+            detail: format!("{:?}", all.iter().map(Vec::len).collect::<Vec<_>>()),
+        });
+    }
+    let first = 1 + fields.len();
+    Ok(all
+        .iter()
+        .map(|b| {
+            (first..first + shared.len())
+                .map(|i| word(b, i).expect("every message has mine's length"))
+                .collect()
+        })
+        .collect())
+}
+
+/// The kind of a rank's failure as it travels in the entry round.
+fn failure_code(e: &Error) -> u64 {
+    match e {
+        Error::IndexOutOfRange { .. }
+        | Error::NotStrictlyIncreasing { .. }
+        | Error::LengthMismatch { .. }
+        | Error::DimensionTooLarge { .. } => 1,
+        Error::OutOfMemory { .. } => 2,
+        Error::InvalidParameter { .. } => 3,
+        _ => 4,
+    }
+}
+
+fn failure_text(code: u64) -> &'static str {
+    match code {
+        1 => {
+            "its input vector is invalid (unsorted, duplicate or out-of-range indices, or lengths that differ)"
+        }
+        2 => "out of memory",
+        3 => "invalid parameters",
+        4 => "an error before the collective started",
+        _ => "a malformed entry message",
+    }
+}
+
+/// The entry of every sparse allreduce: checks the input `v` (one O(nnz)
+/// pass: a vector built with `SparseVec::new_unchecked` from bad parts is
+/// caught here; its error comes before `local`'s) and combines that with
+/// `local` (the algorithm's own checks and allocations made before the
+/// call), then [`agree_or_fail`] on the
+/// algorithm (its [`entry_id`]), the dimension, the element type and the
+/// algorithm's `extra` parameters, in that order. Returns the [`Entered`]
+/// its body takes.
+pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    name: &str,
+    v: &SparseVec<E>,
+    extra: &[(&'static str, u64)],
+    local: Result<()>,
+) -> Result<Entered> {
+    let mut fields = vec![
+        ("algorithm", entry_id(name)),
+        ("dimension", v.dim() as u64),
+        ("element", E::CODE as u64),
+    ];
+    fields.extend_from_slice(extra);
+    agree_or_fail(t, &fields, v.check().and(local))?;
+    Ok(Entered { start: t.traffic() })
+}
