@@ -499,8 +499,16 @@ impl<E: Element> HashOps<E> for Cpu {
         let (r1, width) = (h.r1 as usize, h.r1 as usize + h.r2 as usize);
         // Slot value 0 is empty; an index is stored as index + 1 (Zen's
         // indices start at 1 for the same reason).
-        let mut slots = vec![0u32; p * width];
-        let mut slot_val = vec![E::zero(); p * width];
+        // The table is `P (r1 + r2)` slots, sized by the hash's parameters,
+        // not by the input: allocated fallibly, so that a table too large
+        // for the machine is `OutOfMemory`, not an abort.
+        let cells = p.checked_mul(width).ok_or(Error::OutOfMemory {
+            what: "hash partition table",
+            bytes: u64::MAX,
+        })?;
+        let mut slots = sparse_core::alloc::try_filled(cells, 0u32, "hash partition table")?;
+        let mut slot_val =
+            sparse_core::alloc::try_filled(cells, E::zero(), "hash partition values")?;
         let mut counter = vec![r1; p];
         let mut fallback: Vec<Vec<(u32, E)>> = vec![Vec::new(); p];
         let (mut serial, mut spilled) = (0, 0);
@@ -627,5 +635,22 @@ mod suite {
                 "{missing:?} {extra:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod hash_table {
+    use crate::Cpu;
+    use sparse_core::{BufferOps, Error, HashOps, HierarchicalHash};
+
+    /// Issue 27.3: a table of `P (r1 + r2)` slots too large for any
+    /// machine is `OutOfMemory`, not an abort of the process.
+    #[test]
+    fn a_table_beyond_the_machine_is_out_of_memory() {
+        let h = HierarchicalHash::new(1, 2, 1 << 16, 3, u32::MAX, u32::MAX).unwrap();
+        let idx = Cpu.upload(&[5u32]).unwrap();
+        let val = Cpu.upload(&[1.0f32]).unwrap();
+        let res = HashOps::<f32>::hash_partition(&Cpu, &idx, &val, &h);
+        assert!(matches!(res, Err(Error::OutOfMemory { .. })), "{res:?}");
     }
 }

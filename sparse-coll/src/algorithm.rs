@@ -222,6 +222,18 @@ impl Params {
         }
     }
 
+    /// Takes the `values` parameter (the wire values of the collectives
+    /// that carry them), raw when absent.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for an unknown codec name.
+    pub(crate) fn take_values(&mut self) -> Result<crate::values::WireValues> {
+        self.take::<String>("values")?
+            .map_or(Ok(crate::values::WireValues::Raw), |s| {
+                crate::values::WireValues::parse(&s)
+            })
+    }
+
     pub(crate) fn finish(&self) -> Result<()> {
         match self.values.keys().next() {
             None => Ok(()),

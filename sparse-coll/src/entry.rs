@@ -170,6 +170,7 @@ fn failure_code(e: &Error) -> u64 {
         | Error::DimensionTooLarge { .. } => 1,
         Error::OutOfMemory { .. } => 2,
         Error::InvalidParameter { .. } => 3,
+        Error::NonFinite { .. } => 5,
         _ => 4,
     }
 }
@@ -182,13 +183,18 @@ fn failure_text(code: u64) -> &'static str {
         2 => "out of memory",
         3 => "invalid parameters",
         4 => "an error before the collective started",
+        5 => "its input holds a NaN or an infinity",
         _ => "a malformed entry message",
     }
 }
 
 /// The entry of every sparse allreduce: checks the input `v` (one O(nnz)
 /// pass: a vector built with `SparseVec::new_unchecked` from bad parts is
-/// caught here; its error comes before `local`'s) and combines that with
+/// caught here; its error comes before `local`'s), then that its values
+/// are finite (a NaN or an infinity is [`Error::NonFinite`] on this rank
+/// and [`Error::PeerError`] on the others, with the transport usable: one
+/// behaviour for every collective, whatever its body would do with it:
+/// QSGD cannot quantize it, a sum would spread it), and combines that with
 /// `local` (the algorithm's own checks and allocations made before the
 /// call), then [`agree_or_fail`] on the
 /// algorithm (its [`entry_id`]), the dimension, the element type and the
@@ -207,6 +213,10 @@ pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
         ("element", E::CODE as u64),
     ];
     fields.extend_from_slice(extra);
-    agree_or_fail(t, &fields, v.check().and(local))?;
+    let finite = match v.values().iter().position(|x| !x.is_finite()) {
+        Some(index) => Err(Error::NonFinite { index }),
+        None => Ok(()),
+    };
+    agree_or_fail(t, &fields, v.check().and(finite).and(local))?;
     Ok(Entered { start: t.traffic() })
 }

@@ -308,13 +308,6 @@ pub(crate) fn values_param(values: WireValues) -> String {
     }
 }
 
-/// The `values` parameter of a registry name (raw when absent).
-pub(crate) fn values_param_of(params: &mut crate::Params) -> Result<WireValues> {
-    params
-        .take::<String>("values")?
-        .map_or(Ok(WireValues::Raw), |s| WireValues::parse(&s))
-}
-
 /// The collective suite's specs of an algorithm that takes `values`: raw
 /// (its defaults) and each lossy codec.
 pub(crate) fn with_codecs(name: &str) -> Vec<String> {

@@ -8,7 +8,7 @@ use crate::dense::bruck_allgather;
 use crate::entry::{Reduced, enter};
 use crate::frame::{put_block, split_where, take_block};
 use crate::profile::{Profile, bytes_cost};
-use crate::values::{WireValues, values_param, values_param_of, with_codecs};
+use crate::values::{WireValues, values_param, with_codecs};
 use crate::{Entered, Group, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::{even_len, even_start};
@@ -624,7 +624,7 @@ impl<E: Element> Registered<E> for Spardl {
         "SparDL: Spar-Reduce-Scatter with global residual collection, Bruck all-gather; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let k = crate::algorithm::k_param(params, d)?;
-        Ok(Self::new(k).with_values(values_param_of(params)?))
+        Ok(Self::new(k).with_values(params.take_values()?))
     }
     /// Raw values and every lossy codec.
     fn suite_specs(_: usize) -> Vec<String> {

@@ -209,12 +209,15 @@ impl DsarSplitAllgather {
     pub fn qsgd(&self) -> Option<QsgdParams> {
         self.qsgd
     }
-    /// QSGD from a name's `bits`, `bucket` and `seed` (defaults 4, 512, a
-    /// fixed seed).
+    /// QSGD of `bits` bits (none without), with a name's `bucket` and
+    /// `seed` (defaults 512 and a fixed seed). The bits come from one
+    /// spelling per name (`qsgd=` for `dsar_split_allgather`, `bits=` for
+    /// `dsar_qsgd`): the other is left in `params`, so the registry rejects
+    /// it as unknown instead of dropping it; without QSGD `bucket` and
+    /// `seed` are left there too.
     fn qsgd_from(params: &mut Params, bits: Option<u32>) -> Result<Option<QsgdParams>> {
-        let bits = match bits.or(params.take("bits")?) {
-            None => return Ok(None),
-            Some(b) => b,
+        let Some(bits) = bits else {
+            return Ok(None);
         };
         let bucket = params.take("bucket")?.unwrap_or(512);
         let seed = params.take("seed")?.unwrap_or(0x95d);

@@ -8,7 +8,7 @@ use crate::frame::{
     stream_to_sparse, stream_view, take_parts,
 };
 use crate::profile::{Profile, bytes_cost};
-use crate::values::{WireValues, values_param, values_param_of, with_codecs};
+use crate::values::{WireValues, values_param, with_codecs};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
@@ -466,7 +466,7 @@ impl<E: Element> Registered<E> for SsarRecursiveDouble {
     const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
     const HELP: &'static str = "SparCML's recursive doubling of sparse streams (Zen's Hierarchical Centralization); lossless";
     fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        Ok(Self::new(values_param_of(params)?))
+        Ok(Self::new(params.take_values()?))
     }
     /// Raw values and every lossy codec.
     fn suite_specs(_: usize) -> Vec<String> {

@@ -7,7 +7,7 @@ use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Reduced, enter};
 use crate::frame::{pairs_view, sum_parts, take_parts};
 use crate::profile::{Profile, bytes_cost};
-use crate::values::{WireValues, values_param, values_param_of, with_codecs};
+use crate::values::{WireValues, values_param, with_codecs};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
@@ -176,7 +176,7 @@ impl<E: Element> Registered<E> for TopkA {
     const HELP: &'static str =
         "allgather of every rank's pairs, summed in rank order (RedSync, SparDL's TopkA); lossless";
     fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        Ok(Self::new(values_param_of(params)?))
+        Ok(Self::new(params.take_values()?))
     }
     /// Raw values and every lossy codec.
     fn suite_specs(_: usize) -> Vec<String> {

@@ -144,14 +144,32 @@ impl<B> ZenBalancedParallelism<B> {
             pending: None,
         }
     }
+    /// The most slots (`r1 + r2`) a partition's table may have: 2^24, room
+    /// for 8 million entries per partition at Zen's default `r1 = 2 nnz`.
+    /// The table takes `P (r1 + r2)` slots of 4 bytes plus a value each,
+    /// whatever the input, so a bound keeps a parameter from asking for
+    /// gigabytes; within it, the table is allocated fallibly (a refusal is
+    /// [`Error::OutOfMemory`] on every rank, from the entry round).
+    pub const MAX_SLOTS: u64 = 1 << 24;
     /// Fixed hash memory: `r1` parallel and `r2` serial slots per partition
     /// instead of Zen's defaults for each call's entries.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for `r1 == 0`.
+    /// [`Error::InvalidParameter`] for `r1 == 0` or `r1 + r2` above
+    /// [`ZenBalancedParallelism::MAX_SLOTS`].
     pub fn with_slots(mut self, r1: u32, r2: u32) -> Result<Self> {
         if r1 == 0 {
             return Err(Error::invalid("r1", "at least one parallel slot"));
+        }
+        let slots = u64::from(r1) + u64::from(r2);
+        if slots > Self::MAX_SLOTS {
+            return Err(Error::invalid(
+                "r1",
+                format!(
+                    "r1 + r2 = {slots} slots per partition above {}",
+                    Self::MAX_SLOTS
+                ),
+            ));
         }
         self.slots = Some((r1, r2));
         Ok(self)
