@@ -484,77 +484,15 @@ impl<E: Element> DenseOps<E> for Cpu {
 }
 
 impl<E: Element> HashOps<E> for Cpu {
+    /// [`sparse_core::hash::partition_host`]: the reference every backend
+    /// is diffed against.
     fn hash_partition(
         &self,
         indices: &Vec<u32>,
         values: &Vec<E>,
         h: &HierarchicalHash,
     ) -> Result<HashPartitions<E>> {
-        check_len(
-            "hash_partition indices vs values",
-            indices.len(),
-            values.len(),
-        )?;
-        let p = h.h0.partitions() as usize;
-        let (r1, width) = (h.r1 as usize, h.r1 as usize + h.r2 as usize);
-        // Slot value 0 is empty; an index is stored as index + 1 (Zen's
-        // indices start at 1 for the same reason).
-        // The table is `P (r1 + r2)` slots, sized by the hash's parameters,
-        // not by the input: allocated fallibly, so that a table too large
-        // for the machine is `OutOfMemory`, not an abort.
-        let cells = p.checked_mul(width).ok_or(Error::OutOfMemory {
-            what: "hash partition table",
-            bytes: u64::MAX,
-        })?;
-        let mut slots = sparse_core::alloc::try_filled(cells, 0u32, "hash partition table")?;
-        let mut slot_val =
-            sparse_core::alloc::try_filled(cells, E::zero(), "hash partition values")?;
-        let mut counter = vec![r1; p];
-        let mut fallback: Vec<Vec<(u32, E)>> = vec![Vec::new(); p];
-        let (mut serial, mut spilled) = (0, 0);
-        'entries: for (&idx, &val) in indices.iter().zip(values) {
-            let part = h.h0.partition(idx) as usize;
-            let row = part * width;
-            for f in &h.rehash {
-                let q = row + f.hash_to(idx, h.r1) as usize;
-                if slots[q] == 0 {
-                    slots[q] = idx + 1;
-                    slot_val[q] = val;
-                    continue 'entries;
-                }
-            }
-            let c = counter[part];
-            counter[part] += 1;
-            if c < width {
-                slots[row + c] = idx + 1;
-                slot_val[row + c] = val;
-                serial += 1;
-            } else {
-                fallback[part].push((idx, val));
-                spilled += 1;
-            }
-        }
-        let mut out = HashPartitions {
-            offsets: vec![0],
-            indices: Vec::with_capacity(indices.len()),
-            values: Vec::with_capacity(indices.len()),
-            serial,
-            fallback: spilled,
-        };
-        for (part, spill) in fallback.iter().enumerate() {
-            for q in part * width..(part + 1) * width {
-                if slots[q] != 0 {
-                    out.indices.push(slots[q] - 1);
-                    out.values.push(slot_val[q]);
-                }
-            }
-            for &(i, v) in spill {
-                out.indices.push(i);
-                out.values.push(v);
-            }
-            out.offsets.push(out.indices.len());
-        }
-        Ok(out)
+        sparse_core::hash::partition_host(indices, values, h)
     }
 }
 

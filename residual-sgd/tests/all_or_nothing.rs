@@ -44,7 +44,7 @@ fn grads(rank: usize, step: u64, sizes: &[usize]) -> Vec<Vec<f32>> {
 }
 
 /// Fault injection at every call position of a step, on the first and the
-/// last rank, P = 2..5, for the collectives the trainer runs: a rank that
+/// last rank, P = 2..5, for the collectives `sparse-bench train` runs: a rank that
 /// returns `Ok` applied the whole step, a rank that returns an error
 /// applied nothing (weights as before, every residual holding its
 /// selection), and on a new transport the next step either succeeds on
@@ -53,7 +53,13 @@ fn grads(rank: usize, step: u64, sizes: &[usize]) -> Vec<Vec<f32>> {
 #[test]
 fn a_failure_part_way_splits_no_ranks() {
     let sizes = [100usize, 50];
-    for spec in ["topk_a", "spardl", "ssar_recursive_double"] {
+    // The collectives of `sparse-bench train`'s schemes.
+    for spec in [
+        "topk_a",
+        "topk_a:values=ssmean",
+        "spardl",
+        "ssar_recursive_double",
+    ] {
         for p in 2..=5usize {
             // The clean step: its weights and each rank's number of calls.
             let clean = ThreadCluster::new(p).run(|t| {

@@ -122,7 +122,9 @@ pub use algorithms::split_allgather::{DsarSplitAllgather, SsarSplitAllgather};
 pub use algorithms::ssar::SsarRecursiveDouble;
 pub use algorithms::topk_a::TopkA;
 pub use algorithms::topk_dsa::TopkDsa;
-pub use algorithms::zen::{ZenBalancedParallelism, ZenStats, zen_pieces};
+pub use algorithms::zen::{
+    HostHashing, OnBackend, ZenBalancedParallelism, ZenHashing, ZenStats, zen_pieces,
+};
 pub use entry::{Entered, Reduced, agree, agree_or_fail};
 pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto};
 pub use profile::Profile;

@@ -518,20 +518,9 @@ impl SimTransport {
         f: &(impl Fn(&mut SimTransport) -> Result<T> + Sync),
     ) -> (Result<T>, Traffic, Trace) {
         self.cpu_mark = thread_cpu_time();
-        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        let result = crate::transport::catch_rank(self.rank, || f(self));
         self.computed();
         self.shared.close(self.rank);
-        let result = out.unwrap_or_else(|p| {
-            let detail = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Err(Error::Transport {
-                rank: self.rank,
-                detail: format!("panicked: {detail}"),
-            })
-        });
         (
             result,
             self.counter.traffic(),
@@ -582,14 +571,7 @@ impl SimTransport {
     }
 
     fn check_peer(&self, peer: usize) -> Result<()> {
-        if peer >= self.size {
-            Err(Error::NoSuchRank {
-                rank: peer,
-                size: self.size,
-            })
-        } else {
-            Ok(())
-        }
+        crate::transport::check_peer(peer, self.size)
     }
 
     fn post(&mut self, to: usize, data: &[u8]) -> Result<()> {

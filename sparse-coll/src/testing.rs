@@ -42,9 +42,17 @@ pub struct Case {
 }
 
 /// The matrix: dimensions 1, 97, 1000 and 10007 (not divisible by most
-/// `P`), overlap 0, 0.5 and 1, skewed and uniform indices.
+/// `P`), overlap 0, 0.5 and 1, skewed and uniform indices; and one input of
+/// dimension 100,003 at density 0.1% and overlap 0.5, past any small
+/// threshold an algorithm might switch at.
 pub fn cases(p: usize) -> Vec<Case> {
-    let mut out = Vec::new();
+    let mut out = vec![Case {
+        dim: 100_003,
+        density: 0.001,
+        overlap: 0.5,
+        skew: false,
+        seed: (p * 31) as u64 + 100_003,
+    }];
     for (dim, density) in [(1usize, 1.0), (97, 0.05), (1000, 0.01), (10_007, 0.02)] {
         for overlap in [0.0, 0.5, 1.0] {
             for skew in [false, true] {
@@ -65,7 +73,10 @@ pub fn cases(p: usize) -> Vec<Case> {
 }
 
 /// Every rank's input for `case`: integer values (sums are exact in
-/// floating point), and every third rank contributes nothing.
+/// floating point), and every third rank contributes nothing (with real
+/// values, in [`collective_suite_for`], every rank contributes, so that
+/// three or more terms meet at an index from `P = 3` on and a sum whose
+/// order depends on the rank shows in the bits).
 ///
 /// # Errors
 /// An infeasible case.
@@ -102,7 +113,7 @@ fn inputs_of(p: usize, case: &Case, integer: bool) -> Result<Vec<SparseVec<f32>>
     };
     let mut v = spec.generate::<f32>(p)?;
     for (r, x) in v.iter_mut().enumerate() {
-        if r % 3 == 2 {
+        if integer && r % 3 == 2 {
             *x = SparseVec::zeros(case.dim)?;
         }
     }
@@ -132,6 +143,30 @@ pub fn budget(case: &Case) -> usize {
     ((case.density * case.dim as f64) as usize).max(1) * 2
 }
 
+/// The last check of [`collective_suite_for`]: no message is left unread
+/// on any link. Every rank sends a marker along every link in `P - 1`
+/// exchange rounds (to `r + s`, from `r - s`) and must receive markers
+/// only: a message an algorithm sent and never received arrives first
+/// instead.
+///
+/// # Errors
+/// Transport errors. A stray message panics, naming its link.
+fn check_nothing_unread(t: &mut dyn Transport, spec: &str) -> Result<()> {
+    const MARKER: &[u8] = b"collective suite: end of calls";
+    let (p, r) = (t.size(), t.rank());
+    for s in 1..p {
+        let (to, from) = ((r + s) % p, (r + p - s) % p);
+        let got = t.exchange(to, MARKER, from)?;
+        assert!(
+            got == MARKER,
+            "{spec} P={p}: rank {r} found a message from rank {from} left unread \
+             ({} bytes) after the calls",
+            got.len()
+        );
+    }
+    Ok(())
+}
+
 /// Runs the whole suite on this rank with every built-in algorithm
 /// ([`algorithms`]); every rank of `t` must call it. Returns the number of
 /// (algorithm, input) runs checked.
@@ -150,9 +185,9 @@ pub fn collective_suite(t: &mut dyn Transport) -> Result<usize> {
 
 /// The suite for one algorithm of `registry` (a user's own included),
 /// built from `spec` afresh for every input of the matrix with the input's
-/// budget as its default `k`. Checks what every algorithm promises, on a
-/// first and a second call of the same instance (its state kept across
-/// calls): identical results on every rank, bit for bit, and the exact sum
+/// budget as its default `k`. Checks what every algorithm promises, on
+/// three calls of the same instance (its state kept across calls):
+/// identical results on every rank, bit for bit, and the exact sum
 /// or exact conservation on integer-valued inputs; on real-valued inputs
 /// (where sums depend on the order of additions) identical bits on every
 /// rank and the sum within a rounding bound. `allreduce_into` must give
@@ -165,7 +200,13 @@ pub fn collective_suite(t: &mut dyn Transport) -> Result<usize> {
 /// ([`crate::SparseAllreduce::max_result_entries`]), and in a first call
 /// its rounds and bytes where it names them
 /// ([`crate::SparseAllreduce::expected_rounds`],
-/// [`crate::SparseAllreduce::expected_bytes`]).
+/// [`crate::SparseAllreduce::expected_bytes`]). Last, that no message is
+/// left unread on any link.
+///
+/// Run it on [`crate::ThreadCluster::synchronous`] threads: sends then
+/// wait for their receive, as MPI's do past its eager limit, so a scheme
+/// that sends before it receives on both sides fails here (a timeout)
+/// instead of passing and deadlocking under MPI.
 /// Returns the number of inputs checked.
 ///
 /// # Errors
@@ -197,7 +238,7 @@ pub fn collective_suite_for(
             .collect();
         let kind = if exact { "integer" } else { "real" };
         let ctx = format!("{spec} P={p} rank {r} {case:?} {kind} values");
-        for call in [1, 2] {
+        for call in [1, 2, 3] {
             let ctx = format!("{ctx}, call {call}");
             let before = t.traffic();
             let red = algo.allreduce(t, &ins[r])?;
@@ -250,6 +291,7 @@ pub fn collective_suite_for(
         }
         runs += 1;
     }
+    check_nothing_unread(t, spec)?;
     Ok(runs)
 }
 

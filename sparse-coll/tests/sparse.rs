@@ -502,3 +502,34 @@ fn zen_with_hierarchical_hashing_loses_nothing_under_overflow() {
         }
     }
 }
+
+/// Zen's hashing on the host (the default, with no backend in
+/// `sparse-coll`'s dependencies) and on `backend-cpu` give the same pieces,
+/// statistics and results, bit for bit.
+#[test]
+fn zen_hashes_the_same_on_the_host_and_on_a_backend() {
+    use sparse_coll::{HostHashing, OnBackend, ZenBalancedParallelism, zen_pieces};
+    use sparse_core::HierarchicalHash;
+    for p in [2usize, 3, 5] {
+        let ins = inputs(p, 3000, 0.05, 0.5, true, 11);
+        for (r, v) in ins.iter().enumerate() {
+            for (r1, r2) in [(4u32, 1u32), (64, 8), (4096, 16)] {
+                let h = HierarchicalHash::new(7, 100 + r as u64, p as u32, 3, r1, r2).unwrap();
+                let host = zen_pieces(&HostHashing, &h, v).unwrap();
+                let cpu = zen_pieces(&OnBackend(backend_cpu::Cpu), &h, v).unwrap();
+                assert_eq!(host.0, cpu.0, "P = {p} rank {r} r1 = {r1}");
+                assert_eq!(host.1, cpu.1, "P = {p} rank {r} r1 = {r1}");
+            }
+        }
+        let host = run(p, &ins, |t, v| {
+            ZenBalancedParallelism::new(5).allreduce(t, v)
+        });
+        let cpu = run(p, &ins, |t, v| {
+            ZenBalancedParallelism::on(backend_cpu::Cpu, 5).allreduce(t, v)
+        });
+        for (a, b) in host.iter().zip(&cpu) {
+            assert_eq!(a.result, b.result);
+            assert_eq!(a.traffic, b.traffic);
+        }
+    }
+}

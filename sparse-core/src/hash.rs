@@ -295,6 +295,90 @@ impl HierarchicalHash {
     }
 }
 
+/// Zen's hierarchical hash partitioning (Alg. 1) on the host: the plain
+/// reference that `backend-cpu` runs and the kernels are diffed against.
+/// Every entry lands in partition `h.h0(index)`: in the first free slot of
+/// its rehash functions' parallel memory (`r1` slots), else in the serial
+/// overflow area (`r2` slots), else in a fallback list; nothing is lost.
+/// Partition `p` lists its parallel and serial slots in slot order, then
+/// its fallback entries in input order. Indices must be unique.
+///
+/// # Errors
+/// [`crate::Error::LengthMismatch`] if `indices` and `values` differ in
+/// length; [`crate::Error::OutOfMemory`] if the table of `P (r1 + r2)`
+/// slots cannot be allocated.
+pub fn partition_host<E: crate::Element>(
+    indices: &[u32],
+    values: &[E],
+    h: &HierarchicalHash,
+) -> crate::Result<crate::HashPartitions<E>> {
+    use crate::{Error, HashPartitions, backend::check_len};
+    check_len(
+        "hash_partition indices vs values",
+        indices.len(),
+        values.len(),
+    )?;
+    let p = h.h0.partitions() as usize;
+    let (r1, width) = (h.r1 as usize, h.r1 as usize + h.r2 as usize);
+    // Slot value 0 is empty; an index is stored as index + 1 (Zen's
+    // indices start at 1 for the same reason).
+    // The table is `P (r1 + r2)` slots, sized by the hash's parameters,
+    // not by the input: allocated fallibly, so that a table too large
+    // for the machine is `OutOfMemory`, not an abort.
+    let cells = p.checked_mul(width).ok_or(Error::OutOfMemory {
+        what: "hash partition table",
+        bytes: u64::MAX,
+    })?;
+    let mut slots = crate::alloc::try_filled(cells, 0u32, "hash partition table")?;
+    let mut slot_val = crate::alloc::try_filled(cells, E::zero(), "hash partition values")?;
+    let mut counter = vec![r1; p];
+    let mut fallback: Vec<Vec<(u32, E)>> = vec![Vec::new(); p];
+    let (mut serial, mut spilled) = (0, 0);
+    'entries: for (&idx, &val) in indices.iter().zip(values) {
+        let part = h.h0.partition(idx) as usize;
+        let row = part * width;
+        for f in &h.rehash {
+            let q = row + f.hash_to(idx, h.r1) as usize;
+            if slots[q] == 0 {
+                slots[q] = idx + 1;
+                slot_val[q] = val;
+                continue 'entries;
+            }
+        }
+        let c = counter[part];
+        counter[part] += 1;
+        if c < width {
+            slots[row + c] = idx + 1;
+            slot_val[row + c] = val;
+            serial += 1;
+        } else {
+            fallback[part].push((idx, val));
+            spilled += 1;
+        }
+    }
+    let mut out = HashPartitions {
+        offsets: vec![0],
+        indices: Vec::with_capacity(indices.len()),
+        values: Vec::with_capacity(indices.len()),
+        serial,
+        fallback: spilled,
+    };
+    for (part, spill) in fallback.iter().enumerate() {
+        for q in part * width..(part + 1) * width {
+            if slots[q] != 0 {
+                out.indices.push(slots[q] - 1);
+                out.values.push(slot_val[q]);
+            }
+        }
+        for &(i, v) in spill {
+            out.indices.push(i);
+            out.values.push(v);
+        }
+        out.offsets.push(out.indices.len());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,8 +10,10 @@ use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
-use sparse_core::{Backend, Element, Error, H0, HierarchicalHash, Result, SparseVec};
-use sparse_select::ZenPartitioner;
+use sparse_core::stats::imbalance_ratio;
+use sparse_core::{
+    Backend, Element, Error, H0, HashPartitions, HierarchicalHash, Result, SparseVec,
+};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -35,25 +37,56 @@ impl<E: Element> Scheme<E> for Zen<'_> {
     }
 }
 
-/// Zen's push pieces by its hierarchical hashing (Alg. 1) on backend `b`:
-/// [`ZenPartitioner`] places every entry of `v` in its `h0` partition
-/// through the rehash functions, the serial overflow area and the fallback
-/// list (nothing is lost), then each partition is put in index order for
-/// the wire. Returns the pieces and the partition's statistics.
+/// Where Zen's hierarchical hashing (Alg. 1) runs: on the host
+/// ([`HostHashing`], the default) or on a backend ([`OnBackend`], a kernel
+/// backend hashes on the device). Both give the same partitions, the
+/// backend suite's differential tests hold every backend to the host's.
+pub trait ZenHashing<E: Element>: Send {
+    /// Partitions `v`'s entries with `h`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] for a table the machine cannot hold; the
+    /// backend's errors.
+    fn partition(&self, v: &SparseVec<E>, h: &HierarchicalHash) -> Result<HashPartitions<E>>;
+}
+
+/// Zen's hashing on the host ([`sparse_core::hash::partition_host`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostHashing;
+
+impl<E: Element> ZenHashing<E> for HostHashing {
+    fn partition(&self, v: &SparseVec<E>, h: &HierarchicalHash) -> Result<HashPartitions<E>> {
+        sparse_core::hash::partition_host(v.indices(), v.values(), h)
+    }
+}
+
+/// Zen's hashing on a backend: the entries uploaded, partitioned by
+/// [`sparse_core::HashOps::hash_partition`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OnBackend<B>(pub B);
+
+impl<E: Element, B: Backend<E> + Send> ZenHashing<E> for OnBackend<B> {
+    fn partition(&self, v: &SparseVec<E>, h: &HierarchicalHash) -> Result<HashPartitions<E>> {
+        let b = &self.0;
+        b.hash_partition(&b.upload(v.indices())?, &b.upload(v.values())?, h)
+    }
+}
+
+/// Zen's push pieces by its hierarchical hashing (Alg. 1) where `hashing`
+/// runs it: every entry of `v` in its `h0` partition through the rehash
+/// functions, the serial overflow area and the fallback list (nothing is
+/// lost), then each partition put in index order for the wire. Returns the
+/// pieces and the partition's statistics.
 ///
 /// # Errors
-/// Backend errors.
-pub fn zen_pieces<B: Backend<E>, E: Element>(
-    b: &B,
+/// As [`ZenHashing::partition`].
+pub fn zen_pieces<H: ZenHashing<E>, E: Element>(
+    hashing: &H,
     hash: &HierarchicalHash,
     v: &SparseVec<E>,
 ) -> Result<(Vec<SparseVec<E>>, ZenStats)> {
-    let part = ZenPartitioner { hash: hash.clone() }.partition(
-        b,
-        &b.upload(v.indices())?,
-        &b.upload(v.values())?,
-    )?;
-    let parts = &part.parts;
+    let parts = hashing.partition(v, hash)?;
+    let imbalance = imbalance_ratio(&parts.sizes());
     let mut pieces = Vec::with_capacity(parts.offsets.len().saturating_sub(1));
     for w in parts.offsets.windows(2) {
         let mut pairs: Vec<(u32, E)> = parts.indices[w[0]..w[1]]
@@ -68,7 +101,7 @@ pub fn zen_pieces<B: Backend<E>, E: Element>(
     let stats = ZenStats {
         serial: parts.serial,
         fallback: parts.fallback,
-        imbalance: part.imbalance,
+        imbalance,
     };
     Ok((pieces, stats))
 }
@@ -92,9 +125,9 @@ pub struct ZenStats {
 /// whatever the density.
 ///
 /// Each call splits the input into the servers' pieces with hierarchical
-/// hashing ([`zen_pieces`], Alg. 1) on backend `B` (the CPU by default; a
-/// kernel backend hashes on the device), before the entry round, so a
-/// backend error reaches every rank. The partition index of the hash
+/// hashing ([`zen_pieces`], Alg. 1) where `H` runs it (the host by
+/// default, [`OnBackend`] for a backend: a kernel backend hashes on the
+/// device), before the entry round, so an error there reaches every rank. The partition index of the hash
 /// bitmaps (`h0` with `P` partitions and its sorted index sets over the
 /// dimension) is built once per (ranks, dimension) and kept across calls,
 /// as Zen does offline.
@@ -109,10 +142,10 @@ pub struct ZenStats {
 /// [`Error::Disagreement`] (dimension, `h0`), [`Error::OutOfMemory`],
 /// the backend's errors, transport errors, [`Error::Corrupt`].
 #[derive(Debug, Clone)]
-pub struct ZenBalancedParallelism<B = backend_cpu::Cpu> {
+pub struct ZenBalancedParallelism<H = HostHashing> {
     seed: u64,
     slots: Option<(u32, u32)>,
-    backend: B,
+    hashing: H,
     index: Option<Arc<PartitionIndex>>,
     last: Option<ZenStats>,
     /// Pieces by `h0` alone on the host ([`ZenBalancedParallelism::host_split`]).
@@ -124,20 +157,28 @@ pub struct ZenBalancedParallelism<B = backend_cpu::Cpu> {
 }
 
 impl ZenBalancedParallelism {
-    /// Zen with the `h0` of this seed, hashing on the CPU with Zen's memory
-    /// defaults (`r1 = 2 nnz` parallel slots, `r2 = r1 / 10` serial ones).
+    /// Zen with the `h0` of this seed, hashing on the host with Zen's
+    /// memory defaults (`r1 = 2 nnz` parallel slots, `r2 = r1 / 10` serial
+    /// ones).
     pub fn new(seed: u64) -> Self {
-        Self::on(backend_cpu::Cpu, seed)
+        Self::hashing(HostHashing, seed)
     }
 }
 
-impl<B> ZenBalancedParallelism<B> {
+impl<B> ZenBalancedParallelism<OnBackend<B>> {
     /// Zen hashing on backend `b`.
     pub fn on(b: B, seed: u64) -> Self {
+        Self::hashing(OnBackend(b), seed)
+    }
+}
+
+impl<H> ZenBalancedParallelism<H> {
+    /// Zen hashing where `hashing` runs it.
+    pub fn hashing(hashing: H, seed: u64) -> Self {
         Self {
             seed,
             slots: None,
-            backend: b,
+            hashing,
             index: None,
             last: None,
             host: false,
@@ -207,7 +248,7 @@ impl<B> ZenBalancedParallelism<B> {
         rank: usize,
     ) -> Result<Vec<SparseVec<E>>>
     where
-        B: Backend<E>,
+        H: ZenHashing<E>,
     {
         if self.host {
             let index = self.index_for(p, v.dim())?;
@@ -218,7 +259,7 @@ impl<B> ZenBalancedParallelism<B> {
             Some((r1, r2)) => HierarchicalHash::new(self.seed, rehash, p as u32, 3, r1, r2)?,
             None => HierarchicalHash::with_defaults(self.seed, rehash, p as u32, v.nnz())?,
         };
-        let (pieces, stats) = zen_pieces(&self.backend, &hash, v)?;
+        let (pieces, stats) = zen_pieces(&self.hashing, &hash, v)?;
         self.last = Some(stats);
         Ok(pieces)
     }
@@ -227,7 +268,7 @@ impl<B> ZenBalancedParallelism<B> {
 /// The registry name, from which the entry id derives.
 const NAME: &str = "zen_balanced_parallelism";
 
-impl<B: Backend<E> + Send, E: Element> SparseAllreduce<E> for ZenBalancedParallelism<B> {
+impl<H: ZenHashing<E>, E: Element> SparseAllreduce<E> for ZenBalancedParallelism<H> {
     fn name(&self) -> String {
         NAME.into()
     }

@@ -148,6 +148,36 @@ impl BufferPool {
     }
 }
 
+/// `peer` as a rank of `size` ranks: the check every in-process transport
+/// makes before it touches a link.
+///
+/// # Errors
+/// [`sparse_core::Error::NoSuchRank`].
+pub(crate) fn check_peer(peer: usize, size: usize) -> Result<()> {
+    if peer < size {
+        Ok(())
+    } else {
+        Err(sparse_core::Error::NoSuchRank { rank: peer, size })
+    }
+}
+
+/// Runs rank `rank`'s code, a panic inside it becoming that rank's
+/// [`sparse_core::Error::Transport`] with the panic's message: how the
+/// in-process clusters report a failed check on a rank.
+pub(crate) fn catch_rank<T>(rank: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let detail = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(sparse_core::Error::Transport {
+            rank,
+            detail: format!("panicked: {detail}"),
+        })
+    })
+}
+
 /// Point-to-point byte messaging between `size` ranks.
 ///
 /// Messages between a pair of ranks arrive in the order they were sent.

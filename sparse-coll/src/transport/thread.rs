@@ -123,22 +123,10 @@ impl ThreadCluster {
                 .map(|mut t| {
                     let f = &f;
                     scope.spawn(move || {
-                        let rank = t.rank;
-                        let out =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut t)));
+                        let out = super::catch_rank(t.rank, || f(&mut t));
                         // Dropping the transport closes this rank's links.
                         drop(t);
-                        out.unwrap_or_else(|p| {
-                            let detail = p
-                                .downcast_ref::<String>()
-                                .cloned()
-                                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                                .unwrap_or_default();
-                            Err(Error::Transport {
-                                rank,
-                                detail: format!("panicked: {detail}"),
-                            })
-                        })
+                        out
                     })
                 })
                 .collect();
@@ -196,14 +184,7 @@ impl ThreadTransport {
     }
 
     fn check_peer(&self, peer: usize) -> Result<()> {
-        if peer >= self.size {
-            Err(Error::NoSuchRank {
-                rank: peer,
-                size: self.size,
-            })
-        } else {
-            Ok(())
-        }
+        super::check_peer(peer, self.size)
     }
 
     /// Posts `data` to `to`; in synchronous mode returns where its

@@ -1,0 +1,126 @@
+//! The collective suite against rogue schemes (issue 27, item 7): each
+//! breaks one promise that an earlier suite let through, and the suite
+//! must fail it. The honest variant of the same scheme must pass, so the
+//! failures come from the planted bug and nothing else.
+
+use sparse_coll::dense::bruck_allgather;
+use sparse_coll::testing::collective_suite_for;
+use sparse_coll::{
+    Entered, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster, Transport, wire,
+};
+use sparse_core::cost::{Cost, ceil_log2};
+use sparse_core::{Element, Result, SparseVec};
+
+/// The bug a scheme carries.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Bug {
+    None,
+    /// Sums the gathered blocks starting from its own rank's.
+    RankDependentOrder,
+    /// Sends the next rank a message nobody reads, once per call.
+    StrayMessage,
+    /// Drops its own entries from the result from its third call on.
+    BreaksOnThirdCall,
+}
+
+/// Every rank's pairs allgathered and summed, with a planted bug.
+struct Rogue {
+    bug: Bug,
+    calls: u64,
+}
+
+impl<E: Element> SparseAllreduce<E> for Rogue {
+    fn name(&self) -> String {
+        "rogue".into()
+    }
+    fn lossless(&self) -> bool {
+        true
+    }
+    fn cost(&self, prof: &Profile) -> Cost {
+        let bytes = prof.others() * (8.0 + prof.pair_bytes() * prof.k_avg() as f64);
+        Cost::new(f64::from(ceil_log2(prof.p)), bytes / 4.0)
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        wire::enter(t, "rogue", v, &[], Ok(()))
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        self.calls += 1;
+        let (p, r) = (t.size(), t.rank());
+        let mut msg = Vec::new();
+        wire::put_block(&mut msg, v);
+        let blocks = bruck_allgather(t, &msg)?;
+        let mut parts = Vec::with_capacity(p);
+        for b in &blocks {
+            let mut rest: &[u8] = b;
+            parts.push(wire::take_block(&mut rest, v.dim(), 0, v.dim(), "rogue")?);
+        }
+        let order: Vec<usize> = match self.bug {
+            Bug::RankDependentOrder => (0..p).map(|i| (r + i) % p).collect(),
+            _ => (0..p).collect(),
+        };
+        let mut result = SparseVec::zeros(v.dim())?;
+        for q in order {
+            if self.bug == Bug::BreaksOnThirdCall && self.calls >= 3 && q == r {
+                continue;
+            }
+            result = result.merge_sum(&parts[q])?;
+        }
+        if self.bug == Bug::StrayMessage && p > 1 {
+            // Sent after the allgather and never received: with buffered
+            // sends nothing waits for it.
+            t.send((r + 1) % p, b"stray")?;
+        }
+        *out = Reduced {
+            result,
+            dropped: SparseVec::zeros(v.dim())?,
+            traffic: t.traffic().since(&entered.start()),
+        };
+        Ok(())
+    }
+}
+
+/// Runs the suite on `p` buffered thread ranks over a registry whose
+/// `rogue` carries `bug`; true if every rank passed.
+fn passes(bug: Bug, p: usize) -> bool {
+    let mut registry = Registry::<f32>::builtin();
+    registry
+        .register("rogue", "", "a rogue scheme", move |_, _| {
+            Ok(Box::new(Rogue { bug, calls: 0 }))
+        })
+        .unwrap();
+    ThreadCluster::new(p)
+        .timeout(std::time::Duration::from_secs(5))
+        .run(|t| collective_suite_for(t, &registry, "rogue"))
+        .iter()
+        .all(Result::is_ok)
+}
+
+#[test]
+fn the_honest_scheme_passes() {
+    for p in [1, 2, 3, 4] {
+        assert!(passes(Bug::None, p), "P = {p}");
+    }
+}
+
+#[test]
+fn a_rank_dependent_summation_order_fails_at_three_ranks() {
+    assert!(!passes(Bug::RankDependentOrder, 3));
+}
+
+#[test]
+fn a_message_left_unread_fails() {
+    for p in [2, 3, 4] {
+        assert!(!passes(Bug::StrayMessage, p), "P = {p}");
+    }
+}
+
+#[test]
+fn a_scheme_that_breaks_on_its_third_call_fails() {
+    assert!(!passes(Bug::BreaksOnThirdCall, 2));
+}
