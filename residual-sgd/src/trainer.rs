@@ -374,19 +374,48 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         // local work below runs in `sparse_coll::guard`); a failure every
         // rank shares (a collective's entry agreement, the commit round)
         // leaves it usable.
-        let received = self.communicate(t, ready, &mut rep)?;
-        // The commit round: every rank checks every layer's reduced result,
-        // and the ranks compare one digest of them all; only when every
-        // rank holds the same valid results does any rank apply anything.
-        // A step is all or nothing on every rank.
+        match self.reduce_and_apply(t, ready, p, &mut rep) {
+            Ok(digest) => {
+                self.history = sparse_core::hash::fnv1a(
+                    [self.history, digest].iter().flat_map(|d| d.to_le_bytes()),
+                );
+            }
+            Err(e) => {
+                // A collective that failed part way may have advanced its
+                // state (a call count, thresholds, a planner's choice) on
+                // some ranks only: every rank whose step fails returns its
+                // collectives to their first-call state, so the next step
+                // starts in step everywhere.
+                for layer in &mut self.layers {
+                    if let Part::Compressed(c) = &mut layer.part {
+                        c.comm.reset();
+                    }
+                }
+                return Err(e);
+            }
+        }
+        rep.traffic = t.traffic().since(&start);
+        Ok(rep)
+    }
+
+    /// The step's collectives, the commit round and the update: every rank
+    /// checks every layer's reduced result, and the ranks compare one
+    /// digest of them all; only when every rank holds the same valid
+    /// results does any rank apply anything. A step is all or nothing on
+    /// every rank. Returns the results' digest.
+    fn reduce_and_apply(
+        &mut self,
+        t: &mut dyn Transport,
+        ready: Vec<Ready<B>>,
+        p: f32,
+        rep: &mut StepReport,
+    ) -> Result<u64> {
+        let received = self.communicate(t, ready, rep)?;
         let checked = self.check_received(&received);
         let digest = *checked.as_ref().unwrap_or(&0);
         agree_or_fail(t, &[("results", digest)], checked.map(drop))?;
-        sparse_coll::guard(t, |_| self.apply(received, p, &mut rep))?;
-        self.history =
-            sparse_core::hash::fnv1a([self.history, digest].iter().flat_map(|d| d.to_le_bytes()));
-        rep.traffic = t.traffic().since(&start);
-        Ok(rep)
+        sparse_coll::guard(t, |_| self.apply(received, p, rep))?;
+        Ok(digest)
     }
 
     /// The step's communication, once every rank has done its local work:

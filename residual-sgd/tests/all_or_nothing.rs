@@ -53,12 +53,19 @@ fn grads(rank: usize, step: u64, sizes: &[usize]) -> Vec<Vec<f32>> {
 #[test]
 fn a_failure_part_way_splits_no_ranks() {
     let sizes = [100usize, 50];
-    // The collectives of `sparse-bench train`'s schemes.
+    // The collectives of `sparse-bench train`'s schemes, and the ones that
+    // keep state across calls (a call count, thresholds, a planner's
+    // choice, B-SAG's h), which a failure part way may advance on some
+    // ranks only.
     for spec in [
         "topk_a",
         "topk_a:values=ssmean",
         "spardl",
         "ssar_recursive_double",
+        "ok_topk",
+        "auto",
+        "spardl_bsag",
+        "dsar_split_allgather:qsgd=4",
     ] {
         for p in 2..=5usize {
             // The clean step: its weights and each rank's number of calls.

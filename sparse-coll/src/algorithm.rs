@@ -59,6 +59,16 @@ pub trait SparseAllreduce<E: Element>: Send {
     fn ran(&self) -> Option<String> {
         None
     }
+    /// Returns the algorithm to its state before its first call (its
+    /// parameters kept). A call that fails part way may have advanced the
+    /// state of some ranks and not of others (a call counter, reused
+    /// thresholds, a planner's choice), which puts the ranks out of step at
+    /// every later call; after a failure every rank calls `reset` (the
+    /// trainer does after a failed step) and the next call is a first call
+    /// everywhere. The default does nothing: for algorithms without state
+    /// across calls, and for those whose state every rank derives alike
+    /// from the results alone.
+    fn reset(&mut self) {}
     /// The rounds rank `r` of `p` takes in a first call of this instance
     /// (the entry agreement excluded), where they follow from `p` and `r`
     /// alone; `None` (the default) where they do not. The collective suite

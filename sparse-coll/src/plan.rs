@@ -171,6 +171,18 @@ impl<E: Element> Auto<E> {
 }
 
 impl<E: Element> SparseAllreduce<E> for Auto<E> {
+    /// Forgets its choice, its densification estimate and its call count,
+    /// and resets every candidate: the next call profiles, as a first call
+    /// does.
+    fn reset(&mut self) {
+        self.calls = 0;
+        self.last = None;
+        self.pending = None;
+        self.densification = None;
+        for c in &mut self.candidates {
+            c.reset();
+        }
+    }
     fn name(&self) -> String {
         "auto".into()
     }

@@ -722,12 +722,13 @@ impl Timeline {
         self.finish.iter().copied().fold(0.0, f64::max)
     }
     /// The slowest rank's time from its mark `i` to its mark `i + 1` (the
-    /// time of the call between them, as the papers time a collective).
+    /// time of the call between them, as the papers time a collective),
+    /// over the ranks that made both marks; `None` where no rank did.
     pub fn span(&self, i: usize) -> Option<f64> {
         self.marks
             .iter()
-            .map(|m| Some(m.get(i + 1)? - m.get(i)?))
-            .try_fold(0.0f64, |worst, d| d.map(|d| worst.max(d)))
+            .filter_map(|m| Some(m.get(i + 1)? - m.get(i)?))
+            .reduce(f64::max)
     }
     /// `simulated (<network>)`: what every printed figure carries.
     pub fn label(&self) -> String {
@@ -790,8 +791,10 @@ struct RankState {
 /// # Errors
 /// [`Error::NoSuchRank`] if a trace names a rank outside the traces;
 /// [`Error::InvalidParameter`] if the traces do not match (a receive
-/// without its send: the run failed, or the traces come from different
-/// runs), naming the ranks left waiting.
+/// without its send, or a send that no receive takes: the run failed, or
+/// the traces come from different runs), naming the ranks; if a trace
+/// computes for a negative or non-finite time, or the network routes a
+/// message with a negative or non-finite latency or time per byte.
 pub fn replay(traces: &[Trace], net: &dyn Network) -> Result<Timeline> {
     let mut sim = Replay::new(traces, net);
     sim.run()?;
@@ -842,6 +845,20 @@ impl<'a> Replay<'a> {
         let stuck: Vec<usize> = (0..self.ranks.len())
             .filter(|&r| self.ranks[r].pc < self.traces[r].len())
             .collect();
+        let unreceived = self
+            .unclaimed
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .min_by_key(|(link, _)| **link);
+        if let Some((&(from, to), q)) = unreceived {
+            return Err(Error::invalid(
+                "traces",
+                format!(
+                    "{} messages from rank {from} to rank {to} are never received",
+                    q.len()
+                ),
+            ));
+        }
         if stuck.is_empty() {
             Ok(())
         } else {
@@ -888,12 +905,18 @@ impl<'a> Replay<'a> {
                     continue;
                 }
                 Op::Compute(secs) => {
+                    if !(secs.is_finite() && secs >= 0.0) {
+                        return Err(Error::invalid(
+                            "traces",
+                            format!("rank {r} computes for {secs} s"),
+                        ));
+                    }
                     self.ranks[r].clock = clock + secs;
                     self.ranks[r].pc += 1;
                 }
                 Op::Send { to, bytes } => {
                     self.check(to)?;
-                    self.ranks[r].clock = self.send(r, to, bytes, clock);
+                    self.ranks[r].clock = self.send(r, to, bytes, clock)?;
                     self.ranks[r].pc += 1;
                 }
                 Op::Recv { from } => {
@@ -903,7 +926,7 @@ impl<'a> Replay<'a> {
                 Op::Exchange { to, bytes, from } => {
                     self.check(to)?;
                     self.check(from)?;
-                    let left = self.send(r, to, bytes, clock);
+                    let left = self.send(r, to, bytes, clock)?;
                     self.receive(r, from, left);
                 }
             }
@@ -921,8 +944,18 @@ impl<'a> Replay<'a> {
     /// Puts a message from `r` to `to` on its outgoing link at `now`;
     /// returns when it has left. A receiver already waiting for the next
     /// message from `r` claims it.
-    fn send(&mut self, r: usize, to: usize, bytes: usize, now: f64) -> f64 {
+    fn send(&mut self, r: usize, to: usize, bytes: usize, now: f64) -> Result<f64> {
         let route = self.net.route(r, to);
+        let valid = |x: f64| x.is_finite() && x >= 0.0;
+        if !(valid(route.alpha) && valid(route.beta)) {
+            return Err(Error::invalid(
+                "network",
+                format!(
+                    "route {r} -> {to}: alpha {} s, beta {} s/B",
+                    route.alpha, route.beta
+                ),
+            ));
+        }
         let link = self.free.entry(route.out).or_insert(0.0);
         let start = now.max(*link);
         let left = start + bytes as f64 * route.beta;
@@ -948,7 +981,7 @@ impl<'a> Replay<'a> {
             claimed,
         });
         self.schedule(start + route.alpha, Event::Arrive(m));
-        left
+        Ok(left)
     }
 
     /// Rank `r` receives its next message from `from`; its own send, if

@@ -43,12 +43,13 @@ pub struct Case {
 
 /// The matrix: dimensions 1, 97, 1000 and 10007 (not divisible by most
 /// `P`), overlap 0, 0.5 and 1, skewed and uniform indices; and one input of
-/// dimension 100,003 at density 0.1% and overlap 0.5, past any small
-/// threshold an algorithm might switch at.
+/// dimension 100,003 at density 8% and overlap 0.5 (8,000 entries per rank,
+/// a union past 2^16 at 17 ranks), past any small threshold of dimension,
+/// entries or result size an algorithm might switch at.
 pub fn cases(p: usize) -> Vec<Case> {
     let mut out = vec![Case {
         dim: 100_003,
-        density: 0.001,
+        density: 0.08,
         overlap: 0.5,
         skew: false,
         seed: (p * 31) as u64 + 100_003,
@@ -144,17 +145,17 @@ pub fn budget(case: &Case) -> usize {
 }
 
 /// The last check of [`collective_suite_for`]: no message is left unread
-/// on any link. Every rank sends a marker along every link in `P - 1`
-/// exchange rounds (to `r + s`, from `r - s`) and must receive markers
-/// only: a message an algorithm sent and never received arrives first
-/// instead.
+/// on any link, a rank's link to itself included. Every rank sends a
+/// marker along every link in `P` exchange rounds (to `r + s`, from
+/// `r - s`, for `s` in `0..P`) and must receive markers only: a message an
+/// algorithm sent and never received arrives first instead.
 ///
 /// # Errors
 /// Transport errors. A stray message panics, naming its link.
 fn check_nothing_unread(t: &mut dyn Transport, spec: &str) -> Result<()> {
     const MARKER: &[u8] = b"collective suite: end of calls";
     let (p, r) = (t.size(), t.rank());
-    for s in 1..p {
+    for s in 0..p {
         let (to, from) = ((r + s) % p, (r + p - s) % p);
         let got = t.exchange(to, MARKER, from)?;
         assert!(

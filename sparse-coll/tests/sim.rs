@@ -224,3 +224,45 @@ fn presets_build_and_label_themselves() {
         assert!(net.label().starts_with(name), "{}", net.label());
     }
 }
+
+/// A replay refuses what the model cannot time: negative or non-finite
+/// computation, a route with a negative or non-finite latency or time per
+/// byte, and a message sent but never received; `span` counts the ranks
+/// that made both marks.
+#[test]
+fn replay_refuses_invalid_traces_and_spans_the_ranks_that_marked() {
+    #[derive(Debug)]
+    struct Broken;
+    impl Network for Broken {
+        fn label(&self) -> String {
+            "broken".into()
+        }
+        fn route(&self, from: usize, to: usize) -> sparse_coll::sim::Route {
+            sparse_coll::sim::Route {
+                alpha: -3.0,
+                beta: f64::NAN,
+                out: sparse_coll::sim::Link::RankOut(from),
+                into: sparse_coll::sim::Link::RankIn(to),
+            }
+        }
+    }
+    let net = ethernet();
+    let recv = vec![Op::Recv { from: 0 }];
+    for secs in [-5.0, f64::NAN, f64::INFINITY] {
+        let traces = [
+            vec![Op::Compute(secs), Op::Send { to: 1, bytes: 1 }],
+            recv.clone(),
+        ];
+        assert!(replay(&traces, &net).is_err(), "{secs}");
+    }
+    let traces = [vec![Op::Send { to: 1, bytes: 1 }], recv.clone()];
+    assert!(replay(&traces, &net).is_ok());
+    assert!(replay(&traces, &Broken).is_err());
+    let unreceived = [vec![Op::Send { to: 1, bytes: 5 }], vec![]];
+    let err = replay(&unreceived, &net).unwrap_err();
+    assert!(err.to_string().contains("never received"), "{err}");
+    let marked = [vec![Op::Mark, Op::Compute(2.0), Op::Mark], vec![]];
+    let time = replay(&marked, &net).unwrap();
+    assert_eq!(time.span(0), Some(2.0));
+    assert_eq!(time.span(1), None);
+}

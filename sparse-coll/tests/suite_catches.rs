@@ -19,6 +19,8 @@ enum Bug {
     RankDependentOrder,
     /// Sends the next rank a message nobody reads, once per call.
     StrayMessage,
+    /// Sends itself a message it never reads, once per call.
+    StrayToSelf,
     /// Drops its own entries from the result from its third call on.
     BreaksOnThirdCall,
 }
@@ -76,6 +78,9 @@ impl<E: Element> SparseAllreduce<E> for Rogue {
             // sends nothing waits for it.
             t.send((r + 1) % p, b"stray")?;
         }
+        if self.bug == Bug::StrayToSelf {
+            t.send(r, b"stray")?;
+        }
         *out = Reduced {
             result,
             dropped: SparseVec::zeros(v.dim())?,
@@ -117,6 +122,13 @@ fn a_rank_dependent_summation_order_fails_at_three_ranks() {
 fn a_message_left_unread_fails() {
     for p in [2, 3, 4] {
         assert!(!passes(Bug::StrayMessage, p), "P = {p}");
+    }
+}
+
+#[test]
+fn a_message_to_itself_left_unread_fails() {
+    for p in [1, 3] {
+        assert!(!passes(Bug::StrayToSelf, p), "P = {p}");
     }
 }
 

@@ -295,6 +295,14 @@ impl<E: Element> OkTopk<E> {
 const NAME: &str = "ok_topk";
 
 impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
+    /// Forgets the thresholds, regions and call count: the next call
+    /// estimates afresh, as a first call does.
+    fn reset(&mut self) {
+        self.calls = 0;
+        self.local = None;
+        self.global = None;
+        self.bounds.clear();
+    }
     fn name(&self) -> String {
         NAME.into()
     }

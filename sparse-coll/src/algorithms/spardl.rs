@@ -735,6 +735,14 @@ impl<E: Element> Registered<E> for SpardlRsag {
 }
 
 impl<E: Element> SparseAllreduce<E> for SpardlBsag {
+    /// Forgets Alg. 2's `h` and its adjustment: the next call starts from
+    /// the first call's `h`.
+    fn reset(&mut self) {
+        self.h = f64::NAN;
+        self.step = f64::NAN;
+        self.flag = false;
+        self.last_count = None;
+    }
     fn name(&self) -> String {
         BSAG_NAME.into()
     }

@@ -226,6 +226,10 @@ impl DsarSplitAllgather {
 }
 
 impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
+    /// Restarts the call count that seeds QSGD's draws.
+    fn reset(&mut self) {
+        self.calls = 0;
+    }
     fn name(&self) -> String {
         if self.qsgd.is_some() {
             DSAR_QSGD_NAME.into()

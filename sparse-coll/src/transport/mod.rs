@@ -264,8 +264,13 @@ pub trait Transport {
     /// the engine's speed.
     ///
     /// # Errors
-    /// [`sparse_core::Error::Disagreement`] on every rank when the ranks'
-    /// lengths differ; the transport's errors.
+    /// Lengths that differ between ranks are an error on every rank:
+    /// [`sparse_core::Error::Disagreement`] where the transport agrees on
+    /// the length first (`MpiTransport`, feature `mpi`), and
+    /// [`sparse_core::Error::Corrupt`] or [`sparse_core::Error::PeerFailed`]
+    /// on the default ring, which then abandons the transport (callers that
+    /// must keep it, such as the trainer, agree on the lengths beforehand);
+    /// the transport's errors.
     fn allreduce_sum_f32(&mut self, x: &[f32]) -> Result<Vec<f32>> {
         let mut out = Vec::new();
         self.allreduce_sum_f32_into(x, &mut out)?;
