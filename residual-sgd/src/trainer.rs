@@ -4,6 +4,7 @@ use crate::memory::{self, Memory};
 use crate::{Collection, Config, Rule};
 use sparse_coll::wire::WireValues;
 use sparse_coll::{Reduced, SparseAllreduce, Traffic, Transport, agree, agree_or_fail};
+use sparse_core::backend::check_finite;
 use sparse_core::encoding::Qsgd;
 use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
 use sparse_select::{RadixTopK, Selection, Selector, k_for_density};
@@ -490,7 +491,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                                 got: v.dim(),
                             });
                         }
-                        finite(v.values())?;
+                        check_finite(v.values())?;
                     }
                     words.push(sparse_core::hash::fnv1a(
                         red.result
@@ -513,7 +514,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                             got: sum.len(),
                         });
                     }
-                    finite(sum)?;
+                    check_finite(sum)?;
                     words.push(sparse_core::hash::fnv1a(
                         sum.iter().flat_map(|x| x.to_bits().to_le_bytes()),
                     ));
@@ -594,9 +595,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                     got: g.len(),
                 });
             }
-            if let Some(index) = g.iter().position(|x| !x.is_finite()) {
-                return Err(Error::NonFinite { index });
-            }
+            check_finite(g)?;
         }
         Ok(())
     }
@@ -610,14 +609,6 @@ fn clip<B: Backend<f32>>(b: &B, g: &mut B::Buffer<f32>, max: f32) -> Result<()> 
         b.scale((f64::from(max) / norm) as f32, g)?;
     }
     Ok(())
-}
-
-/// The first value of `x` that is not finite, as an error.
-fn finite(x: &[f32]) -> Result<()> {
-    match x.iter().position(|v| !v.is_finite()) {
-        Some(index) => Err(Error::NonFinite { index }),
-        None => Ok(()),
-    }
 }
 
 /// A layer's reduced result, checked before anything is applied.

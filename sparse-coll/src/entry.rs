@@ -213,10 +213,7 @@ pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
         ("element", E::CODE as u64),
     ];
     fields.extend_from_slice(extra);
-    let finite = match v.values().iter().position(|x| !x.is_finite()) {
-        Some(index) => Err(Error::NonFinite { index }),
-        None => Ok(()),
-    };
+    let finite = sparse_core::backend::check_finite(v.values());
     agree_or_fail(t, &fields, v.check().and(finite).and(local))?;
     Ok(Entered { start: t.traffic() })
 }

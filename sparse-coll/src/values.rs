@@ -144,9 +144,7 @@ impl WireValues {
         if self.lossless::<E>() {
             return Ok((v.clone(), SparseVec::zeros(v.dim())?));
         }
-        if let Some(index) = v.values().iter().position(|x| !x.is_finite()) {
-            return Err(Error::NonFinite { index });
-        }
+        sparse_core::backend::check_finite(v.values())?;
         let mut sent_as: Vec<Option<E>> = vec![None; v.nnz()];
         for group in self.groups(v) {
             let mut keep: Vec<usize> = group

@@ -453,6 +453,17 @@ pub fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> 
     }
 }
 
+/// Checks that every value of `x` is finite.
+///
+/// # Errors
+/// [`Error::NonFinite`] with the index of the first NaN or infinity.
+pub fn check_finite<E: Element>(x: &[E]) -> Result<()> {
+    match x.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(Error::NonFinite { index }),
+        None => Ok(()),
+    }
+}
+
 /// Checks `k <= len`, the shared precondition of the top-k primitives.
 ///
 /// # Errors

@@ -114,9 +114,7 @@ pub fn quantize<E: Element>(
     p: &QsgdParams,
     counter_base: u32,
 ) -> Result<Quantized<E>> {
-    if let Some(index) = values.iter().position(|v| !v.is_finite()) {
-        return Err(Error::NonFinite { index });
-    }
+    crate::backend::check_finite(values)?;
     let rng = CounterRng::new(p.seed);
     let levels = p.levels() as f32;
     let bits = p.bits as usize;
