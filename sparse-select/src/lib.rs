@@ -62,7 +62,8 @@ macro_rules! selector_test_suite {
                 radix_topk_is_exact_in_every_order, trimmed_topk_is_exact,
                 threshold_binary_search_contract, sampled_threshold_is_exact_or_keeps_the_contract,
                 reuse_searches_once_per_interval_and_keeps_the_contract,
-                block_and_bucket_equal_their_per_block_oracles, bad_input_is_an_error_for_every_selector,
+                block_and_bucket_equal_their_per_block_oracles, bad_parameters_are_an_error,
+                every_selector_keeps_its_promise,
                 policy_picks_by_size_and_alternates_when_quantized, large_inputs_up_to_2_pow_22,
                 zen_partitioner_loses_nothing_and_agrees_across_ranks, selection_becomes_a_sparse_vec);
         )+
@@ -80,6 +81,7 @@ macro_rules! selector_test_suite {
 }
 pub use policy::{Policy, PolicyChoice};
 pub use radix::{RadixTopK, kth_key};
+pub use sparse_core::KeyOrder;
 pub use threshold::{SampledThreshold, ThresholdBinarySearch, ThresholdReuse};
 pub use trimmed::TrimmedTopK;
 pub use zen::{ZenPartition, ZenPartitioner};

@@ -89,6 +89,220 @@ fn check_values<E: Element>(x: &[E], s: &Sel<E>) {
     );
 }
 
+/// What a selector promises, for [`selector_suite_for`]. Every promise
+/// includes the basic contract of [`Selector`]: the selection's indices
+/// increasing and in range, its values `x` at them bit for bit, its count
+/// their number; `k = 0` selects nothing and `k = n` everything; `k > n` is
+/// [`Error::KOutOfRange`]; NaN or infinity anywhere is
+/// [`Error::NonFinite`] naming the first one, whatever `k` is and whatever
+/// the selector kept from earlier calls; a fresh selector given the same
+/// input gives the same selection (runs reproduce), and a second call on
+/// the same instance keeps the promise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Promise {
+    /// Exactly the `k` largest keys in this order, ties to the lower index
+    /// (the brute-force oracle: a full sort), as [`RadixTopK`] and
+    /// [`TrimmedTopK`] promise.
+    ExactTopK(KeyOrder),
+    /// RedSync's threshold contract, by magnitude: at least `k` selected;
+    /// every selected magnitude beats every unselected one; at most `2k`
+    /// unless ties at the `k`-th magnitude force more, and then exactly the
+    /// elements at least as large as the `k`-th; a reported threshold
+    /// separates the selected from the others. [`ThresholdBinarySearch`],
+    /// [`ThresholdReuse`] and [`SampledThreshold`] promise it; a selection
+    /// of exactly `k` that reports no threshold (a fallback re-selection,
+    /// as [`SampledThreshold`]'s on overshoot) must be the exact top-k by
+    /// magnitude instead.
+    Threshold,
+    /// At least `min(k, n)` entries and nothing more specific
+    /// ([`BlockTopK`], [`BucketTopK`], [`Policy`], an approximate
+    /// selector).
+    AtLeastK,
+}
+
+/// The selector contract, run on a user's selector (or a built-in one) on
+/// any backend, as `sparse_coll::testing::collective_suite_for` runs a
+/// collective: `make` builds a fresh selector, `promise` says what it
+/// promises ([`Promise`]). Inputs: the shared suite's (random, heavy-tailed,
+/// all equal, many ties, all zero, negative, subnormal, signed zeros; `n`
+/// from 1 to 4,097), large random ones (`2^16`), the empty input,
+/// and inputs with NaN or infinity at the start, in the middle and at the
+/// end, before and after a call that succeeded; `k` of 0, 1, `n/1000`,
+/// `n - 1`, `n` and `n + 1`. Returns the number of selections checked.
+///
+/// # Panics
+/// On the first check that fails, with the selector's name, the input and
+/// `k`: this is a test.
+///
+/// ```
+/// use backend_cpu::Cpu;
+/// use sparse_select::testing::{Promise, selector_suite_for};
+/// use sparse_select::{KeyOrder, RadixTopK};
+///
+/// // The element type first: a selector may implement several.
+/// let checked = selector_suite_for::<f32, _, _>(
+///     &Cpu,
+///     RadixTopK::magnitude,
+///     Promise::ExactTopK(KeyOrder::Abs),
+/// );
+/// assert!(checked > 100);
+/// ```
+pub fn selector_suite_for<E, B, S>(b: &B, make: impl Fn() -> S, promise: Promise) -> usize
+where
+    B: Backend<E>,
+    E: Element,
+    S: Selector<B, E>,
+{
+    let mut sel = make();
+    let name = sel.name();
+    let mut checked = 0;
+    let run = |s: &mut S, x: &[E], k: usize| -> Result<Sel<E>, Error> {
+        let buf = b.upload(x).expect("upload");
+        s.select(b, &buf, k).map(|s| host(b, s))
+    };
+    // The empty input.
+    let empty = run(&mut sel, &[], 0).unwrap_or_else(|e| panic!("{name}: empty input, k = 0: {e}"));
+    assert_eq!(empty.count, 0, "{name}: empty input selects nothing");
+    assert!(
+        empty.indices.is_empty() && empty.values.is_empty(),
+        "{name}: empty input"
+    );
+    assert_eq!(
+        run(&mut sel, &[], 1).err(),
+        Some(Error::KOutOfRange { k: 1, len: 0 }),
+        "{name}: k = 1 of the empty input"
+    );
+    for (case, x) in cases::<E>().into_iter().filter(|(_, x)| x.len() <= 1 << 16) {
+        let n = x.len();
+        let keys: Vec<u64> = match promise {
+            Promise::ExactTopK(order) => x.iter().map(|&v| order.key(v)).collect(),
+            _ => Vec::new(),
+        };
+        for k in ks(n) {
+            let what = format!("{name}: {case}, k = {k}");
+            let keeps = |what: &str, s: &Sel<E>| {
+                check_selection(what, &x, s);
+                match k {
+                    0 => assert_eq!(s.count, 0, "{what}: k = 0 selects nothing"),
+                    k if k == n => assert_eq!(s.count, n, "{what}: k = n selects everything"),
+                    _ => {}
+                }
+                match promise {
+                    Promise::ExactTopK(order) => assert_eq!(
+                        s.indices,
+                        oracle_topk(&keys, k),
+                        "{what}: not the exact top-k in {order:?} order (ties to the lower index)"
+                    ),
+                    // A threshold selector that falls back to an exact
+                    // re-selection (DGC's, on overshoot) reports no
+                    // threshold: then the exact top-k by magnitude.
+                    Promise::Threshold if s.threshold.is_none() && k > 0 && s.count == k => {
+                        let abs: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+                        assert_eq!(
+                            s.indices,
+                            oracle_topk(&abs, k),
+                            "{what}: no threshold reported and not the exact top-k"
+                        );
+                    }
+                    Promise::Threshold => check_threshold_contract(what, &x, k, s),
+                    Promise::AtLeastK => assert!(s.count >= k, "{what}: {} < k", s.count),
+                }
+            };
+            // A fresh selector, twice: the same selection (runs
+            // reproduce). Then the instance that has selected from every
+            // input before (a selector that keeps state, a threshold or a
+            // sampling seed, may choose otherwise, within its promise).
+            let s = run(&mut make(), &x, k).unwrap_or_else(|e| panic!("{what}: {e}"));
+            keeps(&what, &s);
+            let fresh = run(&mut make(), &x, k).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(
+                fresh.indices, s.indices,
+                "{what}: a fresh selector selects otherwise"
+            );
+            let kept = run(&mut sel, &x, k).unwrap_or_else(|e| panic!("{what}: {e}"));
+            keeps(&format!("{what}, a selector called before"), &kept);
+            let again = run(&mut sel, &x, k).unwrap_or_else(|e| panic!("{what}: {e}"));
+            keeps(&format!("{what}, a second call"), &again);
+            checked += 1;
+        }
+        assert_eq!(
+            run(&mut sel, &x, n + 1).err(),
+            Some(Error::KOutOfRange { k: n + 1, len: n }),
+            "{name}: {case}, k = n + 1"
+        );
+    }
+    // NaN and infinity, each first at the start, in the middle and at the
+    // end, for every k, on the instance that just selected from a good
+    // input (a kept threshold must not skip the check) and on a fresh one.
+    let good: Vec<E> = (0..1000).map(|i| e(f64::from(i % 97) - 48.0)).collect();
+    for bad in [E::nan(), E::infinity(), E::neg_infinity()] {
+        for at in [0, 1, 500, 999] {
+            let mut x = good.clone();
+            x[at] = bad;
+            // A second, later non-finite value: the first is reported.
+            if at < 999 {
+                x[999] = E::infinity();
+            }
+            for k in [0, 1, 10, 999, 1000] {
+                let what = format!("{name}: {bad:?} at {at}, k = {k}");
+                run(&mut sel, &good, k.min(999))
+                    .unwrap_or_else(|e| panic!("{what}: good input: {e}"));
+                for s in [&mut sel, &mut make()] {
+                    match run(s, &x, k) {
+                        Err(Error::NonFinite { index }) if index == at => {}
+                        Err(e) => panic!("{what}: {e}, not NonFinite {{ index: {at} }}"),
+                        Ok(_) => panic!("{what}: selected from a non-finite input"),
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    checked
+}
+
+/// The basic contract of a selection: indices increasing and in range,
+/// values `x` at them bit for bit, the count their number.
+fn check_selection<E: Element>(what: &str, x: &[E], s: &Sel<E>) {
+    assert_eq!(s.indices.len(), s.count, "{what}: count vs indices");
+    assert_eq!(s.values.len(), s.count, "{what}: count vs values");
+    assert!(
+        s.indices.windows(2).all(|w| w[0] < w[1]),
+        "{what}: indices not increasing"
+    );
+    if let Some(&last) = s.indices.last() {
+        assert!(
+            (last as usize) < x.len(),
+            "{what}: index {last} out of range"
+        );
+    }
+    for (&i, &v) in s.indices.iter().zip(&s.values) {
+        assert_eq!(
+            v.to_bits_u64(),
+            x[i as usize].to_bits_u64(),
+            "{what}: the value at {i} is not the input's"
+        );
+    }
+}
+
+/// One check of the suite (see the module doc): every built-in selector
+/// through [`selector_suite_for`], with the promise its documentation
+/// makes.
+pub fn every_selector_keeps_its_promise<B: Backend<E>, E: Element>(b: &B) {
+    for order in [KeyOrder::Abs, KeyOrder::Signed, KeyOrder::SignedReversed] {
+        selector_suite_for(b, || RadixTopK { order }, Promise::ExactTopK(order));
+    }
+    selector_suite_for(b, TrimmedTopK::default, Promise::ExactTopK(KeyOrder::Abs));
+    let fine = || TrimmedTopK::new(0.05).expect("a valid epsilon");
+    selector_suite_for(b, fine, Promise::ExactTopK(KeyOrder::Abs));
+    selector_suite_for(b, ThresholdBinarySearch::default, Promise::Threshold);
+    selector_suite_for(b, ThresholdReuse::<E>::default, Promise::Threshold);
+    selector_suite_for(b, SampledThreshold::default, Promise::Threshold);
+    selector_suite_for(b, || BlockTopK { blocks: 3 }, Promise::AtLeastK);
+    selector_suite_for(b, BucketTopK::default, Promise::AtLeastK);
+    selector_suite_for(b, || Policy::<E>::new(false), Promise::AtLeastK);
+}
+
 /// One check of the suite (see the module doc).
 pub fn radix_topk_is_exact_in_every_order<B: Backend<E>, E: Element>(b: &B) {
     for (name, x) in cases::<E>() {
@@ -340,63 +554,9 @@ fn per_block_oracle(keys: &[u64], offsets: &[usize], ks: &[usize]) -> Vec<u32> {
 }
 
 /// One check of the suite (see the module doc).
-pub fn bad_input_is_an_error_for_every_selector<B: Backend<E>, E: Element>(b: &B) {
-    let selectors = || -> Vec<Box<dyn Selector<B, E>>> {
-        vec![
-            Box::new(RadixTopK::magnitude()),
-            Box::new(RadixTopK {
-                order: KeyOrder::Signed,
-            }),
-            Box::new(TrimmedTopK::default()),
-            Box::new(ThresholdBinarySearch::default()),
-            Box::new(ThresholdReuse::<E>::default()),
-            Box::new(SampledThreshold::default()),
-            Box::new(BlockTopK { blocks: 2 }),
-            Box::new(BucketTopK::default()),
-            Box::new(Policy::<E>::new(false)),
-        ]
-    };
-    for mut s in selectors() {
-        let name = s.name();
-        let nan = b.upload(&[E::one(), e(2.0), E::nan(), e(3.0)]).unwrap();
-        assert_eq!(
-            s.select(b, &nan, 1).err(),
-            Some(Error::NonFinite { index: 2 }),
-            "{name}: NaN"
-        );
-        let inf = b
-            .upload(&[E::one(), e(2.0), e(3.0), E::neg_infinity(), E::infinity()])
-            .unwrap();
-        assert_eq!(
-            s.select(b, &inf, 2).err(),
-            Some(Error::NonFinite { index: 3 }),
-            "{name}: infinity"
-        );
-        assert_eq!(
-            s.select(b, &inf, 0).err(),
-            Some(Error::NonFinite { index: 3 }),
-            "{name}: infinity, k = 0"
-        );
-        let ok = b.upload(&[E::one(), e(2.0)]).unwrap();
-        assert_eq!(
-            s.select(b, &ok, 3).err(),
-            Some(Error::KOutOfRange { k: 3, len: 2 }),
-            "{name}: k > n"
-        );
-        // After a call that succeeded (a threshold kept for reuse), NaN and
-        // infinity are still errors.
-        let x: Vec<E> = (0..100).map(|i| e(f64::from(i))).collect();
-        for (at, bad) in [(99, E::infinity()), (50, E::nan()), (0, E::neg_infinity())] {
-            s.select(b, &b.upload(&x).unwrap(), 10).unwrap();
-            let mut y = x.clone();
-            y[at] = bad;
-            assert_eq!(
-                s.select(b, &b.upload(&y).unwrap(), 10).err(),
-                Some(Error::NonFinite { index: at }),
-                "{name}: {bad:?} at {at} after a good call"
-            );
-        }
-    }
+pub fn bad_parameters_are_an_error<B: Backend<E>, E: Element>(b: &B) {
+    // NaN, infinity and k > n for every selector:
+    // `every_selector_keeps_its_promise`.
     // Parameters that would loop forever or sample nothing.
     let ok = b.upload(&[E::one(), e(2.0), e(3.0)]).unwrap();
     let bad: Vec<Box<dyn Selector<B, E>>> = vec![
