@@ -58,7 +58,41 @@ impl Entered {
 /// algorithm's file, a user's included, needs no number of its own; the
 /// built-in ones' are checked distinct by a test.
 pub fn entry_id(name: &str) -> u64 {
-    sparse_core::hash::fnv1a(name.bytes()) | 1 << 63
+    let id = sparse_core::hash::fnv1a(name.bytes()) | 1 << 63;
+    remember(id, name);
+    id
+}
+
+/// The names behind the ids this process made ([`entry_id`]), so that a
+/// disagreement prints `rank 0: topk_a, rank 1: spardl`, not two
+/// numbers. A rank knows the names it built or registered (every
+/// [`crate::Registry`] registers its entries' names); a value it never
+/// made prints as a number.
+fn names() -> &'static std::sync::Mutex<std::collections::HashMap<u64, String>> {
+    static NAMES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<u64, String>>> =
+        std::sync::OnceLock::new();
+    NAMES.get_or_init(Default::default)
+}
+
+fn remember(id: u64, name: &str) {
+    if let Ok(mut m) = names().lock()
+        && !m.contains_key(&id)
+    {
+        m.insert(id, name.to_string());
+    }
+}
+
+/// A field's value as a disagreement prints it: the name behind an id
+/// this process made, else the number.
+fn describe(value: Option<u64>) -> String {
+    match value {
+        None => "(missing)".into(),
+        Some(v) => names()
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&v).cloned())
+            .unwrap_or_else(|| v.to_string()),
+    }
 }
 
 /// Checks that every rank calls the same collective with the same
@@ -138,7 +172,7 @@ pub(crate) fn agree_sharing<T: Transport + ?Sized>(
             let detail = values
                 .iter()
                 .enumerate()
-                .map(|(r, v)| format!("rank {r}: {v:?}"))
+                .map(|(r, v)| format!("rank {r}: {}", describe(*v)))
                 .collect::<Vec<_>>()
                 .join(", ");
             return fail(Error::Disagreement { what: name, detail });

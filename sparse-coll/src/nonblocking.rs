@@ -56,7 +56,7 @@ impl<T, R> Pending<T, R> {
 /// (a [`crate::ThreadCluster`] rank's, say).
 ///
 /// # Errors
-/// The collective's error; [`Error::Transport`] if it panicked.
+/// The collective's error; [`Error::Panicked`] if it panicked.
 pub fn overlap<T, R, C>(
     t: &mut T,
     collective: impl FnOnce(&mut T) -> Result<R> + Send,
@@ -70,10 +70,15 @@ where
     std::thread::scope(|s| {
         let h = s.spawn(|| collective(t));
         let c = compute();
-        let r = h.join().unwrap_or_else(|_| {
-            Err(Error::Transport {
+        let r = h.join().unwrap_or_else(|p| {
+            let message = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(Error::Panicked {
                 rank,
-                detail: "the collective panicked on its progress thread".into(),
+                message: format!("on the collective's progress thread: {message}"),
             })
         });
         (r, c)

@@ -166,6 +166,8 @@ impl<E: Element> Registry<E> {
         if self.entries.iter().any(|e| e.name == *name) {
             return Err(Error::invalid("algorithm", format!("{name:?} is taken")));
         }
+        // So that a disagreement about the algorithm names it.
+        crate::entry::entry_id(name);
         self.entries.push(entry);
         Ok(())
     }

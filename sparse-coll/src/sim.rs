@@ -391,7 +391,7 @@ impl SimCluster {
     }
     /// Runs `f` on every rank (a thread each, with a small stack) and
     /// returns the results, traffic and traces. A panic inside `f` becomes
-    /// that rank's [`Error::Transport`]; a rank that returns closes its
+    /// that rank's [`Error::Panicked`]; a rank that returns closes its
     /// mailbox, so peers still waiting on it get [`Error::PeerFailed`].
     ///
     /// # Errors

@@ -291,7 +291,9 @@ fn a_failed_rank_makes_every_other_rank_fail_quickly() {
         }
         dense::recursive_doubling_allreduce(t, &input(t.rank(), 64))
     });
-    assert!(matches!(&out[1], Err(Error::Transport { detail, .. }) if detail.contains("boom")));
+    assert!(
+        matches!(&out[1], Err(Error::Panicked { rank: 1, message }) if message.contains("boom"))
+    );
     assert!(out.iter().all(Result::is_err));
 }
 

@@ -147,6 +147,16 @@ pub enum Error {
         /// The values seen, by rank.
         detail: String,
     },
+    /// A rank's code panicked (a failed check of a test suite, a bug):
+    /// what an in-process cluster (threads, the simulator) returns for the
+    /// rank, with the panic's message. Not a transport fault.
+    #[error("rank {rank} panicked: {message}")]
+    Panicked {
+        /// The rank.
+        rank: usize,
+        /// The panic's message.
+        message: String,
+    },
     /// A transport-specific failure.
     #[error("transport error on rank {rank}: {detail}")]
     Transport {

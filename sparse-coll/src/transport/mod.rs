@@ -162,8 +162,9 @@ pub(crate) fn check_peer(peer: usize, size: usize) -> Result<()> {
 }
 
 /// Runs rank `rank`'s code, a panic inside it becoming that rank's
-/// [`sparse_core::Error::Transport`] with the panic's message: how the
-/// in-process clusters report a failed check on a rank.
+/// [`sparse_core::Error::Panicked`] with the panic's message: how the
+/// in-process clusters report a failed check on a rank (as what it is,
+/// not as a transport fault).
 pub(crate) fn catch_rank<T>(rank: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
         let detail = p
@@ -171,9 +172,9 @@ pub(crate) fn catch_rank<T>(rank: usize, f: impl FnOnce() -> Result<T>) -> Resul
             .cloned()
             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
-        Err(sparse_core::Error::Transport {
+        Err(sparse_core::Error::Panicked {
             rank,
-            detail: format!("panicked: {detail}"),
+            message: detail,
         })
     })
 }

@@ -110,7 +110,7 @@ impl ThreadCluster {
     }
 
     /// Runs `f` on every rank and returns each rank's result, by rank. A
-    /// panic inside `f` becomes that rank's [`Error::Transport`].
+    /// panic inside `f` becomes that rank's [`Error::Panicked`].
     #[must_use = "a rank's failure (a failed check panics) is only in the results"]
     pub fn run<T: Send, F>(&self, f: F) -> Vec<Result<T>>
     where
