@@ -50,6 +50,7 @@ impl SparseAllreduce<f32> for DenseRing {
             result: SparseVec::from_dense(&sum)?,
             dropped: SparseVec::zeros(v.dim())?,
             traffic: t.traffic().since(&entered.start()),
+            ..Reduced::default()
         };
         Ok(())
     }

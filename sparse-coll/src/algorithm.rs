@@ -121,7 +121,8 @@ pub trait SparseAllreduce<E: Element>: Send {
     /// builds its result in place (TopkA with raw values;
     /// SSAR_Split_allgather, TopkDSA and DSAR) `out`'s allocations are
     /// reused, so a training loop's collective allocates nothing once
-    /// warm.
+    /// warm. `out.entry` gets the entry round's traffic, so that
+    /// `out.total()` is what the transport counted during the call.
     ///
     /// # Errors
     /// As [`SparseAllreduce::enter`] and [`SparseAllreduce::body`]; every
@@ -132,8 +133,11 @@ pub trait SparseAllreduce<E: Element>: Send {
         v: &SparseVec<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
+        let before = t.traffic();
         let entered = self.enter(t, v)?;
-        crate::guard(t, |t| self.body(t, v, entered, out))
+        crate::guard(t, |t| self.body(t, v, entered, out))?;
+        out.entry = entered.start().since(&before);
+        Ok(())
     }
     /// [`SparseAllreduce::allreduce_into`] on a fresh outcome.
     ///

@@ -20,8 +20,22 @@ pub struct Reduced<E> {
     pub result: SparseVec<E>,
     /// What this rank keeps as residual.
     pub dropped: SparseVec<E>,
-    /// This rank's traffic for the algorithm (the entry check excluded).
+    /// This rank's traffic in the algorithm's body (the entry round
+    /// excluded): what the papers' formulas count.
     pub traffic: Traffic,
+    /// This rank's traffic in the call's entry round (its agreement on the
+    /// call), set by [`crate::SparseAllreduce::allreduce_into`]: `traffic`
+    /// plus `entry` ([`Reduced::total`]) is what the transport counted
+    /// during the call.
+    pub entry: Traffic,
+}
+
+impl<E> Reduced<E> {
+    /// Everything the call moved on this rank: the body's traffic and the
+    /// entry round's, which together are what the transport counted.
+    pub fn total(&self) -> Traffic {
+        self.traffic.plus(&self.entry)
+    }
 }
 
 impl<E: Element> Default for Reduced<E> {
@@ -33,6 +47,7 @@ impl<E: Element> Default for Reduced<E> {
             result: SparseVec::new_unchecked(0, Vec::new(), Vec::new()),
             dropped: SparseVec::new_unchecked(0, Vec::new(), Vec::new()),
             traffic: Traffic::default(),
+            entry: Traffic::default(),
         }
     }
 }

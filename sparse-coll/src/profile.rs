@@ -83,7 +83,9 @@ impl Profile {
     /// u32` and the pairs, or the `len` values once past SparCML's delta.
     pub fn stream_bytes(&self, entries: f64, len: f64) -> f64 {
         let vb = self.value_bytes as f64;
-        if entries > len * vb / (4.0 + vb) {
+        // Without bytes per value (same-sign mean) the sparse form is all
+        // there is: indices, and the means counted as none.
+        if vb > 0.0 && entries > len * vb / (4.0 + vb) {
             4.0 + vb * len
         } else {
             8.0 + self.pair_bytes() * entries

@@ -22,7 +22,7 @@ use crate::entry::Reduced;
 use crate::frame::{put_block, take_block};
 use crate::registry::Registry;
 use crate::transport::{Intercept, Intercepting};
-use crate::{Traffic, Transport};
+use crate::{Profile, Traffic, Transport};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
 use sparse_core::{Result, SparseVec};
 
@@ -192,11 +192,14 @@ pub fn collective_suite(t: &mut dyn Transport) -> Result<usize> {
 /// or exact conservation on integer-valued inputs; on real-valued inputs
 /// (where sums depend on the order of additions) identical bits on every
 /// rank and the sum within a rounding bound. `allreduce_into` must give
-/// what `allreduce` gives. The traffic a call reports must be within what
-/// the transport counted during the call, and the difference an entry
-/// agreement: at least `ceil(lg P)` rounds of one message each way, as
-/// many bytes sent as received; a rank whose result holds what its input
-/// does not must report receiving something. Also what the algorithm
+/// what `allreduce` gives. The traffic a call reports (its body's and its
+/// entry round's, [`Reduced::total`]) must add up to what the transport
+/// counted during the call, and the entry round be an agreement: at least
+/// `ceil(lg P)` rounds of one message each way, as many bytes sent as
+/// received; a rank whose result holds what its input does not must report
+/// receiving something. Its [`crate::SparseAllreduce::cost`] must be within
+/// [`COST_FACTOR`] of the bytes the busiest rank receives in a first call
+/// (the planner trusts it). Also what the algorithm
 /// says of itself: its result's bound
 /// ([`crate::SparseAllreduce::max_result_entries`]), and in a first call
 /// its rounds and bytes where it names them
@@ -237,13 +240,17 @@ pub fn collective_suite_for(
                 (rounds, algo.expected_bytes(&ins, q))
             })
             .collect();
+        // What the fresh instance predicts of its first call (for the
+        // planner, the cost of what it ran, as it chose from an estimate).
+        let prof = profile_of(&ins);
+        let mut predicted = algo.cost(&prof).bytes();
         let kind = if exact { "integer" } else { "real" };
         let ctx = format!("{spec} P={p} rank {r} {case:?} {kind} values");
         for call in [1, 2, 3] {
             let ctx = format!("{ctx}, call {call}");
             let before = t.traffic();
             let red = algo.allreduce(t, &ins[r])?;
-            check_entry_cost(&ctx, p, &t.traffic().since(&before), &red.traffic);
+            check_entry_cost(&ctx, p, &t.traffic().since(&before), &red);
             // A rank whose result holds what its own input does not learned
             // it from a message, which the call must report.
             let own = &ins[r];
@@ -259,6 +266,11 @@ pub fn collective_suite_for(
                      receiving nothing: {:?}",
                     red.traffic
                 );
+            }
+            if call == 1
+                && let Some(ran) = algo.ran()
+            {
+                predicted = registry.build(&ran, Defaults { k })?.cost(&prof).bytes();
             }
             if call == 1 {
                 // `allreduce_into` on a second, fresh instance, into an
@@ -276,7 +288,8 @@ pub fn collective_suite_for(
                     "{ctx}: allreduce_into's dropped"
                 );
                 assert_eq!(
-                    reused.traffic, red.traffic,
+                    (reused.traffic, reused.entry),
+                    (red.traffic, red.entry),
                     "{ctx}: allreduce_into's traffic"
                 );
             }
@@ -284,6 +297,7 @@ pub fn collective_suite_for(
                 ins: &ins,
                 most: algo.max_result_entries(),
                 expected: &expected,
+                predicted,
                 lossless: algo.lossless(),
                 exact,
                 first: call == 1,
@@ -307,35 +321,60 @@ fn same_bits(a: &SparseVec<f32>, b: &SparseVec<f32>) -> bool {
 }
 
 /// What a call reported against what the transport counted during it:
-/// the report within the count, and the difference (the entry agreement, a
-/// Bruck allgather of equal blocks) symmetric, one message each way per
-/// round, and at least `ceil(lg P)` rounds.
-fn check_entry_cost(ctx: &str, p: usize, counted: &Traffic, reported: &Traffic) {
-    let pairs = [
-        ("bytes sent", counted.bytes_sent, reported.bytes_sent),
-        ("bytes received", counted.bytes_recv, reported.bytes_recv),
-        ("messages sent", counted.msgs_sent, reported.msgs_sent),
-        ("messages received", counted.msgs_recv, reported.msgs_recv),
-        ("rounds", counted.rounds, reported.rounds),
-    ];
-    for (what, c, rep) in pairs {
-        assert!(
-            rep <= c,
-            "{ctx}: reports {rep} {what}, the transport counted {c}"
-        );
-    }
-    let entry = counted.since(reported);
+/// its body's and its entry round's traffic add up to the count exactly
+/// ([`Reduced::total`]), and the entry round (a Bruck allgather of equal
+/// blocks) is symmetric, one message each way per round, and at least
+/// `ceil(lg P)` rounds.
+fn check_entry_cost(ctx: &str, p: usize, counted: &Traffic, red: &Reduced<f32>) {
+    assert_eq!(
+        red.total(),
+        *counted,
+        "{ctx}: the body's traffic {:?} and the entry round's {:?} do not add up to what the \
+         transport counted",
+        red.traffic,
+        red.entry
+    );
+    let entry = red.entry;
     let shape = (entry.msgs_sent, entry.msgs_recv, entry.bytes_sent);
     assert_eq!(
         shape,
         (entry.rounds, entry.rounds, entry.bytes_recv),
-        "{ctx}: counted less reported is not an entry agreement: {entry:?}"
+        "{ctx}: the entry round is not an agreement: {entry:?}"
     );
     if p > 1 {
         assert!(
             entry.rounds >= lg(p),
             "{ctx}: no entry agreement ({entry:?}): ranks that disagree would hang"
         );
+    }
+}
+
+/// How far a scheme's [`crate::SparseAllreduce::cost`] may be from the
+/// bytes its busiest rank receives, in the collective suite: a factor of
+/// [`COST_FACTOR`] either way, past [`COST_SLACK`] bytes (headers, and
+/// inputs so small that a formula's rounding dominates). The planner
+/// ([`crate::Auto`]) chooses by `cost`, so a scheme that claims a tenth of
+/// what it sends would win every choice.
+pub const COST_FACTOR: f64 = 4.0;
+/// See [`COST_FACTOR`].
+pub const COST_SLACK: f64 = 1024.0;
+
+/// The profile of the suite's inputs, as the cost model takes it.
+fn profile_of(ins: &[SparseVec<f32>]) -> Profile {
+    let n = ins.first().map_or(0, SparseVec::dim);
+    let mut touched = vec![false; n];
+    for v in ins {
+        for &i in v.indices() {
+            touched[i as usize] = true;
+        }
+    }
+    Profile {
+        p: ins.len(),
+        n,
+        value_bytes: 4,
+        k_max: ins.iter().map(SparseVec::nnz).max().unwrap_or(0),
+        k_sum: ins.iter().map(SparseVec::nnz).sum(),
+        union: touched.iter().filter(|&&x| x).count(),
     }
 }
 
@@ -346,6 +385,9 @@ struct Outcome<'a> {
     most: Option<usize>,
     /// Each rank's rounds and bytes in a first call, where known.
     expected: &'a [(Option<u64>, Option<u64>)],
+    /// The bytes the busiest rank receives in a first call, by the
+    /// algorithm's cost model.
+    predicted: f64,
     lossless: bool,
     /// Integer-valued inputs: sums are exact in any order.
     exact: bool,
@@ -412,6 +454,14 @@ fn check_outcome(
         }
     }
     if o.first {
+        let busiest = traffic.iter().map(|t| t.bytes_recv).max().unwrap_or(0) as f64;
+        let near = |a: f64, b: f64| a <= COST_FACTOR * b + COST_SLACK;
+        assert!(
+            near(o.predicted, busiest) && near(busiest, o.predicted),
+            "{ctx}: cost() predicts {:.0} bytes received by the busiest rank, which received \
+             {busiest:.0}: more than a factor of {COST_FACTOR} apart",
+            o.predicted
+        );
         for (q, (tr, &(rounds, bytes))) in traffic.iter().zip(o.expected).enumerate() {
             if let Some(rounds) = rounds {
                 assert_eq!(tr.rounds, rounds, "{ctx}: rank {q}'s rounds");

@@ -49,6 +49,7 @@
 //!             dropped: SparseVec::zeros(v.dim())?,
 //!             traffic: t.traffic().since(&entered.start()),
 //!             result,
+//!             ..Reduced::default()
 //!         };
 //!         Ok(())
 //!     }

@@ -76,6 +76,7 @@ impl<E: Element> SparseAllreduce<E> for NaiveSum {
             result,
             dropped: SparseVec::zeros(v.dim())?,
             traffic: t.traffic().since(&entered.start()),
+            ..Reduced::default()
         };
         Ok(())
     }

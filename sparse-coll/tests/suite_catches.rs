@@ -23,6 +23,9 @@ enum Bug {
     StrayToSelf,
     /// Drops its own entries from the result from its third call on.
     BreaksOnThirdCall,
+    /// Claims a tenth of the bytes it receives, so that a planner would
+    /// choose it.
+    LyingCost,
 }
 
 /// Every rank's pairs allgathered and summed, with a planted bug.
@@ -39,7 +42,10 @@ impl<E: Element> SparseAllreduce<E> for Rogue {
         true
     }
     fn cost(&self, prof: &Profile) -> Cost {
-        let bytes = prof.others() * (8.0 + prof.pair_bytes() * prof.k_avg() as f64);
+        let mut bytes = prof.others() * (8.0 + prof.pair_bytes() * prof.k_avg() as f64);
+        if self.bug == Bug::LyingCost {
+            bytes /= 10.0;
+        }
         Cost::new(f64::from(ceil_log2(prof.p)), bytes / 4.0)
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
@@ -85,6 +91,7 @@ impl<E: Element> SparseAllreduce<E> for Rogue {
             result,
             dropped: SparseVec::zeros(v.dim())?,
             traffic: t.traffic().since(&entered.start()),
+            ..Reduced::default()
         };
         Ok(())
     }
@@ -93,6 +100,11 @@ impl<E: Element> SparseAllreduce<E> for Rogue {
 /// Runs the suite on `p` buffered thread ranks over a registry whose
 /// `rogue` carries `bug`; true if every rank passed.
 fn passes(bug: Bug, p: usize) -> bool {
+    run(bug, p).iter().all(Result::is_ok)
+}
+
+/// Every rank's outcome of the suite on `rogue` with `bug`.
+fn run(bug: Bug, p: usize) -> Vec<Result<usize>> {
     let mut registry = Registry::<f32>::builtin();
     registry
         .register("rogue", "", "a rogue scheme", move |_, _| {
@@ -102,8 +114,6 @@ fn passes(bug: Bug, p: usize) -> bool {
     ThreadCluster::new(p)
         .timeout(std::time::Duration::from_secs(5))
         .run(|t| collective_suite_for(t, &registry, "rogue"))
-        .iter()
-        .all(Result::is_ok)
 }
 
 #[test]
@@ -135,4 +145,20 @@ fn a_message_to_itself_left_unread_fails() {
 #[test]
 fn a_scheme_that_breaks_on_its_third_call_fails() {
     assert!(!passes(Bug::BreaksOnThirdCall, 2));
+}
+
+/// A `cost()` a factor of ten below what the scheme sends fails, and the
+/// failure comes back as what it is: a failed check (a panic on the rank),
+/// naming the cost.
+#[test]
+fn a_scheme_whose_cost_lies_fails_as_a_failed_check() {
+    let out = run(Bug::LyingCost, 3);
+    assert!(out.iter().all(Result::is_err));
+    assert!(
+        out.iter().any(|r| matches!(
+            r,
+            Err(sparse_core::Error::Panicked { message, .. }) if message.contains("cost() predicts")
+        )),
+        "{out:?}"
+    );
 }

@@ -70,6 +70,7 @@ fn trees<T: Transport + ?Sized, E: Element>(
         result: acc,
         dropped,
         traffic: t.traffic().since(&start),
+        ..Reduced::default()
     })
 }
 

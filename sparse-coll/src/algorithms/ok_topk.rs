@@ -287,6 +287,7 @@ impl<E: Element> OkTopk<E> {
             result,
             dropped,
             traffic: t.traffic().since(&start),
+            ..Reduced::default()
         })
     }
 }

@@ -74,16 +74,20 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
     }
     /// The blocks a uniform input of this density touches (each its id and
     /// every value, each message its header), pushed to their owners and
-    /// pulled back, in `2 (P - 1)` rounds.
+    /// pulled back, in `2 (P - 1)` rounds. Each owner's piece (`n / P`
+    /// coordinates) travels as the whole blocks it overlaps, so where a
+    /// piece is shorter than a block (small `n`, many ranks) a message
+    /// still carries a whole block.
     fn cost(&self, prof: &Profile) -> Cost {
-        let (p, n) = (prof.p as f64, prof.n.max(1));
-        let b = self.block as f64;
-        let blocks = n.div_ceil(self.block) as f64;
-        let touched = |entries: f64| blocks * (1.0 - (1.0 - b / n as f64).powf(entries));
-        let block = 4.0 + prof.value_bytes as f64 * b;
-        let push = 16.0 + block * touched(prof.k_avg() as f64) / p;
-        let pull = 16.0 + block * touched(prof.union as f64) / p;
-        bytes_cost(2.0 * (p - 1.0), prof.others() * (push + pull))
+        let n = prof.n.max(1);
+        let piece = n.div_ceil(prof.p.max(1)).max(1);
+        let per_piece = piece.div_ceil(self.block) as f64;
+        let span = self.block.min(piece) as f64;
+        let touched = |entries: f64| per_piece * (1.0 - (1.0 - span / n as f64).powf(entries));
+        let block = 4.0 + prof.value_bytes as f64 * self.block.min(n) as f64;
+        let push = 16.0 + block * touched(prof.k_avg() as f64);
+        let pull = 16.0 + block * touched(prof.union as f64);
+        bytes_cost(2.0 * prof.others(), prof.others() * (push + pull))
     }
     /// Push to every other rank, then pull from every other rank.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {

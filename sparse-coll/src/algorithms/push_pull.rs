@@ -86,5 +86,6 @@ pub(crate) fn push_pull<T: Transport + ?Sized, E: Element, S: Scheme<E>>(
         result,
         dropped: SparseVec::zeros(dim)?,
         traffic: t.traffic().since(&start),
+        ..Reduced::default()
     })
 }

@@ -225,6 +225,7 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
         result,
         dropped,
         traffic: t.traffic().since(&start),
+        ..Reduced::default()
     })
 }
 

@@ -50,6 +50,7 @@ fn reference<T: Transport + ?Sized, E: Element>(
         result: stream_to_sparse(acc)?,
         dropped: SparseVec::zeros(dim)?,
         traffic: t.traffic().since(&start),
+        ..Reduced::default()
     })
 }
 
@@ -111,6 +112,7 @@ fn quantized<T: Transport + ?Sized, E: Element>(
         result: acc,
         dropped,
         traffic: t.traffic().since(&start),
+        ..Reduced::default()
     })
 }
 

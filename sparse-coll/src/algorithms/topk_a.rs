@@ -38,6 +38,7 @@ fn quantized<T: Transport + ?Sized, E: Element>(
         result,
         dropped,
         traffic: t.traffic().since(&start),
+        ..Reduced::default()
     })
 }
 

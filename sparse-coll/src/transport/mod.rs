@@ -29,6 +29,16 @@ pub struct Traffic {
 }
 
 impl Traffic {
+    /// This traffic and `other` together.
+    pub fn plus(&self, other: &Traffic) -> Traffic {
+        Traffic {
+            bytes_sent: self.bytes_sent + other.bytes_sent,
+            bytes_recv: self.bytes_recv + other.bytes_recv,
+            msgs_sent: self.msgs_sent + other.msgs_sent,
+            msgs_recv: self.msgs_recv + other.msgs_recv,
+            rounds: self.rounds + other.rounds,
+        }
+    }
     /// The traffic between an earlier snapshot and this one.
     pub fn since(&self, earlier: &Traffic) -> Traffic {
         Traffic {
