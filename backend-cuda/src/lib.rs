@@ -38,6 +38,17 @@
 //!   infinity). `axpy` may be contracted to a fused multiply-add by the
 //!   device compiler: one rounding instead of two.
 //!
+//! ## What crosses to the host
+//! [`CubeBackend::transfers`] counts every byte the backend moves between
+//! host and device ([`Transfers`]): the data a caller moves through
+//! [`BufferOps`](sparse_core::BufferOps) (`upload`, `zeros`, `download`)
+//! apart from the primitives' own transfers (the readbacks of per-tile
+//! counts, histograms, partial reductions and fault words, the writes of
+//! tile lists and offsets). A kernel over device memory moves nothing, so
+//! a training step's data downloads are what it asks for: the selected
+//! pairs and the dense layers' gradients (`residual-sgd/tests/kernels.rs`
+//! checks it in bytes).
+//!
 //! ## Element types
 //! The kernels are written for `f32`, the type gradients travel in on every
 //! runtime here (WGSL has no `f64`, and `bf16` exists on none of the
@@ -69,6 +80,7 @@ use cubecl::server::Handle;
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::{Error, Result};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The kernel backend on runtime `R`.
 ///
@@ -81,27 +93,131 @@ use std::marker::PhantomData;
 /// clears the record. So a training step on the kernels moves only the
 /// selected pairs and the reduced result, with no round trip per update.
 /// Each clone has its own record.
+///
+/// Every byte the backend moves between host and device is counted
+/// ([`CubeBackend::transfers`]); each clone counts its own.
 pub struct CubeBackend<R: Runtime> {
     client: Client,
     name: &'static str,
     fault: std::sync::Mutex<CubeBuffer<u32>>,
+    counters: Counters,
     _runtime: PhantomData<fn() -> R>,
 }
 
 impl<R: Runtime> Clone for CubeBackend<R> {
     fn clone(&self) -> Self {
+        let counters = Counters::default();
         Self {
             client: self.client.clone(),
             name: self.name,
-            fault: std::sync::Mutex::new(fault_words(&self.client)),
+            fault: std::sync::Mutex::new(fault_words(&self.client, &counters)),
+            counters,
             _runtime: PhantomData,
         }
     }
 }
 
-/// Four zeroed fault words ([`CubeBackend`]'s deferred index check).
-fn fault_words(client: &Client) -> CubeBuffer<u32> {
+/// Four zeroed fault words ([`CubeBackend`]'s deferred index check),
+/// written from the host: a control write.
+fn fault_words(client: &Client, counters: &Counters) -> CubeBuffer<u32> {
+    counters.add(&counters.control_written, 16);
     CubeBuffer::new(client.create_from_slice(&[0u8; 16]), 4)
+}
+
+/// The bytes a [`CubeBackend`] moved between host and device since it was
+/// made, and the number of transfers, by who asked for them.
+///
+/// *Data* transfers are the ones a caller asks for through
+/// [`sparse_core::BufferOps`]: `upload` and `zeros` (cubecl fills a new
+/// buffer from host memory) to the device, `download` to the host.
+/// *Control* transfers are the ones the primitives make themselves:
+/// readbacks of per-tile counts, radix histograms, partial reductions and
+/// the fault words that [`sparse_core::BufferOps::download`] checks, and
+/// writes of tile lists, offsets and zeroed counters. A kernel that only
+/// reads and writes device memory moves nothing.
+///
+/// Bytes are what crosses: whole 32-bit words, so a buffer of `n` `f32`
+/// or `u32` moves `4 n` bytes (at least one word; empty downloads move
+/// nothing). Counts are per backend value; `since` gives the difference
+/// between two readings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transfers {
+    /// Bytes [`sparse_core::BufferOps::download`] read to the host.
+    pub downloaded: u64,
+    /// Calls of [`sparse_core::BufferOps::download`] that read anything.
+    pub downloads: u64,
+    /// Bytes [`sparse_core::BufferOps::upload`] and
+    /// [`sparse_core::BufferOps::zeros`] wrote to the device.
+    pub uploaded: u64,
+    /// Their calls.
+    pub uploads: u64,
+    /// Bytes the primitives read back to the host themselves.
+    pub control_read: u64,
+    /// Their readbacks.
+    pub control_reads: u64,
+    /// Bytes the primitives wrote to the device themselves.
+    pub control_written: u64,
+    /// Their writes.
+    pub control_writes: u64,
+}
+
+impl Transfers {
+    /// What moved between `earlier` (a reading of the same backend) and
+    /// this reading.
+    #[must_use]
+    pub fn since(&self, earlier: &Transfers) -> Transfers {
+        Transfers {
+            downloaded: self.downloaded - earlier.downloaded,
+            downloads: self.downloads - earlier.downloads,
+            uploaded: self.uploaded - earlier.uploaded,
+            uploads: self.uploads - earlier.uploads,
+            control_read: self.control_read - earlier.control_read,
+            control_reads: self.control_reads - earlier.control_reads,
+            control_written: self.control_written - earlier.control_written,
+            control_writes: self.control_writes - earlier.control_writes,
+        }
+    }
+    /// Every byte read to the host, data and control.
+    pub fn to_host(&self) -> u64 {
+        self.downloaded + self.control_read
+    }
+    /// Every byte written to the device, data and control.
+    pub fn to_device(&self) -> u64 {
+        self.uploaded + self.control_written
+    }
+}
+
+/// [`Transfers`] as atomic counters: bytes and calls of each kind.
+#[derive(Default)]
+struct Counters {
+    downloaded: [AtomicU64; 2],
+    uploaded: [AtomicU64; 2],
+    control_read: [AtomicU64; 2],
+    control_written: [AtomicU64; 2],
+}
+
+impl Counters {
+    fn add(&self, c: &[AtomicU64; 2], bytes: usize) {
+        c[0].fetch_add(bytes as u64, Ordering::Relaxed);
+        c[1].fetch_add(1, Ordering::Relaxed);
+    }
+    fn read(&self) -> Transfers {
+        let get = |c: &[AtomicU64; 2]| (c[0].load(Ordering::Relaxed), c[1].load(Ordering::Relaxed));
+        let (downloaded, downloads) = get(&self.downloaded);
+        let (uploaded, uploads) = get(&self.uploaded);
+        let (control_read, control_reads) = get(&self.control_read);
+        let (control_written, control_writes) = get(&self.control_written);
+        Transfers {
+            downloaded,
+            downloads,
+            uploaded,
+            uploads,
+            control_read,
+            control_reads,
+            control_written,
+            control_writes,
+        }
+    }
 }
 
 impl<R: Runtime> std::fmt::Debug for CubeBackend<R> {
@@ -148,12 +264,20 @@ impl<R: Runtime> CubeBackend<R> {
             detail: format!("no such device ({available} of this kind on this machine)"),
         })?;
         let client = R::client(device);
+        let counters = Counters::default();
         Ok(Self {
-            fault: std::sync::Mutex::new(fault_words(&client)),
+            fault: std::sync::Mutex::new(fault_words(&client, &counters)),
+            counters,
             client,
             name,
             _runtime: PhantomData,
         })
+    }
+
+    /// Every byte this backend value moved between host and device so far
+    /// ([`Transfers`]: data and control, each way).
+    pub fn transfers(&self) -> Transfers {
+        self.counters.read()
     }
 
     /// The backend on the runtime's default device.
@@ -226,16 +350,30 @@ impl<R: Runtime> CubeBackend<R> {
         }
     }
 
-    /// A new buffer holding `data`.
+    /// A new buffer holding `data`, written by a primitive (a control
+    /// write).
     fn put<T: bytemuck::Pod>(&self, data: &[T]) -> CubeBuffer<T> {
+        self.write(data, &self.counters.control_written)
+    }
+
+    /// A new buffer holding `data`, counted in `counter`.
+    fn write<T: bytemuck::Pod>(&self, data: &[T], counter: &[AtomicU64; 2]) -> CubeBuffer<T> {
         let mut bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
         bytes.resize(words_for::<T>(data.len()) * 4, 0);
+        self.counters.add(counter, bytes.len());
         CubeBuffer::new(self.client.create_from_slice(&bytes), data.len())
     }
 
-    /// A new zeroed buffer of `len` items.
+    /// A new zeroed buffer of `len` items for a primitive (a control
+    /// write).
     fn zeroed<T: bytemuck::Pod>(&self, len: usize) -> CubeBuffer<T> {
+        self.zero_fill(len, &self.counters.control_written)
+    }
+
+    /// A new zeroed buffer of `len` items, counted in `counter`.
+    fn zero_fill<T: bytemuck::Pod>(&self, len: usize, counter: &[AtomicU64; 2]) -> CubeBuffer<T> {
         let bytes = vec![0u8; words_for::<T>(len) * 4];
+        self.counters.add(counter, bytes.len());
         CubeBuffer::new(self.client.create_from_slice(&bytes), len)
     }
 
@@ -262,7 +400,8 @@ impl<R: Runtime> CubeBackend<R> {
         *self
             .fault
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = fault_words(&self.client);
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            fault_words(&self.client, &self.counters);
         Err(Error::IndexOutOfRange {
             index: u64::from(f[2]),
             position: (u32::MAX - f[1]) as usize,
@@ -270,8 +409,18 @@ impl<R: Runtime> CubeBackend<R> {
         })
     }
 
-    /// The items of a buffer, on the host.
+    /// The items of a buffer, on the host, read by a primitive (a control
+    /// readback).
     fn get<T: bytemuck::Pod>(&self, buf: &CubeBuffer<T>) -> Result<Vec<T>> {
+        self.read(buf, &self.counters.control_read)
+    }
+
+    /// The items of a buffer, on the host, counted in `counter`.
+    fn read<T: bytemuck::Pod>(
+        &self,
+        buf: &CubeBuffer<T>,
+        counter: &[AtomicU64; 2],
+    ) -> Result<Vec<T>> {
         if buf.len == 0 {
             return Ok(Vec::new());
         }
@@ -279,6 +428,7 @@ impl<R: Runtime> CubeBackend<R> {
             .client
             .read_one(buf.handle.clone())
             .map_err(|e| self.device_error(format!("{e:?}")))?;
+        self.counters.add(counter, bytes.len());
         let n = buf.len * std::mem::size_of::<T>();
         Ok(bytemuck::pod_collect_to_vec(&bytes[..n]))
     }

@@ -320,15 +320,15 @@ impl<R: Runtime> BufferOps for CubeBackend<R> {
         self.name
     }
     fn upload<T: Scalar>(&self, data: &[T]) -> Result<CubeBuffer<T>> {
-        Ok(self.put(data))
+        Ok(self.write(data, &self.counters.uploaded))
     }
     fn download<T: Scalar>(&self, buf: &CubeBuffer<T>) -> Result<Vec<T>> {
-        let out = self.get(buf)?;
+        let out = self.read(buf, &self.counters.downloaded)?;
         self.take_fault()?;
         Ok(out)
     }
     fn zeros<T: Scalar>(&self, len: usize) -> Result<CubeBuffer<T>> {
-        Ok(self.zeroed(len))
+        Ok(self.zero_fill(len, &self.counters.uploaded))
     }
     fn len<T: Scalar>(&self, buf: &CubeBuffer<T>) -> usize {
         buf.len

@@ -15,8 +15,8 @@ fn main() -> Result<()> {
     // One layer of 4 weights; lr 0.5, density 0.5 (2 entries sent).
     let grads = [[4.0f32, 1.0, 0.0, -2.0], [1.0, 3.0, 0.5, -0.25]];
     let per_rank = ThreadCluster::new(2).run(|t| {
-        // RedSync's threshold of 128 KiB would send so small a layer dense.
-        let cfg = Config::new(0.5, 0.5, Rule::TopK)?.compress_threshold(0);
+        // SparCML's top-k SGD compresses every layer, however small.
+        let cfg = Config::new(0.5, 0.5, Rule::TopK)?;
         let mut trainer = Trainer::new(
             Cpu,
             cfg,
@@ -28,6 +28,8 @@ fn main() -> Result<()> {
         let g = grads[t.rank()].to_vec();
         let report = trainer.step(t, &[g])?;
         assert_eq!(report.sent[0].nnz(), 2);
+        assert!(report.layers[0].compressed);
+        assert_eq!(report.layers[0].density(), 0.5);
         trainer.weights()
     });
     // Rank 0 sends 0.5 * (4 at 0, -2 at 3), rank 1 0.5 * (1 at 0, 3 at 1);

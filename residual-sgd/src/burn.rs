@@ -16,7 +16,8 @@
 //! Parameters are taken in the module's visiting order (the order of its
 //! fields, recursively), named by their path (`fc1.weight`), flattened
 //! row-major; their number of dimensions goes into [`LayerSpec::dims`], so
-//! DGC's rule leaves biases dense. Integer and boolean parameters are not
+//! DGC's rule ([`crate::Config::compress_min_dims`]`(2)`), where asked
+//! for, leaves biases dense. Integer and boolean parameters are not
 //! trained and are left out.
 
 use crate::LayerSpec;

@@ -1,5 +1,6 @@
 //! The optimizer's settings.
 
+use crate::LayerSpec;
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::{Error, Result};
 
@@ -28,6 +29,8 @@ pub struct Config {
     pub(crate) density: f64,
     pub(crate) rule: Rule,
     pub(crate) compress_threshold: usize,
+    pub(crate) min_dims: usize,
+    pub(crate) dense: bool,
     pub(crate) clip: Option<f32>,
     pub(crate) qsgd: Option<(QsgdParams, bool)>,
     pub(crate) quantized: bool,
@@ -92,11 +95,22 @@ impl Config {
                 u64::from(self.collection == Collection::Paper),
             ),
             ("fusion", self.fusion as u64),
+            ("dense", u64::from(self.dense)),
         ]
     }
 
     /// `lr` (finite, positive), the density of the sent set in `(0, 1]`,
-    /// the rule; RedSync's compress threshold of 128 KiB, no clipping.
+    /// the rule, and the rule's paper's keep-dense rules: for
+    /// [`Rule::Rgc`] RedSync's compress threshold of 128 KiB (layers of at
+    /// most 128 KiB go dense, Alg. 4's `size(w) > compress_thd`); for
+    /// [`Rule::TopK`] none (SparCML's Alg. 1 sparsifies the whole
+    /// gradient), so every layer is compressed. DGC's rule (only tensors
+    /// of more than one dimension) is off until
+    /// [`Config::compress_min_dims`] asks for it. No clipping.
+    ///
+    /// A [`crate::Trainer`] built with settings under which no layer is
+    /// compressed is an error naming the rules that kept each layer
+    /// dense; [`Config::dense`] is deliberate dense training.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a learning rate that is not finite
@@ -133,12 +147,33 @@ impl Config {
             lr,
             density,
             rule,
-            compress_threshold: 128 << 10,
+            compress_threshold: match rule {
+                Rule::TopK => 0,
+                Rule::Rgc { .. } => REDSYNC_COMPRESS_THRESHOLD,
+            },
+            min_dims: 0,
+            dense: false,
             clip: None,
             qsgd: None,
             quantized: false,
             fusion: 0,
             collection: Collection::Global,
+        })
+    }
+    /// Deliberate dense training, the baseline the compressed rules are
+    /// measured against: every layer goes through the dense allreduce
+    /// and the rule's dense update (plain SGD on the mean gradient for
+    /// [`Rule::TopK`]; momentum SGD with the rule's momentum, Nesterov
+    /// and weight decay for [`Rule::Rgc`]), whatever its size. The density
+    /// is 1; [`Config::compress_threshold`] and
+    /// [`Config::compress_min_dims`] change nothing here.
+    ///
+    /// # Errors
+    /// As [`Config::new`].
+    pub fn dense(lr: f32, rule: Rule) -> Result<Self> {
+        Ok(Self {
+            dense: true,
+            ..Self::new(lr, 1.0, rule)?
         })
     }
     /// Where what the collective cut goes ([`Collection`]).
@@ -153,8 +188,15 @@ impl Config {
     /// into the residual, else it is lost as in the listing.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for bad QSGD parameters or an RGC rule.
+    /// [`Error::InvalidParameter`] for bad QSGD parameters, an RGC rule or
+    /// a [`Config::dense`] configuration (nothing selected to quantize).
     pub fn qsgd(self, bits: u32, bucket: usize, feedback: bool) -> Result<Self> {
+        if self.dense {
+            return Err(Error::invalid(
+                "qsgd",
+                "a dense configuration sends no selection to quantize",
+            ));
+        }
         if self.rule != Rule::TopK {
             return Err(Error::invalid(
                 "qsgd",
@@ -174,8 +216,15 @@ impl Config {
     /// exactly ([`sparse_coll::wire::WireValues::split_exact`]).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for top-k SGD.
+    /// [`Error::InvalidParameter`] for top-k SGD or a [`Config::dense`]
+    /// configuration (nothing selected to quantize).
     pub fn quantized(self) -> Result<Self> {
+        if self.dense {
+            return Err(Error::invalid(
+                "quantized",
+                "a dense configuration sends no selection to quantize",
+            ));
+        }
         if self.rule == Rule::TopK {
             return Err(Error::invalid(
                 "quantized",
@@ -197,12 +246,29 @@ impl Config {
             ..self
         }
     }
-    /// Layers of at most `bytes` bytes go dense (RedSync's `compress_thd`;
-    /// 0 compresses every layer).
+    /// Layers of at most `bytes` bytes (4 per parameter) go dense:
+    /// RedSync's `compress_thd` (Alg. 4 compresses a layer when
+    /// `size(w) > compress_thd`; Sec. 5.4 puts it at 128 KiB, below which
+    /// compressing costs more than it saves). The default is 128 KiB for
+    /// [`Rule::Rgc`] and 0 (every layer compressed) for [`Rule::TopK`].
     #[must_use]
     pub fn compress_threshold(self, bytes: usize) -> Self {
         Self {
             compress_threshold: bytes,
+            ..self
+        }
+    }
+    /// Layers of fewer than `dims` dimensions ([`crate::LayerSpec::dims`])
+    /// go dense. `2` is DGC's rule: its reference implementation
+    /// (`train.py` of Lin et al.'s code) hands the compressor only the
+    /// parameters with `dim() > 1`, so biases and normalization
+    /// parameters travel dense; none of the four papers this workspace
+    /// implements states it, and none of their rules applies it, so the
+    /// default is 0 (no rule).
+    #[must_use]
+    pub fn compress_min_dims(self, dims: usize) -> Self {
+        Self {
+            min_dims: dims,
             ..self
         }
     }
@@ -242,6 +308,80 @@ impl Config {
     /// The rule.
     pub fn rule(&self) -> Rule {
         self.rule
+    }
+    /// Whether this is [`Config::dense`]: every layer dense, deliberately.
+    pub fn is_dense(&self) -> bool {
+        self.dense
+    }
+    /// Whether a layer is compressed under these settings.
+    pub fn compresses(&self, layer: &LayerSpec) -> bool {
+        self.kept_dense(layer).is_none()
+    }
+    /// The first rule that keeps a layer dense under these settings, or
+    /// `None` for a compressed layer.
+    pub fn kept_dense(&self, layer: &LayerSpec) -> Option<KeptDense> {
+        if self.dense {
+            return Some(KeptDense::DenseConfig);
+        }
+        let bytes = layer.len.saturating_mul(4);
+        if bytes <= self.compress_threshold {
+            return Some(KeptDense::Threshold {
+                bytes,
+                threshold: self.compress_threshold,
+            });
+        }
+        if layer.dims < self.min_dims {
+            return Some(KeptDense::Dims {
+                dims: layer.dims,
+                min_dims: self.min_dims,
+            });
+        }
+        None
+    }
+}
+
+/// RedSync's `compress_thd`: 128 KiB (Sec. 5.4).
+const REDSYNC_COMPRESS_THRESHOLD: usize = 128 << 10;
+
+/// Why a layer goes through the dense allreduce
+/// ([`Config::compresses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeptDense {
+    /// [`Config::dense`]: deliberate dense training.
+    DenseConfig,
+    /// RedSync's compress threshold ([`Config::compress_threshold`]): the
+    /// layer's `bytes` are at most `threshold`.
+    Threshold {
+        /// The layer's size in bytes.
+        bytes: usize,
+        /// The threshold in bytes.
+        threshold: usize,
+    },
+    /// DGC's rule ([`Config::compress_min_dims`]): the layer has fewer
+    /// than `min_dims` dimensions.
+    Dims {
+        /// The layer's dimensions.
+        dims: usize,
+        /// The fewest compressed.
+        min_dims: usize,
+    },
+}
+
+impl std::fmt::Display for KeptDense {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeptDense::DenseConfig => write!(f, "Config::dense"),
+            KeptDense::Threshold { bytes, threshold } => write!(
+                f,
+                "{bytes} bytes, at most the compress threshold of {threshold} bytes \
+                 (RedSync's compress_thd, Config::compress_threshold)"
+            ),
+            KeptDense::Dims { dims, min_dims } => write!(
+                f,
+                "{dims} dimension(s), fewer than {min_dims} \
+                 (DGC's rule, Config::compress_min_dims)"
+            ),
+        }
     }
 }
 

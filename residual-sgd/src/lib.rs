@@ -28,13 +28,33 @@
 //!   (the listing's `V += grad` after `V += U` is not Nesterov: with all
 //!   entries sent each step this form equals PyTorch's `G + m b`); the
 //!   selected entries leave the residual (`V[idx] = 0`) and, with factor
-//!   masking, the momentum (`U[idx] = 0`); `w -= lr sum / P`. Layers of at
-//!   most `compress_threshold` bytes go through a dense allreduce with plain
-//!   momentum SGD.
+//!   masking, the momentum (`U[idx] = 0`); `w -= lr sum / P`.
 //! - DGC's additions, as options of RGC: local gradient clipping to
 //!   `C P^(-1/2)` of the L2 norm ([`Config::clip`]) and the density
-//!   warm-up ([`dgc_density`]); only tensors of more than one dimension
-//!   are compressed ([`LayerSpec::dims`]).
+//!   warm-up ([`dgc_density`]).
+//!
+//! Which layers are compressed ([`Config::compresses`]); the others go
+//! through a dense allreduce and the rule's dense update (plain SGD for
+//! top-k SGD, momentum SGD for RGC). Each rule that keeps a layer dense is
+//! a setting, on where its source puts it:
+//! - **RedSync's `compress_thd`** ([`Config::compress_threshold`]): a layer
+//!   of at most that many bytes goes dense (RedSync Alg. 4,
+//!   `size(w) > compress_thd` compresses; Sec. 5.4: 128 KiB, below which
+//!   compression costs more than it saves). The default for
+//!   [`Rule::Rgc`]; 0 for [`Rule::TopK`], as SparCML's Alg. 1 sparsifies
+//!   the whole gradient.
+//! - **DGC's dimensions rule** ([`Config::compress_min_dims`]`(2)`): only
+//!   tensors of more than one dimension are compressed
+//!   ([`LayerSpec::dims`]), as DGC's reference code hands its compressor
+//!   only parameters with `dim() > 1`. Off unless asked for: none of the
+//!   four papers states it.
+//! - **Deliberate dense training** ([`Config::dense`]): every layer.
+//!
+//! A [`Trainer`] whose settings compress no layer and are not
+//! [`Config::dense`] is an error at construction, naming the rule that kept
+//! each layer dense, so dense SGD never passes for compression; each
+//! step's [`StepReport::layers`] says which layers were compressed and the
+//! density each sent ([`LayerReport::density`]).
 //!
 //! Global residual collection (SparDL Alg. 1): whatever the collective cut
 //! ([`sparse_coll::Reduced::dropped`]) goes back into the residual of the
@@ -54,10 +74,18 @@
 //! remove, restore; [`memory::Residual`] and [`memory::Momentum`] are the
 //! papers'), its [`sparse_select::Selector`] and its
 //! [`sparse_coll::SparseAllreduce`]; [`Trainer::with_memory`] takes a
-//! user's own memory. Gradients are uploaded once per step; clipping
+//! user's own memory. [`Trainer::step_buffers`] takes the gradients in the
+//! backend's buffers, where a model on the same device computed them, and
+//! the weights stay there ([`Trainer::weight_buffers`]); [`Trainer::step`]
+//! is the host convenience that uploads them first. The finite check
+//! ([`sparse_core::backend::check_finite_buffer`]), clipping
 //! ([`sparse_core::ReduceOps::sum_squares`]), compensation, selection,
-//! masking and the update run on the backend, and only the selected pairs
-//! and the reduced result cross to the host.
+//! masking and the update run on the backend; what crosses to the host is
+//! each compressed layer's selected pairs and each dense layer's gradient
+//! for its allreduce, and what comes back is the reduced result (besides
+//! the primitives' own small readbacks: counts, histograms, partial sums;
+//! `backend-cuda` counts every byte, `residual-sgd/tests/kernels.rs`
+//! checks a step's).
 
 #[cfg(feature = "burn")]
 pub mod burn;
@@ -65,6 +93,6 @@ mod config;
 pub mod memory;
 mod trainer;
 
-pub use config::{Collection, Config, Rule, dgc_density};
+pub use config::{Collection, Config, KeptDense, Rule, dgc_density};
 pub use memory::Memory;
-pub use trainer::{LayerSpec, StepReport, Trainer};
+pub use trainer::{LayerReport, LayerSpec, StepReport, Trainer};

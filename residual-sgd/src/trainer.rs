@@ -4,14 +4,16 @@ use crate::memory::{self, Memory};
 use crate::{Collection, Config, Rule};
 use sparse_coll::wire::WireValues;
 use sparse_coll::{Reduced, SparseAllreduce, Traffic, Transport, agree, agree_or_fail};
-use sparse_core::backend::check_finite;
+use sparse_core::backend::{check_finite, check_finite_buffer};
 use sparse_core::encoding::Qsgd;
 use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
 use sparse_select::{RadixTopK, Selection, Selector, k_for_density};
 use std::time::{Duration, Instant};
 
 /// A layer: its name, its number of parameters, and its tensor's number of
-/// dimensions (DGC compresses only tensors of more than one dimension).
+/// dimensions (DGC's rule, [`Config::compress_min_dims`], keeps tensors of
+/// fewer dimensions dense; RedSync's quantized mode exempts the last layer
+/// of more than one dimension).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayerSpec {
     /// Name, for reports.
@@ -45,8 +47,8 @@ pub struct StepReport {
     pub sent: Vec<SparseVec<f32>>,
     /// Per layer, what the collective dropped and the residual took back.
     pub dropped: Vec<SparseVec<f32>>,
-    /// Which layers went through the dense allreduce.
-    pub dense: Vec<bool>,
+    /// Per layer, whether it was compressed and how much of it was sent.
+    pub layers: Vec<LayerReport>,
     /// This rank's traffic over the whole step: its two agreement rounds,
     /// every layer's collective and the dense allreduces.
     pub traffic: Traffic,
@@ -56,6 +58,31 @@ pub struct StepReport {
     pub communicate: Duration,
     /// Time spent applying the updates.
     pub apply: Duration,
+}
+
+/// One layer's part of a step ([`StepReport::layers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LayerReport {
+    /// Whether the layer was compressed (else it went through the dense
+    /// allreduce, whole).
+    pub compressed: bool,
+    /// The layer's parameters.
+    pub len: usize,
+    /// The entries this rank sent: the selection's size for a compressed
+    /// layer, `len` for a dense one.
+    pub sent: usize,
+}
+
+impl LayerReport {
+    /// The density this rank sent, `sent / len` (1 for a dense layer, 0
+    /// for an empty one).
+    pub fn density(&self) -> f64 {
+        if self.len == 0 {
+            0.0
+        } else {
+            self.sent as f64 / self.len as f64
+        }
+    }
 }
 
 /// A compressed layer's parts: its memory, its compressor and its
@@ -89,7 +116,10 @@ struct Layer<B: Backend<f32>, S> {
 
 /// The optimizer of one rank: per layer, weights in a backend buffer and
 /// either a dense momentum or the three parts of a compressed layer (a
-/// [`Memory`], a selector, a collective).
+/// [`Memory`], a selector, a collective). Which layers are compressed is
+/// fixed at construction ([`Config::compresses`]); a step takes the
+/// gradients in backend buffers ([`Trainer::step_buffers`]) or on the host
+/// ([`Trainer::step`]).
 pub struct Trainer<B: Backend<f32>, S> {
     b: B,
     cfg: Config,
@@ -107,9 +137,16 @@ impl<B: Backend<f32> + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
     /// reducing it with the collective `comm(layer)` builds; each
     /// compressed layer's memory is the rule's ([`memory::for_rule`]).
     ///
+    /// Which layers are compressed is the settings' choice
+    /// ([`Config::compresses`]); settings under which none is, other than
+    /// [`Config::dense`], are an error rather than dense training that
+    /// looks like compression.
+    ///
     /// # Errors
     /// [`Error::LengthMismatch`] if the weights do not fit the layers;
-    /// backend errors; `comm`'s errors.
+    /// [`Error::InvalidParameter`] if no layer is compressed and the
+    /// settings are not [`Config::dense`] (the message names the rule that
+    /// kept each layer dense); backend errors; `comm`'s errors.
     pub fn new(
         b: B,
         cfg: Config,
@@ -178,6 +215,9 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 got: weights.len(),
             });
         }
+        if !cfg.is_dense() && !layers.iter().any(|s| cfg.compresses(s)) {
+            return Err(nothing_compressed(&cfg, &layers));
+        }
         let mut out = Vec::with_capacity(layers.len());
         // The output layer: the last of more than one dimension (a trailing
         // bias, as burn lists a `Linear`'s parameters, is not it).
@@ -190,7 +230,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                     got: w.len(),
                 });
             }
-            let part = if spec.len * 4 > cfg.compress_threshold && spec.dims > 1 {
+            let part = if cfg.compresses(&spec) {
                 let memory = memory(&b, &spec)?;
                 let got = b.len(memory.accumulator());
                 if got != spec.len {
@@ -253,12 +293,27 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         Ok(())
     }
 
-    /// Every layer's weights, downloaded.
+    /// Every layer's weights, downloaded (a copy on the host; see
+    /// [`Trainer::weight_buffers`] for the weights where they live).
     ///
     /// # Errors
     /// Backend errors.
     pub fn weights(&self) -> Result<Vec<Vec<f32>>> {
         self.layers.iter().map(|l| self.b.download(&l.w)).collect()
+    }
+
+    /// Every layer's weights in the backend's buffers, where the steps
+    /// update them: a model on the same device reads them without a
+    /// transfer.
+    pub fn weight_buffers(&self) -> Vec<&B::Buffer<f32>> {
+        self.layers.iter().map(|l| &l.w).collect()
+    }
+
+    /// The backend the weights, memories and gradients live on (to upload
+    /// gradients for [`Trainer::step_buffers`], or to read a backend's own
+    /// counters, as `backend-cuda`'s transfer counts).
+    pub fn backend(&self) -> &B {
+        &self.b
     }
 
     /// Every layer's residual (its memory's accumulator; zeros for dense
@@ -284,7 +339,32 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             .collect()
     }
 
-    /// One step with every layer's gradient. Every rank calls it with its
+    /// One step with every layer's gradient on the host: uploads them and
+    /// runs [`Trainer::step_buffers`], the NaN and infinity check done on
+    /// the host before the upload (it names the first non-finite value).
+    ///
+    /// # Errors
+    /// As [`Trainer::step_buffers`].
+    pub fn step(&mut self, t: &mut dyn Transport, grads: &[Vec<f32>]) -> Result<StepReport> {
+        let local = self.check(grads).and_then(|()| {
+            grads
+                .iter()
+                .map(|g| self.b.upload(g).map(Grad::Owned))
+                .collect::<Result<Vec<_>>>()
+        });
+        self.run(t, local)
+    }
+
+    /// One step with every layer's gradient in a backend buffer, where a
+    /// model on the same device computed it; the weights stay in the
+    /// backend's buffers ([`Trainer::weight_buffers`]). Nothing of a
+    /// gradient crosses to the host but what the layer sends: a
+    /// compressed layer's selected pairs, a dense layer's gradient for its
+    /// allreduce. The NaN and infinity check is one reduction per layer
+    /// ([`sparse_core::backend::check_finite_buffer`]); the gradients are
+    /// only read (clipping and weight decay work on a device copy).
+    ///
+    /// Every rank calls it with its
     /// own gradients. A NaN or infinite gradient or gradients that do not
     /// fit the layers are an error on every rank (checked in one round
     /// before anything changes, so no state moves); layers that differ
@@ -327,8 +407,28 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     ///
     /// # Errors
     /// As above; the collectives' and the backend's errors.
-    pub fn step(&mut self, t: &mut dyn Transport, grads: &[Vec<f32>]) -> Result<StepReport> {
-        let local = self.check(grads);
+    pub fn step_buffers(
+        &mut self,
+        t: &mut dyn Transport,
+        grads: &[B::Buffer<f32>],
+    ) -> Result<StepReport> {
+        let local = self
+            .check_buffers(grads)
+            .map(|()| grads.iter().map(Grad::Borrowed).collect());
+        self.run(t, local)
+    }
+
+    /// A step from gradients already on the backend, or this rank's
+    /// failure to provide them (which the entry round shares).
+    fn run(
+        &mut self,
+        t: &mut dyn Transport,
+        grads: Result<Vec<Grad<'_, B>>>,
+    ) -> Result<StepReport> {
+        let (grads, local) = match grads {
+            Ok(g) => (g, Ok(())),
+            Err(e) => (Vec::new(), Err(e)),
+        };
         let mut fields = self.cfg.fields();
         fields.push(("layers", self.layers.len() as u64));
         for l in &self.layers {
@@ -364,7 +464,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         let p = t.size() as f32;
         let mut rep = StepReport::default();
         let mut ready = Vec::with_capacity(grads.len());
-        let prepared = grads.iter().enumerate().try_for_each(|(l, g)| {
+        let prepared = grads.into_iter().enumerate().try_for_each(|(l, g)| {
             ready.push(self.prepare(l, g, p, &mut rep)?);
             Ok(())
         });
@@ -541,6 +641,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                         p,
                     };
                     let (sent, dropped) = compressed_apply(&env, c, &mut layer.w, out, red, rep)?;
+                    rep.layers[l].sent = sent.nnz();
                     rep.sent[l] = sent;
                     rep.dropped[l] = dropped;
                 }
@@ -553,30 +654,79 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         Ok(())
     }
 
-    /// Layer `l`'s local work of a step: clipping and weight decay, then
-    /// for a compressed layer compensation, selection and quantization;
-    /// nothing is taken from its memory yet.
-    fn prepare(&mut self, l: usize, g: &[f32], p: f32, rep: &mut StepReport) -> Result<Ready<B>> {
+    /// Layer `l`'s local work of a step: clipping and weight decay (on a
+    /// copy of a caller's gradient buffer), then for a compressed layer
+    /// compensation, selection and quantization; nothing is taken from its
+    /// memory yet.
+    fn prepare(
+        &mut self,
+        l: usize,
+        g: Grad<'_, B>,
+        p: f32,
+        rep: &mut StepReport,
+    ) -> Result<Ready<B>> {
         let clock = Instant::now();
-        let mut g = self.b.upload(g)?;
-        if let Some(c) = self.cfg.clip {
-            clip(&self.b, &mut g, c / p.sqrt())?;
-        }
+        let b = &self.b;
         let layer = &mut self.layers[l];
-        if let Rule::Rgc { weight_decay, .. } = self.cfg.rule
-            && weight_decay != 0.0
-        {
-            self.b.axpy(weight_decay, &layer.w, &mut g)?;
+        // DGC's local clipping to `c / sqrt(P)`: the factor from the norm
+        // ([`sparse_core::ReduceOps::sum_squares`], on the device).
+        let factor = match self.cfg.clip {
+            Some(c) => clip_factor(b, g.get(), c / p.sqrt())?,
+            None => None,
+        };
+        let decay = match self.cfg.rule {
+            Rule::Rgc { weight_decay, .. } if weight_decay != 0.0 => Some(weight_decay),
+            _ => None,
+        };
+        let mut g = g;
+        if factor.is_some() || decay.is_some() {
+            let mut x = g.into_owned(b)?;
+            if let Some(f) = factor {
+                b.scale(f, &mut x)?;
+            }
+            if let Some(wd) = decay {
+                b.axpy(wd, &layer.w, &mut x)?;
+            }
+            g = Grad::Owned(x);
         }
-        rep.dense.push(matches!(layer.part, Part::Dense { .. }));
+        let g = g.get();
+        let compressed = matches!(layer.part, Part::Compressed(_));
+        rep.layers.push(LayerReport {
+            compressed,
+            len: layer.spec.len,
+            sent: if compressed { 0 } else { layer.spec.len },
+        });
         rep.sent.push(SparseVec::zeros(layer.spec.len)?);
         rep.dropped.push(SparseVec::zeros(layer.spec.len)?);
         let ready = match &mut layer.part {
-            Part::Compressed(c) => Ready::Compressed(compress(&self.b, &self.cfg, c, &g)?),
-            Part::Dense { .. } => Ready::Dense(self.b.download(&g)?),
+            Part::Compressed(c) => Ready::Compressed(compress(b, &self.cfg, c, g)?),
+            Part::Dense { .. } => Ready::Dense(b.download(g)?),
         };
         rep.select += clock.elapsed();
         Ok(ready)
+    }
+
+    /// The gradient buffers' number and lengths, and NaN or infinity with
+    /// one reduction per layer on the backend.
+    fn check_buffers(&self, grads: &[B::Buffer<f32>]) -> Result<()> {
+        if grads.len() != self.layers.len() {
+            return Err(Error::LengthMismatch {
+                what: "gradients",
+                expected: self.layers.len(),
+                got: grads.len(),
+            });
+        }
+        for (l, g) in self.layers.iter().zip(grads) {
+            if self.b.len(g) != l.spec.len {
+                return Err(Error::LengthMismatch {
+                    what: "layer gradient",
+                    expected: l.spec.len,
+                    got: self.b.len(g),
+                });
+            }
+            check_finite_buffer(&self.b, g)?;
+        }
+        Ok(())
     }
 
     fn check(&self, grads: &[Vec<f32>]) -> Result<()> {
@@ -601,14 +751,63 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     }
 }
 
-/// Scales `g` down to an L2 norm of at most `max`, on the device (the norm
-/// from [`sparse_core::ReduceOps::sum_squares`]).
-fn clip<B: Backend<f32>>(b: &B, g: &mut B::Buffer<f32>, max: f32) -> Result<()> {
+/// The error of settings that compress none of `layers`: each layer with
+/// the rule that kept it dense, and how to change it.
+fn nothing_compressed(cfg: &Config, layers: &[LayerSpec]) -> Error {
+    let why: Vec<String> = layers
+        .iter()
+        .filter_map(|l| cfg.kept_dense(l).map(|k| format!("{}: {k}", l.name)))
+        .collect();
+    let why = if why.is_empty() {
+        "there are no layers".to_string()
+    } else {
+        why.join("; ")
+    };
+    Error::invalid(
+        "config",
+        format!(
+            "no layer would be compressed, so every step would be dense SGD ({why}); \
+             lower Config::compress_threshold or Config::compress_min_dims, or use \
+             Config::dense for dense training"
+        ),
+    )
+}
+
+/// The factor that scales `g` down to an L2 norm of at most `max`, if it
+/// is above (the norm from [`sparse_core::ReduceOps::sum_squares`], on the
+/// device).
+fn clip_factor<B: Backend<f32>>(b: &B, g: &B::Buffer<f32>, max: f32) -> Result<Option<f32>> {
     let norm = b.sum_squares(g)?.sqrt();
-    if norm > f64::from(max) {
-        b.scale((f64::from(max) / norm) as f32, g)?;
+    Ok((norm > f64::from(max)).then(|| (f64::from(max) / norm) as f32))
+}
+
+/// A layer's gradient for a step: uploaded by [`Trainer::step`] (the
+/// trainer's own) or the caller's buffer ([`Trainer::step_buffers`]),
+/// which is only read.
+enum Grad<'a, B: Backend<f32>> {
+    Owned(B::Buffer<f32>),
+    Borrowed(&'a B::Buffer<f32>),
+}
+
+impl<B: Backend<f32>> Grad<'_, B> {
+    fn get(&self) -> &B::Buffer<f32> {
+        match self {
+            Grad::Owned(x) => x,
+            Grad::Borrowed(x) => x,
+        }
     }
-    Ok(())
+    /// The trainer's own buffer: a caller's is copied on the device
+    /// (`0 + 1 g`, exact).
+    fn into_owned(self, b: &B) -> Result<B::Buffer<f32>> {
+        match self {
+            Grad::Owned(x) => Ok(x),
+            Grad::Borrowed(x) => {
+                let mut y = b.zeros(b.len(x))?;
+                b.axpy(1.0, x, &mut y)?;
+                Ok(y)
+            }
+        }
+    }
 }
 
 /// A layer's reduced result, checked before anything is applied.

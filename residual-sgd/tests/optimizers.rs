@@ -37,6 +37,16 @@ fn trainer(cfg: Config, sizes: &[usize], w: &[Vec<f32>], spec: &str) -> Trainer<
     .unwrap()
 }
 
+/// Every layer dense ([`Config::dense`]) or every layer compressed at
+/// density 1.
+fn dense_or_compressed(dense: bool, lr: f32, rule: Rule) -> Config {
+    if dense {
+        Config::dense(lr, rule).unwrap()
+    } else {
+        Config::new(lr, 1.0, rule).unwrap().compress_threshold(0)
+    }
+}
+
 fn rgc(momentum: f32, nesterov: bool, weight_decay: f32, factor_masking: bool) -> Rule {
     Rule::Rgc {
         momentum,
@@ -92,10 +102,8 @@ fn nesterov_equals_pytorch_by_hand_and_on_the_dense_path() {
     // By hand: lr = 1/2, m = 1/2, one weight 1, gradients 1 then 2.
     // Step 1: b = 1, update G + m b = 1.5, w = 1 - 0.75 = 0.25.
     // Step 2: b = 0.5 + 2 = 2.5, update 2 + 1.25 = 3.25, w = 0.25 - 1.625.
-    for threshold in [0usize, 1 << 20] {
-        let cfg = Config::new(0.5, 1.0, rgc(0.5, true, 0.0, false))
-            .unwrap()
-            .compress_threshold(threshold);
+    for dense in [false, true] {
+        let cfg = dense_or_compressed(dense, 0.5, rgc(0.5, true, 0.0, false));
         let out = ThreadCluster::new(1).run(|t| {
             let mut tr = Trainer::new(
                 Cpu,
@@ -105,7 +113,7 @@ fn nesterov_equals_pytorch_by_hand_and_on_the_dense_path() {
                 RadixTopK::magnitude(),
                 comm("topk_a"),
             )?;
-            assert_eq!(tr.compressed(), vec![threshold == 0]);
+            assert_eq!(tr.compressed(), vec![!dense]);
             let mut ws = Vec::new();
             for g in [1.0f32, 2.0] {
                 tr.step(t, &[vec![g]])?;
@@ -116,7 +124,7 @@ fn nesterov_equals_pytorch_by_hand_and_on_the_dense_path() {
         assert_eq!(
             out[0].as_ref().unwrap(),
             &vec![0.25, 0.25 - 1.625],
-            "threshold {threshold}"
+            "dense {dense}"
         );
     }
     let (lr, m) = (0.1f32, 0.9f32);
@@ -124,10 +132,8 @@ fn nesterov_equals_pytorch_by_hand_and_on_the_dense_path() {
     let grads: Vec<Vec<f32>> = (0..20)
         .map(|_| (0..64).map(|_| rng.random::<f64>() as f32 - 0.5).collect())
         .collect();
-    for threshold in [0usize, 1 << 20] {
-        let cfg = Config::new(lr, 1.0, rgc(m, true, 0.0, false))
-            .unwrap()
-            .compress_threshold(threshold);
+    for dense in [false, true] {
+        let cfg = dense_or_compressed(dense, lr, rgc(m, true, 0.0, false));
         let out = ThreadCluster::new(1).run(|t| {
             let mut tr = Trainer::new(
                 Cpu,
@@ -154,7 +160,7 @@ fn nesterov_equals_pytorch_by_hand_and_on_the_dense_path() {
             assert_eq!(
                 got[i].to_bits(),
                 w[i].to_bits(),
-                "threshold {threshold} at {i}: {} vs {}",
+                "dense {dense} at {i}: {} vs {}",
                 got[i],
                 w[i]
             );
@@ -270,7 +276,10 @@ fn every_rank_holds_the_same_weights() {
             for _ in 0..30 {
                 let g = vec![dyadic(400, &mut rng), dyadic(30, &mut rng)];
                 let rep = tr.step(t, &g)?;
-                assert_eq!(rep.dense, vec![false, true]);
+                let compressed: Vec<bool> = rep.layers.iter().map(|l| l.compressed).collect();
+                assert_eq!(compressed, vec![true, false]);
+                assert_eq!(rep.layers[1].sent, 30);
+                assert_eq!(rep.layers[0].sent, rep.sent[0].nnz());
                 all.push(tr.weights()?);
             }
             Ok(all)
@@ -464,9 +473,7 @@ fn fused_dense_layers_equal_unfused_in_fewer_messages() {
     for p in [2usize, 3, 4] {
         let run = |fusion: usize| {
             ThreadCluster::new(p).run(|t| {
-                let cfg = Config::new(0.25, 0.1, rgc(0.5, false, 0.0, false))?
-                    .compress_threshold(1 << 20)
-                    .fuse(fusion);
+                let cfg = Config::dense(0.25, rgc(0.5, false, 0.0, false))?.fuse(fusion);
                 let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![1.0; n]).collect();
                 let mut tr = Trainer::new(
                     Cpu,
@@ -665,7 +672,8 @@ fn quantized_mode_exempts_the_output_weights_before_a_bias() {
     let out = ThreadCluster::new(1).run(|t| {
         let cfg = Config::new(0.1, 0.25, rgc(0.0, false, 0.0, false))?
             .quantized()?
-            .compress_threshold(0);
+            .compress_threshold(0)
+            .compress_min_dims(2);
         let w: Vec<Vec<f32>> = specs.iter().map(|s| vec![0.0; s.len]).collect();
         let mut tr = Trainer::new(
             Cpu,
@@ -721,9 +729,13 @@ fn ranks_that_compress_different_layers_all_get_an_error() {
                 } else {
                     Rule::TopK
                 };
-                let mut cfg = Config::new(lr, density, rule)?.compress_threshold(0);
+                // DGC's rule on, so that a layer's dimensions decide.
+                let mut cfg = Config::new(lr, density, rule)?
+                    .compress_threshold(0)
+                    .compress_min_dims(2);
                 if odd && case == "threshold" {
-                    cfg = cfg.compress_threshold(1 << 20);
+                    // Layer a (256 bytes) dense, layer b compressed.
+                    cfg = cfg.compress_threshold(256);
                 }
                 if odd && case == "fusion" {
                     cfg = cfg.fuse(1 << 20);
@@ -737,11 +749,11 @@ fn ranks_that_compress_different_layers_all_get_an_error() {
                     },
                     LayerSpec {
                         name: "b".into(),
-                        len: 64,
+                        len: 128,
                         dims: 2,
                     },
                 ];
-                let w = vec![vec![0.0; 64]; 2];
+                let w = vec![vec![0.0; 64], vec![0.0; 128]];
                 let mut tr = Trainer::new(
                     Cpu,
                     cfg,
@@ -750,7 +762,7 @@ fn ranks_that_compress_different_layers_all_get_an_error() {
                     RadixTopK::magnitude(),
                     comm("topk_a"),
                 )?;
-                let res = tr.step(t, &[vec![1.0; 64], vec![2.0; 64]]);
+                let res = tr.step(t, &[vec![1.0; 64], vec![2.0; 128]]);
                 // The transport still works.
                 let mut same = trainer(
                     Config::new(0.1, 0.25, Rule::TopK)?,

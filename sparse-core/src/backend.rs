@@ -464,6 +464,52 @@ pub fn check_finite<E: Element>(x: &[E]) -> Result<()> {
     }
 }
 
+/// Checks that every element of a device buffer is finite with one
+/// reduction on the backend ([`ReduceOps::max_abs`]: a NaN fails it, an
+/// infinity is its result), so a buffer that passes never leaves the
+/// device; only a failing one is looked into ([`first_non_finite`]).
+///
+/// # Errors
+/// [`Error::NonFinite`] with the index of the first NaN if `x` holds one,
+/// else of the first infinity; the backend's errors.
+pub fn check_finite_buffer<B, E>(b: &B, x: &B::Buffer<E>) -> Result<()>
+where
+    B: ReduceOps<E> + SelectOps<E> + ?Sized,
+    E: Element,
+{
+    match b.max_abs(x) {
+        Ok(m) if m.is_finite() => Ok(()),
+        Ok(_) => Err(first_non_finite(b, x)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The [`Error::NonFinite`] naming the first non-finite element of a
+/// buffer known to hold one (the slow path of [`check_finite_buffer`]):
+/// the backends' NaN check names the first NaN
+/// ([`SelectOps::compact_above`] refuses it), else the compaction of the
+/// elements above the largest finite magnitude names the first infinity,
+/// so only those indices are read back.
+pub fn first_non_finite<B, E>(b: &B, x: &B::Buffer<E>) -> Error
+where
+    B: SelectOps<E> + ?Sized,
+    E: Element,
+{
+    match b
+        .compact_above(x, E::max_value())
+        .and_then(|s| b.download(&s.indices))
+    {
+        Ok(idx) => match idx.first() {
+            Some(&i) => Error::NonFinite { index: i as usize },
+            None => Error::Device {
+                backend: b.name(),
+                detail: "a non-finite value was reported that the buffer does not hold".into(),
+            },
+        },
+        Err(e) => e,
+    }
+}
+
 /// Checks `k <= len`, the shared precondition of the top-k primitives.
 ///
 /// # Errors

@@ -1,6 +1,7 @@
 //! Block top-k (SparDL) and bucket top-k (SparCML).
 
-use crate::{Selection, Selector, check_k, finite, selection};
+use crate::{Selection, Selector, check_k, selection};
+use sparse_core::backend::check_finite_buffer;
 use sparse_core::stats::even_start;
 use sparse_core::{Backend, Element, Error, Result};
 
@@ -13,7 +14,7 @@ fn segmented<B: Backend<E>, E: Element>(
     plan: impl FnOnce(usize, usize) -> Result<(Vec<usize>, Vec<usize>)>,
 ) -> Result<Selection<B, E>> {
     let n = check_k(b, x, k)?;
-    finite(b, x)?;
+    check_finite_buffer(b, x)?;
     let (offsets, ks) = plan(n, k)?;
     Ok(selection(b, b.topk_abs_segmented(x, &offsets, &ks)?, None))
 }

@@ -86,6 +86,7 @@ pub use threshold::{SampledThreshold, ThresholdBinarySearch, ThresholdReuse};
 pub use trimmed::TrimmedTopK;
 pub use zen::{ZenPartition, ZenPartitioner};
 
+use sparse_core::backend::first_non_finite;
 use sparse_core::{Backend, BufferOps, Element, Error, Result, Scalar, SparseVec};
 
 /// A selected communication set, on the device.
@@ -158,31 +159,9 @@ pub fn k_for_density(n: usize, density: f64) -> Result<usize> {
 pub(crate) fn stats<B: Backend<E>, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<(f64, f64)> {
     let (max, mean) = b.abs_stats(x)?;
     if max.is_infinite() {
-        return Err(first_infinite(b, x));
+        return Err(first_non_finite(b, x));
     }
     Ok((max.to_f64_exact(), mean))
-}
-
-/// Rejects NaN (the backend does) and infinity with one reduction.
-pub(crate) fn finite<B: Backend<E>, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<()> {
-    if b.max_abs(x)?.is_infinite() {
-        return Err(first_infinite(b, x));
-    }
-    Ok(())
-}
-
-/// The error naming the first infinite element (the slow path: only taken
-/// once an infinity is known to be there).
-pub(crate) fn first_infinite<B: Backend<E>, E: Element>(b: &B, x: &B::Buffer<E>) -> Error {
-    match b
-        .compact_above(x, E::max_value())
-        .and_then(|s| b.download(&s.indices))
-    {
-        Ok(idx) => Error::NonFinite {
-            index: idx.first().copied().unwrap_or(0) as usize,
-        },
-        Err(e) => e,
-    }
 }
 
 /// Checks `k <= len`.

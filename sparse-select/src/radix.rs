@@ -5,7 +5,8 @@
 //! the input after the first digit (see `top_k`), so it reads the input
 //! twice.
 
-use crate::{Selection, Selector, check_k, empty, first_infinite, selection};
+use crate::{Selection, Selector, check_k, empty, selection};
+use sparse_core::backend::first_non_finite;
 use sparse_core::topk::{narrowing_sample, sample_rank};
 use sparse_core::{Backend, Digit, Element, KeyOrder, Result, Selected};
 
@@ -65,7 +66,7 @@ fn first_histogram<B: Backend<E>, E: Element>(
         let above: u32 = hist[d_max + 1..].iter().sum();
         let shared = (max_finite + 1) >> shift == max_finite >> shift;
         if above > 0 || (shared && hist[d_max] > 0 && b.count_above(x, E::max_value())? > 0) {
-            return Err(first_infinite(b, x));
+            return Err(first_non_finite(b, x));
         }
     }
     Ok(FirstDigit { hist, shift })
@@ -210,7 +211,7 @@ pub(crate) fn in_input<B: Backend<E>, E: Element>(
     e: sparse_core::Error,
 ) -> sparse_core::Error {
     match e {
-        sparse_core::Error::NonFinite { .. } => first_infinite(b, x),
+        sparse_core::Error::NonFinite { .. } => first_non_finite(b, x),
         e => e,
     }
 }
@@ -269,7 +270,7 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for RadixTopK {
         // The magnitude order finds infinities in its first histogram; the
         // signed orders and k = 0 (no histogram) check with one reduction.
         if (k == 0 || self.order != KeyOrder::Abs) && b.max_abs(x)?.is_infinite() {
-            return Err(first_infinite(b, x));
+            return Err(first_non_finite(b, x));
         }
         if k == 0 {
             return empty(b);

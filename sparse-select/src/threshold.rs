@@ -2,10 +2,8 @@
 //! its reuse across iterations (Alg. 5), and DGC's sampled threshold.
 
 use crate::radix::{in_input, refine, top_k};
-use crate::{
-    Selection, Selector, check_k, empty, finite, first_infinite, kth_key, selection, stats,
-    to_threshold,
-};
+use crate::{Selection, Selector, check_k, empty, kth_key, selection, stats, to_threshold};
+use sparse_core::backend::{check_finite_buffer, first_non_finite};
 use sparse_core::{Backend, CounterRng, Element, Error, KeyOrder, Result};
 
 /// The exact fallback: every element whose magnitude is at least the k-th
@@ -168,7 +166,7 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for ThresholdReuse<E> {
                 // threshold, so it is among the compacted values.
                 let passed = b.compact_above(x, t)?;
                 if b.max_abs(&passed.values)?.is_infinite() {
-                    return Err(first_infinite(b, x));
+                    return Err(first_non_finite(b, x));
                 }
                 self.since_search += 1;
                 self.reuses += 1;
@@ -233,7 +231,7 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for SampledThreshold {
         }
         let n = check_k(b, x, k)?;
         if k == 0 {
-            finite(b, x)?;
+            check_finite_buffer(b, x)?;
             return empty(b);
         }
         let m = ((self.rate * n as f64).ceil() as usize)
@@ -263,7 +261,7 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for SampledThreshold {
         let t = E::from_bits_u64(key);
         let passed = b.compact_above(x, t)?;
         if b.max_abs(&passed.values)?.is_infinite() {
-            return Err(first_infinite(b, x));
+            return Err(first_non_finite(b, x));
         }
         let c = b.len(&passed.indices);
         if c > 2 * k {

@@ -229,19 +229,19 @@ pub fn config(run: &Run, a: &TrainArgs) -> Result<Config> {
         factor_masking: true,
     };
     Ok(match run {
-        Run::Dense { momentum: false } => {
-            Config::new(a.lr, 1.0, Rule::TopK)?.compress_threshold(usize::MAX)
-        }
-        Run::Dense { momentum: true } => {
-            Config::new(a.lr, 1.0, rgc)?.compress_threshold(usize::MAX)
-        }
+        Run::Dense { momentum: false } => Config::dense(a.lr, Rule::TopK)?,
+        Run::Dense { momentum: true } => Config::dense(a.lr, rgc)?,
         Run::Sparse { scheme, density } => {
             let rule = if scheme.family == Family::TopK {
                 Rule::TopK
             } else {
                 rgc
             };
-            let cfg = Config::new(a.lr, *density, rule)?.compress_threshold(a.compress_threshold);
+            // Biases go dense in every scheme (DGC's rule, as this
+            // benchmark has always run them; `dense_layers` reports it).
+            let cfg = Config::new(a.lr, *density, rule)?
+                .compress_threshold(a.compress_threshold)
+                .compress_min_dims(2);
             match scheme.family {
                 Family::RgcQuantized => cfg.quantized()?,
                 Family::Dgc => cfg.clip(a.clip)?,
