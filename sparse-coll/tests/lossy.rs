@@ -16,12 +16,13 @@ use sparse_coll::{
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Error, SparseVec, cost};
 
-/// `(dim, density, overlap, k)` cases: sparse and dense, k = 0 included.
+/// `(dim, density, overlap, k)` cases: sparse and dense, the least budget
+/// (k = 1) included (k = 0 is an error: `tests/budget.rs`).
 const CASES: [(usize, f64, f64, usize); 4] = [
     (1000, 0.05, 0.5, 20),
     (10_007, 0.01, 0.0, 33),
     (97, 0.3, 1.0, 5),
-    (500, 0.02, 0.2, 0),
+    (500, 0.02, 0.2, 1),
 ];
 
 /// Every rank holds every coordinate (non-zero), so every block is full.
