@@ -68,7 +68,11 @@ impl<E: Element, C: ValueCodec<E> + Send + Sync> WireCodec<E> for C {
 /// The split is checked whatever the codec (a user's override included),
 /// and the bytes the receivers decode are the ones the split produced, so
 /// a codec whose encoding is random (QSGD) or not idempotent sends exactly
-/// what the sender subtracted.
+/// what the sender subtracted. Each message's split is exact; the sums of
+/// decoded values over ranks are exact where those values lie on a coarse
+/// grid (half precision, same-sign mean's 8-bit mean, a power-of-two
+/// scale) and round otherwise (QSGD's arbitrary scales), so conservation
+/// of `result` plus every `dropped` is then within that rounding.
 ///
 /// Cheap to clone (the codec is shared).
 pub struct WireValues<E> {

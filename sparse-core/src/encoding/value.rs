@@ -116,7 +116,10 @@ pub trait ValueCodec<E: Element>: Clone {
     /// on the values themselves. A codec may override it (one pass that
     /// lowers levels, say); `sparse-coll`'s collectives check every split
     /// they are given against these rules and refuse one that breaks them
-    /// with an error naming the codec.
+    /// with an error naming the codec. A split must be a function of the
+    /// values (a seeded random rounding is; a thread's own generator is
+    /// not): ranks that hold the same partial sum split it alike and only
+    /// one of them keeps the remainder.
     ///
     /// # Errors
     /// [`Error::NonFinite`] for a NaN or infinite value; the codec's
