@@ -120,7 +120,7 @@ pub struct AllreduceReport {
 /// # Errors
 /// An unknown name or a bad parameter.
 pub fn build(spec: &str, k: usize) -> Result<Box<dyn SparseAllreduce<f32>>> {
-    Registry::builtin().build(spec, Defaults { k })
+    Registry::builtin().build(spec, Defaults::k(k)?)
 }
 
 /// What one rank measured for one algorithm.

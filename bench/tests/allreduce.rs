@@ -36,7 +36,7 @@ fn rows_match_the_collectives_and_the_oracle() {
             let spec = format!("{}:{}", row.algo, row.params);
             let direct = ThreadCluster::new(ranks)
                 .run(|t| {
-                    let mut algo = registry.build(&spec, Defaults { k: ins[0].nnz() })?;
+                    let mut algo = registry.build(&spec, Defaults::k(ins[0].nnz())?)?;
                     let v = &ins[sparse_coll::Transport::rank(t)];
                     algo.allreduce(t, v)
                 })

@@ -871,7 +871,7 @@ fn compress<B: Backend<f32>, S: Selector<B, f32>>(
     // remainder goes back into the memory (for QSGD without feedback it is
     // lost, as in SparCML's listing).
     let remainder = if quantized {
-        let (q, rest) = WireValues::SameSignMean.split_exact(&sent)?;
+        let (q, rest) = WireValues::same_sign_mean().split_exact(&sent)?;
         sent = q;
         Some(rest)
     } else if let Some((params, feedback)) = cfg.qsgd {

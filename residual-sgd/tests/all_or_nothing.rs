@@ -34,7 +34,7 @@ fn trainer(spec: &str, sizes: &[usize]) -> Result<Tr> {
         LayerSpec::matrices(sizes),
         &w0,
         RadixTopK::magnitude(),
-        |l: &LayerSpec| Registry::builtin().build(spec, Defaults { k: l.len / 10 }),
+        |_: &LayerSpec| Registry::builtin().build(spec, Defaults::density(0.1)?),
     )
 }
 
@@ -173,7 +173,7 @@ fn an_overflowing_sum_is_an_error_on_every_rank_with_the_state_kept() {
                     LayerSpec::matrices(&[4]),
                     &[vec![1.0; 4]],
                     RadixTopK::magnitude(),
-                    |_: &LayerSpec| Registry::builtin().build(spec, Defaults { k: 2 }),
+                    |_: &LayerSpec| Registry::builtin().build(spec, Defaults::k(2)?),
                 )?;
                 let g = vec![vec![3e38f32, -1.0, 3e38, 2.0]];
                 let res = tr.step(t, &g);
@@ -266,7 +266,7 @@ fn a_lying_collective_is_an_error_on_every_rank() {
                 RadixTopK::magnitude(),
                 |_: &LayerSpec| -> Result<Box<dyn SparseAllreduce<f32>>> {
                     Ok(Box::new(Rogue {
-                        inner: Registry::builtin().build("topk_a", Defaults { k: 10 })?,
+                        inner: Registry::builtin().build("topk_a", Defaults::lossless())?,
                         lie,
                     }))
                 },
@@ -327,7 +327,7 @@ fn the_sent_values_come_from_the_accumulator() {
     let out = ThreadCluster::new(2).run(|t| {
         let cfg = Config::new(0.5, 0.1, Rule::TopK)?.compress_threshold(0);
         let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.0; n]).collect();
-        let comm = |l: &LayerSpec| Registry::builtin().build("topk_a", Defaults { k: l.len });
+        let comm = |_: &LayerSpec| Registry::builtin().build("topk_a", Defaults::lossless());
         let mut honest = Trainer::new(
             Cpu,
             cfg,
@@ -386,7 +386,7 @@ fn ranks_with_different_layer_dims_disagree() {
             specs,
             &w0,
             RadixTopK::magnitude(),
-            |_: &LayerSpec| Registry::builtin().build("topk_a", Defaults { k: 10 }),
+            |_: &LayerSpec| Registry::builtin().build("topk_a", Defaults::lossless()),
         )?;
         assert_eq!(tr.compressed(), [true, true, false]);
         let mut rng = Rng::seed_from_u64(9);

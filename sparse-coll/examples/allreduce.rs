@@ -14,7 +14,7 @@ fn run(p: usize, spec: &str) -> Result<Vec<Reduced<f32>>> {
         .run(|t| {
             let r = t.rank() as u32;
             let v = SparseVec::new(1000, vec![r, 500], vec![1.0f32, 2.0])?;
-            let mut algo = Registry::<f32>::builtin().build(spec, Defaults { k: 0 })?;
+            let mut algo = Registry::<f32>::builtin().build(spec, Defaults::lossless())?;
             algo.allreduce(t, &v)
         })
         .into_iter()

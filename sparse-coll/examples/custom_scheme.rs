@@ -65,7 +65,7 @@ fn main() -> Result<()> {
         "densify, ring allreduce, sparsify; lossless",
         |_, _| Ok(Box::new(DenseRing)),
     )?;
-    assert!(registry.build("dense_ring:k=3", Defaults { k: 1 }).is_err());
+    assert!(registry.build("dense_ring:k=3", Defaults::k(1)?).is_err());
 
     // 2. The collective suite, as the built-in algorithms run it, with
     //    sends that wait for their receive as MPI's do.
@@ -109,7 +109,7 @@ fn main() -> Result<()> {
             .run(|t| {
                 let mut candidates = Vec::new();
                 for name in registry.auto_candidates().into_iter().chain(["dense_ring"]) {
-                    candidates.push(registry.build(name, Defaults { k: 0 })?);
+                    candidates.push(registry.build(name, Defaults::lossless())?);
                 }
                 let mut auto = Auto::new(0.0, 1.0, candidates)?.reprofile_every(1)?;
                 let v = &ins[t.rank()];

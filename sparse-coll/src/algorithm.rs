@@ -82,9 +82,10 @@ pub trait SparseAllreduce<E: Element>: Send {
     fn expected_bytes(&self, _ins: &[SparseVec<E>], _r: usize) -> Option<u64> {
         None
     }
-    /// The most entries a result may hold (a lossy algorithm's budget);
-    /// `None` (the default): no bound. The collective suite checks it.
-    fn max_result_entries(&self) -> Option<usize> {
+    /// The most entries a result of dimension `dim` may hold (a lossy
+    /// algorithm's budget); `None` (the default): no bound. The collective
+    /// suite checks it.
+    fn max_result_entries(&self, _dim: usize) -> Option<usize> {
         None
     }
     /// The entry round of a call: checks the input and this rank's
@@ -237,15 +238,57 @@ impl Params {
     }
 
     /// Takes the `values` parameter (the wire values of the collectives
-    /// that carry them), raw when absent.
+    /// that carry them) and resolves its name in `catalog`
+    /// ([`Catalog::values`]: the built-in codecs and any the registry
+    /// added); raw when absent.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for an unknown codec name.
-    pub(crate) fn take_values(&mut self) -> Result<crate::values::WireValues> {
-        self.take::<String>("values")?
-            .map_or(Ok(crate::values::WireValues::Raw), |s| {
-                crate::values::WireValues::parse(&s)
-            })
+    pub fn take_values<E: Element>(
+        &mut self,
+        catalog: &dyn Catalog<E>,
+    ) -> Result<crate::values::WireValues<E>> {
+        match self.take::<String>("values")? {
+            None => Ok(crate::values::WireValues::raw()),
+            Some(s) => catalog.values(&s),
+        }
+    }
+
+    /// Takes the budget of a lossy algorithm: `k=` or `density=` (not
+    /// both), else the default's ([`Defaults::budget`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming the algorithm for `k=0`, a
+    /// density outside `(0, 1]`, both given, or neither given nor
+    /// defaulted.
+    pub fn take_budget(&mut self, defaults: Defaults) -> Result<Budget> {
+        let k = self.take::<usize>("k")?;
+        let density = self.take::<f64>("density")?;
+        let name = &self.name;
+        let with_name = |e: Error| match e {
+            Error::InvalidParameter { name: what, reason } => Error::InvalidParameter {
+                name: what,
+                reason: format!("{name}: {reason}"),
+            },
+            e => e,
+        };
+        match (k, density) {
+            (Some(_), Some(_)) => Err(Error::invalid(
+                "budget",
+                format!("{name}: give density= or k=, not both"),
+            )),
+            (Some(k), None) => Budget::k(k).map_err(with_name),
+            (None, Some(d)) => Budget::density(d).map_err(with_name),
+            (None, None) => defaults.budget.ok_or_else(|| {
+                Error::invalid(
+                    "budget",
+                    format!(
+                        "{name} is lossy and has no budget: give density= or k= \
+                         (or a budget in its Defaults)"
+                    ),
+                )
+            }),
+        }
     }
 
     pub(crate) fn finish(&self) -> Result<()> {
@@ -259,12 +302,116 @@ impl Params {
     }
 }
 
+/// The budget of a lossy algorithm: the entries its result keeps, a
+/// count `k >= 1` or a density in `(0, 1]` of the input's dimension,
+/// resolved at each call ([`Budget::k_for`]). Validated when made, so a
+/// budget never keeps nothing: `k = 0` is an error, not "drop
+/// everything".
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget(BudgetKind);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum BudgetKind {
+    K(usize),
+    Density(f64),
+}
+
+impl Budget {
+    /// Keep `k` entries.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for `k = 0`.
+    pub fn k(k: usize) -> Result<Self> {
+        if k == 0 {
+            return Err(Error::invalid(
+                "k",
+                "0 keeps nothing: give k >= 1, or a density",
+            ));
+        }
+        Ok(Self(BudgetKind::K(k)))
+    }
+
+    /// Keep `round(density dim)` entries of an input of dimension `dim`,
+    /// at least one ([`sparse_core::topk::k_for_density`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] unless `0 < density <= 1`.
+    pub fn density(density: f64) -> Result<Self> {
+        sparse_core::topk::k_for_density(1, density)?;
+        Ok(Self(BudgetKind::Density(density)))
+    }
+
+    /// The entries kept of an input of dimension `dim`: `k`, or the
+    /// density's share of `dim` (at least 1 for `dim > 0`).
+    pub fn k_for(&self, dim: usize) -> usize {
+        match self.0 {
+            BudgetKind::K(k) => k,
+            BudgetKind::Density(d) => {
+                sparse_core::topk::k_for_density(dim, d).expect("validated when made")
+            }
+        }
+    }
+
+    /// The parameter as a registry spec writes it: `k=40` or
+    /// `density=0.01`.
+    pub fn param(&self) -> String {
+        match self.0 {
+            BudgetKind::K(k) => format!("k={k}"),
+            BudgetKind::Density(d) => format!("density={d}"),
+        }
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.param())
+    }
+}
+
 /// What every builder may use besides the name's own parameters: the
-/// budget `k` of the lossy algorithms when the name does not give one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// budget of the lossy algorithms when the name gives none (`k=` or
+/// `density=` override it). [`Defaults::lossless`] has none: a lossy
+/// algorithm then needs its own in the name, or building it is an error.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Defaults {
-    /// Entries kept by lossy algorithms (`k=` overrides it).
-    pub k: usize,
+    budget: Option<Budget>,
+}
+
+impl Defaults {
+    /// No default budget: lossless algorithms build, a lossy one only with
+    /// `k=` or `density=` in its name.
+    pub fn lossless() -> Self {
+        Self { budget: None }
+    }
+
+    /// Lossy algorithms keep `density` of their input's dimension unless
+    /// their name says otherwise.
+    ///
+    /// # Errors
+    /// As [`Budget::density`].
+    pub fn density(density: f64) -> Result<Self> {
+        Ok(Self::with_budget(Budget::density(density)?))
+    }
+
+    /// Lossy algorithms keep `k` entries unless their name says otherwise.
+    ///
+    /// # Errors
+    /// As [`Budget::k`].
+    pub fn k(k: usize) -> Result<Self> {
+        Ok(Self::with_budget(Budget::k(k)?))
+    }
+
+    /// Lossy algorithms keep `budget` unless their name says otherwise.
+    pub fn with_budget(budget: Budget) -> Self {
+        Self {
+            budget: Some(budget),
+        }
+    }
+
+    /// The default budget, if any.
+    pub fn budget(&self) -> Option<Budget> {
+        self.budget
+    }
 }
 
 /// A built-in algorithm's place in the registry: its name, its parameters
@@ -280,6 +427,10 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     /// ([`Registry::auto_candidates`](crate::Registry::auto_candidates)): a lossless algorithm whose result
     /// is the exact sparse sum. `false` by default.
     const PLANNED: bool = false;
+    /// Whether it takes the `values` parameter ([`Params::take_values`]):
+    /// the collective suite then runs it with every codec of the registry
+    /// it tests, a user's own included. `false` by default.
+    const VALUES: bool = false;
     /// Builds it from the parameters, within `catalog` (the registry it
     /// is built from: the planner builds its candidates there; the others
     /// ignore it).
@@ -308,6 +459,16 @@ pub trait Catalog<E: Element> {
     /// The names the planner chooses among by default
     /// ([`Registry::auto_candidates`](crate::Registry::auto_candidates)).
     fn auto_candidates(&self) -> Vec<&str>;
+    /// The value codec named `name` ([`Params::take_values`]): by default
+    /// the built-in ones ([`crate::wire::WireValues::parse`]); a
+    /// [`Registry`](crate::Registry) also knows the codecs added to it
+    /// ([`Registry::add_values`](crate::Registry::add_values)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for an unknown name.
+    fn values(&self, name: &str) -> Result<crate::values::WireValues<E>> {
+        crate::values::WireValues::parse(name)
+    }
 }
 
 /// Whether `s` is an algorithm's name: non-empty, of `[a-z0-9_]`.
@@ -321,9 +482,4 @@ pub(crate) fn is_name(s: &str) -> bool {
 /// from the number of ranks.
 pub(crate) fn teams_param(params: &mut Params) -> Result<Option<usize>> {
     params.take::<usize>("d")
-}
-
-/// Budget `k`: the name's `k=`, else the default.
-pub(crate) fn k_param(params: &mut Params, defaults: Defaults) -> Result<usize> {
-    Ok(params.take::<usize>("k")?.unwrap_or(defaults.k))
 }

@@ -62,7 +62,7 @@
 //! let results = ThreadCluster::new(4).run(|t| {
 //!     let r = t.rank() as u32;
 //!     let v = SparseVec::new(1000, vec![r, 500 + r], vec![1.0f32, 2.0])?;
-//!     let mut spardl = Registry::builtin().build("spardl:k=4", Defaults { k: 0 })?;
+//!     let mut spardl = Registry::builtin().build("spardl:k=4", Defaults::lossless())?;
 //!     spardl.allreduce(t, &v)
 //! });
 //! for r in results {
@@ -113,7 +113,7 @@ mod transport;
 mod values;
 pub mod wire;
 
-pub use algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+pub use algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 pub use algorithms::gtopk::Gtopk;
 pub use algorithms::ok_topk::OkTopk;
 pub use algorithms::omnireduce::OmniReduceBlocks;

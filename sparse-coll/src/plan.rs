@@ -322,6 +322,6 @@ pub(crate) fn lossless_candidates<E: Element>(
     catalog
         .auto_candidates()
         .into_iter()
-        .map(|name| catalog.build(name, Defaults { k: 0 }))
+        .map(|name| catalog.build(name, Defaults::lossless()))
         .collect()
 }

@@ -92,9 +92,9 @@ impl Profile {
         }
     }
     /// This profile with the value bytes of `values` on the wire.
-    pub fn with_values<E: Element>(&self, values: WireValues) -> Self {
+    pub fn with_values<E: Element>(&self, values: &WireValues<E>) -> Self {
         Self {
-            value_bytes: values.value_bytes::<E>(),
+            value_bytes: values.value_bytes(),
             ..*self
         }
     }

@@ -1,10 +1,14 @@
 //! The [`Registry`]: names to algorithms, the built-in ones one line each
-//! ([`Registry::builtin`]) and any a user adds. `sparse-bench`, the tests,
-//! the planner and the collective suite read the algorithms from here.
+//! ([`Registry::builtin`]) and any a user adds, and names to value codecs
+//! (the built-in ones and any a user adds, [`Registry::add_values`]).
+//! `sparse-bench`, the tests, the planner and the collective suite read the
+//! algorithms from here.
 
 use crate::Auto;
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
 use crate::plan::lossless_candidates;
+use crate::values::{BUILTIN_CODECS, WireValues};
+use sparse_core::encoding::{USER_TAGS, ValueCodec};
 use sparse_core::{Element, Error, Result};
 use std::fmt;
 
@@ -14,6 +18,9 @@ impl<E: Element> Catalog<E> for Registry<E> {
     }
     fn auto_candidates(&self) -> Vec<&str> {
         Registry::auto_candidates(self)
+    }
+    fn values(&self, name: &str) -> Result<WireValues<E>> {
+        Registry::values(self, name)
     }
 }
 
@@ -29,6 +36,7 @@ pub struct Entry<E> {
     params: String,
     help: String,
     planned: bool,
+    values: bool,
     suite: Option<fn(usize) -> Vec<String>>,
     build: Builder<E>,
 }
@@ -51,9 +59,15 @@ impl<E> Entry<E> {
     pub fn planned(&self) -> bool {
         self.planned
     }
+    /// Whether it takes the `values` parameter ([`Registered::VALUES`];
+    /// `false` for [`Registry::register`]ed ones).
+    pub fn takes_values(&self) -> bool {
+        self.values
+    }
     /// The specs the collective suite runs on `p` ranks
     /// ([`Registered::suite_specs`]; the name alone for
-    /// [`Registry::register`]ed ones).
+    /// [`Registry::register`]ed ones), each with its default values (raw;
+    /// [`Registry::suite_specs`] adds the codecs).
     pub fn suite_specs(&self, p: usize) -> Vec<String> {
         self.suite.map_or_else(|| vec![self.name.clone()], |f| f(p))
     }
@@ -66,11 +80,16 @@ impl<E> fmt::Debug for Entry<E> {
 }
 
 /// Names to algorithms: the built-in ones ([`Registry::builtin`]) and any a
-/// user registers. `sparse-bench`, the tests and the planner all read the
-/// algorithms from here.
+/// user registers; and names to value codecs: `raw`, the built-in `f16`,
+/// `bf16` and `ssmean`, and any a user adds ([`Registry::add_values`]), which
+/// every algorithm that takes `values=` then sends with
+/// (`topk_a:values=mycodec`). `sparse-bench`, the tests and the planner all
+/// read the algorithms from here.
 #[derive(Debug)]
 pub struct Registry<E> {
     entries: Vec<Entry<E>>,
+    /// The codecs besides raw, in registration order.
+    codecs: Vec<WireValues<E>>,
 }
 
 impl<E: Element> Default for Registry<E> {
@@ -80,10 +99,14 @@ impl<E: Element> Default for Registry<E> {
 }
 
 impl<E: Element> Registry<E> {
-    /// A registry with no algorithm.
+    /// A registry with no algorithm, and the built-in value codecs.
     pub fn empty() -> Self {
         Self {
             entries: Vec::new(),
+            codecs: BUILTIN_CODECS
+                .iter()
+                .map(|name| WireValues::parse(name).expect("a built-in codec"))
+                .collect(),
         }
     }
 
@@ -91,16 +114,16 @@ impl<E: Element> Registry<E> {
     pub fn builtin() -> Self {
         use crate::*;
         let mut r = Self::empty();
-        r.add::<TopkA>();
+        r.add::<TopkA<E>>();
         r.add::<TopkDsa>();
-        r.add::<SsarRecursiveDouble>();
+        r.add::<SsarRecursiveDouble<E>>();
         r.add::<SsarSplitAllgather>();
         r.add::<DsarSplitAllgather>();
         r.add::<ZenBalancedParallelism>();
         r.add::<OmniReduceBlocks>();
         r.add::<Gtopk>();
         r.add::<OkTopk<E>>();
-        r.add::<Spardl>();
+        r.add::<Spardl<E>>();
         r.add::<SpardlRsag>();
         r.add::<SpardlBsag>();
         DsarSplitAllgather::register_qsgd(&mut r);
@@ -119,6 +142,7 @@ impl<E: Element> Registry<E> {
             params: A::PARAMS.into(),
             help: A::HELP.into(),
             planned: A::PLANNED,
+            values: A::VALUES,
             suite: Some(A::suite_specs),
             build: Box::new(|p, d, registry| {
                 Ok(Box::new(A::build(p, d, registry)?) as Box<dyn SparseAllreduce<E>>)
@@ -149,9 +173,106 @@ impl<E: Element> Registry<E> {
             params: params.into(),
             help: help.into(),
             planned: false,
+            values: false,
             suite: None,
             build: Box::new(move |p, d, _| build(p, d)),
         })
+    }
+
+    /// Adds a user's value codec under its name ([`ValueCodec::name`]): every
+    /// algorithm that takes `values=` then sends with it
+    /// (`topk_a:values=<name>`), its quantization error kept exactly in
+    /// `dropped` ([`WireValues`]), and the collective suite runs it through
+    /// each of them.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if its tag is outside
+    /// [`USER_TAGS`] (below 128 is this workspace's) or taken by another
+    /// codec of the registry, or its name is taken (`raw` included) or not
+    /// a plain identifier (`[a-z0-9_]`).
+    pub fn add_values<C: ValueCodec<E> + Send + Sync + 'static>(&mut self, codec: C) -> Result<()> {
+        let name = codec.name();
+        if !USER_TAGS.contains(&C::TAG) {
+            return Err(Error::invalid(
+                "values",
+                format!(
+                    "codec {name:?} has tag {}: a user's codec takes one in {}..={} \
+                     (those below are this workspace's)",
+                    C::TAG,
+                    USER_TAGS.start(),
+                    USER_TAGS.end()
+                ),
+            ));
+        }
+        if !is_name(&name) {
+            return Err(Error::invalid(
+                "values",
+                format!("{name:?} is not a name of [a-z0-9_]"),
+            ));
+        }
+        if name == "raw" || self.codecs.iter().any(|c| c.name() == name) {
+            return Err(Error::invalid("values", format!("{name:?} is taken")));
+        }
+        if let Some(c) = self.codecs.iter().find(|c| c.tag() == C::TAG) {
+            return Err(Error::invalid(
+                "values",
+                format!("tag {} of {name:?} is {:?}'s", C::TAG, c.name()),
+            ));
+        }
+        self.codecs.push(WireValues::codec(codec));
+        Ok(())
+    }
+
+    /// The value codec named `name`: `raw`, a built-in one or one added
+    /// with [`Registry::add_values`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for an unknown name (listing the known
+    /// ones).
+    pub fn values(&self, name: &str) -> Result<WireValues<E>> {
+        if name == "raw" {
+            return Ok(WireValues::raw());
+        }
+        self.codecs
+            .iter()
+            .find(|c| c.name() == name)
+            .cloned()
+            .ok_or_else(|| {
+                Error::invalid(
+                    "values",
+                    format!(
+                        "unknown codec {name:?}; known: raw, {}",
+                        self.value_names().join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// The names of the value codecs besides raw, in registration order
+    /// (the built-in ones first).
+    pub fn value_names(&self) -> Vec<String> {
+        self.codecs.iter().map(WireValues::name).collect()
+    }
+
+    /// The specs the collective suite runs on `p` ranks: each entry's
+    /// [`Entry::suite_specs`], and for one that takes `values=` each of
+    /// those with every codec of this registry besides raw
+    /// ([`Registry::value_names`], a user's own included).
+    pub fn suite_specs(&self, p: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in &self.entries {
+            for spec in e.suite_specs(p) {
+                let codecs = e.takes_values() && !spec.contains("values=");
+                out.push(spec.clone());
+                if codecs {
+                    let sep = if spec.contains(':') { ',' } else { ':' };
+                    for c in self.value_names() {
+                        out.push(format!("{spec}{sep}values={c}"));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Adds `entry` under its name.

@@ -124,24 +124,24 @@ fn inputs_of(p: usize, case: &Case, integer: bool) -> Result<Vec<SparseVec<f32>>
 /// The algorithms the suite runs on `p` ranks, as registry specs: what
 /// each built-in one names for itself ([`crate::Registered::suite_specs`]:
 /// every one but the planner, whose profiling round changes the rounds
-/// and which `tests/plan.rs` checks; the codecs of those that take
-/// `values`; the teams of the SparDL variants). The budget `k` of the
-/// lossy ones comes from the [`Defaults`] of each case ([`budget`]).
+/// and which `tests/plan.rs` checks; the teams of the SparDL variants),
+/// and those that take `values` with each codec of the registry
+/// ([`Registry::suite_specs`]; a registry with a user's codec added runs
+/// it through each of them). The budget of the lossy ones comes from the
+/// [`Defaults`] of each case ([`budget`]).
 pub fn algorithms(p: usize) -> Vec<String> {
-    Registry::<f32>::builtin()
-        .entries()
-        .iter()
-        .flat_map(|e| e.suite_specs(p))
-        .collect()
+    Registry::<f32>::builtin().suite_specs(p)
 }
 
 fn lg(p: usize) -> u64 {
     (usize::BITS - (p - 1).leading_zeros()) as u64
 }
 
-/// The budget the suite gives the lossy algorithms for an input.
-pub fn budget(case: &Case) -> usize {
-    ((case.density * case.dim as f64) as usize).max(1) * 2
+/// The budget the suite gives the lossy algorithms for an input: twice
+/// the input's density (at most all of it), so that cuts happen where
+/// ranks' entries meet and where they do not.
+pub fn budget(case: &Case) -> Defaults {
+    Defaults::density((2.0 * case.density).min(1.0)).expect("the cases' densities are in (0, 1]")
 }
 
 /// The last check of [`collective_suite_for`]: no message is left unread
@@ -176,17 +176,27 @@ fn check_nothing_unread(t: &mut dyn Transport, spec: &str) -> Result<()> {
 /// Transport errors and the algorithms' errors. Failed checks panic (see
 /// the module docs).
 pub fn collective_suite(t: &mut dyn Transport) -> Result<usize> {
-    let registry = Registry::builtin();
+    collective_suite_in(t, &Registry::builtin())
+}
+
+/// [`collective_suite`] on the algorithms of `registry`
+/// ([`Registry::suite_specs`]): each of its algorithms, and each that takes
+/// `values` with every codec the registry holds (a user's own included).
+/// Returns the number of (algorithm, input) runs checked.
+///
+/// # Errors
+/// As [`collective_suite`].
+pub fn collective_suite_in(t: &mut dyn Transport, registry: &Registry<f32>) -> Result<usize> {
     let mut runs = 0;
-    for spec in algorithms(t.size()) {
-        runs += collective_suite_for(t, &registry, &spec)?;
+    for spec in registry.suite_specs(t.size()) {
+        runs += collective_suite_for(t, registry, &spec)?;
     }
     Ok(runs)
 }
 
 /// The suite for one algorithm of `registry` (a user's own included),
 /// built from `spec` afresh for every input of the matrix with the input's
-/// budget as its default `k`. Checks what every algorithm promises, on
+/// budget as its default ([`budget`]). Checks what every algorithm promises, on
 /// three calls of the same instance (its state kept across calls):
 /// identical results on every rank, bit for bit, and the exact sum
 /// or exact conservation on integer-valued inputs; on real-valued inputs
@@ -228,8 +238,8 @@ pub fn collective_suite_for(
     let real = real_cases(p).into_iter().map(|c| (c, false));
     for (case, exact) in integer.chain(real) {
         let ins = inputs_of(p, &case, exact)?;
-        let k = budget(&case);
-        let mut algo = registry.build(spec, Defaults { k })?;
+        let defaults = budget(&case);
+        let mut algo = registry.build(spec, defaults)?;
         // What the fresh instance says its first call takes, by rank (no
         // rounds on one rank).
         let expected: Vec<_> = (0..p)
@@ -277,7 +287,7 @@ pub fn collective_suite_for(
                 // outcome that still holds the last case's: the same bits
                 // and traffic.
                 registry
-                    .build(spec, Defaults { k })?
+                    .build(spec, defaults)?
                     .allreduce_into(t, &ins[r], &mut reused)?;
                 assert!(
                     same_bits(&reused.result, &red.result),
@@ -295,7 +305,7 @@ pub fn collective_suite_for(
             }
             let outcome = Outcome {
                 ins: &ins,
-                most: algo.max_result_entries(),
+                most: algo.max_result_entries(case.dim),
                 expected: &expected,
                 predicted,
                 lossless: algo.lossless(),
@@ -593,7 +603,7 @@ pub fn bad_input_suite_for(
             good.clone()
         };
         let ctx = format!("{spec} P={p} rank {r}, {kind} on rank {bad}");
-        let mut runner = registry.build(spec, Defaults { k: 4 })?;
+        let mut runner = registry.build(spec, Defaults::k(4)?)?;
         match runner.allreduce(t, &input) {
             Ok(red) => panic!("{ctx}: accepted ({} entries)", red.result.nnz()),
             Err(Error::PeerError { rank, .. }) if r != bad => {
@@ -709,8 +719,7 @@ pub fn corrupt_case(
     for v in &ins {
         v.add_to_dense(&mut oracle);
     }
-    let k = budget(&CORRUPT_CASE);
-    let mut algo = registry.build(spec, Defaults { k })?;
+    let mut algo = registry.build(spec, budget(&CORRUPT_CASE))?;
     let lossless = algo.lossless();
     let mut call = |t: &mut dyn Transport| match algo.allreduce(t, &ins[r]) {
         Ok(_) if !lossless => CALL_LOSSY,

@@ -1,47 +1,164 @@
-//! How a collective's messages carry values: any value codec of
-//! `sparse_core::encoding` a paper allows ([`WireValues`]), with the
-//! quantization error kept exactly in the sender's `dropped`.
+//! How a collective's messages carry values: any value codec
+//! ([`sparse_core::encoding::ValueCodec`]), the built-in ones and a user's
+//! own alike ([`WireValues`]), with the quantization error kept exactly in
+//! the sender's `dropped`.
 
-use crate::bytes::le_u32s;
 use crate::frame::{put_block, take_block};
-use sparse_core::encoding::{Bf16, F16, Raw, Reader, SameSignMean, ValueCodec};
-use sparse_core::{Element, Error, Result, SparseVec, exact_difference};
+use sparse_core::encoding::{
+    Bf16, F16, Raw, Reader, SameSignMean, Split, ValueCodec, sends_exactly,
+};
+use sparse_core::{Element, Error, Result, SparseVec};
+use std::any::TypeId;
+use std::fmt;
+use std::sync::Arc;
 
-/// The value codec of a collective's messages: [`Raw`] (lossless, the
-/// default), [`F16`], [`Bf16`] or RedSync's [`SameSignMean`].
-///
-/// Sending is exact bookkeeping: [`WireValues::split_exact`] splits what a
-/// rank sends into the values the receivers decode and a remainder that the
-/// sender keeps in its `dropped`, each bit for bit, so `result` plus every
-/// rank's `dropped` is still the inputs' sum. An entry whose remainder would
-/// round (a value below half of its sign's mean with same-sign mean; one
-/// beyond the half-precision range) is not sent at all and stays whole in
-/// `dropped`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum WireValues {
-    /// The element's own bytes.
-    #[default]
-    Raw,
-    /// IEEE half precision.
-    F16,
-    /// bfloat16.
-    Bf16,
-    /// RedSync's quantization: the entries of each sign travel as their
-    /// indices and one mean (rounded to 8 significant bits).
-    SameSignMean,
+/// A value codec behind a pointer: [`ValueCodec`] has an associated
+/// constant and `Clone`, so it is not object safe; this is.
+trait WireCodec<E>: Send + Sync {
+    fn name(&self) -> String;
+    fn tag(&self) -> u8;
+    fn lossless(&self) -> bool;
+    fn encoded_len(&self, n: usize) -> usize;
+    fn split(&self, values: &[E]) -> Result<Split>;
+    fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>>;
+    fn groups(&self) -> usize;
+    fn group(&self, x: E) -> usize;
 }
 
-impl WireValues {
-    /// The codec of a registry parameter: `raw`, `f16`, `bf16` or `ssmean`.
+impl<E: Element, C: ValueCodec<E> + Send + Sync> WireCodec<E> for C {
+    fn name(&self) -> String {
+        ValueCodec::name(self)
+    }
+    fn tag(&self) -> u8 {
+        C::TAG
+    }
+    fn lossless(&self) -> bool {
+        ValueCodec::lossless(self)
+    }
+    fn encoded_len(&self, n: usize) -> usize {
+        ValueCodec::encoded_len(self, n)
+    }
+    fn split(&self, values: &[E]) -> Result<Split> {
+        ValueCodec::split(self, values)
+    }
+    fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>> {
+        ValueCodec::decode(self, r, n)
+    }
+    fn groups(&self) -> usize {
+        ValueCodec::groups(self)
+    }
+    fn group(&self, x: E) -> usize {
+        ValueCodec::group(self, x)
+    }
+}
+
+/// The value codec of a collective's messages: raw values (lossless, the
+/// default) or any [`ValueCodec`]: the built-in [`F16`], [`Bf16`] and
+/// RedSync's [`SameSignMean`], QSGD, or a user's own
+/// ([`WireValues::codec`]; by name through
+/// [`Registry::add_values`](crate::Registry::add_values)).
+///
+/// Sending is exact bookkeeping: [`WireValues::pack`] splits what a rank
+/// sends with the codec's [`ValueCodec::split`] into the values the
+/// receivers decode and a remainder that the sender keeps in its
+/// `dropped`, each bit for bit, so `result` plus every rank's `dropped` is
+/// still the inputs' sum. An entry whose remainder would round (a value
+/// below half of its sign's mean with same-sign mean; one beyond the
+/// half-precision range) is not sent at all and stays whole in `dropped`.
+/// The split is checked whatever the codec (a user's override included),
+/// and the bytes the receivers decode are the ones the split produced, so
+/// a codec whose encoding is random (QSGD) or not idempotent sends exactly
+/// what the sender subtracted. Each message's split is exact; the sums of
+/// decoded values over ranks are exact where those values lie on a coarse
+/// grid (half precision, same-sign mean's 8-bit mean, a power-of-two
+/// scale) and round otherwise (QSGD's arbitrary scales), so conservation
+/// of `result` plus every `dropped` is then within that rounding.
+///
+/// Cheap to clone (the codec is shared).
+pub struct WireValues<E> {
+    /// `None`: raw values.
+    codec: Option<Arc<dyn WireCodec<E>>>,
+}
+
+impl<E> Clone for WireValues<E> {
+    fn clone(&self) -> Self {
+        Self {
+            codec: self.codec.clone(),
+        }
+    }
+}
+
+impl<E> Default for WireValues<E> {
+    /// Raw values.
+    fn default() -> Self {
+        Self { codec: None }
+    }
+}
+
+impl<E> fmt::Debug for WireValues<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.codec {
+            None => write!(f, "WireValues(raw)"),
+            Some(c) => write!(f, "WireValues({})", c.name()),
+        }
+    }
+}
+
+impl<E: Element> PartialEq for WireValues<E> {
+    /// The same codec by name and tag (what the entry round compares).
+    fn eq(&self, other: &Self) -> bool {
+        self.code() == other.code()
+    }
+}
+
+/// The registry names of the built-in codecs besides raw.
+pub(crate) const BUILTIN_CODECS: [&str; 3] = ["f16", "bf16", "ssmean"];
+
+impl<E: Element> WireValues<E> {
+    /// Raw values: the element's own bytes, lossless.
+    pub fn raw() -> Self {
+        Self::default()
+    }
+
+    /// IEEE half precision ([`F16`]).
+    pub fn f16() -> Self {
+        Self::codec(F16)
+    }
+
+    /// bfloat16 ([`Bf16`]).
+    pub fn bf16() -> Self {
+        Self::codec(Bf16)
+    }
+
+    /// RedSync's quantization ([`SameSignMean`]): the entries of each
+    /// sign travel as their indices and one mean (rounded to 8
+    /// significant bits).
+    pub fn same_sign_mean() -> Self {
+        Self::codec(SameSignMean)
+    }
+
+    /// Values sent with `codec`, any [`ValueCodec`] (a user's own
+    /// included; [`Raw`] is [`WireValues::raw`]).
+    pub fn codec<C: ValueCodec<E> + Send + Sync + 'static>(codec: C) -> Self {
+        if TypeId::of::<C>() == TypeId::of::<Raw>() {
+            return Self::raw();
+        }
+        Self {
+            codec: Some(Arc::new(codec)),
+        }
+    }
+
+    /// A built-in codec by its registry name: `raw`, `f16`, `bf16` or
+    /// `ssmean` (a user's codecs by name: [`crate::Registry::values`]).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for another name.
     pub fn parse(name: &str) -> Result<Self> {
         Ok(match name {
-            "raw" => Self::Raw,
-            "f16" => Self::F16,
-            "bf16" => Self::Bf16,
-            "ssmean" => Self::SameSignMean,
+            "raw" => Self::raw(),
+            "f16" => Self::f16(),
+            "bf16" => Self::bf16(),
+            "ssmean" => Self::same_sign_mean(),
             other => {
                 return Err(Error::invalid(
                     "values",
@@ -51,131 +168,130 @@ impl WireValues {
         })
     }
 
-    /// The value the entry round compares.
+    /// Whether these are raw values.
+    pub fn is_raw(&self) -> bool {
+        self.codec.is_none()
+    }
+
+    /// The codec's name (`"raw"` for raw values), its registry name.
+    pub fn name(&self) -> String {
+        self.codec
+            .as_ref()
+            .map_or_else(|| "raw".into(), |c| c.name())
+    }
+
+    /// The codec's tag ([`ValueCodec::TAG`]; 0 for raw values).
+    pub fn tag(&self) -> u8 {
+        self.codec.as_ref().map_or(0, |c| c.tag())
+    }
+
+    /// The value the entry round compares: 0 for raw values, else a stable
+    /// hash of the codec's tag and name, so that ranks with different
+    /// codecs disagree on `values`.
     pub(crate) fn code(&self) -> u64 {
-        match self {
-            Self::Raw => 0,
-            Self::F16 => 1,
-            Self::Bf16 => 2,
-            Self::SameSignMean => 3,
+        match &self.codec {
+            None => 0,
+            Some(c) => {
+                sparse_core::hash::fnv1a(std::iter::once(c.tag()).chain(c.name().bytes())) | 1 << 63
+            }
         }
     }
 
-    /// Bytes per value on the wire, for cost models (same-sign mean: the
-    /// mean's bytes spread over a group, counted as none).
-    pub fn value_bytes<E: Element>(&self) -> usize {
-        match self {
-            Self::Raw => E::BYTES,
-            Self::F16 | Self::Bf16 => 2,
-            Self::SameSignMean => 0,
+    /// Bytes per value on the wire, for cost models: the codec's bytes
+    /// per value in a section of 65,536 values, rounded (same-sign mean,
+    /// whose section is one mean: none).
+    pub fn value_bytes(&self) -> usize {
+        match &self.codec {
+            None => E::BYTES,
+            Some(c) => {
+                let n = 1usize << 16;
+                (c.encoded_len(n) as f64 / n as f64).round() as usize
+            }
         }
     }
 
-    /// The registry name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Raw => "raw",
-            Self::F16 => "f16",
-            Self::Bf16 => "bf16",
-            Self::SameSignMean => "ssmean",
-        }
-    }
-
-    /// Whether every value arrives exactly (raw, or the element's own half
-    /// type).
-    pub fn lossless<E: Element>(&self) -> bool {
-        match self {
-            Self::Raw => true,
-            Self::F16 => ValueCodec::<E>::lossless(&F16),
-            Self::Bf16 => ValueCodec::<E>::lossless(&Bf16),
-            Self::SameSignMean => false,
-        }
-    }
-
-    fn encode<E: Element>(&self, values: &[E], out: &mut Vec<u8>) -> Result<()> {
-        match self {
-            Self::Raw => Raw.encode(values, out),
-            Self::F16 => F16.encode(values, out),
-            Self::Bf16 => Bf16.encode(values, out),
-            Self::SameSignMean => SameSignMean.encode(values, out),
-        }
-    }
-
-    fn decode<E: Element>(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>> {
-        match self {
-            Self::Raw => Raw.decode(r, n),
-            Self::F16 => F16.decode(r, n),
-            Self::Bf16 => Bf16.decode(r, n),
-            Self::SameSignMean => SameSignMean.decode(r, n),
-        }
-    }
-
-    /// What one group of values decodes to after a round trip.
-    fn round_trip<E: Element>(&self, values: &[E]) -> Result<Vec<E>> {
-        let mut bytes = Vec::new();
-        self.encode(values, &mut bytes)?;
-        self.decode(&mut Reader::new(&bytes, "values"), values.len())
+    /// Whether every value arrives exactly (raw, or a codec that says so:
+    /// the element's own half type). Even then the split is checked.
+    pub fn lossless(&self) -> bool {
+        self.codec.as_ref().is_none_or(|c| c.lossless())
     }
 
     /// Whether this codec can send `v` (checked before a collective's
     /// entry round, so that a refusal reaches every rank): raw values
-    /// always, a lossy codec when [`WireValues::split_exact`] takes `v`.
+    /// always, a codec when [`WireValues::pack`] takes `v`.
     ///
     /// # Errors
-    /// [`WireValues::split_exact`]'s.
-    pub(crate) fn ready<E: Element>(&self, v: &SparseVec<E>) -> Result<()> {
-        match self {
-            Self::Raw => Ok(()),
-            values => values.split_exact(v).map(drop),
+    /// [`WireValues::pack`]'s.
+    pub(crate) fn ready(&self, v: &SparseVec<E>) -> Result<()> {
+        match self.codec {
+            None => Ok(()),
+            Some(_) => self.pack(v).map(drop),
         }
     }
 
     /// Splits `v` into `(sent, rest)`: `sent` holds exactly the values the
-    /// receivers of [`WireValues::put`] decode, `rest` what the sender keeps,
-    /// and at every index `sent + rest` is `v`'s value bit for bit (an index
-    /// that is not sent keeps its whole value in `rest`).
+    /// receivers of [`WireValues::pack`]'s message decode, `rest` what the
+    /// sender keeps, and at every index `sent + rest` is `v`'s value bit for
+    /// bit (an index that is not sent keeps its whole value in `rest`).
+    /// [`WireValues::pack`] without the message.
     ///
     /// # Errors
-    /// [`Error::NonFinite`] and the codec's errors.
-    pub fn split_exact<E: Element>(
-        &self,
-        v: &SparseVec<E>,
-    ) -> Result<(SparseVec<E>, SparseVec<E>)> {
-        if self.lossless::<E>() {
-            return Ok((v.clone(), SparseVec::zeros(v.dim())?));
-        }
+    /// As [`WireValues::pack`].
+    pub fn split_exact(&self, v: &SparseVec<E>) -> Result<(SparseVec<E>, SparseVec<E>)> {
+        let p = self.pack(v)?;
+        Ok((p.sent, p.rest))
+    }
+
+    /// Splits `v` for sending ([`Packed`]): for raw values all of it, as a
+    /// plain block (`nnz: u32`, indices, values); else each group of the
+    /// codec ([`ValueCodec::groups`]: one, or for same-sign mean the
+    /// positive and the negative entries) split with
+    /// [`ValueCodec::split`], checked, and written as `nnz: u32`, the
+    /// indices, then the section the split produced.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] and the codec's errors;
+    /// [`Error::InvalidParameter`] naming the codec for a split that
+    /// breaks [`ValueCodec::split`]'s rules (a position out of order, a
+    /// section that does not decode to as many values, a decoded value
+    /// that is not finite and nonzero or whose remainder is not exact).
+    pub fn pack(&self, v: &SparseVec<E>) -> Result<Packed<E>> {
+        let Some(codec) = &self.codec else {
+            let mut bytes = Vec::new();
+            put_block(&mut bytes, v);
+            return Ok(Packed {
+                sent: v.clone(),
+                rest: SparseVec::zeros(v.dim())?,
+                bytes,
+            });
+        };
         sparse_core::backend::check_finite(v.values())?;
+        let groups = codec.groups();
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); groups];
+        for (j, &x) in v.values().iter().enumerate() {
+            if x != E::zero() {
+                let g = codec.group(x);
+                members
+                    .get_mut(g)
+                    .ok_or_else(|| {
+                        bad_split(&**codec, format!("group {g} of {groups} for value {x:?}"))
+                    })?
+                    .push(j);
+            }
+        }
         let mut sent_as: Vec<Option<E>> = vec![None; v.nnz()];
-        for group in self.groups(v) {
-            let mut keep: Vec<usize> = group
-                .into_iter()
-                .filter(|&j| v.values()[j] != E::zero())
-                .collect();
-            // Each pass drops the entries whose remainder would round; the
-            // others are sent as decoded. Same-sign mean's mean moves as
-            // entries leave, so it may take more than one pass (at most one
-            // per entry).
-            let decoded = loop {
-                let decoded = self.round_trip(&self.targets(v, &keep))?;
-                let ok: Vec<bool> = keep
-                    .iter()
-                    .zip(&decoded)
-                    .map(|(&j, &d)| {
-                        d.is_finite() && d != E::zero() && exact_difference(v.values()[j], d)
-                    })
-                    .collect();
-                if ok.iter().all(|&b| b) {
-                    break decoded;
-                }
-                keep = keep
-                    .iter()
-                    .zip(ok)
-                    .filter(|(_, ok)| *ok)
-                    .map(|(&j, _)| j)
-                    .collect();
-            };
-            for (&j, d) in keep.iter().zip(decoded) {
-                sent_as[j] = Some(d);
+        let mut bytes = Vec::new();
+        for group in members {
+            let values: Vec<E> = group.iter().map(|&j| v.values()[j]).collect();
+            let split = codec.split(&values)?;
+            let decoded = check_split(&**codec, &values, &split)?;
+            bytes.extend_from_slice(&(split.kept.len() as u32).to_le_bytes());
+            for &j in &split.kept {
+                bytes.extend_from_slice(&v.indices()[group[j]].to_le_bytes());
+            }
+            bytes.extend_from_slice(&split.bytes);
+            for (&j, d) in split.kept.iter().zip(decoded) {
+                sent_as[group[j]] = Some(d);
             }
         }
         let (mut sent, mut rest) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
@@ -193,78 +309,18 @@ impl WireValues {
                 rest.1.push(r);
             }
         }
-        Ok((
-            SparseVec::new(v.dim(), sent.0, sent.1)?,
-            SparseVec::new(v.dim(), rest.0, rest.1)?,
-        ))
+        Ok(Packed {
+            sent: SparseVec::new(v.dim(), sent.0, sent.1)?,
+            rest: SparseVec::new(v.dim(), rest.0, rest.1)?,
+            bytes,
+        })
     }
 
-    /// The positions of `v` that travel as one codec section: all of them,
-    /// or for same-sign mean the positive and the negative ones apart.
-    fn groups<E: Element>(&self, v: &SparseVec<E>) -> Vec<Vec<usize>> {
-        match self {
-            Self::SameSignMean => {
-                let pos = (0..v.nnz())
-                    .filter(|&j| v.values()[j] > E::zero())
-                    .collect();
-                let neg = (0..v.nnz())
-                    .filter(|&j| v.values()[j] < E::zero())
-                    .collect();
-                vec![pos, neg]
-            }
-            _ => vec![(0..v.nnz()).collect()],
-        }
-    }
-
-    /// The values handed to the codec for the kept positions: the values
-    /// themselves, or for same-sign mean their mean rounded to 8
-    /// significant bits. On that coarse grid the remainder of every value
-    /// from half the mean up to `2^16` times it is exact (Sterbenz near the
-    /// mean, the common grid above), and sums of such means over ranks
-    /// stay exact on ordinary inputs; the 0.4% it moves the mean goes,
-    /// exactly, into the remainders.
-    fn targets<E: Element>(&self, v: &SparseVec<E>, keep: &[usize]) -> Vec<E> {
-        let values: Vec<E> = keep.iter().map(|&j| v.values()[j]).collect();
-        if *self != Self::SameSignMean || values.is_empty() {
-            return values;
-        }
-        let mean = values.iter().map(|x| x.to_f64_exact()).sum::<f64>() / values.len() as f64;
-        let m = if mean == 0.0 || !mean.is_finite() {
-            mean
-        } else {
-            let q = 2f64.powf(mean.abs().log2().floor() - 7.0);
-            (mean / q).round() * q
-        };
-        vec![E::from_f64_nearest(m); values.len()]
-    }
-
-    /// Appends `sent` (from [`WireValues::split_exact`]) as it travels:
-    /// for raw values a plain block (`nnz: u32`, indices, values); else per
-    /// group (one, or for same-sign mean the positive and the negative
-    /// entries) `nnz: u32`, the indices, then the codec's section.
-    ///
-    /// # Errors
-    /// The codec's errors.
-    pub fn put<E: Element>(&self, out: &mut Vec<u8>, sent: &SparseVec<E>) -> Result<()> {
-        if *self == Self::Raw {
-            put_block(out, sent);
-            return Ok(());
-        }
-        for group in self.groups(sent) {
-            let idx: Vec<u32> = group.iter().map(|&j| sent.indices()[j]).collect();
-            let val: Vec<E> = group.iter().map(|&j| sent.values()[j]).collect();
-            out.extend_from_slice(&(idx.len() as u32).to_le_bytes());
-            out.extend_from_slice(&le_u32s(&idx));
-            self.encode(&val, out)?;
-        }
-        Ok(())
-    }
-
-    /// Reads what [`WireValues::put`] wrote, indices within `lo..lo + len`.
+    /// Reads what [`WireValues::pack`] wrote, indices within `lo..lo + len`.
     ///
     /// # Errors
     /// [`Error::Corrupt`] naming `what`.
-    pub fn take<E: Element>(
+    pub fn take(
         &self,
         b: &mut &[u8],
         dim: usize,
@@ -272,16 +328,23 @@ impl WireValues {
         len: usize,
         what: &'static str,
     ) -> Result<SparseVec<E>> {
-        if *self == Self::Raw {
+        let Some(codec) = &self.codec else {
             return take_block(b, dim, lo, len, what);
-        }
-        let groups = if *self == Self::SameSignMean { 2 } else { 1 };
+        };
         let mut pairs: Vec<(u32, E)> = Vec::new();
-        for _ in 0..groups {
+        for _ in 0..codec.groups() {
             let mut r = Reader::new(b, what);
             let nnz = r.u32()? as usize;
+            // The indices are read first: `nnz` is bounded by the bytes
+            // present before the codec allocates anything.
             let idx = r.u32s(nnz)?;
-            let val: Vec<E> = self.decode(&mut r, nnz)?;
+            let val: Vec<E> = codec.decode(&mut r, nnz)?;
+            if val.len() != nnz {
+                return Err(Error::corrupt(what, "values section of another length"));
+            }
+            if let Some(x) = val.iter().find(|x| !x.is_finite() || **x == E::zero()) {
+                return Err(Error::corrupt(what, format!("value {x:?} sent")));
+            }
             let used = b.len() - r.remaining();
             *b = &b[used..];
             pairs.extend(idx.into_iter().zip(val));
@@ -297,21 +360,97 @@ impl WireValues {
     }
 }
 
-/// A collective's `values` parameter as its registry spec writes it (empty
-/// for raw, the default).
-pub(crate) fn values_param(values: WireValues) -> String {
-    match values {
-        WireValues::Raw => String::new(),
-        v => format!("values={}", v.name()),
+/// A vector split for sending ([`WireValues::pack`]): what travels, what
+/// the sender keeps, and the message that carries what travels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packed<E> {
+    sent: SparseVec<E>,
+    rest: SparseVec<E>,
+    bytes: Vec<u8>,
+}
+
+impl<E: Element> Packed<E> {
+    /// What the receivers decode, bit for bit.
+    pub fn sent(&self) -> &SparseVec<E> {
+        &self.sent
+    }
+    /// What the sender keeps (its `dropped`): `sent + rest` is the input
+    /// bit for bit at every index.
+    pub fn rest(&self) -> &SparseVec<E> {
+        &self.rest
+    }
+    /// The message ([`WireValues::take`] reads it).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    /// Appends the message to `out`.
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.bytes);
+    }
+    /// `(sent, rest)`.
+    pub fn into_parts(self) -> (SparseVec<E>, SparseVec<E>) {
+        (self.sent, self.rest)
     }
 }
 
-/// The collective suite's specs of an algorithm that takes `values`: raw
-/// (its defaults) and each lossy codec.
-pub(crate) fn with_codecs(name: &str) -> Vec<String> {
-    let mut specs = vec![name.to_string()];
-    specs.extend(["f16", "bf16", "ssmean"].map(|v| format!("{name}:values={v}")));
-    specs
+/// The error of a split that breaks [`ValueCodec::split`]'s rules.
+fn bad_split<E>(codec: &dyn WireCodec<E>, why: impl fmt::Display) -> Error {
+    Error::invalid(
+        "values",
+        format!(
+            "codec {:?} (tag {}): split {why}",
+            codec.name(),
+            codec.tag()
+        ),
+    )
+}
+
+/// Checks `split` of `values` against [`ValueCodec::split`]'s rules and
+/// returns the values its section decodes to.
+fn check_split<E: Element>(
+    codec: &dyn WireCodec<E>,
+    values: &[E],
+    split: &Split,
+) -> Result<Vec<E>> {
+    let kept = &split.kept;
+    if !kept.windows(2).all(|w| w[0] < w[1]) || kept.last().is_some_and(|&j| j >= values.len()) {
+        return Err(bad_split(
+            codec,
+            format!("keeps positions out of order or past {}", values.len()),
+        ));
+    }
+    let mut r = Reader::new(&split.bytes, "values");
+    let decoded = codec
+        .decode(&mut r, kept.len())
+        .map_err(|e| bad_split(codec, format!("made a section that does not decode: {e}")))?;
+    if r.remaining() != 0 || decoded.len() != kept.len() {
+        return Err(bad_split(
+            codec,
+            format!("made a section that is not {} values", kept.len()),
+        ));
+    }
+    for (&j, &d) in kept.iter().zip(&decoded) {
+        if !sends_exactly(values[j], d) {
+            return Err(bad_split(
+                codec,
+                format!(
+                    "sends {:?} as {d:?}: not finite and nonzero, or the remainder is not exact",
+                    values[j]
+                ),
+            ));
+        }
+    }
+    Ok(decoded)
+}
+
+/// A collective's `values` parameter as its registry spec writes it (empty
+/// for raw, the default).
+pub(crate) fn values_param<E: Element>(values: &WireValues<E>) -> String {
+    if values.is_raw() {
+        String::new()
+    } else {
+        format!("values={}", values.name())
+    }
 }
 
 #[cfg(test)]
@@ -345,7 +484,11 @@ mod tests {
     fn split_is_exact_and_the_wire_carries_what_was_sent() {
         for seed in 0..50 {
             let v = random(5000, 400, seed);
-            for values in [WireValues::F16, WireValues::Bf16, WireValues::SameSignMean] {
+            for values in [
+                WireValues::f16(),
+                WireValues::bf16(),
+                WireValues::same_sign_mean(),
+            ] {
                 let (sent, rest) = values.split_exact(&v).unwrap();
                 let mut total = sent.to_dense();
                 for (i, x) in rest.iter() {
@@ -362,13 +505,13 @@ mod tests {
                         assert_eq!(f64::from(s) + f64::from(x - s), f64::from(x));
                     }
                 }
-                let mut msg = Vec::new();
-                values.put(&mut msg, &sent).unwrap();
-                let mut b: &[u8] = &msg;
+                let packed = values.pack(&v).unwrap();
+                assert_eq!((packed.sent(), packed.rest()), (&sent, &rest));
+                let mut b: &[u8] = packed.bytes();
                 let back: SparseVec<f32> = values.take(&mut b, 5000, 0, 5000, "test").unwrap();
                 assert!(b.is_empty());
                 assert_eq!(back, sent, "{values:?}");
-                if values == WireValues::SameSignMean {
+                if values == WireValues::same_sign_mean() {
                     let pos: Vec<f32> =
                         sent.values().iter().copied().filter(|x| *x > 0.0).collect();
                     let neg: Vec<f32> =
@@ -381,8 +524,8 @@ mod tests {
         }
         // Raw sends everything and keeps nothing.
         let v = random(100, 30, 1);
-        let (sent, rest) = WireValues::Raw.split_exact(&v).unwrap();
+        let (sent, rest) = WireValues::raw().split_exact(&v).unwrap();
         assert_eq!((sent, rest.nnz()), (v, 0));
-        assert!(WireValues::parse("f32").is_err());
+        assert!(WireValues::<f32>::parse("f32").is_err());
     }
 }

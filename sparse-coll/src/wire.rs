@@ -71,7 +71,7 @@ pub use crate::frame::{
     decode_stream, encode_stream, put_block, put_pairs, read_pairs, split_where, stream_to_sparse,
     take_block,
 };
-pub use crate::values::WireValues;
+pub use crate::values::{Packed, WireValues};
 
 /// The entry of a sparse allreduce named `name`, as every built-in one
 /// starts: checks the input `v` (one O(nnz) pass), combines it with this

@@ -139,7 +139,7 @@ fn the_planner_sees_the_added_algorithm() {
     let registry = registry();
     assert!(registry.names().contains(&NAME));
     assert!(registry.auto_candidates().contains(&NAME));
-    let d = Defaults { k: 0 };
+    let d = Defaults::lossless();
     // `auto` by name over this registry's default candidates: its spec
     // rebuilds the same planner here, and it predicts the cheapest of them,
     // the added one included.

@@ -10,7 +10,7 @@ use sparse_core::{Error, SparseVec};
 
 fn build(spec: &str) -> sparse_core::Result<String> {
     Registry::<f32>::builtin()
-        .build(spec, Defaults { k: 4 })
+        .build(spec, Defaults::k(4)?)
         .map(|a| a.spec())
 }
 
@@ -58,7 +58,7 @@ fn zen_hash_memory_is_bounded_when_built() {
     // Within the bound, a call runs (one entry per rank).
     let out = ThreadCluster::new(2).run(|t| {
         let mut zen = Registry::<f32>::builtin()
-            .build("zen_balanced_parallelism:r1=4096,r2=16", Defaults { k: 1 })?;
+            .build("zen_balanced_parallelism:r1=4096,r2=16", Defaults::k(1)?)?;
         let v = SparseVec::new(100, vec![t.rank() as u32], vec![1.0f32])?;
         zen.allreduce(t, &v)
     });
@@ -77,13 +77,13 @@ fn non_finite_inputs_are_one_error_at_entry_for_every_collective() {
             for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
                 let out = ThreadCluster::new(p).run(|t| {
                     let registry = Registry::<f32>::builtin();
-                    let mut a = registry.build(&spec, Defaults { k: 2 })?;
+                    let mut a = registry.build(&spec, Defaults::k(2)?)?;
                     let r = t.rank() as u32;
                     let x = if r == 0 { bad } else { 1.0 };
                     let v = SparseVec::new(50, vec![r, 10 + r], vec![x, 2.0])?;
                     let res = a.allreduce(t, &v).map(drop);
                     // The transport is usable: a lossless call succeeds.
-                    let mut next = registry.build("topk_a", Defaults { k: 2 })?;
+                    let mut next = registry.build("topk_a", Defaults::k(2)?)?;
                     let ok = SparseVec::new(50, vec![r], vec![1.0])?;
                     assert_eq!(next.allreduce(t, &ok)?.result.nnz(), p);
                     Ok(res)

@@ -10,18 +10,19 @@ use common::{
     topk_by_sort,
 };
 use sparse_coll::{
-    Gtopk, OkTopk, Reduced, Spardl, SpardlBsag, SpardlRsag, SparseAllreduce, ThreadCluster,
+    Budget, Gtopk, OkTopk, Reduced, Spardl, SpardlBsag, SpardlRsag, SparseAllreduce, ThreadCluster,
     Transport,
 };
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Error, SparseVec, cost};
 
-/// `(dim, density, overlap, k)` cases: sparse and dense, k = 0 included.
+/// `(dim, density, overlap, k)` cases: sparse and dense, the least budget
+/// (k = 1) included (k = 0 is an error: `tests/budget.rs`).
 const CASES: [(usize, f64, f64, usize); 4] = [
     (1000, 0.05, 0.5, 20),
     (10_007, 0.01, 0.0, 33),
     (97, 0.3, 1.0, 5),
-    (500, 0.02, 0.2, 0),
+    (500, 0.02, 0.2, 1),
 ];
 
 /// Every rank holds every coordinate (non-zero), so every block is full.
@@ -48,7 +49,7 @@ fn gtopk_conserves_the_sum_and_keeps_k() {
         for (dim, density, overlap, k) in CASES {
             for skew in [false, true] {
                 let ins = inputs(p, dim, density, overlap, skew, (p * 7 + dim + k) as u64);
-                let out = run(p, &ins, |t, v| Gtopk::new(k).allreduce(t, v));
+                let out = run(p, &ins, |t, v| Gtopk::new(Budget::k(k)?).allreduce(t, v));
                 let ctx = format!("gtopk P={p} dim={dim} k={k} skew={skew}");
                 assert_conserved(&ins, &out, &ctx);
                 assert!(out[0].result.nnz() <= k, "{ctx}");
@@ -77,7 +78,7 @@ fn gtopk_equals_a_brute_force_reduction_tree() {
         for (dim, density, overlap, k) in CASES {
             let ins = inputs(p, dim, density, overlap, false, (p * 5 + k) as u64);
             let want = gtopk_tree(&ins, 0, usize::MAX, k);
-            for (r, red) in run(p, &ins, |t, v| Gtopk::new(k).allreduce(t, v))
+            for (r, red) in run(p, &ins, |t, v| Gtopk::new(Budget::k(k)?).allreduce(t, v))
                 .iter()
                 .enumerate()
             {
@@ -91,7 +92,7 @@ fn gtopk_equals_a_brute_force_reduction_tree() {
 fn gtopk_with_room_for_everything_is_lossless() {
     for p in RANKS {
         let ins = inputs(p, 300, 0.05, 0.3, false, 4);
-        for red in run(p, &ins, |t, v| Gtopk::new(300).allreduce(t, v)) {
+        for red in run(p, &ins, |t, v| Gtopk::new(Budget::k(300)?).allreduce(t, v)) {
             assert_eq!(red.result.to_dense(), oracle(&ins), "P={p}");
             assert_eq!(red.dropped.nnz(), 0, "P={p}");
         }
@@ -103,7 +104,7 @@ fn gtopk_traffic_matches_table_1() {
     for p in RANKS {
         let k = 10;
         let out = run(p, &full_inputs(p, 200), |t, v| {
-            Gtopk::new(k).allreduce(t, v)
+            Gtopk::new(Budget::k(k)?).allreduce(t, v)
         });
         // Rank 0 receives ceil(lg P) messages of k pairs (4-byte count
         // each) and sends as many down the broadcast tree.
@@ -158,7 +159,7 @@ fn ok_topk_first_call_is_exact_against_a_brute_force_oracle() {
             let ins = inputs(p, dim, density, overlap, true, (p + dim) as u64);
             let out: Vec<(Reduced<f32>, Vec<usize>)> = ThreadCluster::new(p)
                 .run(|t| {
-                    let mut ok = OkTopk::new(k, 4)?;
+                    let mut ok = OkTopk::new(Budget::k(k)?, 4)?;
                     let red = {
                         let r = Transport::rank(t);
                         ok.allreduce(t, &ins[r])
@@ -224,7 +225,7 @@ fn ok_topk_reuses_its_thresholds_between_refreshes() {
             .collect();
         let out: Vec<Vec<Reduced<f32>>> = ThreadCluster::new(p)
             .run(|t| {
-                let mut ok = OkTopk::new(40, period)?;
+                let mut ok = OkTopk::new(Budget::k(40)?, period)?;
                 calls
                     .iter()
                     .map(|ins| {
@@ -259,7 +260,7 @@ fn ok_topk_reuses_its_thresholds_between_refreshes() {
 fn ok_topk_ranks_out_of_step_get_an_error() {
     let out = ThreadCluster::new(3).run(|t| {
         let v = SparseVec::<f32>::zeros(50)?;
-        let mut ok = OkTopk::new(5, 2)?;
+        let mut ok = OkTopk::new(Budget::k(5)?, 2)?;
         if t.rank() == 1 {
             // This rank's state runs one call ahead of the others'.
             ok = ThreadCluster::new(1)
@@ -281,12 +282,14 @@ fn rsag_conserves_the_sum_and_keeps_shares() {
         for d in [1usize, 2, 4, 8].into_iter().filter(|d| p % d == 0) {
             for (dim, density, overlap, k) in CASES {
                 let ins = inputs(p, dim, density, overlap, true, (p * 3 + d + k) as u64);
-                let out = run(p, &ins, |t, v| SpardlRsag::new(k, Some(d)).allreduce(t, v));
+                let out = run(p, &ins, |t, v| {
+                    SpardlRsag::new(Budget::k(k)?, Some(d)).allreduce(t, v)
+                });
                 let ctx = format!("r-sag P={p} d={d} dim={dim} k={k}");
                 assert_conserved(&ins, &out, &ctx);
                 assert_within_shares(&out[0].result, p / d, k, &ctx);
                 if d == 1 {
-                    let plain = run(p, &ins, |t, v| Spardl::new(k).allreduce(t, v));
+                    let plain = run(p, &ins, |t, v| Spardl::new(Budget::k(k)?).allreduce(t, v));
                     assert_eq!(out[0].result, plain[0].result, "{ctx}: d = 1 is SparDL");
                 }
             }
@@ -301,7 +304,7 @@ fn rsag_with_room_for_everything_is_lossless() {
             let ins = inputs(p, 1500, 0.02, 0.5, true, (p + d) as u64);
             // Every block's share is its whole length: nothing is ever cut.
             for red in run(p, &ins, |t, v| {
-                SpardlRsag::new(1500, Some(d)).allreduce(t, v)
+                SpardlRsag::new(Budget::k(1500)?, Some(d)).allreduce(t, v)
             }) {
                 assert_eq!(red.result.to_dense(), oracle(&ins), "P={p} d={d}");
                 assert_eq!(red.dropped.nnz(), 0, "P={p} d={d}");
@@ -326,7 +329,9 @@ fn rsag_with_one_worker_per_team_equals_brute_force_recursive_doubling() {
                     .collect();
                 mask <<= 1;
             }
-            let out = run(p, &ins, |t, v| SpardlRsag::new(k, Some(p)).allreduce(t, v));
+            let out = run(p, &ins, |t, v| {
+                SpardlRsag::new(Budget::k(k)?, Some(p)).allreduce(t, v)
+            });
             for (r, red) in out.iter().enumerate() {
                 assert_eq!(red.result, held[r], "P={p} dim={dim} k={k} rank {r}");
             }
@@ -341,7 +346,7 @@ fn rsag_traffic_matches_eq_5() {
         for d in [1usize, 2, 4, 8, 16].into_iter().filter(|d| p % d == 0) {
             let (k, m) = (4 * p, p / d);
             let out = run(p, &full_inputs(p, 64 * p + 3), |t, v| {
-                SpardlRsag::new(k, Some(d)).allreduce(t, v)
+                SpardlRsag::new(Budget::k(k)?, Some(d)).allreduce(t, v)
             });
             let model = cost::spardl_rsag(p, k, d);
             let lgd = d.ilog2() as f64;
@@ -361,9 +366,9 @@ fn rsag_traffic_matches_eq_5() {
 #[test]
 fn sag_rejects_team_counts_that_do_not_fit() {
     for (p, d) in [(4usize, 3usize), (6, 4), (5, 2)] {
-        for r in ThreadCluster::new(p)
-            .run(|t| SpardlRsag::new(4, Some(d)).allreduce(t, &SparseVec::<f32>::zeros(40)?))
-        {
+        for r in ThreadCluster::new(p).run(|t| {
+            SpardlRsag::new(Budget::k(4)?, Some(d)).allreduce(t, &SparseVec::<f32>::zeros(40)?)
+        }) {
             assert!(
                 matches!(r, Err(Error::InvalidParameter { name: "teams", .. })),
                 "P={p} d={d}: {r:?}"
@@ -371,7 +376,7 @@ fn sag_rejects_team_counts_that_do_not_fit() {
         }
     }
     for r in ThreadCluster::new(4)
-        .run(|t| SpardlBsag::new(4, 3)?.allreduce(t, &SparseVec::<f32>::zeros(40)?))
+        .run(|t| SpardlBsag::new(Budget::k(4)?, 3)?.allreduce(t, &SparseVec::<f32>::zeros(40)?))
     {
         assert!(matches!(
             r,
@@ -390,7 +395,7 @@ fn bsag_conserves_the_sum_over_calls() {
                 .collect();
             let out: Vec<Vec<(Reduced<f32>, f64)>> = ThreadCluster::new(p)
                 .run(|t| {
-                    let mut b = SpardlBsag::new(k, d)?;
+                    let mut b = SpardlBsag::new(Budget::k(k)?, d)?;
                     let mut v = Vec::new();
                     for ins in &calls {
                         let red = {
@@ -446,7 +451,9 @@ fn bsag_first_call_equals_a_brute_force_oracle() {
                     want = want.merge_sum(&cut).unwrap();
                 }
             }
-            let out = run(p, &ins, |t, v| SpardlBsag::new(dim, d)?.allreduce(t, v));
+            let out = run(p, &ins, |t, v| {
+                SpardlBsag::new(Budget::k(dim)?, d)?.allreduce(t, v)
+            });
             for (r, red) in out.iter().enumerate() {
                 assert_eq!(red.result, want, "P={p} d={d} rank {r}");
             }
@@ -462,7 +469,7 @@ fn bsag_first_call_meets_its_lower_bound() {
             // P divides k: the first h is k / P = L / d, a whole number.
             let (k, m) = (4 * p, p / d);
             let out = run(p, &full_inputs(p, 64 * p + 3), |t, v| {
-                SpardlBsag::new(k, d)?.allreduce(t, v)
+                SpardlBsag::new(Budget::k(k)?, d)?.allreduce(t, v)
             });
             let model = cost::spardl_bsag(p, k, d).lo;
             let framing = 4 * (m - 1) + 8 * (d - 1) + 8 * (m - 1);
@@ -486,7 +493,7 @@ fn ranks_that_disagree_on_k_or_teams_all_get_an_error() {
                 let k = if t.rank() == 1 { 7 } else { 8 };
                 let spec = format!("{name}:k={k}");
                 sparse_coll::Registry::builtin()
-                    .build(&spec, sparse_coll::Defaults { k })?
+                    .build(&spec, sparse_coll::Defaults::k(k)?)?
                     .allreduce(t, &SparseVec::<f32>::zeros(100)?)
             });
             assert_all_disagree(&out, "k", &format!("{name} P={p}"));
@@ -494,7 +501,7 @@ fn ranks_that_disagree_on_k_or_teams_all_get_an_error() {
     }
     let out = ThreadCluster::new(4).run(|t| {
         let d = if t.rank() == 3 { 4 } else { 2 };
-        SpardlRsag::new(8, Some(d)).allreduce(t, &SparseVec::<f32>::zeros(100)?)
+        SpardlRsag::new(Budget::k(8)?, Some(d)).allreduce(t, &SparseVec::<f32>::zeros(100)?)
     });
     assert_all_disagree(&out, "teams", "r-sag with 2 and 4 teams");
 }
@@ -523,8 +530,8 @@ fn ok_topk_stays_within_its_budget_after_a_tiny_first_call() {
             calls.extend((0..2 * period).map(|c| inputs(p, dim, 0.1, 0.3, c % 2 == 0, 7 + c)));
             let out: Vec<Vec<(Reduced<f32>, usize)>> = ThreadCluster::new(p)
                 .run(|t| {
-                    let mut ok = OkTopk::new(k, period)?;
-                    let budget = ok.budget();
+                    let mut ok = OkTopk::new(Budget::k(k)?, period)?;
+                    let budget = ok.most(dim);
                     assert_eq!(budget, k.max(13 * k / 10));
                     let mut reds = Vec::new();
                     for (c, ins) in calls.iter().enumerate() {
@@ -586,7 +593,7 @@ fn ok_topk_conserves_across_changing_dimensions() {
                 .run(|t| {
                     // A period longer than the run: only a change of
                     // dimension can make it re-cut.
-                    let mut ok = OkTopk::new(k, 64)?;
+                    let mut ok = OkTopk::new(Budget::k(k)?, 64)?;
                     let mut reds = Vec::new();
                     for ins in &calls {
                         let r = Transport::rank(t);

@@ -48,7 +48,7 @@ fn table() -> Vec<(String, usize, f64, f64, f64, f64, f64)> {
             for name in reg.names() {
                 let out = ThreadCluster::new(p)
                     .run(|t| {
-                        let mut algo = reg.build(name, Defaults { k })?;
+                        let mut algo = reg.build(name, Defaults::k(k)?)?;
                         let v = &ins[t.rank()];
                         algo.allreduce(t, v)?;
                         algo.allreduce(t, v)?;
@@ -59,7 +59,7 @@ fn table() -> Vec<(String, usize, f64, f64, f64, f64, f64)> {
                         // profile, but it chose from its estimate: the model
                         // of what it ran is the one to hold against the bytes.
                         if let Some(ran) = algo.ran() {
-                            predicted = reg.build(&ran, Defaults { k })?.cost(&prof);
+                            predicted = reg.build(&ran, Defaults::k(k)?)?.cost(&prof);
                         }
                         Ok((red.traffic, predicted))
                     })

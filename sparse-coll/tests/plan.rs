@@ -4,8 +4,8 @@
 mod common;
 use common::{assert_all_disagree, assert_conserved, inputs, oracle, run};
 use sparse_coll::{
-    Auto, Defaults, Entered, Profile, Reduced, Registry, Spardl, SparseAllreduce, ThreadCluster,
-    TopkA,
+    Auto, Budget, Defaults, Entered, Profile, Reduced, Registry, Spardl, SparseAllreduce,
+    ThreadCluster, TopkA,
 };
 use sparse_core::SparseVec;
 
@@ -23,7 +23,7 @@ fn every_registered_algorithm_keeps_the_contract() {
                 "spardl_rsag" if p % 2 == 1 => "spardl_rsag:d=1".to_string(),
                 _ => name.to_string(),
             };
-            let d = Defaults { k: 40 };
+            let d = Defaults::k(40).unwrap();
             let built = reg.build(&spec, d).unwrap();
             assert_eq!(built.name(), name);
             // The spec it reports parses back into the same algorithm.
@@ -46,7 +46,7 @@ fn every_registered_algorithm_keeps_the_contract() {
 #[test]
 fn names_and_parameters_parse_or_fail_clearly() {
     let reg = registry();
-    let d = Defaults { k: 10 };
+    let d = Defaults::k(10).unwrap();
     let bsag = reg.build("spardl_bsag:d=2,k=40", d).unwrap();
     assert_eq!(bsag.spec(), "spardl_bsag:k=40,d=2");
     let q = reg
@@ -90,7 +90,7 @@ fn measured(p: usize, ins: &[SparseVec<f32>], names: &[&str]) -> Vec<(String, u6
         .iter()
         .map(|&name| {
             let out = run(p, ins, |t, v| {
-                reg.build(name, Defaults { k: 0 })?.allreduce(t, v)
+                reg.build(name, Defaults::lossless())?.allreduce(t, v)
             });
             let bytes = out.iter().map(|r| r.traffic.bytes_recv).max().unwrap();
             let rounds = out.iter().map(|r| r.traffic.rounds).max().unwrap();
@@ -213,7 +213,7 @@ fn ranks_running_different_algorithms_all_get_an_error() {
                 } else {
                     b
                 };
-                reg.build(name, Defaults { k: 8 })?
+                reg.build(name, Defaults::k(8)?)?
                     .allreduce(t, &SparseVec::<f32>::zeros(64)?)
             });
             assert_all_disagree(&out, "algorithm", &format!("{a} vs {b}"));
@@ -227,7 +227,7 @@ fn overlapped_collectives_equal_blocking_ones() {
     for p in [1usize, 3, 4] {
         let ins = inputs(p, 5000, 0.02, 0.5, false, 21);
         let reg = registry();
-        let d = Defaults { k: 60 };
+        let d = Defaults::k(60).unwrap();
         for name in ["spardl", "ssar_split_allgather", "zen_balanced_parallelism"] {
             let blocking = run(p, &ins, |t, v| reg.build(name, d)?.allreduce(t, v));
             let overlapped = run(p, &ins, |t, v| {
@@ -253,7 +253,7 @@ fn started_collectives_return_the_transport() {
     use sparse_coll::nonblocking::start;
     let p = 4;
     let ins = inputs(p, 3000, 0.02, 0.5, false, 8);
-    let blocking = run(p, &ins, |t, v| Spardl::new(50).allreduce(t, v));
+    let blocking = run(p, &ins, |t, v| Spardl::new(Budget::k(50)?).allreduce(t, v));
     // Owned transports, each rank on a thread of its own: start, compute,
     // wait, then use the transport again.
     let handles: Vec<_> = ThreadCluster::new(p)
@@ -263,10 +263,10 @@ fn started_collectives_return_the_transport() {
             let v = ins[sparse_coll::Transport::rank(&t)].clone();
             std::thread::spawn(move || {
                 let w = v.clone();
-                let pending = start(t, move |t| Spardl::new(50).allreduce(t, &w));
+                let pending = start(t, move |t| Spardl::new(Budget::k(50)?).allreduce(t, &w));
                 let busy = squares_mod_7(100_000);
                 let (mut t, first) = pending.wait();
-                let again = Spardl::new(50).allreduce(&mut t, &v);
+                let again = Spardl::new(Budget::k(50).unwrap()).allreduce(&mut t, &v);
                 (first.unwrap(), again.unwrap(), busy)
             })
         })
@@ -304,15 +304,15 @@ fn planners_out_of_step_all_get_an_error() {
             } else {
                 "auto:every=2"
             };
-            let differs = reg.build(spec, Defaults { k: 8 })?.allreduce(t, &v);
+            let differs = reg.build(spec, Defaults::k(8)?)?.allreduce(t, &v);
             // The same transport still works for planners in step.
-            let again = reg.build("auto", Defaults { k: 8 })?.allreduce(t, &v)?;
+            let again = reg.build("auto", Defaults::k(8)?)?.allreduce(t, &v)?;
             assert_eq!(again.result.to_dense()[5], 2.0 * p as f32);
             differs
         });
         assert_all_disagree(&out, "every", &format!("every=1 vs 2, P={p}"));
         let out = ThreadCluster::new(p).run(|t| {
-            let auto = std::sync::Mutex::new(reg.build("auto:every=2", Defaults { k: 8 })?);
+            let auto = std::sync::Mutex::new(reg.build("auto:every=2", Defaults::k(8)?)?);
             if sparse_coll::Transport::rank(t) == p - 1 {
                 // This rank's planner has profiled once on its own.
                 ThreadCluster::new(1)
@@ -321,7 +321,7 @@ fn planners_out_of_step_all_get_an_error() {
                     .unwrap()?;
             }
             let ahead = auto.into_inner().unwrap().allreduce(t, &v);
-            let again = reg.build("auto", Defaults { k: 8 })?.allreduce(t, &v)?;
+            let again = reg.build("auto", Defaults::k(8)?)?.allreduce(t, &v)?;
             assert_eq!(again.result.to_dense()[1], p as f32);
             ahead
         });
@@ -330,7 +330,7 @@ fn planners_out_of_step_all_get_an_error() {
 }
 
 /// A user's scheme under its own name: TopkA, wrapped.
-struct MyTopk(TopkA);
+struct MyTopk(TopkA<f32>);
 
 impl SparseAllreduce<f32> for MyTopk {
     fn name(&self) -> String {
@@ -369,7 +369,7 @@ fn auto_by_name_plans_over_named_candidates() {
         Ok(Box::new(MyTopk(TopkA::default())))
     })
     .unwrap();
-    let d = Defaults { k: 0 };
+    let d = Defaults::lossless();
     let auto = reg
         .build("auto:candidates=my_topk+ssar_split_allgather,every=3", d)
         .unwrap();

@@ -116,10 +116,10 @@ fn every_algorithm_matches_the_thread_transport_exactly() {
             seed: 7 + p as u64,
         };
         let ins = testing::inputs(p, &case).unwrap();
-        let k = testing::budget(&case);
+        let defaults = testing::budget(&case);
         for spec in testing::algorithms(p) {
             let call = |t: &mut dyn Transport| {
-                let mut a = registry.build(&spec, Defaults { k })?;
+                let mut a = registry.build(&spec, defaults)?;
                 let mine = &ins[t.rank()];
                 let red = a.allreduce(t, mine)?;
                 Ok((red, t.traffic()))
@@ -169,7 +169,7 @@ fn simulated_times_are_deterministic() {
         let times = || {
             let run = SimCluster::new(p)
                 .run(|t| {
-                    let mut a = registry.build(spec, Defaults { k: 100 })?;
+                    let mut a = registry.build(spec, Defaults::k(100)?)?;
                     let mine = &ins[t.rank()];
                     t.mark();
                     a.allreduce(t, mine)?;

@@ -5,9 +5,9 @@
 //! equal to the papers' formulas, and disagreeing ranks all erroring.
 
 use sparse_coll::{
-    DsarSplitAllgather, OmniReduceBlocks, Reduced, Spardl, SparseAllreduce, SsarRecursiveDouble,
-    SsarSplitAllgather, ThreadCluster, ThreadTransport, TopkA, TopkDsa, Transport,
-    ZenBalancedParallelism,
+    Budget, DsarSplitAllgather, OmniReduceBlocks, Reduced, Spardl, SparseAllreduce,
+    SsarRecursiveDouble, SsarSplitAllgather, ThreadCluster, ThreadTransport, TopkA, TopkDsa,
+    Transport, ZenBalancedParallelism,
 };
 use sparse_core::H0;
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
@@ -289,7 +289,7 @@ fn huge_dimensions_are_errors_on_every_rank() {
             let out = ThreadCluster::new(p).run(|t| {
                 let v = SparseVec::new(n, vec![0, n as u32 - 1], vec![1.0f32, 2.0])?;
                 Registry::builtin()
-                    .build(algo, Defaults { k: 1 })?
+                    .build(algo, Defaults::k(1)?)?
                     .allreduce(t, &v)
             });
             for (r, res) in out.iter().enumerate() {
@@ -309,11 +309,11 @@ fn spardl_conserves_the_sum_and_agrees_bitwise() {
             (1000usize, 0.05, 0.5, 20usize),
             (10_007, 0.01, 0.0, 33),
             (97, 0.3, 1.0, 5),
-            (500, 0.02, 0.2, 0),
+            (500, 0.02, 0.2, 1),
         ] {
             for skew in [false, true] {
                 let ins = inputs(p, dim, density, overlap, skew, (p + dim + k) as u64);
-                let out = run(p, &ins, |t, v| Spardl::new(k).allreduce(t, v));
+                let out = run(p, &ins, |t, v| Spardl::new(Budget::k(k)?).allreduce(t, v));
                 let ctx = format!("P={p} dim={dim} k={k} skew={skew}");
                 // Integer inputs: conservation is exact.
                 assert_conserved(&ins, &out, &ctx);
@@ -332,7 +332,7 @@ fn spardl_with_room_for_everything_is_lossless() {
         let k = 2000;
         for red in ThreadCluster::new(p).run(|t| {
             let r = Transport::rank(t);
-            Spardl::new(k).allreduce(t, &ins[r])
+            Spardl::new(Budget::k(k)?).allreduce(t, &ins[r])
         }) {
             let red = red.unwrap();
             assert_eq!(red.result.to_dense(), want, "P={p}");
@@ -360,7 +360,7 @@ fn spardl_traffic_matches_table_1() {
             .collect();
         for red in ThreadCluster::new(p).run(|t| {
             let r = Transport::rank(t);
-            Spardl::new(k).allreduce(t, &ins[r])
+            Spardl::new(Budget::k(k)?).allreduce(t, &ins[r])
         }) {
             let red = red.unwrap();
             let model = cost::spardl(p, k);

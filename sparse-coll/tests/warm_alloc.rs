@@ -47,7 +47,7 @@ fn warm_bytes(spec: &str, p: usize) -> Vec<u64> {
     let registry = Registry::<f32>::builtin();
     ThreadCluster::new(p)
         .run(|t| {
-            let mut algo = registry.build(spec, Defaults { k: NNZ })?;
+            let mut algo = registry.build(spec, Defaults::k(NNZ)?)?;
             let v = input(t.rank());
             let mut out = Reduced::default();
             for _ in 0..3 {

@@ -141,18 +141,13 @@ impl<B: Backend<E>, E: Element, S: Selector<B, E> + ?Sized> Selector<B, E> for B
 }
 
 /// The number of elements a density selects from `n`: `round(density n)`,
-/// at least 1 when `n > 0`.
+/// at least 1 when `n > 0` ([`sparse_core::topk::k_for_density`], which
+/// the lossy collectives of `sparse-coll` share).
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] unless `0 < density <= 1`.
 pub fn k_for_density(n: usize, density: f64) -> Result<usize> {
-    if !(density > 0.0 && density <= 1.0) {
-        return Err(Error::invalid(
-            "density",
-            format!("{density} not in (0, 1]"),
-        ));
-    }
-    Ok(((density * n as f64).round() as usize).clamp(n.min(1), n))
+    sparse_core::topk::k_for_density(n, density)
 }
 
 /// `max |x|` and `mean |x|`, rejecting NaN (the backend does) and infinity.

@@ -21,7 +21,7 @@ use model::Mlp;
 use residual_sgd::{Config, LayerSpec, Rule, StepReport, Trainer, dgc_density};
 use sparse_coll::{Defaults, Registry, SparseAllreduce, Transport};
 use sparse_core::{Error, Result};
-use sparse_select::{RadixTopK, k_for_density};
+use sparse_select::RadixTopK;
 use std::time::Duration;
 
 /// The named, seedable generator of the training runs (shuffles, initial
@@ -295,12 +295,7 @@ fn trainer(run: &Run, a: &TrainArgs, mlp: &Mlp) -> Result<Trainer<Cpu, RadixTopK
             }
             Run::Dense { .. } => "topk_a",
         };
-        Registry::builtin().build(
-            spec,
-            Defaults {
-                k: k_for_density(l.len, density)?,
-            },
-        )
+        Registry::builtin().build(spec, Defaults::density(density)?)
     };
     let w0 = mlp.init(a.seed);
     Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)

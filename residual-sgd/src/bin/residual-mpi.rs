@@ -35,7 +35,7 @@ fn train(t: &mut dyn Transport, rule: Rule, spec: &str) -> Result<Vec<u64>> {
         layers,
         &w0,
         RadixTopK::magnitude(),
-        |l| Registry::builtin().build(spec, Defaults { k: l.len }),
+        |_| Registry::builtin().build(spec, Defaults::density(0.02)?),
     )?;
     let mut rng = Rng::seed_from_u64(1000 + t.rank() as u64);
     let mut digests = Vec::new();

@@ -1,7 +1,7 @@
 //! gTopk (Shi et al., as SparDL's Table 1 states it): a reduction tree with
 //! top-k re-selection, then a broadcast tree.
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::algorithms::spardl::split_topk;
 use crate::entry::{Reduced, enter};
 use crate::frame::{put_block, take_block};
@@ -92,20 +92,21 @@ fn trees<T: Transport + ?Sized, E: Element>(
 /// Memory per rank: `O((4 + E) (nnz + k))` bytes (`E` the element's bytes):
 /// the input and two `k`-entry messages at a time.
 ///
-/// Registry name `gtopk`, parameter `k`.
+/// Registry name `gtopk`, parameter `k` or `density`.
 ///
 /// # Errors
 /// [`Error::Disagreement`] (dimension, `k`), transport errors,
 /// [`Error::Corrupt`].
 #[derive(Debug, Clone, Copy)]
 pub struct Gtopk {
-    k: usize,
+    budget: Budget,
 }
 
 impl Gtopk {
-    /// gTopk keeping `k`.
-    pub fn new(k: usize) -> Self {
-        Self { k }
+    /// gTopk keeping `budget` (a count, or a density of each call's
+    /// dimension).
+    pub fn new(budget: Budget) -> Self {
+        Self { budget }
     }
 }
 
@@ -117,7 +118,7 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
         NAME.into()
     }
     fn params(&self) -> String {
-        format!("k={}", self.k)
+        self.budget.param()
     }
     fn lossless(&self) -> bool {
         false
@@ -125,18 +126,19 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
     /// What the root receives: from its child `i`, the top `k` of a
     /// subtree of `2^i` ranks (all of it when the subtree holds fewer).
     fn cost(&self, prof: &Profile) -> Cost {
+        let k = self.budget.k_for(prof.n);
         let lg = cost::ceil_log2(prof.p);
         let bytes: f64 = (0..lg)
             .map(|i| {
                 let subtree = prof.union_of((1u64 << i) as f64);
-                4.0 + prof.pair_bytes() * subtree.min(self.k as f64)
+                4.0 + prof.pair_bytes() * subtree.min(k as f64)
             })
             .sum();
         bytes_cost(2.0 * lg as f64, bytes)
     }
     /// Table 1: `4 k lg P` words, the root's words sent and received.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(cost::gtopk(prof.p, self.k))
+        Some(cost::gtopk(prof.p, self.budget.k_for(prof.n)))
     }
     /// Binomial trees: a rank receives from each child and sends to its
     /// parent, then the mirror image.
@@ -149,11 +151,12 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
         let children = (0..low.ilog2()).filter(|&i| r + (1 << i) < p).count() as u64;
         Some(2 * (children + u64::from(r != 0)))
     }
-    fn max_result_entries(&self) -> Option<usize> {
-        Some(self.k)
+    fn max_result_entries(&self, dim: usize) -> Option<usize> {
+        Some(self.budget.k_for(dim))
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
-        enter(t, NAME, v, &[("k", self.k as u64)], Ok(()))
+        let k = self.budget.k_for(v.dim());
+        enter(t, NAME, v, &[("k", k as u64)], Ok(()))
     }
     fn body(
         &mut self,
@@ -162,16 +165,16 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        *out = trees(t, v, self.k, entered.start())?;
+        *out = trees(t, v, self.budget.k_for(v.dim()), entered.start())?;
         Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for Gtopk {
     const NAME: &'static str = NAME;
-    const PARAMS: &'static str = "k (entries kept)";
+    const PARAMS: &'static str = "k (entries kept) or density (of the dimension)";
     const HELP: &'static str = "gTopk: top-k merged up a binomial tree, broadcast down; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        Ok(Self::new(crate::algorithm::k_param(params, d)?))
+        Ok(Self::new(params.take_budget(d)?))
     }
 }

@@ -2,7 +2,7 @@
 //! split and reduce over balanced regions, global selection by a reused
 //! threshold, then allgather.
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::algorithms::spardl::split_topk;
 use crate::dense::bruck_allgather;
 use crate::entry::{Reduced, enter};
@@ -67,7 +67,7 @@ use std::marker::PhantomData;
 /// and the gathered result.
 #[derive(Debug, Clone)]
 pub struct OkTopk<E> {
-    k: usize,
+    budget: Budget,
     period: u64,
     calls: u64,
     /// `None`: re-estimate at the next call.
@@ -92,17 +92,18 @@ fn reaching<E: Element>(v: &SparseVec<E>, threshold: Option<u64>) -> (SparseVec<
 }
 
 impl<E: Element> OkTopk<E> {
-    /// Ok-Topk selecting about `k` entries, re-estimating its thresholds and
-    /// regions every `period` calls.
+    /// Ok-Topk selecting about `budget` entries (a count, or a density of
+    /// each call's dimension), re-estimating its thresholds and regions
+    /// every `period` calls.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] if `period == 0`.
-    pub fn new(k: usize, period: u64) -> Result<Self> {
+    pub fn new(budget: Budget, period: u64) -> Result<Self> {
         if period == 0 {
             return Err(Error::invalid("period", "must be at least 1"));
         }
         Ok(Self {
-            k,
+            budget,
             period,
             calls: 0,
             local: None,
@@ -119,9 +120,11 @@ impl<E: Element> OkTopk<E> {
     }
 
     /// The most entries a rank sends into the split phase, and the most
-    /// the result holds: `max(k, floor(1.3 k))`.
-    pub fn budget(&self) -> usize {
-        self.k.max(self.k.saturating_mul(13) / 10)
+    /// the result holds, on an input of dimension `dim`: `max(k,
+    /// floor(1.3 k))` for the budget's `k` there.
+    pub fn most(&self, dim: usize) -> usize {
+        let k = self.budget.k_for(dim);
+        k.max(k.saturating_mul(13) / 10)
     }
 
     /// Whether the next call re-estimates thresholds and regions: every
@@ -183,10 +186,11 @@ impl<E: Element> OkTopk<E> {
         &mut self,
         t: &mut T,
         region: &SparseVec<E>,
+        k: usize,
     ) -> Result<()> {
         // This region's `k` largest magnitudes (all when it has fewer):
         // the global k-th largest is among their union.
-        let (kept, _) = region.split_topk(self.k);
+        let (kept, _) = region.split_topk(k);
         let top: Vec<u64> = kept.values().iter().map(|&x| abs_key(x)).collect();
         let mut msg = Vec::with_capacity(top.len() * E::BYTES);
         for key in &top {
@@ -204,7 +208,7 @@ impl<E: Element> OkTopk<E> {
                 u64::from_le_bytes(w)
             }));
         }
-        self.global = kth_key(union, self.k);
+        self.global = kth_key(union, k);
         Ok(())
     }
 
@@ -216,17 +220,18 @@ impl<E: Element> OkTopk<E> {
         start: Traffic,
     ) -> Result<Reduced<E>> {
         let dim = v.dim();
+        let (k, most) = (self.budget.k_for(dim), self.most(dim));
         let (p, r) = (t.size(), t.rank());
         let refresh = self.refreshes_next() || !self.regions_fit(p, dim);
         let keys = || v.values().iter().map(|&x| abs_key(x)).collect();
         if refresh || self.local.is_none() {
-            self.local = kth_key(keys(), self.k);
+            self.local = kth_key(keys(), k);
         }
         let (mut sel, mut dropped) = reaching(v, self.local);
-        if sel.nnz() > self.budget() {
+        if sel.nnz() > most {
             // The reused threshold went stale: exact top-k, re-estimated.
-            (sel, dropped) = split_topk(v, self.k);
-            self.local = kth_key(keys(), self.k);
+            (sel, dropped) = split_topk(v, k);
+            self.local = kth_key(keys(), k);
         }
         if refresh {
             self.balance(t, &sel)?;
@@ -251,7 +256,7 @@ impl<E: Element> OkTopk<E> {
             sum = sum.merge_sum(part)?;
         }
         if refresh {
-            self.global_threshold(t, &sum)?;
+            self.global_threshold(t, &sum, k)?;
         }
         let (chosen, cut) = reaching(&sum, self.global);
         dropped = dropped.merge_sum(&cut)?;
@@ -270,16 +275,13 @@ impl<E: Element> OkTopk<E> {
         }
         let mut result =
             SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("ok-topk blocks", e))?;
-        if result.nnz() > self.budget() {
+        if result.nnz() > most {
             // Over budget: every rank keeps the same exact top-k of the same
             // gathered entries; each owner keeps what it cut from its region.
-            let (kept, over) = split_topk(&result, self.k);
+            let (kept, over) = split_topk(&result, k);
             let (lo, len) = region(r);
             dropped = dropped.merge_sum(&over.restrict(lo, len))?;
-            self.global = kth_key(
-                result.values().iter().map(|&x| abs_key(x)).collect(),
-                self.k,
-            );
+            self.global = kth_key(result.values().iter().map(|&x| abs_key(x)).collect(), k);
             result = kept;
         }
         self.calls += 1;
@@ -308,7 +310,7 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         NAME.into()
     }
     fn params(&self) -> String {
-        format!("k={},period={}", self.k, self.period)
+        format!("{},period={}", self.budget.param(), self.period)
     }
     fn lossless(&self) -> bool {
         false
@@ -320,17 +322,18 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     /// ceil(lg P)`, plus `2 ceil(lg P)` when refreshing.
     fn cost(&self, prof: &Profile) -> Cost {
         let (p, lg) = (prof.p as f64, cost::ceil_log2(prof.p) as f64);
+        let k = self.budget.k_for(prof.n) as f64;
         let pair = prof.pair_bytes();
         let held = prof.k_avg().max(1) as f64;
-        let sel = (self.k as f64).min(held);
+        let sel = k.min(held);
         // The union of the selections: the same share of the union.
         let sel_union = prof.union as f64 * sel / held;
-        let chosen = (self.k as f64).min(sel_union);
+        let chosen = k.min(sel_union);
         let mut bytes =
             prof.others() * (4.0 + pair * sel / p) + prof.others() * (8.0 + pair * chosen / p);
         let mut rounds = prof.others() + lg;
         if self.refreshes_next() || !self.regions_fit(prof.p, prof.n) {
-            let mags = (self.k as f64).min(sel_union / p);
+            let mags = k.min(sel_union / p);
             bytes += prof.others() * (12.0 + 4.0 * prof.others())
                 + prof.others() * (4.0 + prof.value_bytes as f64 * mags);
             rounds += 2.0 * lg;
@@ -339,7 +342,7 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     }
     /// SparDL's Table 1 bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::ok_topk(prof.p, self.k)))
+        Some(prof.within(cost::ok_topk(prof.p, self.budget.k_for(prof.n))))
     }
     /// A first call refreshes: the split to the region owners (`P - 1`
     /// steps) and three Bruck allgathers (boundaries, magnitudes, the
@@ -349,14 +352,14 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     }
     /// The owners' selections may together exceed `k` by the threshold's
     /// estimate: at most 30% more.
-    fn max_result_entries(&self) -> Option<usize> {
-        Some(self.k.max(self.k * 13 / 10))
+    fn max_result_entries(&self, dim: usize) -> Option<usize> {
+        Some(self.most(dim))
     }
     /// The ranks agree on the budget, the period and the call counter, so
     /// a rank whose state is out of step is a disagreement.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         let fields = [
-            ("k", self.k as u64),
+            ("k", self.budget.k_for(v.dim()) as u64),
             ("period", self.period),
             ("call", self.calls),
         ];
@@ -376,12 +379,11 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
 
 impl<E: Element> Registered<E> for OkTopk<E> {
     const NAME: &'static str = NAME;
-    const PARAMS: &'static str =
-        "k (entries selected), period (calls between re-estimations, default 32)";
+    const PARAMS: &'static str = "k (entries selected) or density (of the dimension), period (calls between re-estimations, default 32)";
     const HELP: &'static str =
         "Ok-Topk: split and reduce over balanced regions, reused thresholds; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        let k = crate::algorithm::k_param(params, d)?;
-        Self::new(k, params.take("period")?.unwrap_or(32))
+        let budget = params.take_budget(d)?;
+        Self::new(budget, params.take("period")?.unwrap_or(32))
     }
 }

@@ -3,12 +3,12 @@
 //! Spar-All-Gather variants with teams: R-SAG and B-SAG with Alg. 2's
 //! h-adjustment.
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
 use crate::entry::{Reduced, enter};
 use crate::frame::{put_block, split_where, take_block};
 use crate::profile::{Profile, bytes_cost};
-use crate::values::{WireValues, values_param, with_codecs};
+use crate::values::{WireValues, values_param};
 use crate::{Entered, Group, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::{even_len, even_start};
@@ -23,24 +23,24 @@ pub fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E>, Spar
 /// The block layout of SRS over `m` workers: block `j` is the even span
 /// `j` of the dimension, and its share of `k` is `k / m` (one more for the
 /// first `k % m` blocks), at most the span's length.
-#[derive(Debug, Clone, Copy)]
-struct Layout {
+#[derive(Debug, Clone)]
+struct Layout<E> {
     dim: usize,
     m: usize,
     k: usize,
     /// How block values travel.
-    values: WireValues,
+    values: WireValues<E>,
 }
 
-/// What every rank keeps and how it sends it: the budget `k` and the value
-/// codec of the messages.
-#[derive(Debug, Clone, Copy)]
-struct Budget {
+/// What every rank keeps and how it sends it: the budget `k` of this call
+/// and the value codec of the messages.
+#[derive(Debug, Clone)]
+struct Keep<E> {
     k: usize,
-    values: WireValues,
+    values: WireValues<E>,
 }
 
-impl Layout {
+impl<E: Element> Layout<E> {
     fn span(&self, j: usize) -> (usize, usize) {
         (
             even_start(j, self.dim, self.m),
@@ -65,7 +65,7 @@ impl Layout {
 fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    lay: Layout,
+    lay: &Layout<E>,
     dropped: &mut SparseVec<E>,
 ) -> Result<SparseVec<E>> {
     let (p, w, dim) = (t.size(), t.rank(), lay.dim);
@@ -84,18 +84,16 @@ fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
             let j = (w + d) % p;
             let (kept, cut) = split_topk(&blocks[j], lay.share(j));
             // What the codec cannot carry exactly stays here too.
-            let (sent, rest) = lay.values.split_exact(&kept)?;
-            *dropped = dropped.merge_sum(&cut)?.merge_sum(&rest)?;
-            lay.values.put(&mut msg, &sent)?;
+            let packed = lay.values.pack(&kept)?;
+            *dropped = dropped.merge_sum(&cut)?.merge_sum(packed.rest())?;
+            packed.put(&mut msg);
         }
         let got = t.exchange((w + dist) % p, &msg, (w + p - dist) % p)?;
         let mut rest: &[u8] = &got;
         for d in 0..bag.len() {
             let j = (w + d) % p;
             let (lo, len) = lay.span(j);
-            let part = lay
-                .values
-                .take::<E>(&mut rest, dim, lo, len, "spardl block")?;
+            let part = lay.values.take(&mut rest, dim, lo, len, "spardl block")?;
             blocks[j] = blocks[j].merge_sum(&part)?;
         }
         if !rest.is_empty() {
@@ -110,23 +108,21 @@ fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
 fn gather_blocks<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     mine: &SparseVec<E>,
-    lay: Layout,
+    lay: &Layout<E>,
     dropped: &mut SparseVec<E>,
 ) -> Result<SparseVec<E>> {
     // Every rank, this one included, takes the block as the codec carries
     // it; the owner keeps the exact remainder.
-    let (sent, rest) = lay.values.split_exact(mine)?;
-    *dropped = dropped.merge_sum(&rest)?;
-    let mut block = Vec::new();
-    lay.values.put(&mut block, &sent)?;
-    let all = bruck_allgather(t, &block)?;
+    let packed = lay.values.pack(mine)?;
+    *dropped = dropped.merge_sum(packed.rest())?;
+    let all = bruck_allgather(t, packed.bytes())?;
     let (mut idx, mut val) = (Vec::new(), Vec::new());
     for (q, b) in all.iter().enumerate() {
         let (lo, len) = lay.span(q);
         let mut rest: &[u8] = b;
         let part = lay
             .values
-            .take::<E>(&mut rest, lay.dim, lo, len, "spardl block")?;
+            .take(&mut rest, lay.dim, lo, len, "spardl block")?;
         if !rest.is_empty() || part.nnz() > lay.share(q) {
             return Err(Error::corrupt(
                 "spardl block",
@@ -164,15 +160,18 @@ fn teams_enter<T: Transport + ?Sized, E: Element>(
     d: usize,
     name: &str,
     extra: &[(&'static str, u64)],
+    ready: Result<()>,
 ) -> Result<Entered> {
-    let local = if name == RSAG_NAME && !d.is_power_of_two() {
-        Err(Error::invalid(
-            "teams",
-            format!("R-SAG needs a power of two, not {d}"),
-        ))
-    } else {
-        teams(t, d).map(drop)
-    };
+    let local = ready.and_then(|()| {
+        if name == RSAG_NAME && !d.is_power_of_two() {
+            Err(Error::invalid(
+                "teams",
+                format!("R-SAG needs a power of two, not {d}"),
+            ))
+        } else {
+            teams(t, d).map(drop)
+        }
+    });
     enter(t, name, v, extra, local)
 }
 
@@ -184,7 +183,14 @@ fn sag_enter<T: Transport + ?Sized, E: Element>(
     d: usize,
     name: &str,
 ) -> Result<Entered> {
-    teams_enter(t, v, d, name, &[("k", k as u64), ("teams", d as u64)])
+    teams_enter(
+        t,
+        v,
+        d,
+        name,
+        &[("k", k as u64), ("teams", d as u64)],
+        Ok(()),
+    )
 }
 
 /// The body of SparDL with and without SAG after [`teams_enter`]:
@@ -197,12 +203,12 @@ fn sag_enter<T: Transport + ?Sized, E: Element>(
 fn in_teams<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    budget: Budget,
+    budget: Keep<E>,
     d: usize,
     start: Traffic,
     sag: impl FnOnce(
         &mut Group<'_, T>,
-        Layout,
+        &Layout<E>,
         usize,
         SparseVec<E>,
         &mut SparseVec<E>,
@@ -218,9 +224,9 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
     };
     let mut dropped = SparseVec::zeros(dim)?;
     let pos = team.iter().position(|&r| r == t.rank()).expect("a member");
-    let block = spar_reduce_scatter(&mut Group::new(t, team.clone())?, v, lay, &mut dropped)?;
-    let mine = sag(&mut Group::new(t, column)?, lay, pos, block, &mut dropped)?;
-    let result = gather_blocks(&mut Group::new(t, team)?, &mine, lay, &mut dropped)?;
+    let block = spar_reduce_scatter(&mut Group::new(t, team.clone())?, v, &lay, &mut dropped)?;
+    let mine = sag(&mut Group::new(t, column)?, &lay, pos, block, &mut dropped)?;
+    let result = gather_blocks(&mut Group::new(t, team)?, &mine, &lay, &mut dropped)?;
     Ok(Reduced {
         result,
         dropped,
@@ -257,9 +263,9 @@ fn rsag<T: Transport + ?Sized, E: Element>(
     in_teams(
         t,
         v,
-        Budget {
+        Keep {
             k,
-            values: WireValues::Raw,
+            values: WireValues::raw(),
         },
         d,
         start,
@@ -321,7 +327,7 @@ fn rsag<T: Transport + ?Sized, E: Element>(
 /// Memory per rank: as [`Spardl`], `O((4 + E) (nnz + k))` bytes.
 #[derive(Debug, Clone)]
 pub struct SpardlBsag {
-    k: usize,
+    budget: Budget,
     /// `None`: the smallest divisor above 1 of `P`, at each call.
     d: Option<usize>,
     h: f64,
@@ -332,16 +338,17 @@ pub struct SpardlBsag {
 
 impl SpardlBsag {
     /// B-SAG with `d` teams (`d` must divide the number of workers, checked
-    /// at each call) and a budget of `k` entries.
+    /// at each call) and `budget` (a count, or a density of each call's
+    /// dimension).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] if `d == 0`.
-    pub fn new(k: usize, d: usize) -> Result<Self> {
+    pub fn new(budget: Budget, d: usize) -> Result<Self> {
         if d == 0 {
             return Err(Error::invalid("teams", "at least one team"));
         }
         Ok(Self {
-            k,
+            budget,
             d: Some(d),
             h: f64::NAN,
             step: f64::NAN,
@@ -354,10 +361,10 @@ impl SpardlBsag {
     /// `l` (Alg. 2's `L`), after the adjustment for the last count.
     /// B-SAG whose teams are the smallest divisor above 1 of the number of
     /// workers, chosen at each call (1 team for one worker).
-    pub fn auto_teams(k: usize) -> Self {
+    pub fn auto_teams(budget: Budget) -> Self {
         Self {
             d: None,
-            ..Self::new(k, 1).expect("one team")
+            ..Self::new(budget, 1).expect("one team")
         }
     }
 
@@ -407,13 +414,13 @@ impl SpardlBsag {
         v: &SparseVec<E>,
         start: Traffic,
     ) -> Result<Reduced<E>> {
-        let (k, d) = (self.k, self.teams(t.size()));
+        let (k, d) = (self.budget.k_for(v.dim()), self.teams(t.size()));
         in_teams(
             t,
             v,
-            Budget {
+            Keep {
                 k,
-                values: WireValues::Raw,
+                values: WireValues::raw(),
             },
             d,
             start,
@@ -451,7 +458,7 @@ mod tests {
     #[test]
     fn bsag_adjusts_h_as_alg_2_does() {
         // k = 400, d = 4, P = 8: m = 2, L = k / m = 200.
-        let mut b = SpardlBsag::new(400, 4).unwrap();
+        let mut b = SpardlBsag::new(Budget::k(400).unwrap(), 4).unwrap();
         let l = 200;
         // Line 1: h = L / d = k / P = 50, step = 0.01 L (d - 1) / d = 1.5.
         assert_eq!(b.next_h(l, 4), 50);
@@ -485,11 +492,11 @@ mod tests {
     }
 }
 
-/// The parameters of a SAG variant: `k`, and `d` when fixed.
-fn k_and_teams(k: usize, d: Option<usize>) -> String {
+/// The parameters of a SAG variant: the budget, and `d` when fixed.
+fn k_and_teams(budget: Budget, d: Option<usize>) -> String {
     match d {
-        Some(d) => format!("k={k},d={d}"),
-        None => format!("k={k}"),
+        Some(d) => format!("{budget},d={d}"),
+        None => budget.param(),
     }
 }
 
@@ -523,7 +530,7 @@ fn smallest_divisor(p: usize) -> usize {
 ///
 /// With a lossy codec (`values`) every block a rank sends
 /// (in Spar-Reduce-Scatter and in the all-gather) is split with
-/// [`WireValues::split_exact`] and the remainder joins that rank's
+/// [`WireValues::pack`] and the remainder joins that rank's
 /// `dropped`, with the cuts of global residual collection; the inputs sum
 /// to `result` plus every `dropped`. Raw values travel exactly as in
 /// SparDL.
@@ -534,23 +541,24 @@ fn smallest_divisor(p: usize) -> usize {
 /// # Errors
 /// [`Error::Disagreement`] (dimension, `k`), transport errors,
 /// [`Error::Corrupt`]; a lossy codec's errors.
-#[derive(Debug, Clone, Copy)]
-pub struct Spardl {
-    k: usize,
-    values: WireValues,
+#[derive(Debug, Clone)]
+pub struct Spardl<E> {
+    budget: Budget,
+    values: WireValues<E>,
 }
 
-impl Spardl {
-    /// SparDL keeping `k`.
-    pub fn new(k: usize) -> Self {
+impl<E: Element> Spardl<E> {
+    /// SparDL keeping `budget` (a count, or a density of each call's
+    /// dimension).
+    pub fn new(budget: Budget) -> Self {
         Self {
-            k,
-            values: WireValues::Raw,
+            budget,
+            values: WireValues::raw(),
         }
     }
     /// The same, its blocks sent with `values`.
     #[must_use]
-    pub fn with_values(self, values: WireValues) -> Self {
+    pub fn with_values(self, values: WireValues<E>) -> Self {
         Self { values, ..self }
     }
 }
@@ -560,14 +568,14 @@ const NAME: &str = "spardl";
 const RSAG_NAME: &str = "spardl_rsag";
 const BSAG_NAME: &str = "spardl_bsag";
 
-impl<E: Element> SparseAllreduce<E> for Spardl {
+impl<E: Element> SparseAllreduce<E> for Spardl<E> {
     fn name(&self) -> String {
         NAME.into()
     }
     fn params(&self) -> String {
-        match values_param(self.values) {
-            v if v.is_empty() => format!("k={}", self.k),
-            v => format!("k={},{v}", self.k),
+        match values_param(&self.values) {
+            v if v.is_empty() => self.budget.param(),
+            v => format!("{},{v}", self.budget.param()),
         }
     }
     fn lossless(&self) -> bool {
@@ -576,8 +584,8 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
     /// Table 1 in pairs of this element (full blocks of `k / P`, at most
     /// the union), plus the all-gather's frames.
     fn cost(&self, prof: &Profile) -> Cost {
-        let prof = &prof.with_values::<E>(self.values);
-        let k = self.k.min(prof.union);
+        let prof = &prof.with_values(&self.values);
+        let k = self.budget.k_for(prof.n).min(prof.union);
         let c = cost::spardl(prof.p, k);
         bytes_cost(
             c.rounds,
@@ -588,12 +596,15 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
         Some(2 * u64::from(cost::ceil_log2(p)))
     }
-    fn max_result_entries(&self) -> Option<usize> {
-        Some(self.k)
+    fn max_result_entries(&self, dim: usize) -> Option<usize> {
+        Some(self.budget.k_for(dim))
     }
+    /// A codec's split checked before the round.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
-        let extra = [("k", self.k as u64), ("values", self.values.code())];
-        teams_enter(t, v, 1, NAME, &extra)
+        let k = self.budget.k_for(v.dim());
+        let extra = [("k", k as u64), ("values", self.values.code())];
+        let ready = self.values.ready(v);
+        teams_enter(t, v, 1, NAME, &extra, ready)
     }
     fn body(
         &mut self,
@@ -602,9 +613,9 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        let budget = Budget {
-            k: self.k,
-            values: self.values,
+        let budget = Keep {
+            k: self.budget.k_for(v.dim()),
+            values: self.values.clone(),
         };
         *out = in_teams(
             t,
@@ -618,18 +629,15 @@ impl<E: Element> SparseAllreduce<E> for Spardl {
     }
 }
 
-impl<E: Element> Registered<E> for Spardl {
+impl<E: Element> Registered<E> for Spardl<E> {
     const NAME: &'static str = NAME;
-    const PARAMS: &'static str = "k (entries kept), values (raw, f16, bf16 or ssmean; default raw)";
+    const VALUES: bool = true;
+    const PARAMS: &'static str = "k (entries kept) or density (of the dimension), values (a codec of the registry; default raw)";
     const HELP: &'static str =
         "SparDL: Spar-Reduce-Scatter with global residual collection, Bruck all-gather; lossy";
-    fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        let k = crate::algorithm::k_param(params, d)?;
-        Ok(Self::new(k).with_values(params.take_values()?))
-    }
-    /// Raw values and every lossy codec.
-    fn suite_specs(_: usize) -> Vec<String> {
-        with_codecs(NAME)
+    fn build(params: &mut Params, d: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
+        let budget = params.take_budget(d)?;
+        Ok(Self::new(budget).with_values(params.take_values(catalog)?))
     }
 }
 
@@ -661,16 +669,17 @@ impl<E: Element> Registered<E> for Spardl {
 /// as [`Spardl`].
 #[derive(Debug, Clone, Copy)]
 pub struct SpardlRsag {
-    k: usize,
+    budget: Budget,
     /// `None`: 2 teams for an even number of workers, else 1, at each call.
     d: Option<usize>,
 }
 
 impl SpardlRsag {
-    /// SparDL with R-SAG keeping `k` on `d` teams (`None`: 2 for an even
-    /// number of workers, else 1).
-    pub fn new(k: usize, d: Option<usize>) -> Self {
-        Self { k, d }
+    /// SparDL with R-SAG keeping `budget` (a count, or a density of each
+    /// call's dimension) on `d` teams (`None`: 2 for an even number of
+    /// workers, else 1).
+    pub fn new(budget: Budget, d: Option<usize>) -> Self {
+        Self { budget, d }
     }
     fn teams(&self, p: usize) -> usize {
         self.d.unwrap_or(if p % 2 == 0 { 2 } else { 1 })
@@ -682,14 +691,14 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         RSAG_NAME.into()
     }
     fn params(&self) -> String {
-        k_and_teams(self.k, self.d)
+        k_and_teams(self.budget, self.d)
     }
     fn lossless(&self) -> bool {
         false
     }
     /// Eq. 5 in pairs of this element (at most the union).
     fn cost(&self, prof: &Profile) -> Cost {
-        let k = self.k.min(prof.union);
+        let k = self.budget.k_for(prof.n).min(prof.union);
         let c = cost::spardl_rsag(prof.p, k, self.teams(prof.p));
         bytes_cost(c.rounds, c.words / 2.0 * prof.pair_bytes())
     }
@@ -699,12 +708,12 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         let d = self.teams(p);
         Some(2 * u64::from(cost::ceil_log2(p / d)) + u64::from(d.ilog2()))
     }
-    fn max_result_entries(&self) -> Option<usize> {
-        Some(self.k)
+    fn max_result_entries(&self, dim: usize) -> Option<usize> {
+        Some(self.budget.k_for(dim))
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         let d = self.teams(t.size());
-        sag_enter(t, v, self.k, d, RSAG_NAME)
+        sag_enter(t, v, self.budget.k_for(v.dim()), d, RSAG_NAME)
     }
     fn body(
         &mut self,
@@ -713,20 +722,20 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        *out = rsag(t, v, self.k, self.teams(t.size()), entered.start())?;
+        let k = self.budget.k_for(v.dim());
+        *out = rsag(t, v, k, self.teams(t.size()), entered.start())?;
         Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for SpardlRsag {
     const NAME: &'static str = RSAG_NAME;
-    const PARAMS: &'static str =
-        "k (entries kept), d (teams, a power of two dividing P; default 2 for even P, else 1)";
+    const PARAMS: &'static str = "k (entries kept) or density (of the dimension), d (teams, a power of two dividing P; default 2 for even P, else 1)";
     const HELP: &'static str =
         "SparDL with R-SAG: SRS in teams, recursive doubling between them; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        let k = crate::algorithm::k_param(params, d)?;
-        Ok(Self::new(k, crate::algorithm::teams_param(params)?))
+        let budget = params.take_budget(d)?;
+        Ok(Self::new(budget, crate::algorithm::teams_param(params)?))
     }
     /// The largest power of two up to 4 dividing `P` as its teams.
     fn suite_specs(p: usize) -> Vec<String> {
@@ -748,7 +757,7 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         BSAG_NAME.into()
     }
     fn params(&self) -> String {
-        k_and_teams(self.k, self.d)
+        k_and_teams(self.budget, self.d)
     }
     fn lossless(&self) -> bool {
         false
@@ -764,8 +773,9 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         let d = self.d.unwrap_or_else(|| smallest_divisor(p)).max(1);
         let m = (p / d).max(1);
         let pair = prof.pair_bytes();
-        let k = self.k.min(prof.union) as f64;
-        let l = self.k / m;
+        let k_all = self.budget.k_for(prof.n);
+        let k = k_all.min(prof.union) as f64;
+        let l = k_all / m;
         let h = self.clone().next_h(l, d) as f64;
         let n_t = self.last_count.map_or_else(
             || h * (1.0 + (d as f64 - 1.0) * (1.0 - prof.overlap())),
@@ -781,7 +791,8 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
     /// SparDL's Table 1 bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         let d = self.d.unwrap_or_else(|| smallest_divisor(prof.p));
-        Some(prof.within(cost::spardl_bsag(prof.p, self.k, d)))
+        let k = self.budget.k_for(prof.n);
+        Some(prof.within(cost::spardl_bsag(prof.p, k, d)))
     }
     /// SRS in teams of `P / d` and its all-gather, with a Bruck
     /// allgather of `ceil(lg d)` steps between.
@@ -789,12 +800,12 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         let d = self.d.unwrap_or_else(|| smallest_divisor(p));
         Some(2 * u64::from(cost::ceil_log2(p / d)) + u64::from(cost::ceil_log2(d)))
     }
-    fn max_result_entries(&self) -> Option<usize> {
-        Some(self.k)
+    fn max_result_entries(&self, dim: usize) -> Option<usize> {
+        Some(self.budget.k_for(dim))
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         let d = self.teams(t.size());
-        sag_enter(t, v, self.k, d, BSAG_NAME)
+        sag_enter(t, v, self.budget.k_for(v.dim()), d, BSAG_NAME)
     }
     fn body(
         &mut self,
@@ -810,14 +821,13 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
 
 impl<E: Element> Registered<E> for SpardlBsag {
     const NAME: &'static str = BSAG_NAME;
-    const PARAMS: &'static str =
-        "k (entries kept), d (teams dividing P; default the smallest divisor above 1)";
+    const PARAMS: &'static str = "k (entries kept) or density (of the dimension), d (teams dividing P; default the smallest divisor above 1)";
     const HELP: &'static str = "SparDL with B-SAG: SRS in teams, an adaptive h between them; lossy";
     fn build(params: &mut Params, defaults: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        let k = crate::algorithm::k_param(params, defaults)?;
+        let budget = params.take_budget(defaults)?;
         match crate::algorithm::teams_param(params)? {
-            Some(d) => Self::new(k, d),
-            None => Ok(Self::auto_teams(k)),
+            Some(d) => Self::new(budget, d),
+            None => Ok(Self::auto_teams(budget)),
         }
     }
     /// The smallest divisor above 1 of `P` as its teams.

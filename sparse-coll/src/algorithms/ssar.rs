@@ -8,7 +8,7 @@ use crate::frame::{
     stream_to_sparse, stream_view, take_parts,
 };
 use crate::profile::{Profile, bytes_cost};
-use crate::values::{WireValues, values_param, with_codecs};
+use crate::values::{WireValues, values_param};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
@@ -58,7 +58,7 @@ fn reference<T: Transport + ?Sized, E: Element>(
 fn quantized<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    values: WireValues,
+    values: &WireValues<E>,
     start: Traffic,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
@@ -67,11 +67,9 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     let mut acc = v.clone();
     let mut dropped = SparseVec::zeros(dim)?;
     let send_split = |t: &mut T, to: usize, acc: &SparseVec<E>| -> Result<SparseVec<E>> {
-        let (sent, rest) = values.split_exact(acc)?;
-        let mut msg = Vec::new();
-        values.put(&mut msg, &sent)?;
-        t.send(to, &msg)?;
-        Ok(rest)
+        let packed = values.pack(acc)?;
+        t.send(to, packed.bytes())?;
+        Ok(packed.into_parts().1)
     };
     let read = |b: &[u8]| -> Result<SparseVec<E>> {
         let mut rest = b;
@@ -90,16 +88,15 @@ fn quantized<T: Transport + ?Sized, E: Element>(
         let mut mask = 1;
         while mask < fold.pp {
             let partner = fold.real(nr ^ mask);
-            let (sent, rest) = values.split_exact(&acc)?;
-            // The block of `mask` core ranks holds this same sum: its lowest
-            // keeps the remainder.
+            let packed = values.pack(&acc)?;
+            // The block of `mask` core ranks holds this same sum, and makes
+            // the same split (splits are functions of the values): its
+            // lowest keeps the remainder.
             if nr % mask == 0 {
-                dropped = dropped.merge_sum(&rest)?;
+                dropped = dropped.merge_sum(packed.rest())?;
             }
-            let mut msg = Vec::new();
-            values.put(&mut msg, &sent)?;
-            let got = read(&t.exchange(partner, &msg, partner)?)?;
-            acc = sent.merge_sum(&got)?;
+            let got = read(&t.exchange(partner, packed.bytes(), partner)?)?;
+            acc = packed.sent().merge_sum(&got)?;
             mask <<= 1;
         }
     }
@@ -351,7 +348,7 @@ impl<E: Element> Acc<E> {
 ///
 /// With a lossy codec (`values`) its partial sums are split before
 /// each send a rank splits its partial sum with
-/// [`WireValues::split_exact`], sends what the codec carries exactly and
+/// [`WireValues::pack`], sends what the codec carries exactly and
 /// adds the partner's (`a + b` and `b + a`, so partners stay identical).
 /// The `2^i` core ranks of a block hold the same partial sum at step `i`,
 /// so its remainder goes to the `dropped` of one of them, the block's
@@ -367,14 +364,14 @@ impl<E: Element> Acc<E> {
 /// [`sparse_core::Error::Disagreement`] if ranks pass different dimensions;
 /// transport errors; [`sparse_core::Error::Corrupt`] for malformed messages;
 /// a lossy codec's errors.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SsarRecursiveDouble {
-    values: WireValues,
+#[derive(Debug, Clone, Default)]
+pub struct SsarRecursiveDouble<E> {
+    values: WireValues<E>,
 }
 
-impl SsarRecursiveDouble {
+impl<E: Element> SsarRecursiveDouble<E> {
     /// SSAR_Recursive_double sending its partial sums with `values`.
-    pub fn new(values: WireValues) -> Self {
+    pub fn new(values: WireValues<E>) -> Self {
         Self { values }
     }
 }
@@ -382,15 +379,15 @@ impl SsarRecursiveDouble {
 /// The registry name, from which the entry id derives.
 const NAME: &str = "ssar_recursive_double";
 
-impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
+impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
     fn name(&self) -> String {
         NAME.into()
     }
     fn params(&self) -> String {
-        values_param(self.values)
+        values_param(&self.values)
     }
     fn lossless(&self) -> bool {
-        self.values.lossless::<E>()
+        self.values.lossless()
     }
     /// For each rank, the streams it receives: a rank with a folded partner
     /// (MPICH's fold, `P` not a power of two) first that partner's input,
@@ -398,7 +395,7 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
     /// partner's group of `2^i` core ranks stands for (dense past delta); a
     /// folded rank only the result. The busiest rank's total.
     fn cost(&self, prof: &Profile) -> Cost {
-        let prof = &prof.with_values::<E>(self.values);
+        let prof = &prof.with_values(&self.values);
         let p = prof.p;
         if p <= 1 {
             return Cost::new(0.0, 0.0);
@@ -452,27 +449,23 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        match self.values {
-            WireValues::Raw => raw_into(t, v, entered.start(), out),
-            values => {
-                *out = quantized(t, v, values, entered.start())?;
-                Ok(())
-            }
+        if self.values.is_raw() {
+            return raw_into(t, v, entered.start(), out);
         }
+        *out = quantized(t, v, &self.values, entered.start())?;
+        Ok(())
     }
 }
 
-impl<E: Element> Registered<E> for SsarRecursiveDouble {
+impl<E: Element> Registered<E> for SsarRecursiveDouble<E> {
     const NAME: &'static str = NAME;
     const PLANNED: bool = true;
-    const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
+    const VALUES: bool = true;
+    const PARAMS: &'static str =
+        "values (a codec of the registry: raw, f16, bf16, ssmean or a user's; default raw)";
     const HELP: &'static str = "SparCML's recursive doubling of sparse streams (Zen's Hierarchical Centralization); lossless";
-    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        Ok(Self::new(params.take_values()?))
-    }
-    /// Raw values and every lossy codec.
-    fn suite_specs(_: usize) -> Vec<String> {
-        with_codecs(NAME)
+    fn build(params: &mut Params, _: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
+        Ok(Self::new(params.take_values(catalog)?))
     }
 }
 

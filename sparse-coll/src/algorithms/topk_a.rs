@@ -7,26 +7,26 @@ use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Reduced, enter};
 use crate::frame::{pairs_view, sum_parts, take_parts};
 use crate::profile::{Profile, bytes_cost};
-use crate::values::{WireValues, values_param, with_codecs};
+use crate::values::{WireValues, values_param};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::borrow::Cow;
 
-/// TopkA with a lossy codec, after the entry round: each rank sends what
-/// [`WireValues::split_exact`] keeps and returns the exact remainder in
+/// TopkA with a codec, after the entry round: each rank sends what
+/// [`WireValues::pack`] keeps and returns the exact remainder in
 /// `dropped`.
 fn quantized<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    values: WireValues,
+    values: &WireValues<E>,
     start: Traffic,
 ) -> Result<Reduced<E>> {
-    let (sent, dropped) = values.split_exact(v)?;
-    let mut msg = Vec::new();
-    values.put(&mut msg, &sent)?;
+    let packed = values.pack(v)?;
     let mut result = SparseVec::zeros(v.dim())?;
-    for b in bruck_allgather(t, &msg)? {
+    let all = bruck_allgather(t, packed.bytes())?;
+    let dropped = packed.into_parts().1;
+    for b in all {
         let mut rest: &[u8] = &b;
         let part = values.take(&mut rest, v.dim(), 0, v.dim(), "topk_a message")?;
         if !rest.is_empty() {
@@ -86,8 +86,9 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
 /// words plus the framing.
 ///
 /// With a lossy codec (`values`; RedSync's quantized AGsparse with
-/// [`WireValues::SameSignMean`]) each rank sends what
-/// [`WireValues::split_exact`] keeps and returns the exact remainder in
+/// [`WireValues::same_sign_mean`]; any codec of the registry, a user's
+/// own included) each rank sends what
+/// [`WireValues::pack`] keeps and returns the exact remainder in
 /// `dropped`, so the inputs sum to `result` plus every `dropped`.
 ///
 /// Memory per rank: the `P` gathered messages and the merged result, about
@@ -99,14 +100,14 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
 /// dimensions; transport errors; [`sparse_core::Error::Corrupt`] for
 /// malformed messages; [`sparse_core::Error::NonFinite`] for a value a
 /// lossy codec cannot take (on every rank).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TopkA {
-    values: WireValues,
+#[derive(Debug, Clone, Default)]
+pub struct TopkA<E> {
+    values: WireValues<E>,
 }
 
-impl TopkA {
+impl<E: Element> TopkA<E> {
     /// TopkA sending its values with `values`.
-    pub fn new(values: WireValues) -> Self {
+    pub fn new(values: WireValues<E>) -> Self {
         Self { values }
     }
 }
@@ -114,19 +115,19 @@ impl TopkA {
 /// The registry name, from which the entry id derives.
 const NAME: &str = "topk_a";
 
-impl<E: Element> SparseAllreduce<E> for TopkA {
+impl<E: Element> SparseAllreduce<E> for TopkA<E> {
     fn name(&self) -> String {
         NAME.into()
     }
     fn params(&self) -> String {
-        values_param(self.values)
+        values_param(&self.values)
     }
     fn lossless(&self) -> bool {
-        self.values.lossless::<E>()
+        self.values.lossless()
     }
     /// Every other rank's framed pairs, in `ceil(lg P)` rounds.
     fn cost(&self, prof: &Profile) -> Cost {
-        let prof = prof.with_values::<E>(self.values);
+        let prof = prof.with_values(&self.values);
         let bytes = prof.others() * (4.0 + prof.pair_bytes() * prof.k_avg() as f64);
         bytes_cost(cost::ceil_log2(prof.p) as f64, bytes)
     }
@@ -141,7 +142,7 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
     /// Raw values: a framed block of every other rank's pairs.
     fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
         let pair = 4 + E::BYTES;
-        (self.values == WireValues::Raw).then(|| {
+        self.values.is_raw().then(|| {
             (0..ins.len())
                 .filter(|&q| q != r)
                 .map(|q| (4 + pair * ins[q].nnz()) as u64)
@@ -160,27 +161,23 @@ impl<E: Element> SparseAllreduce<E> for TopkA {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        match self.values {
-            WireValues::Raw => raw_into(t, v, entered.start(), out),
-            values => {
-                *out = quantized(t, v, values, entered.start())?;
-                Ok(())
-            }
+        if self.values.is_raw() {
+            return raw_into(t, v, entered.start(), out);
         }
+        *out = quantized(t, v, &self.values, entered.start())?;
+        Ok(())
     }
 }
 
-impl<E: Element> Registered<E> for TopkA {
+impl<E: Element> Registered<E> for TopkA<E> {
     const NAME: &'static str = NAME;
     const PLANNED: bool = true;
-    const PARAMS: &'static str = "values (raw, f16, bf16 or ssmean; default raw)";
+    const VALUES: bool = true;
+    const PARAMS: &'static str =
+        "values (a codec of the registry: raw, f16, bf16, ssmean or a user's; default raw)";
     const HELP: &'static str =
         "allgather of every rank's pairs, summed in rank order (RedSync, SparDL's TopkA); lossless";
-    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        Ok(Self::new(params.take_values()?))
-    }
-    /// Raw values and every lossy codec.
-    fn suite_specs(_: usize) -> Vec<String> {
-        with_codecs(NAME)
+    fn build(params: &mut Params, _: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
+        Ok(Self::new(params.take_values(catalog)?))
     }
 }

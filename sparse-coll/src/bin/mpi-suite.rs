@@ -26,8 +26,8 @@ use sparse_coll::testing::{
     CountingAlloc, algorithms, bad_input_suite, check_corrupt, collective_suite, corrupt_case,
 };
 use sparse_coll::{
-    Intercept, Intercepting, MpiTransport, Reduced, Spardl, SparseAllreduce, SsarSplitAllgather,
-    TopkA, Transport,
+    Budget, Intercept, Intercepting, MpiTransport, Reduced, Spardl, SparseAllreduce,
+    SsarSplitAllgather, TopkA, Transport,
 };
 use sparse_core::{Error, Result, SparseVec};
 
@@ -130,7 +130,7 @@ fn panic_mode(mut t: MpiTransport) {
     let lg = u64::from(usize::BITS - (p - 1).leading_zeros());
     let at = if r == p - 1 { lg + 1 } else { u64::MAX };
     let mut f = Intercepting::wrap(&mut t, PanicAt { calls: 0, at });
-    let res = Spardl::new(100).allreduce(&mut f, &v);
+    let res = Spardl::new(Budget::k(100).expect("k")).allreduce(&mut f, &v);
     println!(
         "rank {r} of {p} finished: {:?}",
         res.map(|x| x.result.nnz())
@@ -212,9 +212,12 @@ fn nonblocking(mut t: MpiTransport) {
         vec![1.0f32, 2.0, 3.0],
     )
     .expect("input");
-    let blocking = Spardl::new(40).allreduce(&mut t, &v).expect("blocking");
+    let blocking = Spardl::new(Budget::k(40).expect("k"))
+        .allreduce(&mut t, &v)
+        .expect("blocking");
     let w = v.clone();
-    let pending = sparse_coll::nonblocking::start(t, move |t| Spardl::new(40).allreduce(t, &w));
+    let pending =
+        sparse_coll::nonblocking::start(t, move |t| Spardl::new(Budget::k(40)?).allreduce(t, &w));
     let busy: u64 = (0..1_000_000u64).map(|x| x ^ (x >> 3)).sum();
     let (_t, started) = pending.wait();
     let started = started.expect("non-blocking");
@@ -242,7 +245,7 @@ fn warm(mut t: MpiTransport) {
     let val = idx.iter().map(|&i| (i % 13) as f32 - 6.5).collect();
     let v = SparseVec::new(DIM as usize, idx, val).expect("input");
     let registry = sparse_coll::Registry::<f32>::builtin();
-    let defaults = sparse_coll::Defaults { k: NNZ as usize };
+    let defaults = sparse_coll::Defaults::k(NNZ as usize).expect("a budget");
     for spec in [
         "topk_a",
         "topk_dsa",

@@ -26,7 +26,10 @@ pub use block::{Block, DEFAULT_BLOCK};
 pub use coo::Coo;
 pub use hash_bitmap::{HashBitmap, PartitionIndex};
 pub use reader::Reader;
-pub use value::{Bf16, F16, Qsgd, Raw, SameSignMean, ValueCodec};
+pub use value::{
+    Bf16, F16, Qsgd, Raw, SameSignMean, Split, USER_TAGS, ValueCodec, sends_exactly,
+    split_by_round_trip,
+};
 
 use crate::{Element, Error, Result, SparseVec};
 
