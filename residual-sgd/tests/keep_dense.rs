@@ -16,8 +16,8 @@ use sparse_select::{RadixTopK, k_for_density};
 
 type Tr = Trainer<Cpu, RadixTopK>;
 
-fn comm(l: &LayerSpec) -> Result<Box<dyn SparseAllreduce<f32>>> {
-    Registry::builtin().build("topk_a", Defaults { k: l.len })
+fn comm(_: &LayerSpec) -> Result<Box<dyn SparseAllreduce<f32>>> {
+    Registry::builtin().build("topk_a", Defaults::lossless())
 }
 
 fn build(cfg: Config, layers: Vec<LayerSpec>) -> Result<Tr> {

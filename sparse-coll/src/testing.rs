@@ -280,7 +280,7 @@ pub fn collective_suite_for(
             if call == 1
                 && let Some(ran) = algo.ran()
             {
-                predicted = registry.build(&ran, Defaults { k })?.cost(&prof).bytes();
+                predicted = registry.build(&ran, defaults)?.cost(&prof).bytes();
             }
             if call == 1 {
                 // `allreduce_into` on a second, fresh instance, into an

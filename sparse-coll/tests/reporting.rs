@@ -16,7 +16,7 @@ fn a_disagreement_about_the_algorithm_names_them() {
         } else {
             "ssar_recursive_double"
         };
-        let mut a = Registry::builtin().build(spec, Defaults { k: 1 })?;
+        let mut a = Registry::builtin().build(spec, Defaults::lossless())?;
         a.allreduce(t, &v)
     });
     for r in out {
@@ -60,7 +60,7 @@ fn the_rank_first_pattern() {
         .collect();
     let out = ThreadCluster::new(4).run(|t| {
         let rank = t.rank();
-        let mut a = Registry::builtin().build("ssar_recursive_double", Defaults { k: 0 })?;
+        let mut a = Registry::builtin().build("ssar_recursive_double", Defaults::lossless())?;
         a.allreduce(t, &ins[rank])
     });
     for r in out {

@@ -87,7 +87,7 @@ pub use trimmed::TrimmedTopK;
 pub use zen::{ZenPartition, ZenPartitioner};
 
 use sparse_core::backend::first_non_finite;
-use sparse_core::{Backend, BufferOps, Element, Error, Result, Scalar, SparseVec};
+use sparse_core::{Backend, BufferOps, Element, Result, Scalar, SparseVec};
 
 /// A selected communication set, on the device.
 pub struct Selection<B: BufferOps + ?Sized, E: Scalar> {
@@ -211,6 +211,7 @@ pub(crate) fn to_threshold<E: Element>(t: f64) -> E {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sparse_core::Error;
 
     #[test]
     fn density_is_validated() {
