@@ -7,6 +7,12 @@
 
 pub mod allreduce;
 pub mod encode;
+
+/// The workspace README's examples, compiled and run as doc tests here,
+/// the crate that depends on every other one.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
 pub mod select;
 pub mod train;
 

@@ -44,11 +44,6 @@ mod stream;
 pub mod testing;
 pub mod topk;
 
-/// The workspace README's examples, compiled and run as doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;
-
 pub use backend::{
     Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, HashOps, HashPartitions, IndexOps,
     KeyOrder, ReduceOps, Scalar, SelectOps, Selected,
