@@ -27,8 +27,8 @@
 //! # Ok::<(), sparse_core::Error>(())
 //! ```
 //!
-//! Input contract: NaN or infinity in `x` is [`Error::NonFinite`]; `k > n`
-//! is [`Error::KOutOfRange`].
+//! Input contract: NaN or infinity in `x` is [`Error::NonFinite`](sparse_core::Error::NonFinite); `k > n`
+//! is [`Error::KOutOfRange`](sparse_core::Error::KOutOfRange).
 
 mod block;
 mod policy;
@@ -124,7 +124,7 @@ pub trait Selector<B: Backend<E>, E: Element> {
     /// Selects from `x` with target size `k`.
     ///
     /// # Errors
-    /// [`Error::KOutOfRange`] if `k > len`; [`Error::NonFinite`] on NaN or
+    /// [`Error::KOutOfRange`](sparse_core::Error::KOutOfRange) if `k > len`; [`Error::NonFinite`](sparse_core::Error::NonFinite) on NaN or
     /// infinity; backend errors.
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>>;
 }
@@ -145,7 +145,7 @@ impl<B: Backend<E>, E: Element, S: Selector<B, E> + ?Sized> Selector<B, E> for B
 /// the lossy collectives of `sparse-coll` share).
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] unless `0 < density <= 1`.
+/// [`Error::InvalidParameter`](sparse_core::Error::InvalidParameter) unless `0 < density <= 1`.
 pub fn k_for_density(n: usize, density: f64) -> Result<usize> {
     sparse_core::topk::k_for_density(n, density)
 }
