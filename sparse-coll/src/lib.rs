@@ -115,6 +115,7 @@ pub mod wire;
 
 pub use algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 pub use algorithms::gtopk::Gtopk;
+pub use algorithms::hierarchical::Hierarchical;
 pub use algorithms::ok_topk::OkTopk;
 pub use algorithms::omnireduce::OmniReduceBlocks;
 pub use algorithms::spardl::{Spardl, SpardlBsag, SpardlRsag};

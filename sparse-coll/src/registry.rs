@@ -126,6 +126,7 @@ impl<E: Element> Registry<E> {
         r.add::<Spardl<E>>();
         r.add::<SpardlRsag>();
         r.add::<SpardlBsag>();
+        r.add::<Hierarchical<E>>();
         DsarSplitAllgather::register_qsgd(&mut r);
         r.add::<Auto<E>>();
         r

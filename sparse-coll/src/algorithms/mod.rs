@@ -4,6 +4,7 @@
 //! [`crate::registry`] lists them, one line each.
 
 pub(crate) mod gtopk;
+pub(crate) mod hierarchical;
 pub(crate) mod ok_topk;
 pub(crate) mod omnireduce;
 pub(crate) mod push_pull;

@@ -1,0 +1,295 @@
+//! A hierarchical sparse allreduce over nodes of ranks (issue 29): a
+//! collective within each node, one across nodes on each rank's shard, and
+//! an allgather within each node, built on [`crate::Group`].
+
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
+use crate::dense::bruck_allgather;
+use crate::entry::{enter, entry_id};
+use crate::frame::{put_block, take_block};
+use crate::profile::{Profile, bytes_cost};
+use crate::{Entered, Group, Reduced, Transport};
+use sparse_core::cost::{Cost, ceil_log2};
+use sparse_core::{Element, Error, Result, SparseVec};
+
+/// The registry name, from which the entry id derives.
+const NAME: &str = "hierarchical";
+
+/// The nodes of `p` ranks of `node` ranks each (the last one may hold
+/// fewer): rank `r`'s node, its first rank and its size.
+fn node_of(p: usize, node: usize, r: usize) -> (usize, usize, usize) {
+    let j = r / node;
+    let first = j * node;
+    (j, first, node.min(p - first))
+}
+
+/// Shard `s` of `m` of a dimension `n`: `lo..hi`.
+fn shard(n: usize, m: usize, s: usize) -> (usize, usize) {
+    (s * n / m, (s + 1) * n / m)
+}
+
+/// A two-level sparse allreduce for ranks grouped in nodes of `node`
+/// consecutive ranks (the last node may be smaller), as on GPU clusters
+/// whose ranks share a fast link within a node and a slower one across:
+///
+/// 1. within each node, the `intra` collective sums the node's inputs
+///    (every member gets the node's sum);
+/// 2. the dimension is cut into `node` shards; shard `s` of each node's sum
+///    is held by the node's member `s mod size`, and the holders of shard
+///    `s` in every node run the `inter` collective on it (re-indexed to
+///    the shard), so every rank's inter-node link carries a `1 / node`
+///    share instead of one rank per node carrying everything; a member of
+///    a smaller last node holds more than one shard and takes part in
+///    their collectives in shard order;
+/// 3. within each node, the shards' results are allgathered (a Bruck
+///    allgather of one block per member).
+///
+/// With one node (`P <= node`) it is the intra collective alone. Lossless
+/// when both collectives are; otherwise each rank's `dropped` is what its
+/// intra call dropped plus what its inter calls dropped (shifted back into
+/// the whole dimension), so that the result plus every rank's `dropped` is
+/// the inputs' sum: exactly where the two parts' additions at a shared
+/// index are exact (integer values), else within the rounding of one more
+/// addition per index.
+///
+/// The intra step sums whole vectors (an allreduce, not a reduce-scatter):
+/// within a node, links are the fast ones. Registry name `hierarchical`,
+/// parameters `node` (default 8), `intra` and `inter` (registry names of
+/// the catalog it is built in, each with the same defaults; default
+/// `ssar_split_allgather` for both).
+///
+/// # Errors
+/// The parts' errors; [`sparse_core::Error::Disagreement`] when ranks
+/// differ in `node`, `intra` or `inter`.
+pub struct Hierarchical<E: Element> {
+    node: usize,
+    names: (String, String),
+    intra: Box<dyn SparseAllreduce<E>>,
+    /// One instance per shard, so that a stateful collective keeps the
+    /// state of its own group.
+    inter: Vec<Box<dyn SparseAllreduce<E>>>,
+}
+
+impl<E: Element> std::fmt::Debug for Hierarchical<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{NAME}:{}", SparseAllreduce::<E>::params(self))
+    }
+}
+
+impl<E: Element> Hierarchical<E> {
+    /// Nodes of `node` ranks, `intra` and `inter` by registry name, built
+    /// in `catalog` with `defaults`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for `node = 0`, a name that is not a
+    /// plain registry name or is `hierarchical` itself; `catalog`'s errors.
+    pub fn new(
+        node: usize,
+        intra: &str,
+        inter: &str,
+        defaults: Defaults,
+        catalog: &dyn Catalog<E>,
+    ) -> Result<Self> {
+        if node == 0 {
+            return Err(Error::invalid("node", "0 ranks per node"));
+        }
+        for name in [intra, inter] {
+            if !is_name(name) || name == NAME {
+                return Err(Error::invalid(
+                    "algorithm",
+                    format!("{NAME}: {name:?} is not a plain name of another algorithm"),
+                ));
+            }
+        }
+        let inter_all = (0..node)
+            .map(|_| catalog.build(inter, defaults))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            node,
+            names: (intra.into(), inter.into()),
+            intra: catalog.build(intra, defaults)?,
+            inter: inter_all,
+        })
+    }
+}
+
+impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
+    fn name(&self) -> String {
+        NAME.into()
+    }
+    fn params(&self) -> String {
+        format!(
+            "node={},intra={},inter={}",
+            self.node, self.names.0, self.names.1
+        )
+    }
+    fn lossless(&self) -> bool {
+        self.intra.lossless() && self.inter.iter().all(|a| a.lossless())
+    }
+    /// The intra collective's cost on a node (`node` ranks, the union of
+    /// their inputs), the inter collective's on a shard (the nodes' sums
+    /// restricted to `1 / node` of the dimension) times the shards the
+    /// busiest rank holds, the parts' entry rounds, and the allgather of
+    /// the shards' results within the node.
+    fn cost(&self, prof: &Profile) -> Cost {
+        let p = prof.p.max(1);
+        let m = self.node.min(p);
+        let nodes = p.div_ceil(m);
+        let entry = |ranks: usize| {
+            // A Bruck allgather of a few words (status, algorithm,
+            // dimension, element and the part's own fields).
+            Cost::new(
+                f64::from(ceil_log2(ranks)),
+                (ranks - 1) as f64 * 8.0 * 6.0 / 4.0,
+            )
+        };
+        let in_node = Profile {
+            p: m,
+            k_sum: prof.k_avg() * m,
+            union: prof.union_of(m as f64).round() as usize,
+            ..*prof
+        };
+        let plus = |a: Cost, b: Cost| Cost::new(a.rounds + b.rounds, a.words + b.words);
+        let intra = plus(self.intra.cost(&in_node), entry(m));
+        if nodes == 1 {
+            return intra;
+        }
+        // The last node's members hold the most shards.
+        let last = p - (nodes - 1) * m;
+        let held = m.div_ceil(last) as f64;
+        let shard_n = prof.n.div_ceil(m);
+        let node_sum = in_node.union.div_ceil(m);
+        let across = Profile {
+            p: nodes,
+            n: shard_n,
+            k_max: node_sum,
+            k_sum: node_sum * nodes,
+            union: prof.union.div_ceil(m).max(node_sum),
+            ..*prof
+        };
+        let inter = plus(self.inter[0].cost(&across), entry(nodes));
+        let gather_entries = prof.union as f64 * (m - 1) as f64 / m as f64;
+        let gather = bytes_cost(
+            f64::from(ceil_log2(m)),
+            4.0 * (m - 1) as f64 + prof.pair_bytes() * gather_entries,
+        );
+        plus(
+            plus(intra, Cost::new(inter.rounds * held, inter.words * held)),
+            gather,
+        )
+    }
+    fn reset(&mut self) {
+        self.intra.reset();
+        self.inter.iter_mut().for_each(|a| a.reset());
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        let fields = [
+            ("node", self.node as u64),
+            ("intra", entry_id(&self.names.0)),
+            ("inter", entry_id(&self.names.1)),
+        ];
+        enter(t, NAME, v, &fields, Ok(()))
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        let (p, r, n) = (t.size(), t.rank(), v.dim());
+        let m = self.node.min(p);
+        let nodes = p.div_ceil(m);
+        let (j, first, size) = node_of(p, m, r);
+        let members: Vec<usize> = (first..first + size).collect();
+        // 1. The node's sum on every member.
+        let in_node = self
+            .intra
+            .allreduce(&mut Group::new(&mut *t, members.clone())?, v)?;
+        if nodes == 1 {
+            *out = Reduced {
+                result: in_node.result,
+                dropped: in_node.dropped,
+                traffic: t.traffic().since(&entered.start()),
+                ..Reduced::default()
+            };
+            return Ok(());
+        }
+        // 2. The shards this rank holds, each across the nodes, in shard
+        //    order on every rank (a member of the smaller last node holds
+        //    several, and their groups meet no other rank twice).
+        let local = r - first;
+        let mut mine: Vec<(u32, E)> = Vec::new();
+        let mut dropped = in_node.dropped;
+        for s in (local..m).step_by(size) {
+            let (lo, hi) = shard(n, m, s);
+            let part = in_node.result.restrict(lo, hi - lo);
+            let (_, idx, val) = part.into_parts();
+            let shifted =
+                SparseVec::new(hi - lo, idx.iter().map(|&i| i - lo as u32).collect(), val)?;
+            let holders: Vec<usize> = (0..nodes)
+                .map(|q| {
+                    let (_, f, sz) = node_of(p, m, q * m);
+                    f + s % sz
+                })
+                .collect();
+            debug_assert_eq!(holders[j], r);
+            let red = self.inter[s].allreduce(&mut Group::new(&mut *t, holders)?, &shifted)?;
+            mine.extend(red.result.iter().map(|(i, x)| (i + lo as u32, x)));
+            let (_, di, dv) = red.dropped.into_parts();
+            let back = SparseVec::new(n, di.iter().map(|&i| i + lo as u32).collect(), dv)?;
+            dropped = dropped.merge_sum(&back)?;
+        }
+        // 3. Every member's shards, to every member of the node.
+        mine.sort_unstable_by_key(|e| e.0);
+        let (idx, val): (Vec<u32>, Vec<E>) = mine.into_iter().unzip();
+        let mut block = Vec::new();
+        put_block(&mut block, &SparseVec::new(n, idx, val)?);
+        let blocks = bruck_allgather(&mut Group::new(&mut *t, members)?, &block)?;
+        let mut all: Vec<(u32, E)> = Vec::new();
+        for b in &blocks {
+            let mut rest: &[u8] = b;
+            let part: SparseVec<E> = take_block(&mut rest, n, 0, n, "hierarchical shards")?;
+            if !rest.is_empty() {
+                return Err(Error::corrupt("hierarchical shards", "trailing bytes"));
+            }
+            all.extend(part.iter());
+        }
+        all.sort_unstable_by_key(|e| e.0);
+        let (idx, val): (Vec<u32>, Vec<E>) = all.into_iter().unzip();
+        // Shards are disjoint, so an index twice is a corrupt block.
+        let result =
+            SparseVec::new(n, idx, val).map_err(|e| Error::corrupt("hierarchical shards", e))?;
+        *out = Reduced {
+            result,
+            dropped,
+            traffic: t.traffic().since(&entered.start()),
+            ..Reduced::default()
+        };
+        Ok(())
+    }
+}
+
+impl<E: Element> Registered<E> for Hierarchical<E> {
+    const NAME: &'static str = NAME;
+    const PARAMS: &'static str = "node (ranks per node, default 8), intra and inter (registry names, default ssar_split_allgather)";
+    const HELP: &'static str = "a collective within each node, one across nodes on each rank's shard, an allgather within the node; lossless when both parts are";
+    fn build(params: &mut Params, defaults: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
+        let node = params.take::<usize>("node")?.unwrap_or(8);
+        let intra = params
+            .take::<String>("intra")?
+            .unwrap_or_else(|| "ssar_split_allgather".into());
+        let inter = params
+            .take::<String>("inter")?
+            .unwrap_or_else(|| "ssar_split_allgather".into());
+        Self::new(node, &intra, &inter, defaults, catalog)
+    }
+    /// Nodes of 2, 3 and 4 ranks (so most `P` leave a smaller last node),
+    /// with lossless parts and with SparDL across nodes.
+    fn suite_specs(_p: usize) -> Vec<String> {
+        vec![
+            "hierarchical:node=2".into(),
+            "hierarchical:node=3,intra=topk_a,inter=ssar_recursive_double".into(),
+            "hierarchical:node=4,inter=spardl".into(),
+        ]
+    }
+}
