@@ -162,19 +162,20 @@ pub struct Transfers {
 }
 
 impl Transfers {
-    /// What moved between `earlier` (a reading of the same backend) and
-    /// this reading.
+    /// What moved between `earlier` (a reading of the same backend value:
+    /// a clone counts its own, so a reading of another value may be ahead,
+    /// and then its fields give 0, not an overflow) and this reading.
     #[must_use]
     pub fn since(&self, earlier: &Transfers) -> Transfers {
         Transfers {
-            downloaded: self.downloaded - earlier.downloaded,
-            downloads: self.downloads - earlier.downloads,
-            uploaded: self.uploaded - earlier.uploaded,
-            uploads: self.uploads - earlier.uploads,
-            control_read: self.control_read - earlier.control_read,
-            control_reads: self.control_reads - earlier.control_reads,
-            control_written: self.control_written - earlier.control_written,
-            control_writes: self.control_writes - earlier.control_writes,
+            downloaded: self.downloaded.saturating_sub(earlier.downloaded),
+            downloads: self.downloads.saturating_sub(earlier.downloads),
+            uploaded: self.uploaded.saturating_sub(earlier.uploaded),
+            uploads: self.uploads.saturating_sub(earlier.uploads),
+            control_read: self.control_read.saturating_sub(earlier.control_read),
+            control_reads: self.control_reads.saturating_sub(earlier.control_reads),
+            control_written: self.control_written.saturating_sub(earlier.control_written),
+            control_writes: self.control_writes.saturating_sub(earlier.control_writes),
         }
     }
     /// Every byte read to the host, data and control.

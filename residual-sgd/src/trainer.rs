@@ -222,6 +222,21 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         // The output layer: the last of more than one dimension (a trailing
         // bias, as burn lists a `Linear`'s parameters, is not it).
         let last = layers.iter().rposition(|s| s.dims > 1);
+        // RedSync's quantized mode exempts the output layer: where it is
+        // the only compressed layer, nothing would be quantized.
+        if cfg.quantized
+            && !layers
+                .iter()
+                .enumerate()
+                .any(|(l, s)| cfg.compresses(s) && Some(l) != last)
+        {
+            return Err(Error::invalid(
+                "config",
+                "RedSync's quantized mode leaves the output layer (the last of more than one \
+                 dimension) unquantized, and no other layer is compressed: nothing would be \
+                 quantized; drop Config::quantized or compress another layer",
+            ));
+        }
         for (l, (spec, w)) in layers.into_iter().zip(weights).enumerate() {
             if w.len() != spec.len {
                 return Err(Error::LengthMismatch {

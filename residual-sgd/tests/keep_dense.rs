@@ -322,3 +322,18 @@ fn a_non_finite_gradient_buffer_is_an_error_on_every_rank() {
         r.unwrap();
     }
 }
+
+/// RedSync's quantized mode where the only compressed layer is the output
+/// layer (which it never quantizes) would quantize nothing: an error; with
+/// another compressed layer it builds.
+#[test]
+fn quantized_mode_that_quantizes_nothing_is_an_error() {
+    let cfg = Config::new(0.1, 0.01, rgc(0.9, 0.0))
+        .unwrap()
+        .compress_threshold(0)
+        .quantized()
+        .unwrap();
+    let why = reason(build(cfg, LayerSpec::matrices(&[1000])));
+    assert!(why.contains("nothing would be quantized"), "{why}");
+    assert!(build(cfg, LayerSpec::matrices(&[1000, 500])).is_ok());
+}

@@ -89,7 +89,7 @@ fn names() -> &'static std::sync::Mutex<std::collections::HashMap<u64, String>> 
     NAMES.get_or_init(Default::default)
 }
 
-fn remember(id: u64, name: &str) {
+pub(crate) fn remember(id: u64, name: &str) {
     if let Ok(mut m) = names().lock()
         && !m.contains_key(&id)
     {
@@ -227,7 +227,7 @@ fn failure_code(e: &Error) -> u64 {
 fn failure_text(code: u64) -> &'static str {
     match code {
         1 => {
-            "its input vector is invalid (unsorted, duplicate or out-of-range indices, or lengths that differ)"
+            "its input is invalid (unsorted, duplicate or out-of-range indices, or a length that does not fit)"
         }
         2 => "out of memory",
         3 => "invalid parameters",

@@ -185,16 +185,18 @@ impl<E: Element> WireValues<E> {
         self.codec.as_ref().map_or(0, |c| c.tag())
     }
 
-    /// The value the entry round compares: 0 for raw values, else a stable
-    /// hash of the codec's tag and name, so that ranks with different
-    /// codecs disagree on `values`.
+    /// The value the entry round compares: a stable hash of the codec's
+    /// tag and name (raw values as tag 0, `raw`), so that ranks with
+    /// different codecs disagree on `values`, by name and tag.
     pub(crate) fn code(&self) -> u64 {
-        match &self.codec {
-            None => 0,
-            Some(c) => {
-                sparse_core::hash::fnv1a(std::iter::once(c.tag()).chain(c.name().bytes())) | 1 << 63
-            }
-        }
+        let (tag, name) = match &self.codec {
+            None => (0, "raw".to_string()),
+            Some(c) => (c.tag(), c.name()),
+        };
+        let code = sparse_core::hash::fnv1a(std::iter::once(tag).chain(name.bytes())) | 1 << 63;
+        // So that a disagreement prints the codecs, not two numbers.
+        crate::entry::remember(code, &format!("{name} (tag {tag})"));
+        code
     }
 
     /// Bytes per value on the wire, for cost models: the codec's bytes

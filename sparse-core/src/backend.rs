@@ -470,8 +470,9 @@ pub fn check_finite<E: Element>(x: &[E]) -> Result<()> {
 /// device; only a failing one is looked into ([`first_non_finite`]).
 ///
 /// # Errors
-/// [`Error::NonFinite`] with the index of the first NaN if `x` holds one,
-/// else of the first infinity; the backend's errors.
+/// [`Error::NonFinite`] with the index of the first element that is NaN
+/// or infinite, as [`check_finite`] names it on the host; the backend's
+/// errors.
 pub fn check_finite_buffer<B, E>(b: &B, x: &B::Buffer<E>) -> Result<()>
 where
     B: ReduceOps<E> + SelectOps<E> + ?Sized,
@@ -480,7 +481,7 @@ where
     match b.max_abs(x) {
         Ok(m) if m.is_finite() => Ok(()),
         Ok(_) => Err(first_non_finite(b, x)),
-        Err(e) => Err(e),
+        Err(e) => Err(resolve_non_finite(b, x, e)),
     }
 }
 
@@ -508,6 +509,49 @@ where
         },
         Err(e) => e,
     }
+}
+
+/// The error to report for `e`, raised while reading `x`: a
+/// [`Error::NonFinite`] from a backend's NaN check names the first NaN,
+/// and an infinity before it is the first non-finite element (as
+/// [`check_finite`] names it on the host), looked for in the prefix on
+/// this error path only; any other error is `e`. Selectors wrap their
+/// result in it ([`resolve_non_finite_in`]) so that every entry point
+/// names the same index.
+pub fn resolve_non_finite<B, E>(b: &B, x: &B::Buffer<E>, e: Error) -> Error
+where
+    B: SelectOps<E> + ?Sized,
+    E: Element,
+{
+    let Error::NonFinite { index } = e else {
+        return e;
+    };
+    if index == 0 {
+        return e;
+    }
+    let before = b
+        .upload(&(0..index as u32).collect::<Vec<u32>>())
+        .and_then(|i| b.gather(x, &i))
+        .and_then(|prefix| b.compact_above(&prefix, E::max_value()))
+        .and_then(|s| b.download(&s.indices));
+    match before {
+        Ok(idx) => Error::NonFinite {
+            index: idx.first().map_or(index, |&i| i as usize),
+        },
+        Err(e) => e,
+    }
+}
+
+/// `r` with its error passed through [`resolve_non_finite`].
+///
+/// # Errors
+/// `r`'s error, resolved.
+pub fn resolve_non_finite_in<B, E, T>(b: &B, x: &B::Buffer<E>, r: Result<T>) -> Result<T>
+where
+    B: SelectOps<E> + ?Sized,
+    E: Element,
+{
+    r.map_err(|e| resolve_non_finite(b, x, e))
 }
 
 /// Checks `k <= len`, the shared precondition of the top-k primitives.

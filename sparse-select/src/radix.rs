@@ -266,16 +266,22 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for RadixTopK {
         }
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
-        check_k(b, x, k)?;
-        // The magnitude order finds infinities in its first histogram; the
-        // signed orders and k = 0 (no histogram) check with one reduction.
-        if (k == 0 || self.order != KeyOrder::Abs) && b.max_abs(x)?.is_infinite() {
-            return Err(first_non_finite(b, x));
-        }
-        if k == 0 {
-            return empty(b);
-        }
-        let (s, _) = top_k(b, x, self.order, k, false)?;
-        Ok(selection(b, s, None))
+        sparse_core::backend::resolve_non_finite_in(
+            b,
+            x,
+            (|| -> Result<Selection<B, E>> {
+                check_k(b, x, k)?;
+                // The magnitude order finds infinities in its first histogram; the
+                // signed orders and k = 0 (no histogram) check with one reduction.
+                if (k == 0 || self.order != KeyOrder::Abs) && b.max_abs(x)?.is_infinite() {
+                    return Err(first_non_finite(b, x));
+                }
+                if k == 0 {
+                    return empty(b);
+                }
+                let (s, _) = top_k(b, x, self.order, k, false)?;
+                Ok(selection(b, s, None))
+            })(),
+        )
     }
 }

@@ -125,7 +125,7 @@ pub enum Promise {
 /// collective: `make` builds a fresh selector, `promise` says what it
 /// promises ([`Promise`]). Inputs: the shared suite's (random, heavy-tailed,
 /// all equal, many ties, all zero, negative, subnormal, signed zeros; `n`
-/// from 1 to 4,097), large random ones (`2^16`), the empty input,
+/// from 1 to 4,097), large random ones (`2^16`, `2^17 + 3`), the empty input,
 /// and inputs with NaN or infinity at the start, in the middle and at the
 /// end, before and after a call that succeeded; `k` of 0, 1, `n/1000`,
 /// `n - 1`, `n` and `n + 1`. Returns the number of selections checked.
@@ -172,7 +172,18 @@ where
         Some(Error::KOutOfRange { k: 1, len: 0 }),
         "{name}: k = 1 of the empty input"
     );
-    for (case, x) in cases::<E>().into_iter().filter(|(_, x)| x.len() <= 1 << 16) {
+    // One input past 2^16 (more than one pass of a radix digit, more
+    // than one block of most kernels), with small k only.
+    let big = (1usize << 17) + 3;
+    let large = (
+        format!("heavy n={big}"),
+        dense_values::<E>(big, ValueDist::HeavyTailed { scale: 1.0 }, 77),
+    );
+    for (case, x) in cases::<E>()
+        .into_iter()
+        .filter(|(_, x)| x.len() <= 1 << 16)
+        .chain([large])
+    {
         let n = x.len();
         let keys: Vec<u64> = match promise {
             Promise::ExactTopK(order) => x.iter().map(|&v| order.key(v)).collect(),
@@ -239,9 +250,14 @@ where
         for at in [0, 1, 500, 999] {
             let mut x = good.clone();
             x[at] = bad;
-            // A second, later non-finite value: the first is reported.
+            // A second, later non-finite value of the other kind: the
+            // first is reported, whichever kind it is.
             if at < 999 {
-                x[999] = E::infinity();
+                x[999] = if bad.is_nan() {
+                    E::infinity()
+                } else {
+                    E::nan()
+                };
             }
             for k in [0, 1, 10, 999, 1000] {
                 let what = format!("{name}: {bad:?} at {at}, k = {k}");

@@ -108,7 +108,11 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for ThresholdBinarySearch {
         "threshold_bsearch".into()
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
-        Ok(self.run(b, x, k)?.0)
+        sparse_core::backend::resolve_non_finite_in(
+            b,
+            x,
+            (|| -> Result<Selection<B, E>> { Ok(self.run(b, x, k)?.0) })(),
+        )
     }
 }
 
@@ -155,29 +159,35 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for ThresholdReuse<E> {
         "threshold_bsearch_reuse".into()
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
-        if let Some(t) = self.threshold
-            && self.since_search < self.interval
-            && k > 0
-        {
-            check_k(b, x, k)?;
-            let c = b.count_above(x, t)?;
-            if c >= k && c <= 2 * k {
-                // `count_above` rejects NaN; an infinity passes the finite
-                // threshold, so it is among the compacted values.
-                let passed = b.compact_above(x, t)?;
-                if b.max_abs(&passed.values)?.is_infinite() {
-                    return Err(first_non_finite(b, x));
+        sparse_core::backend::resolve_non_finite_in(
+            b,
+            x,
+            (|| -> Result<Selection<B, E>> {
+                if let Some(t) = self.threshold
+                    && self.since_search < self.interval
+                    && k > 0
+                {
+                    check_k(b, x, k)?;
+                    let c = b.count_above(x, t)?;
+                    if c >= k && c <= 2 * k {
+                        // `count_above` rejects NaN; an infinity passes the finite
+                        // threshold, so it is among the compacted values.
+                        let passed = b.compact_above(x, t)?;
+                        if b.max_abs(&passed.values)?.is_infinite() {
+                            return Err(first_non_finite(b, x));
+                        }
+                        self.since_search += 1;
+                        self.reuses += 1;
+                        return Ok(selection(b, passed, Some(t.to_f64_exact())));
+                    }
                 }
-                self.since_search += 1;
-                self.reuses += 1;
-                return Ok(selection(b, passed, Some(t.to_f64_exact())));
-            }
-        }
-        let (s, t) = self.search.run(b, x, k)?;
-        self.searches += 1;
-        self.threshold = t;
-        self.since_search = 1;
-        Ok(s)
+                let (s, t) = self.search.run(b, x, k)?;
+                self.searches += 1;
+                self.threshold = t;
+                self.since_search = 1;
+                Ok(s)
+            })(),
+        )
     }
 }
 
@@ -220,59 +230,66 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for SampledThreshold {
         "sampled_threshold".into()
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
-        if !(self.rate > 0.0 && self.rate <= 1.0) || self.min_sample == 0 {
-            return Err(Error::invalid(
-                "rate, min_sample",
-                format!(
-                    "rate {} not in (0, 1] or min_sample {} not at least 1",
-                    self.rate, self.min_sample
-                ),
-            ));
-        }
-        let n = check_k(b, x, k)?;
-        if k == 0 {
-            check_finite_buffer(b, x)?;
-            return empty(b);
-        }
-        let m = ((self.rate * n as f64).ceil() as usize)
-            .max(self.min_sample)
-            .min(n);
-        let rng = CounterRng::new(self.seed);
-        self.seed = self.seed.wrapping_add(1);
-        let mut positions: Vec<u32> = (0..m as u32)
-            .map(|j| ((rng.u32_at(j) as u64 * n as u64) >> 32) as u32)
-            .collect();
-        // In increasing order the gather streams through memory instead of
-        // waiting on a cache miss per draw (the sample, a multiset, and so
-        // the threshold are the same).
-        positions.sort_unstable();
-        let sample = b.gather(x, &b.upload(&positions)?)?;
-        // The expected rank of the k-th largest in the sample, plus two of
-        // its standard deviations and one: fewer than k then pass (and the
-        // exact fallback runs) in about 2% of calls, not in half of them.
-        let expected = (k as f64 * m as f64 / n as f64).max(1.0);
-        let ks = ((expected + 2.0 * expected.sqrt()).ceil() as usize + 1).min(m);
-        let (key, _) = kth_key(b, &sample, KeyOrder::Abs, ks).map_err(|e| in_input(b, x, e))?;
-        // Strictly above the sampled k-th magnitude: one compaction, whose
-        // length is the count. The input's finiteness is checked on the
-        // way, not in a pass of its own: the compaction fails on a NaN, and
-        // every infinity is above the (finite) threshold, so among the
-        // elements that passed.
-        let t = E::from_bits_u64(key);
-        let passed = b.compact_above(x, t)?;
-        if b.max_abs(&passed.values)?.is_infinite() {
-            return Err(first_non_finite(b, x));
-        }
-        let c = b.len(&passed.indices);
-        if c > 2 * k {
-            // DGC's second selection, among the elements that passed only.
-            self.reselections += 1;
-            let (s, _) = refine(b, &passed, KeyOrder::Abs, k, false)?;
-            return Ok(selection(b, s, None));
-        }
-        if c < k {
-            return at_least_kth(b, x, k);
-        }
-        Ok(selection(b, passed, Some(t.to_f64_exact())))
+        sparse_core::backend::resolve_non_finite_in(
+            b,
+            x,
+            (|| -> Result<Selection<B, E>> {
+                if !(self.rate > 0.0 && self.rate <= 1.0) || self.min_sample == 0 {
+                    return Err(Error::invalid(
+                        "rate, min_sample",
+                        format!(
+                            "rate {} not in (0, 1] or min_sample {} not at least 1",
+                            self.rate, self.min_sample
+                        ),
+                    ));
+                }
+                let n = check_k(b, x, k)?;
+                if k == 0 {
+                    check_finite_buffer(b, x)?;
+                    return empty(b);
+                }
+                let m = ((self.rate * n as f64).ceil() as usize)
+                    .max(self.min_sample)
+                    .min(n);
+                let rng = CounterRng::new(self.seed);
+                self.seed = self.seed.wrapping_add(1);
+                let mut positions: Vec<u32> = (0..m as u32)
+                    .map(|j| ((rng.u32_at(j) as u64 * n as u64) >> 32) as u32)
+                    .collect();
+                // In increasing order the gather streams through memory instead of
+                // waiting on a cache miss per draw (the sample, a multiset, and so
+                // the threshold are the same).
+                positions.sort_unstable();
+                let sample = b.gather(x, &b.upload(&positions)?)?;
+                // The expected rank of the k-th largest in the sample, plus two of
+                // its standard deviations and one: fewer than k then pass (and the
+                // exact fallback runs) in about 2% of calls, not in half of them.
+                let expected = (k as f64 * m as f64 / n as f64).max(1.0);
+                let ks = ((expected + 2.0 * expected.sqrt()).ceil() as usize + 1).min(m);
+                let (key, _) =
+                    kth_key(b, &sample, KeyOrder::Abs, ks).map_err(|e| in_input(b, x, e))?;
+                // Strictly above the sampled k-th magnitude: one compaction, whose
+                // length is the count. The input's finiteness is checked on the
+                // way, not in a pass of its own: the compaction fails on a NaN, and
+                // every infinity is above the (finite) threshold, so among the
+                // elements that passed.
+                let t = E::from_bits_u64(key);
+                let passed = b.compact_above(x, t)?;
+                if b.max_abs(&passed.values)?.is_infinite() {
+                    return Err(first_non_finite(b, x));
+                }
+                let c = b.len(&passed.indices);
+                if c > 2 * k {
+                    // DGC's second selection, among the elements that passed only.
+                    self.reselections += 1;
+                    let (s, _) = refine(b, &passed, KeyOrder::Abs, k, false)?;
+                    return Ok(selection(b, s, None));
+                }
+                if c < k {
+                    return at_least_kth(b, x, k);
+                }
+                Ok(selection(b, passed, Some(t.to_f64_exact())))
+            })(),
+        )
     }
 }

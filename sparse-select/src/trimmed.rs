@@ -165,18 +165,24 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for TrimmedTopK {
         "trimmed_topk".into()
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
-        check_k(b, x, k)?;
-        let (max, mean) = stats(b, x)?;
-        if k == 0 {
-            return empty(b);
-        }
-        let rungs = self.rungs::<E>(max, mean);
-        // Exact top-k among the survivors, found and compacted on the
-        // (small) survivor set itself; without a trim, on the whole input.
-        let (s, _) = match survivors(b, x, &rungs, k)? {
-            Some(c) => refine(b, &c, KeyOrder::Abs, k, false)?,
-            None => top_k(b, x, KeyOrder::Abs, k, false)?,
-        };
-        Ok(selection(b, s, None))
+        sparse_core::backend::resolve_non_finite_in(
+            b,
+            x,
+            (|| -> Result<Selection<B, E>> {
+                check_k(b, x, k)?;
+                let (max, mean) = stats(b, x)?;
+                if k == 0 {
+                    return empty(b);
+                }
+                let rungs = self.rungs::<E>(max, mean);
+                // Exact top-k among the survivors, found and compacted on the
+                // (small) survivor set itself; without a trim, on the whole input.
+                let (s, _) = match survivors(b, x, &rungs, k)? {
+                    Some(c) => refine(b, &c, KeyOrder::Abs, k, false)?,
+                    None => top_k(b, x, KeyOrder::Abs, k, false)?,
+                };
+                Ok(selection(b, s, None))
+            })(),
+        )
     }
 }

@@ -181,7 +181,7 @@ pub(crate) fn catch_rank<T>(rank: usize, f: impl FnOnce() -> Result<T>) -> Resul
             .downcast_ref::<String>()
             .cloned()
             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
+            .unwrap_or_else(|| "a panic whose payload is not a string".into());
         Err(sparse_core::Error::Panicked {
             rank,
             message: detail,

@@ -367,3 +367,55 @@ fn encoders_reject_unchecked_invalid_vectors() {
         }
     }
 }
+
+/// A codec that breaks its own contract (a decoder that returns fewer
+/// values than asked, one that leaves bytes unread, an `encoded_len` that
+/// lies, even absurdly) is an error naming it from the default split,
+/// never a silent empty split or an allocation of what it claims.
+#[test]
+fn a_codec_that_breaks_its_contract_is_an_error_from_the_split() {
+    #[derive(Debug, Clone, Copy)]
+    enum Broken {
+        Short,
+        Unread,
+        HugeLen,
+    }
+    impl ValueCodec<f32> for Broken {
+        const TAG: u8 = 250;
+        fn name(&self) -> String {
+            format!("{self:?}")
+        }
+        fn lossless(&self) -> bool {
+            true
+        }
+        fn encoded_len(&self, n: usize) -> usize {
+            match self {
+                Broken::HugeLen => usize::MAX / 2,
+                Broken::Unread => 4 * n + 1,
+                Broken::Short => 4 * n,
+            }
+        }
+        fn encode(&self, values: &[f32], out: &mut Vec<u8>) -> Result<()> {
+            Raw.encode(values, out)?;
+            if let Broken::Unread = self {
+                out.push(0);
+            }
+            Ok(())
+        }
+        fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<f32>> {
+            let mut v: Vec<f32> = Raw.decode(r, n)?;
+            if let Broken::Short = self {
+                v.pop();
+            }
+            Ok(v)
+        }
+    }
+    for codec in [Broken::Short, Broken::Unread, Broken::HugeLen] {
+        match codec.split(&[1.0f32, -2.0, 3.0]) {
+            Err(Error::InvalidParameter { reason, .. }) => {
+                assert!(reason.contains(&format!("{codec:?}")), "{reason}");
+            }
+            other => panic!("{codec:?}: {other:?}"),
+        }
+    }
+}

@@ -45,7 +45,11 @@ pub fn sends_exactly<E: Element>(x: E, d: E) -> bool {
 /// gives their mean on a coarse grid).
 ///
 /// # Errors
-/// [`Error::NonFinite`] for a NaN or infinite value; the codec's errors.
+/// [`Error::NonFinite`] for a NaN or infinite value; the codec's errors;
+/// [`Error::InvalidParameter`] naming the codec where it breaks its own
+/// contract: its decoder returns another number of values than asked, or
+/// leaves bytes its encoder wrote, or the section's length is not its
+/// `encoded_len`.
 pub fn split_by_round_trip<E: Element, C: ValueCodec<E>>(
     codec: &C,
     values: &[E],
@@ -57,9 +61,36 @@ pub fn split_by_round_trip<E: Element, C: ValueCodec<E>>(
         .collect();
     loop {
         let x: Vec<E> = kept.iter().map(|&j| values[j]).collect();
-        let mut bytes = Vec::with_capacity(codec.encoded_len(x.len()));
+        // No reservation from `encoded_len`: a codec's claim is checked
+        // below, not trusted with an allocation.
+        let mut bytes = Vec::new();
         codec.encode(&targets(&x), &mut bytes)?;
-        let decoded = codec.decode(&mut Reader::new(&bytes, "values"), x.len())?;
+        let mut r = Reader::new(&bytes, "values");
+        let decoded = codec.decode(&mut r, x.len())?;
+        let broken = |what: String| {
+            Err(Error::invalid(
+                "values",
+                format!("codec {:?}: {what}", codec.name()),
+            ))
+        };
+        if decoded.len() != x.len() {
+            return broken(format!("{} values decode to {}", x.len(), decoded.len()));
+        }
+        if r.remaining() != 0 {
+            return broken(format!(
+                "its decoder leaves {} of the {} bytes its encoder wrote",
+                r.remaining(),
+                bytes.len()
+            ));
+        }
+        if bytes.len() != codec.encoded_len(x.len()) {
+            return broken(format!(
+                "{} values encode to {} bytes, encoded_len says {}",
+                x.len(),
+                bytes.len(),
+                codec.encoded_len(x.len())
+            ));
+        }
         let ok: Vec<bool> = x
             .iter()
             .zip(&decoded)
