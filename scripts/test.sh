@@ -84,7 +84,7 @@ print(f"{len(gpu)} selectors: wgpu selects what cpu selects")
 PY
 rows=$("$bin/sparse-bench" allreduce --ranks 5 --n 100000 --density 0.01 --reps 1 --json)
 for field in algo params ranks n nnz bytes_recv_max bytes_sent_max rounds model_bytes ms dense_ms max_abs_err lossless; do
-    [ "$(grep '"bench":"allreduce"' <<<"$rows" | grep -c "\"$field\":")" -eq 14 ] || { echo "allreduce JSON rows lack $field"; exit 1; }
+    [ "$(grep '"bench":"allreduce"' <<<"$rows" | grep -c "\"$field\":")" -eq 15 ] || { echo "allreduce JSON rows lack $field"; exit 1; }
 done
 # Every algorithm's cost model predicts the busiest rank's bytes within 10%
 # (P = 7, overlap 0, 0.5 and 1), and every registry name with parameters
@@ -95,7 +95,7 @@ for overlap in 0 0.5 1; do
 import json, sys
 rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
 rows = [r for r in rows if r["bench"] == "allreduce"]
-assert len(rows) == 14, len(rows)
+assert len(rows) == 15, len(rows)
 for r in rows:
     b, m = r["bytes_recv_max"], r["model_bytes"]
     assert abs(m - b) <= 0.1 * b, (r["algo"], b, m)
@@ -105,7 +105,8 @@ done
 "$bin/sparse-bench" allreduce --ranks 4 --n 20000 --density 0.01 --reps 1 --json \
     --algo 'spardl_bsag:k=40,d=2' --algo 'dsar_split_allgather:qsgd=8,bucket=64' --algo 'ok_topk:k=30,period=4' \
     --algo 'omnireduce_blocks:block=64' --algo 'zen_balanced_parallelism:seed=9,r1=64,r2=8' --algo 'spardl_rsag:d=4' \
-    --algo 'topk_a:values=ssmean' --algo 'ssar_recursive_double:values=f16' --algo 'spardl:values=bf16' >/dev/null
+    --algo 'topk_a:values=ssmean' --algo 'ssar_recursive_double:values=f16' --algo 'spardl:values=bf16' \
+    --algo 'hierarchical:node=2,intra=topk_a,inter=spardl' >/dev/null
 if "$bin/sparse-bench" allreduce --ranks 2 --n 1000 --algo 'gtopk:kk=1' 2>/dev/null; then
     echo "a bad parameter was accepted"; exit 1
 fi

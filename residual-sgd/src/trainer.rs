@@ -724,43 +724,35 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// The gradient buffers' number and lengths, and NaN or infinity with
     /// one reduction per layer on the backend.
     fn check_buffers(&self, grads: &[B::Buffer<f32>]) -> Result<()> {
-        if grads.len() != self.layers.len() {
-            return Err(Error::LengthMismatch {
-                what: "gradients",
-                expected: self.layers.len(),
-                got: grads.len(),
-            });
-        }
-        for (l, g) in self.layers.iter().zip(grads) {
-            if self.b.len(g) != l.spec.len {
-                return Err(Error::LengthMismatch {
-                    what: "layer gradient",
-                    expected: l.spec.len,
-                    got: self.b.len(g),
-                });
-            }
-            check_finite_buffer(&self.b, g)?;
-        }
-        Ok(())
+        self.check_lengths(grads.iter().map(|g| self.b.len(g)))?;
+        grads
+            .iter()
+            .try_for_each(|g| check_finite_buffer(&self.b, g))
     }
 
+    /// The host gradients' number and lengths, and NaN or infinity.
     fn check(&self, grads: &[Vec<f32>]) -> Result<()> {
-        if grads.len() != self.layers.len() {
+        self.check_lengths(grads.iter().map(Vec::len))?;
+        grads.iter().try_for_each(|g| check_finite(g))
+    }
+
+    /// One gradient per layer, each of its layer's length.
+    fn check_lengths(&self, lens: impl ExactSizeIterator<Item = usize>) -> Result<()> {
+        if lens.len() != self.layers.len() {
             return Err(Error::LengthMismatch {
                 what: "gradients",
                 expected: self.layers.len(),
-                got: grads.len(),
+                got: lens.len(),
             });
         }
-        for (l, g) in self.layers.iter().zip(grads) {
-            if g.len() != l.spec.len {
+        for (l, got) in self.layers.iter().zip(lens) {
+            if got != l.spec.len {
                 return Err(Error::LengthMismatch {
                     what: "layer gradient",
                     expected: l.spec.len,
-                    got: g.len(),
+                    got,
                 });
             }
-            check_finite(g)?;
         }
         Ok(())
     }

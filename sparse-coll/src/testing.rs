@@ -369,8 +369,10 @@ pub const COST_FACTOR: f64 = 4.0;
 /// See [`COST_FACTOR`].
 pub const COST_SLACK: f64 = 1024.0;
 
-/// The profile of the suite's inputs, as the cost model takes it.
-fn profile_of(ins: &[SparseVec<f32>]) -> Profile {
+/// The exact profile of every rank's input (`ins[r]` is rank `r`'s), as
+/// the cost model takes it: `f32` values, the entries' most, sum and
+/// union.
+pub fn profile_of(ins: &[SparseVec<f32>]) -> Profile {
     let n = ins.first().map_or(0, SparseVec::dim);
     let mut touched = vec![false; n];
     for v in ins {

@@ -6,29 +6,11 @@
 //! making it, so stateful algorithms (B-SAG's `h`, Ok-Topk's refreshes)
 //! predict the call they are about to make.
 
-use sparse_coll::{Defaults, Profile, Registry, ThreadCluster, Transport};
-use sparse_core::SparseVec;
+use sparse_coll::testing::profile_of;
+use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
 use sparse_core::testing::generate::GradientSpec;
 
 const RANKS: [usize; 6] = [2, 3, 4, 7, 8, 16];
-
-fn profile(ins: &[SparseVec<f32>]) -> Profile {
-    let n = ins[0].dim();
-    let mut touched = vec![false; n];
-    for v in ins {
-        for &i in v.indices() {
-            touched[i as usize] = true;
-        }
-    }
-    Profile {
-        p: ins.len(),
-        n,
-        value_bytes: 4,
-        k_max: ins.iter().map(SparseVec::nnz).max().unwrap_or(0),
-        k_sum: ins.iter().map(SparseVec::nnz).sum(),
-        union: touched.iter().filter(|&&x| x).count(),
-    }
-}
 
 /// (name, P, overlap, measured bytes, predicted bytes, measured rounds,
 /// predicted rounds) for every algorithm and case.
@@ -43,7 +25,7 @@ fn table() -> Vec<(String, usize, f64, f64, f64, f64, f64)> {
             }
             .generate::<f32>(p)
             .unwrap();
-            let prof = profile(&ins);
+            let prof = profile_of(&ins);
             let k = ins[0].nnz();
             for name in reg.names() {
                 let out = ThreadCluster::new(p)
