@@ -468,7 +468,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             }) => {
                 // Names the field that differs ("weights" for ranks whose
                 // weights went apart).
-                agree(t, &fields)?;
+                agree(t, &fields).map_err(readable)?;
                 return Err(Error::Disagreement {
                     what: "settings",
                     detail: "the ranks' settings hash differently".into(),
@@ -1033,4 +1033,33 @@ fn dense_apply<B: Backend<f32>, S>(
     }
     rep.apply += clock.elapsed();
     Ok(())
+}
+
+/// A disagreement about a setting that travels as a float's bits, with
+/// the values as floats (`rank 0: 0.1, rank 1: 0.2`, not two bit patterns).
+fn readable(e: Error) -> Error {
+    let Error::Disagreement { what, detail } = e else {
+        return e;
+    };
+    let float = |bits: u64| match what {
+        "density" => Some(f64::from_bits(bits).to_string()),
+        "lr" | "momentum" | "weight decay" | "clip" => u32::try_from(bits)
+            .ok()
+            .map(|b| f32::from_bits(b).to_string()),
+        _ => None,
+    };
+    let detail = detail
+        .split(", ")
+        .map(|part| {
+            let value = part
+                .split_once(": ")
+                .and_then(|(rank, v)| Some((rank, float(v.parse().ok()?)?)));
+            match value {
+                Some((rank, v)) => format!("{rank}: {v}"),
+                None => part.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    Error::Disagreement { what, detail }
 }

@@ -780,6 +780,15 @@ fn ranks_that_compress_different_layers_all_get_an_error() {
                     matches!(res, Err(Error::Disagreement { what: w, .. }) if *w == what),
                     "{case} P={p} rank {r}: {res:?}"
                 );
+                // Float settings print as floats.
+                let shown = match case {
+                    "lr" => Some(format!("rank {}: 0.2", p - 1)),
+                    "density" => Some(format!("rank {}: 0.5", p - 1)),
+                    _ => None,
+                };
+                if let (Some(shown), Err(Error::Disagreement { detail, .. })) = (shown, res) {
+                    assert!(detail.contains(&shown), "{detail}");
+                }
             }
         }
     }
