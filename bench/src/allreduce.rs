@@ -172,7 +172,7 @@ impl Setup {
         let k = ins[0].nnz().max(1);
         let algos = selection(a, k)?;
         let oracle = Oracle::of(&ins);
-        let profile = oracle.profile(&ins);
+        let profile = Profile::of(&ins);
         Ok(Self {
             ins,
             k,
@@ -406,39 +406,23 @@ pub fn selection(a: &AllreduceArgs, k: usize) -> Result<Vec<String>> {
     Ok(specs)
 }
 
-/// The dense oracle of a run: the inputs summed in `f64`, and which
-/// coordinates any rank touched.
+/// The dense oracle of a run: the inputs summed in `f64`.
 #[derive(Debug, Clone)]
 pub struct Oracle {
     /// The sum of the inputs.
     pub sum: Vec<f64>,
-    /// Whether some rank holds an entry at each coordinate.
-    pub touched: Vec<bool>,
 }
 
 impl Oracle {
-    /// The exact profile of `ins` (the union from the touched coordinates).
-    pub fn profile(&self, ins: &[SparseVec<f32>]) -> Profile {
-        Profile {
-            p: ins.len(),
-            n: ins[0].dim(),
-            value_bytes: 4,
-            k_max: ins.iter().map(SparseVec::nnz).max().unwrap_or(0),
-            k_sum: ins.iter().map(SparseVec::nnz).sum(),
-            union: self.touched.iter().filter(|&&x| x).count(),
-        }
-    }
     /// The oracle of `ins`.
     pub fn of(ins: &[SparseVec<f32>]) -> Self {
-        let n = ins[0].dim();
-        let (mut sum, mut touched) = (vec![0.0f64; n], vec![false; n]);
+        let mut sum = vec![0.0f64; ins[0].dim()];
         for v in ins {
             for (i, x) in v.iter() {
                 sum[i as usize] += x as f64;
-                touched[i as usize] = true;
             }
         }
-        Self { sum, touched }
+        Self { sum }
     }
 }
 

@@ -71,14 +71,12 @@ where
         let h = s.spawn(|| collective(t));
         let c = compute();
         let r = h.join().unwrap_or_else(|p| {
-            let message = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
             Err(Error::Panicked {
                 rank,
-                message: format!("on the collective's progress thread: {message}"),
+                message: format!(
+                    "on the collective's progress thread: {}",
+                    crate::transport::panic_message(p.as_ref())
+                ),
             })
         });
         (r, c)

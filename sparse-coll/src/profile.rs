@@ -2,8 +2,8 @@
 //! sizes every algorithm's cost model is written with.
 
 use crate::values::WireValues;
-use sparse_core::Element;
 use sparse_core::cost::{Bounds, Cost};
+use sparse_core::{Element, SparseVec};
 
 /// What the cost model needs to know about one call: the number of ranks,
 /// the dimension, the element size, each rank's entries (the largest and
@@ -27,6 +27,26 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The exact profile of every rank's input (`ins[r]` is rank `r`'s):
+    /// the element's bytes, the entries' most and sum, and the union of the
+    /// index sets (one pass over the indices, a flag per coordinate).
+    pub fn of<E: Element>(ins: &[SparseVec<E>]) -> Self {
+        let n = ins.first().map_or(0, SparseVec::dim);
+        let mut touched = vec![false; n];
+        for v in ins {
+            for &i in v.indices() {
+                touched[i as usize] = true;
+            }
+        }
+        Self {
+            p: ins.len(),
+            n,
+            value_bytes: E::BYTES,
+            k_max: ins.iter().map(SparseVec::nnz).max().unwrap_or(0),
+            k_sum: ins.iter().map(SparseVec::nnz).sum(),
+            union: touched.iter().filter(|&&x| x).count(),
+        }
+    }
     /// Where the input lies between full overlap (1: every rank holds the
     /// same indices, `union = k_max`) and none (0: `union = k_sum`); the
     /// position within a cost formula's bounds.

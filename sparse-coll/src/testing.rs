@@ -252,7 +252,7 @@ pub fn collective_suite_for(
             .collect();
         // What the fresh instance predicts of its first call (for the
         // planner, the cost of what it ran, as it chose from an estimate).
-        let prof = profile_of(&ins);
+        let prof = Profile::of(&ins);
         let mut predicted = algo.cost(&prof).bytes();
         let kind = if exact { "integer" } else { "real" };
         let ctx = format!("{spec} P={p} rank {r} {case:?} {kind} values");
@@ -368,27 +368,6 @@ fn check_entry_cost(ctx: &str, p: usize, counted: &Traffic, red: &Reduced<f32>) 
 pub const COST_FACTOR: f64 = 4.0;
 /// See [`COST_FACTOR`].
 pub const COST_SLACK: f64 = 1024.0;
-
-/// The exact profile of every rank's input (`ins[r]` is rank `r`'s), as
-/// the cost model takes it: `f32` values, the entries' most, sum and
-/// union.
-pub fn profile_of(ins: &[SparseVec<f32>]) -> Profile {
-    let n = ins.first().map_or(0, SparseVec::dim);
-    let mut touched = vec![false; n];
-    for v in ins {
-        for &i in v.indices() {
-            touched[i as usize] = true;
-        }
-    }
-    Profile {
-        p: ins.len(),
-        n,
-        value_bytes: 4,
-        k_max: ins.iter().map(SparseVec::nnz).max().unwrap_or(0),
-        k_sum: ins.iter().map(SparseVec::nnz).sum(),
-        union: touched.iter().filter(|&&x| x).count(),
-    }
-}
 
 /// One call's inputs and what its algorithm promises.
 struct Outcome<'a> {

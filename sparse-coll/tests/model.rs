@@ -6,8 +6,7 @@
 //! making it, so stateful algorithms (B-SAG's `h`, Ok-Topk's refreshes)
 //! predict the call they are about to make.
 
-use sparse_coll::testing::profile_of;
-use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
+use sparse_coll::{Defaults, Profile, Registry, ThreadCluster, Transport};
 use sparse_core::testing::generate::GradientSpec;
 
 const RANKS: [usize; 6] = [2, 3, 4, 7, 8, 16];
@@ -25,7 +24,7 @@ fn table() -> Vec<(String, usize, f64, f64, f64, f64, f64)> {
             }
             .generate::<f32>(p)
             .unwrap();
-            let prof = profile_of(&ins);
+            let prof = Profile::of(&ins);
             let k = ins[0].nnz();
             for name in reg.names() {
                 let out = ThreadCluster::new(p)

@@ -496,19 +496,25 @@ where
     B: SelectOps<E> + ?Sized,
     E: Element,
 {
-    match b
-        .compact_above(x, E::max_value())
-        .and_then(|s| b.download(&s.indices))
-    {
-        Ok(idx) => match idx.first() {
-            Some(&i) => Error::NonFinite { index: i as usize },
-            None => Error::Device {
-                backend: b.name(),
-                detail: "a non-finite value was reported that the buffer does not hold".into(),
-            },
+    match first_infinite(b, x) {
+        Ok(Some(index)) => Error::NonFinite { index },
+        Ok(None) => Error::Device {
+            backend: b.name(),
+            detail: "a non-finite value was reported that the buffer does not hold".into(),
         },
         Err(e) => e,
     }
+}
+
+/// The first element of `x` above the largest finite magnitude, from
+/// the compaction of those elements alone (a NaN is the backend's error).
+fn first_infinite<B, E>(b: &B, x: &B::Buffer<E>) -> Result<Option<usize>>
+where
+    B: SelectOps<E> + ?Sized,
+    E: Element,
+{
+    let s = b.compact_above(x, E::max_value())?;
+    Ok(b.download(&s.indices)?.first().map(|&i| i as usize))
 }
 
 /// The error to report for `e`, raised while reading `x`: a
@@ -532,11 +538,10 @@ where
     let before = b
         .upload(&(0..index as u32).collect::<Vec<u32>>())
         .and_then(|i| b.gather(x, &i))
-        .and_then(|prefix| b.compact_above(&prefix, E::max_value()))
-        .and_then(|s| b.download(&s.indices));
+        .and_then(|prefix| first_infinite(b, &prefix));
     match before {
-        Ok(idx) => Error::NonFinite {
-            index: idx.first().map_or(index, |&i| i as usize),
+        Ok(first) => Error::NonFinite {
+            index: first.unwrap_or(index),
         },
         Err(e) => e,
     }

@@ -156,19 +156,22 @@ where
     let mut sel = make();
     let name = sel.name();
     let mut checked = 0;
-    let run = |s: &mut S, x: &[E], k: usize| -> Result<Sel<E>, Error> {
-        let buf = b.upload(x).expect("upload");
-        s.select(b, &buf, k).map(|s| host(b, s))
+    // Each input is uploaded once and selected from many times.
+    let upload = |x: &[E]| b.upload(x).expect("upload");
+    let run = |s: &mut S, x: &B::Buffer<E>, k: usize| -> Result<Sel<E>, Error> {
+        s.select(b, x, k).map(|s| host(b, s))
     };
     // The empty input.
-    let empty = run(&mut sel, &[], 0).unwrap_or_else(|e| panic!("{name}: empty input, k = 0: {e}"));
+    let none = upload(&[]);
+    let empty =
+        run(&mut sel, &none, 0).unwrap_or_else(|e| panic!("{name}: empty input, k = 0: {e}"));
     assert_eq!(empty.count, 0, "{name}: empty input selects nothing");
     assert!(
         empty.indices.is_empty() && empty.values.is_empty(),
         "{name}: empty input"
     );
     assert_eq!(
-        run(&mut sel, &[], 1).err(),
+        run(&mut sel, &none, 1).err(),
         Some(Error::KOutOfRange { k: 1, len: 0 }),
         "{name}: k = 1 of the empty input"
     );
@@ -185,6 +188,7 @@ where
         .chain([large])
     {
         let n = x.len();
+        let buf = upload(&x);
         let keys: Vec<u64> = match promise {
             Promise::ExactTopK(order) => x.iter().map(|&v| order.key(v)).collect(),
             _ => Vec::new(),
@@ -223,21 +227,21 @@ where
             // reproduce). Then the instance that has selected from every
             // input before (a selector that keeps state, a threshold or a
             // sampling seed, may choose otherwise, within its promise).
-            let s = run(&mut make(), &x, k).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let s = run(&mut make(), &buf, k).unwrap_or_else(|e| panic!("{what}: {e}"));
             keeps(&what, &s);
-            let fresh = run(&mut make(), &x, k).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let fresh = run(&mut make(), &buf, k).unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(
                 fresh.indices, s.indices,
                 "{what}: a fresh selector selects otherwise"
             );
-            let kept = run(&mut sel, &x, k).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let kept = run(&mut sel, &buf, k).unwrap_or_else(|e| panic!("{what}: {e}"));
             keeps(&format!("{what}, a selector called before"), &kept);
-            let again = run(&mut sel, &x, k).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let again = run(&mut sel, &buf, k).unwrap_or_else(|e| panic!("{what}: {e}"));
             keeps(&format!("{what}, a second call"), &again);
             checked += 1;
         }
         assert_eq!(
-            run(&mut sel, &x, n + 1).err(),
+            run(&mut sel, &buf, n + 1).err(),
             Some(Error::KOutOfRange { k: n + 1, len: n }),
             "{name}: {case}, k = n + 1"
         );
@@ -246,6 +250,7 @@ where
     // end, for every k, on the instance that just selected from a good
     // input (a kept threshold must not skip the check) and on a fresh one.
     let good: Vec<E> = (0..1000).map(|i| e(f64::from(i % 97) - 48.0)).collect();
+    let good_buf = upload(&good);
     for bad in [E::nan(), E::infinity(), E::neg_infinity()] {
         for at in [0, 1, 500, 999] {
             let mut x = good.clone();
@@ -259,12 +264,13 @@ where
                     E::nan()
                 };
             }
+            let bad_buf = upload(&x);
             for k in [0, 1, 10, 999, 1000] {
                 let what = format!("{name}: {bad:?} at {at}, k = {k}");
-                run(&mut sel, &good, k.min(999))
+                run(&mut sel, &good_buf, k.min(999))
                     .unwrap_or_else(|e| panic!("{what}: good input: {e}"));
                 for s in [&mut sel, &mut make()] {
-                    match run(s, &x, k) {
+                    match run(s, &bad_buf, k) {
                         Err(Error::NonFinite { index }) if index == at => {}
                         Err(e) => panic!("{what}: {e}, not NonFinite {{ index: {at} }}"),
                         Ok(_) => panic!("{what}: selected from a non-finite input"),

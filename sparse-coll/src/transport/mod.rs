@@ -177,16 +177,20 @@ pub(crate) fn check_peer(peer: usize, size: usize) -> Result<()> {
 /// not as a transport fault).
 pub(crate) fn catch_rank<T>(rank: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let detail = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a panic whose payload is not a string".into());
         Err(sparse_core::Error::Panicked {
             rank,
-            message: detail,
+            message: panic_message(p.as_ref()),
         })
     })
+}
+
+/// A panic's message: its payload when that is a string.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic whose payload is not a string".into())
 }
 
 /// Point-to-point byte messaging between `size` ranks.
