@@ -13,6 +13,7 @@ pub mod encode;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+pub mod scale;
 pub mod select;
 pub mod train;
 

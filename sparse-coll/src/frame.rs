@@ -153,13 +153,28 @@ pub fn stream_to_sparse<E: Element>(s: Stream<E>) -> Result<SparseVec<E>> {
 /// Sparse pairs read in place where possible: indices and values.
 pub(crate) type PairsView<'b, E> = (Cow<'b, [u32]>, Cow<'b, [E]>);
 
+/// Parts up to which [`sum_parts`] merges pairwise.
+const PAIRWISE_PARTS: usize = 8;
+
 /// The sum of `parts` in their order (rank order) into `sum`, whose
-/// contents are replaced: one part is copied, two or more are merged
-/// ([`merge_sum_into`](sparse_core::sparse::merge_sum_into)) with `scratch`
-/// as the vectors the merges alternate with, left empty after. Both pairs
-/// of vectors keep their allocations.
+/// contents are replaced; every index below `dim`. Each index's values are
+/// added in part order, starting from the first part that holds it (no
+/// `0 +`), as merging the parts one after the other
+/// ([`merge_sum_into`](sparse_core::sparse::merge_sum_into)) adds them: the
+/// result is that sum bit for bit, however it is computed.
+///
+/// Up to [`PAIRWISE_PARTS`] parts are merged one after the other, with
+/// `scratch` as the vectors the merges alternate with. More parts would
+/// make that `O(P K)` for `K` entries in all (a thousand ranks'
+/// allgather), so they are summed in `O(K log P)` or `O(K + dim / 32)`:
+/// where the dimension is at most twice the entries (so that the
+/// accumulator takes no more memory than the parts), into a dense
+/// accumulator (`scratch`'s values, `dim` long, and a bitmap of the
+/// touched coordinates in its indices); else by a heap merge of the parts.
+/// `scratch` is left empty; both pairs of vectors keep their allocations.
 pub(crate) fn sum_parts<E: Element>(
     parts: &[PairsView<'_, E>],
+    dim: usize,
     sum: (&mut Vec<u32>, &mut Vec<E>),
     scratch: (&mut Vec<u32>, &mut Vec<E>),
 ) {
@@ -167,12 +182,17 @@ pub(crate) fn sum_parts<E: Element>(
     let ((ai, av), (bi, bv)) = (sum, scratch);
     ai.clear();
     av.clear();
+    let total: usize = parts.iter().map(|p| p.0.len()).sum();
     match parts {
         [] => {}
         [only] => {
             ai.extend_from_slice(&only.0);
             av.extend_from_slice(&only.1);
         }
+        _ if parts.len() > PAIRWISE_PARTS && dim <= total.saturating_mul(2) => {
+            sum_dense(parts, dim, (ai, av), (bi, bv));
+        }
+        _ if parts.len() > PAIRWISE_PARTS => sum_heap(parts, total, (ai, av)),
         [first, second, rest @ ..] => {
             merge_sum_into((&first.0, &first.1), (&second.0, &second.1), ai, av);
             for (i, x) in rest {
@@ -184,6 +204,85 @@ pub(crate) fn sum_parts<E: Element>(
     }
     bi.clear();
     bv.clear();
+}
+
+/// [`sum_parts`] through a dense accumulator `acc` of `dim` values and a
+/// bitmap `seen` of the coordinates written (32 per word).
+fn sum_dense<E: Element>(
+    parts: &[PairsView<'_, E>],
+    dim: usize,
+    (ai, av): (&mut Vec<u32>, &mut Vec<E>),
+    (seen, acc): (&mut Vec<u32>, &mut Vec<E>),
+) {
+    seen.clear();
+    seen.resize(dim.div_ceil(32), 0);
+    acc.clear();
+    acc.resize(dim, E::zero());
+    for (is, vs) in parts {
+        for (&i, &x) in is.iter().zip(vs.iter()) {
+            let (w, bit) = (i as usize / 32, 1u32 << (i % 32));
+            let slot = &mut acc[i as usize];
+            // The first value is taken as it is (0 + -0 would be +0).
+            *slot = if seen[w] & bit == 0 { x } else { *slot + x };
+            seen[w] |= bit;
+        }
+    }
+    for (w, &word) in seen.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            let i = w * 32 + bits.trailing_zeros() as usize;
+            ai.push(i as u32);
+            av.push(acc[i]);
+            bits &= bits - 1;
+        }
+    }
+}
+
+/// [`sum_parts`] by a heap merge: the parts' next indices in a heap keyed
+/// by (index, part), so each index's values come out in part order.
+fn sum_heap<E: Element>(
+    parts: &[PairsView<'_, E>],
+    total: usize,
+    (ai, av): (&mut Vec<u32>, &mut Vec<E>),
+) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    ai.reserve(total);
+    av.reserve(total);
+    let mut at = vec![0usize; parts.len()];
+    let mut heap: BinaryHeap<Reverse<(u32, usize)>> = parts
+        .iter()
+        .enumerate()
+        .filter_map(|(q, p)| p.0.first().map(|&i| Reverse((i, q))))
+        .collect();
+    while let Some(Reverse((i, q))) = heap.pop() {
+        let x = parts[q].1[at[q]];
+        if ai.last() == Some(&i) {
+            let last = av.len() - 1;
+            av[last] = av[last] + x;
+        } else {
+            ai.push(i);
+            av.push(x);
+        }
+        at[q] += 1;
+        if let Some(&next) = parts[q].0.get(at[q]) {
+            heap.push(Reverse((next, q)));
+        }
+    }
+}
+
+/// The sum of `vs` in their order ([`sum_parts`]: `O(K log P)` or
+/// `O(K + dim / 32)` for many parts, not `P` merges of a growing sum).
+pub(crate) fn sum_all<'a, E: Element>(
+    vs: impl Iterator<Item = &'a SparseVec<E>>,
+    dim: usize,
+) -> SparseVec<E> {
+    let views: Vec<PairsView<'_, E>> = vs
+        .map(|v| (Cow::Borrowed(v.indices()), Cow::Borrowed(v.values())))
+        .collect();
+    let (mut ai, mut av, mut bi, mut bv) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    sum_parts(&views, dim, (&mut ai, &mut av), (&mut bi, &mut bv));
+    SparseVec::new_unchecked(dim, ai, av)
 }
 
 /// Appends `indices`, each less `base`, as [`le_u32s`] writes indices:
@@ -312,6 +411,52 @@ pub(crate) fn take_parts<E: Element>(v: &mut SparseVec<E>) -> (Vec<u32>, Vec<E>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every way `sum_parts` sums (pairwise, dense accumulator, heap)
+    /// gives the sequential merge's sum bit for bit: negative zeros kept,
+    /// each index's values added in part order.
+    #[test]
+    fn sum_parts_equals_the_sequential_merge_on_every_path() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for (parts, dim, per) in [(3, 100, 20), (20, 200, 30), (40, 1 << 16, 50), (9, 64, 0)] {
+            let vs: Vec<SparseVec<f32>> = (0..parts)
+                .map(|_| {
+                    let mut idx: Vec<u32> =
+                        (0..per).map(|_| rng.random_range(0..dim as u32)).collect();
+                    idx.sort_unstable();
+                    idx.dedup();
+                    let val = idx
+                        .iter()
+                        .map(|_| match rng.random_range(0..4) {
+                            0 => -0.0,
+                            1 => 1e8,
+                            _ => rng.random_range(-1.0f32..1.0),
+                        })
+                        .collect();
+                    SparseVec::new(dim, idx, val).unwrap()
+                })
+                .collect();
+            let want = vs
+                .iter()
+                .skip(1)
+                .fold(vs[0].clone(), |acc, v| acc.merge_sum(v).unwrap());
+            let views: Vec<PairsView<'_, f32>> = vs
+                .iter()
+                .map(|v| (Cow::Borrowed(v.indices()), Cow::Borrowed(v.values())))
+                .collect();
+            let (mut ai, mut av, mut bi, mut bv) = (vec![9], vec![9.0], vec![], vec![]);
+            sum_parts(&views, dim, (&mut ai, &mut av), (&mut bi, &mut bv));
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(ai, want.indices(), "{parts} parts of dimension {dim}");
+            assert_eq!(
+                bits(&av),
+                bits(want.values()),
+                "{parts} parts of dimension {dim}"
+            );
+            assert!(bi.is_empty() && bv.is_empty());
+        }
+    }
 
     /// Streams round-trip; a received stream's pairs and values are read in
     /// place (borrowed, not copied) from an aligned buffer and from behind a

@@ -277,6 +277,150 @@ pub fn preset(name: &str) -> Result<Box<dyn Network>> {
     })
 }
 
+/// The largest network file [`read_network`] reads.
+pub const MAX_NETWORK_FILE: u64 = 64 * 1024;
+
+/// A network file: `key = value` lines (`#` starts a comment), the model
+/// and its constants, as `sparse-bench calibrate` writes it:
+///
+/// ```text
+/// # measured by sparse-bench calibrate under mpiexec -n 2
+/// name = calibrated
+/// model = full_bisection
+/// alpha_s = 2.1e-6
+/// bytes_per_s = 4.8e9
+/// ```
+///
+/// A two-level file has `model = two_level`, `ranks_per_node` and
+/// `intra_alpha_s`, `intra_bytes_per_s`, `inter_alpha_s`,
+/// `inter_bytes_per_s` instead.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming the line and the key: a line without
+/// `=`, an unknown or repeated key, a missing one, a value that is not a
+/// number, or constants [`AlphaBeta::new`] refuses.
+pub fn parse_network(text: &str) -> Result<Box<dyn Network>> {
+    let bad =
+        |line: usize, what: String| Error::invalid("network file", format!("line {line}: {what}"));
+    let mut kv: Vec<(&str, &str, usize)> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| bad(i + 1, format!("{line:?} is not `key = value`")))?;
+        let (k, v) = (k.trim(), v.trim());
+        if kv.iter().any(|(seen, _, _)| *seen == k) {
+            return Err(bad(i + 1, format!("{k} given twice")));
+        }
+        kv.push((k, v, i + 1));
+    }
+    let get = |k: &str| kv.iter().find(|(key, _, _)| *key == k);
+    let text_of = |k: &str| -> Result<&str> {
+        get(k)
+            .map(|(_, v, _)| *v)
+            .ok_or_else(|| Error::invalid("network file", format!("no {k}")))
+    };
+    let num = |k: &str| -> Result<f64> {
+        let (_, v, line) =
+            get(k).ok_or_else(|| Error::invalid("network file", format!("no {k}")))?;
+        v.parse::<f64>()
+            .map_err(|_| bad(*line, format!("{k} = {v:?} is not a number")))
+    };
+    let link = |prefix: &str| -> Result<AlphaBeta> {
+        AlphaBeta::new(
+            num(&format!("{prefix}alpha_s"))?,
+            num(&format!("{prefix}bytes_per_s"))?,
+        )
+    };
+    let name = get("name").map_or("file", |(_, v, _)| *v).to_string();
+    let (net, keys): (Box<dyn Network>, &[&str]) = match text_of("model")? {
+        "full_bisection" => (
+            Box::new(FullBisection::new(name, link("")?)),
+            &["name", "model", "alpha_s", "bytes_per_s"],
+        ),
+        "two_level" => {
+            let (_, v, line) = get("ranks_per_node")
+                .ok_or_else(|| Error::invalid("network file", "no ranks_per_node"))?;
+            let g: usize = v
+                .parse()
+                .map_err(|_| bad(*line, format!("ranks_per_node = {v:?} is not a count")))?;
+            (
+                Box::new(TwoLevel::new(name, g, link("intra_")?, link("inter_")?)?),
+                &[
+                    "name",
+                    "model",
+                    "ranks_per_node",
+                    "intra_alpha_s",
+                    "intra_bytes_per_s",
+                    "inter_alpha_s",
+                    "inter_bytes_per_s",
+                ],
+            )
+        }
+        other => {
+            return Err(Error::invalid(
+                "network file",
+                format!("model {other:?} is not full_bisection or two_level"),
+            ));
+        }
+    };
+    if let Some((k, _, line)) = kv.iter().find(|(k, _, _)| !keys.contains(k)) {
+        return Err(bad(*line, format!("unknown key {k:?} for this model")));
+    }
+    Ok(net)
+}
+
+/// The text of a full-bisection network file ([`parse_network`]) of
+/// `link`, named `name`, after `comment` (each line prefixed with `# `).
+pub fn full_bisection_file(name: &str, link: AlphaBeta, comment: &str) -> String {
+    let mut out: String = comment.lines().map(|l| format!("# {l}\n")).collect();
+    out += &format!(
+        "name = {name}\nmodel = full_bisection\nalpha_s = {:e}\nbytes_per_s = {:e}\n",
+        link.alpha(),
+        1.0 / link.beta()
+    );
+    out
+}
+
+/// Reads the network file at `path` ([`parse_network`]).
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming the path: it cannot be read, is
+/// longer than [`MAX_NETWORK_FILE`], or does not parse.
+pub fn read_network(path: &std::path::Path) -> Result<Box<dyn Network>> {
+    use std::io::Read;
+    let what = |e: String| Error::invalid("network file", format!("{}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| what(e.to_string()))?;
+    let mut text = String::new();
+    file.take(MAX_NETWORK_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| what(e.to_string()))?;
+    if text.len() as u64 > MAX_NETWORK_FILE {
+        return Err(what(format!("longer than {MAX_NETWORK_FILE} bytes")));
+    }
+    parse_network(&text).map_err(|e| what(e.to_string()))
+}
+
+/// The network `spec` names: a preset ([`PRESETS`]) or, where it names
+/// none, the path of a network file ([`read_network`]).
+///
+/// # Errors
+/// Neither a preset nor a readable network file (the error lists the
+/// presets).
+pub fn network(spec: &str) -> Result<Box<dyn Network>> {
+    if PRESETS.iter().any(|(n, _)| *n == spec) {
+        return preset(spec);
+    }
+    let path = std::path::Path::new(spec);
+    if path.exists() {
+        return read_network(path);
+    }
+    preset(spec).map_err(|e| Error::invalid("network", format!("{e}; nor is it a network file")))
+}
+
 /// One step of a rank's trace.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Op {

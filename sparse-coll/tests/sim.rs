@@ -266,3 +266,60 @@ fn replay_refuses_invalid_traces_and_spans_the_ranks_that_marked() {
     assert_eq!(time.span(0), Some(2.0));
     assert_eq!(time.span(1), None);
 }
+
+/// A network file round-trips (the replay over it equals the replay over
+/// the link it was written from), and hostile files are errors naming the
+/// line and the key, never a panic.
+#[test]
+fn network_files_round_trip_and_reject_bad_lines() {
+    use sparse_coll::sim::{full_bisection_file, parse_network};
+    let link = AlphaBeta::new(3.5e-6, 2.5e9).unwrap();
+    let text = full_bisection_file("calibrated", link, "measured\nby a test");
+    let net = parse_network(&text).unwrap();
+    let direct = FullBisection::new("calibrated", link);
+    assert_eq!(net.route(0, 1), direct.route(0, 1));
+    assert_eq!(net.label(), direct.label());
+    let two = "model = two_level\nranks_per_node = 4\nintra_alpha_s = 1e-6\nintra_bytes_per_s = 1e11\ninter_alpha_s = 2e-5 # comment\ninter_bytes_per_s = 3e9\n";
+    let net = parse_network(two).unwrap();
+    let (within, across) = (net.route(0, 3), net.route(0, 4));
+    assert!(close(within.alpha, 1e-6) && close(across.alpha, 2e-5));
+    for (bad, says) in [
+        ("model = full_bisection\nalpha_s = 1e-6\n", "no bytes_per_s"),
+        (
+            "model = full_bisection\nalpha_s = x\nbytes_per_s = 1e9\n",
+            "line 2: alpha_s",
+        ),
+        (
+            "model = full_bisection\nalpha_s = -1\nbytes_per_s = 1e9\n",
+            "alpha",
+        ),
+        (
+            "model = full_bisection\nalpha_s = 1\nbytes_per_s = 0\n",
+            "bandwidth",
+        ),
+        (
+            "model = full_bisection\nalpha_s = 1\nalpha_s = 1\n",
+            "line 3: alpha_s given twice",
+        ),
+        (
+            "model = full_bisection\nalpha_s = 1\nbytes_per_s = 1\nmtu = 9000\n",
+            "line 4: unknown key \"mtu\"",
+        ),
+        ("model = torus\n", "torus"),
+        ("alpha_s 1\n", "line 1"),
+        (
+            "model = two_level\nranks_per_node = 0\nintra_alpha_s = 1\nintra_bytes_per_s = 1\ninter_alpha_s = 1\ninter_bytes_per_s = 1\n",
+            "ranks_per_node",
+        ),
+        ("", "no model"),
+    ] {
+        let e = parse_network(bad)
+            .err()
+            .unwrap_or_else(|| panic!("{bad:?} parsed"));
+        assert!(matches!(e, Error::InvalidParameter { .. }), "{e}");
+        assert!(e.to_string().contains(says), "{bad:?}: {e}");
+    }
+    // A path that is no preset and no file names both.
+    let e = sparse_coll::sim::network("/nonexistent/net.txt").unwrap_err();
+    assert!(e.to_string().contains("nor is it a network file"), "{e}");
+}

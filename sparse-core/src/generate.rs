@@ -130,13 +130,27 @@ impl GradientSpec {
         (self.density * self.dim as f64).round() as usize
     }
 
-    /// One sparse gradient per rank.
+    /// One sparse gradient per rank: [`GradientSpec::pool`] and each
+    /// rank's [`GradientPool::rank`].
+    ///
+    /// # Errors
+    /// As [`GradientSpec::pool`].
+    pub fn generate<E: Element>(&self, ranks: usize) -> Result<Vec<SparseVec<E>>> {
+        let pool = self.pool(ranks)?;
+        (0..ranks).map(|r| pool.rank(r)).collect()
+    }
+
+    /// The index pool of `ranks` ranks, from which each rank draws its own
+    /// gradient ([`GradientPool::rank`]) without the others' being built:
+    /// the shared indices and every rank's private ones, `4 (shared + P
+    /// private)` bytes. A simulated cluster of a thousand ranks holds this
+    /// once and lets each rank generate its input inside its own thread.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] if density or overlap is outside
     /// `[0, 1]`, the skew is out of range, or the dimension cannot hold the
     /// shared indices plus every rank's private ones.
-    pub fn generate<E: Element>(&self, ranks: usize) -> Result<Vec<SparseVec<E>>> {
+    pub fn pool(&self, ranks: usize) -> Result<GradientPool> {
         crate::sparse::check_dim(self.dim)?;
         if !(0.0..=1.0).contains(&self.density) {
             return Err(Error::invalid(
@@ -167,30 +181,30 @@ impl GradientSpec {
             (self.overlap * nnz as f64).round() as usize
         };
         let private = nnz - shared;
-        let total = shared + ranks * private;
-        if total > self.dim {
-            return Err(Error::invalid(
-                "density",
-                format!(
-                    "{ranks} ranks x {nnz} non-zeros with overlap {} need {total} distinct indices > dimension {}",
-                    self.overlap, self.dim
-                ),
-            ));
-        }
+        let total = ranks
+            .checked_mul(private)
+            .and_then(|x| x.checked_add(shared))
+            .filter(|&t| t <= self.dim)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "density",
+                    format!(
+                        "{ranks} ranks x {nnz} non-zeros with overlap {} need {} distinct indices > dimension {}",
+                        self.overlap,
+                        shared as u128 + ranks as u128 * private as u128,
+                        self.dim
+                    ),
+                )
+            })?;
         let mut rng = Rng::seed_from_u64(self.seed);
-        let pool = self.draw_distinct(total, &mut rng);
-        let mut out = Vec::with_capacity(ranks);
-        for r in 0..ranks {
-            let mut idx: Vec<u32> = pool[..shared].to_vec();
-            idx.extend_from_slice(&pool[shared + r * private..shared + (r + 1) * private]);
-            idx.sort_unstable();
-            let mut vr = Rng::seed_from_u64(self.seed ^ (0x9e37_79b9 * (r as u64 + 1)));
-            let values = (0..idx.len())
-                .map(|_| self.values.sample_element::<E>(&mut vr))
-                .collect();
-            out.push(SparseVec::new(self.dim, idx, values)?);
-        }
-        Ok(out)
+        let indices = self.draw_distinct(total, &mut rng);
+        Ok(GradientPool {
+            spec: self.clone(),
+            ranks,
+            shared,
+            private,
+            indices,
+        })
     }
 
     /// `count` distinct indices in draw order.
@@ -239,6 +253,60 @@ impl GradientSpec {
             }
             _ => rng.random_range(0..self.dim as u64) as usize,
         }
+    }
+}
+
+/// The indices of every rank's gradient of a [`GradientSpec`]
+/// ([`GradientSpec::pool`]); each rank's vector is built on demand.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradientPool {
+    spec: GradientSpec,
+    ranks: usize,
+    shared: usize,
+    private: usize,
+    indices: Vec<u32>,
+}
+
+impl GradientPool {
+    /// Ranks the pool was drawn for.
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+    /// Indices every rank holds.
+    pub fn shared(&self) -> usize {
+        self.shared
+    }
+    /// Indices each rank holds alone.
+    pub fn private(&self) -> usize {
+        self.private
+    }
+    /// Entries of the sum of every rank's gradient: the shared indices and
+    /// every rank's private ones.
+    pub fn union(&self) -> usize {
+        self.indices.len()
+    }
+    /// Rank `r`'s gradient: the shared indices and its private ones,
+    /// sorted, with values from its own seeded stream; the same vector
+    /// [`GradientSpec::generate`] gives rank `r`.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchRank`] for `r >= ranks`.
+    pub fn rank<E: Element>(&self, r: usize) -> Result<SparseVec<E>> {
+        if r >= self.ranks {
+            return Err(Error::NoSuchRank {
+                rank: r,
+                size: self.ranks,
+            });
+        }
+        let (shared, private) = (self.shared, self.private);
+        let mut idx: Vec<u32> = self.indices[..shared].to_vec();
+        idx.extend_from_slice(&self.indices[shared + r * private..shared + (r + 1) * private]);
+        idx.sort_unstable();
+        let mut vr = Rng::seed_from_u64(self.spec.seed ^ (0x9e37_79b9 * (r as u64 + 1)));
+        let values = (0..idx.len())
+            .map(|_| self.spec.values.sample_element::<E>(&mut vr))
+            .collect();
+        SparseVec::new(self.spec.dim, idx, values)
     }
 }
 

@@ -41,6 +41,10 @@ enum Command {
     /// every residual optimizer over its sparse allreduce, test accuracy
     /// per epoch, bytes per step and time per step, in the same run.
     Train(TrainCli),
+    /// Every sparse allreduce at up to 1,024 ranks on a simulated network:
+    /// simulated time, bytes and rounds per P, the cost model's prediction
+    /// and the planner's choice with its regret.
+    Scale(bench::scale::ScaleArgs),
 }
 
 /// `sparse-bench select`: the benchmark's flags and the backend.
@@ -154,6 +158,7 @@ fn main() -> ExitCode {
         Some(Command::Select(c)) => run_select(c.backend, &c.args, json),
         Some(Command::Allreduce(c)) => run_allreduce(c.transport, &c.args, json),
         Some(Command::Train(c)) => run_train(&c, json),
+        Some(Command::Scale(a)) => run_scale(&a, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -162,6 +167,50 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `sparse-bench scale`: the table (or JSON lines) and the plot.
+fn run_scale(a: &bench::scale::ScaleArgs, json: bool) -> sparse_core::Result<()> {
+    use bench::scale;
+    let report = scale::run_with(a, |row| {
+        if std::env::var_os("SPARSE_BENCH_VERBOSE").is_some() {
+            eprintln!(
+                "{} P = {}: {:.3} ms simulated, {:.1} s wall",
+                row.algo,
+                row.ranks,
+                row.sim_s * 1e3,
+                row.wall.as_secs_f64()
+            );
+        }
+    })?;
+    if json {
+        for v in scale::json(&report) {
+            bench::out!("{v}");
+        }
+    } else {
+        bench::out!(
+            "Simulated times ({}); n = {}, density {}, overlap {}",
+            report.network,
+            a.n,
+            a.density,
+            a.overlap
+        );
+        print_table(scale::HEADER, &scale::table(&report));
+        bench::out!();
+        for p in &report.planner {
+            bench::out!(
+                "P = {}: the planner picks {}; fastest candidate {}; regret {}",
+                p.ranks,
+                p.choice,
+                p.best,
+                p.regret.map_or_else(|| "-".into(), |r| format!("{r:.3}"))
+            );
+        }
+    }
+    if let Some(path) = &a.svg {
+        scale::plot(&report, path)?;
+    }
+    Ok(())
 }
 
 /// The default run: every subcommand at a small size, in seconds, ending

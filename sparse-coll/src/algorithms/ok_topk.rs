@@ -6,7 +6,7 @@ use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllr
 use crate::algorithms::spardl::split_topk;
 use crate::dense::bruck_allgather;
 use crate::entry::{Reduced, enter};
-use crate::frame::{put_block, split_where, take_block};
+use crate::frame::{put_block, split_where, sum_all, take_block};
 use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
@@ -251,10 +251,7 @@ impl<E: Element> OkTopk<E> {
                 return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
             }
         }
-        let mut sum = SparseVec::zeros(dim)?;
-        for part in &parts {
-            sum = sum.merge_sum(part)?;
-        }
+        let sum = sum_all(parts.iter(), dim);
         if refresh {
             self.global_threshold(t, &sum, k)?;
         }

@@ -3,6 +3,7 @@
 
 use crate::Transport;
 use crate::entry::Reduced;
+use crate::frame::sum_all;
 use sparse_core::encoding::Encoding;
 use sparse_core::{Element, Error, Result, SparseVec};
 
@@ -63,10 +64,7 @@ pub(crate) fn push_pull<T: Transport + ?Sized, E: Element, S: Scheme<E>>(
     }
     // Sum in rank order: rank 0's piece first.
     received[r] = Some(pieces[r].clone());
-    let mut mine = SparseVec::zeros(dim)?;
-    for piece in received.iter().flatten() {
-        mine = mine.merge_sum(piece)?;
-    }
+    let mine = sum_all(received.iter().flatten(), dim);
     let pull_mine = scheme.pull(r)?.encode(&mine)?;
     let mut parts: Vec<Option<SparseVec<E>>> = vec![None; p];
     for s in 1..p {
@@ -78,10 +76,7 @@ pub(crate) fn push_pull<T: Transport + ?Sized, E: Element, S: Scheme<E>>(
     // that every rank sees the same entries (the block encoding, say, does
     // not keep explicit zeros).
     parts[r] = Some(scheme.pull(r)?.decode(&pull_mine)?);
-    let mut result = SparseVec::zeros(dim)?;
-    for part in parts.into_iter().flatten() {
-        result = result.merge_sum(&part)?;
-    }
+    let result = sum_all(parts.iter().flatten(), dim);
     Ok(Reduced {
         result,
         dropped: SparseVec::zeros(dim)?,

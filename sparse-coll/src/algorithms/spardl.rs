@@ -6,7 +6,7 @@
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::bruck_allgather;
 use crate::entry::{Reduced, enter};
-use crate::frame::{put_block, split_where, take_block};
+use crate::frame::{put_block, split_where, sum_all, take_block};
 use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param};
 use crate::{Entered, Group, Traffic, Transport};
@@ -431,15 +431,18 @@ impl SpardlBsag {
                 let mut msg = Vec::new();
                 put_block(&mut msg, &sent);
                 let all = bruck_allgather(col, &msg)?;
-                let mut sum = SparseVec::zeros(lay.dim)?;
-                for b in &all {
-                    let mut rest: &[u8] = b;
-                    let part = take_block::<E>(&mut rest, lay.dim, lo, len, "b-sag block")?;
-                    if !rest.is_empty() {
-                        return Err(Error::corrupt("b-sag block", "trailing bytes"));
-                    }
-                    sum = sum.merge_sum(&part)?;
-                }
+                let parts = all
+                    .iter()
+                    .map(|b| {
+                        let mut rest: &[u8] = b;
+                        let part = take_block::<E>(&mut rest, lay.dim, lo, len, "b-sag block")?;
+                        if !rest.is_empty() {
+                            return Err(Error::corrupt("b-sag block", "trailing bytes"));
+                        }
+                        Ok(part)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let sum = sum_all(parts.iter(), lay.dim);
                 self.last_count = Some(sum.nnz());
                 let (kept, cut) = split_topk(&sum, lay.share(pos));
                 let c = col.rank();

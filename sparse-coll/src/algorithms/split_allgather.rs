@@ -393,7 +393,7 @@ pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
     // The sum, alternating between the result's and dropped's vectors.
     let (mut ai, mut av) = take_parts(&mut out.result);
     let (mut bi, mut bv) = take_parts(&mut out.dropped);
-    sum_parts(&parts, (&mut ai, &mut av), (&mut bi, &mut bv));
+    sum_parts(&parts, len, (&mut ai, &mut av), (&mut bi, &mut bv));
     // The partition's block for the allgather: the sparse sum itself as a
     // stream, written from its vectors; or a block encoded here (and what
     // QSGD removed from the partition, dense, this rank's share of

@@ -5,7 +5,7 @@ use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::bytes::{le_bytes, le_u32s};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Reduced, enter};
-use crate::frame::{pairs_view, sum_parts, take_parts};
+use crate::frame::{pairs_view, sum_all, sum_parts, take_parts};
 use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param};
 use crate::{Entered, Traffic, Transport};
@@ -23,17 +23,20 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     start: Traffic,
 ) -> Result<Reduced<E>> {
     let packed = values.pack(v)?;
-    let mut result = SparseVec::zeros(v.dim())?;
     let all = bruck_allgather(t, packed.bytes())?;
     let dropped = packed.into_parts().1;
-    for b in all {
-        let mut rest: &[u8] = &b;
-        let part = values.take(&mut rest, v.dim(), 0, v.dim(), "topk_a message")?;
-        if !rest.is_empty() {
-            return Err(Error::corrupt("topk_a message", "trailing bytes"));
-        }
-        result = result.merge_sum(&part)?;
-    }
+    let parts = all
+        .iter()
+        .map(|b| {
+            let mut rest: &[u8] = b;
+            let part = values.take(&mut rest, v.dim(), 0, v.dim(), "topk_a message")?;
+            if !rest.is_empty() {
+                return Err(Error::corrupt("topk_a message", "trailing bytes"));
+            }
+            Ok(part)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let result = sum_all(parts.iter(), v.dim());
     Ok(Reduced {
         result,
         dropped,
@@ -68,7 +71,7 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
     // (empty) dropped vector's allocations.
     let (mut ai, mut av) = take_parts(&mut out.result);
     let (mut bi, mut bv) = take_parts(&mut out.dropped);
-    sum_parts(&views, (&mut ai, &mut av), (&mut bi, &mut bv));
+    sum_parts(&views, dim, (&mut ai, &mut av), (&mut bi, &mut bv));
     drop(views);
     g.release(t);
     out.result = SparseVec::new_unchecked(dim, ai, av);

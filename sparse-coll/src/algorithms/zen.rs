@@ -15,7 +15,7 @@ use sparse_core::{
     Backend, Element, Error, H0, HashPartitions, HierarchicalHash, Result, SparseVec,
 };
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 struct Zen<'a> {
     index: &'a Arc<PartitionIndex>,
@@ -224,14 +224,14 @@ impl<H> ZenBalancedParallelism<H> {
         Self { host: true, ..self }
     }
     /// The partition index for `p` ranks and dimension `dim`: the kept
-    /// one, or one built fallibly (8 bytes per coordinate) and kept.
+    /// one, or the one ranks of this process share ([`shared_index`]).
     fn index_for(&mut self, p: usize, dim: usize) -> Result<Arc<PartitionIndex>> {
         match &self.index {
             Some(index) if index.h0().partitions() as usize == p && index.dim() == dim => {
                 Ok(index.clone())
             }
             _ => {
-                let index = Arc::new(PartitionIndex::new(H0::new(self.seed, p as u32)?, dim)?);
+                let index = shared_index(self.seed, p, dim)?;
                 self.index = Some(index.clone());
                 Ok(index)
             }
@@ -263,6 +263,29 @@ impl<H> ZenBalancedParallelism<H> {
         self.last = Some(stats);
         Ok(pieces)
     }
+}
+
+/// The partition index of `h0(seed, p)` over `dim` coordinates (8 bytes per
+/// coordinate, built fallibly). It is a function of its three arguments
+/// and never changes, so the ranks of one process (threads, the simulated
+/// cluster's thousand ranks) share one copy while any holds it: the first
+/// to ask builds it, under the lock, and the others wait for it.
+fn shared_index(seed: u64, p: usize, dim: usize) -> Result<Arc<PartitionIndex>> {
+    type Key = (u64, usize, usize);
+    static CACHE: Mutex<Vec<(Key, Weak<PartitionIndex>)>> = Mutex::new(Vec::new());
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    cache.retain(|(_, w)| w.strong_count() > 0);
+    let key = (seed, p, dim);
+    if let Some(index) = cache
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(index);
+    }
+    let index = Arc::new(PartitionIndex::new(H0::new(seed, p as u32)?, dim)?);
+    cache.push((key, Arc::downgrade(&index)));
+    Ok(index)
 }
 
 /// The registry name, from which the entry id derives.

@@ -1,0 +1,593 @@
+//! `sparse-bench scale`: every sparse allreduce at up to a thousand ranks
+//! on a simulated network ([`sparse_coll::sim`]). Each rank is a thread
+//! that runs the real code; the replay of their traces over the network
+//! model gives the simulated time of a call. Every time this module prints
+//! is simulated and says so, with the network's label.
+
+use sparse_coll::sim::{self, Network, SimCluster};
+use sparse_coll::{Auto, Defaults, Profile, Registry, SparseAllreduce, Traffic, Transport};
+use sparse_core::generate::{GradientPool, GradientSpec, ValueDist};
+use sparse_core::{Error, Result, SparseVec};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The flags of `sparse-bench scale`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ScaleArgs {
+    /// Rank counts, comma-separated (default 2, 4, ..., 1024).
+    #[arg(long, value_delimiter = ',', default_values_t = default_ranks())]
+    pub ranks: Vec<usize>,
+    /// Network model: a preset (`1gbe`, `10gbe`, `25gbe`, `ib100`,
+    /// `nvlink8-25gbe`, `nvlink8-ib100`).
+    #[arg(long, default_value = "25gbe")]
+    pub network: String,
+    /// Dimension of the gradient.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub n: usize,
+    /// Non-zeros per rank as a fraction of `n`; also the lossy
+    /// algorithms' budget.
+    #[arg(long, default_value_t = 0.001)]
+    pub density: f64,
+    /// Overlap ratio of the ranks' index sets (Zen Def. 3): the fraction of
+    /// each rank's indices that every rank holds.
+    #[arg(long, default_value_t = 0.5)]
+    pub overlap: f64,
+    /// Only these algorithms (registry specs; one per flag, repeat for
+    /// more). Every registered one but the planner when absent.
+    #[arg(long = "algo")]
+    pub algos: Vec<String>,
+    /// Seed of the synthetic gradients.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Refuse, before running anything, a run whose estimated memory
+    /// exceeds this many GiB (the estimate is printed).
+    #[arg(long, default_value_t = 16.0)]
+    pub mem_cap_gib: f64,
+    /// Write the plot of simulated time against ranks (log-log) here.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+fn default_ranks() -> Vec<usize> {
+    (1..=10).map(|i| 1usize << i).collect()
+}
+
+/// One algorithm at one rank count.
+#[derive(Debug, Clone)]
+pub struct ScaleRow {
+    /// Ranks.
+    pub ranks: usize,
+    /// The algorithm's registry spec.
+    pub algo: String,
+    /// Simulated time of the call: the slowest rank's, seconds.
+    pub sim_s: f64,
+    /// Traffic of the busiest rank (most bytes received), entry round
+    /// included.
+    pub busiest: Traffic,
+    /// The most bytes any rank received in the call itself, the entry
+    /// agreement left out: what the cost model predicts.
+    pub call_bytes_max: u64,
+    /// Most rounds of any rank.
+    pub rounds_max: u64,
+    /// Messages and bytes summed over ranks.
+    pub total: Traffic,
+    /// The cost model's prediction of the busiest rank's bytes received.
+    pub model_bytes: f64,
+    /// The cost model's rounds.
+    pub model_rounds: f64,
+    /// Entries of rank 0's result.
+    pub result_nnz: usize,
+    /// The memory estimate of the run, bytes.
+    pub mem_estimate: u64,
+    /// Peak resident memory of the process during the run, bytes, where
+    /// the platform reports it.
+    pub peak_rss: Option<u64>,
+    /// Wall time of the run on this machine.
+    pub wall: Duration,
+}
+
+/// The planner's choice at one rank count.
+#[derive(Debug, Clone)]
+pub struct PlannerRow {
+    /// Ranks.
+    pub ranks: usize,
+    /// The algorithm the planner picks for this input's exact profile,
+    /// with the network's latency and time per byte.
+    pub choice: String,
+    /// The fastest of the planner's candidates in the simulation.
+    pub best: String,
+    /// The choice's simulated time over the best candidate's (1: no
+    /// regret); `None` where the choice was not run.
+    pub regret: Option<f64>,
+}
+
+/// A whole `scale` run.
+#[derive(Debug, Clone)]
+pub struct ScaleReport {
+    /// The network's label.
+    pub network: String,
+    /// One row per rank count and algorithm.
+    pub rows: Vec<ScaleRow>,
+    /// One per rank count.
+    pub planner: Vec<PlannerRow>,
+}
+
+/// The synthetic gradients of a run: normal values, the overlap asked.
+fn spec(a: &ScaleArgs) -> GradientSpec {
+    GradientSpec {
+        overlap: a.overlap,
+        values: ValueDist::Normal { std: 1.0 },
+        ..GradientSpec::new(a.n, a.density, a.seed)
+    }
+}
+
+/// The exact profile of the pool's inputs (every rank holds the same
+/// number of entries).
+pub fn profile_of(pool: &GradientPool, n: usize) -> Profile {
+    let k = pool.shared() + pool.private();
+    Profile {
+        p: pool.ranks(),
+        n,
+        value_bytes: 4,
+        k_max: k,
+        k_sum: k * pool.ranks(),
+        union: pool.union(),
+    }
+}
+
+/// The algorithms of a run: `a.algos`, or every registered one but the
+/// planner.
+fn selection(a: &ScaleArgs) -> Vec<String> {
+    if a.algos.is_empty() {
+        Registry::<f32>::builtin()
+            .names()
+            .into_iter()
+            .filter(|n| *n != "auto")
+            .map(String::from)
+            .collect()
+    } else {
+        a.algos.clone()
+    }
+}
+
+/// Per-thread memory the estimate adds to each rank: its stack's touched
+/// pages, its transport, the allocator's per-thread caches (measured: 1
+/// GiB for the O(k) algorithms at P = 1,024).
+const PER_RANK: f64 = 1024.0 * 1024.0;
+
+/// The margin over the working set: the most any algorithm's measured peak
+/// exceeded it at P = 1,024, n = 2^20 (`bench/RESULTS.md`) was 23%.
+const MARGIN: f64 = 1.25;
+
+/// The memory a run of `algo` on `prof` is estimated to need, bytes: every
+/// rank holds its input, the bytes the cost model says it receives and
+/// its result (the union of the index sets, or the algorithm's bound on
+/// its result where it has one), plus the index pool, with a margin of
+/// [`MARGIN`], and [`PER_RANK`] per thread. The table prints the measured
+/// peak beside it.
+pub fn memory_estimate(algo: &dyn SparseAllreduce<f32>, prof: &Profile) -> u64 {
+    let p = prof.p as f64;
+    let recv = algo.cost(prof).bytes();
+    // A lossy algorithm's result is bounded by its budget.
+    let entries = prof.union.min(prof.n);
+    let entries = algo
+        .max_result_entries(prof.n)
+        .map_or(entries, |m| m.min(entries));
+    let result = 8.0 * entries as f64;
+    let input = 8.0 * prof.k_max as f64;
+    let pool = 4.0 * prof.union as f64;
+    (MARGIN * (pool + p * (input + recv + result)) + p * PER_RANK) as u64
+}
+
+/// The process's peak resident memory since the last
+/// [`reset_peak_rss`], where Linux reports it.
+fn peak_rss() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Resets the peak resident memory Linux reports (`clear_refs` 5).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Refuses the run up front when any of its calls is estimated above the
+/// cap, listing each with its estimate.
+fn check_memory(a: &ScaleArgs, registry: &Registry<f32>, algos: &[String]) -> Result<()> {
+    let spec = spec(a);
+    let mut over = Vec::new();
+    for &p in &a.ranks {
+        // The profile follows from the spec; the pool is not drawn here.
+        let nnz = spec.nnz();
+        let shared = if p <= 1 {
+            nnz
+        } else {
+            (a.overlap * nnz as f64).round() as usize
+        };
+        let union = shared.saturating_add(p.saturating_mul(nnz - shared));
+        let prof = Profile {
+            p,
+            n: a.n,
+            value_bytes: 4,
+            k_max: nnz,
+            k_sum: nnz.saturating_mul(p),
+            union,
+        };
+        for spec in algos {
+            let algo = registry.build(spec, Defaults::k(nnz.max(1))?)?;
+            let est = memory_estimate(&*algo, &prof);
+            if est as f64 > a.mem_cap_gib * GIB {
+                over.push(format!("{spec} at P = {p}: {:.1} GiB", est as f64 / GIB));
+            }
+        }
+    }
+    if over.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "mem-cap-gib",
+            format!(
+                "the run is estimated above the cap of {} GiB, so nothing was run: {}; raise --mem-cap-gib, lower --n or drop those --algo/--ranks",
+                a.mem_cap_gib,
+                over.join("; ")
+            ),
+        ))
+    }
+}
+
+/// What one rank returns of a call.
+#[derive(Debug, Clone, Copy)]
+struct RankOut {
+    traffic: Traffic,
+    call: Traffic,
+    nnz: usize,
+}
+
+/// Runs `spec` on `pool`'s inputs over a simulated cluster and replays it
+/// over `net`. Each rank draws its own input inside its thread and keeps
+/// only its traffic and result size once the call is done.
+///
+/// # Errors
+/// The first rank's error; a replay error.
+pub fn run_one(
+    spec: &str,
+    pool: &GradientPool,
+    n: usize,
+    net: &dyn Network,
+) -> Result<(ScaleRow, Vec<Traffic>)> {
+    let p = pool.ranks();
+    let registry = Registry::<f32>::builtin();
+    let k = (pool.shared() + pool.private()).max(1);
+    let defaults = Defaults::k(k)?;
+    let prof = profile_of(pool, n);
+    let model = registry.build(spec, defaults)?;
+    let cost = model.cost(&prof);
+    let mem_estimate = memory_estimate(&*model, &prof);
+    drop(model);
+    reset_peak_rss();
+    let start = Instant::now();
+    let run = SimCluster::new(p).run(|t| {
+        let v: SparseVec<f32> = pool.rank(t.rank())?;
+        let mut algo = registry.build(spec, defaults)?;
+        t.mark();
+        let red = algo.allreduce(t, &v)?;
+        t.mark();
+        Ok(RankOut {
+            traffic: red.total(),
+            call: red.traffic,
+            nnz: red.result.nnz(),
+        })
+    })?;
+    let wall = start.elapsed();
+    let peak_rss = peak_rss();
+    let mut outs = Vec::with_capacity(p);
+    for r in run.results.iter() {
+        match r {
+            Ok(o) => outs.push(*o),
+            Err(e) => return Err(e.clone()),
+        }
+    }
+    let timeline = run.timeline(net)?;
+    let sim_s = timeline.span(0).unwrap_or(0.0);
+    let traffic: Vec<Traffic> = outs.iter().map(|o| o.traffic).collect();
+    let busiest = *traffic
+        .iter()
+        .max_by_key(|t| (t.bytes_recv, t.rounds))
+        .unwrap_or(&Traffic::default());
+    let total = traffic.iter().fold(Traffic::default(), |a, t| a.plus(t));
+    let call_bytes_max = outs.iter().map(|o| o.call.bytes_recv).max().unwrap_or(0);
+    Ok((
+        ScaleRow {
+            ranks: p,
+            algo: spec.to_string(),
+            sim_s,
+            busiest,
+            call_bytes_max,
+            rounds_max: traffic.iter().map(|t| t.rounds).max().unwrap_or(0),
+            total,
+            model_bytes: cost.bytes(),
+            model_rounds: cost.rounds,
+            result_nnz: outs.first().map_or(0, |o| o.nnz),
+            mem_estimate,
+            peak_rss,
+            wall,
+        },
+        traffic,
+    ))
+}
+
+/// The network `name` names: a preset.
+///
+/// # Errors
+/// An unknown name.
+pub fn network(name: &str) -> Result<Box<dyn Network>> {
+    sim::preset(name)
+}
+
+/// The network's latency and time per 32-bit word between the first and
+/// the last rank (across nodes on a two-level network), what the planner
+/// is told.
+fn planner_constants(net: &dyn Network, p: usize) -> (f64, f64) {
+    let route = net.route(0, p.saturating_sub(1));
+    (route.alpha, 4.0 * route.beta)
+}
+
+/// The planner's pick for `prof` on `net`.
+fn planner_choice(registry: &Registry<f32>, net: &dyn Network, prof: &Profile) -> Result<String> {
+    let (alpha, beta) = planner_constants(net, prof.p);
+    let defaults = Defaults::lossless();
+    let candidates = registry
+        .auto_candidates()
+        .into_iter()
+        .map(|name| registry.build(name, defaults))
+        .collect::<Result<Vec<_>>>()?;
+    let names: Vec<String> = registry
+        .auto_candidates()
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let auto = Auto::new(alpha, beta, candidates)?;
+    Ok(names[auto.choose(prof)].clone())
+}
+
+/// Runs the whole sweep, reporting progress on stderr.
+///
+/// # Errors
+/// Bad flags, a run over the memory cap (refused before anything runs),
+/// an algorithm's error.
+pub fn run(a: &ScaleArgs) -> Result<ScaleReport> {
+    run_with(a, |_| {})
+}
+
+/// [`run`], calling `done` with each row as it completes (a long sweep
+/// prints as it goes).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with(a: &ScaleArgs, mut done: impl FnMut(&ScaleRow)) -> Result<ScaleReport> {
+    if a.ranks.is_empty() || a.ranks.contains(&0) {
+        return Err(Error::invalid("ranks", "give rank counts of at least 1"));
+    }
+    if !(a.density > 0.0 && a.density <= 1.0) {
+        return Err(Error::invalid(
+            "density",
+            format!("{} not in (0, 1]", a.density),
+        ));
+    }
+    if !(a.mem_cap_gib.is_finite() && a.mem_cap_gib > 0.0) {
+        return Err(Error::invalid("mem-cap-gib", format!("{}", a.mem_cap_gib)));
+    }
+    let net = network(&a.network)?;
+    let registry = Registry::<f32>::builtin();
+    let algos = selection(a);
+    check_memory(a, &registry, &algos)?;
+    let mut progress = crate::Progress::new((a.ranks.len() * algos.len()) as u64, "scale");
+    let mut report = ScaleReport {
+        network: net.label(),
+        rows: Vec::new(),
+        planner: Vec::new(),
+    };
+    for &p in &a.ranks {
+        let pool = spec(a).pool(p)?;
+        let prof = profile_of(&pool, a.n);
+        let first = report.rows.len();
+        for algo in &algos {
+            let (row, _) = run_one(algo, &pool, a.n, &*net)?;
+            done(&row);
+            report.rows.push(row);
+            progress.inc();
+        }
+        let choice = planner_choice(&registry, &*net, &prof)?;
+        let planned = registry.auto_candidates();
+        let here = &report.rows[first..];
+        let best = here
+            .iter()
+            .filter(|r| planned.contains(&r.algo.as_str()))
+            .min_by(|x, y| x.sim_s.total_cmp(&y.sim_s));
+        let chosen = here.iter().find(|r| r.algo == choice);
+        report.planner.push(PlannerRow {
+            ranks: p,
+            choice: choice.clone(),
+            best: best.map_or_else(String::new, |b| b.algo.clone()),
+            regret: match (chosen, best) {
+                (Some(c), Some(b)) if b.sim_s > 0.0 => Some(c.sim_s / b.sim_s),
+                _ => None,
+            },
+        });
+    }
+    progress.finish();
+    Ok(report)
+}
+
+/// The report as table rows.
+pub fn table(r: &ScaleReport) -> Vec<Vec<String>> {
+    r.rows
+        .iter()
+        .map(|row| {
+            let plan = r.planner.iter().find(|p| p.ranks == row.ranks);
+            let mark = match plan {
+                Some(p) if p.choice == row.algo => "planner",
+                _ => "",
+            };
+            vec![
+                row.algo.clone(),
+                row.ranks.to_string(),
+                format!("{:.3}", row.sim_s * 1e3),
+                row.busiest.bytes_recv.to_string(),
+                format!(
+                    "{:.3}",
+                    row.call_bytes_max as f64 / row.model_bytes.max(1.0)
+                ),
+                row.rounds_max.to_string(),
+                format!("{:.0}", row.model_rounds),
+                row.result_nnz.to_string(),
+                format!("{:.2}", row.wall.as_secs_f64()),
+                row.peak_rss
+                    .map_or_else(|| "-".into(), |b| format!("{:.2}", b as f64 / GIB)),
+                format!("{:.2}", row.mem_estimate as f64 / GIB),
+                mark.into(),
+            ]
+        })
+        .collect()
+}
+
+/// The table's header.
+pub const HEADER: &[&str] = &[
+    "algorithm",
+    "P",
+    "sim_ms",
+    "bytes_recv_max",
+    "x_model",
+    "rounds",
+    "model_rounds",
+    "result_nnz",
+    "wall_s",
+    "peak_gib",
+    "est_gib",
+    "",
+];
+
+/// One JSON object per row, and one per planner choice.
+pub fn json(r: &ScaleReport) -> Vec<serde_json::Value> {
+    let mut out: Vec<serde_json::Value> = r
+        .rows
+        .iter()
+        .map(|row| {
+            serde_json::json!({
+                "kind": "scale",
+                "simulated": true,
+                "network": r.network,
+                "algo": row.algo,
+                "ranks": row.ranks,
+                "sim_ms": row.sim_s * 1e3,
+                "bytes_recv_max": row.busiest.bytes_recv,
+                "call_bytes_recv_max": row.call_bytes_max,
+                "bytes_sent_total": row.total.bytes_sent,
+                "msgs_total": row.total.msgs_sent,
+                "rounds_max": row.rounds_max,
+                "model_bytes": row.model_bytes,
+                "model_rounds": row.model_rounds,
+                "result_nnz": row.result_nnz,
+                "wall_s": row.wall.as_secs_f64(),
+                "peak_rss_bytes": row.peak_rss,
+                "mem_estimate_bytes": row.mem_estimate,
+            })
+        })
+        .collect();
+    out.extend(r.planner.iter().map(|p| {
+        serde_json::json!({
+            "kind": "planner",
+            "simulated": true,
+            "network": r.network,
+            "ranks": p.ranks,
+            "choice": p.choice,
+            "best": p.best,
+            "regret": p.regret,
+        })
+    }));
+    out
+}
+
+/// Writes the log-log plot of simulated time against ranks, one line per
+/// algorithm, as the papers draw their scaling figures.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn plot(r: &ScaleReport, path: &std::path::Path) -> Result<()> {
+    plot_svg(r, path).map_err(|e| Error::invalid("svg", format!("{}: {e}", path.display())))
+}
+
+fn plot_svg(
+    r: &ScaleReport,
+    path: &std::path::Path,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let mut algos: Vec<&str> = Vec::new();
+    for row in &r.rows {
+        if !algos.contains(&row.algo.as_str()) {
+            algos.push(&row.algo);
+        }
+    }
+    let pts = |a: &str| -> Vec<(f64, f64)> {
+        r.rows
+            .iter()
+            .filter(|row| row.algo == a && row.sim_s > 0.0)
+            .map(|row| (row.ranks as f64, row.sim_s * 1e3))
+            .collect()
+    };
+    let all: Vec<(f64, f64)> = algos.iter().flat_map(|a| pts(a)).collect();
+    let fold = |f: fn(&(f64, f64)) -> f64| {
+        all.iter()
+            .map(f)
+            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(x), h.max(x)))
+    };
+    let (x0, x1) = fold(|p| p.0);
+    let (y0, y1) = fold(|p| p.1);
+    let (x0, x1) = if x0 < x1 { (x0, x1) } else { (1.0, 2.0) };
+    let (y0, y1) = if y0 < y1 {
+        (y0 / 1.5, y1 * 1.5)
+    } else {
+        (1e-3, 1.0)
+    };
+    let root = SVGBackend::new(path, (960, 620)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("simulated time of one call ({})", r.network),
+            ("sans-serif", 15),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("ranks P")
+        .y_desc("simulated ms (slowest rank)")
+        .draw()?;
+    for (i, a) in algos.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let series = pts(a);
+        chart
+            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?
+            .label(a.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+        chart.draw_series(
+            series
+                .into_iter()
+                .map(|p| Circle::new(p, 3, color.filled())),
+        )?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
