@@ -132,6 +132,32 @@ print(f"train: {len(rows)} rows with every field; train.csv and two plots writte
 PY
 rm -rf "$out_dir"
 
+# sparse-bench scale on the simulated cluster: a row per algorithm, every
+# figure labelled simulated with its network, the log-log plot written, and
+# a run over the memory cap refused before it starts.
+out_dir=$(mktemp -d)
+rows=$("$bin/sparse-bench" scale --ranks 16,64 --n 65536 --density 0.002 --json --svg "$out_dir/scale.svg")
+python3 - "$rows" "$out_dir/scale.svg" <<'PY'
+import json, os, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
+scale = [r for r in rows if r["kind"] == "scale"]
+planner = [r for r in rows if r["kind"] == "planner"]
+assert len(scale) == 2 * 14 and len(planner) == 2, (len(scale), len(planner))
+for r in rows:
+    assert r["simulated"] is True and r["network"].startswith("25gbe"), r
+for r in scale:
+    assert r["sim_ms"] > 0 and r["call_bytes_recv_max"] > 0, r
+for r in planner:
+    assert r["regret"] >= 1.0, r
+assert os.path.getsize(sys.argv[2]) > 0
+print(f"scale: {len(scale)} rows and {len(planner)} planner choices, all simulated; plot written")
+PY
+if "$bin/sparse-bench" scale --ranks 1024 --n 16777216 --mem-cap-gib 1 2>"$out_dir/err"; then
+    echo "a run over the memory cap was not refused"; exit 1
+fi
+grep -q "nothing was run" "$out_dir/err"
+rm -rf "$out_dir"
+
 # Every crate's examples (built by cargo test above), each asserting what
 # it shows; custom_scheme: a user's own allreduce, defined outside the
 # crate, through the registry, the collective suite and the planner.
@@ -162,6 +188,17 @@ for algo, r in threads.items():
     assert mpi[algo]["rounds"] == r["rounds"], algo
 print(f"{len(mpi)} MPI rows; measured bytes equal the thread transport's")
 PY
+
+# The calibration of the simulator against the MPI transport (small sizes
+# here; the full one is scripts/calibrate.sh): a network file that
+# sparse-bench scale reads.
+out_dir=$(mktemp -d)
+MPIEXEC_TIMEOUT=120 mpiexec -n 2 "$bin/sparse-bench" calibrate --max-mib 1 --min-ms 20 --out "$out_dir/net" \
+    | tee "$out_dir/log" | tail -1
+grep -q "world size 2" "$out_dir/log"
+"$bin/sparse-bench" scale --ranks 4 --n 20000 --density 0.01 --algo topk_a --network "$out_dir/net" --json \
+    | grep -q '"network":"calibrated: full bisection'
+rm -rf "$out_dir"
 
 # Training under MPI: two processes, every rank the same weights after
 # every epoch, the world size in the rows, accuracy above chance.

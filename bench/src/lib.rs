@@ -6,6 +6,7 @@
 //! figures to read.
 
 pub mod allreduce;
+pub mod calibrate;
 pub mod encode;
 
 /// The workspace README's examples, compiled and run as doc tests here,

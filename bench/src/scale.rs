@@ -4,7 +4,7 @@
 //! model gives the simulated time of a call. Every time this module prints
 //! is simulated and says so, with the network's label.
 
-use sparse_coll::sim::{self, Network, SimCluster};
+use sparse_coll::sim::{self, Compute, Network, SimCluster};
 use sparse_coll::{Auto, Defaults, Profile, Registry, SparseAllreduce, Traffic, Transport};
 use sparse_core::generate::{GradientPool, GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
@@ -18,7 +18,8 @@ pub struct ScaleArgs {
     #[arg(long, value_delimiter = ',', default_values_t = default_ranks())]
     pub ranks: Vec<usize>,
     /// Network model: a preset (`1gbe`, `10gbe`, `25gbe`, `ib100`,
-    /// `nvlink8-25gbe`, `nvlink8-ib100`).
+    /// `nvlink8-25gbe`, `nvlink8-ib100`) or the path of a network file
+    /// (`sparse-bench calibrate` writes one).
     #[arg(long, default_value = "25gbe")]
     pub network: String,
     /// Dimension of the gradient.
@@ -46,6 +47,18 @@ pub struct ScaleArgs {
     /// Write the plot of simulated time against ranks (log-log) here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Count local computation too: each rank's thread CPU time between
+    /// its communication calls, times this factor (1: this machine's
+    /// speed). Off when absent: communication only, and the times are then
+    /// a deterministic function of the inputs.
+    #[arg(long)]
+    pub compute_factor: Option<f64>,
+    /// Time the second call of each algorithm, as `sparse-bench allreduce`
+    /// times warm calls (stateful algorithms such as Ok-Topk reuse their
+    /// thresholds; buffers are allocated): the first call is made and not
+    /// timed.
+    #[arg(long)]
+    pub warm: bool,
 }
 
 fn default_ranks() -> Vec<usize> {
@@ -259,6 +272,22 @@ pub fn run_one(
     n: usize,
     net: &dyn Network,
 ) -> Result<(ScaleRow, Vec<Traffic>)> {
+    run_one_with(spec, pool, n, net, Compute::Off, false)
+}
+
+/// [`run_one`] with local computation counted as `compute` says and, where
+/// `warm`, a first call made before the timed one.
+///
+/// # Errors
+/// As [`run_one`].
+pub fn run_one_with(
+    spec: &str,
+    pool: &GradientPool,
+    n: usize,
+    net: &dyn Network,
+    compute: Compute,
+    warm: bool,
+) -> Result<(ScaleRow, Vec<Traffic>)> {
     let p = pool.ranks();
     let registry = Registry::<f32>::builtin();
     let k = (pool.shared() + pool.private()).max(1);
@@ -270,9 +299,12 @@ pub fn run_one(
     drop(model);
     reset_peak_rss();
     let start = Instant::now();
-    let run = SimCluster::new(p).run(|t| {
+    let run = SimCluster::new(p).compute(compute).run(|t| {
         let v: SparseVec<f32> = pool.rank(t.rank())?;
         let mut algo = registry.build(spec, defaults)?;
+        if warm {
+            algo.allreduce(t, &v)?;
+        }
         t.mark();
         let red = algo.allreduce(t, &v)?;
         t.mark();
@@ -320,12 +352,13 @@ pub fn run_one(
     ))
 }
 
-/// The network `name` names: a preset.
+/// The network `name` names: a preset, or a network file
+/// ([`sim::network`]; `sparse-bench calibrate` writes one).
 ///
 /// # Errors
-/// An unknown name.
+/// Neither a preset nor a readable network file.
 pub fn network(name: &str) -> Result<Box<dyn Network>> {
-    sim::preset(name)
+    sim::network(name)
 }
 
 /// The network's latency and time per 32-bit word between the first and
@@ -381,6 +414,11 @@ pub fn run_with(a: &ScaleArgs, mut done: impl FnMut(&ScaleRow)) -> Result<ScaleR
     if !(a.mem_cap_gib.is_finite() && a.mem_cap_gib > 0.0) {
         return Err(Error::invalid("mem-cap-gib", format!("{}", a.mem_cap_gib)));
     }
+    let compute = match a.compute_factor {
+        None => Compute::Off,
+        Some(f) if f.is_finite() && f >= 0.0 => Compute::Measured { factor: f },
+        Some(f) => return Err(Error::invalid("compute-factor", format!("{f}"))),
+    };
     let net = network(&a.network)?;
     let registry = Registry::<f32>::builtin();
     let algos = selection(a);
@@ -396,7 +434,7 @@ pub fn run_with(a: &ScaleArgs, mut done: impl FnMut(&ScaleRow)) -> Result<ScaleR
         let prof = profile_of(&pool, a.n);
         let first = report.rows.len();
         for algo in &algos {
-            let (row, _) = run_one(algo, &pool, a.n, &*net)?;
+            let (row, _) = run_one_with(algo, &pool, a.n, &*net, compute, a.warm)?;
             done(&row);
             report.rows.push(row);
             progress.inc();

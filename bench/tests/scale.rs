@@ -18,6 +18,8 @@ fn args(ranks: Vec<usize>) -> ScaleArgs {
         seed: 3,
         mem_cap_gib: 16.0,
         svg: None,
+        compute_factor: None,
+        warm: false,
     }
 }
 

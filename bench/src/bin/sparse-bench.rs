@@ -45,6 +45,10 @@ enum Command {
     /// simulated time, bytes and rounds per P, the cost model's prediction
     /// and the planner's choice with its regret.
     Scale(bench::scale::ScaleArgs),
+    /// Under `mpiexec -n 2`: the MPI transport's latency and time per byte
+    /// (ping-pong and exchange, 0 to 64 MiB), written as a network file that
+    /// `scale --network FILE` reads. Needs the `mpi` feature.
+    Calibrate(bench::calibrate::CalibrateArgs),
 }
 
 /// `sparse-bench select`: the benchmark's flags and the backend.
@@ -159,6 +163,7 @@ fn main() -> ExitCode {
         Some(Command::Allreduce(c)) => run_allreduce(c.transport, &c.args, json),
         Some(Command::Train(c)) => run_train(&c, json),
         Some(Command::Scale(a)) => run_scale(&a, json),
+        Some(Command::Calibrate(a)) => run_calibrate(&a, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -167,6 +172,51 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `sparse-bench calibrate`: rank 0 prints the measurements and the fit
+/// and writes the network file.
+#[cfg(feature = "mpi")]
+fn run_calibrate(a: &bench::calibrate::CalibrateArgs, json: bool) -> sparse_core::Result<()> {
+    use bench::calibrate;
+    let (size, Some(c)) = calibrate::run_mpi(a)? else {
+        return Ok(());
+    };
+    let text = calibrate::network_file(&c, size);
+    std::fs::write(&a.out, &text)
+        .map_err(|e| sparse_core::Error::invalid("out", format!("{}: {e}", a.out.display())))?;
+    if json {
+        for s in &c.samples {
+            bench::out!(
+                "{}",
+                serde_json::json!({
+                    "kind": "calibrate", "world_size": size, "bytes": s.bytes,
+                    "ping_pong_us": s.ping_pong * 1e6, "exchange_us": s.exchange * 1e6,
+                    "model_us": calibrate::model(c.link, s.bytes) * 1e6,
+                })
+            );
+        }
+    } else {
+        bench::out!(
+            "MPI transport, world size {size}: ping-pong and exchange between ranks 0 and 1"
+        );
+        print_table(calibrate::HEADER, &calibrate::table(&c));
+    }
+    bench::out!(
+        "fit: alpha {:.3} us, {:.3} GB/s; wrote {}",
+        c.link.alpha() * 1e6,
+        1e-9 / c.link.beta(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_calibrate(_: &bench::calibrate::CalibrateArgs, _: bool) -> sparse_core::Result<()> {
+    Err(sparse_core::Error::Unsupported {
+        backend: "sparse-bench",
+        what: "calibrate measures the MPI transport: rebuild with `--features mpi` and run it under `mpiexec -n 2`".into(),
+    })
 }
 
 /// `sparse-bench scale`: the table (or JSON lines) and the plot.

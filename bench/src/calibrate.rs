@@ -1,0 +1,314 @@
+//! `sparse-bench calibrate`: the MPI transport's latency and time per byte,
+//! measured by ping-pong and by exchange between ranks 0 and 1 over message
+//! sizes from 0 to 64 MiB, fitted to the alpha-beta model and written as a
+//! network file the simulator reads ([`sparse_coll::sim::read_network`]).
+
+use sparse_coll::sim::AlphaBeta;
+use sparse_core::{Error, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The flags of `sparse-bench calibrate`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CalibrateArgs {
+    /// Write the network file here.
+    #[arg(long, default_value = "calibrated.net")]
+    pub out: PathBuf,
+    /// The largest message, MiB (sizes are 0, then 1 KiB, 4 KiB, ... up to
+    /// this).
+    #[arg(long, default_value_t = 64)]
+    pub max_mib: usize,
+    /// Time spent per size at least, milliseconds (small sizes repeat more).
+    #[arg(long, default_value_t = 200)]
+    pub min_ms: u64,
+}
+
+/// One message size's measurements.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Message bytes.
+    pub bytes: usize,
+    /// Median one-way time of a ping-pong (half the round trip), seconds.
+    pub ping_pong: f64,
+    /// Median time of an exchange (both ranks send and receive at once),
+    /// seconds.
+    pub exchange: f64,
+}
+
+/// The calibration of one run.
+#[derive(Debug, Clone)]
+pub struct Calibration {
+    /// The measurements.
+    pub samples: Vec<Sample>,
+    /// The fitted link.
+    pub link: AlphaBeta,
+}
+
+/// The message sizes measured: 0, then powers of 4 from 1 KiB up to
+/// `max_mib` MiB.
+pub fn sizes(max_mib: usize) -> Vec<usize> {
+    let max = max_mib.saturating_mul(1 << 20);
+    std::iter::once(0)
+        .chain(
+            std::iter::successors(Some(1024usize), |s| s.checked_mul(4))
+                .take_while(move |&s| s <= max),
+        )
+        .collect()
+}
+
+/// The alpha-beta link that best fits `(bytes, seconds)` points in relative
+/// error: the least squares of `(alpha + m beta - t) / t`, so that the
+/// microsecond latencies of small messages weigh as much as the
+/// milliseconds of large ones.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for fewer than two distinct sizes, a time
+/// that is not finite and positive, or a fit whose latency or bandwidth is
+/// not positive (the measurements are too noisy: run it again on a quieter
+/// machine).
+pub fn fit(points: &[(usize, f64)]) -> Result<AlphaBeta> {
+    if let Some(&(m, t)) = points.iter().find(|(_, t)| !(t.is_finite() && *t > 0.0)) {
+        return Err(Error::invalid(
+            "calibration",
+            format!("{t} s for {m} bytes"),
+        ));
+    }
+    // Minimise sum w (a + b m - t)^2 with w = 1 / t^2.
+    let (mut s, mut sm, mut smm, mut st, mut smt) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(m, t) in points {
+        let (m, w) = (m as f64, 1.0 / (t * t));
+        s += w;
+        sm += w * m;
+        smm += w * m * m;
+        st += w * t;
+        smt += w * m * t;
+    }
+    let det = s * smm - sm * sm;
+    if !(det.is_finite() && det > 0.0) {
+        return Err(Error::invalid(
+            "calibration",
+            "fewer than two distinct message sizes",
+        ));
+    }
+    let beta = (s * smt - sm * st) / det;
+    let alpha = (st - beta * sm) / s;
+    if !(beta.is_finite() && beta > 0.0) {
+        return Err(Error::invalid(
+            "calibration",
+            format!("the fit's time per byte is {beta} s: too noisy, run it again"),
+        ));
+    }
+    AlphaBeta::new(alpha.max(0.0), 1.0 / beta)
+}
+
+/// The calibration of `samples`: the fit of the ping-pong times (what the
+/// simulator's one message costs), with the exchanges' times beside them.
+///
+/// # Errors
+/// As [`fit`].
+pub fn calibrate(samples: Vec<Sample>) -> Result<Calibration> {
+    let points: Vec<(usize, f64)> = samples.iter().map(|s| (s.bytes, s.ping_pong)).collect();
+    let link = fit(&points)?;
+    Ok(Calibration { samples, link })
+}
+
+/// The network file of a calibration, its measurements in the comments.
+pub fn network_file(c: &Calibration, ranks: usize) -> String {
+    let mut comment = format!(
+        "sparse-bench calibrate under mpiexec -n {ranks}: ping-pong and exchange between ranks 0 and 1\nbytes  ping_pong_us  exchange_us  model_us\n"
+    );
+    for s in &c.samples {
+        comment += &format!(
+            "{}  {:.3}  {:.3}  {:.3}\n",
+            s.bytes,
+            s.ping_pong * 1e6,
+            s.exchange * 1e6,
+            model(c.link, s.bytes) * 1e6
+        );
+    }
+    sparse_coll::sim::full_bisection_file("calibrated", c.link, comment.trim_end())
+}
+
+/// The model's time of one message of `bytes`.
+pub fn model(link: AlphaBeta, bytes: usize) -> f64 {
+    link.alpha() + bytes as f64 * link.beta()
+}
+
+/// The table rows of a calibration.
+pub fn table(c: &Calibration) -> Vec<Vec<String>> {
+    c.samples
+        .iter()
+        .map(|s| {
+            let m = model(c.link, s.bytes);
+            vec![
+                s.bytes.to_string(),
+                format!("{:.3}", s.ping_pong * 1e6),
+                format!("{:.3}", s.exchange * 1e6),
+                format!("{:.3}", m * 1e6),
+                format!("{:+.1}", 100.0 * (m - s.ping_pong) / s.ping_pong),
+            ]
+        })
+        .collect()
+}
+
+/// The table's header.
+pub const HEADER: &[&str] = &[
+    "bytes",
+    "ping_pong_us",
+    "exchange_us",
+    "model_us",
+    "model_err_%",
+];
+
+/// Measures on `t` (ranks 0 and 1; the others wait at the end): for each
+/// size, ping-pongs and exchanges, each rep started together (a zero-byte
+/// exchange first), the medians over reps. Returns the samples on rank 0.
+///
+/// # Errors
+/// Fewer than two ranks; the transport's errors.
+pub fn measure<T: sparse_coll::Transport + ?Sized>(
+    t: &mut T,
+    a: &CalibrateArgs,
+) -> Result<Option<Vec<Sample>>> {
+    use std::time::Instant;
+    if t.size() < 2 {
+        return Err(Error::invalid(
+            "ranks",
+            "calibrate needs at least two ranks: run it under mpiexec -n 2",
+        ));
+    }
+    let r = t.rank();
+    let min = Duration::from_millis(a.min_ms);
+    let mut samples = Vec::new();
+    if r < 2 {
+        let peer = 1 - r;
+        for bytes in sizes(a.max_mib) {
+            let buf = vec![0u8; bytes];
+            let mut ping = Vec::new();
+            let mut both = Vec::new();
+            // Interleaved: a ping-pong, then an exchange, until rank 0 has
+            // enough of both; rank 0 sends its decision before each pair,
+            // so both ranks run the same reps.
+            let start = Instant::now();
+            loop {
+                let more = if r == 0 {
+                    let more = ping.len() < 5 || (start.elapsed() < min && ping.len() < 10_000);
+                    t.send(peer, &[u8::from(more)])?;
+                    more
+                } else {
+                    t.recv(peer)?.first() == Some(&1)
+                };
+                if !more {
+                    break;
+                }
+                ping.push(rep(t, r, peer, &buf, true)?.as_secs_f64());
+                both.push(rep(t, r, peer, &buf, false)?.as_secs_f64());
+            }
+            let med = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            samples.push(Sample {
+                bytes,
+                ping_pong: med(&mut ping),
+                exchange: med(&mut both),
+            });
+        }
+    }
+    Ok((r == 0).then_some(samples))
+}
+
+/// One rep between ranks `r` and `peer` (0 and 1), started together (a
+/// zero-byte exchange first): a ping-pong's one-way time (half the round
+/// trip) or an exchange's time.
+fn rep<T: sparse_coll::Transport + ?Sized>(
+    t: &mut T,
+    r: usize,
+    peer: usize,
+    buf: &[u8],
+    ping_pong: bool,
+) -> Result<Duration> {
+    use std::time::Instant;
+    t.exchange(peer, &[], peer)?;
+    let start = Instant::now();
+    if ping_pong {
+        if r == 0 {
+            t.send(peer, buf)?;
+            t.recv(peer)?;
+        } else {
+            let got = t.recv(peer)?;
+            t.send(peer, &got)?;
+        }
+        Ok(start.elapsed() / 2)
+    } else {
+        t.exchange(peer, buf, peer)?;
+        Ok(start.elapsed())
+    }
+}
+
+/// `sparse-bench calibrate` under `mpiexec`: measures on `MPI_COMM_WORLD`
+/// and returns the world size and, on rank 0, the calibration.
+///
+/// # Errors
+/// MPI already initialized; fewer than two ranks; the transport's errors;
+/// a fit that fails ([`fit`]).
+#[cfg(feature = "mpi")]
+pub fn run_mpi(a: &CalibrateArgs) -> Result<(usize, Option<Calibration>)> {
+    use mpi::collective::CommunicatorCollectives;
+    use mpi::topology::Communicator;
+    let universe = mpi::initialize().ok_or_else(|| Error::Transport {
+        rank: 0,
+        detail: "MPI was already initialized".into(),
+    })?;
+    sparse_coll::MpiTransport::abort_on_panic();
+    let world = universe.world();
+    let size = world.size() as usize;
+    let mut t = sparse_coll::MpiTransport::new(world);
+    let samples = measure(&mut t, a)?;
+    universe.world().barrier();
+    Ok((size, samples.map(calibrate).transpose()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fit recovers a link from its own times, and from times with a
+    /// few percent of noise within a few percent.
+    #[test]
+    fn fit_recovers_alpha_and_beta() {
+        let link = AlphaBeta::new(3e-6, 5e9).unwrap();
+        let exact: Vec<(usize, f64)> = sizes(64).into_iter().map(|m| (m, model(link, m))).collect();
+        let got = fit(&exact).unwrap();
+        assert!((got.alpha() - 3e-6).abs() < 1e-12 && (got.beta() - 2e-10).abs() < 1e-19);
+        let noisy: Vec<(usize, f64)> = exact
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, t))| (m, t * if i % 2 == 0 { 1.03 } else { 0.97 }))
+            .collect();
+        let got = fit(&noisy).unwrap();
+        assert!((got.alpha() / 3e-6 - 1.0).abs() < 0.05, "{got:?}");
+        assert!((got.beta() / 2e-10 - 1.0).abs() < 0.05, "{got:?}");
+        // The file it writes reads back as the same link.
+        let c = Calibration {
+            samples: vec![Sample {
+                bytes: 0,
+                ping_pong: 3e-6,
+                exchange: 4e-6,
+            }],
+            link,
+        };
+        let net = sparse_coll::sim::parse_network(&network_file(&c, 2)).unwrap();
+        let route = net.route(0, 1);
+        assert!((route.alpha - 3e-6).abs() < 1e-15 && (route.beta - 2e-10).abs() < 1e-22);
+    }
+
+    /// Too few sizes, a non-positive time and a decreasing fit are errors.
+    #[test]
+    fn bad_measurements_are_errors() {
+        assert!(fit(&[(0, 1e-6)]).is_err());
+        assert!(fit(&[(0, 1e-6), (10, 0.0)]).is_err());
+        assert!(fit(&[(0, 1e-3), (1 << 20, 1e-6)]).is_err());
+        assert_eq!(sizes(1), vec![0, 1024, 4096, 16384, 65536, 262144, 1048576]);
+    }
+}
