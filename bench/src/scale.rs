@@ -41,8 +41,9 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Refuse, before running anything, a run whose estimated memory
-    /// exceeds this many GiB (the estimate is printed).
-    #[arg(long, default_value_t = 16.0)]
+    /// exceeds this many GiB (the estimate is printed). The default is under
+    /// the 24 GiB of the machines this workspace is built on.
+    #[arg(long, default_value_t = 20.0)]
     pub mem_cap_gib: f64,
     /// Write the plot of simulated time against ranks (log-log) here.
     #[arg(long)]
