@@ -7,6 +7,7 @@
 
 pub mod allreduce;
 pub mod encode;
+pub mod models;
 
 /// The workspace README's examples, compiled and run as doc tests here,
 /// the crate that depends on every other one.
