@@ -133,6 +133,21 @@ fn weight_bias(prefix: &str, weight: &[usize], out: usize) -> [Layer; 2] {
     ]
 }
 
+/// torchvision's `classifier` of fully connected layers from `fan_in`
+/// features: each `(index in the Sequential, outputs)`, weight and bias.
+fn classifier(mut fan_in: usize, fcs: [(usize, usize); 3]) -> Vec<Layer> {
+    let mut layers = Vec::new();
+    for (index, out) in fcs {
+        layers.extend(weight_bias(
+            &format!("classifier.{index}"),
+            &[out, fan_in],
+            out,
+        ));
+        fan_in = out;
+    }
+    layers
+}
+
 /// torchvision's `resnet50`: a 7x7 stem, four stages of 3, 4, 6, 3
 /// bottleneck blocks (1x1, 3x3, 1x1 convs, expansion 4, a 1x1 projection
 /// in each stage's first block), batch norm after every conv (weight and
@@ -195,15 +210,7 @@ pub fn vgg16() -> ModelPreset {
         }
         index += 1; // max pool
     }
-    let mut fan_in = 512 * 7 * 7;
-    for (index, out) in [(0, 4096), (3, 4096), (6, 1000)] {
-        layers.extend(weight_bias(
-            &format!("classifier.{index}"),
-            &[out, fan_in],
-            out,
-        ));
-        fan_in = out;
-    }
+    layers.extend(classifier(512 * 7 * 7, [(0, 4096), (3, 4096), (6, 1000)]));
     ModelPreset {
         name: "vgg16",
         layers,
@@ -236,15 +243,7 @@ pub fn alexnet() -> ModelPreset {
             out,
         ));
     }
-    let mut fan_in = 256 * 6 * 6;
-    for (index, out) in [(1, 4096), (4, 4096), (6, 1000)] {
-        layers.extend(weight_bias(
-            &format!("classifier.{index}"),
-            &[out, fan_in],
-            out,
-        ));
-        fan_in = out;
-    }
+    layers.extend(classifier(256 * 6 * 6, [(1, 4096), (4, 4096), (6, 1000)]));
     ModelPreset {
         name: "alexnet",
         layers,
