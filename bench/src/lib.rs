@@ -15,6 +15,7 @@ pub mod models;
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 pub mod select;
+pub mod step;
 pub mod train;
 
 use std::time::{Duration, Instant};

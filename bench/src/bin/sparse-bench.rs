@@ -41,6 +41,11 @@ enum Command {
     /// every residual optimizer over its sparse allreduce, test accuracy
     /// per epoch, bytes per step and time per step, in the same run.
     Train(TrainCli),
+    /// One training step of a paper's model (ResNet-50, VGG-16, AlexNet,
+    /// RedSync's PTB LSTM, BERT-base): every residual optimizer against
+    /// dense allreduce per rank count, select and update measured here,
+    /// communication simulated on a preset network; speedup over dense.
+    Step(bench::step::StepArgs),
 }
 
 /// `sparse-bench select`: the benchmark's flags and the backend.
@@ -154,6 +159,7 @@ fn main() -> ExitCode {
         Some(Command::Select(c)) => run_select(c.backend, &c.args, json),
         Some(Command::Allreduce(c)) => run_allreduce(c.transport, &c.args, json),
         Some(Command::Train(c)) => run_train(&c, json),
+        Some(Command::Step(a)) => run_step(&a, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -631,4 +637,9 @@ fn print_train(
     if rows.iter().any(|r| !r.identical) {
         bench::out!("WARNING: ranks held different weights in some run");
     }
+}
+
+fn run_step(a: &bench::step::StepArgs, json: bool) -> sparse_core::Result<()> {
+    bench::step::print(&bench::step::run_named(a)?, json);
+    Ok(())
 }
