@@ -8,6 +8,7 @@
 pub mod allreduce;
 pub mod calibrate;
 pub mod encode;
+pub mod models;
 
 /// The workspace README's examples, compiled and run as doc tests here,
 /// the crate that depends on every other one.
@@ -16,6 +17,7 @@ pub mod encode;
 pub struct ReadmeDoctests;
 pub mod scale;
 pub mod select;
+pub mod step;
 pub mod train;
 
 use std::time::{Duration, Instant};

@@ -49,6 +49,11 @@ enum Command {
     /// (ping-pong and exchange, 0 to 64 MiB), written as a network file that
     /// `scale --network FILE` reads. Needs the `mpi` feature.
     Calibrate(bench::calibrate::CalibrateArgs),
+    /// One training step of a paper's model (ResNet-50, VGG-16, AlexNet,
+    /// RedSync's PTB LSTM, BERT-base): every residual optimizer against
+    /// dense allreduce per rank count, select and update measured here,
+    /// communication simulated on a preset network; speedup over dense.
+    Step(bench::step::StepArgs),
 }
 
 /// `sparse-bench select`: the benchmark's flags and the backend.
@@ -164,6 +169,7 @@ fn main() -> ExitCode {
         Some(Command::Train(c)) => run_train(&c, json),
         Some(Command::Scale(a)) => run_scale(&a, json),
         Some(Command::Calibrate(a)) => run_calibrate(&a, json),
+        Some(Command::Step(a)) => run_step(&a, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -603,7 +609,7 @@ fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
     for &d in &c.densities {
         sparse_select::k_for_density(1, d)?;
     }
-    let runs = run::plan(&train_schemes(&c.schemes)?, &c.densities);
+    let runs = run::plan(&bench::train::schemes_named(&c.schemes)?, &c.densities);
     let (train_set, test_set) = data::split()?;
     let names: Vec<String> = train::model::Mlp::new(c.args.hidden)
         .layers()
@@ -625,28 +631,6 @@ fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
     }
     print_train(name, c, &rows, train_set.len(), test_set.len());
     Ok(())
-}
-
-/// The schemes `names` names (all when empty).
-fn train_schemes(names: &[String]) -> sparse_core::Result<Vec<bench::train::Scheme>> {
-    let all = bench::train::schemes();
-    if names.is_empty() {
-        return Ok(all);
-    }
-    names
-        .iter()
-        .map(|name| {
-            all.iter().find(|s| s.name == name).cloned().ok_or_else(|| {
-                sparse_core::Error::invalid(
-                    "scheme",
-                    format!(
-                        "unknown {name:?}; known: {}",
-                        all.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
-                    ),
-                )
-            })
-        })
-        .collect()
 }
 
 /// Runs `runs` on `c.transport` with a progress bar; on rank 0 returns the
@@ -730,4 +714,9 @@ fn print_train(
     if rows.iter().any(|r| !r.identical) {
         bench::out!("WARNING: ranks held different weights in some run");
     }
+}
+
+fn run_step(a: &bench::step::StepArgs, json: bool) -> sparse_core::Result<()> {
+    bench::step::print(&bench::step::run_named(a)?, json);
+    Ok(())
 }

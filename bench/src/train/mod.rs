@@ -86,6 +86,29 @@ pub fn schemes() -> Vec<Scheme> {
     ]
 }
 
+/// The schemes `names` names, in [`schemes`]'s spelling (all when empty).
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for an unknown name, listing the known ones.
+pub fn schemes_named(names: &[String]) -> Result<Vec<Scheme>> {
+    let all = schemes();
+    if names.is_empty() {
+        return Ok(all);
+    }
+    names
+        .iter()
+        .map(|name| {
+            all.iter().find(|s| s.name == name).cloned().ok_or_else(|| {
+                let known: Vec<&str> = all.iter().map(|s| s.name).collect();
+                Error::invalid(
+                    "scheme",
+                    format!("unknown {name:?}; known: {}", known.join(", ")),
+                )
+            })
+        })
+        .collect()
+}
+
 /// What a run trains.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Run {
@@ -275,6 +298,19 @@ pub fn order_seed(seed: u64, epoch: usize, rank: usize) -> u64 {
     seed ^ (epoch as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((rank as u64) << 48)
 }
 
+/// The collective a compressed layer of `run` goes through: the scheme's,
+/// except TopkA for the output layer (`output`) in RedSync's quantized
+/// mode, which leaves that layer exact; TopkA for the dense runs (which
+/// compress no layer).
+pub fn layer_collective(run: &Run, output: bool) -> &'static str {
+    match run {
+        Run::Sparse { scheme, .. } if !(scheme.family == Family::RgcQuantized && output) => {
+            scheme.collective
+        }
+        _ => "topk_a",
+    }
+}
+
 /// The optimizer of `run` for `mlp`: RadixTopK selection and each layer's
 /// collective (TopkA for the dense runs and for the output layer of
 /// RedSync's quantized mode), from the initial weights of `a.seed`.
@@ -284,17 +320,7 @@ fn trainer(run: &Run, a: &TrainArgs, mlp: &Mlp) -> Result<Trainer<Cpu, RadixTopK
     let density = run.density();
     let last = layers.len() - 1;
     let comm = |l: &LayerSpec| -> Result<Box<dyn SparseAllreduce<f32>>> {
-        let spec = match run {
-            Run::Sparse { scheme, .. } => {
-                // RedSync's quantized mode leaves the output layer exact.
-                if scheme.family == Family::RgcQuantized && l.name == layers[last].name {
-                    "topk_a"
-                } else {
-                    scheme.collective
-                }
-            }
-            Run::Dense { .. } => "topk_a",
-        };
+        let spec = layer_collective(run, l.name == layers[last].name);
         Registry::builtin().build(spec, Defaults::density(density)?)
     };
     let w0 = mlp.init(a.seed);
