@@ -167,11 +167,11 @@ fn selection(a: &ScaleArgs) -> Vec<String> {
 /// Per-thread memory the estimate adds to each rank: its stack's touched
 /// pages, its transport, the allocator's per-thread caches (measured: 1
 /// GiB for the O(k) algorithms at P = 1,024).
-const PER_RANK: f64 = 1024.0 * 1024.0;
+pub const PER_RANK: f64 = 1024.0 * 1024.0;
 
 /// The margin over the working set: the most any algorithm's measured peak
 /// exceeded it at P = 1,024, n = 2^20 (`bench/RESULTS.md`) was 23%.
-const MARGIN: f64 = 1.25;
+pub const MARGIN: f64 = 1.25;
 
 /// The memory a run of `algo` on `prof` is estimated to need, bytes: every
 /// rank holds its input, the bytes the cost model says it receives and
