@@ -7,22 +7,33 @@ use crate::stats::even_len;
 use crate::{Element, Error, Result, SparseVec, abs_key};
 
 /// Positions of the `k` largest `key(values[i])` (all when `k >= len`),
-/// ties to the lower position, in increasing order. `O(len)` expected
-/// (introselect on `(key desc, position asc)`), then a sort of the `k`
-/// winners.
+/// ties to the lower position, in increasing order. `O(len)` expected: the
+/// `k`-th largest key by introselect on the plain keys ([`kth_largest`]),
+/// then one pass in position order that keeps every key above it and the
+/// first keys equal to it until `k` are kept (the same set as sorting on
+/// `(key desc, position asc)`, with no sort of the winners).
 pub fn topk_positions<E: Element>(values: &[E], k: usize, key: impl Fn(E) -> u64) -> Vec<u32> {
-    let mut order: Vec<(u64, u32)> = values
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (key(v), i as u32))
-        .collect();
-    let better = |a: &(u64, u32), b: &(u64, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
-    let k = k.min(order.len());
-    if k < order.len() && k > 0 {
-        order.select_nth_unstable_by(k - 1, better);
+    let n = values.len();
+    if k >= n {
+        return (0..n as u32).collect();
     }
-    let mut out: Vec<u32> = order[..k].iter().map(|&(_, i)| i).collect();
-    out.sort_unstable();
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut keys: Vec<u64> = values.iter().map(|&v| key(v)).collect();
+    let kth = kth_largest(&mut keys, k).unwrap_or(u64::MAX);
+    let above = keys.iter().filter(|&&x| x > kth).count();
+    let mut ties = k - above;
+    let mut out = Vec::with_capacity(k);
+    for (i, &v) in values.iter().enumerate() {
+        let x = key(v);
+        if x > kth {
+            out.push(i as u32);
+        } else if x == kth && ties > 0 {
+            ties -= 1;
+            out.push(i as u32);
+        }
+    }
     out
 }
 
