@@ -138,14 +138,20 @@ fn spec(a: &ScaleArgs) -> GradientSpec {
 /// The exact profile of the pool's inputs (every rank holds the same
 /// number of entries).
 pub fn profile_of(pool: &GradientPool, n: usize) -> Profile {
-    let k = pool.shared() + pool.private();
+    profile_for(pool.ranks(), n, pool.shared(), pool.private())
+}
+
+/// The profile of `p` ranks each holding `shared` common and `private`
+/// own entries of dimension `n` ([`GradientSpec::split`]).
+fn profile_for(p: usize, n: usize, shared: usize, private: usize) -> Profile {
+    let k = shared + private;
     Profile {
-        p: pool.ranks(),
+        p,
         n,
         value_bytes: 4,
         k_max: k,
-        k_sum: k * pool.ranks(),
-        union: pool.union(),
+        k_sum: k * p,
+        union: shared + p * private,
     }
 }
 
@@ -216,21 +222,9 @@ fn check_memory(a: &ScaleArgs, registry: &Registry<f32>, algos: &[String]) -> Re
     let mut over = Vec::new();
     for &p in &a.ranks {
         // The profile follows from the spec; the pool is not drawn here.
-        let nnz = spec.nnz();
-        let shared = if p <= 1 {
-            nnz
-        } else {
-            (a.overlap * nnz as f64).round() as usize
-        };
-        let union = shared.saturating_add(p.saturating_mul(nnz - shared));
-        let prof = Profile {
-            p,
-            n: a.n,
-            value_bytes: 4,
-            k_max: nnz,
-            k_sum: nnz.saturating_mul(p),
-            union,
-        };
+        let (shared, private) = spec.split(p)?;
+        let prof = profile_for(p, a.n, shared, private);
+        let nnz = prof.k_max;
         for spec in algos {
             let algo = registry.build(spec, Defaults::k(nnz.max(1))?)?;
             let est = memory_estimate(&*algo, &prof);
@@ -353,15 +347,6 @@ pub fn run_one_with(
     ))
 }
 
-/// The network `name` names: a preset, or a network file
-/// ([`sim::network`]; `sparse-bench calibrate` writes one).
-///
-/// # Errors
-/// Neither a preset nor a readable network file.
-pub fn network(name: &str) -> Result<Box<dyn Network>> {
-    sim::network(name)
-}
-
 /// The network's latency and time per 32-bit word between the first and
 /// the last rank (across nodes on a two-level network), what the planner
 /// is told.
@@ -373,19 +358,13 @@ fn planner_constants(net: &dyn Network, p: usize) -> (f64, f64) {
 /// The planner's pick for `prof` on `net`.
 fn planner_choice(registry: &Registry<f32>, net: &dyn Network, prof: &Profile) -> Result<String> {
     let (alpha, beta) = planner_constants(net, prof.p);
-    let defaults = Defaults::lossless();
-    let candidates = registry
-        .auto_candidates()
-        .into_iter()
-        .map(|name| registry.build(name, defaults))
+    let names = registry.auto_candidates();
+    let candidates = names
+        .iter()
+        .map(|name| registry.build(name, Defaults::lossless()))
         .collect::<Result<Vec<_>>>()?;
-    let names: Vec<String> = registry
-        .auto_candidates()
-        .into_iter()
-        .map(String::from)
-        .collect();
     let auto = Auto::new(alpha, beta, candidates)?;
-    Ok(names[auto.choose(prof)].clone())
+    Ok(names[auto.choose(prof)].to_string())
 }
 
 /// Runs the whole sweep, reporting progress on stderr.
@@ -420,7 +399,7 @@ pub fn run_with(a: &ScaleArgs, mut done: impl FnMut(&ScaleRow)) -> Result<ScaleR
         Some(f) if f.is_finite() && f >= 0.0 => Compute::Measured { factor: f },
         Some(f) => return Err(Error::invalid("compute-factor", format!("{f}"))),
     };
-    let net = network(&a.network)?;
+    let net = sim::network(&a.network)?;
     let registry = Registry::<f32>::builtin();
     let algos = selection(a);
     check_memory(a, &registry, &algos)?;

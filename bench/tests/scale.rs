@@ -28,7 +28,7 @@ fn args(ranks: Vec<usize>) -> ScaleArgs {
 #[test]
 fn simulated_counts_equal_the_thread_transports() {
     let registry = Registry::<f32>::builtin();
-    let net = scale::network("25gbe").unwrap();
+    let net = sparse_coll::sim::network("25gbe").unwrap();
     for p in [3usize, 5, 16] {
         let a = args(vec![p]);
         let pool = GradientSpec {
@@ -73,7 +73,21 @@ fn the_memory_cap_refuses_up_front_and_reports_say_simulated() {
         e.to_string().contains("nothing was run") && e.to_string().contains("GiB"),
         "{e}"
     );
+    // A bad overlap and a spec the dimension cannot hold are errors before
+    // anything runs (the estimate derives from the same checked split).
     a.mem_cap_gib = 16.0;
+    for (overlap, density, says) in [(1.5, 0.01, "overlap"), (0.0, 0.2, "distinct indices")] {
+        let bad = ScaleArgs {
+            overlap,
+            density,
+            ..a.clone()
+        };
+        let e = scale::run(&bad).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidParameter { .. }) && e.to_string().contains(says),
+            "{e}"
+        );
+    }
     let dir = std::env::temp_dir().join(format!("scale-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     a.svg = Some(dir.join("scale.svg"));

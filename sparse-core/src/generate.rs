@@ -151,6 +151,27 @@ impl GradientSpec {
     /// `[0, 1]`, the skew is out of range, or the dimension cannot hold the
     /// shared indices plus every rank's private ones.
     pub fn pool(&self, ranks: usize) -> Result<GradientPool> {
+        let (shared, private) = self.split(ranks)?;
+        let total = shared + ranks * private;
+        let mut rng = Rng::seed_from_u64(self.seed);
+        let indices = self.draw_distinct(total, &mut rng);
+        Ok(GradientPool {
+            spec: self.clone(),
+            ranks,
+            shared,
+            private,
+            indices,
+        })
+    }
+
+    /// How each rank's entries split for `ranks` ranks, without drawing
+    /// them: `(shared, private)`, the indices every rank holds and those
+    /// each holds alone ([`GradientSpec::pool`] draws them; a caller that
+    /// only needs the counts, such as a memory estimate, stops here).
+    ///
+    /// # Errors
+    /// As [`GradientSpec::pool`].
+    pub fn split(&self, ranks: usize) -> Result<(usize, usize)> {
         crate::sparse::check_dim(self.dim)?;
         if !(0.0..=1.0).contains(&self.density) {
             return Err(Error::invalid(
@@ -181,7 +202,7 @@ impl GradientSpec {
             (self.overlap * nnz as f64).round() as usize
         };
         let private = nnz - shared;
-        let total = ranks
+        ranks
             .checked_mul(private)
             .and_then(|x| x.checked_add(shared))
             .filter(|&t| t <= self.dim)
@@ -196,15 +217,7 @@ impl GradientSpec {
                     ),
                 )
             })?;
-        let mut rng = Rng::seed_from_u64(self.seed);
-        let indices = self.draw_distinct(total, &mut rng);
-        Ok(GradientPool {
-            spec: self.clone(),
-            ranks,
-            shared,
-            private,
-            indices,
-        })
+        Ok((shared, private))
     }
 
     /// `count` distinct indices in draw order.
