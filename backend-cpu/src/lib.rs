@@ -345,7 +345,7 @@ impl<E: Element> ReduceOps<E> for Cpu {
 
 /// Exact top-k over precomputed keys: the `k` largest keys, ties to the
 /// lower index; returned in index order.
-fn topk_by_key<E: Element>(x: &[E], k: usize, key: impl Fn(E) -> u64) -> Selected<Cpu, E> {
+fn topk_by_key<E: Element>(x: &[E], k: usize, key: impl Fn(E) -> u64 + Copy) -> Selected<Cpu, E> {
     let indices = sparse_core::topk::topk_positions(x, k, key);
     let values = indices.iter().map(|&i| x[i as usize]).collect();
     Selected { indices, values }

@@ -5,21 +5,37 @@ use crate::bytes::{from_le, from_le_u32s, le_bytes, le_u32s};
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
 use std::borrow::Cow;
 
-/// The entries of `v` for which `pick(index, value)` holds, and the rest;
-/// `pick` sees the entries in index order.
+/// The entries of `v` for which `pick(index, value)` holds, and the rest,
+/// each in index order. `pick` is called twice per entry (a count sizes
+/// both sides exactly, then a pass without branches fills them), so it
+/// must answer from its arguments alone.
 pub fn split_where<E: Element>(
     v: &SparseVec<E>,
-    mut pick: impl FnMut(u32, E) -> bool,
+    pick: impl Fn(u32, E) -> bool,
 ) -> (SparseVec<E>, SparseVec<E>) {
-    let (mut a, mut b) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    let n = v.nnz();
+    let yes = v.iter().filter(|&(i, x)| pick(i, x)).count();
+    // Exact sizes plus one spare slot on each side: every entry is written
+    // to both and the cursor of its side advances (no branch on `pick`).
+    let (mut ai, mut av) = (vec![0u32; yes + 1], vec![E::zero(); yes + 1]);
+    let (mut bi, mut bv) = (vec![0u32; n - yes + 1], vec![E::zero(); n - yes + 1]);
+    let (mut a, mut b) = (0usize, 0usize);
     for (i, x) in v.iter() {
-        let side = if pick(i, x) { &mut a } else { &mut b };
-        side.0.push(i);
-        side.1.push(x);
+        let take = pick(i, x);
+        ai[a] = i;
+        av[a] = x;
+        bi[b] = i;
+        bv[b] = x;
+        a += usize::from(take);
+        b += usize::from(!take);
+    }
+    for (i, x, len) in [(&mut ai, &mut av, yes), (&mut bi, &mut bv, n - yes)] {
+        i.truncate(len);
+        x.truncate(len);
     }
     (
-        SparseVec::new_unchecked(v.dim(), a.0, a.1),
-        SparseVec::new_unchecked(v.dim(), b.0, b.1),
+        SparseVec::new_unchecked(v.dim(), ai, av),
+        SparseVec::new_unchecked(v.dim(), bi, bv),
     )
 }
 
@@ -54,6 +70,9 @@ pub fn put_block<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
 
 /// Reads one `nnz: u32, indices, values` block whose indices must lie in
 /// `lo..lo + len`.
+///
+/// # Errors
+/// As [`take_block_view`].
 pub fn take_block<E: Element>(
     b: &mut &[u8],
     dim: usize,
@@ -61,6 +80,28 @@ pub fn take_block<E: Element>(
     len: usize,
     what: &'static str,
 ) -> Result<SparseVec<E>> {
+    let (idx, val) = take_block_view::<E>(b, dim, lo, len, what)?;
+    Ok(SparseVec::new_unchecked(
+        dim,
+        idx.into_owned(),
+        val.into_owned(),
+    ))
+}
+
+/// [`take_block`] read in place ([`pairs_view`]): the block's pairs,
+/// validated (strictly increasing indices inside `lo..lo + len`, below
+/// `dim`), borrowed from `b` where the host allows.
+///
+/// # Errors
+/// [`Error::Corrupt`] (naming `what`) for a truncated block, a count that
+/// overflows, unsorted indices or an index outside the block.
+pub(crate) fn take_block_view<'b, E: Element>(
+    b: &mut &'b [u8],
+    dim: usize,
+    lo: usize,
+    len: usize,
+    what: &'static str,
+) -> Result<PairsView<'b, E>> {
     let corrupt = |d: &str| Error::corrupt(what, d);
     let nnz = u32::from_le_bytes(
         b.get(..4)
@@ -74,9 +115,10 @@ pub fn take_block<E: Element>(
     if b.len() < need {
         return Err(corrupt("truncated pairs"));
     }
-    let part = read_pairs::<E>(&b[4..need], nnz, dim, what)?;
-    *b = &b[need..];
-    let (first, last) = (part.indices().first(), part.indices().last());
+    let whole: &'b [u8] = b;
+    let part = pairs_view::<E>(&whole[4..need], nnz, dim, what)?;
+    *b = &whole[need..];
+    let (first, last) = (part.0.first(), part.0.last());
     if first.is_some_and(|&i| (i as usize) < lo) || last.is_some_and(|&i| i as usize >= lo + len) {
         return Err(corrupt("index outside its block"));
     }

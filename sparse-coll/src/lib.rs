@@ -106,6 +106,7 @@ pub mod nonblocking;
 mod plan;
 mod profile;
 mod registry;
+mod scratch;
 pub mod sim;
 #[cfg(feature = "testing")]
 pub mod testing;

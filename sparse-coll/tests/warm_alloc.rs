@@ -1,4 +1,4 @@
-//! Once warm, TopkA and SSAR_Recursive_double allocate nothing that grows
+//! Once warm, TopkA, SSAR_Recursive_double and gTopk allocate nothing that grows
 //! with the data (issue 14.2: reuse buffers across calls, no per-message
 //! allocation in the transport): with a counting allocator as the oracle,
 //! each rank's bytes allocated during a call of `allreduce_into`, after
@@ -70,6 +70,7 @@ fn warm_calls_allocate_nothing_that_grows_with_the_data() {
     for (spec, ranks) in [
         ("topk_a", &[2, 3, 4, 5, 8][..]),
         ("ssar_recursive_double", &[2, 4, 8][..]),
+        ("gtopk", &[2, 3, 4, 5, 8][..]),
     ] {
         for &p in ranks {
             let bytes = warm_bytes(spec, p);

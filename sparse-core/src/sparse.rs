@@ -317,6 +317,13 @@ impl<E: Element> SparseVec<E> {
                 right: other.dim as u64,
             });
         }
+        // A side without entries adds nothing: the other one, copied whole
+        // (what the merge would write, entry by entry).
+        for (a, b) in [(self, other), (other, self)] {
+            if b.indices.is_empty() {
+                return Ok(a.clone());
+            }
+        }
         let (mut indices, mut values) = (Vec::new(), Vec::new());
         merge_sum_into(
             (&self.indices, &self.values),

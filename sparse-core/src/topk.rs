@@ -7,12 +7,16 @@ use crate::stats::even_len;
 use crate::{Element, Error, Result, SparseVec, abs_key};
 
 /// Positions of the `k` largest `key(values[i])` (all when `k >= len`),
-/// ties to the lower position, in increasing order. `O(len)` expected: the
-/// `k`-th largest key by introselect on the plain keys ([`kth_largest`]),
-/// then one pass in position order that keeps every key above it and the
-/// first keys equal to it until `k` are kept (the same set as sorting on
-/// `(key desc, position asc)`, with no sort of the winners).
-pub fn topk_positions<E: Element>(values: &[E], k: usize, key: impl Fn(E) -> u64) -> Vec<u32> {
+/// ties to the lower position, in increasing order. `O(len)`: the `k`-th
+/// largest key by radix select ([`kth_key`]), then one pass in position
+/// order that keeps every key above it and the first keys equal to it
+/// until `k` are kept (the same set as sorting on `(key desc, position
+/// asc)`, with no sort of the winners).
+pub fn topk_positions<E: Element>(
+    values: &[E],
+    k: usize,
+    key: impl Fn(E) -> u64 + Copy,
+) -> Vec<u32> {
     let n = values.len();
     if k >= n {
         return (0..n as u32).collect();
@@ -20,10 +24,7 @@ pub fn topk_positions<E: Element>(values: &[E], k: usize, key: impl Fn(E) -> u64
     if k == 0 {
         return Vec::new();
     }
-    let mut keys: Vec<u64> = values.iter().map(|&v| key(v)).collect();
-    let kth = kth_largest(&mut keys, k).unwrap_or(u64::MAX);
-    let above = keys.iter().filter(|&&x| x > kth).count();
-    let mut ties = k - above;
+    let (kth, mut ties) = kth_key(values, k, key, &mut Vec::new());
     let mut out = Vec::with_capacity(k);
     for (i, &v) in values.iter().enumerate() {
         let x = key(v);
@@ -37,6 +38,75 @@ pub fn topk_positions<E: Element>(values: &[E], k: usize, key: impl Fn(E) -> u64
     out
 }
 
+/// Bits of [`kth_key`]'s first digit: 2^11 counters stay in L1.
+const KTH_DIGIT_BITS: u32 = 11;
+
+/// The `k`-th largest of `key(values[i])` (`1 <= k <= len`) and how many
+/// of its copies belong to the top `k` (`k` minus the keys above it): a
+/// radix select on the host. One pass counts the keys by their top
+/// [`KTH_DIGIT_BITS`] bits (of the element's width), one copies
+/// the keys of the digit that holds the `k`-th largest into `scratch`
+/// (about `len / 2^11` of them for spread values), and an introselect
+/// there ends it. `scratch`'s contents are replaced (its allocation kept).
+///
+/// # Panics
+/// If `k == 0` or `k > values.len()`.
+pub fn kth_key<E: Element>(
+    values: &[E],
+    k: usize,
+    key: impl Fn(E) -> u64 + Copy,
+    scratch: &mut Vec<u64>,
+) -> (u64, usize) {
+    assert!(
+        k >= 1 && k <= values.len(),
+        "kth_key: k = {k} of {}",
+        values.len()
+    );
+    // Keys of this element fit its width: the first digit is its top
+    // bits (for magnitudes the sign bit is clear, and the digit is one
+    // bit narrower in effect: for floats the exponent and the leading
+    // mantissa bits, whatever the values' scale).
+    let mut shift = (E::BYTES as u32 * 8).saturating_sub(KTH_DIGIT_BITS);
+    let mut hist = [0u32; 1 << KTH_DIGIT_BITS];
+    let top = hist.len() - 1;
+    let mut wide = 0u64;
+    for &v in values {
+        let d = key(v) >> shift;
+        wide |= d;
+        hist[(d as usize).min(top)] += 1;
+    }
+    if wide as usize > top {
+        // A key wider than the element (a caller's own key): the first
+        // digit is the top bits of the largest key instead.
+        let max = values.iter().map(|&v| key(v)).max().unwrap_or(0);
+        shift = (u64::BITS - max.leading_zeros()).saturating_sub(KTH_DIGIT_BITS);
+        hist.fill(0);
+        for &v in values {
+            hist[(key(v) >> shift) as usize] += 1;
+        }
+    }
+    // The digit holding the k-th largest, and the keys above it.
+    let (mut d, mut above) = (hist.len() - 1, 0usize);
+    while above + (hist[d] as usize) < k {
+        above += hist[d] as usize;
+        d -= 1;
+    }
+    let need = k - above;
+    if shift == 0 {
+        return (d as u64, need);
+    }
+    scratch.clear();
+    scratch.extend(
+        values
+            .iter()
+            .map(|&v| key(v))
+            .filter(|&x| (x >> shift) as usize == d),
+    );
+    let kth = kth_largest(scratch, need).expect("the digit holds `need` keys");
+    let higher = scratch.iter().filter(|&&x| x > kth).count();
+    (kth, need - higher)
+}
+
 /// The `k`-th largest of `keys` (`None` when there are fewer than `k`;
 /// above every key, `u64::MAX`, when `k == 0`). Reorders `keys`.
 pub fn kth_largest(keys: &mut [u64], k: usize) -> Option<u64> {
@@ -48,6 +118,87 @@ pub fn kth_largest(keys: &mut [u64], k: usize) -> Option<u64> {
     }
     let (_, kth, _) = keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
     Some(*kth)
+}
+
+/// The pairs `(indices, values)` split into the `k` of largest
+/// `key(value)` (ties: the lower position) and the rest, both in their
+/// order, into `kept` and `cut` (contents replaced, allocations reused):
+/// [`kth_key`], then one branch-free pass. With `k >= len` everything is
+/// kept.
+///
+/// # Panics
+/// If `indices` and `values` differ in length.
+pub fn split_topk_into<E: Element>(
+    (indices, values): (&[u32], &[E]),
+    k: usize,
+    key: impl Fn(E) -> u64 + Copy,
+    kept: (&mut Vec<u32>, &mut Vec<E>),
+    cut: (&mut Vec<u32>, &mut Vec<E>),
+    scratch: &mut Vec<u64>,
+) {
+    assert_eq!(
+        indices.len(),
+        values.len(),
+        "split_topk_into: lengths differ"
+    );
+    let n = values.len();
+    let (ki, kv) = kept;
+    let (ci, cv) = cut;
+    if k >= n || k == 0 {
+        let (all, none) = if k == 0 {
+            ((ci, cv), (ki, kv))
+        } else {
+            ((ki, kv), (ci, cv))
+        };
+        all.0.clear();
+        all.0.extend_from_slice(indices);
+        all.1.clear();
+        all.1.extend_from_slice(values);
+        none.0.clear();
+        none.1.clear();
+        return;
+    }
+    let (kth, ties) = kth_key(values, k, key, scratch);
+    // Every key equal to the k-th lies in `scratch` (its digit).
+    let all_ties = ties == scratch.iter().filter(|&&x| x == kth).count();
+    // One spare slot on each side: every entry is written to both and the
+    // cursor of its side advances.
+    for (v, len) in [(&mut *ki, k + 1), (&mut *ci, n - k + 1)] {
+        v.clear();
+        v.resize(len, 0);
+    }
+    for (v, len) in [(&mut *kv, k + 1), (&mut *cv, n - k + 1)] {
+        v.clear();
+        v.resize(len, E::zero());
+    }
+    let (mut a, mut b) = (0usize, 0usize);
+    let mut put = |i: u32, v: E, take: bool| {
+        ki[a] = i;
+        kv[a] = v;
+        ci[b] = i;
+        cv[b] = v;
+        a += usize::from(take);
+        b += usize::from(!take);
+    };
+    if all_ties {
+        // Every copy of the k-th key is taken: no count to carry.
+        for (&i, &v) in indices.iter().zip(values) {
+            put(i, v, key(v) >= kth);
+        }
+    } else {
+        let mut ties = ties;
+        for (&i, &v) in indices.iter().zip(values) {
+            let x = key(v);
+            let tie = x == kth && ties > 0;
+            ties -= usize::from(tie);
+            put(i, v, x > kth || tie);
+        }
+    }
+    debug_assert_eq!((a, b), (k, n - k));
+    ki.truncate(k);
+    kv.truncate(k);
+    ci.truncate(n - k);
+    cv.truncate(n - k);
 }
 
 /// Contiguous blocks of [`SAMPLE_BLOCK`] positions spread evenly over
@@ -113,29 +264,37 @@ pub fn k_for_density(n: usize, density: f64) -> Result<usize> {
 
 impl<E: Element> SparseVec<E> {
     /// The `k` entries of largest magnitude (ties: the lower index) and the
-    /// rest, both in index order: [`topk_positions`] over the values.
+    /// rest, both in index order: [`split_topk_into`] over the values.
     pub fn split_topk(&self, k: usize) -> (Self, Self) {
-        if self.nnz() <= k {
-            return (
-                self.clone(),
-                Self::new_unchecked(self.dim(), Vec::new(), Vec::new()),
-            );
-        }
-        let keep = topk_positions(self.values(), k, abs_key);
-        let mut flags = vec![false; self.nnz()];
-        for &j in &keep {
-            flags[j as usize] = true;
-        }
-        let (mut a, mut b) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
-        for ((i, x), keep) in self.iter().zip(flags) {
-            let side = if keep { &mut a } else { &mut b };
-            side.0.push(i);
-            side.1.push(x);
-        }
-        (
-            Self::new_unchecked(self.dim(), a.0, a.1),
-            Self::new_unchecked(self.dim(), b.0, b.1),
-        )
+        let empty = || Self::new_unchecked(self.dim(), Vec::new(), Vec::new());
+        let (mut kept, mut cut) = (empty(), empty());
+        self.split_topk_into(k, &mut kept, &mut cut, &mut Vec::new());
+        (kept, cut)
+    }
+
+    /// [`SparseVec::split_topk`] into `kept` and `cut` (contents replaced,
+    /// dimension set to this one's, allocations reused), with `scratch`
+    /// for the selection ([`kth_key`]).
+    pub fn split_topk_into(
+        &self,
+        k: usize,
+        kept: &mut Self,
+        cut: &mut Self,
+        scratch: &mut Vec<u64>,
+    ) {
+        let empty = || Self::new_unchecked(0, Vec::new(), Vec::new());
+        let (_, mut ki, mut kv) = std::mem::replace(kept, empty()).into_parts();
+        let (_, mut ci, mut cv) = std::mem::replace(cut, empty()).into_parts();
+        split_topk_into(
+            (self.indices(), self.values()),
+            k,
+            abs_key,
+            (&mut ki, &mut kv),
+            (&mut ci, &mut cv),
+            scratch,
+        );
+        *kept = Self::new_unchecked(self.dim(), ki, kv);
+        *cut = Self::new_unchecked(self.dim(), ci, cv);
     }
 }
 
@@ -169,6 +328,10 @@ mod tests {
                 assert_eq!(kept.nnz(), k.min(v.nnz()));
             }
         }
+        // A key wider than the element.
+        let x = [1.0f32, -3.0, 2.0, 0.5];
+        let wide = |v: f32| (v.abs() as u64) << 40;
+        assert_eq!(topk_positions(&x, 2, wide), vec![1, 2]);
         let mut keys = vec![5, 1, 9, 9, 3];
         assert_eq!(kth_largest(&mut keys, 2), Some(9));
         assert_eq!(kth_largest(&mut keys, 4), Some(3));
@@ -176,5 +339,69 @@ mod tests {
         assert_eq!(kth_largest(&mut keys, 0), Some(u64::MAX));
         assert_eq!(block_share(10, 7, 3, 0), 3);
         assert_eq!(block_share(10, 100, 3, 0), 4);
+    }
+
+    /// The radix select against a full sort, on spreads that put the k-th
+    /// key in a crowded digit (many equal exponents), in an empty-topped
+    /// histogram (one huge value), among subnormals and signed zeros, with
+    /// magnitude and signed keys; `split_topk_into` keeps the same set as
+    /// `topk_positions` and cuts the rest, in order.
+    #[test]
+    fn radix_select_equals_a_sort_on_hard_spreads() {
+        let mut rng = Rng::seed_from_u64(11);
+        let (mut ki, mut kv, mut ci, mut cv, mut scratch) =
+            (vec![7u32], vec![1.0f32], Vec::new(), Vec::new(), Vec::new());
+        for case in 0..60 {
+            let n = [1usize, 2, 5, 100, 3000, 20_000][case % 6];
+            let x: Vec<f32> = (0..n)
+                .map(|i| match case % 5 {
+                    0 => rng.random_range(-1.0f32..1.0),
+                    1 => 1.0 + rng.random_range(0..4) as f32 * f32::EPSILON,
+                    2 if i == 0 => 3.0e38,
+                    2 => rng.random_range(-1.0f32..1.0) * 1e-3,
+                    3 => {
+                        f32::from_bits(rng.random_range(0..64u32))
+                            * if i % 2 == 0 { -1.0 } else { 1.0 }
+                    }
+                    _ => [0.0, -0.0, 1.5, -1.5][rng.random_range(0..4usize)],
+                })
+                .collect();
+            for key in [abs_key::<f32> as fn(f32) -> u64, crate::signed_key::<f32>] {
+                for k in [1, n / 3, n / 2, n.saturating_sub(1), n] {
+                    let mut all: Vec<u32> = (0..n as u32).collect();
+                    all.sort_by(|&a, &b| {
+                        key(x[b as usize]).cmp(&key(x[a as usize])).then(a.cmp(&b))
+                    });
+                    let mut want = all[..k.min(n)].to_vec();
+                    want.sort_unstable();
+                    assert_eq!(topk_positions(&x, k, key), want, "case {case} n={n} k={k}");
+                    let idx: Vec<u32> = (0..n as u32).map(|i| 3 * i + 1).collect();
+                    split_topk_into(
+                        (&idx, &x),
+                        k,
+                        key,
+                        (&mut ki, &mut kv),
+                        (&mut ci, &mut cv),
+                        &mut scratch,
+                    );
+                    let kept: Vec<u32> = want.iter().map(|&j| idx[j as usize]).collect();
+                    assert_eq!(ki, kept);
+                    assert_eq!(
+                        kv.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        want.iter()
+                            .map(|&j| x[j as usize].to_bits())
+                            .collect::<Vec<_>>()
+                    );
+                    let rest: Vec<u32> = (0..n as u32)
+                        .filter(|j| want.binary_search(j).is_err())
+                        .collect();
+                    assert_eq!(
+                        ci,
+                        rest.iter().map(|&j| idx[j as usize]).collect::<Vec<_>>()
+                    );
+                    assert_eq!(cv.len(), rest.len());
+                }
+            }
+        }
     }
 }

@@ -2,48 +2,98 @@
 //! top-k re-selection, then a broadcast tree.
 
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::algorithms::spardl::split_topk;
 use crate::entry::{Reduced, enter};
-use crate::frame::{put_block, take_block};
+use crate::frame::{PairsView, put_block, take_block_view, take_parts};
 use crate::profile::{Profile, bytes_cost};
-use crate::{Entered, Traffic, Transport};
+use crate::scratch::{Pairs, Scratch, add_into, copy_into};
+use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
-use sparse_core::{Element, Error, Result, SparseVec};
+use sparse_core::sparse::merge_sum_into;
+use sparse_core::topk::split_topk_into;
+use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 
-/// gTopk after the entry round: the reduction tree, then the broadcast.
+/// What gTopk keeps across calls: the sum of a level, its cut, a merge
+/// buffer, the selection's keys and the message it sends.
+#[derive(Debug)]
+struct Mem<E> {
+    sum: Pairs<E>,
+    cut: Pairs<E>,
+    tmp: Pairs<E>,
+    keys: Vec<u64>,
+    msg: Vec<u8>,
+}
+
+impl<E> Default for Mem<E> {
+    fn default() -> Self {
+        Self {
+            sum: Pairs::default(),
+            cut: Pairs::default(),
+            tmp: Pairs::default(),
+            keys: Vec::new(),
+            msg: Vec::new(),
+        }
+    }
+}
+
+/// The pairs of a gTopk message (`nnz: u32`, pairs; at most `k`), read in
+/// place.
+fn read<E: Element>(b: &[u8], dim: usize, k: usize) -> Result<PairsView<'_, E>> {
+    let mut rest = b;
+    let part = take_block_view::<E>(&mut rest, dim, 0, dim, "gtopk message")?;
+    if !rest.is_empty() || part.0.len() > k {
+        return Err(Error::corrupt(
+            "gtopk message",
+            format!("{} entries for k = {k}", part.0.len()),
+        ));
+    }
+    Ok(part)
+}
+
+/// gTopk after the entry round, into `out`: the reduction tree, then the
+/// broadcast. The result is built in `out.result` and the cuts gathered
+/// in `out.dropped`, their allocations reused with `mem`'s and the
+/// transport's buffers, so that a warm call allocates nothing that grows
+/// with the data.
 fn trees<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     k: usize,
-    start: Traffic,
-) -> Result<Reduced<E>> {
+    mem: &mut Mem<E>,
+    out: &mut Reduced<E>,
+) -> Result<()> {
     let dim = v.dim();
     let (p, r) = (t.size(), t.rank());
-    let read = |b: &[u8]| -> Result<SparseVec<E>> {
-        let mut rest = b;
-        let part = take_block::<E>(&mut rest, dim, 0, dim, "gtopk message")?;
-        if !rest.is_empty() || part.nnz() > k {
-            return Err(Error::corrupt(
-                "gtopk message",
-                format!("{} entries for k = {k}", part.nnz()),
-            ));
-        }
-        Ok(part)
-    };
-    let (mut acc, mut dropped) = split_topk(v, k);
+    // This rank's own top k in `out.result`, the rest in `out.dropped`.
+    v.split_topk_into(k, &mut out.result, &mut out.dropped, &mut mem.keys);
+    let mut got = t.take_buffer();
     let mut dist = 1;
     while dist < p {
         if r % (2 * dist) == dist {
-            let mut msg = Vec::new();
-            put_block(&mut msg, &acc);
-            t.send(r - dist, &msg)?;
+            mem.msg.clear();
+            put_block(&mut mem.msg, &out.result);
+            t.send(r - dist, &mem.msg)?;
             break;
         }
         if r + dist < p {
-            let got = read(&t.recv(r + dist)?)?;
-            let (kept, cut) = split_topk(&acc.merge_sum(&got)?, k);
-            dropped = dropped.merge_sum(&cut)?;
-            acc = kept;
+            t.recv_into(r + dist, &mut got)?;
+            let (i, x) = read::<E>(&got, dim, k)?;
+            merge_sum_into(
+                (out.result.indices(), out.result.values()),
+                (&i, &x),
+                &mut mem.sum.idx,
+                &mut mem.sum.val,
+            );
+            let (mut ki, mut kv) = take_parts(&mut out.result);
+            split_topk_into(
+                (&mem.sum.idx, &mem.sum.val),
+                k,
+                abs_key,
+                (&mut ki, &mut kv),
+                (&mut mem.cut.idx, &mut mem.cut.val),
+                &mut mem.keys,
+            );
+            out.result = SparseVec::new_unchecked(dim, ki, kv);
+            add_into(&mut out.dropped, (&mem.cut.idx, &mem.cut.val), &mut mem.tmp);
         }
         dist <<= 1;
     }
@@ -55,23 +105,21 @@ fn trees<T: Transport + ?Sized, E: Element>(
         1 << r.trailing_zeros()
     };
     if r != 0 {
-        acc = read(&t.recv(r - low)?)?;
+        t.recv_into(r - low, &mut got)?;
+        let (i, x) = read::<E>(&got, dim, k)?;
+        copy_into(&mut out.result, dim, &i, &x);
     }
-    let mut msg = Vec::new();
-    put_block(&mut msg, &acc);
+    t.give_buffer(got);
+    mem.msg.clear();
+    put_block(&mut mem.msg, &out.result);
     let mut dist = low / 2;
     while dist >= 1 {
         if r + dist < p {
-            t.send(r + dist, &msg)?;
+            t.send(r + dist, &mem.msg)?;
         }
         dist /= 2;
     }
-    Ok(Reduced {
-        result: acc,
-        dropped,
-        traffic: t.traffic().since(&start),
-        ..Reduced::default()
-    })
+    Ok(())
 }
 
 /// gTopk for any `P`: every rank cuts its input to its top `k`; in a
@@ -97,16 +145,21 @@ fn trees<T: Transport + ?Sized, E: Element>(
 /// # Errors
 /// [`Error::Disagreement`] (dimension, `k`), transport errors,
 /// [`Error::Corrupt`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Gtopk {
     budget: Budget,
+    /// Buffers kept across calls (not state: results never depend on it).
+    mem: Scratch,
 }
 
 impl Gtopk {
     /// gTopk keeping `budget` (a count, or a density of each call's
     /// dimension).
     pub fn new(budget: Budget) -> Self {
-        Self { budget }
+        Self {
+            budget,
+            mem: Scratch::default(),
+        }
     }
 }
 
@@ -165,7 +218,9 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        *out = trees(t, v, self.budget.k_for(v.dim()), entered.start())?;
+        let mem = self.mem.get::<Mem<E>>();
+        trees(t, v, self.budget.k_for(v.dim()), mem, out)?;
+        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }
