@@ -64,8 +64,15 @@ pub fn read_pairs<E: Element>(
 
 /// Appends one block: `nnz: u32`, then the pairs.
 pub fn put_block<E: Element>(out: &mut Vec<u8>, v: &SparseVec<E>) {
-    out.extend_from_slice(&(v.nnz() as u32).to_le_bytes());
-    put_pairs(out, v);
+    put_block_parts(out, v.indices(), v.values());
+}
+
+/// [`put_block`] of the pairs `(idx, val)`.
+pub(crate) fn put_block_parts<E: Element>(out: &mut Vec<u8>, idx: &[u32], val: &[E]) {
+    out.reserve(4 + idx.len() * (4 + E::BYTES));
+    out.extend_from_slice(&(idx.len() as u32).to_le_bytes());
+    out.extend_from_slice(&le_u32s(idx));
+    out.extend_from_slice(&le_bytes(val));
 }
 
 /// Reads one `nnz: u32, indices, values` block whose indices must lie in

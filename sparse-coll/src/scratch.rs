@@ -55,15 +55,29 @@ impl<E> Default for Pairs<E> {
     }
 }
 
-impl<E: Element> Pairs<E> {
-    /// Swaps these vectors with `v`'s (`v` gets dimension `dim`).
-    pub(crate) fn swap_with(&mut self, v: &mut SparseVec<E>, dim: usize) {
-        let (i, x) = crate::frame::take_parts(v);
-        let (i, x) = (
-            std::mem::replace(&mut self.idx, i),
-            std::mem::replace(&mut self.val, x),
-        );
-        *v = SparseVec::new_unchecked(dim, i, x);
+/// The vectors the lossy collectives (gTopk, the SparDL variants) work
+/// in, kept across calls: blocks of a reduce-scatter, the two sides of a
+/// cut, a merge's output, the selection's keys and the message sent.
+#[derive(Debug)]
+pub(crate) struct Work<E> {
+    pub(crate) blocks: Vec<SparseVec<E>>,
+    pub(crate) kept: Pairs<E>,
+    pub(crate) cut: Pairs<E>,
+    pub(crate) tmp: Pairs<E>,
+    pub(crate) keys: Vec<u64>,
+    pub(crate) msg: Vec<u8>,
+}
+
+impl<E> Default for Work<E> {
+    fn default() -> Self {
+        Self {
+            blocks: Vec::new(),
+            kept: Pairs::default(),
+            cut: Pairs::default(),
+            tmp: Pairs::default(),
+            keys: Vec::new(),
+            msg: Vec::new(),
+        }
     }
 }
 
@@ -76,8 +90,11 @@ pub(crate) fn copy_into<E: Element>(v: &mut SparseVec<E>, dim: usize, idx: &[u32
     *v = SparseVec::new_unchecked(dim, i, x);
 }
 
-/// `acc += (idx, val)` by a sorted merge into `tmp`, whose vectors then
-/// trade places with `acc`'s (no allocation once both are large enough).
+/// `acc += (idx, val)` by a sorted merge into `tmp`, copied back into
+/// `acc`'s vectors. Each keeps its own allocation (trading them would pass
+/// a small one to a vector that needs a large one at the next call, and a
+/// warm call would allocate until every one had grown to the largest), so
+/// that once each has grown to its own largest size nothing is allocated.
 /// A side without entries leaves `acc` as it is or copies the other.
 pub(crate) fn add_into<E: Element>(
     acc: &mut SparseVec<E>,
@@ -98,5 +115,5 @@ pub(crate) fn add_into<E: Element>(
         &mut tmp.idx,
         &mut tmp.val,
     );
-    tmp.swap_with(acc, dim);
+    copy_into(acc, dim, &tmp.idx, &tmp.val);
 }

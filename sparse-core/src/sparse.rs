@@ -342,14 +342,21 @@ impl<E: Element> SparseVec<E> {
     /// O(log nnz + entries) by binary search. A range past `usize::MAX`
     /// ends there.
     pub fn restrict(&self, lo: usize, len: usize) -> Self {
+        let span = self.span(lo, len);
+        Self {
+            dim: self.dim,
+            indices: self.indices[span.clone()].to_vec(),
+            values: self.values[span].to_vec(),
+        }
+    }
+
+    /// The positions of the entries with index in `lo..lo + len`, by
+    /// binary search ([`SparseVec::restrict`] without the copy).
+    pub fn span(&self, lo: usize, len: usize) -> core::ops::Range<usize> {
         let hi = lo.saturating_add(len);
         let a = self.indices.partition_point(|&i| (i as usize) < lo);
         let b = self.indices.partition_point(|&i| (i as usize) < hi);
-        Self {
-            dim: self.dim,
-            indices: self.indices[a..b].to_vec(),
-            values: self.values[a..b].to_vec(),
-        }
+        a..b
     }
 
     /// The dimension.

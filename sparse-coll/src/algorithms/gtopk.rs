@@ -5,35 +5,16 @@ use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllr
 use crate::entry::{Reduced, enter};
 use crate::frame::{PairsView, put_block, take_block_view, take_parts};
 use crate::profile::{Profile, bytes_cost};
-use crate::scratch::{Pairs, Scratch, add_into, copy_into};
+use crate::scratch::{Scratch, Work, add_into, copy_into};
 use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
 use sparse_core::topk::split_topk_into;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 
-/// What gTopk keeps across calls: the sum of a level, its cut, a merge
-/// buffer, the selection's keys and the message it sends.
-#[derive(Debug)]
-struct Mem<E> {
-    sum: Pairs<E>,
-    cut: Pairs<E>,
-    tmp: Pairs<E>,
-    keys: Vec<u64>,
-    msg: Vec<u8>,
-}
-
-impl<E> Default for Mem<E> {
-    fn default() -> Self {
-        Self {
-            sum: Pairs::default(),
-            cut: Pairs::default(),
-            tmp: Pairs::default(),
-            keys: Vec::new(),
-            msg: Vec::new(),
-        }
-    }
-}
+/// What gTopk keeps across calls: the sum of a level (in `kept`), its
+/// cut, a merge buffer, the selection's keys and the message it sends.
+type Mem<E> = Work<E>;
 
 /// The pairs of a gTopk message (`nnz: u32`, pairs; at most `k`), read in
 /// place.
@@ -80,12 +61,12 @@ fn trees<T: Transport + ?Sized, E: Element>(
             merge_sum_into(
                 (out.result.indices(), out.result.values()),
                 (&i, &x),
-                &mut mem.sum.idx,
-                &mut mem.sum.val,
+                &mut mem.kept.idx,
+                &mut mem.kept.val,
             );
             let (mut ki, mut kv) = take_parts(&mut out.result);
             split_topk_into(
-                (&mem.sum.idx, &mem.sum.val),
+                (&mem.kept.idx, &mem.kept.val),
                 k,
                 abs_key,
                 (&mut ki, &mut kv),

@@ -4,15 +4,18 @@
 //! h-adjustment.
 
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::dense::bruck_allgather;
+use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Reduced, enter};
-use crate::frame::{put_block, split_where, sum_all, take_block};
+use crate::frame::{put_block, put_block_parts, sum_parts, take_block_view, take_parts};
 use crate::profile::{Profile, bytes_cost};
+use crate::scratch::{Scratch, Work, add_into, copy_into};
 use crate::values::{WireValues, values_param};
-use crate::{Entered, Group, Traffic, Transport};
+use crate::{Entered, Group, Transport};
 use sparse_core::cost::{self, Cost};
+use sparse_core::sparse::merge_sum_into;
 use sparse_core::stats::{even_len, even_start};
-use sparse_core::{Element, Error, Result, SparseVec};
+use sparse_core::topk::split_topk_into;
+use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 
 /// Top `k` of `v` by magnitude (ties: lower index), and the rest: the
 /// workspace's one host top-k ([`SparseVec::split_topk`]).
@@ -52,102 +55,231 @@ impl<E: Element> Layout<E> {
     }
 }
 
-/// Spar-Reduce-Scatter (Sec. 3.1) on `t` (a whole world or a team): returns
+/// Buffers the SparDL variants keep across calls (not state: results
+/// never depend on them).
+type Mem<E> = Work<E>;
+
+/// An empty vector of dimension `dim`.
+fn empty<E: Element>(dim: usize) -> SparseVec<E> {
+    SparseVec::new_unchecked(dim, Vec::new(), Vec::new())
+}
+
+/// Spar-Reduce-Scatter (Sec. 3.1) on `t` (a whole world or a team): leaves
 /// this worker's block `t.rank()` summed over the workers, not yet cut to
-/// its share; every cut entry is added to `dropped`.
+/// its share, in `mem.blocks[t.rank()]`; every cut entry is added to
+/// `dropped`.
 ///
 /// Worker `w` keeps block `w` (the preservation bag) and puts the blocks at
 /// circular offsets `2^(b-1) .. 2^b` into sending bag `b`, `b = 1 ..= l`,
 /// `l = ceil(lg m)` (the last bag holds `m - 2^(l-1)` blocks). At step `i`
 /// it sends bag `l - i + 1` to `w + 2^(l-i)` and receives the same bag of
 /// `w - 2^(l-i)`, whose blocks it still holds (Thm. 3.1), and adds them in.
-/// Every block is cut to its share right before it is sent.
+/// Every block is cut to its share right before it is sent. Raw values
+/// are written straight from the blocks and received blocks are added
+/// from the message in place; the blocks live in `mem`, so that a warm
+/// call reuses their allocations.
 fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     lay: &Layout<E>,
     dropped: &mut SparseVec<E>,
-) -> Result<SparseVec<E>> {
+    mem: &mut Mem<E>,
+) -> Result<()> {
     let (p, w, dim) = (t.size(), t.rank(), lay.dim);
-    let mut blocks: Vec<SparseVec<E>> = (0..p)
-        .map(|j| {
-            let (lo, len) = lay.span(j);
-            v.restrict(lo, len)
-        })
-        .collect();
+    let raw = lay.values.is_raw();
+    let Mem {
+        blocks,
+        kept,
+        cut,
+        tmp,
+        keys,
+        msg,
+        ..
+    } = mem;
+    // Received messages come from the transport's pool and go back to it,
+    // as the thread transport passes buffers from rank to rank.
+    let mut got = t.take_buffer();
+    blocks.truncate(p);
+    blocks.resize_with(p, || empty(dim));
+    for (j, block) in blocks.iter_mut().enumerate() {
+        let (lo, len) = lay.span(j);
+        let span = v.span(lo, len);
+        copy_into(block, dim, &v.indices()[span.clone()], &v.values()[span]);
+    }
     let l = usize::BITS - (p - 1).leading_zeros();
     for i in 1..=l {
         let dist = 1usize << (l - i);
         let bag = dist..(2 * dist).min(p);
-        let mut msg = Vec::new();
+        msg.clear();
         for d in bag.clone() {
             let j = (w + d) % p;
-            let (kept, cut) = split_topk(&blocks[j], lay.share(j));
-            // What the codec cannot carry exactly stays here too.
-            let packed = lay.values.pack(&kept)?;
-            *dropped = dropped.merge_sum(&cut)?.merge_sum(packed.rest())?;
-            packed.put(&mut msg);
+            let share = lay.share(j);
+            let block = &blocks[j];
+            if !raw {
+                let (kept, cut) = split_topk(block, share);
+                // What the codec cannot carry exactly stays here too.
+                let packed = lay.values.pack(&kept)?;
+                *dropped = dropped.merge_sum(&cut)?.merge_sum(packed.rest())?;
+                packed.put(msg);
+            } else if block.nnz() <= share {
+                put_block(msg, block);
+            } else {
+                split_topk_into(
+                    (block.indices(), block.values()),
+                    share,
+                    abs_key,
+                    (&mut kept.idx, &mut kept.val),
+                    (&mut cut.idx, &mut cut.val),
+                    keys,
+                );
+                put_block_parts(msg, &kept.idx, &kept.val);
+                add_into(dropped, (&cut.idx, &cut.val), tmp);
+            }
         }
-        let got = t.exchange((w + dist) % p, &msg, (w + p - dist) % p)?;
+        t.exchange_into((w + dist) % p, msg, (w + p - dist) % p, &mut got)?;
         let mut rest: &[u8] = &got;
         for d in 0..bag.len() {
             let j = (w + d) % p;
             let (lo, len) = lay.span(j);
-            let part = lay.values.take(&mut rest, dim, lo, len, "spardl block")?;
-            blocks[j] = blocks[j].merge_sum(&part)?;
+            if raw {
+                let (i, x) = take_block_view::<E>(&mut rest, dim, lo, len, "spardl block")?;
+                add_into(&mut blocks[j], (&i, &x), tmp);
+            } else {
+                let part = lay.values.take(&mut rest, dim, lo, len, "spardl block")?;
+                blocks[j] = blocks[j].merge_sum(&part)?;
+            }
         }
         if !rest.is_empty() {
             return Err(Error::corrupt("spardl bag", "trailing bytes"));
         }
     }
-    Ok(blocks.swap_remove(w))
+    t.give_buffer(got);
+    Ok(())
 }
 
 /// The final Bruck all-gather of SparDL: every worker of `t` contributes
-/// its block (at most its share), and all get the concatenation.
+/// its block (at most its share), and all get the concatenation, in
+/// `out` (its allocations reused).
 fn gather_blocks<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     mine: &SparseVec<E>,
     lay: &Layout<E>,
     dropped: &mut SparseVec<E>,
-) -> Result<SparseVec<E>> {
-    // Every rank, this one included, takes the block as the codec carries
-    // it; the owner keeps the exact remainder.
-    let packed = lay.values.pack(mine)?;
-    *dropped = dropped.merge_sum(packed.rest())?;
-    let all = bruck_allgather(t, packed.bytes())?;
-    let (mut idx, mut val) = (Vec::new(), Vec::new());
-    for (q, b) in all.iter().enumerate() {
-        let (lo, len) = lay.span(q);
-        let mut rest: &[u8] = b;
-        let part = lay
-            .values
-            .take(&mut rest, lay.dim, lo, len, "spardl block")?;
-        if !rest.is_empty() || part.nnz() > lay.share(q) {
+    msg: &mut Vec<u8>,
+    out: &mut SparseVec<E>,
+) -> Result<()> {
+    let check = |q: usize, nnz: usize, rest: &[u8]| {
+        if !rest.is_empty() || nnz > lay.share(q) {
             return Err(Error::corrupt(
                 "spardl block",
-                format!(
-                    "block {q}: {} entries for a share of {}",
-                    part.nnz(),
-                    lay.share(q)
-                ),
+                format!("block {q}: {nnz} entries for a share of {}", lay.share(q)),
             ));
         }
-        idx.extend_from_slice(part.indices());
-        val.extend_from_slice(part.values());
+        Ok(())
+    };
+    if !lay.values.is_raw() {
+        // Every rank, this one included, takes the block as the codec
+        // carries it; the owner keeps the exact remainder.
+        let packed = lay.values.pack(mine)?;
+        *dropped = dropped.merge_sum(packed.rest())?;
+        let all = bruck_allgather(t, packed.bytes())?;
+        let (mut idx, mut val) = take_parts(out);
+        for (q, b) in all.iter().enumerate() {
+            let (lo, len) = lay.span(q);
+            let mut rest: &[u8] = b;
+            let part = lay
+                .values
+                .take(&mut rest, lay.dim, lo, len, "spardl block")?;
+            check(q, part.nnz(), rest)?;
+            idx.extend_from_slice(part.indices());
+            val.extend_from_slice(part.values());
+        }
+        *out = SparseVec::new_unchecked(lay.dim, idx, val);
+        return Ok(());
     }
-    Ok(SparseVec::new_unchecked(lay.dim, idx, val))
+    msg.clear();
+    put_block(msg, mine);
+    let own = [&msg[..]];
+    let g = gather_bruck(t, &own)?;
+    let (mut idx, mut val) = take_parts(out);
+    for q in 0..t.size() {
+        let (lo, len) = lay.span(q);
+        let mut rest = g.block(q).unwrap_or(own[0]);
+        let (i, x) = take_block_view::<E>(&mut rest, lay.dim, lo, len, "spardl block")?;
+        check(q, i.len(), rest)?;
+        idx.extend_from_slice(&i);
+        val.extend_from_slice(&x);
+    }
+    g.release(t);
+    *out = SparseVec::new_unchecked(lay.dim, idx, val);
+    Ok(())
 }
 
-/// Cuts `block` to its top `n` and adds the rest to `dropped`.
+/// Cuts `block` to its top `n` in place and adds the rest to `dropped`.
 fn cut_to<E: Element>(
-    block: SparseVec<E>,
+    block: &mut SparseVec<E>,
     n: usize,
     dropped: &mut SparseVec<E>,
-) -> Result<SparseVec<E>> {
-    let (kept, cut) = split_topk(&block, n);
-    *dropped = dropped.merge_sum(&cut)?;
-    Ok(kept)
+    mem: &mut Mem<E>,
+) {
+    if block.nnz() <= n {
+        return;
+    }
+    let dim = block.dim();
+    split_topk_into(
+        (block.indices(), block.values()),
+        n,
+        abs_key,
+        (&mut mem.kept.idx, &mut mem.kept.val),
+        (&mut mem.cut.idx, &mut mem.cut.val),
+        &mut mem.keys,
+    );
+    copy_into(block, dim, &mem.kept.idx, &mem.kept.val);
+    add_into(dropped, (&mem.cut.idx, &mem.cut.val), &mut mem.tmp);
+}
+
+/// `block` becomes `block + (idx, val)` cut to its top `n`; of what the
+/// cut removes, the entries `mine` picks are added to `dropped`.
+fn add_and_cut<E: Element>(
+    block: &mut SparseVec<E>,
+    other: (&[u32], &[E]),
+    n: usize,
+    mine: impl Fn(u32) -> bool,
+    dropped: &mut SparseVec<E>,
+    mem: &mut Mem<E>,
+) {
+    let dim = block.dim();
+    merge_sum_into(
+        (block.indices(), block.values()),
+        other,
+        &mut mem.tmp.idx,
+        &mut mem.tmp.val,
+    );
+    let (mut ki, mut kv) = take_parts(block);
+    split_topk_into(
+        (&mem.tmp.idx, &mem.tmp.val),
+        n,
+        abs_key,
+        (&mut ki, &mut kv),
+        (&mut mem.cut.idx, &mut mem.cut.val),
+        &mut mem.keys,
+    );
+    *block = SparseVec::new_unchecked(dim, ki, kv);
+    pick_cut(mine, dropped, mem);
+}
+
+/// Adds the entries of `mem.cut` that `mine` picks to `dropped`.
+fn pick_cut<E: Element>(mine: impl Fn(u32) -> bool, dropped: &mut SparseVec<E>, mem: &mut Mem<E>) {
+    let (ki, kv) = (&mut mem.kept.idx, &mut mem.kept.val);
+    ki.clear();
+    kv.clear();
+    for (&i, &x) in mem.cut.idx.iter().zip(&mem.cut.val) {
+        if mine(i) {
+            ki.push(i);
+            kv.push(x);
+        }
+    }
+    add_into(dropped, (&mem.kept.idx, &mem.kept.val), &mut mem.tmp);
 }
 
 /// The entry round of SparDL with and without SAG on `d` teams: the
@@ -193,27 +325,30 @@ fn sag_enter<T: Transport + ?Sized, E: Element>(
     )
 }
 
-/// The body of SparDL with and without SAG after [`teams_enter`]:
-/// Spar-Reduce-Scatter inside this worker's team of
-/// `m = P / d` workers over `m` blocks, then `sag` between the `d` workers
-/// of this worker's column (given the layout, this worker's position in its
-/// team, and its block as SRS left it; it returns the block for the final
-/// all-gather and adds whatever it cuts to `dropped`), then the Bruck
-/// all-gather inside the team. With `d = 1` the column is this worker alone.
+/// The body of SparDL with and without SAG after [`teams_enter`], into
+/// `out` (its allocations reused with `mem`'s): Spar-Reduce-Scatter inside
+/// this worker's team of `m = P / d` workers over `m` blocks, then `sag`
+/// between the `d` workers of this worker's column (given the layout,
+/// this worker's position in its team, its block as SRS left it, which it
+/// turns into the block for the final all-gather, and `dropped`, to which
+/// it adds whatever it cuts), then the Bruck all-gather inside the team.
+/// With `d = 1` the column is this worker alone.
 fn in_teams<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     budget: Keep<E>,
     d: usize,
-    start: Traffic,
+    mem: &mut Mem<E>,
+    out: &mut Reduced<E>,
     sag: impl FnOnce(
         &mut Group<'_, T>,
         &Layout<E>,
         usize,
-        SparseVec<E>,
         &mut SparseVec<E>,
-    ) -> Result<SparseVec<E>>,
-) -> Result<Reduced<E>> {
+        &mut SparseVec<E>,
+        &mut Mem<E>,
+    ) -> Result<()>,
+) -> Result<()> {
     let dim = v.dim();
     let (team, column) = teams(t, d)?;
     let lay = Layout {
@@ -222,17 +357,36 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
         k: budget.k,
         values: budget.values,
     };
-    let mut dropped = SparseVec::zeros(dim)?;
+    let (i, x) = take_parts(&mut out.dropped);
+    let mut dropped = SparseVec::new_unchecked(dim, i, x);
     let pos = team.iter().position(|&r| r == t.rank()).expect("a member");
-    let block = spar_reduce_scatter(&mut Group::new(t, team.clone())?, v, &lay, &mut dropped)?;
-    let mine = sag(&mut Group::new(t, column)?, &lay, pos, block, &mut dropped)?;
-    let result = gather_blocks(&mut Group::new(t, team)?, &mine, &lay, &mut dropped)?;
-    Ok(Reduced {
-        result,
-        dropped,
-        traffic: t.traffic().since(&start),
-        ..Reduced::default()
-    })
+    spar_reduce_scatter(
+        &mut Group::new(t, team.clone())?,
+        v,
+        &lay,
+        &mut dropped,
+        mem,
+    )?;
+    let mut block = std::mem::replace(&mut mem.blocks[pos], empty(dim));
+    sag(
+        &mut Group::new(t, column)?,
+        &lay,
+        pos,
+        &mut block,
+        &mut dropped,
+        mem,
+    )?;
+    gather_blocks(
+        &mut Group::new(t, team)?,
+        &block,
+        &lay,
+        &mut dropped,
+        &mut mem.msg,
+        &mut out.result,
+    )?;
+    mem.blocks[pos] = block;
+    out.dropped = dropped;
+    Ok(())
 }
 
 /// The teams of SparDL's SAG: `P` workers in `d` teams of `m = P / d`
@@ -252,51 +406,61 @@ fn teams<T: Transport + ?Sized>(t: &T, d: usize) -> Result<(Vec<usize>, Vec<usiz
     Ok((team, column))
 }
 
-/// R-SAG after the entry round.
+/// R-SAG after the entry round, into `out`.
 fn rsag<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     k: usize,
     d: usize,
-    start: Traffic,
-) -> Result<Reduced<E>> {
+    mem: &mut Mem<E>,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    let keep = Keep {
+        k,
+        values: WireValues::raw(),
+    };
     in_teams(
         t,
         v,
-        Keep {
-            k,
-            values: WireValues::raw(),
-        },
+        keep,
         d,
-        start,
-        |col, lay, pos, block, dropped| {
+        mem,
+        out,
+        |col, lay, pos, block, dropped, mem| {
             let (lo, len) = lay.span(pos);
             let l = lay.share(pos);
-            let mut block = cut_to(block, l, dropped)?;
+            cut_to(block, l, dropped, mem);
             let c = col.rank();
             let mut mask = 1;
             while mask < d {
                 let partner = c ^ mask;
-                let mut msg = Vec::new();
-                put_block(&mut msg, &block);
-                let got = col.exchange(partner, &msg, partner)?;
+                mem.msg.clear();
+                put_block(&mut mem.msg, block);
+                let mut got = col.take_buffer();
+                col.exchange_into(partner, &mem.msg, partner, &mut got)?;
                 let mut rest: &[u8] = &got;
-                let other = take_block::<E>(&mut rest, lay.dim, lo, len, "r-sag block")?;
-                if !rest.is_empty() || other.nnz() > l {
+                let (i, x) = take_block_view::<E>(&mut rest, lay.dim, lo, len, "r-sag block")?;
+                if !rest.is_empty() || i.len() > l {
                     return Err(Error::corrupt("r-sag block", "over its share"));
                 }
-                let (kept, cut) = split_topk(&block.merge_sum(&other)?, l);
                 // After this step the 2 * mask column workers of this aligned
                 // range all hold this sum and cut the same entries: each cut
                 // entry goes to exactly one of them.
                 let group = 2 * mask;
                 let base = c & !(group - 1);
-                let (mine, _) = split_where(&cut, |i, _| base + i as usize % group == c);
-                *dropped = dropped.merge_sum(&mine)?;
-                block = kept;
+                add_and_cut(
+                    block,
+                    (&i, &x),
+                    l,
+                    |i| base + i as usize % group == c,
+                    dropped,
+                    mem,
+                );
+                drop((i, x));
+                col.give_buffer(got);
                 mask <<= 1;
             }
-            Ok(block)
+            Ok(())
         },
     )
 }
@@ -328,6 +492,8 @@ fn rsag<T: Transport + ?Sized, E: Element>(
 #[derive(Debug, Clone)]
 pub struct SpardlBsag {
     budget: Budget,
+    /// Buffers kept across calls (not state: results never depend on it).
+    mem: Scratch,
     /// `None`: the smallest divisor above 1 of `P`, at each call.
     d: Option<usize>,
     h: f64,
@@ -349,6 +515,7 @@ impl SpardlBsag {
         }
         Ok(Self {
             budget,
+            mem: Scratch::default(),
             d: Some(d),
             h: f64::NAN,
             step: f64::NAN,
@@ -407,48 +574,76 @@ impl SpardlBsag {
         self.d.unwrap_or_else(|| smallest_divisor(p))
     }
 
-    /// One SparDL allreduce with B-SAG after the entry round.
+    /// One SparDL allreduce with B-SAG after the entry round, into `out`.
     fn reduce<T: Transport + ?Sized, E: Element>(
         &mut self,
         t: &mut T,
         v: &SparseVec<E>,
-        start: Traffic,
-    ) -> Result<Reduced<E>> {
+        mem: &mut Mem<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
         let (k, d) = (self.budget.k_for(v.dim()), self.teams(t.size()));
+        let keep = Keep {
+            k,
+            values: WireValues::raw(),
+        };
         in_teams(
             t,
             v,
-            Keep {
-                k,
-                values: WireValues::raw(),
-            },
+            keep,
             d,
-            start,
-            |col, lay, pos, block, dropped| {
+            mem,
+            out,
+            |col, lay, pos, block, dropped, mem| {
                 let (lo, len) = lay.span(pos);
                 let h = self.next_h(lay.share(pos), d);
-                let sent = cut_to(block, h, dropped)?;
-                let mut msg = Vec::new();
-                put_block(&mut msg, &sent);
-                let all = bruck_allgather(col, &msg)?;
-                let parts = all
-                    .iter()
-                    .map(|b| {
-                        let mut rest: &[u8] = b;
-                        let part = take_block::<E>(&mut rest, lay.dim, lo, len, "b-sag block")?;
+                // Alg. 2 moves h within [L / d, L] from call to call: room for
+                // its largest from the first call on, so that a warm call
+                // allocates nothing however h moves.
+                let most = lay.share(pos) * d;
+                for pairs in [&mut mem.tmp, &mut mem.kept, &mut mem.cut] {
+                    pairs.idx.reserve(most);
+                    pairs.val.reserve(most);
+                }
+                mem.msg.reserve(4 + lay.share(pos) * (4 + E::BYTES));
+                cut_to(block, h, dropped, mem);
+                mem.msg.clear();
+                put_block(&mut mem.msg, block);
+                let own = [&mem.msg[..]];
+                let g = gather_bruck(col, &own)?;
+                let parts = (0..col.size())
+                    .map(|q| {
+                        let mut rest = g.block(q).unwrap_or(own[0]);
+                        let part =
+                            take_block_view::<E>(&mut rest, lay.dim, lo, len, "b-sag block")?;
                         if !rest.is_empty() {
                             return Err(Error::corrupt("b-sag block", "trailing bytes"));
                         }
                         Ok(part)
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let sum = sum_all(parts.iter(), lay.dim);
-                self.last_count = Some(sum.nnz());
-                let (kept, cut) = split_topk(&sum, lay.share(pos));
+                sum_parts(
+                    &parts,
+                    lay.dim,
+                    (&mut mem.tmp.idx, &mut mem.tmp.val),
+                    (&mut mem.kept.idx, &mut mem.kept.val),
+                );
+                drop(parts);
+                g.release(col);
+                self.last_count = Some(mem.tmp.idx.len());
+                let (mut ki, mut kv) = take_parts(block);
+                split_topk_into(
+                    (&mem.tmp.idx, &mem.tmp.val),
+                    lay.share(pos),
+                    abs_key,
+                    (&mut ki, &mut kv),
+                    (&mut mem.cut.idx, &mut mem.cut.val),
+                    &mut mem.keys,
+                );
+                *block = SparseVec::new_unchecked(lay.dim, ki, kv);
                 let c = col.rank();
-                let (mine, _) = split_where(&cut, |i, _| i as usize % d == c);
-                *dropped = dropped.merge_sum(&mine)?;
-                Ok(kept)
+                pick_cut(|i| i as usize % d == c, dropped, mem);
+                Ok(())
             },
         )
     }
@@ -548,6 +743,8 @@ fn smallest_divisor(p: usize) -> usize {
 pub struct Spardl<E> {
     budget: Budget,
     values: WireValues<E>,
+    /// Buffers kept across calls (not state: results never depend on it).
+    mem: Scratch,
 }
 
 impl<E: Element> Spardl<E> {
@@ -557,6 +754,7 @@ impl<E: Element> Spardl<E> {
         Self {
             budget,
             values: WireValues::raw(),
+            mem: Scratch::default(),
         }
     }
     /// The same, its blocks sent with `values`.
@@ -620,14 +818,20 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
             k: self.budget.k_for(v.dim()),
             values: self.values.clone(),
         };
-        *out = in_teams(
+        let mem = self.mem.get::<Mem<E>>();
+        in_teams(
             t,
             v,
             budget,
             1,
-            entered.start(),
-            |_, lay, pos, block, dropped| cut_to(block, lay.share(pos), dropped),
+            mem,
+            out,
+            |_, lay, pos, block, dropped, mem| {
+                cut_to(block, lay.share(pos), dropped, mem);
+                Ok(())
+            },
         )?;
+        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }
@@ -670,9 +874,11 @@ impl<E: Element> Registered<E> for Spardl<E> {
 /// # Errors
 /// [`Error::InvalidParameter`] if `d` is not a power of two dividing `P`;
 /// as [`Spardl`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SpardlRsag {
     budget: Budget,
+    /// Buffers kept across calls (not state: results never depend on it).
+    mem: Scratch,
     /// `None`: 2 teams for an even number of workers, else 1, at each call.
     d: Option<usize>,
 }
@@ -682,7 +888,11 @@ impl SpardlRsag {
     /// call's dimension) on `d` teams (`None`: 2 for an even number of
     /// workers, else 1).
     pub fn new(budget: Budget, d: Option<usize>) -> Self {
-        Self { budget, d }
+        Self {
+            budget,
+            mem: Scratch::default(),
+            d,
+        }
     }
     fn teams(&self, p: usize) -> usize {
         self.d.unwrap_or(if p % 2 == 0 { 2 } else { 1 })
@@ -726,7 +936,9 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let k = self.budget.k_for(v.dim());
-        *out = rsag(t, v, k, self.teams(t.size()), entered.start())?;
+        let d = self.teams(t.size());
+        rsag(t, v, k, d, self.mem.get::<Mem<E>>(), out)?;
+        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }
@@ -817,7 +1029,11 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        *out = self.reduce(t, v, entered.start())?;
+        let mut mem = std::mem::take(&mut self.mem);
+        let done = self.reduce(t, v, mem.get::<Mem<E>>(), out);
+        self.mem = mem;
+        done?;
+        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }
