@@ -604,6 +604,145 @@ mod tests {
         }
     }
 
+    /// Sparse entries of dimension `n` with what the exact split must
+    /// handle: negative zeros, zeros, subnormals, values far below their
+    /// bucket's scale (lowered levels) and every sign.
+    fn sparse_entries(rng: &mut impl rand::RngCore, n: usize) -> (Vec<u32>, Vec<f32>) {
+        let idx: Vec<u32> = (0..n as u32).filter(|_| rng.next_u32() % 5 == 0).collect();
+        let val = idx
+            .iter()
+            .map(|_| {
+                let r = rng.next_u64();
+                let mant = (r >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                match r % 9 {
+                    0 => -0.0,
+                    1 => 0.0,
+                    2 => f32::from_bits(1 + (r >> 50) as u32),
+                    _ => mant * 2f32.powi(((r >> 8) % 60) as i32 - 30),
+                }
+            })
+            .collect();
+        (idx, val)
+    }
+
+    /// Issue 30: `quantize_sparse_exact_into` writes the scales and codes
+    /// that `quantize` and `exact_remainders` give on the dense vector, bit
+    /// for bit, and the remainders it implies are theirs.
+    #[test]
+    fn sparse_quantization_equals_the_dense_one() {
+        use rand::SeedableRng as _;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(30);
+        for bits in [2, 4, 8] {
+            for bucket in [1, 7, 64, 512] {
+                for round in 0..8u64 {
+                    let n = 1 + (round as usize * 397) % 3000;
+                    let (idx, val) = sparse_entries(&mut rng, n);
+                    let mut dense = vec![0f32; n];
+                    idx.iter()
+                        .zip(&val)
+                        .for_each(|(&i, &x)| dense[i as usize] = x);
+                    let p = QsgdParams::new(bits, bucket, round * 31 + 5).unwrap();
+                    let mut q = quantize(&dense, &p, 0).unwrap();
+                    let rest = exact_remainders(&dense, &mut q, &p).unwrap();
+                    let mut scales = vec![0xa5u8; p.buckets(n) * 4];
+                    let mut words = vec![0u8; p.words(n) * 4];
+                    quantize_sparse_exact_into((&idx, &val), n, &p, &mut scales, &mut words)
+                        .unwrap();
+                    let want: Vec<u8> = q.scales.iter().flat_map(|s| s.to_le_bytes()).collect();
+                    assert_eq!(scales, want, "scales, bits {bits} bucket {bucket}");
+                    let want: Vec<u8> = q.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                    assert_eq!(words, want, "codes, bits {bits} bucket {bucket}");
+                    for (&i, &x) in idx.iter().zip(&val) {
+                        let j = i as usize;
+                        let scale = q.scales[j / bucket];
+                        let sent = decode_code(code_at(&words, j, bits), scale, p.levels(), bits);
+                        assert_eq!((x - sent).to_bits(), rest[j].to_bits(), "rest at {j}");
+                    }
+                }
+            }
+        }
+        let p = QsgdParams::new(4, 8, 0).unwrap();
+        let (mut scales, mut words) = (vec![0u8; 8], vec![0u8; 8]);
+        assert!(matches!(
+            quantize_sparse_exact_into(
+                (&[3, 9], &[1.0f32, f32::NAN]),
+                16,
+                &p,
+                &mut scales,
+                &mut words
+            ),
+            Err(Error::NonFinite { index: 9 })
+        ));
+    }
+
+    /// Issue 30: `decode_nonzeros` finds the non-zeros the codec's decoder
+    /// gives, and on corrupted sections (bytes flipped, cut or added) fails
+    /// where it fails, with the same error.
+    #[test]
+    fn decode_nonzeros_equals_the_codec() {
+        use crate::encoding::{Qsgd, Reader, ValueCodec};
+        use rand::{RngCore as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+        let codec = |b: &[u8], n: usize| -> Result<Vec<(usize, f32)>> {
+            let mut rd = Reader::new(b, "qsgd partition");
+            let d: Vec<f32> =
+                ValueCodec::<f32>::decode(&Qsgd(QsgdParams::new(2, 1, 0)?), &mut rd, n)?;
+            rd.finish()?;
+            Ok(d.into_iter()
+                .enumerate()
+                .filter(|(_, x)| *x != 0.0)
+                .collect())
+        };
+        let fast = |b: &[u8], n: usize| -> Result<Vec<(usize, f32)>> {
+            let mut rd = Reader::new(b, "qsgd partition");
+            let mut got = Vec::new();
+            decode_nonzeros(&mut rd, n, |j, x: f32| got.push((j, x)))?;
+            rd.finish()?;
+            Ok(got)
+        };
+        let (mut oks, mut errs) = (0, 0);
+        for bits in [2, 4, 8] {
+            for bucket in [1, 5, 64] {
+                for round in 0..40 {
+                    let n = 1 + (round * 37) % 300;
+                    let (idx, val) = sparse_entries(&mut rng, n);
+                    let mut dense = vec![0f32; n];
+                    idx.iter()
+                        .zip(&val)
+                        .for_each(|(&i, &x)| dense[i as usize] = x);
+                    let mut b = Vec::new();
+                    Qsgd(QsgdParams::new(bits, bucket, round as u64).unwrap())
+                        .encode(&dense, &mut b)
+                        .unwrap();
+                    if round % 4 != 0 {
+                        let r = rng.next_u64() as usize;
+                        let at = r % b.len();
+                        match round % 4 {
+                            1 => b[at] ^= 1 << ((r >> 32) % 8),
+                            2 => b.truncate(at),
+                            _ => b.extend_from_slice(&[0, 1][..1 + r % 2]),
+                        }
+                    }
+                    match (codec(&b, n), fast(&b, n)) {
+                        (Ok(a), Ok(f)) => {
+                            oks += 1;
+                            let bits_of = |v: Vec<(usize, f32)>| -> Vec<(usize, u32)> {
+                                v.into_iter().map(|(j, x)| (j, x.to_bits())).collect()
+                            };
+                            assert_eq!(bits_of(a), bits_of(f));
+                        }
+                        (Err(a), Err(f)) => {
+                            errs += 1;
+                            assert_eq!(a.to_string(), f.to_string());
+                        }
+                        (a, f) => panic!("codec {a:?}, decode_nonzeros {f:?}"),
+                    }
+                }
+            }
+        }
+        assert!(oks > 50 && errs > 50, "{oks} decoded, {errs} refused");
+    }
+
     #[test]
     fn rejects_bad_params_and_nan() {
         assert!(QsgdParams::new(3, 8, 0).is_err());

@@ -919,3 +919,74 @@ fn push_sparse_nonzeros<E: Element>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ThreadCluster;
+    use rand::{RngCore, SeedableRng};
+
+    /// Rank `r`'s input of call `c`: entries in every partition, with
+    /// negative zeros, subnormals and values that cancel between ranks.
+    fn input(dim: usize, r: usize, c: u64) -> SparseVec<f32> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(c * 97 + r as u64);
+        let idx: Vec<u32> = (0..dim as u32)
+            .filter(|_| rng.next_u32() % 7 == 0)
+            .collect();
+        let val = idx
+            .iter()
+            .map(|&i| {
+                let x = rng.next_u32();
+                match (i + x) % 8 {
+                    0 => -0.0,
+                    1 => f32::from_bits(1 + x % 1000),
+                    2 => (i % 5) as f32 * if r % 2 == 0 { 1.0 } else { -1.0 },
+                    _ => (x >> 8) as f32 / (1 << 20) as f32 - 8.0,
+                }
+            })
+            .collect();
+        SparseVec::new(dim, idx, val).expect("a valid input")
+    }
+
+    /// Issue 30: DSAR's path from a frame kept across calls gives what the
+    /// split-allgather family's dense phase gives (results, dropped and
+    /// traffic, bit for bit), call after call on changing inputs and
+    /// dimensions, so that nothing a call wrote into the frame survives it.
+    #[test]
+    fn the_kept_frame_path_equals_the_dense_phase() {
+        for p in 1..=5 {
+            for q in [
+                None,
+                Some(QsgdParams::new(2, 7, 1).unwrap()),
+                Some(QsgdParams::new(4, 64, 2).unwrap()),
+                Some(QsgdParams::new(8, 512, 3).unwrap()),
+            ] {
+                let results = ThreadCluster::new(p).run(|t| {
+                    let mut frame = DsarFrame::default();
+                    for c in 0..5u64 {
+                        let dim = [997, 997, 2048, 997, 5][c as usize];
+                        let v = input(dim, t.rank(), c);
+                        let mut fast = Reduced::default();
+                        let start = t.traffic();
+                        dsar_allgather(t, &v, q, &mut frame, start, &mut fast)?;
+                        let mut slow = Reduced::default();
+                        let start = t.traffic();
+                        let (phase, g) = (Phase::Dense(q), Gather::Bruck);
+                        split_allgather(t, &v, phase, g, start, &mut slow)?;
+                        let bits = |x: &SparseVec<f32>| {
+                            let b: Vec<u32> = x.values().iter().map(|v| v.to_bits()).collect();
+                            (x.dim(), x.indices().to_vec(), b)
+                        };
+                        assert_eq!(bits(&fast.result), bits(&slow.result), "P {p} call {c}");
+                        assert_eq!(bits(&fast.dropped), bits(&slow.dropped), "P {p} call {c}");
+                        assert_eq!(fast.traffic, slow.traffic, "P {p} call {c}");
+                    }
+                    Ok(())
+                });
+                results
+                    .into_iter()
+                    .for_each(|r| r.expect("the calls succeed"));
+            }
+        }
+    }
+}
