@@ -414,19 +414,27 @@ pub fn decode_nonzeros<E: Element>(
     }
     let (levels, per, mask) = (p.levels(), 32 / bits, (1u32 << bits) - 1);
     let sign = 1u32 << (bits - 1);
-    for (w, c) in wb.chunks_exact(4).enumerate() {
-        let mut x = u32::from_le_bytes(c.try_into().expect("4 bytes"));
-        while x != 0 {
-            let slot = x.trailing_zeros() / bits;
-            let code = (x >> (slot * bits)) & mask;
-            x &= !(mask << (slot * bits));
-            let j = w * per as usize + slot as usize;
-            if code == sign {
-                return Err(Error::corrupt("qsgd", format!("negative zero code at {j}")));
-            }
-            let v = decode_code(code, scale(j / bucket), levels, bits);
-            if v != E::zero() {
-                f(j, v);
+    // Runs of zero words are skipped 64 bytes at a time.
+    const RUN: usize = 64;
+    for (at, run) in wb.chunks(RUN).enumerate() {
+        if run.iter().fold(0u8, |a, &b| a | b) == 0 {
+            continue;
+        }
+        for (o, c) in run.chunks_exact(4).enumerate() {
+            let w = at * RUN / 4 + o;
+            let mut x = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+            while x != 0 {
+                let slot = x.trailing_zeros() / bits;
+                let code = (x >> (slot * bits)) & mask;
+                x &= !(mask << (slot * bits));
+                let j = w * per as usize + slot as usize;
+                if code == sign {
+                    return Err(Error::corrupt("qsgd", format!("negative zero code at {j}")));
+                }
+                let v = decode_code(code, scale(j / bucket), levels, bits);
+                if v != E::zero() {
+                    f(j, v);
+                }
             }
         }
     }
