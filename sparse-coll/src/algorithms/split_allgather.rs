@@ -197,10 +197,12 @@ impl<E: Element> Registered<E> for SsarSplitAllgather {
 ///
 /// Once warm (a call at the same dimension and `P` succeeded), a call
 /// allocates nothing that grows with the data: this rank's allgather
-/// frame is kept here across calls, the messages come from the
-/// transport's pool, and the result is built in `out`'s vectors
-/// ([`SparseAllreduce::allreduce_into`]); the probe above is then skipped,
-/// as the memory it asks about is held.
+/// frame (zero between calls but for its header, so that a call writes
+/// and clears only its partition's entries) and the buffers its messages
+/// are built and received in are kept here across calls, about `n E`
+/// bytes (`n E / 8` and less with QSGD), and the result is built in
+/// `out`'s vectors ([`SparseAllreduce::allreduce_into`]); the probe above
+/// is then skipped, as the memory it asks about is held.
 #[derive(Debug, Clone)]
 pub struct DsarSplitAllgather {
     qsgd: Option<QsgdParams>,
