@@ -272,6 +272,11 @@ impl Gathered<'_> {
     pub(crate) fn release<T: Transport + ?Sized>(self, t: &mut T) {
         self.msgs.into_iter().for_each(|m| t.give_buffer(m));
     }
+    /// Puts the received frames in `spare`, the first step's last, for
+    /// [`gather_bruck_framed`] to receive into again.
+    pub(crate) fn release_into(self, spare: &mut Vec<Vec<u8>>) {
+        spare.extend(self.msgs.into_iter().rev());
+    }
 }
 
 /// [`bruck_allgather`] of this rank's block `own` (the concatenation of
@@ -287,22 +292,66 @@ pub(crate) fn gather_bruck<'a, T: Transport + ?Sized>(
     t: &mut T,
     own: &'a [&'a [u8]],
 ) -> Result<Gathered<'a>> {
+    let mut send = t.take_buffer();
+    let g = gather_bruck_from(t, own, None, &mut send, None);
+    t.give_buffer(send);
+    g
+}
+
+/// [`gather_bruck`] with the caller's buffers, kept across calls outside
+/// the transport's pool: `framed` is this rank's block behind its 4-byte
+/// length (the bytes [`Gathered::frame_into`] writes for `own` alone),
+/// sent as it is in the first step instead of copied into a frame; later
+/// steps' frames are built in `send`; each step receives into a buffer
+/// from `spare` (the last first), and [`Gathered::release_into`] puts the
+/// received frames back there. Same frames on the wire.
+///
+/// # Errors
+/// As [`gather_bruck`].
+pub(crate) fn gather_bruck_framed<'a, T: Transport + ?Sized>(
+    t: &mut T,
+    own: &'a [&'a [u8]],
+    framed: &[u8],
+    send: &mut Vec<u8>,
+    spare: &mut Vec<Vec<u8>>,
+) -> Result<Gathered<'a>> {
+    gather_bruck_from(t, own, Some(framed), send, Some(spare))
+}
+
+/// [`gather_bruck`]'s steps, receiving into buffers from `spare` (or the
+/// transport's pool) and building frames in `send`.
+fn gather_bruck_from<'a, T: Transport + ?Sized>(
+    t: &mut T,
+    own: &'a [&'a [u8]],
+    framed: Option<&[u8]>,
+    send: &mut Vec<u8>,
+    mut spare: Option<&mut Vec<Vec<u8>>>,
+) -> Result<Gathered<'a>> {
     let (p, r) = (t.size(), t.rank());
     let mut g = Gathered {
         own,
         msgs: Vec::new(),
         spans: vec![(0, 0..0)],
     };
-    let mut send = t.take_buffer();
     let mut dist = 1;
     while dist < p {
         let count = dist.min(p - dist);
-        send.clear();
-        for i in 0..count {
-            g.frame_into(i, &mut send);
-        }
-        let mut got = t.take_buffer();
-        t.exchange_into((r + p - dist) % p, &send, (r + dist) % p, &mut got)?;
+        let frame = match framed {
+            // The first step's frame is this rank's block alone.
+            Some(f) if dist == 1 => f,
+            _ => {
+                send.clear();
+                for i in 0..count {
+                    g.frame_into(i, send);
+                }
+                &send[..]
+            }
+        };
+        let mut got = match spare.as_deref_mut() {
+            Some(s) => s.pop().unwrap_or_default(),
+            None => t.take_buffer(),
+        };
+        t.exchange_into((r + p - dist) % p, frame, (r + dist) % p, &mut got)?;
         let src = g.msgs.len() + 1;
         g.spans.extend(
             frame_spans(&got, count)?
@@ -312,7 +361,6 @@ pub(crate) fn gather_bruck<'a, T: Transport + ?Sized>(
         g.msgs.push(got);
         dist <<= 1;
     }
-    t.give_buffer(send);
     // spans[i] is rank (r + i) % p's block.
     g.spans.rotate_right(r);
     Ok(g)

@@ -260,26 +260,185 @@ pub fn exact_remainders<E: Element>(
         }
         let (w, shift) = (j * bits / 32, (j * bits) % 32);
         let code = (q.words[w] >> shift) & mask;
-        let sign = code & !(mask >> 1);
         let scale = q.scales[j / p.bucket];
-        let mut level = code & (mask >> 1);
-        let mut sent = d;
-        while level > 0 {
-            level -= 1;
-            let m = magnitude(scale, level, levels);
-            sent = if sign != 0 { -m } else { m };
-            if exact_difference(v, sent) {
-                break;
-            }
-        }
-        let new = if level == 0 { 0 } else { level | sign };
+        let new = lowered_code(v, code, scale, levels, p.bits);
         q.words[w] = (q.words[w] & !(mask << shift)) | (new << shift);
-        if level == 0 {
-            sent = E::zero();
-        }
-        rest.push(v - sent);
+        rest.push(v - decode_code(new, scale, levels, p.bits));
     }
     Ok(rest)
+}
+
+/// The value code `code` decodes to in a bucket of `scale`: `scale *
+/// (level / levels)`, negated where the sign bit is set (`+0` for code 0).
+#[inline]
+pub fn decode_code<E: Element>(code: u32, scale: E, levels: u32, bits: u32) -> E {
+    let mag = magnitude(scale, code & ((1 << (bits - 1)) - 1), levels);
+    if code >> (bits - 1) != 0 { -mag } else { mag }
+}
+
+/// [`exact_remainders`]' rule for one value `v` whose code `code` does not
+/// leave an exact remainder: its level lowered until `v - decode` is exact
+/// (level 0, code 0, always is). `code` itself where it already does.
+#[inline]
+fn lowered_code<E: Element>(v: E, code: u32, scale: E, levels: u32, bits: u32) -> u32 {
+    if exact_difference(v, decode_code(code, scale, levels, bits)) {
+        return code;
+    }
+    let sign = code & (1 << (bits - 1));
+    let mut level = code & ((1 << (bits - 1)) - 1);
+    while level > 0 {
+        level -= 1;
+        if exact_difference(v, decode_code(level | sign, scale, levels, bits)) {
+            break;
+        }
+    }
+    if level == 0 { 0 } else { level | sign }
+}
+
+/// [`quantize`] (counter base 0) and then [`exact_remainders`] of the
+/// vector of `n` values that is zero but at `indices` (strictly
+/// increasing, below `n`), where it holds `values`: the same scales and
+/// codes bit for bit, in `O(buckets + nnz)` rather than `O(n)`, written in
+/// place as [`crate::encoding::Qsgd`] lays them out: every scale into
+/// `scales` (`buckets(n)` little-endian elements) and the entries' codes
+/// OR-ed into `words` (`words(n)` little-endian `u32`s, zero on entry; a
+/// zero value's code is 0, so only the entries' words are written). The
+/// remainder of entry `k` is `values[k]` less [`decode_code`] of its code.
+///
+/// # Errors
+/// [`Error::NonFinite`] naming the position in the vector of `n` of the
+/// first non-finite value, before anything is written.
+///
+/// # Panics
+/// If `scales` or `words` do not have those lengths, or an index is not
+/// below `n`.
+pub fn quantize_sparse_exact_into<E: Element>(
+    (indices, values): (&[u32], &[E]),
+    n: usize,
+    p: &QsgdParams,
+    scales: &mut [u8],
+    words: &mut [u8],
+) -> Result<()> {
+    assert_eq!(scales.len(), p.buckets(n) * E::BYTES, "qsgd: scales length");
+    assert_eq!(words.len(), p.words(n) * 4, "qsgd: words length");
+    assert!(
+        indices.last().is_none_or(|&i| (i as usize) < n),
+        "qsgd: index"
+    );
+    if let Some(k) = values.iter().position(|v| !v.is_finite()) {
+        return Err(Error::NonFinite {
+            index: indices[k] as usize,
+        });
+    }
+    let rng = CounterRng::new(p.seed);
+    let (levels, bits) = (p.levels(), p.bits);
+    scales.fill(0);
+    let mut k = 0;
+    while k < indices.len() {
+        let b = indices[k] as usize / p.bucket;
+        let end = k + indices[k..].partition_point(|&i| i as usize / p.bucket == b);
+        let (is, vs) = (&indices[k..end], &values[k..end]);
+        // The zeros of the bucket do not change its max.
+        let scale = vs.iter().fold(E::zero(), |m, &v| m.max(v.abs()));
+        let at = b * E::BYTES;
+        scales[at..at + E::BYTES].copy_from_slice(&scale.to_bits_u64().to_le_bytes()[..E::BYTES]);
+        for (&j, &v) in is.iter().zip(vs) {
+            let ratio = if scale > E::zero() {
+                (v.abs() / scale).to_f32_lossy()
+            } else {
+                0.0
+            };
+            if ratio <= 0.0 {
+                // Code 0, as `code_of` gives without reading its draw.
+                continue;
+            }
+            let u = rng.unit_f32_at(j);
+            let code = code_of(ratio, v < E::zero(), levels as f32, u, bits);
+            let code = lowered_code(v, code, scale, levels, bits);
+            let (j, b) = (j as usize, bits as usize);
+            let (w, shift) = (j * b / 32 * 4, (j * b) % 32);
+            let word = u32::from_le_bytes(words[w..w + 4].try_into().expect("4 bytes"));
+            words[w..w + 4].copy_from_slice(&(word | code << shift).to_le_bytes());
+        }
+        k = end;
+    }
+    Ok(())
+}
+
+/// The code of value `j` in little-endian code words `words` of `bits`
+/// bits a code.
+#[inline]
+pub fn code_at(words: &[u8], j: usize, bits: u32) -> u32 {
+    let (b, mask) = (bits as usize, (1u32 << bits) - 1);
+    let w = j * b / 32 * 4;
+    let word = u32::from_le_bytes(words[w..w + 4].try_into().expect("4 bytes"));
+    (word >> ((j * b) % 32)) & mask
+}
+
+/// Reads a values section of `n` values as [`crate::encoding::Qsgd`]'s
+/// decoder does, with the same checks and the same errors (parameters,
+/// lengths, scales, padding bits, negative-zero codes), and calls `f(j, x)`
+/// for each decoded value `x != 0`, in order of `j`, without building the
+/// dense values or copying the section: `O(buckets + words)` work, where
+/// a zero word (every code in it 0, decoding to `+0`) is skipped whole. On
+/// an error `f` may have been called for values before the fault. Nothing
+/// is allocated.
+///
+/// # Errors
+/// [`Error::Corrupt`] as the codec's decoder.
+pub fn decode_nonzeros<E: Element>(
+    r: &mut crate::encoding::Reader<'_>,
+    n: usize,
+    mut f: impl FnMut(usize, E),
+) -> Result<()> {
+    let bits = u32::from(r.u8()?);
+    let bucket = r.u32()? as usize;
+    let p = QsgdParams::new(bits, bucket, 0).map_err(|e| Error::corrupt("qsgd", e))?;
+    let nb = p.buckets(n);
+    r.expect_items(nb, E::BYTES)?;
+    let sb = r.bytes(nb * E::BYTES)?;
+    let scale = |b: usize| E::read_le(&sb[b * E::BYTES..(b + 1) * E::BYTES]);
+    if let Some(b) = (0..nb).position(|b| !scale(b).is_finite() || scale(b) < E::zero()) {
+        return Err(Error::corrupt(
+            "qsgd",
+            format!("scale of bucket {b} is negative or not finite"),
+        ));
+    }
+    let nbits = n * bits as usize;
+    let nw = nbits.div_ceil(32);
+    r.expect_items(nw, 4)?;
+    let wb = r.bytes(nw * 4)?;
+    let word = |w: usize| u32::from_le_bytes(wb[4 * w..4 * w + 4].try_into().expect("4 bytes"));
+    if nbits % 32 != 0 && nw > 0 && word(nw - 1) >> (nbits % 32) != 0 {
+        return Err(Error::corrupt(r.what(), "non-zero padding bits"));
+    }
+    let (levels, per, mask) = (p.levels(), 32 / bits, (1u32 << bits) - 1);
+    let sign = 1u32 << (bits - 1);
+    // Runs of zero words are skipped 64 bytes at a time.
+    const RUN: usize = 64;
+    for (at, run) in wb.chunks(RUN).enumerate() {
+        if run.iter().fold(0u8, |a, &b| a | b) == 0 {
+            continue;
+        }
+        for (o, c) in run.chunks_exact(4).enumerate() {
+            let w = at * RUN / 4 + o;
+            let mut x = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+            while x != 0 {
+                let slot = x.trailing_zeros() / bits;
+                let code = (x >> (slot * bits)) & mask;
+                x &= !(mask << (slot * bits));
+                let j = w * per as usize + slot as usize;
+                if code == sign {
+                    return Err(Error::corrupt("qsgd", format!("negative zero code at {j}")));
+                }
+                let v = decode_code(code, scale(j / bucket), levels, bits);
+                if v != E::zero() {
+                    f(j, v);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -451,6 +610,145 @@ mod tests {
                 assert!(above > 0, "f16 never exceeded s / L");
             }
         }
+    }
+
+    /// Sparse entries of dimension `n` with what the exact split must
+    /// handle: negative zeros, zeros, subnormals, values far below their
+    /// bucket's scale (lowered levels) and every sign.
+    fn sparse_entries(rng: &mut impl rand::RngCore, n: usize) -> (Vec<u32>, Vec<f32>) {
+        let idx: Vec<u32> = (0..n as u32).filter(|_| rng.next_u32() % 5 == 0).collect();
+        let val = idx
+            .iter()
+            .map(|_| {
+                let r = rng.next_u64();
+                let mant = (r >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                match r % 9 {
+                    0 => -0.0,
+                    1 => 0.0,
+                    2 => f32::from_bits(1 + (r >> 50) as u32),
+                    _ => mant * 2f32.powi(((r >> 8) % 60) as i32 - 30),
+                }
+            })
+            .collect();
+        (idx, val)
+    }
+
+    /// Issue 30: `quantize_sparse_exact_into` writes the scales and codes
+    /// that `quantize` and `exact_remainders` give on the dense vector, bit
+    /// for bit, and the remainders it implies are theirs.
+    #[test]
+    fn sparse_quantization_equals_the_dense_one() {
+        use rand::SeedableRng as _;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(30);
+        for bits in [2, 4, 8] {
+            for bucket in [1, 7, 64, 512] {
+                for round in 0..8u64 {
+                    let n = 1 + (round as usize * 397) % 3000;
+                    let (idx, val) = sparse_entries(&mut rng, n);
+                    let mut dense = vec![0f32; n];
+                    idx.iter()
+                        .zip(&val)
+                        .for_each(|(&i, &x)| dense[i as usize] = x);
+                    let p = QsgdParams::new(bits, bucket, round * 31 + 5).unwrap();
+                    let mut q = quantize(&dense, &p, 0).unwrap();
+                    let rest = exact_remainders(&dense, &mut q, &p).unwrap();
+                    let mut scales = vec![0xa5u8; p.buckets(n) * 4];
+                    let mut words = vec![0u8; p.words(n) * 4];
+                    quantize_sparse_exact_into((&idx, &val), n, &p, &mut scales, &mut words)
+                        .unwrap();
+                    let want: Vec<u8> = q.scales.iter().flat_map(|s| s.to_le_bytes()).collect();
+                    assert_eq!(scales, want, "scales, bits {bits} bucket {bucket}");
+                    let want: Vec<u8> = q.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                    assert_eq!(words, want, "codes, bits {bits} bucket {bucket}");
+                    for (&i, &x) in idx.iter().zip(&val) {
+                        let j = i as usize;
+                        let scale = q.scales[j / bucket];
+                        let sent = decode_code(code_at(&words, j, bits), scale, p.levels(), bits);
+                        assert_eq!((x - sent).to_bits(), rest[j].to_bits(), "rest at {j}");
+                    }
+                }
+            }
+        }
+        let p = QsgdParams::new(4, 8, 0).unwrap();
+        let (mut scales, mut words) = (vec![0u8; 8], vec![0u8; 8]);
+        assert!(matches!(
+            quantize_sparse_exact_into(
+                (&[3, 9], &[1.0f32, f32::NAN]),
+                16,
+                &p,
+                &mut scales,
+                &mut words
+            ),
+            Err(Error::NonFinite { index: 9 })
+        ));
+    }
+
+    /// Issue 30: `decode_nonzeros` finds the non-zeros the codec's decoder
+    /// gives, and on corrupted sections (bytes flipped, cut or added) fails
+    /// where it fails, with the same error.
+    #[test]
+    fn decode_nonzeros_equals_the_codec() {
+        use crate::encoding::{Qsgd, Reader, ValueCodec};
+        use rand::{RngCore as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+        let codec = |b: &[u8], n: usize| -> Result<Vec<(usize, f32)>> {
+            let mut rd = Reader::new(b, "qsgd partition");
+            let d: Vec<f32> =
+                ValueCodec::<f32>::decode(&Qsgd(QsgdParams::new(2, 1, 0)?), &mut rd, n)?;
+            rd.finish()?;
+            Ok(d.into_iter()
+                .enumerate()
+                .filter(|(_, x)| *x != 0.0)
+                .collect())
+        };
+        let fast = |b: &[u8], n: usize| -> Result<Vec<(usize, f32)>> {
+            let mut rd = Reader::new(b, "qsgd partition");
+            let mut got = Vec::new();
+            decode_nonzeros(&mut rd, n, |j, x: f32| got.push((j, x)))?;
+            rd.finish()?;
+            Ok(got)
+        };
+        let (mut oks, mut errs) = (0, 0);
+        for bits in [2, 4, 8] {
+            for bucket in [1, 5, 64] {
+                for round in 0..40 {
+                    let n = 1 + (round * 37) % 300;
+                    let (idx, val) = sparse_entries(&mut rng, n);
+                    let mut dense = vec![0f32; n];
+                    idx.iter()
+                        .zip(&val)
+                        .for_each(|(&i, &x)| dense[i as usize] = x);
+                    let mut b = Vec::new();
+                    Qsgd(QsgdParams::new(bits, bucket, round as u64).unwrap())
+                        .encode(&dense, &mut b)
+                        .unwrap();
+                    if round % 4 != 0 {
+                        let r = rng.next_u64() as usize;
+                        let at = r % b.len();
+                        match round % 4 {
+                            1 => b[at] ^= 1 << ((r >> 32) % 8),
+                            2 => b.truncate(at),
+                            _ => b.extend_from_slice(&[0, 1][..1 + r % 2]),
+                        }
+                    }
+                    match (codec(&b, n), fast(&b, n)) {
+                        (Ok(a), Ok(f)) => {
+                            oks += 1;
+                            let bits_of = |v: Vec<(usize, f32)>| -> Vec<(usize, u32)> {
+                                v.into_iter().map(|(j, x)| (j, x.to_bits())).collect()
+                            };
+                            assert_eq!(bits_of(a), bits_of(f));
+                        }
+                        (Err(a), Err(f)) => {
+                            errs += 1;
+                            assert_eq!(a.to_string(), f.to_string());
+                        }
+                        (a, f) => panic!("codec {a:?}, decode_nonzeros {f:?}"),
+                    }
+                }
+            }
+        }
+        assert!(oks > 50 && errs > 50, "{oks} decoded, {errs} refused");
     }
 
     #[test]

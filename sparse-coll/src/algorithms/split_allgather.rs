@@ -2,7 +2,7 @@
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::bytes::{from_le_u32s, le_bytes, le_u32s};
-use crate::dense::{gather_bruck, gather_recursive_doubling};
+use crate::dense::{gather_bruck, gather_bruck_framed, gather_recursive_doubling};
 use crate::entry::{Reduced, enter};
 use crate::frame::{
     PairsView, StreamView, encode_stream, put_rebased, sparse_header, stream_view, sum_parts,
@@ -194,16 +194,41 @@ impl<E: Element> Registered<E> for SsarSplitAllgather {
 ///
 /// # Errors
 /// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+///
+/// Once warm (a call at the same dimension and `P` succeeded), a call
+/// allocates nothing that grows with the data: this rank's allgather
+/// frame (zero between calls but for its header, so that a call writes
+/// and clears only its partition's entries) and the buffers its messages
+/// are built and received in are kept here across calls, about `n E`
+/// bytes (`n E / 8` and less with QSGD), and the result is built in
+/// `out`'s vectors ([`SparseAllreduce::allreduce_into`]); the probe above
+/// is then skipped, as the memory it asks about is held.
+#[derive(Debug, Clone)]
 pub struct DsarSplitAllgather {
     qsgd: Option<QsgdParams>,
     calls: u64,
+    frame: DsarFrame,
+    /// The dimension and `P` of the last call that succeeded.
+    warm: Option<(usize, usize)>,
+}
+
+/// Equal where the parameters and the call count are: the frame kept
+/// across calls is a cache, not part of the value.
+impl PartialEq for DsarSplitAllgather {
+    fn eq(&self, other: &Self) -> bool {
+        (self.qsgd, self.calls) == (other.qsgd, other.calls)
+    }
 }
 
 impl DsarSplitAllgather {
     /// DSAR, its dense phase QSGD-quantized with `qsgd`.
     pub fn new(qsgd: Option<QsgdParams>) -> Self {
-        Self { qsgd, calls: 0 }
+        Self {
+            qsgd,
+            calls: 0,
+            frame: DsarFrame::default(),
+            warm: None,
+        }
     }
     /// The QSGD parameters.
     pub fn qsgd(&self) -> Option<QsgdParams> {
@@ -282,7 +307,8 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     /// The call counter counts calls that entered the round.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         self.calls += 1;
-        split_enter(t, v, Phase::Dense(self.qsgd), DSAR_NAME)
+        let probe = self.warm != Some((v.dim(), t.size()));
+        split_enter_probing(t, v, Phase::Dense(self.qsgd), DSAR_NAME, probe)
     }
     fn body(
         &mut self,
@@ -297,7 +323,10 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
             q.with_seed(mix.next_u64())
         });
         let start = entered.start();
-        split_allgather(t, v, Phase::Dense(q), Gather::Bruck, start, out)
+        self.warm = None;
+        dsar_allgather(t, v, q, &mut self.frame, start, out)?;
+        self.warm = Some((v.dim(), t.size()));
+        Ok(())
     }
 }
 
@@ -345,11 +374,23 @@ pub(crate) fn split_enter<T: Transport + ?Sized, E: Element>(
     phase: Phase,
     name: &str,
 ) -> Result<Entered> {
+    split_enter_probing(t, v, phase, name, true)
+}
+
+/// [`split_enter`], the dense phase's probe made only where `probe`.
+fn split_enter_probing<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    phase: Phase,
+    name: &str,
+    probe: bool,
+) -> Result<Entered> {
     let qbits = match phase {
         Phase::Dense(Some(q)) => q.bits() as u64 | (q.bucket() as u64) << 8,
         _ => 0,
     };
     let local = match phase {
+        Phase::Dense(_) if !probe => Ok(()),
         Phase::Dense(_) => sparse_core::alloc::probe(
             dense_phase_bytes::<E>(v.dim(), t.size()),
             "DSAR's dense result",
@@ -480,21 +521,36 @@ fn split_phase<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
 ) -> Result<Vec<Vec<u8>>> {
-    let (p, r) = (t.size(), t.rank());
     let mut send = t.take_buffer();
+    let got = split_phase_from(t, v, &mut send, None);
+    t.give_buffer(send);
+    got
+}
+
+/// [`split_phase`], its messages built in `send` and received into
+/// buffers from `spare` (the last first; or the transport's pool).
+fn split_phase_from<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    send: &mut Vec<u8>,
+    mut spare: Option<&mut Vec<Vec<u8>>>,
+) -> Result<Vec<Vec<u8>>> {
+    let (p, r) = (t.size(), t.rank());
     let mut got: Vec<Vec<u8>> = Vec::with_capacity(p);
     for s in 1..p {
         let (to, from) = ((r + s) % p, (r + p - s) % p);
         let (qlo, span) = partition_span(v, to, p);
         send.clear();
         send.extend_from_slice(&sparse_header(span.len()));
-        put_rebased(&mut send, &v.indices()[span.clone()], qlo);
+        put_rebased(send, &v.indices()[span.clone()], qlo);
         send.extend_from_slice(&le_bytes(&v.values()[span]));
-        let mut msg = t.take_buffer();
-        t.exchange_into(to, &send, from, &mut msg)?;
+        let mut msg = match spare.as_deref_mut() {
+            Some(s) => s.pop().unwrap_or_default(),
+            None => t.take_buffer(),
+        };
+        t.exchange_into(to, send, from, &mut msg)?;
         got.push(msg);
     }
-    t.give_buffer(send);
     Ok(got)
 }
 
@@ -576,15 +632,46 @@ fn append_partition<E: Element>(
             result_i.extend(i.iter().map(|&i| i + qlo));
             result_v.extend_from_slice(&x);
         }
-        StreamView::Dense(d) => {
-            for (i, &x) in d.iter().enumerate() {
+        StreamView::Dense(d) => push_nonzeros(&d, qlo, result_i, result_v),
+    }
+}
+
+/// Appends the non-zeros of `d` (`x != 0`: negative zeros are left out),
+/// shifted by `qlo`. A chunk whose bits are all zero is skipped whole, so
+/// a mostly zero partition costs one pass of OR-ed words.
+fn push_nonzeros<E: Element>(d: &[E], qlo: u32, result_i: &mut Vec<u32>, result_v: &mut Vec<E>) {
+    // 256 to 1024 bytes a chunk, looked into by 16 to 64 bytes.
+    const CHUNK: usize = 128;
+    const PART: usize = 8;
+    for (c, chunk) in d.chunks(CHUNK).enumerate() {
+        if !any_bits(chunk) {
+            continue;
+        }
+        for (s, part) in chunk.chunks(PART).enumerate() {
+            if !any_bits(part) {
+                continue;
+            }
+            let at = qlo + (c * CHUNK + s * PART) as u32;
+            for (o, &x) in part.iter().enumerate() {
                 if x != E::zero() {
-                    result_i.push(qlo + i as u32);
+                    result_i.push(at + o as u32);
                     result_v.push(x);
                 }
             }
         }
     }
+}
+
+/// Whether any bit of `d` is set, OR-ed 8 bytes at a time.
+#[inline]
+fn any_bits<E: Element>(d: &[E]) -> bool {
+    let bytes: &[u8] = bytemuck::cast_slice(d);
+    let words = bytes.chunks_exact(8);
+    let tail = words.remainder().iter().fold(0u8, |a, &b| a | b);
+    let any = words.fold(0u64, |a, w| {
+        a | u64::from_ne_bytes(w.try_into().expect("8 bytes"))
+    });
+    any != 0 || tail != 0
 }
 
 /// An allgathered partition of dimension `len`: a stream, or (tag 2) a
@@ -597,4 +684,311 @@ fn block_view<E: Element>(b: &[u8], len: usize) -> Result<StreamView<'_, E>> {
     let vals: Vec<E> = Qsgd(QsgdParams::new(2, 1, 0)?).decode(&mut rd, len)?;
     rd.finish()?;
     Ok(StreamView::Dense(Cow::Owned(vals)))
+}
+
+/// The shape of a [`DsarFrame`]: element bytes, partition length, and
+/// QSGD's bits and bucket (none: a dense stream).
+type FrameShape = (usize, usize, Option<(u32, usize)>);
+
+/// This rank's allgather frame, kept by DSAR across calls: the block's
+/// 4-byte length, then the block (a dense stream, or tag 2 and a QSGD
+/// values section), zero between calls wherever entries go (the values, or
+/// the code words), so that a call writes only its entries and clears only
+/// those: no pass over the partition and no fresh pages.
+#[derive(Debug, Clone, Default)]
+struct DsarFrame {
+    bytes: Vec<u8>,
+    /// The split phase's send buffer, and this rank's own indices in its
+    /// partition (re-indexed): kept here rather than taken from the
+    /// transport's pool, which keeps a few of its largest buffers only.
+    send: Vec<u8>,
+    own: Vec<u32>,
+    /// The buffers the split phase and the allgather receive into, kept
+    /// from one call to the next (the thread transport swaps in the
+    /// sender's and pools these).
+    split_spare: Vec<Vec<u8>>,
+    gather_spare: Vec<Vec<u8>>,
+    /// The shape `bytes` is zero-filled for; `None` while a call has
+    /// entries written (or failed with them there): built afresh then.
+    shape: Option<FrameShape>,
+}
+
+/// Bytes of a dense stream's header, and of a QSGD block's before its
+/// scales (tag 2, `bits: u8`, `bucket: u32`).
+const DENSE_AT: usize = 4;
+const QSGD_AT: usize = 6;
+
+impl DsarFrame {
+    /// Where the entries go in `bytes`: the values (dense) or the scales
+    /// and code words (QSGD), for a partition of `len` coordinates.
+    fn regions<E: Element>(q: Option<QsgdParams>, len: usize) -> (usize, usize, usize) {
+        match q {
+            None => (4 + DENSE_AT, 0, len * E::BYTES),
+            Some(q) => (4 + QSGD_AT, q.buckets(len) * E::BYTES, q.words(len) * 4),
+        }
+    }
+
+    /// The frame of `len` coordinates holding the entries `(ai, av)`:
+    /// written from the zeroed frame kept (built afresh where the shape
+    /// changed), as [`encode_block`] would encode the dense partition.
+    fn write<E: Element>(
+        &mut self,
+        q: Option<QsgdParams>,
+        len: usize,
+        (ai, av): (&[u32], &[E]),
+    ) -> Result<()> {
+        let shape = (E::BYTES, len, q.map(|q| (q.bits(), q.bucket())));
+        let (at, scales, words) = Self::regions::<E>(q, len);
+        if self.shape.take() != Some(shape) {
+            let total = at + scales + words;
+            self.bytes.clear();
+            self.bytes
+                .try_reserve_exact(total)
+                .map_err(|_| Error::OutOfMemory {
+                    what: "DSAR's allgather frame",
+                    bytes: total as u64,
+                })?;
+            self.bytes.resize(total, 0);
+            self.bytes[..4].copy_from_slice(&((total - 4) as u32).to_le_bytes());
+            match q {
+                None => self.bytes[4] = 1,
+                Some(q) => {
+                    self.bytes[4] = 2;
+                    self.bytes[5] = q.bits() as u8;
+                    self.bytes[6..10].copy_from_slice(&(q.bucket() as u32).to_le_bytes());
+                }
+            }
+        }
+        let body = &mut self.bytes[at..];
+        match q {
+            None => {
+                for (&i, &x) in ai.iter().zip(av) {
+                    let o = i as usize * E::BYTES;
+                    body[o..o + E::BYTES]
+                        .copy_from_slice(&x.to_bits_u64().to_le_bytes()[..E::BYTES]);
+                }
+                Ok(())
+            }
+            Some(q) => {
+                let (sc, wo) = body.split_at_mut(scales);
+                sparse_core::qsgd::quantize_sparse_exact_into((ai, av), len, &q, sc, wo)
+            }
+        }
+    }
+
+    /// Zeroes again what [`DsarFrame::write`] wrote for the entries at
+    /// `ai` (the scales are all written by every call).
+    fn clear<E: Element>(&mut self, q: Option<QsgdParams>, len: usize, ai: &[u32]) {
+        let (at, scales, _) = Self::regions::<E>(q, len);
+        let body = &mut self.bytes[at..];
+        match q {
+            None => ai.iter().for_each(|&i| {
+                let o = i as usize * E::BYTES;
+                body[o..o + E::BYTES].fill(0);
+            }),
+            Some(q) => ai.iter().for_each(|&i| {
+                let o = scales + i as usize * q.bits() as usize / 32 * 4;
+                body[o..o + 4].fill(0);
+            }),
+        }
+        self.shape = Some((E::BYTES, len, q.map(|q| (q.bits(), q.bucket()))));
+    }
+}
+
+/// DSAR after [`split_enter`]: [`split_allgather`]'s dense phase with the
+/// same messages and results, bit for bit, without a pass over the dense
+/// partition on this rank: the split phase and the sum as there, then this
+/// rank's block written into `frame` from the sum's entries and sent from
+/// it, its share of the result (and, with QSGD, of `dropped`) taken from
+/// those entries, and the others' blocks read in place, their non-zeros
+/// found by skipping zero words.
+fn dsar_allgather<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    v: &SparseVec<E>,
+    q: Option<QsgdParams>,
+    frame: &mut DsarFrame,
+    start: Traffic,
+    out: &mut Reduced<E>,
+) -> Result<()> {
+    let dim = v.dim();
+    let (p, r) = (t.size(), t.rank());
+    let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
+    let got = split_phase_from(t, v, &mut frame.send, Some(&mut frame.split_spare))?;
+    let (qlo, span) = partition_span(v, r, p);
+    frame.own.clear();
+    frame
+        .own
+        .extend(v.indices()[span.clone()].iter().map(|&i| i - qlo));
+    let own = (&frame.own[..], &v.values()[span]);
+    let parts = partition_parts(&got, own, r, len)?;
+    let (mut ai, mut av) = take_parts(&mut out.result);
+    let (mut result_i, mut result_v) = take_parts(&mut out.dropped);
+    sum_parts(
+        &parts,
+        len,
+        (&mut ai, &mut av),
+        (&mut result_i, &mut result_v),
+    );
+    drop(parts);
+    frame.split_spare.extend(got.into_iter().rev());
+    // This rank's QSGD draws, as `encode_block` seeds them.
+    let q = q.map(|q| q.with_seed(q.seed() ^ r as u64));
+    frame.write(q, len, (&ai, &av))?;
+    let (_, scales, _) = DsarFrame::regions::<E>(q, len);
+    let own_block = [&frame.bytes[4..]];
+    let g = gather_bruck_framed(
+        t,
+        &own_block,
+        &frame.bytes,
+        &mut frame.send,
+        &mut frame.gather_spare,
+    )?;
+    for from in 0..p {
+        let Some(b) = g.block(from) else {
+            // This rank's partition: the sum's non-zeros, or what its
+            // codes decode to (the rest of each entry kept in `av`).
+            match q {
+                None => push_sparse_nonzeros(&ai, &av, lo as u32, &mut result_i, &mut result_v),
+                Some(q) => {
+                    let body = &frame.bytes[4 + QSGD_AT..];
+                    let (sc, words) = body.split_at(scales);
+                    for (&i, x) in ai.iter().zip(av.iter_mut()) {
+                        let b = i as usize / q.bucket() * E::BYTES;
+                        let scale = E::read_le(&sc[b..b + E::BYTES]);
+                        let code = sparse_core::qsgd::code_at(words, i as usize, q.bits());
+                        let sent =
+                            sparse_core::qsgd::decode_code(code, scale, q.levels(), q.bits());
+                        if sent != E::zero() {
+                            result_i.push(lo as u32 + i);
+                            result_v.push(sent);
+                        }
+                        *x = *x - sent;
+                    }
+                }
+            }
+            continue;
+        };
+        let (qlo, qlen) = (even_start(from, dim, p) as u32, even_len(from, dim, p));
+        if b.first() == Some(&2) {
+            let mut rd = Reader::new(&b[1..], "qsgd partition");
+            sparse_core::qsgd::decode_nonzeros::<E>(&mut rd, qlen, |j, x| {
+                result_i.push(qlo + j as u32);
+                result_v.push(x);
+            })?;
+            rd.finish()?;
+        } else {
+            append_partition(
+                stream_view(b, qlen, "allgather block")?,
+                qlo,
+                &mut result_i,
+                &mut result_v,
+            );
+        }
+    }
+    g.release_into(&mut frame.gather_spare);
+    frame.clear::<E>(q, len, &ai);
+    // This rank's share of what QSGD dropped: the entries' non-zero rests.
+    let mut kept = 0;
+    if q.is_some() {
+        for k in 0..ai.len() {
+            if av[k] != E::zero() {
+                (ai[kept], av[kept]) = (ai[k] + lo as u32, av[k]);
+                kept += 1;
+            }
+        }
+    }
+    ai.truncate(kept);
+    av.truncate(kept);
+    out.result = SparseVec::new_unchecked(dim, result_i, result_v);
+    out.dropped = SparseVec::new_unchecked(dim, ai, av);
+    out.traffic = t.traffic().since(&start);
+    Ok(())
+}
+
+/// Appends the pairs whose value is not zero, shifted by `qlo`: what
+/// [`push_nonzeros`] finds in their dense partition.
+fn push_sparse_nonzeros<E: Element>(
+    ai: &[u32],
+    av: &[E],
+    qlo: u32,
+    result_i: &mut Vec<u32>,
+    result_v: &mut Vec<E>,
+) {
+    for (&i, &x) in ai.iter().zip(av) {
+        if x != E::zero() {
+            result_i.push(qlo + i);
+            result_v.push(x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ThreadCluster;
+    use rand::{RngCore, SeedableRng};
+
+    /// Rank `r`'s input of call `c`: entries in every partition, with
+    /// negative zeros, subnormals and values that cancel between ranks.
+    fn input(dim: usize, r: usize, c: u64) -> SparseVec<f32> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(c * 97 + r as u64);
+        let idx: Vec<u32> = (0..dim as u32)
+            .filter(|_| rng.next_u32() % 7 == 0)
+            .collect();
+        let val = idx
+            .iter()
+            .map(|&i| {
+                let x = rng.next_u32();
+                match (i + x) % 8 {
+                    0 => -0.0,
+                    1 => f32::from_bits(1 + x % 1000),
+                    2 => (i % 5) as f32 * if r % 2 == 0 { 1.0 } else { -1.0 },
+                    _ => (x >> 8) as f32 / (1 << 20) as f32 - 8.0,
+                }
+            })
+            .collect();
+        SparseVec::new(dim, idx, val).expect("a valid input")
+    }
+
+    /// Issue 30: DSAR's path from a frame kept across calls gives what the
+    /// split-allgather family's dense phase gives (results, dropped and
+    /// traffic, bit for bit), call after call on changing inputs and
+    /// dimensions, so that nothing a call wrote into the frame survives it.
+    #[test]
+    fn the_kept_frame_path_equals_the_dense_phase() {
+        for p in 1..=5 {
+            for q in [
+                None,
+                Some(QsgdParams::new(2, 7, 1).unwrap()),
+                Some(QsgdParams::new(4, 64, 2).unwrap()),
+                Some(QsgdParams::new(8, 512, 3).unwrap()),
+            ] {
+                let results = ThreadCluster::new(p).run(|t| {
+                    let mut frame = DsarFrame::default();
+                    for c in 0..5u64 {
+                        let dim = [997, 997, 2048, 997, 5][c as usize];
+                        let v = input(dim, t.rank(), c);
+                        let mut fast = Reduced::default();
+                        let start = t.traffic();
+                        dsar_allgather(t, &v, q, &mut frame, start, &mut fast)?;
+                        let mut slow = Reduced::default();
+                        let start = t.traffic();
+                        let (phase, g) = (Phase::Dense(q), Gather::Bruck);
+                        split_allgather(t, &v, phase, g, start, &mut slow)?;
+                        let bits = |x: &SparseVec<f32>| {
+                            let b: Vec<u32> = x.values().iter().map(|v| v.to_bits()).collect();
+                            (x.dim(), x.indices().to_vec(), b)
+                        };
+                        assert_eq!(bits(&fast.result), bits(&slow.result), "P {p} call {c}");
+                        assert_eq!(bits(&fast.dropped), bits(&slow.dropped), "P {p} call {c}");
+                        assert_eq!(fast.traffic, slow.traffic, "P {p} call {c}");
+                    }
+                    Ok(())
+                });
+                results
+                    .into_iter()
+                    .for_each(|r| r.expect("the calls succeed"));
+            }
+        }
+    }
 }
