@@ -1,7 +1,7 @@
 //! The OmniReduce-style block baseline Zen improves on.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::algorithms::push_pull::{Scheme, push_pull, split_by_owner};
+use crate::algorithms::push_pull::{PushPull, Scheme, push_pull_into, split_by_owner};
 use crate::entry::{Reduced, enter};
 use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Transport};
@@ -24,6 +24,10 @@ impl<E: Element> Scheme<E> for Omni {
     }
     fn pull(&self, _server: usize) -> Result<Box<dyn Encoding<E> + '_>> {
         Ok(Box::new(self.block))
+    }
+    /// Blocks do not keep explicit zeros.
+    fn pull_keeps_every_entry(&self) -> bool {
+        false
     }
 }
 
@@ -108,9 +112,9 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
             p: t.size(),
             block: Block::new(self.block, Raw)?,
         };
-        let pieces = split_by_owner(v, &scheme, t.size());
-        *out = push_pull(t, v, &scheme, pieces)?;
-        Ok(())
+        let mut bufs = PushPull::default();
+        split_by_owner(v, &scheme, t.size(), &mut bufs);
+        push_pull_into(t, v.dim(), &scheme, &mut bufs, out)
     }
 }
 
