@@ -1,6 +1,7 @@
-//! Once warm, Zen's Balanced Parallelism allocates nothing that grows with
-//! the data (issue 30.5): its pieces, received parts, sums and messages
-//! live in buffers kept by the algorithm and the transport's pool. The
+//! Once warm, Zen's Balanced Parallelism and the OmniReduce-style blocks
+//! allocate nothing that grows with the data (issue 30.5): their pieces,
+//! received parts, sums and messages live in buffers kept by the algorithm
+//! and the transport's pool. The
 //! oracle is a counting allocator, as in `warm_alloc.rs`: each rank's bytes
 //! allocated during a call of `allreduce_into`, after warm-up calls on the
 //! same input, stay under `SMALL`, while each message carries at least
@@ -21,7 +22,8 @@ fn asked() -> u64 {
 const DIM: usize = 1 << 20;
 /// Entries per rank.
 const NNZ: usize = 12_000;
-/// At least what one pushed message carries here (`NNZ / P` pairs, P <= 5).
+/// At least what one pushed message carries here (`NNZ / P` pairs, or
+/// their blocks, P <= 5).
 const MIN_MESSAGE: u64 = 8 * NNZ as u64 / 5;
 /// Bookkeeping a warm call may allocate: the entry agreement's few words,
 /// vectors of views, one per rank, the encodings' boxes.
@@ -61,26 +63,28 @@ fn warm_bytes(spec: &str, p: usize) -> Vec<(u64, Reduced<f32>)> {
 }
 
 #[test]
-fn warm_zen_calls_allocate_nothing_that_grows_with_the_data() {
+fn warm_push_pull_calls_allocate_nothing_that_grows_with_the_data() {
     const { assert!(MIN_MESSAGE > 2 * SMALL, "the bound must separate the cases") };
-    for p in [2, 3, 4, 5] {
-        let got = warm_bytes("zen_balanced_parallelism", p);
+    for (spec, p) in ["zen_balanced_parallelism", "omnireduce_blocks"]
+        .into_iter()
+        .flat_map(|s| [2, 3, 4, 5].map(|p| (s, p)))
+    {
+        let got = warm_bytes(spec, p);
         let bytes: Vec<u64> = got.iter().map(|g| g.0).collect();
         assert!(
             bytes.iter().all(|&b| b <= SMALL),
-            "zen_balanced_parallelism at P = {p}: a warm call allocated {bytes:?} bytes per rank (at most {SMALL})"
+            "{spec} at P = {p}: a warm call allocated {bytes:?} bytes per rank (at most {SMALL})"
         );
         // The warm call's result is the exact sum, as a fresh call's.
         let fresh = ThreadCluster::new(p).run(|t| {
-            let mut algo =
-                Registry::<f32>::builtin().build("zen_balanced_parallelism", Defaults::k(NNZ)?)?;
+            let mut algo = Registry::<f32>::builtin().build(spec, Defaults::k(NNZ)?)?;
             let v = input(t.rank());
             algo.allreduce(t, &v)
         });
         for ((_, warm), fresh) in got.iter().zip(fresh) {
             let fresh = fresh.expect("a fresh call succeeds");
-            assert_eq!(warm.result, fresh.result, "P = {p}");
-            assert_eq!(warm.traffic, fresh.traffic, "P = {p}");
+            assert_eq!(warm.result, fresh.result, "{spec} at P = {p}");
+            assert_eq!(warm.traffic, fresh.traffic, "{spec} at P = {p}");
         }
     }
 }

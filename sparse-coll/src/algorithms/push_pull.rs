@@ -15,10 +15,20 @@ pub(crate) trait Scheme<E: Element> {
     fn owner(&self, idx: u32) -> usize;
     fn push(&self) -> Box<dyn Encoding<E> + '_>;
     fn pull(&self, server: usize) -> Result<Box<dyn Encoding<E> + '_>>;
-    /// Whether the pull encoding gives back every stored entry as it is
-    /// (`decode(encode(v)) == v`): then the owner reads its own partition
-    /// from its sum directly instead of decoding the message it sends.
-    fn pull_keeps_every_entry(&self) -> bool;
+    /// What the pull encoding gives back of a partition's sum
+    /// (`decode(encode(v))`): the owner reads its own partition from its
+    /// sum so, instead of decoding the message it sends.
+    fn pull_keeps(&self) -> Keeps;
+}
+
+/// What a pull encoding gives back of the entries it encodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keeps {
+    /// Every entry as it is (Zen's hash bitmap with raw values).
+    Every,
+    /// The entries whose value is not zero (`x != 0`: OmniReduce's blocks
+    /// with raw values).
+    NonZero,
 }
 
 /// A `SparseVec` with no allocation, to leave in place of one taken.
@@ -205,15 +215,20 @@ pub(crate) fn push_pull_into<T: Transport + ?Sized, E: Element, S: Scheme<E>>(
     // that every rank sees the same entries (the block encoding, say, does
     // not keep explicit zeros); where the encoding keeps every entry, that
     // is its sum as it is.
-    if !scheme.pull_keeps_every_entry() {
+    if scheme.pull_keeps() == Keeps::NonZero {
         let (pi, pv) = &mut bufs.parts[r];
-        scheme.pull(r)?.decode_into(&bufs.pull, pi, pv)?;
+        pi.clear();
+        pv.clear();
+        for (i, x) in bufs.mine.iter().filter(|&(_, x)| x != E::zero()) {
+            pi.push(i);
+            pv.push(x);
+        }
     }
     let (mut ai, mut av) = take_parts(&mut out.result);
     {
         let views: Vec<PairsView<'_, E>> = (0..p)
             .map(|q| {
-                let (i, x) = if q == r && scheme.pull_keeps_every_entry() {
+                let (i, x) = if q == r && scheme.pull_keeps() == Keeps::Every {
                     (bufs.mine.indices(), bufs.mine.values())
                 } else {
                     (&bufs.parts[q].0[..], &bufs.parts[q].1[..])

@@ -4,7 +4,9 @@
 //! classifies it.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::algorithms::push_pull::{PushPull, Scheme, Scratch, push_pull_into, split_by_owner};
+use crate::algorithms::push_pull::{
+    Keeps, PushPull, Scheme, Scratch, push_pull_into, split_by_owner,
+};
 use crate::entry::{Reduced, enter};
 use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Transport};
@@ -36,8 +38,8 @@ impl<E: Element> Scheme<E> for Zen<'_> {
         )?))
     }
     /// The hash bitmap with raw values keeps every stored entry.
-    fn pull_keeps_every_entry(&self) -> bool {
-        true
+    fn pull_keeps(&self) -> Keeps {
+        Keeps::Every
     }
 }
 
