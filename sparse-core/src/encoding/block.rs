@@ -242,14 +242,34 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Block<V> {
             r.expect_items(total, E::BYTES)?;
             let values = r.bytes(total * E::BYTES)?;
             r.finish()?;
-            let mut at = values.chunks_exact(E::BYTES);
+            // Runs of all-zero bytes (most of a sparse block) are skipped
+            // 8 bytes at a time; anything else is read value by value
+            // (`-0` too: it equals zero and is not kept).
+            let mut start = 0;
             for b in ids.chunks_exact(4) {
                 let b = u32::from_le_bytes(b.try_into().expect("4 bytes"));
                 let base = b as usize * block_size;
-                for (o, x) in (&mut at).take(shape.block_len(b, dim)).enumerate() {
+                let len = shape.block_len(b, dim);
+                let block = &values[start..start + len * E::BYTES];
+                start += len * E::BYTES;
+                let mut chunks = block.chunks_exact(8);
+                let mut o = base;
+                for c in &mut chunks {
+                    if u64::from_le_bytes(c.try_into().expect("8 bytes")) != 0 {
+                        for (j, x) in c.chunks_exact(E::BYTES).enumerate() {
+                            let x = E::read_le(x);
+                            if x != E::zero() {
+                                indices.push((o + j) as u32);
+                                kept.push(x);
+                            }
+                        }
+                    }
+                    o += 8 / E::BYTES;
+                }
+                for (j, x) in chunks.remainder().chunks_exact(E::BYTES).enumerate() {
                     let x = E::read_le(x);
                     if x != E::zero() {
-                        indices.push((base + o) as u32);
+                        indices.push((o + j) as u32);
                         kept.push(x);
                     }
                 }
