@@ -379,6 +379,88 @@ pub fn partition_host<E: crate::Element>(
     Ok(out)
 }
 
+/// What [`partition_host`] counts, without the partitions: Zen Alg. 1's
+/// placement replayed on the occupancy of the parallel slots alone, for a
+/// caller that needs only the statistics (each partition's entries in index
+/// order are the input split by `h0`, which its caller makes directly).
+///
+/// Only whether a parallel slot is taken decides where the next entry
+/// goes (the serial area is a per-partition counter), so a bitmap of the
+/// `P r1` parallel slots (`P r1 / 8` bytes, a sixty-fourth of the table's
+/// `P (r1 + r2) (4 + E)` bytes) and `P` counters reproduce
+/// [`partition_host`]'s `serial` and `fallback` exactly. Both are kept in
+/// the struct and reused across calls.
+#[derive(Debug, Clone, Default)]
+pub struct HashProbe {
+    occupied: Vec<u64>,
+    overflow: Vec<usize>,
+}
+
+impl HashProbe {
+    /// An empty probe (it allocates on its first call).
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// `(serial, fallback)` of [`partition_host`] on `indices` (unique)
+    /// with `h`.
+    ///
+    /// # Errors
+    /// [`crate::Error::OutOfMemory`] if the bitmap of `P r1` slots cannot
+    /// be allocated.
+    pub fn probe(
+        &mut self,
+        indices: &[u32],
+        h: &HierarchicalHash,
+    ) -> crate::Result<(usize, usize)> {
+        self.probe_with(indices, h, |_, _| {})
+    }
+    /// [`HashProbe::probe`], calling `f(k, part)` for each entry `k` of
+    /// `indices`, in order, with its partition `h0(indices[k])` (nothing
+    /// is called if the bitmap cannot be allocated).
+    ///
+    /// # Errors
+    /// As [`HashProbe::probe`].
+    pub fn probe_with(
+        &mut self,
+        indices: &[u32],
+        h: &HierarchicalHash,
+        mut f: impl FnMut(usize, usize),
+    ) -> crate::Result<(usize, usize)> {
+        let p = h.h0.partitions() as usize;
+        let r1 = h.r1 as usize;
+        let oom = |bytes: u64| crate::Error::OutOfMemory {
+            what: "hash probe bitmap",
+            bytes,
+        };
+        let words = p.checked_mul(r1).ok_or(oom(u64::MAX))?.div_ceil(64);
+        self.occupied.clear();
+        self.occupied
+            .try_reserve(words)
+            .map_err(|_| oom(8 * words as u64))?;
+        self.occupied.resize(words, 0);
+        self.overflow.clear();
+        self.overflow.resize(p, 0);
+        'entries: for (k, &idx) in indices.iter().enumerate() {
+            let part = h.h0.partition(idx) as usize;
+            f(k, part);
+            let row = part * r1;
+            for f in &h.rehash {
+                let q = row + f.hash_to(idx, h.r1) as usize;
+                let (w, bit) = (q / 64, 1u64 << (q % 64));
+                if self.occupied[w] & bit == 0 {
+                    self.occupied[w] |= bit;
+                    continue 'entries;
+                }
+            }
+            self.overflow[part] += 1;
+        }
+        let r2 = h.r2 as usize;
+        Ok(self.overflow.iter().fold((0, 0), |(serial, fallback), &o| {
+            (serial + o.min(r2), fallback + o.saturating_sub(r2))
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,6 +500,23 @@ mod tests {
         }
         assert_eq!(sets.iter().map(Vec::len).sum::<usize>(), 100_000);
         assert!(H0::new(1, 0).is_err());
+    }
+
+    /// The probe counts what the table of `partition_host` counts, with
+    /// few slots (serial and fallback both used) and many.
+    #[test]
+    fn probe_counts_as_partition_host() {
+        let mut probe = HashProbe::new();
+        for p in [1u32, 2, 3, 5] {
+            for (r1, r2) in [(4u32, 1u32), (64, 8), (4096, 16), (1, 0)] {
+                let indices: Vec<u32> = (0..3000u32).map(|i| i * 7 + i % 5).collect();
+                let values = vec![1.0f32; indices.len()];
+                let h = HierarchicalHash::new(9, 100 + u64::from(p), p, 3, r1, r2).unwrap();
+                let parts = partition_host(&indices, &values, &h).unwrap();
+                let got = probe.probe(&indices, &h).unwrap();
+                assert_eq!(got, (parts.serial, parts.fallback), "P {p} r1 {r1} r2 {r2}");
+            }
+        }
     }
 
     #[test]

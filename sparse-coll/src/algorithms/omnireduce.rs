@@ -1,7 +1,9 @@
 //! The OmniReduce-style block baseline Zen improves on.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::algorithms::push_pull::{Scheme, push_pull, split_by_owner};
+use crate::algorithms::push_pull::{
+    Keeps, PushPull, Scheme, Scratch, push_pull_into, split_by_owner,
+};
 use crate::entry::{Reduced, enter};
 use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Transport};
@@ -25,6 +27,10 @@ impl<E: Element> Scheme<E> for Omni {
     fn pull(&self, _server: usize) -> Result<Box<dyn Encoding<E> + '_>> {
         Ok(Box::new(self.block))
     }
+    /// Blocks (raw values) do not keep explicit zeros.
+    fn pull_keeps(&self) -> Keeps {
+        Keeps::NonZero
+    }
 }
 
 /// The OmniReduce-style baseline Zen improves on: point-to-point, one-shot,
@@ -43,9 +49,12 @@ impl<E: Element> Scheme<E> for Omni {
 /// [`sparse_core::Error::Disagreement`],
 /// [`sparse_core::Error::InvalidParameter`] for a zero block size, transport
 /// errors, [`sparse_core::Error::Corrupt`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct OmniReduceBlocks {
     block: usize,
+    /// The call's memory ([`PushPull`] for the call's element), kept
+    /// across calls.
+    scratch: Scratch,
 }
 
 impl OmniReduceBlocks {
@@ -55,7 +64,10 @@ impl OmniReduceBlocks {
     /// [`sparse_core::Error::InvalidParameter`] for a zero block.
     pub fn new(block: usize) -> Result<Self> {
         Block::new(block, Raw)?;
-        Ok(Self { block })
+        Ok(Self {
+            block,
+            scratch: Scratch::default(),
+        })
     }
 }
 
@@ -108,9 +120,9 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
             p: t.size(),
             block: Block::new(self.block, Raw)?,
         };
-        let pieces = split_by_owner(v, &scheme, t.size());
-        *out = push_pull(t, v, &scheme, pieces)?;
-        Ok(())
+        let bufs = self.scratch.get::<PushPull<E>>();
+        split_by_owner(v, &scheme, t.size(), bufs);
+        push_pull_into(t, v.dim(), &scheme, bufs, out)
     }
 }
 

@@ -4,17 +4,19 @@
 //! classifies it.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::algorithms::push_pull::{Scheme, push_pull, split_by_owner};
+use crate::algorithms::push_pull::{
+    Keeps, PushPull, Scheme, Scratch, push_pull_into, split_by_owner,
+};
 use crate::entry::{Reduced, enter};
 use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
+use sparse_core::hash::HashProbe;
 use sparse_core::stats::imbalance_ratio;
 use sparse_core::{
     Backend, Element, Error, H0, HashPartitions, HierarchicalHash, Result, SparseVec,
 };
-use std::any::Any;
 use std::sync::{Arc, Mutex, Weak};
 
 struct Zen<'a> {
@@ -35,6 +37,10 @@ impl<E: Element> Scheme<E> for Zen<'_> {
             Raw,
         )?))
     }
+    /// The hash bitmap with raw values keeps every stored entry.
+    fn pull_keeps(&self) -> Keeps {
+        Keeps::Every
+    }
 }
 
 /// Where Zen's hierarchical hashing (Alg. 1) runs: on the host
@@ -48,15 +54,97 @@ pub trait ZenHashing<E: Element>: Send {
     /// [`Error::OutOfMemory`] for a table the machine cannot hold; the
     /// backend's errors.
     fn partition(&self, v: &SparseVec<E>, h: &HierarchicalHash) -> Result<HashPartitions<E>>;
+    /// Zen's push pieces of `v` with `h` into `pieces` (one per partition,
+    /// each in index order; the vector's contents replaced) and the
+    /// hashing's statistics: what [`zen_pieces`] returns. The default
+    /// partitions with [`ZenHashing::partition`] and sorts each
+    /// partition; [`HostHashing`] makes the same pieces and statistics
+    /// without a table, in memory `probe` keeps across calls.
+    ///
+    /// # Errors
+    /// As [`ZenHashing::partition`]; [`SparseVec::check`]'s errors for an
+    /// invalid `v`.
+    fn pieces_into(
+        &self,
+        v: &SparseVec<E>,
+        h: &HierarchicalHash,
+        probe: &mut HashProbe,
+        pieces: &mut Vec<SparseVec<E>>,
+    ) -> Result<ZenStats> {
+        let _ = probe;
+        let parts = self.partition(v, h)?;
+        let imbalance = imbalance_ratio(&parts.sizes());
+        pieces.clear();
+        for w in parts.offsets.windows(2) {
+            let mut pairs: Vec<(u32, E)> = parts.indices[w[0]..w[1]]
+                .iter()
+                .copied()
+                .zip(parts.values[w[0]..w[1]].iter().copied())
+                .collect();
+            pairs.sort_unstable_by_key(|p| p.0);
+            let (idx, val) = pairs.into_iter().unzip();
+            pieces.push(SparseVec::new(v.dim(), idx, val)?);
+        }
+        Ok(ZenStats {
+            serial: parts.serial,
+            fallback: parts.fallback,
+            imbalance,
+        })
+    }
 }
 
 /// Zen's hashing on the host ([`sparse_core::hash::partition_host`]).
+///
+/// Its pieces ([`ZenHashing::pieces_into`]) are made without the table:
+/// every entry lands in its `h0` partition and each piece is put in index
+/// order, so the pieces are `v` split by `h0` in its own (sorted) order,
+/// made in one pass; the statistics come from replaying the placement on
+/// a bitmap of the parallel slots ([`HashProbe`]), which counts the serial
+/// and fallback entries exactly as the table does. `zen_pieces` on the
+/// host and on `backend-cpu` (which runs `partition_host`) are held to the
+/// same pieces and statistics by the tests.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostHashing;
 
 impl<E: Element> ZenHashing<E> for HostHashing {
     fn partition(&self, v: &SparseVec<E>, h: &HierarchicalHash) -> Result<HashPartitions<E>> {
         sparse_core::hash::partition_host(v.indices(), v.values(), h)
+    }
+    fn pieces_into(
+        &self,
+        v: &SparseVec<E>,
+        h: &HierarchicalHash,
+        probe: &mut HashProbe,
+        pieces: &mut Vec<SparseVec<E>>,
+    ) -> Result<ZenStats> {
+        v.check()?;
+        let p = h.h0.partitions() as usize;
+        let empty = || SparseVec::new_unchecked(0, Vec::new(), Vec::new());
+        pieces.resize_with(p, empty);
+        let mut taken: Vec<(Vec<u32>, Vec<E>)> = pieces
+            .iter_mut()
+            .map(|piece| {
+                let (_, mut i, mut x) = std::mem::replace(piece, empty()).into_parts();
+                i.clear();
+                x.clear();
+                (i, x)
+            })
+            .collect();
+        let (idx, val) = (v.indices(), v.values());
+        let counted = probe.probe_with(idx, h, |k, part| {
+            taken[part].0.push(idx[k]);
+            taken[part].1.push(val[k]);
+        });
+        let sizes: Vec<usize> = taken.iter().map(|t| t.0.len()).collect();
+        for (piece, (i, x)) in pieces.iter_mut().zip(taken) {
+            *piece = SparseVec::new_unchecked(v.dim(), i, x);
+        }
+        let (serial, fallback) = counted?;
+        Ok(ZenStats {
+            serial,
+            fallback,
+            imbalance: imbalance_ratio(&sizes),
+        })
     }
 }
 
@@ -85,24 +173,8 @@ pub fn zen_pieces<H: ZenHashing<E>, E: Element>(
     hash: &HierarchicalHash,
     v: &SparseVec<E>,
 ) -> Result<(Vec<SparseVec<E>>, ZenStats)> {
-    let parts = hashing.partition(v, hash)?;
-    let imbalance = imbalance_ratio(&parts.sizes());
-    let mut pieces = Vec::with_capacity(parts.offsets.len().saturating_sub(1));
-    for w in parts.offsets.windows(2) {
-        let mut pairs: Vec<(u32, E)> = parts.indices[w[0]..w[1]]
-            .iter()
-            .copied()
-            .zip(parts.values[w[0]..w[1]].iter().copied())
-            .collect();
-        pairs.sort_unstable_by_key(|p| p.0);
-        let (idx, val) = pairs.into_iter().unzip();
-        pieces.push(SparseVec::new(v.dim(), idx, val)?);
-    }
-    let stats = ZenStats {
-        serial: parts.serial,
-        fallback: parts.fallback,
-        imbalance,
-    };
+    let mut pieces = Vec::new();
+    let stats = hashing.pieces_into(v, hash, &mut HashProbe::new(), &mut pieces)?;
     Ok((pieces, stats))
 }
 
@@ -150,10 +222,36 @@ pub struct ZenBalancedParallelism<H = HostHashing> {
     last: Option<ZenStats>,
     /// Pieces by `h0` alone on the host ([`ZenBalancedParallelism::host_split`]).
     host: bool,
-    /// The pieces the entry round's local work made, for the body: a
-    /// `Vec<SparseVec<E>>` for the call's `E` (the type is the trait's
-    /// parameter, not this struct's).
-    pending: Option<Arc<dyn Any + Send + Sync>>,
+    /// The hash functions of the last call and what they were made for
+    /// (ranks, rank, slots, entries), kept while those stay the same.
+    hash: Option<(HashKey, HierarchicalHash)>,
+    /// The call's memory, kept across calls ([`ZenBufs`] for the call's
+    /// `E`: the type is the trait's parameter, not this struct's); its
+    /// pieces are made by the entry round's local work, for the body.
+    scratch: Scratch,
+}
+
+/// What a call's hash functions depend on besides the seed: ranks, rank,
+/// fixed slots, entries (for the default slots).
+type HashKey = (usize, usize, Option<(u32, u32)>, usize);
+
+/// Zen's memory kept across calls.
+#[derive(Debug)]
+struct ZenBufs<E: Element> {
+    push_pull: PushPull<E>,
+    probe: HashProbe,
+    /// The entry round made this call's pieces.
+    ready: bool,
+}
+
+impl<E: Element> Default for ZenBufs<E> {
+    fn default() -> Self {
+        Self {
+            push_pull: PushPull::default(),
+            probe: HashProbe::new(),
+            ready: false,
+        }
+    }
 }
 
 impl ZenBalancedParallelism {
@@ -182,7 +280,8 @@ impl<H> ZenBalancedParallelism<H> {
             index: None,
             last: None,
             host: false,
-            pending: None,
+            hash: None,
+            scratch: Scratch::default(),
         }
     }
     /// The most slots (`r1 + r2`) a partition's table may have: 2^24, room
@@ -241,27 +340,34 @@ impl<H> ZenBalancedParallelism<H> {
     pub fn last_stats(&self) -> Option<ZenStats> {
         self.last
     }
-    fn pieces<E: Element>(
-        &mut self,
-        v: &SparseVec<E>,
-        p: usize,
-        rank: usize,
-    ) -> Result<Vec<SparseVec<E>>>
+    /// This call's pieces, into the kept buffers.
+    fn make_pieces<E: Element>(&mut self, v: &SparseVec<E>, p: usize, rank: usize) -> Result<()>
     where
         H: ZenHashing<E>,
     {
         if self.host {
             let index = self.index_for(p, v.dim())?;
-            return Ok(split_by_owner(v, &Zen { index: &index }, p));
+            let bufs = self.scratch.get::<ZenBufs<E>>();
+            split_by_owner(v, &Zen { index: &index }, p, &mut bufs.push_pull);
+            return Ok(());
         }
-        let rehash = self.seed ^ 0x5a5a_0000 ^ rank as u64;
-        let hash = match self.slots {
-            Some((r1, r2)) => HierarchicalHash::new(self.seed, rehash, p as u32, 3, r1, r2)?,
-            None => HierarchicalHash::with_defaults(self.seed, rehash, p as u32, v.nnz())?,
-        };
-        let (pieces, stats) = zen_pieces(&self.hashing, &hash, v)?;
+        let key = (p, rank, self.slots, v.nnz());
+        if self.hash.as_ref().is_none_or(|(k, _)| *k != key) {
+            self.hash = None;
+            let rehash = self.seed ^ 0x5a5a_0000 ^ rank as u64;
+            let hash = match self.slots {
+                Some((r1, r2)) => HierarchicalHash::new(self.seed, rehash, p as u32, 3, r1, r2)?,
+                None => HierarchicalHash::with_defaults(self.seed, rehash, p as u32, v.nnz())?,
+            };
+            self.hash = Some((key, hash));
+        }
+        let hash = &self.hash.as_ref().expect("made above").1;
+        let bufs = self.scratch.get::<ZenBufs<E>>();
+        let stats =
+            self.hashing
+                .pieces_into(v, hash, &mut bufs.probe, &mut bufs.push_pull.pieces)?;
         self.last = Some(stats);
-        Ok(pieces)
+        Ok(())
     }
 }
 
@@ -335,8 +441,8 @@ impl<H: ZenHashing<E>, E: Element> SparseAllreduce<E> for ZenBalancedParallelism
         let ready = self
             .index_for(p, dim)
             .and_then(|_| v.check())
-            .and_then(|()| self.pieces(v, p, t.rank()))
-            .map(|pieces| self.pending = Some(Arc::new(pieces)));
+            .and_then(|()| self.make_pieces(v, p, t.rank()))
+            .map(|()| self.scratch.get::<ZenBufs<E>>().ready = true);
         enter(t, NAME, v, &[("h0 seed", self.seed)], ready)
     }
     fn body(
@@ -346,14 +452,13 @@ impl<H: ZenHashing<E>, E: Element> SparseAllreduce<E> for ZenBalancedParallelism
         _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        let pending = self.pending.take().map(Arc::downcast::<Vec<SparseVec<E>>>);
-        let Some(Ok(pieces)) = pending else {
-            unreachable!("the entry round made this call's pieces")
-        };
-        let pieces = Arc::try_unwrap(pieces).unwrap_or_else(|shared| (*shared).clone());
         let index = self.index_for(t.size(), v.dim())?;
-        *out = push_pull(t, v, &Zen { index: &index }, pieces)?;
-        Ok(())
+        let bufs = self.scratch.get::<ZenBufs<E>>();
+        assert!(
+            std::mem::take(&mut bufs.ready),
+            "the entry round made this call's pieces"
+        );
+        push_pull_into(t, v.dim(), &Zen { index: &index }, &mut bufs.push_pull, out)
     }
 }
 

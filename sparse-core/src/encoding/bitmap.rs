@@ -41,6 +41,38 @@ pub fn indices_from_bits(words: &[u32], lo: u32, len: usize) -> Vec<u32> {
     out
 }
 
+/// Calls `f(b)` for each set bit `b` of the little-endian bit field
+/// `bytes` (bit `b` is bit `b % 8` of byte `b / 8`, the layout of
+/// [`bits_from_indices`]' words written little-endian), ascending. Reads
+/// the bytes in place, 64 at a time, skipping runs of zeros: a sparse
+/// bitmap costs about one load per 8 bytes.
+#[inline]
+pub(crate) fn for_each_set_bit(bytes: &[u8], mut f: impl FnMut(usize)) {
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().expect("8 bytes"));
+    let mut lines = bytes.chunks_exact(64);
+    let mut base = 0;
+    for line in &mut lines {
+        let any = line.chunks_exact(8).fold(0, |acc, c| acc | word(c));
+        if any != 0 {
+            for (j, c) in line.chunks_exact(8).enumerate() {
+                let mut w = word(c);
+                while w != 0 {
+                    f(base + 64 * j + w.trailing_zeros() as usize);
+                    w &= w - 1;
+                }
+            }
+        }
+        base += 512;
+    }
+    for (j, &byte) in lines.remainder().iter().enumerate() {
+        let mut w = byte;
+        while w != 0 {
+            f(base + 8 * j + w.trailing_zeros() as usize);
+            w &= w - 1;
+        }
+    }
+}
+
 /// A bitmap over `range` (the whole dimension when `None`): `lo: u32`,
 /// `hi: u32`, `ceil((hi - lo) / 32)` words, then the values of the set bits
 /// in index order. Every stored index must lie in the range.

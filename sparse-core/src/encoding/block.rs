@@ -77,6 +77,59 @@ impl<V> Block<V> {
         ids
     }
 
+    /// [`Encoding::encode_into`] for a codec that writes raw values
+    /// ([`ValueCodec::writes_raw`]): the ids and the blocks' values written
+    /// in place in `out`, nothing else allocated. `v` is checked.
+    fn encode_raw<E: Element>(&self, v: &SparseVec<E>, out: &mut Vec<u8>)
+    where
+        V: ValueCodec<E>,
+    {
+        let id = |i: u32| (i as usize / self.block_size) as u32;
+        let mut count = 0u32;
+        let mut prev = None;
+        for &i in v.indices() {
+            if prev != Some(id(i)) {
+                count += 1;
+                prev = Some(id(i));
+            }
+        }
+        write_header::<E>(out, TAG, V::TAG, v.dim());
+        out.extend_from_slice(&(self.block_size as u32).to_le_bytes());
+        out.extend_from_slice(&count.to_le_bytes());
+        let mut prev = None;
+        let mut values = 0;
+        for &i in v.indices() {
+            let b = id(i);
+            if prev != Some(b) {
+                out.extend_from_slice(&b.to_le_bytes());
+                values += self.block_len(b, v.dim());
+                prev = Some(b);
+            }
+        }
+        let at = out.len();
+        out.resize(at + values * E::BYTES, 0);
+        // Each entry at its offset in its block; blocks in id order.
+        let (mut prev, mut start) = (None, at);
+        for (i, x) in v.iter() {
+            let b = id(i);
+            if prev != Some(b) {
+                if let Some(p) = prev {
+                    start += self.block_len(p, v.dim()) * E::BYTES;
+                }
+                prev = Some(b);
+            }
+            let o = start + (i as usize - b as usize * self.block_size) * E::BYTES;
+            let (dst, src) = (&mut out[o..o + E::BYTES], bytemuck::bytes_of(&x));
+            if cfg!(target_endian = "little") {
+                dst.copy_from_slice(src);
+            } else {
+                dst.iter_mut()
+                    .zip(src.iter().rev())
+                    .for_each(|(d, s)| *d = *s);
+            }
+        }
+    }
+
     fn block_len(&self, id: u32, dim: usize) -> usize {
         let start = id as usize * self.block_size;
         self.block_size.min(dim.saturating_sub(start))
@@ -111,6 +164,10 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Block<V> {
         if !self.codec.per_value() {
             return Err(unencodable("block", NOT_PER_VALUE));
         }
+        if self.codec.writes_raw() {
+            self.encode_raw(v, out);
+            return Ok(());
+        }
         let ids = self.block_ids(v.indices());
         write_header::<E>(out, TAG, V::TAG, v.dim());
         out.extend_from_slice(&(self.block_size as u32).to_le_bytes());
@@ -133,6 +190,18 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Block<V> {
         self.codec.encode(&values, out)
     }
     fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>> {
+        let (mut indices, mut values) = (Vec::new(), Vec::new());
+        let dim = self.decode_into(bytes, &mut indices, &mut values)?;
+        Ok(SparseVec::new_unchecked(dim, indices, values))
+    }
+    fn decode_into(
+        &self,
+        bytes: &[u8],
+        indices: &mut Vec<u32>,
+        kept: &mut Vec<E>,
+    ) -> Result<usize> {
+        indices.clear();
+        kept.clear();
         if !self.codec.per_value() {
             return Err(Error::corrupt("block", NOT_PER_VALUE));
         }
@@ -149,27 +218,69 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Block<V> {
                 format!("{n_blocks} blocks for dimension {dim}"),
             ));
         }
-        let ids = r.u32s(n_blocks)?;
+        r.expect_items(n_blocks, 4)?;
+        let ids = r.bytes(4 * n_blocks)?;
         let shape = Block {
             block_size,
             codec: (),
         };
         let mut total = 0usize;
-        for (k, &b) in ids.iter().enumerate() {
-            if b as usize * block_size >= dim || (k > 0 && b <= ids[k - 1]) {
+        let mut last = None;
+        for (k, b) in ids.chunks_exact(4).enumerate() {
+            let b = u32::from_le_bytes(b.try_into().expect("4 bytes"));
+            if b as usize * block_size >= dim || last.is_some_and(|l| b <= l) {
                 return Err(Error::corrupt(
                     "block",
                     format!("block id {b} at {k} out of order or range"),
                 ));
             }
             total += shape.block_len(b, dim);
+            last = Some(b);
+        }
+        if self.codec.writes_raw() {
+            // The values read in place, as `Raw` reads them.
+            r.expect_items(total, E::BYTES)?;
+            let values = r.bytes(total * E::BYTES)?;
+            r.finish()?;
+            // Runs of all-zero bytes (most of a sparse block) are skipped
+            // 8 bytes at a time; anything else is read value by value
+            // (`-0` too: it equals zero and is not kept).
+            let mut start = 0;
+            for b in ids.chunks_exact(4) {
+                let b = u32::from_le_bytes(b.try_into().expect("4 bytes"));
+                let base = b as usize * block_size;
+                let len = shape.block_len(b, dim);
+                let block = &values[start..start + len * E::BYTES];
+                start += len * E::BYTES;
+                let mut chunks = block.chunks_exact(8);
+                let mut o = base;
+                for c in &mut chunks {
+                    if u64::from_le_bytes(c.try_into().expect("8 bytes")) != 0 {
+                        for (j, x) in c.chunks_exact(E::BYTES).enumerate() {
+                            let x = E::read_le(x);
+                            if x != E::zero() {
+                                indices.push((o + j) as u32);
+                                kept.push(x);
+                            }
+                        }
+                    }
+                    o += 8 / E::BYTES;
+                }
+                for (j, x) in chunks.remainder().chunks_exact(E::BYTES).enumerate() {
+                    let x = E::read_le(x);
+                    if x != E::zero() {
+                        indices.push((o + j) as u32);
+                        kept.push(x);
+                    }
+                }
+            }
+            return Ok(dim);
         }
         let values = self.codec.decode(&mut r, total)?;
         r.finish()?;
-        let mut indices = Vec::new();
-        let mut kept = Vec::new();
         let mut pos = 0;
-        for &b in &ids {
+        for b in ids.chunks_exact(4) {
+            let b = u32::from_le_bytes(b.try_into().expect("4 bytes"));
             let base = b as usize * block_size;
             for o in 0..shape.block_len(b, dim) {
                 let x = values[pos];
@@ -180,6 +291,6 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Block<V> {
                 }
             }
         }
-        Ok(SparseVec::new_unchecked(dim, indices, kept))
+        Ok(dim)
     }
 }

@@ -30,6 +30,18 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Coo<V> {
         self.0.encode(v.values(), out)
     }
     fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>> {
+        let (mut indices, mut values) = (Vec::new(), Vec::new());
+        let dim = self.decode_into(bytes, &mut indices, &mut values)?;
+        Ok(SparseVec::new_unchecked(dim, indices, values))
+    }
+    fn decode_into(
+        &self,
+        bytes: &[u8],
+        indices: &mut Vec<u32>,
+        values: &mut Vec<E>,
+    ) -> Result<usize> {
+        indices.clear();
+        values.clear();
         let mut r = Reader::new(bytes, "coo");
         let dim = read_header::<E>(&mut r, "coo", TAG, V::TAG)?;
         let nnz = r.u32()? as usize;
@@ -39,10 +51,28 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for Coo<V> {
                 format!("nnz {nnz} exceeds dimension {dim}"),
             ));
         }
-        let indices = r.u32s(nnz)?;
-        let values = self.0.decode(&mut r, nnz)?;
+        r.expect_items(nnz, 4)?;
+        let b = r.bytes(4 * nnz)?;
+        indices.extend(
+            b.chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))),
+        );
+        self.0.decode_into(&mut r, nnz, values)?;
         r.finish()?;
-        SparseVec::new(dim, indices, values).map_err(|e| Error::corrupt("coo", e))
+        // The checks of `SparseVec::new`, on the vectors in place.
+        let valid = crate::sparse::check_dim(dim).and_then(|()| {
+            if indices.len() == values.len() {
+                crate::sparse::check_indices(dim, indices)
+            } else {
+                Err(Error::LengthMismatch {
+                    what: "indices vs values",
+                    expected: indices.len(),
+                    got: values.len(),
+                })
+            }
+        });
+        valid.map_err(|e| Error::corrupt("coo", e))?;
+        Ok(dim)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Zen's hash bitmap (Alg. 2): a bitmap over the sorted index set of one
 //! partition, `I_i = { idx : h0(idx) = i }`, instead of over a range.
 
-use super::bitmap::{bits_from_indices, indices_from_bits};
+use super::bitmap::for_each_set_bit;
 use super::coo::suffixed;
 use super::{Encoding, Raw, Reader, ValueCodec, read_header, unencodable, write_header};
 use crate::{Element, Error, H0, Result, SparseVec};
@@ -157,17 +157,8 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for HashBitmap<V> {
                 ),
             ));
         }
-        let set = self.set();
-        let mut positions = Vec::with_capacity(v.nnz());
-        for &i in v.indices() {
-            if self.index.h0.partition(i) != self.partition {
-                return Err(unencodable(
-                    "hash-bitmap",
-                    format!("index {i} is not in partition {}", self.partition),
-                ));
-            }
-            positions.push(self.index.rank[i as usize]);
-        }
+        let set_len = self.set().len();
+        let start = out.len();
         write_header::<E>(out, TAG, V::TAG, v.dim());
         let seed = self.index.h0.seed();
         for x in [
@@ -175,14 +166,42 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for HashBitmap<V> {
             self.partition,
             seed as u32,
             (seed >> 32) as u32,
-            set.len() as u32,
+            set_len as u32,
         ] {
             out.extend_from_slice(&x.to_le_bytes());
         }
-        super::write_words(out, &bits_from_indices(&positions, 0, set.len()));
+        // The words of `bits_from_indices`, set in place in `out`: bit `b`
+        // of the little-endian words is bit `b % 8` of byte `b / 8`.
+        let at = out.len();
+        out.resize(at + 4 * set_len.div_ceil(32), 0);
+        let bits = &mut out[at..];
+        let rank = &self.index.rank;
+        for &i in v.indices() {
+            if self.index.h0.partition(i) != self.partition {
+                out.truncate(start);
+                return Err(unencodable(
+                    "hash-bitmap",
+                    format!("index {i} is not in partition {}", self.partition),
+                ));
+            }
+            let b = rank[i as usize] as usize;
+            bits[b / 8] |= 1 << (b % 8);
+        }
         self.codec.encode(v.values(), out)
     }
     fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>> {
+        let (mut indices, mut values) = (Vec::new(), Vec::new());
+        let dim = self.decode_into(bytes, &mut indices, &mut values)?;
+        Ok(SparseVec::new_unchecked(dim, indices, values))
+    }
+    fn decode_into(
+        &self,
+        bytes: &[u8],
+        indices: &mut Vec<u32>,
+        values: &mut Vec<E>,
+    ) -> Result<usize> {
+        indices.clear();
+        values.clear();
         let mut r = Reader::new(bytes, "hash-bitmap");
         let dim = read_header::<E>(&mut r, "hash-bitmap", TAG, V::TAG)?;
         let (parts, part) = (r.u32()?, r.u32()?);
@@ -207,14 +226,21 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for HashBitmap<V> {
                 ),
             ));
         }
-        let words = r.packed_words(set_len)?;
+        // The packed words, read in place (`Reader::packed_words`' checks).
+        let words = set_len.div_ceil(32);
+        r.expect_items(words, 4)?;
+        let bits = r.bytes(4 * words)?;
+        if set_len % 32 != 0 {
+            let last = u32::from_le_bytes(bits[bits.len() - 4..].try_into().expect("4 bytes"));
+            if last >> (set_len % 32) != 0 {
+                return Err(Error::corrupt("hash-bitmap", "non-zero padding bits"));
+            }
+        }
+        // Every set bit is below `set_len` (the padding is zero).
         let set = self.set();
-        let indices: Vec<u32> = indices_from_bits(&words, 0, set_len)
-            .into_iter()
-            .map(|b| set[b as usize])
-            .collect();
-        let values = self.codec.decode(&mut r, indices.len())?;
+        for_each_set_bit(bits, |b| indices.push(set[b]));
+        self.codec.decode_into(&mut r, indices.len(), values)?;
         r.finish()?;
-        Ok(SparseVec::new_unchecked(dim, indices, values))
+        Ok(dim)
     }
 }

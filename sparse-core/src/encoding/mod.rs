@@ -76,6 +76,27 @@ pub trait Encoding<E: Element> {
     /// # Errors
     /// [`Error::Corrupt`] for anything that is not such an encoding.
     fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>>;
+    /// [`Encoding::decode`] into `indices` and `values` (their contents
+    /// replaced, their allocations reused), returning the dimension: the
+    /// same entries and the same errors, for a caller that decodes again
+    /// and again into the same memory. The default copies what `decode`
+    /// returns; [`Coo`], [`Block`] and [`HashBitmap`] decode in place.
+    ///
+    /// # Errors
+    /// As [`Encoding::decode`].
+    fn decode_into(
+        &self,
+        bytes: &[u8],
+        indices: &mut Vec<u32>,
+        values: &mut Vec<E>,
+    ) -> Result<usize> {
+        let v = self.decode(bytes)?;
+        indices.clear();
+        values.clear();
+        indices.extend_from_slice(v.indices());
+        values.extend_from_slice(v.values());
+        Ok(v.dim())
+    }
 }
 
 fn write_header<E: Element>(out: &mut Vec<u8>, tag: u8, codec: u8, dim: usize) {

@@ -138,6 +138,22 @@ pub trait ValueCodec<E: Element>: Clone {
     /// # Errors
     /// [`Error::Corrupt`].
     fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>>;
+    /// Whether the values section is each value's little-endian bytes
+    /// and nothing else ([`Raw`]), so that an encoding may write and read
+    /// it in place. `false` by default.
+    fn writes_raw(&self) -> bool {
+        false
+    }
+    /// [`ValueCodec::decode`] appended to `out`, whose allocation a
+    /// caller keeps across calls. The default appends what `decode`
+    /// returns; [`Raw`] reads the bytes in place.
+    ///
+    /// # Errors
+    /// As [`ValueCodec::decode`].
+    fn decode_into(&self, r: &mut Reader<'_>, n: usize, out: &mut Vec<E>) -> Result<()> {
+        out.extend(self.decode(r, n)?);
+        Ok(())
+    }
     /// Splits `values` (one group, see [`ValueCodec::group`]) for a sender
     /// that keeps the quantization error exactly: the positions that
     /// travel and the section that carries them, such that every kept
@@ -196,6 +212,15 @@ impl<E: Element> ValueCodec<E> for Raw {
     }
     fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<E>> {
         r.elements(n)
+    }
+    fn writes_raw(&self) -> bool {
+        true
+    }
+    fn decode_into(&self, r: &mut Reader<'_>, n: usize, out: &mut Vec<E>) -> Result<()> {
+        r.expect_items(n, E::BYTES)?;
+        let b = r.bytes(n * E::BYTES)?;
+        out.extend(b.chunks_exact(E::BYTES).map(E::read_le));
+        Ok(())
     }
 }
 
