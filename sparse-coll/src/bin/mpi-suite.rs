@@ -17,7 +17,7 @@
 //!   fails by its next call, none hangs
 //!   (`testing::check_corrupt` on every rank's report, gathered on a
 //!   transport of their own);
-//! - `warm`: once warm, the lossless top-k algorithms, gTopk and the SparDL variants allocate nothing
+//! - `warm`: once warm, every algorithm but Ok-Topk, the hierarchical one and the planner allocates nothing
 //!   that grows with the data (a counting global allocator; MPICH's own
 //!   allocations are not Rust's and are not counted).
 
@@ -226,8 +226,9 @@ fn nonblocking(mut t: MpiTransport) {
     println!("OK rank {r} of {p}: non-blocking equals blocking ({busy})");
 }
 
-/// Once warm, the lossless top-k algorithms, gTopk and the SparDL
-/// variants allocate nothing that grows with the data.
+/// Once warm, the lossless top-k algorithms, gTopk, the SparDL variants,
+/// Zen, OmniReduce and DSAR (with and without QSGD) allocate nothing that
+/// grows with the data.
 fn warm(mut t: MpiTransport) {
     let (r, p) = (t.rank(), t.size());
     // 12,000 pairs per rank spread over the dimension (every
@@ -255,6 +256,10 @@ fn warm(mut t: MpiTransport) {
         "spardl",
         "spardl_rsag",
         "spardl_bsag",
+        "zen_balanced_parallelism",
+        "omnireduce_blocks",
+        "dsar_split_allgather",
+        "dsar_qsgd",
     ] {
         let mut algo = registry.build(spec, defaults).expect("built");
         let mut out = sparse_coll::Reduced::default();
