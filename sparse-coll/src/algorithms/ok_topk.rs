@@ -4,14 +4,18 @@
 
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::algorithms::spardl::split_topk;
-use crate::dense::bruck_allgather;
+use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Reduced, enter};
-use crate::frame::{put_block, split_where, sum_all, take_block};
+use crate::frame::{
+    PairsView, put_block, put_block_parts, split_where, sum_parts, take_block_view, take_parts,
+};
 use crate::profile::{Profile, bytes_cost};
-use crate::{Entered, Traffic, Transport};
+use crate::scratch::{Scratch, Work, add_into};
+use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::even_start;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
+use std::borrow::Cow;
 use std::marker::PhantomData;
 
 /// Ok-Topk with its state across calls: the local and global thresholds and
@@ -75,6 +79,8 @@ pub struct OkTopk<E> {
     /// `None`: the next call refreshes.
     global: Option<u64>,
     bounds: Vec<usize>,
+    /// Buffers kept across calls (not state: results never depend on it).
+    mem: Scratch,
     _element: PhantomData<E>,
 }
 
@@ -109,6 +115,7 @@ impl<E: Element> OkTopk<E> {
             local: None,
             global: None,
             bounds: Vec::new(),
+            mem: Scratch::default(),
             _element: PhantomData,
         })
     }
@@ -212,13 +219,18 @@ impl<E: Element> OkTopk<E> {
         Ok(())
     }
 
-    /// One Ok-Topk allreduce of `v` after the entry round.
+    /// One Ok-Topk allreduce of `v` after the entry round, into `out`.
+    /// The selection is read in place where every entry reaches the
+    /// local threshold, the pieces are sent from it and received into the
+    /// transport's buffers, and the region's sum is built in vectors kept
+    /// across calls.
     fn reduce<T: Transport + ?Sized>(
         &mut self,
         t: &mut T,
         v: &SparseVec<E>,
-        start: Traffic,
-    ) -> Result<Reduced<E>> {
+        mem: &mut Work<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
         let dim = v.dim();
         let (k, most) = (self.budget.k_for(dim), self.most(dim));
         let (p, r) = (t.size(), t.rank());
@@ -227,67 +239,114 @@ impl<E: Element> OkTopk<E> {
         if refresh || self.local.is_none() {
             self.local = kth_key(keys(), k);
         }
-        let (mut sel, mut dropped) = reaching(v, self.local);
-        if sel.nnz() > most {
+        // The selection: `v` itself when every entry reaches the threshold.
+        let every = self
+            .local
+            .is_none_or(|th| v.values().iter().all(|&x| abs_key(x) >= th));
+        let (mut picked, mut dropped) = if every {
+            (None, SparseVec::zeros(dim)?)
+        } else {
+            let (sel, rest) = reaching(v, self.local);
+            (Some(sel), rest)
+        };
+        if picked.as_ref().map_or(v.nnz(), SparseVec::nnz) > most {
             // The reused threshold went stale: exact top-k, re-estimated.
-            (sel, dropped) = split_topk(v, k);
+            let (sel, rest) = split_topk(v, k);
+            (picked, dropped) = (Some(sel), rest);
             self.local = kth_key(keys(), k);
         }
+        let sel = picked.as_ref().unwrap_or(v);
         if refresh {
-            self.balance(t, &sel)?;
+            self.balance(t, sel)?;
         }
-        let bounds = self.bounds.clone();
+        let bounds = std::mem::take(&mut self.bounds);
         let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
-        let mut parts: Vec<SparseVec<E>> = vec![SparseVec::zeros(dim)?; p];
-        parts[r] = sel.restrict(region(r).0, region(r).1);
+        let piece = |j: usize| {
+            let span = sel.span(region(j).0, region(j).1);
+            (&sel.indices()[span.clone()], &sel.values()[span])
+        };
+        let mut got: Vec<Vec<u8>> = (0..p).map(|_| Vec::new()).collect();
         for s in 1..p {
             let (to, from) = ((r + s) % p, (r + p - s) % p);
-            let mut msg = Vec::new();
-            put_block(&mut msg, &sel.restrict(region(to).0, region(to).1));
-            let got = t.exchange(to, &msg, from)?;
-            let mut rest: &[u8] = &got;
-            parts[from] = take_block(&mut rest, dim, region(r).0, region(r).1, "ok-topk piece")?;
-            if !rest.is_empty() {
-                return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
-            }
+            mem.msg.clear();
+            let (i, x) = piece(to);
+            put_block_parts(&mut mem.msg, i, x);
+            got[from] = t.take_buffer();
+            t.exchange_into(to, &mem.msg, from, &mut got[from])?;
         }
-        let sum = sum_all(parts.iter(), dim);
+        let (lo, len) = region(r);
+        let parts = (0..p)
+            .map(|q| {
+                if q == r {
+                    let (i, x) = piece(r);
+                    return Ok((Cow::Borrowed(i), Cow::Borrowed(x)));
+                }
+                let mut rest: &[u8] = &got[q];
+                let part = take_block_view(&mut rest, dim, lo, len, "ok-topk piece")?;
+                if !rest.is_empty() {
+                    return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
+                }
+                Ok(part)
+            })
+            .collect::<Result<Vec<PairsView<'_, E>>>>();
+        let parts = match parts {
+            Ok(parts) => parts,
+            Err(e) => {
+                self.bounds = bounds;
+                return Err(e);
+            }
+        };
+        sum_parts(
+            &parts,
+            dim,
+            (&mut mem.kept.idx, &mut mem.kept.val),
+            (&mut mem.tmp.idx, &mut mem.tmp.val),
+        );
+        drop(parts);
+        got.into_iter().for_each(|b| t.give_buffer(b));
+        self.bounds = bounds;
+        let sum = SparseVec::new_unchecked(
+            dim,
+            std::mem::take(&mut mem.kept.idx),
+            std::mem::take(&mut mem.kept.val),
+        );
         if refresh {
             self.global_threshold(t, &sum, k)?;
         }
         let (chosen, cut) = reaching(&sum, self.global);
-        dropped = dropped.merge_sum(&cut)?;
-        let mut msg = Vec::new();
-        put_block(&mut msg, &chosen);
-        let all = bruck_allgather(t, &msg)?;
-        let (mut idx, mut val) = (Vec::new(), Vec::new());
-        for (q, b) in all.iter().enumerate() {
-            let mut rest: &[u8] = b;
-            let part = take_block::<E>(&mut rest, dim, region(q).0, region(q).1, "ok-topk block")?;
+        (_, mem.kept.idx, mem.kept.val) = sum.into_parts();
+        add_into(&mut dropped, (cut.indices(), cut.values()), &mut mem.tmp);
+        mem.msg.clear();
+        put_block(&mut mem.msg, &chosen);
+        let own = [&mem.msg[..]];
+        let g = gather_bruck(t, &own)?;
+        let (mut idx, mut val) = take_parts(&mut out.result);
+        for q in 0..p {
+            let mut rest = g.block(q).unwrap_or(own[0]);
+            let (lo, len) = (self.bounds[q], self.bounds[q + 1] - self.bounds[q]);
+            let (i, x) = take_block_view::<E>(&mut rest, dim, lo, len, "ok-topk block")?;
             if !rest.is_empty() {
                 return Err(Error::corrupt("ok-topk block", "trailing bytes"));
             }
-            idx.extend_from_slice(part.indices());
-            val.extend_from_slice(part.values());
+            idx.extend_from_slice(&i);
+            val.extend_from_slice(&x);
         }
+        g.release(t);
         let mut result =
             SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("ok-topk blocks", e))?;
         if result.nnz() > most {
             // Over budget: every rank keeps the same exact top-k of the same
             // gathered entries; each owner keeps what it cut from its region.
             let (kept, over) = split_topk(&result, k);
-            let (lo, len) = region(r);
+            let (lo, len) = (self.bounds[r], self.bounds[r + 1] - self.bounds[r]);
             dropped = dropped.merge_sum(&over.restrict(lo, len))?;
             self.global = kth_key(result.values().iter().map(|&x| abs_key(x)).collect(), k);
             result = kept;
         }
         self.calls += 1;
-        Ok(Reduced {
-            result,
-            dropped,
-            traffic: t.traffic().since(&start),
-            ..Reduced::default()
-        })
+        out.result = result;
+        out.dropped = dropped;
+        Ok(())
     }
 }
 
@@ -369,7 +428,11 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        *out = self.reduce(t, v, entered.start())?;
+        let mut mem = std::mem::take(&mut self.mem);
+        let done = self.reduce(t, v, mem.get::<Work<E>>(), out);
+        self.mem = mem;
+        done?;
+        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }
