@@ -11,12 +11,12 @@ use std::fmt;
 /// empty (memory is not state: the algorithm's results never depend on
 /// it).
 #[derive(Default)]
-pub(crate) struct Scratch(Option<Box<dyn Any + Send>>);
+pub(crate) struct Scratch(Option<Box<dyn Any + Send + Sync>>);
 
 impl Scratch {
     /// The kept value of type `T`, made with `T::default()` at the first
     /// call or when the last call kept another type.
-    pub(crate) fn get<T: Default + Send + 'static>(&mut self) -> &mut T {
+    pub(crate) fn get<T: Default + Send + Sync + 'static>(&mut self) -> &mut T {
         if !self.0.as_ref().is_some_and(|b| b.is::<T>()) {
             self.0 = Some(Box::new(T::default()));
         }
