@@ -70,10 +70,28 @@ pub fn kth_key<E: Element>(
     let mut hist = [0u32; 1 << KTH_DIGIT_BITS];
     let top = hist.len() - 1;
     let mut wide = 0u64;
-    for &v in values {
-        let d = key(v) >> shift;
-        wide |= d;
-        hist[(d as usize).min(top)] += 1;
+    {
+        // Four histograms, one per lane: values close together fall in the
+        // same digit, and one counter incremented back to back waits on
+        // its own last store.
+        let mut lanes = [[0u32; 1 << KTH_DIGIT_BITS]; 4];
+        let chunks = values.chunks_exact(4);
+        let tail = chunks.remainder();
+        for c in chunks {
+            for (lane, &v) in lanes.iter_mut().zip(c) {
+                let d = key(v) >> shift;
+                wide |= d;
+                lane[(d as usize).min(top)] += 1;
+            }
+        }
+        for &v in tail {
+            let d = key(v) >> shift;
+            wide |= d;
+            lanes[0][(d as usize).min(top)] += 1;
+        }
+        for (j, h) in hist.iter_mut().enumerate() {
+            *h = lanes[0][j] + lanes[1][j] + lanes[2][j] + lanes[3][j];
+        }
     }
     if wide as usize > top {
         // A key wider than the element (a caller's own key): the first
