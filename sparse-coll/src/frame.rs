@@ -13,12 +13,35 @@ pub fn split_where<E: Element>(
     v: &SparseVec<E>,
     pick: impl Fn(u32, E) -> bool,
 ) -> (SparseVec<E>, SparseVec<E>) {
+    let (mut ai, mut av, mut bi, mut bv) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    split_where_into(v, pick, (&mut ai, &mut av), (&mut bi, &mut bv));
+    (
+        SparseVec::new_unchecked(v.dim(), ai, av),
+        SparseVec::new_unchecked(v.dim(), bi, bv),
+    )
+}
+
+/// [`split_where`] into `yes` and `no` (contents replaced, allocations
+/// reused).
+pub(crate) fn split_where_into<E: Element>(
+    v: &SparseVec<E>,
+    pick: impl Fn(u32, E) -> bool,
+    (ai, av): (&mut Vec<u32>, &mut Vec<E>),
+    (bi, bv): (&mut Vec<u32>, &mut Vec<E>),
+) {
     let n = v.nnz();
     let yes = v.iter().filter(|&(i, x)| pick(i, x)).count();
     // Exact sizes plus one spare slot on each side: every entry is written
     // to both and the cursor of its side advances (no branch on `pick`).
-    let (mut ai, mut av) = (vec![0u32; yes + 1], vec![E::zero(); yes + 1]);
-    let (mut bi, mut bv) = (vec![0u32; n - yes + 1], vec![E::zero(); n - yes + 1]);
+    for (i, x, len) in [
+        (&mut *ai, &mut *av, yes + 1),
+        (&mut *bi, &mut *bv, n - yes + 1),
+    ] {
+        i.clear();
+        i.resize(len, 0);
+        x.clear();
+        x.resize(len, E::zero());
+    }
     let (mut a, mut b) = (0usize, 0usize);
     for (i, x) in v.iter() {
         let take = pick(i, x);
@@ -29,14 +52,10 @@ pub fn split_where<E: Element>(
         a += usize::from(take);
         b += usize::from(!take);
     }
-    for (i, x, len) in [(&mut ai, &mut av, yes), (&mut bi, &mut bv, n - yes)] {
+    for (i, x, len) in [(ai, av, yes), (bi, bv, n - yes)] {
         i.truncate(len);
         x.truncate(len);
     }
-    (
-        SparseVec::new_unchecked(v.dim(), ai, av),
-        SparseVec::new_unchecked(v.dim(), bi, bv),
-    )
 }
 
 /// Appends the pairs of `v` as they travel in every sparse message: its
@@ -79,7 +98,8 @@ pub(crate) fn put_block_parts<E: Element>(out: &mut Vec<u8>, idx: &[u32], val: &
 /// `lo..lo + len`.
 ///
 /// # Errors
-/// As [`take_block_view`].
+/// [`Error::Corrupt`] (naming `what`) for a truncated block, a count that
+/// overflows, unsorted indices or an index outside the block.
 pub fn take_block<E: Element>(
     b: &mut &[u8],
     dim: usize,

@@ -1,5 +1,6 @@
-//! Once warm, TopkA, SSAR_Recursive_double, gTopk and the SparDL variants
-//! allocate nothing that grows with the data (issue 14.2: reuse buffers
+//! Once warm, TopkA, SSAR_Recursive_double, gTopk, the SparDL variants and
+//! Ok-Topk (with a budget below the inputs' entries, so that it reuses its
+//! thresholds) allocate nothing that grows with the data (issue 14.2: reuse buffers
 //! across calls, no per-message allocation in the transport; issue 30.5):
 //! with a counting allocator as the oracle, each rank's bytes allocated
 //! during a call of `allreduce_into`, after warm-up calls on the same
@@ -9,13 +10,13 @@
 //!
 //! The thread transport ships each send buffer to its receiver. Where the
 //! ranks' messages differ in size (SparDL's blocks at P = 3, 5 or 8,
-//! B-SAG's `h` at P = 4), a rank's pool sometimes holds no buffer of the
+//! B-SAG's `h` at P = 4, Ok-Topk's pieces at 8), a rank's pool sometimes holds no buffer of the
 //! size its next send needs, and it allocates one (a few tens of KB): the
 //! transport's, not the algorithm's, so those rank counts are left out
 //! here. Under MPI, where nothing travels with a message, `mpi-suite warm`
-//! holds the lossless top-k algorithms, gTopk and the SparDL variants to
-//! the same bound at P = 2..5. What the other algorithms still allocate is
-//! in the README.
+//! holds every algorithm but the hierarchical one and the planner to the
+//! same bound at P = 2..5 (Zen, OmniReduce and DSAR on threads:
+//! `warm_alloc_zen.rs`, `warm_alloc_dsar.rs`).
 
 use sparse_coll::testing::CountingAlloc;
 use sparse_coll::{Defaults, Reduced, Registry, ThreadCluster, Transport};
@@ -82,6 +83,7 @@ fn warm_calls_allocate_nothing_that_grows_with_the_data() {
         ("spardl", &[2, 4][..]),
         ("spardl_rsag", &[2, 4][..]),
         ("spardl_bsag", &[2][..]),
+        ("ok_topk:k=4000", &[2, 3, 4, 5][..]),
     ] {
         for &p in ranks {
             let bytes = warm_bytes(spec, p);

@@ -39,7 +39,7 @@ pub fn topk_positions<E: Element>(
 }
 
 /// Bits of [`kth_key`]'s first digit: 2^11 counters stay in L1.
-const KTH_DIGIT_BITS: u32 = 11;
+pub const KTH_DIGIT_BITS: u32 = 11;
 
 /// The `k`-th largest of `key(values[i])` (`1 <= k <= len`) and how many
 /// of its copies belong to the top `k` (`k` minus the keys above it): a

@@ -3,17 +3,17 @@
 //! threshold, then allgather.
 
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::algorithms::spardl::split_topk;
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Reduced, enter};
 use crate::frame::{
-    PairsView, put_block, put_block_parts, split_where, sum_parts, take_block_view, take_parts,
+    PairsView, put_block_parts, split_where_into, sum_parts, take_block_view, take_parts,
 };
 use crate::profile::{Profile, bytes_cost};
-use crate::scratch::{Scratch, Work, add_into};
+use crate::scratch::{Scratch, Work, add_into, copy_into};
 use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::stats::even_start;
+use sparse_core::topk::split_topk_into;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 use std::borrow::Cow;
 use std::marker::PhantomData;
@@ -91,10 +91,21 @@ fn kth_key(mut keys: Vec<u64>, k: usize) -> Option<u64> {
     sparse_core::topk::kth_largest(&mut keys, k)
 }
 
-/// The entries of `v` reaching `threshold` (all of them without one), and
-/// the rest.
-fn reaching<E: Element>(v: &SparseVec<E>, threshold: Option<u64>) -> (SparseVec<E>, SparseVec<E>) {
-    split_where(v, |_, x| threshold.is_none_or(|th| abs_key(x) >= th))
+/// The `k`-th largest magnitude key of `values` (`None` when there are
+/// fewer than `k`, so that no threshold can be estimated; above every key
+/// when `k == 0`), by the host radix select with `scratch` for its keys:
+/// the key [`kth_key`] finds in a vector of the keys.
+fn kth_magnitude<E: Element>(values: &[E], k: usize, scratch: &mut Vec<u64>) -> Option<u64> {
+    match k {
+        0 => Some(u64::MAX),
+        k if values.len() < k => None,
+        k => Some(sparse_core::topk::kth_key(values, k, abs_key, scratch).0),
+    }
+}
+
+/// Whether an entry reaches `threshold` (every entry without one).
+fn reaches<E: Element>(threshold: Option<u64>) -> impl Fn(u32, E) -> bool {
+    move |_, x| threshold.is_none_or(|th| abs_key(x) >= th)
 }
 
 impl<E: Element> OkTopk<E> {
@@ -235,25 +246,52 @@ impl<E: Element> OkTopk<E> {
         let (k, most) = (self.budget.k_for(dim), self.most(dim));
         let (p, r) = (t.size(), t.rank());
         let refresh = self.refreshes_next() || !self.regions_fit(p, dim);
-        let keys = || v.values().iter().map(|&x| abs_key(x)).collect();
         if refresh || self.local.is_none() {
-            self.local = kth_key(keys(), k);
+            self.local = kth_magnitude(v.values(), k, &mut mem.keys);
         }
         // The selection: `v` itself when every entry reaches the threshold.
         let every = self
             .local
             .is_none_or(|th| v.values().iter().all(|&x| abs_key(x) >= th));
-        let (mut picked, mut dropped) = if every {
-            (None, SparseVec::zeros(dim)?)
-        } else {
-            let (sel, rest) = reaching(v, self.local);
-            (Some(sel), rest)
-        };
+        let (i, x) = take_parts(&mut out.dropped);
+        let mut dropped = SparseVec::new_unchecked(dim, i, x);
+        let mut picked = None;
+        if !every {
+            let (mut pi, mut pv) = (
+                std::mem::take(&mut mem.picked.idx),
+                std::mem::take(&mut mem.picked.val),
+            );
+            let (mut di, mut dv) = take_parts(&mut dropped);
+            split_where_into(
+                v,
+                reaches(self.local),
+                (&mut pi, &mut pv),
+                (&mut di, &mut dv),
+            );
+            dropped = SparseVec::new_unchecked(dim, di, dv);
+            picked = Some(SparseVec::new_unchecked(dim, pi, pv));
+        }
         if picked.as_ref().map_or(v.nnz(), SparseVec::nnz) > most {
             // The reused threshold went stale: exact top-k, re-estimated.
-            let (sel, rest) = split_topk(v, k);
-            (picked, dropped) = (Some(sel), rest);
-            self.local = kth_key(keys(), k);
+            let (mut pi, mut pv) = match picked.take() {
+                Some(mut p) => take_parts(&mut p),
+                None => (
+                    std::mem::take(&mut mem.picked.idx),
+                    std::mem::take(&mut mem.picked.val),
+                ),
+            };
+            let (mut di, mut dv) = take_parts(&mut dropped);
+            split_topk_into(
+                (v.indices(), v.values()),
+                k,
+                abs_key,
+                (&mut pi, &mut pv),
+                (&mut di, &mut dv),
+                &mut mem.keys,
+            );
+            dropped = SparseVec::new_unchecked(dim, di, dv);
+            picked = Some(SparseVec::new_unchecked(dim, pi, pv));
+            self.local = kth_magnitude(v.values(), k, &mut mem.keys);
         }
         let sel = picked.as_ref().unwrap_or(v);
         if refresh {
@@ -313,11 +351,16 @@ impl<E: Element> OkTopk<E> {
         if refresh {
             self.global_threshold(t, &sum, k)?;
         }
-        let (chosen, cut) = reaching(&sum, self.global);
+        split_where_into(
+            &sum,
+            reaches(self.global),
+            (&mut mem.chosen.idx, &mut mem.chosen.val),
+            (&mut mem.cut.idx, &mut mem.cut.val),
+        );
         (_, mem.kept.idx, mem.kept.val) = sum.into_parts();
-        add_into(&mut dropped, (cut.indices(), cut.values()), &mut mem.tmp);
+        add_into(&mut dropped, (&mem.cut.idx, &mem.cut.val), &mut mem.tmp);
         mem.msg.clear();
-        put_block(&mut mem.msg, &chosen);
+        put_block_parts(&mut mem.msg, &mem.chosen.idx, &mem.chosen.val);
         let own = [&mem.msg[..]];
         let g = gather_bruck(t, &own)?;
         let (mut idx, mut val) = take_parts(&mut out.result);
@@ -337,15 +380,31 @@ impl<E: Element> OkTopk<E> {
         if result.nnz() > most {
             // Over budget: every rank keeps the same exact top-k of the same
             // gathered entries; each owner keeps what it cut from its region.
-            let (kept, over) = split_topk(&result, k);
+            split_topk_into(
+                (result.indices(), result.values()),
+                k,
+                abs_key,
+                (&mut mem.chosen.idx, &mut mem.chosen.val),
+                (&mut mem.cut.idx, &mut mem.cut.val),
+                &mut mem.keys,
+            );
             let (lo, len) = (self.bounds[r], self.bounds[r + 1] - self.bounds[r]);
-            dropped = dropped.merge_sum(&over.restrict(lo, len))?;
-            self.global = kth_key(result.values().iter().map(|&x| abs_key(x)).collect(), k);
-            result = kept;
+            let a = mem.cut.idx.partition_point(|&i| (i as usize) < lo);
+            let b = mem.cut.idx.partition_point(|&i| (i as usize) < lo + len);
+            add_into(
+                &mut dropped,
+                (&mem.cut.idx[a..b], &mem.cut.val[a..b]),
+                &mut mem.tmp,
+            );
+            self.global = kth_magnitude(result.values(), k, &mut mem.keys);
+            copy_into(&mut result, dim, &mem.chosen.idx, &mem.chosen.val);
         }
         self.calls += 1;
         out.result = result;
         out.dropped = dropped;
+        if let Some(p) = picked {
+            (_, mem.picked.idx, mem.picked.val) = p.into_parts();
+        }
         Ok(())
     }
 }
