@@ -47,7 +47,8 @@ pub const KTH_DIGIT_BITS: u32 = 11;
 /// [`KTH_DIGIT_BITS`] bits (of the element's width), one copies
 /// the keys of the digit that holds the `k`-th largest into `scratch`
 /// (about `len / 2^11` of them for spread values), and an introselect
-/// there ends it. `scratch`'s contents are replaced (its allocation kept).
+/// there ends it. `scratch` is left holding the keys of that digit (every
+/// copy of the `k`-th key among them; its allocation kept).
 ///
 /// # Panics
 /// If `k == 0` or `k > values.len()`.
@@ -110,10 +111,12 @@ pub fn kth_key<E: Element>(
         d -= 1;
     }
     let need = k - above;
+    scratch.clear();
     if shift == 0 {
+        // The digit is the key: its copies, for the caller's count of ties.
+        scratch.extend(values.iter().map(|&v| key(v)).filter(|&x| x == d as u64));
         return (d as u64, need);
     }
-    scratch.clear();
     scratch.extend(
         values
             .iter()

@@ -189,7 +189,7 @@ impl<E: Element> OkTopk<E> {
                 sums[j + 1] += c * cut;
             }
         }
-        self.bounds = (0..=p)
+        let bounds: Vec<usize> = (0..=p)
             .map(|j| match j {
                 0 => 0,
                 j if j == p => dim,
@@ -197,6 +197,16 @@ impl<E: Element> OkTopk<E> {
                 j => (sums[j] / total) as usize,
             })
             .collect();
+        // Every rank's cuts increase, and so does their weighted mean: a
+        // region ending before it starts came from a corrupt message (the
+        // same on every rank, which all read the same gathered bytes).
+        if bounds.windows(2).any(|w| w[0] > w[1]) {
+            return Err(Error::corrupt(
+                "ok-topk boundaries",
+                format!("regions out of order: {bounds:?}"),
+            ));
+        }
+        self.bounds = bounds;
         Ok(())
     }
 
@@ -297,7 +307,7 @@ impl<E: Element> OkTopk<E> {
         if refresh {
             self.balance(t, sel)?;
         }
-        let bounds = std::mem::take(&mut self.bounds);
+        let bounds = &self.bounds;
         let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
         let piece = |j: usize| {
             let span = sel.span(region(j).0, region(j).1);
@@ -327,13 +337,7 @@ impl<E: Element> OkTopk<E> {
                 Ok(part)
             })
             .collect::<Result<Vec<PairsView<'_, E>>>>();
-        let parts = match parts {
-            Ok(parts) => parts,
-            Err(e) => {
-                self.bounds = bounds;
-                return Err(e);
-            }
-        };
+        let parts = parts?;
         sum_parts(
             &parts,
             dim,
@@ -342,7 +346,6 @@ impl<E: Element> OkTopk<E> {
         );
         drop(parts);
         got.into_iter().for_each(|b| t.give_buffer(b));
-        self.bounds = bounds;
         let sum = SparseVec::new_unchecked(
             dim,
             std::mem::take(&mut mem.kept.idx),

@@ -195,21 +195,26 @@ impl<E: Element> Registered<E> for SsarSplitAllgather {
 /// # Errors
 /// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
 ///
-/// Once warm (a call at the same dimension and `P` succeeded), a call
+/// Once warm (a call at the same dimension, `P` and element type
+/// succeeded), a call
 /// allocates nothing that grows with the data: this rank's allgather
 /// frame (zero between calls but for its header, so that a call writes
 /// and clears only its partition's entries) and the buffers its messages
 /// are built and received in are kept here across calls, about `n E`
 /// bytes (`n E / 8` and less with QSGD), and the result is built in
 /// `out`'s vectors ([`SparseAllreduce::allreduce_into`]); the probe above
-/// is then skipped, as the memory it asks about is held.
+/// is then skipped, as the frame it asks about is held. The result's
+/// vectors are the caller's: `allreduce_into` reuses them, while a caller
+/// that passes a fresh `Reduced` at each call (`allreduce`) has them
+/// allocated by the body, unprobed.
 #[derive(Debug, Clone)]
 pub struct DsarSplitAllgather {
     qsgd: Option<QsgdParams>,
     calls: u64,
     frame: DsarFrame,
-    /// The dimension and `P` of the last call that succeeded.
-    warm: Option<(usize, usize)>,
+    /// The dimension, `P` and element code of the last call that
+    /// succeeded.
+    warm: Option<(usize, usize, u8)>,
 }
 
 /// Equal where the parameters and the call count are: the frame kept
@@ -307,7 +312,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     /// The call counter counts calls that entered the round.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         self.calls += 1;
-        let probe = self.warm != Some((v.dim(), t.size()));
+        let probe = self.warm != Some((v.dim(), t.size(), E::CODE));
         split_enter_probing(t, v, Phase::Dense(self.qsgd), DSAR_NAME, probe)
     }
     fn body(
@@ -325,7 +330,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         let start = entered.start();
         self.warm = None;
         dsar_allgather(t, v, q, &mut self.frame, start, out)?;
-        self.warm = Some((v.dim(), t.size()));
+        self.warm = Some((v.dim(), t.size(), E::CODE));
         Ok(())
     }
 }
