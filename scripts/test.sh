@@ -11,9 +11,11 @@ step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"
 # --- System packages -------------------------------------------------------
 # Packages the checks need: MPICH and libclang (bindgen) for the MPI
 # transport; Mesa's Vulkan drivers (lavapipe, a software Vulkan device) and
-# the Vulkan loader for the kernel tests on wgpu. apt-get update runs only
-# when one is missing.
-required_pkgs=(libmpich-dev mpich libclang-dev mesa-vulkan-drivers libvulkan1)
+# the Vulkan loader for the kernel tests on wgpu; Fashion-MNIST (Zalando,
+# MIT licence; the IDX files under /usr/share/datasets/fashion-mnist) for
+# the IDX reader's test on the real files. apt-get update runs only when
+# one is missing.
+required_pkgs=(libmpich-dev mpich libclang-dev mesa-vulkan-drivers libvulkan1 dataset-fashion-mnist)
 need_pkgs=()
 for pkg in "${required_pkgs[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")

@@ -10,7 +10,6 @@
 //! values (`8 * (4 + 3 * 8) = 224` bytes per input byte for `f64`); 256 per
 //! byte bounds that, while the defect this guards against asked for 768 MiB
 //! from 24 bytes.
-#![allow(unsafe_code)] // the counting global allocator
 
 use half::f16;
 use rand::{Rng as _, RngCore as _, SeedableRng as _};
@@ -20,61 +19,15 @@ use sparse_core::encoding::{
     ValueCodec,
 };
 use sparse_core::qsgd::QsgdParams;
+use sparse_core::testing::peak::{PeakAlloc, peak_during};
 use sparse_core::{Element, Error, H0, SparseVec};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 const ALLOC_PER_BYTE: usize = 256;
 const ALLOC_SLACK: usize = 64 << 10;
 
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-fn track(delta: isize) {
-    // `try_with`: the thread-local may be gone while a thread exits.
-    let _ = LIVE.try_with(|live| {
-        let now = live.get() + delta;
-        live.set(now);
-        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
-    });
-}
-
-// SAFETY: forwards to the system allocator; the counters touch only
-// thread-local cells initialised without allocating.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        track(layout.size() as isize);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        track(-(layout.size() as isize));
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        track(new_size as isize - layout.size() as isize);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// The peak of live bytes above the level at the start, while `f` runs.
-fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(base));
-    let out = f();
-    let peak = PEAK.with(Cell::get);
-    (out, (peak - base).max(0) as usize)
-}
+static GLOBAL: PeakAlloc = PeakAlloc;
 
 struct Case<E: Element> {
     enc: Box<dyn Encoding<E>>,

@@ -11,6 +11,7 @@
 //! every layer reduced by the dense allreduce.
 
 pub mod data;
+pub mod idx;
 pub mod model;
 pub mod output;
 pub mod run;

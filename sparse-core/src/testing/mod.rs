@@ -6,6 +6,7 @@
 //! [`crate::differential_test_suite!`] for each element type it implements.
 
 pub mod differential;
+pub mod peak;
 pub mod suite;
 
 pub use crate::generate::{self, Rng};
