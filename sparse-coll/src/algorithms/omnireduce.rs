@@ -1,11 +1,10 @@
 //! The OmniReduce-style block baseline Zen improves on.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::algorithms::push_pull::{
-    Keeps, PushPull, Scheme, Scratch, push_pull_into, split_by_owner,
-};
+use crate::algorithms::push_pull::{Keeps, PushPull, Scheme, push_pull_into, split_by_owner};
 use crate::entry::{Reduced, enter};
 use crate::profile::{Profile, bytes_cost};
+use crate::scratch::Scratch;
 use crate::{Entered, Transport};
 use sparse_core::cost::Cost;
 use sparse_core::encoding::{Block, Encoding, Raw};

@@ -6,7 +6,6 @@ use crate::entry::Reduced;
 use crate::frame::{PairsView, sum_parts, take_parts};
 use sparse_core::encoding::Encoding;
 use sparse_core::{Element, Error, Result, SparseVec};
-use std::any::Any;
 use std::borrow::Cow;
 
 /// One push/pull scheme: which server owns an index, and how the pushed
@@ -106,38 +105,6 @@ pub(crate) fn split_by_owner<E: Element, S: Scheme<E>>(
     }
     for (s, piece) in taken.into_iter().enumerate() {
         bufs.put_piece(s, piece);
-    }
-}
-
-/// A state kept in an algorithm that is not generic over the element: the
-/// buffers of the call's element type behind `Any`, made on the first
-/// call (and again if the element type changes). Cloning gives an empty
-/// one (buffers are not state).
-#[derive(Default)]
-pub(crate) struct Scratch(Option<Box<dyn Any + Send + Sync>>);
-
-impl Scratch {
-    /// The buffers of type `B`, made with `B::default()` if absent.
-    pub(crate) fn get<B: Default + Send + Sync + 'static>(&mut self) -> &mut B {
-        if !self.0.as_ref().is_some_and(|b| b.is::<B>()) {
-            self.0 = Some(Box::new(B::default()));
-        }
-        self.0
-            .as_mut()
-            .and_then(|b| b.downcast_mut::<B>())
-            .expect("made above")
-    }
-}
-
-impl Clone for Scratch {
-    fn clone(&self) -> Self {
-        Self(None)
-    }
-}
-
-impl std::fmt::Debug for Scratch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Scratch")
     }
 }
 

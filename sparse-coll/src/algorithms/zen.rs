@@ -4,11 +4,11 @@
 //! classifies it.
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::algorithms::push_pull::{
-    Keeps, PushPull, Scheme, Scratch, push_pull_into, split_by_owner,
-};
+use crate::algorithms::push_pull::{Keeps, PushPull, Scheme, push_pull_into, split_by_owner};
 use crate::entry::{Reduced, enter};
+use crate::frame::take_parts;
 use crate::profile::{Profile, bytes_cost};
+use crate::scratch::Scratch;
 use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
@@ -119,17 +119,8 @@ impl<E: Element> ZenHashing<E> for HostHashing {
     ) -> Result<ZenStats> {
         v.check()?;
         let p = h.h0.partitions() as usize;
-        let empty = || SparseVec::new_unchecked(0, Vec::new(), Vec::new());
-        pieces.resize_with(p, empty);
-        let mut taken: Vec<(Vec<u32>, Vec<E>)> = pieces
-            .iter_mut()
-            .map(|piece| {
-                let (_, mut i, mut x) = std::mem::replace(piece, empty()).into_parts();
-                i.clear();
-                x.clear();
-                (i, x)
-            })
-            .collect();
+        pieces.resize_with(p, || SparseVec::new_unchecked(0, Vec::new(), Vec::new()));
+        let mut taken: Vec<(Vec<u32>, Vec<E>)> = pieces.iter_mut().map(take_parts).collect();
         let (idx, val) = (v.indices(), v.values());
         let counted = probe.probe_with(idx, h, |k, part| {
             taken[part].0.push(idx[k]);

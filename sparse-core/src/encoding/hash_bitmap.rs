@@ -190,9 +190,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for HashBitmap<V> {
         self.codec.encode(v.values(), out)
     }
     fn decode(&self, bytes: &[u8]) -> Result<SparseVec<E>> {
-        let (mut indices, mut values) = (Vec::new(), Vec::new());
-        let dim = self.decode_into(bytes, &mut indices, &mut values)?;
-        Ok(SparseVec::new_unchecked(dim, indices, values))
+        super::decode_fresh(self, bytes)
     }
     fn decode_into(
         &self,

@@ -99,6 +99,14 @@ pub trait Encoding<E: Element> {
     }
 }
 
+/// [`Encoding::decode`] of an encoding that decodes in place: its
+/// [`Encoding::decode_into`] into fresh vectors.
+fn decode_fresh<E: Element>(enc: &impl Encoding<E>, bytes: &[u8]) -> Result<SparseVec<E>> {
+    let (mut indices, mut values) = (Vec::new(), Vec::new());
+    let dim = enc.decode_into(bytes, &mut indices, &mut values)?;
+    Ok(SparseVec::new_unchecked(dim, indices, values))
+}
+
 fn write_header<E: Element>(out: &mut Vec<u8>, tag: u8, codec: u8, dim: usize) {
     out.extend_from_slice(&[tag, E::CODE, codec, VERSION]);
     out.extend_from_slice(&(dim as u32).to_le_bytes());
