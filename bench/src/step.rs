@@ -195,11 +195,7 @@ pub fn config(run: &Run) -> Result<Config> {
         Run::Sparse { scheme, .. } if scheme.family == Family::TopK => 0,
         _ => REDSYNC_COMPRESS_THRESHOLD,
     };
-    let a = TrainArgs {
-        compress_threshold: threshold,
-        ..TrainArgs::default()
-    };
-    train::config(run, &a)
+    train::config_with_threshold(run, &TrainArgs::default(), threshold)
 }
 
 /// Which layers of `model` `run` compresses, by the real settings'

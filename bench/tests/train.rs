@@ -2,11 +2,14 @@
 //! gradients against a hand-written backpropagation in `f64`; dense
 //! data-parallel SGD over P ranks against single-process SGD on the union
 //! of the ranks' batches; every scheme learning well above chance with
-//! identical weights on every rank.
+//! identical weights on every rank; the CNN's forward pass against a
+//! hand-written one in `f64` and its gradients against that forward's
+//! central differences; Zen's statistics of a run against their
+//! definitions' bounds.
 
 use approx::assert_relative_eq;
 use bench::train::data::{self, CLASSES, FEATURES, Set};
-use bench::train::model::Mlp;
+use bench::train::model::{CNN_CHANNELS, CNN_KERNEL, Kind, Model};
 use bench::train::run::{Summary, plan, run_threads};
 use bench::train::{self, Run, TrainArgs};
 
@@ -72,7 +75,7 @@ fn host_backprop(w: &[Vec<f32>], h: usize, set: &Set) -> (f64, Vec<Vec<f64>>) {
 #[test]
 fn burn_gradients_equal_hand_written_backprop() {
     let h = 24;
-    let mlp = Mlp::new(h);
+    let mlp = Model::mlp(FEATURES, h);
     let names: Vec<String> = mlp.layers().into_iter().map(|l| l.name).collect();
     assert_eq!(names, ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]);
     let dims: Vec<usize> = mlp.layers().iter().map(|l| l.dims).collect();
@@ -104,7 +107,7 @@ fn burn_gradients_equal_hand_written_backprop() {
 fn args(epochs: usize) -> TrainArgs {
     TrainArgs {
         epochs,
-        hidden: 32,
+        hidden: Some(32),
         ..TrainArgs::default()
     }
 }
@@ -159,6 +162,248 @@ fn every_scheme_learns_with_identical_weights() {
                     s.run.name()
                 );
             }
+        }
+    }
+}
+
+/// The CNN's loss on `set` under `w`, by hand in `f64`: 5x5 convolutions
+/// padded by 2 (weights `[out, in, 5, 5]`), ReLU, 2x2 max pooling, the
+/// flattening `c, y, x`, linear layers with weights `[in, out]`, softmax
+/// cross-entropy.
+fn host_cnn_loss(w: &[Vec<f64>], shape: [usize; 2], hidden: usize, set: &Set) -> f64 {
+    let [c1, c2] = CNN_CHANNELS;
+    let k = CNN_KERNEL;
+    let conv = |x: &[f64], cin: usize, h: usize, wd: usize, wt: &[f64], b: &[f64], cout: usize| {
+        let mut y = vec![0.0; cout * h * wd];
+        for o in 0..cout {
+            for r in 0..h {
+                for c in 0..wd {
+                    let mut acc = b[o];
+                    for i in 0..cin {
+                        for dr in 0..k {
+                            for dc in 0..k {
+                                let (rr, cc) = (r + dr, c + dc);
+                                if rr < k / 2 || cc < k / 2 || rr - k / 2 >= h || cc - k / 2 >= wd {
+                                    continue;
+                                }
+                                let v = x[i * h * wd + (rr - k / 2) * wd + (cc - k / 2)];
+                                acc += v * wt[((o * cin + i) * k + dr) * k + dc];
+                            }
+                        }
+                    }
+                    y[o * h * wd + r * wd + c] = acc.max(0.0);
+                }
+            }
+        }
+        y
+    };
+    let pool = |x: &[f64], ch: usize, h: usize, wd: usize| {
+        let mut y = vec![0.0; ch * (h / 2) * (wd / 2)];
+        for c in 0..ch {
+            for r in 0..h / 2 {
+                for q in 0..wd / 2 {
+                    let at = |dr: usize, dq: usize| x[c * h * wd + (2 * r + dr) * wd + 2 * q + dq];
+                    y[c * (h / 2) * (wd / 2) + r * (wd / 2) + q] =
+                        at(0, 0).max(at(0, 1)).max(at(1, 0)).max(at(1, 1));
+                }
+            }
+        }
+        y
+    };
+    let linear = |x: &[f64], wt: &[f64], b: &[f64], out: usize| -> Vec<f64> {
+        (0..out)
+            .map(|o| {
+                b[o] + x
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| v * wt[i * out + o])
+                    .sum::<f64>()
+            })
+            .collect()
+    };
+    let [h, wd] = shape;
+    let f = h * wd;
+    let mut loss = 0.0;
+    for s in 0..set.len() {
+        let x: Vec<f64> = set.x[s * f..(s + 1) * f]
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect();
+        let a = pool(&conv(&x, 1, h, wd, &w[0], &w[1], c1), c1, h, wd);
+        let a = pool(
+            &conv(&a, c1, h / 2, wd / 2, &w[2], &w[3], c2),
+            c2,
+            h / 2,
+            wd / 2,
+        );
+        let a: Vec<f64> = linear(&a, &w[4], &w[5], hidden)
+            .iter()
+            .map(|v| v.max(0.0))
+            .collect();
+        let z = linear(&a, &w[6], &w[7], CLASSES);
+        let m = z.iter().copied().fold(f64::MIN, f64::max);
+        let lse = m + z.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+        loss += (lse - z[usize::from(set.y[s])]) / set.len() as f64;
+    }
+    loss
+}
+
+/// The burn CNN's loss equals the hand-written forward pass, and its
+/// gradients equal that forward pass's central differences in `f64` (at
+/// 12 coordinates of each layer, every bias among them where short).
+#[test]
+fn burn_cnn_gradients_equal_central_differences() {
+    let (train_set, _) = data::split().unwrap();
+    let hidden = 6;
+    let cnn = Model::new(Kind::Cnn, train_set.shape, hidden).unwrap();
+    let names: Vec<String> = cnn.layers().into_iter().map(|l| l.name).collect();
+    assert_eq!(
+        names,
+        [
+            "conv1.weight",
+            "conv1.bias",
+            "conv2.weight",
+            "conv2.bias",
+            "fc1.weight",
+            "fc1.bias",
+            "fc2.weight",
+            "fc2.bias"
+        ]
+    );
+    let [c1, c2] = CNN_CHANNELS;
+    let k = CNN_KERNEL;
+    let flat = c2 * 2 * 2;
+    let lens: Vec<usize> = cnn.layers().iter().map(|l| l.len).collect();
+    assert_eq!(
+        lens,
+        [
+            c1 * k * k,
+            c1,
+            c2 * c1 * k * k,
+            c2,
+            flat * hidden,
+            hidden,
+            hidden * CLASSES,
+            CLASSES
+        ]
+    );
+    let batch = train_set.rows(&[0, 1, 2]);
+    let w = cnn.init(5);
+    let (loss, g) = cnn.loss_and_grads(&w, &batch).unwrap();
+    let mut w64: Vec<Vec<f64>> = w
+        .iter()
+        .map(|l| l.iter().map(|&v| f64::from(v)).collect())
+        .collect();
+    let want = host_cnn_loss(&w64, train_set.shape, hidden, &batch);
+    assert_relative_eq!(loss, want, max_relative = 1e-5);
+    let eps = 1e-5;
+    for l in 0..w64.len() {
+        let n = w64[l].len();
+        let scale = g[l].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for j in 0..12.min(n) {
+            // Spread over the layer: the first coordinates and a stride.
+            let i = (j * 7919) % n;
+            let x = w64[l][i];
+            w64[l][i] = x + eps;
+            let up = host_cnn_loss(&w64, train_set.shape, hidden, &batch);
+            w64[l][i] = x - eps;
+            let down = host_cnn_loss(&w64, train_set.shape, hidden, &batch);
+            w64[l][i] = x;
+            let fd = (up - down) / (2.0 * eps);
+            assert_relative_eq!(
+                f64::from(g[l][i]),
+                fd,
+                epsilon = 1e-4 * f64::from(scale).max(1e-3),
+                max_relative = 1e-3
+            );
+        }
+    }
+    assert!(
+        Model::new(Kind::Cnn, [6, 8], 4).is_err(),
+        "two 2x2 poolings need sides that are multiples of 4"
+    );
+}
+
+/// `--data` parses the three spellings and refuses the rest; a missing
+/// directory is an error that says how to install the package.
+#[test]
+fn data_flag_and_a_missing_directory() {
+    use bench::train::data::Data;
+    assert_eq!("digits".parse::<Data>().unwrap(), Data::Digits);
+    assert_eq!(
+        "fashion-mnist".parse::<Data>().unwrap(),
+        Data::FashionMnist(bench::train::idx::FASHION_MNIST_DIR.into())
+    );
+    assert_eq!(
+        "fashion-mnist=/x".parse::<Data>().unwrap(),
+        Data::FashionMnist("/x".into())
+    );
+    for bad in ["mnist", "fashion-mnist=", "digits=/x", ""] {
+        assert!(bad.parse::<Data>().is_err(), "{bad:?}");
+    }
+    let e = Data::FashionMnist("/nonexistent/fashion".into())
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("apt-get install dataset-fashion-mnist"), "{e}");
+}
+
+/// Zen's statistics of a run stay within their definitions' bounds: the
+/// gradient's density in (0, 1]; for a compressed layer the overlap in
+/// [0, 1] and the densification between 1 and P (the union of P sets of
+/// equal size); NaN for a dense layer. The densities each compressed
+/// layer got are the asked density (k = round(d n) of n), the dense layers
+/// say why (DGC's rule for biases; RedSync's threshold where set).
+#[test]
+fn sparsity_statistics_and_layer_uses() {
+    let (train_set, test_set) = data::split().unwrap();
+    let p = 3;
+    let density = 0.05;
+    let a = TrainArgs {
+        compress_threshold: Some(1000 * 4),
+        ..args(2)
+    };
+    let runs = plan(
+        &train::schemes_named(&["redsync_rgc".into(), "sparcml_topk_sgd".into()]).unwrap(),
+        &[density],
+    );
+    let res = run_threads(p, &runs, &a, &[1], &train_set, &test_set, &|| {}).unwrap();
+    for s in &res {
+        assert_eq!(s.sparsity.len(), 2, "{}", s.run.name());
+        for epoch in &s.sparsity {
+            for (l, x) in s.layers.iter().zip(epoch) {
+                assert!(x.grad_density > 0.0 && x.grad_density <= 1.0, "{x:?}");
+                if l.dense.is_some() {
+                    assert!(x.overlap.is_nan() && x.densification.is_nan(), "{x:?}");
+                    assert_eq!(l.density, 1.0);
+                } else {
+                    assert!((0.0..=1.0).contains(&x.overlap), "{x:?}");
+                    assert!(
+                        x.densification >= 1.0 - 1e-12 && x.densification <= p as f64 + 1e-12,
+                        "{x:?}"
+                    );
+                    let k = (density * l.len as f64).round().max(1.0);
+                    assert_relative_eq!(l.density, k / l.len as f64, max_relative = 1e-12);
+                }
+            }
+        }
+        let why: Vec<Option<&str>> = s.layers.iter().map(|l| l.dense.as_deref()).collect();
+        let rgc = s.run.name() == "redsync_rgc";
+        // fc1.weight: 64 x 32 = 2048 entries, 8192 bytes; fc2.weight: 32 x 10
+        // = 320 entries, 1280 bytes: below RedSync's threshold of 4000 bytes.
+        if let Run::Sparse { .. } = s.run {
+            assert!(why[0].is_none());
+            // RedSync's threshold comes first, DGC's rule after it.
+            let bias = if rgc { "compress_thd" } else { "DGC's rule" };
+            assert!(why[1].unwrap().contains(bias), "{why:?}");
+            assert_eq!(
+                why[2].is_some_and(|w| w.contains("compress_thd")),
+                rgc,
+                "{why:?}"
+            );
+            assert!(why[3].unwrap().contains(bias), "{why:?}");
+        } else {
+            assert!(why.iter().all(|w| w.unwrap().contains("dense")));
         }
     }
 }

@@ -37,8 +37,8 @@ enum Command {
     /// Every sparse allreduce on the same synthetic gradients, against the
     /// dense ring allreduce measured in the same run.
     Allreduce(AllreduceCli),
-    /// Data-parallel training of an MLP on the UCI digits: dense SGD and
-    /// every residual optimizer over its sparse allreduce, test accuracy
+    /// Data-parallel training of an MLP or a CNN on the UCI digits or
+    /// Fashion-MNIST: dense SGD and every residual optimizer over its sparse allreduce, test accuracy
     /// per epoch, bytes per step and time per step, in the same run.
     Train(TrainCli),
     /// Every sparse allreduce at up to 1,024 ranks on a simulated network:
@@ -97,6 +97,10 @@ struct TrainCli {
     /// Seeds to average over (1, 2, ..., seeds).
     #[arg(long, default_value_t = 1)]
     seeds: u64,
+    /// Train on the first N training images only (a short run); the test
+    /// set stays whole.
+    #[arg(long)]
+    train_images: Option<usize>,
     /// Write train.csv and the plots accuracy_vs_epoch.svg and
     /// accuracy_vs_bytes.svg into this directory.
     #[arg(long)]
@@ -319,10 +323,11 @@ fn run_default(json: bool) -> sparse_core::Result<()> {
             densities: vec![0.01],
             schemes: vec!["redsync_rgc".into()],
             seeds: 1,
+            train_images: None,
             out: None,
             args: TrainArgs {
                 epochs: 8,
-                hidden: 64,
+                hidden: Some(64),
                 ..TrainArgs::default()
             },
         },
@@ -599,7 +604,7 @@ fn run_select(backend: BackendKind, a: &SelectArgs, json: bool) -> sparse_core::
 }
 
 fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
-    use bench::train::{self, data, output, run};
+    use bench::train::{output, run};
     if c.seeds == 0 || c.ranks == 0 {
         return Err(sparse_core::Error::invalid(
             "seeds, ranks",
@@ -610,12 +615,18 @@ fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
         sparse_select::k_for_density(1, d)?;
     }
     let runs = run::plan(&bench::train::schemes_named(&c.schemes)?, &c.densities);
-    let (train_set, test_set) = data::split()?;
-    let names: Vec<String> = train::model::Mlp::new(c.args.hidden)
-        .layers()
-        .into_iter()
-        .map(|l| l.name)
-        .collect();
+    let (mut train_set, test_set) = c.args.data.load()?;
+    if let Some(n) = c.train_images {
+        if n == 0 {
+            return Err(sparse_core::Error::invalid(
+                "--train-images",
+                "must be at least 1",
+            ));
+        }
+        train_set = train_set.range(0..n.min(train_set.len()));
+    }
+    let model = c.args.model(train_set.shape)?;
+    let names: Vec<String> = model.layers().into_iter().map(|l| l.name).collect();
     let Some((summaries, name)) = train_on(c, &runs, &train_set, &test_set)? else {
         return Ok(()); // not rank 0
     };
@@ -629,7 +640,7 @@ fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
         }
         return Ok(());
     }
-    print_train(name, c, &rows, train_set.len(), test_set.len());
+    print_train(name, c, &model, &rows, train_set.len(), test_set.len());
     Ok(())
 }
 
@@ -694,23 +705,30 @@ fn train_on(
 fn print_train(
     transport: &str,
     c: &TrainCli,
+    model: &bench::train::model::Model,
     rows: &[bench::train::output::Row],
     train_len: usize,
     test_len: usize,
 ) {
     use bench::train::output;
-    let mlp = bench::train::model::Mlp::new(c.args.hidden);
     let ranks = rows.first().map_or(c.ranks, |r| r.ranks);
     bench::out!(
-        "train: transport {transport}, {ranks} ranks, MLP 64-{}-10 ({} parameters), UCI digits {train_len} train / {test_len} test, batch {} per rank, {} epochs, lr {}, {} seed(s); accuracy is the mean over seeds after the last epoch, each row against its dense counterpart in this run",
-        c.args.hidden,
-        mlp.parameters(),
+        "train: transport {transport}, {ranks} ranks, {} ({} parameters), {} {train_len} train / {test_len} test, batch {} per rank, {} epochs, lr {}, {} seed(s); accuracy is the mean over seeds after the last epoch, each row against its dense counterpart in this run",
+        model.describe(),
+        model.parameters(),
+        c.args.data.name(),
         c.args.batch,
         c.args.epochs,
         c.args.lr,
         c.seeds
     );
     print_table(&output::HEADER, &output::table(rows));
+    bench::out!(
+        "layers (dense and why, or the density each compressed layer got in the last epoch):"
+    );
+    for line in output::layer_lines(rows) {
+        bench::out!("  {line}");
+    }
     if rows.iter().any(|r| !r.identical) {
         bench::out!("WARNING: ranks held different weights in some run");
     }

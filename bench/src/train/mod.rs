@@ -1,10 +1,10 @@
-//! `sparse-bench train`: data-parallel training of an MLP on the UCI digits
-//! with every residual optimizer of `residual-sgd` against dense SGD in the
-//! same run.
+//! `sparse-bench train`: data-parallel training of an MLP or a CNN on the
+//! UCI digits or Fashion-MNIST with every residual optimizer of
+//! `residual-sgd` against dense SGD in the same run.
 //!
 //! Each of `P` ranks (threads, or MPI processes) trains on its own shard of
 //! the training set from the same seed-derived initial weights; gradients
-//! come from `burn` ([`model::Mlp`]) and go through a
+//! come from `burn` ([`model::Model`]) and go through a
 //! [`residual_sgd::Trainer`] and back. A scheme is a residual optimizer
 //! over a sparse allreduce; its dense counterpart is the same optimizer
 //! settings (plain SGD for top-k SGD, momentum SGD for RGC and DGC) with
@@ -17,8 +17,8 @@ pub mod output;
 pub mod run;
 
 use backend_cpu::Cpu;
-use data::Set;
-use model::Mlp;
+use data::{Data, Set};
+use model::{Kind, Model};
 use residual_sgd::{Config, LayerSpec, Rule, StepReport, Trainer, dgc_density};
 use sparse_coll::{Defaults, Registry, SparseAllreduce, Transport};
 use sparse_core::{Error, Result};
@@ -170,10 +170,21 @@ pub struct TrainArgs {
     /// Epochs.
     #[arg(long, default_value_t = TrainArgs::default().epochs)]
     pub epochs: usize,
-    /// Hidden units of the MLP 64 -> hidden -> 10 (2048 for a model of
-    /// millions of parameters, for timing).
-    #[arg(long, default_value_t = TrainArgs::default().hidden)]
-    pub hidden: usize,
+    /// The images: `digits` (embedded), `fashion-mnist` (Debian's
+    /// `dataset-fashion-mnist`, /usr/share/datasets/fashion-mnist) or
+    /// `fashion-mnist=DIR`.
+    #[arg(long, default_value_t = Data::Digits)]
+    pub data: Data,
+    /// The network.
+    #[arg(long, value_enum, default_value_t = Kind::Mlp)]
+    pub model: Kind,
+    /// Units of the hidden fully connected layer. Default: the MLP 128 on
+    /// the digits and 256 on Fashion-MNIST (784-256-10, 203,530
+    /// parameters); the CNN 64 (Fashion-MNIST: 114,314 parameters).
+    /// 2048 makes the digits MLP a model of millions of parameters, for
+    /// timing.
+    #[arg(long)]
+    pub hidden: Option<usize>,
     /// Images per rank per step.
     #[arg(long, default_value_t = TrainArgs::default().batch)]
     pub batch: usize,
@@ -186,12 +197,13 @@ pub struct TrainArgs {
     /// Weight decay of RGC, DGC and their dense counterpart.
     #[arg(long, default_value_t = TrainArgs::default().weight_decay)]
     pub weight_decay: f32,
-    /// RedSync's compress threshold in bytes: layers of at most this
-    /// many bytes go dense (RedSync uses 131072 for ImageNet-size
-    /// layers, which would send every layer of a small MLP dense).
-    /// Biases (one dimension) always go dense, as DGC does.
-    #[arg(long, default_value_t = TrainArgs::default().compress_threshold)]
-    pub compress_threshold: usize,
+    /// RedSync's compress threshold in bytes, for the two RedSync schemes:
+    /// their layers of at most this many bytes go dense. Default:
+    /// RedSync's own 131072 on Fashion-MNIST; 0 on the digits, whose
+    /// every layer is below 131072 (RedSync would send that MLP dense).
+    /// Biases (one dimension) go dense in every scheme, as DGC does.
+    #[arg(long)]
+    pub compress_threshold: Option<usize>,
     /// DGC's clipping constant C (each rank clips its gradient to an L2
     /// norm of C / sqrt(P)).
     #[arg(long, default_value_t = TrainArgs::default().clip)]
@@ -209,18 +221,88 @@ impl Default for TrainArgs {
     fn default() -> Self {
         Self {
             epochs: 40,
-            hidden: 128,
+            data: Data::Digits,
+            model: Kind::Mlp,
+            hidden: None,
             batch: 16,
             lr: 0.1,
             momentum: 0.9,
             weight_decay: 1e-4,
-            compress_threshold: 0,
+            compress_threshold: None,
             clip: 5.0,
             warmup: 4,
             seed: 1,
         }
     }
 }
+
+/// RedSync's compress threshold (Sec. 5.4): 128 KiB.
+pub const REDSYNC_COMPRESS_THRESHOLD: usize = 128 << 10;
+
+impl TrainArgs {
+    /// The hidden layer's units ([`TrainArgs::hidden`] or its default).
+    pub fn hidden(&self) -> usize {
+        self.hidden.unwrap_or(match (&self.data, self.model) {
+            (Data::Digits, Kind::Mlp) => 128,
+            (Data::FashionMnist(_), Kind::Mlp) => 256,
+            (_, Kind::Cnn) => 64,
+        })
+    }
+    /// The compress threshold of the RedSync schemes
+    /// ([`TrainArgs::compress_threshold`] or its default).
+    pub fn redsync_threshold(&self) -> usize {
+        self.compress_threshold.unwrap_or(match self.data {
+            Data::Digits => 0,
+            Data::FashionMnist(_) => REDSYNC_COMPRESS_THRESHOLD,
+        })
+    }
+    /// The model these settings train on images of `shape`.
+    ///
+    /// # Errors
+    /// As [`Model::new`].
+    pub fn model(&self, shape: [usize; 2]) -> Result<Model> {
+        Model::new(self.model, shape, self.hidden())
+    }
+}
+
+/// How one layer went in a run ([`RankRun::layers`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerUse {
+    /// The layer's name.
+    pub name: String,
+    /// Its parameters.
+    pub len: usize,
+    /// Why it went dense (`residual_sgd::KeptDense`'s words), or `None`
+    /// for a compressed layer.
+    pub dense: Option<String>,
+    /// The mean density this rank sent in the last epoch (1 when dense).
+    pub density: f64,
+}
+
+/// Zen's sparsity statistics of one layer in one epoch, means over the
+/// epoch's probe steps ([`PROBES_PER_EPOCH`]) and the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Sparsity {
+    /// Density of the gradient (Zen Def. 2): its entries that are not
+    /// exactly zero over its length, before any selection.
+    pub grad_density: f64,
+    /// Overlap ratio of the selected sets (Zen Def. 3,
+    /// `|I_a ∩ I_b| / min(|I_a|, |I_b|)`), mean over pairs of ranks; NaN
+    /// for a dense layer.
+    pub overlap: f64,
+    /// Densification ratio of the selected sets (Zen Def. 4: the union's
+    /// size over the mean size); NaN for a dense layer.
+    pub densification: f64,
+}
+
+/// Steps of each epoch at which every rank gathers its gradients' nonzero
+/// counts and selected sets for [`Sparsity`] (outside the timed step and
+/// its counted traffic).
+pub const PROBES_PER_EPOCH: usize = 4;
+
+/// Images of the training set (its first ones) whose loss is reported
+/// after each epoch.
+pub const TRAIN_LOSS_IMAGES: usize = 10_000;
 
 /// One rank's record of a run.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -233,19 +315,50 @@ pub struct RankRun {
     pub weight_hash: Vec<u64>,
     /// Bytes this rank sent, per step.
     pub bytes_sent: Vec<u64>,
-    /// Per step: select, communicate, apply, in milliseconds.
-    pub phases: Vec<[f64; 3]>,
+    /// Per step: forward and backward, select, communicate, apply, in
+    /// milliseconds.
+    pub phases: Vec<[f64; 4]>,
     /// Which layers went dense.
     pub dense_layers: Vec<bool>,
+    /// How each layer went.
+    pub layers: Vec<LayerUse>,
+    /// Per epoch and layer, Zen's statistics (rank 0 only; empty
+    /// elsewhere).
+    pub sparsity: Vec<Vec<Sparsity>>,
     /// The final weights.
     pub weights: Vec<Vec<f32>>,
 }
 
-/// The optimizer settings a run uses.
+/// The optimizer settings a run uses: [`config_with_threshold`] with
+/// RedSync's compress threshold ([`TrainArgs::redsync_threshold`]) for
+/// the two RedSync schemes and none for the others, whose papers have no
+/// such rule.
 ///
 /// # Errors
 /// Invalid settings.
 pub fn config(run: &Run, a: &TrainArgs) -> Result<Config> {
+    let threshold = match run {
+        Run::Sparse { scheme, .. }
+            if matches!(scheme.family, Family::Rgc | Family::RgcQuantized) =>
+        {
+            a.redsync_threshold()
+        }
+        _ => 0,
+    };
+    config_with_threshold(run, a, threshold)
+}
+
+/// The optimizer settings of `run` with layers of at most
+/// `compress_threshold` bytes dense, and biases (one dimension) dense in
+/// every scheme (DGC's rule).
+///
+/// # Errors
+/// Invalid settings.
+pub fn config_with_threshold(
+    run: &Run,
+    a: &TrainArgs,
+    compress_threshold: usize,
+) -> Result<Config> {
     let rgc = Rule::Rgc {
         momentum: a.momentum,
         nesterov: false,
@@ -264,7 +377,7 @@ pub fn config(run: &Run, a: &TrainArgs) -> Result<Config> {
             // Biases go dense in every scheme (DGC's rule, as this
             // benchmark has always run them; `dense_layers` reports it).
             let cfg = Config::new(a.lr, *density, rule)?
-                .compress_threshold(a.compress_threshold)
+                .compress_threshold(compress_threshold)
                 .compress_min_dims(2);
             match scheme.family {
                 Family::RgcQuantized => cfg.quantized()?,
@@ -312,11 +425,11 @@ pub fn layer_collective(run: &Run, output: bool) -> &'static str {
     }
 }
 
-/// The optimizer of `run` for `mlp`: RadixTopK selection and each layer's
-/// collective (TopkA for the dense runs and for the output layer of
-/// RedSync's quantized mode), from the initial weights of `a.seed`.
-fn trainer(run: &Run, a: &TrainArgs, mlp: &Mlp) -> Result<Trainer<Cpu, RadixTopK>> {
-    let layers = mlp.layers();
+/// The optimizer of `run` for `model`: RadixTopK selection and each
+/// layer's collective (TopkA for the dense runs and for the output layer
+/// of RedSync's quantized mode), from the initial weights of `a.seed`.
+fn trainer(run: &Run, a: &TrainArgs, model: &Model) -> Result<Trainer<Cpu, RadixTopK>> {
+    let layers = model.layers();
     let cfg = config(run, a)?;
     let density = run.density();
     let last = layers.len() - 1;
@@ -324,8 +437,104 @@ fn trainer(run: &Run, a: &TrainArgs, mlp: &Mlp) -> Result<Trainer<Cpu, RadixTopK
         let spec = layer_collective(run, l.name == layers[last].name);
         Registry::builtin().build(spec, Defaults::density(density)?)
     };
-    let w0 = mlp.init(a.seed);
+    let w0 = model.init(a.seed);
     Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)
+}
+
+/// How each layer of `run` goes: dense and why, or compressed at the
+/// density `sent` (per layer, summed over the last epoch's `steps`).
+fn layer_uses(
+    run: &Run,
+    a: &TrainArgs,
+    layers: &[LayerSpec],
+    sent: &[f64],
+    steps: usize,
+) -> Result<Vec<LayerUse>> {
+    let cfg = config(run, a)?;
+    Ok(layers
+        .iter()
+        .zip(sent)
+        .map(|(l, &s)| LayerUse {
+            name: l.name.clone(),
+            len: l.len,
+            dense: cfg.kept_dense(l).map(|k| k.to_string()),
+            density: s / steps.max(1) as f64,
+        })
+        .collect())
+}
+
+/// Gathers every rank's nonzero counts of `grads` and selected sets of
+/// `rep` (outside the step's counted traffic) and, on rank 0, adds this
+/// probe's [`Sparsity`] of each layer to `acc`.
+fn probe(
+    t: &mut dyn Transport,
+    grads: &[Vec<f32>],
+    rep: &StepReport,
+    acc: &mut [Sparsity],
+) -> Result<()> {
+    let mut bytes = Vec::new();
+    for (l, g) in grads.iter().enumerate() {
+        let nnz = g.iter().filter(|x| **x != 0.0).count() as u64;
+        bytes.extend(nnz.to_le_bytes());
+        let idx: &[u32] = match rep.layers.get(l) {
+            Some(r) if r.compressed => rep.sent[l].indices(),
+            _ => &[],
+        };
+        bytes.extend((idx.len() as u64).to_le_bytes());
+        bytes.extend(idx.iter().flat_map(|i| i.to_le_bytes()));
+    }
+    let all = sparse_coll::dense::bruck_allgather(t, &bytes)?;
+    if t.rank() != 0 {
+        return Ok(());
+    }
+    let short = || Error::invalid("train", "a rank sent a short sparsity probe");
+    let p = all.len();
+    let mut at = vec![0usize; p];
+    let mut take = |r: usize, n: usize| -> Result<&[u8]> {
+        let b = all[r].get(at[r]..at[r] + n).ok_or_else(short)?;
+        at[r] += n;
+        Ok(b)
+    };
+    for (l, g) in grads.iter().enumerate() {
+        let mut sets: Vec<Vec<u32>> = Vec::with_capacity(p);
+        let mut nnz = 0u64;
+        for r in 0..p {
+            let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+            nnz += word(take(r, 8)?);
+            let n = usize::try_from(word(take(r, 8)?)).map_err(|_| short())?;
+            let raw = take(r, n.checked_mul(4).ok_or_else(short)?)?;
+            sets.push(
+                raw.chunks_exact(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                    .collect(),
+            );
+        }
+        let a = &mut acc[l];
+        a.grad_density += nnz as f64 / (p * g.len().max(1)) as f64;
+        if sets.iter().all(Vec::is_empty) {
+            a.overlap = f64::NAN;
+            a.densification = f64::NAN;
+            continue;
+        }
+        let (mut sum, mut pairs) = (0.0, 0usize);
+        for i in 0..p {
+            for j in i + 1..p {
+                sum += sparse_core::stats::overlap_ratio(&sets[i], &sets[j]);
+                pairs += 1;
+            }
+        }
+        a.overlap += if pairs == 0 { 1.0 } else { sum / pairs as f64 };
+        let mean = sets.iter().map(Vec::len).sum::<usize>() as f64 / p as f64;
+        let mut union: Vec<u32> = sets.concat();
+        union.sort_unstable();
+        union.dedup();
+        a.densification += if mean == 0.0 {
+            0.0
+        } else {
+            union.len() as f64 / mean
+        };
+    }
+    Ok(())
 }
 
 /// Trains one rank: every rank of `t` calls it with the same arguments.
@@ -343,11 +552,12 @@ pub fn train_rank(
     on_step: &(dyn Fn() + Sync),
 ) -> Result<RankRun> {
     let (p, rank) = (t.size(), t.rank());
-    if a.batch == 0 || a.hidden == 0 {
+    if a.batch == 0 || a.hidden() == 0 {
         return Err(Error::invalid("batch, hidden", "must be at least 1"));
     }
-    let mlp = Mlp::new(a.hidden);
-    let mut tr = trainer(run, a, &mlp)?;
+    let model = a.model(train.shape)?;
+    let mut tr = trainer(run, a, &model)?;
+    let layers = model.layers();
     let mine = shard(train, rank, p);
     let steps = steps_per_epoch(mine.len(), a.batch);
     if steps == 0 {
@@ -360,38 +570,60 @@ pub fn train_rank(
             ),
         ));
     }
+    let loss_set = train.range(0..train.len().min(TRAIN_LOSS_IMAGES));
+    let probe_every = steps.div_ceil(PROBES_PER_EPOCH);
     let mut out = RankRun {
         dense_layers: tr.compressed().iter().map(|c| !c).collect(),
         ..RankRun::default()
     };
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut sent = vec![0.0; layers.len()];
     for epoch in 0..a.epochs {
         if let Run::Sparse { scheme, density } = run
             && scheme.family == Family::Dgc
         {
             tr.set_density(dgc_density(epoch, *density, a.warmup))?;
         }
+        sent.iter_mut().for_each(|s| *s = 0.0);
+        let mut stats = vec![Sparsity::default(); layers.len()];
+        let mut probes = 0usize;
         let order = data::permutation(mine.len(), order_seed(a.seed, epoch, rank));
         for s in 0..steps {
             let rows = &order[s * a.batch..(s + 1) * a.batch];
             let batch = mine.rows(rows);
             let w = tr.weights()?;
-            let (_, grads) = mlp.loss_and_grads(&w, &batch)?;
+            let clock = std::time::Instant::now();
+            let (_, grads) = model.loss_and_grads(&w, &batch)?;
+            let grad = clock.elapsed();
             let rep: StepReport = tr.step(t, &grads)?;
             out.bytes_sent.push(rep.traffic.bytes_sent);
             out.phases
-                .push([ms(rep.select), ms(rep.communicate), ms(rep.apply)]);
+                .push([ms(grad), ms(rep.select), ms(rep.communicate), ms(rep.apply)]);
+            for (acc, l) in sent.iter_mut().zip(&rep.layers) {
+                *acc += l.density();
+            }
+            if s % probe_every == 0 {
+                probe(t, &grads, &rep, &mut stats)?;
+                probes += 1;
+            }
             on_step();
         }
         let w = tr.weights()?;
         out.weight_hash.push(weight_hash(&w));
         if rank == 0 {
-            let (loss, _) = mlp.evaluate(&w, train)?;
-            let (_, acc) = mlp.evaluate(&w, test)?;
+            let (loss, _) = model.evaluate(&w, &loss_set)?;
+            let (_, acc) = model.evaluate(&w, test)?;
             out.train_loss.push(loss);
             out.test_acc.push(acc);
+            for x in &mut stats {
+                x.grad_density /= probes as f64;
+                x.overlap /= probes as f64;
+                x.densification /= probes as f64;
+            }
+            out.sparsity.push(stats);
         }
     }
+    out.layers = layer_uses(run, a, &layers, &sent, steps)?;
     out.weights = tr.weights()?;
     Ok(out)
 }
@@ -403,8 +635,8 @@ pub fn train_rank(
 /// # Errors
 /// The model's errors.
 pub fn full_batch_sgd(a: &TrainArgs, p: usize, train: &Set, steps: usize) -> Result<Vec<Vec<f32>>> {
-    let mlp = Mlp::new(a.hidden);
-    let mut w = mlp.init(a.seed);
+    let model = a.model(train.shape)?;
+    let mut w = model.init(a.seed);
     let shards: Vec<Set> = (0..p).map(|r| shard(train, r, p)).collect();
     let orders: Vec<Vec<usize>> = (0..p)
         .map(|r| data::permutation(shards[r].len(), order_seed(a.seed, 0, r)))
@@ -417,7 +649,14 @@ pub fn full_batch_sgd(a: &TrainArgs, p: usize, train: &Set, steps: usize) -> Res
             x.extend(b.x);
             y.extend(b.y);
         }
-        let (_, g) = mlp.loss_and_grads(&w, &Set { x, y })?;
+        let (_, g) = model.loss_and_grads(
+            &w,
+            &Set {
+                x,
+                y,
+                shape: train.shape,
+            },
+        )?;
         for (wl, gl) in w.iter_mut().zip(g) {
             for (wi, gi) in wl.iter_mut().zip(gl) {
                 *wi -= a.lr * gi;

@@ -1,60 +1,225 @@
-//! The MLP of `sparse-bench train` (64 -> hidden -> 10, ReLU, softmax
-//! cross-entropy) as a `burn` module on the `Flex` CPU backend with
-//! autodiff. The weights live outside the model, as flat `f32` buffers
-//! owned by the optimizer: each step loads them into the module and takes
-//! the gradients out, both through `residual_sgd::burn`.
+//! The models of `sparse-bench train` as `burn` modules on the `Flex` CPU
+//! backend with autodiff: an MLP (`input -> hidden -> 10`, ReLU) and a CNN
+//! (two 5x5 convolutions with ReLU and 2x2 max pooling, then a hidden
+//! fully connected layer and the 10-way output), both with softmax
+//! cross-entropy. The weights live outside the model, as flat `f32`
+//! buffers owned by the optimizer: each step loads them into the module
+//! and takes the gradients out, both through `residual_sgd::burn`.
 
-use super::data::{CLASSES, FEATURES, Set};
+use super::data::{CLASSES, Set};
 use burn::module::Module;
-use burn::nn::{Linear, LinearConfig};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::tensor::activation::{log_softmax, relu};
 use burn::tensor::{Device, Tensor, TensorData};
 use rand::{Rng as _, SeedableRng};
 use residual_sgd::LayerSpec;
 use sparse_core::{Error, Result};
 
-/// The network: two linear layers (`weight` is `[d_input, d_output]`, so
+/// The CNN's convolution channels (first, second).
+pub const CNN_CHANNELS: [usize; 2] = [16, 32];
+/// The CNN's convolution kernel (square).
+pub const CNN_KERNEL: usize = 5;
+
+/// Which network `sparse-bench train` trains (`--model`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Kind {
+    /// `input -> hidden -> 10`, ReLU.
+    #[default]
+    Mlp,
+    /// conv 5x5 (16) -> ReLU -> pool 2 -> conv 5x5 (32) -> ReLU -> pool 2
+    /// -> hidden -> ReLU -> 10.
+    Cnn,
+}
+
+/// The MLP: two linear layers (`weight` is `[d_input, d_output]`, so
 /// `h = relu(x W1 + b1)`).
 #[derive(Module, Debug)]
-pub struct Net {
+pub struct MlpNet {
     fc1: Linear,
     fc2: Linear,
 }
 
+/// The CNN: convolutions padded to keep the image size, each followed by
+/// ReLU and a 2x2 max pooling, then two linear layers.
+#[derive(Module, Debug)]
+pub struct CnnNet {
+    conv1: Conv2d,
+    conv2: Conv2d,
+    pool: MaxPool2d,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+/// Either network (dispatching `residual_sgd::burn`'s functions, which
+/// take one module type).
+#[derive(Debug, Clone)]
+pub enum Net {
+    /// The MLP.
+    Mlp(Box<MlpNet>),
+    /// The CNN.
+    Cnn(Box<CnnNet>),
+}
+
 impl Net {
-    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        self.fc2.forward(relu(self.fc1.forward(x)))
+    fn layers(&self) -> Vec<LayerSpec> {
+        match self {
+            Net::Mlp(m) => residual_sgd::burn::layers(&**m),
+            Net::Cnn(c) => residual_sgd::burn::layers(&**c),
+        }
+    }
+    fn load(&self, w: &[Vec<f32>]) -> Result<Net> {
+        Ok(match self {
+            Net::Mlp(m) => Net::Mlp(Box::new(residual_sgd::burn::load((**m).clone(), w)?)),
+            Net::Cnn(c) => Net::Cnn(Box::new(residual_sgd::burn::load((**c).clone(), w)?)),
+        })
+    }
+    fn no_grad(self) -> Net {
+        match self {
+            Net::Mlp(m) => Net::Mlp(Box::new(m.no_grad())),
+            Net::Cnn(c) => Net::Cnn(Box::new(c.no_grad())),
+        }
+    }
+    fn gradients(&self, g: &burn::tensor::Gradients) -> Result<Vec<Vec<f32>>> {
+        match self {
+            Net::Mlp(m) => residual_sgd::burn::gradients(&**m, g),
+            Net::Cnn(c) => residual_sgd::burn::gradients(&**c, g),
+        }
+    }
+    fn forward(&self, x: Tensor<2>, shape: [usize; 2]) -> Tensor<2> {
+        match self {
+            Net::Mlp(m) => m.fc2.forward(relu(m.fc1.forward(x))),
+            Net::Cnn(c) => {
+                let n = x.dims()[0];
+                let x = x.reshape([n, 1, shape[0], shape[1]]);
+                let x = c.pool.forward(relu(c.conv1.forward(x)));
+                let x = c.pool.forward(relu(c.conv2.forward(x)));
+                let x: Tensor<2> = x.flatten(1, 3);
+                c.fc2.forward(relu(c.fc1.forward(x)))
+            }
+        }
     }
 }
 
-/// The MLP and its device.
+/// A network, its input shape and its device.
 #[derive(Debug, Clone)]
-pub struct Mlp {
+pub struct Model {
+    kind: Kind,
+    shape: [usize; 2],
     hidden: usize,
     device: Device,
     net: Net,
+    /// Per layer, the fan-in of its initialisation.
+    fan_in: Vec<usize>,
 }
 
-impl Mlp {
-    /// An MLP of `hidden` units (its weights come from [`Mlp::init`] or the
-    /// optimizer).
-    pub fn new(hidden: usize) -> Self {
+impl Model {
+    /// The MLP `features -> hidden -> 10`.
+    pub fn mlp(features: usize, hidden: usize) -> Self {
+        Self::new(Kind::Mlp, [1, features], hidden).expect("an MLP takes any shape")
+    }
+
+    /// A network of `kind` for images of `shape` (rows, columns) with
+    /// `hidden` units in its hidden fully connected layer (its weights
+    /// come from [`Model::init`] or the optimizer).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a zero size, or a CNN whose image
+    /// sides are not multiples of 4 (two 2x2 poolings).
+    pub fn new(kind: Kind, shape: [usize; 2], hidden: usize) -> Result<Self> {
+        let features = shape[0] * shape[1];
+        if features == 0 || hidden == 0 {
+            return Err(Error::invalid(
+                "model",
+                "image and hidden sizes must be at least 1",
+            ));
+        }
         let device = Device::flex().autodiff();
-        let net = Net {
-            fc1: LinearConfig::new(FEATURES, hidden).init(&device),
-            fc2: LinearConfig::new(hidden, CLASSES).init(&device),
+        let [c1, c2] = CNN_CHANNELS;
+        let k = CNN_KERNEL;
+        let (net, fan_in) = match kind {
+            Kind::Mlp => (
+                Net::Mlp(Box::new(MlpNet {
+                    fc1: LinearConfig::new(features, hidden).init(&device),
+                    fc2: LinearConfig::new(hidden, CLASSES).init(&device),
+                })),
+                vec![features, features, hidden, hidden],
+            ),
+            Kind::Cnn => {
+                if !shape[0].is_multiple_of(4) || !shape[1].is_multiple_of(4) {
+                    return Err(Error::invalid(
+                        "model",
+                        format!("the CNN needs image sides that are multiples of 4, not {shape:?}"),
+                    ));
+                }
+                let flat = c2 * (shape[0] / 4) * (shape[1] / 4);
+                let pad = PaddingConfig2d::Explicit(k / 2, k / 2, k / 2, k / 2);
+                let conv = |i: usize, o: usize| {
+                    Conv2dConfig::new([i, o], [k, k])
+                        .with_padding(pad.clone())
+                        .init(&device)
+                };
+                (
+                    Net::Cnn(Box::new(CnnNet {
+                        conv1: conv(1, c1),
+                        conv2: conv(c1, c2),
+                        pool: MaxPool2dConfig::new([2, 2]).init(),
+                        fc1: LinearConfig::new(flat, hidden).init(&device),
+                        fc2: LinearConfig::new(hidden, CLASSES).init(&device),
+                    })),
+                    vec![
+                        k * k,
+                        k * k,
+                        c1 * k * k,
+                        c1 * k * k,
+                        flat,
+                        flat,
+                        hidden,
+                        hidden,
+                    ],
+                )
+            }
         };
-        Self {
+        let m = Self {
+            kind,
+            shape,
             hidden,
             device,
             net,
+            fan_in,
+        };
+        debug_assert_eq!(m.layers().len(), m.fan_in.len());
+        Ok(m)
+    }
+
+    /// The network's kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// A one-line description (`MLP 784-256-10`, `CNN 28x28 conv5x5(16)
+    /// pool conv5x5(32) pool 1568-64-10`).
+    pub fn describe(&self) -> String {
+        let f = self.shape[0] * self.shape[1];
+        match self.kind {
+            Kind::Mlp => format!("MLP {f}-{}-{CLASSES}", self.hidden),
+            Kind::Cnn => {
+                let [c1, c2] = CNN_CHANNELS;
+                let k = CNN_KERNEL;
+                let flat = c2 * f / 16;
+                format!(
+                    "CNN {}x{} conv{k}x{k}({c1}) pool2 conv{k}x{k}({c2}) pool2 {flat}-{}-{CLASSES}",
+                    self.shape[0], self.shape[1], self.hidden
+                )
+            }
         }
     }
 
-    /// The layers, in the order of the weights and gradients
-    /// (`fc1.weight`, `fc1.bias`, `fc2.weight`, `fc2.bias`).
+    /// The layers, in the order of the weights and gradients (the
+    /// modules' fields in order, weight before bias).
     pub fn layers(&self) -> Vec<LayerSpec> {
-        residual_sgd::burn::layers(&self.net)
+        self.net.layers()
     }
 
     /// Parameters in all.
@@ -62,18 +227,16 @@ impl Mlp {
         self.layers().iter().map(|l| l.len).sum()
     }
 
-    /// Initial weights from `seed`, drawn as PyTorch's `nn.Linear` draws
-    /// them: uniform in `±1/sqrt(fan_in)` for weights and biases.
+    /// Initial weights from `seed`, drawn as PyTorch's `nn.Linear` and
+    /// `nn.Conv2d` draw them: uniform in `±1/sqrt(fan_in)` for weights and
+    /// biases (`fan_in` is a linear layer's inputs, a convolution's input
+    /// channels times its kernel's area).
     pub fn init(&self, seed: u64) -> Vec<Vec<f32>> {
         let mut rng = super::Rng::seed_from_u64(seed);
         self.layers()
             .iter()
-            .map(|l| {
-                let fan_in = if l.name.starts_with("fc1") {
-                    FEATURES
-                } else {
-                    self.hidden
-                };
+            .zip(&self.fan_in)
+            .map(|(l, &fan_in)| {
                 let bound = 1.0 / (fan_in as f32).sqrt();
                 (0..l.len)
                     .map(|_| rng.random_range(-bound..bound))
@@ -82,17 +245,17 @@ impl Mlp {
             .collect()
     }
 
-    fn logits(&self, w: &[Vec<f32>], set: &Set) -> Result<(Net, Tensor<2>)> {
-        if set.x.len() != set.len() * FEATURES || set.is_empty() {
-            return Err(Error::invalid("batch", "empty or not 64 pixels per image"));
+    fn logits(&self, net: &Net, set: &Set) -> Result<Tensor<2>> {
+        let f = self.shape[0] * self.shape[1];
+        if set.x.len() != set.len() * f || set.features() != f || set.is_empty() {
+            return Err(Error::invalid(
+                "batch",
+                format!("empty or not {f} pixels per image"),
+            ));
         }
-        let net = residual_sgd::burn::load(self.net.clone(), w)?;
-        let x = Tensor::<2>::from_data(
-            TensorData::new(set.x.clone(), [set.len(), FEATURES]),
-            &self.device,
-        );
-        let logits = net.forward(x);
-        Ok((net, logits))
+        let x =
+            Tensor::<2>::from_data(TensorData::new(set.x.clone(), [set.len(), f]), &self.device);
+        Ok(net.forward(x, self.shape))
     }
 
     /// Mean softmax cross-entropy of `set` under `w` and its gradient for
@@ -102,35 +265,48 @@ impl Mlp {
     /// [`Error::InvalidParameter`] or [`Error::LengthMismatch`] for weights
     /// or a batch that do not fit.
     pub fn loss_and_grads(&self, w: &[Vec<f32>], set: &Set) -> Result<(f64, Vec<Vec<f32>>)> {
-        let (net, logits) = self.logits(w, set)?;
+        let net = self.net.load(w)?;
+        let logits = self.logits(&net, set)?;
         let loss = cross_entropy(logits, set, &self.device);
         let grads = loss.backward();
-        let g = residual_sgd::burn::gradients(&net, &grads)?;
+        let g = net.gradients(&grads)?;
         Ok((scalar(loss)?, g))
     }
 
-    /// Mean cross-entropy and accuracy of `w` on `set`.
+    /// Mean cross-entropy and accuracy of `w` on `set`, in chunks of at
+    /// most [`EVAL_CHUNK`] images (without autodiff's graph).
     ///
     /// # Errors
-    /// As [`Mlp::loss_and_grads`].
+    /// As [`Model::loss_and_grads`].
     pub fn evaluate(&self, w: &[Vec<f32>], set: &Set) -> Result<(f64, f64)> {
-        let (_, logits) = self.logits(w, set)?;
-        let pred: Vec<i64> = logits
-            .clone()
-            .argmax(1)
-            .into_data()
-            .convert::<i64>()
-            .try_into_vec::<i64>()
-            .map_err(|e| Error::invalid("burn", format!("{e:?}")))?;
-        let correct = pred
-            .iter()
-            .zip(&set.y)
-            .filter(|(p, y)| **p == i64::from(**y))
-            .count();
-        let loss = scalar(cross_entropy(logits, set, &self.device))?;
-        Ok((loss, correct as f64 / set.len() as f64))
+        let net = self.net.load(w)?.no_grad();
+        if set.is_empty() {
+            return Err(Error::invalid("evaluate", "an empty set"));
+        }
+        let (mut loss, mut correct) = (0.0, 0usize);
+        for start in (0..set.len()).step_by(EVAL_CHUNK) {
+            let chunk = set.range(start..(start + EVAL_CHUNK).min(set.len()));
+            let logits = self.logits(&net, &chunk)?;
+            let pred: Vec<i64> = logits
+                .clone()
+                .argmax(1)
+                .into_data()
+                .convert::<i64>()
+                .try_into_vec::<i64>()
+                .map_err(|e| Error::invalid("burn", format!("{e:?}")))?;
+            correct += pred
+                .iter()
+                .zip(&chunk.y)
+                .filter(|(p, y)| **p == i64::from(**y))
+                .count();
+            loss += scalar(cross_entropy(logits, &chunk, &self.device))? * chunk.len() as f64;
+        }
+        Ok((loss / set.len() as f64, correct as f64 / set.len() as f64))
     }
 }
+
+/// Images per forward pass in [`Model::evaluate`].
+pub const EVAL_CHUNK: usize = 1000;
 
 /// `-mean_i log softmax(logits_i)[y_i]`, through a one-hot mask.
 fn cross_entropy(logits: Tensor<2>, set: &Set, device: &Device) -> Tensor<1> {

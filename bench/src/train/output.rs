@@ -2,8 +2,8 @@
 //! over seeds) with its dense counterpart from the same run, as a table,
 //! JSON lines, a CSV and two SVG plots.
 
-use super::Run;
 use super::run::Summary;
+use super::{LayerUse, Run};
 use sparse_core::{Error, Result};
 use std::path::Path;
 
@@ -26,11 +26,13 @@ pub struct Row {
     pub train_loss: Vec<f64>,
     /// Mean bytes per step of the busiest rank.
     pub bytes_per_step: f64,
-    /// Median select, communicate, apply and step milliseconds (mean over
-    /// seeds).
-    pub phase_ms: [f64; 4],
+    /// Median forward-and-backward, select, communicate, apply and step
+    /// milliseconds (mean over seeds).
+    pub phase_ms: [f64; 5],
     /// Layers that went dense.
     pub dense_layers: Vec<String>,
+    /// How each layer went (the first seed's).
+    pub layers: Vec<LayerUse>,
     /// Identical weights on every rank after every epoch, in every seed.
     pub identical: bool,
 }
@@ -61,13 +63,14 @@ pub fn rows(summaries: &[Summary], layer_names: &[String]) -> Vec<Row> {
                         test_acc: vec![0.0; s.test_acc.len()],
                         train_loss: vec![0.0; s.train_loss.len()],
                         bytes_per_step: 0.0,
-                        phase_ms: [0.0; 4],
+                        phase_ms: [0.0; 5],
                         dense_layers: layer_names
                             .iter()
                             .zip(&s.dense_layers)
                             .filter(|(_, d)| **d)
                             .map(|(n, _)| n.clone())
                             .collect(),
+                        layers: s.layers.clone(),
                         identical: true,
                     },
                     0,
@@ -114,9 +117,12 @@ pub fn json(row: &Row, rows: &[Row], transport: &str) -> serde_json::Value {
         "test_acc": row.test_acc, "train_loss": row.train_loss,
         "bytes_per_step": row.bytes_per_step, "dense_bytes_per_step": dense.bytes_per_step,
         "bytes_ratio": row.bytes_per_step / dense.bytes_per_step,
-        "select_ms": row.phase_ms[0], "comm_ms": row.phase_ms[1], "apply_ms": row.phase_ms[2],
-        "step_ms": row.phase_ms[3], "dense_step_ms": dense.phase_ms[3],
+        "grad_ms": row.phase_ms[0], "select_ms": row.phase_ms[1], "comm_ms": row.phase_ms[2],
+        "apply_ms": row.phase_ms[3], "step_ms": row.phase_ms[4], "dense_step_ms": dense.phase_ms[4],
         "dense_layers": row.dense_layers, "identical_weights": row.identical,
+        "layers": row.layers.iter().map(|l| serde_json::json!({
+            "name": l.name, "len": l.len, "dense_because": l.dense, "density": l.density,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -137,7 +143,8 @@ pub fn table(rows: &[Row]) -> Vec<Vec<String>> {
                 format!("{:.3}", r.phase_ms[1]),
                 format!("{:.3}", r.phase_ms[2]),
                 format!("{:.3}", r.phase_ms[3]),
-                format!("{:.2}", r.phase_ms[3] / d.phase_ms[3]),
+                format!("{:.3}", r.phase_ms[4]),
+                format!("{:.2}", r.phase_ms[4] / d.phase_ms[4]),
                 if r.dense_layers.is_empty() {
                     "-".into()
                 } else {
@@ -149,7 +156,7 @@ pub fn table(rows: &[Row]) -> Vec<Vec<String>> {
 }
 
 /// The table's header.
-pub const HEADER: [&str; 13] = [
+pub const HEADER: [&str; 14] = [
     "scheme",
     "collective",
     "density",
@@ -157,6 +164,7 @@ pub const HEADER: [&str; 13] = [
     "gap_pts",
     "bytes/step",
     "x_dense_bytes",
+    "grad_ms",
     "select_ms",
     "comm_ms",
     "apply_ms",
@@ -169,9 +177,56 @@ fn io(e: impl std::fmt::Display) -> Error {
     Error::invalid("--out", e.to_string())
 }
 
-/// Writes `train.csv` (one line per scheme, density, seed and epoch) and
-/// the plots `accuracy_vs_epoch.svg` and `accuracy_vs_bytes.svg` (means
-/// over seeds, one line per scheme and density) into `dir`.
+/// The lines saying, per sparse run, which layers went dense and why and
+/// the density each compressed layer got.
+pub fn layer_lines(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter(|r| matches!(r.run, Run::Sparse { .. }))
+        .map(|r| {
+            let parts: Vec<String> = r
+                .layers
+                .iter()
+                .map(|l| match &l.dense {
+                    Some(why) => format!("{} ({}) dense: {why}", l.name, l.len),
+                    None => format!("{} ({}) at density {:.4}", l.name, l.len, l.density),
+                })
+                .collect();
+            format!("{} {}: {}", r.run.name(), r.density, parts.join("; "))
+        })
+        .collect()
+}
+
+/// `sparsity.csv`: Zen's statistics per run, seed, epoch and layer.
+pub fn sparsity_csv(summaries: &[Summary]) -> String {
+    let mut csv = String::from(
+        "scheme,density,seed,epoch,layer,len,compressed,grad_density,overlap,densification\n",
+    );
+    for s in summaries {
+        for (e, layers) in s.sparsity.iter().enumerate() {
+            for (l, x) in s.layers.iter().zip(layers) {
+                csv.push_str(&format!(
+                    "{},{},{},{},{},{},{},{},{},{}\n",
+                    s.run.name(),
+                    s.run.density(),
+                    s.seed,
+                    e + 1,
+                    l.name,
+                    l.len,
+                    l.dense.is_none(),
+                    x.grad_density,
+                    x.overlap,
+                    x.densification
+                ));
+            }
+        }
+    }
+    csv
+}
+
+/// Writes `train.csv` (one line per scheme, density, seed and epoch),
+/// `sparsity.csv` ([`sparsity_csv`]) and the plots `accuracy_vs_epoch.svg`
+/// and `accuracy_vs_bytes.svg` (means over seeds, one line per scheme and
+/// density) into `dir`.
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] naming what could not be written.
@@ -197,6 +252,7 @@ pub fn write(dir: &Path, summaries: &[Summary], rows: &[Row]) -> Result<()> {
         }
     }
     std::fs::write(dir.join("train.csv"), csv).map_err(io)?;
+    std::fs::write(dir.join("sparsity.csv"), sparsity_csv(summaries)).map_err(io)?;
     let steps = summaries
         .first()
         .map_or(0, |s| s.steps / s.test_acc.len().max(1));

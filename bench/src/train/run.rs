@@ -1,7 +1,7 @@
 //! Runs of `sparse-bench train` on a transport, summarised over ranks.
 
 use super::data::Set;
-use super::{Family, RankRun, Run, Scheme, TrainArgs, train_rank};
+use super::{Family, LayerUse, RankRun, Run, Scheme, Sparsity, TrainArgs, train_rank};
 use sparse_coll::Transport;
 use sparse_coll::dense::bruck_allgather;
 use sparse_core::{Error, Result};
@@ -22,11 +22,15 @@ pub struct Summary {
     pub train_loss: Vec<f64>,
     /// Mean bytes sent per step by the busiest rank.
     pub bytes_per_step: f64,
-    /// Median milliseconds per step of select, communicate and apply, and
-    /// of their sum, on the slowest rank.
-    pub phase_ms: [f64; 4],
+    /// Median milliseconds per step of forward and backward, select,
+    /// communicate and apply, and of their sum, on the slowest rank.
+    pub phase_ms: [f64; 5],
     /// Which layers went dense.
     pub dense_layers: Vec<bool>,
+    /// How each layer went (rank 0's densities).
+    pub layers: Vec<LayerUse>,
+    /// Zen's statistics per epoch and layer (on rank 0; empty elsewhere).
+    pub sparsity: Vec<Vec<Sparsity>>,
     /// Whether every rank held bitwise-identical weights after every epoch.
     pub identical: bool,
     /// Steps taken.
@@ -58,10 +62,11 @@ pub fn run_on(
     let steps = mine.bytes_sent.len();
     let mean_bytes = mine.bytes_sent.iter().sum::<u64>() as f64 / steps.max(1) as f64;
     let col = |i: usize| median(mine.phases.iter().map(|p| p[i]).collect());
-    let total = median(mine.phases.iter().map(|p| p[0] + p[1] + p[2]).collect());
+    let total = median(mine.phases.iter().map(|p| p.iter().sum()).collect());
     // What every rank needs of the others: its figures, its weight hashes,
     // and rank 0's accuracy and loss.
-    let mut local: Vec<f64> = vec![mean_bytes, col(0), col(1), col(2), total];
+    let mut local: Vec<f64> = vec![mean_bytes, col(0), col(1), col(2), col(3), total];
+    let figures = local.len();
     let mut bytes: Vec<u8> = local.iter().flat_map(|x| x.to_le_bytes()).collect();
     bytes.extend(mine.weight_hash.iter().flat_map(|h| h.to_le_bytes()));
     for x in mine.test_acc.iter().chain(&mine.train_loss) {
@@ -72,19 +77,19 @@ pub fn run_on(
     let epochs = mine.weight_hash.len();
     let mut identical = true;
     for b in &all {
-        if b.len() < 8 * (5 + epochs) {
+        if b.len() < 8 * (figures + epochs) {
             return Err(Error::invalid("train", "a rank sent a short summary"));
         }
         for (i, m) in local.iter_mut().enumerate() {
             *m = m.max(f64::from_le_bytes(word(b, i)));
         }
         let hashes: Vec<u64> = (0..epochs)
-            .map(|e| u64::from_le_bytes(word(b, 5 + e)))
+            .map(|e| u64::from_le_bytes(word(b, figures + e)))
             .collect();
         identical &= hashes == mine.weight_hash;
     }
     let root = &all[0];
-    let tail: Vec<f64> = (5 + epochs..root.len() / 8)
+    let tail: Vec<f64> = (figures + epochs..root.len() / 8)
         .map(|i| f64::from_le_bytes(word(root, i)))
         .collect();
     let (test_acc, train_loss) = tail.split_at(tail.len() / 2);
@@ -95,8 +100,10 @@ pub fn run_on(
         test_acc: test_acc.to_vec(),
         train_loss: train_loss.to_vec(),
         bytes_per_step: local[0],
-        phase_ms: [local[1], local[2], local[3], local[4]],
+        phase_ms: [local[1], local[2], local[3], local[4], local[5]],
         dense_layers: mine.dense_layers.clone(),
+        layers: mine.layers.clone(),
+        sparsity: mine.sparsity.clone(),
         identical,
         steps,
     };
