@@ -38,6 +38,7 @@ pub mod generate;
 pub mod hash;
 pub mod qsgd;
 pub mod sparse;
+pub mod state;
 pub mod stats;
 mod stream;
 #[cfg(feature = "testing")]

@@ -65,7 +65,8 @@ macro_rules! selector_test_suite {
                 block_and_bucket_equal_their_per_block_oracles, bad_parameters_are_an_error,
                 every_selector_keeps_its_promise,
                 policy_picks_by_size_and_alternates_when_quantized, large_inputs_up_to_2_pow_22,
-                zen_partitioner_loses_nothing_and_agrees_across_ranks, selection_becomes_a_sparse_vec);
+                zen_partitioner_loses_nothing_and_agrees_across_ranks, selection_becomes_a_sparse_vec,
+                state_restores_the_next_selections);
         )+
     };
     (@element $make:expr, $elem:ident; $($name:ident),* $(,)?) => {
@@ -87,6 +88,7 @@ pub use trimmed::TrimmedTopK;
 pub use zen::{ZenPartition, ZenPartitioner};
 
 use sparse_core::backend::first_non_finite;
+use sparse_core::state::State;
 use sparse_core::{Backend, BufferOps, Element, Result, Scalar, SparseVec};
 
 /// A selected communication set, on the device.
@@ -127,6 +129,27 @@ pub trait Selector<B: Backend<E>, E: Element> {
     /// [`Error::KOutOfRange`](sparse_core::Error::KOutOfRange) if `k > len`; [`Error::NonFinite`](sparse_core::Error::NonFinite) on NaN or
     /// infinity; backend errors.
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>>;
+    /// What this selector keeps across calls, as data
+    /// ([`sparse_core::state`]), so that a fresh selector given it by
+    /// [`Selector::load_state`] makes the same next selections as this one.
+    /// The default, for selectors that keep nothing: the stateless state.
+    ///
+    /// # Errors
+    /// None by default; a selector's own if reading its state fails.
+    fn save_state(&self) -> Result<State> {
+        Ok(State::stateless())
+    }
+    /// Restores what [`Selector::save_state`] saved. Everything is checked
+    /// before anything is assigned: on an error the selector is unchanged.
+    /// The default accepts only the stateless state.
+    ///
+    /// # Errors
+    /// [`sparse_core::Error::Corrupt`] naming the kind and the entry that
+    /// disagrees (another selector's state, a setting that differs, a
+    /// missing or mistyped entry).
+    fn load_state(&mut self, state: &State) -> Result<()> {
+        state.expect_stateless(&self.name())
+    }
 }
 
 /// A boxed selector selects as the one inside, so that a selector chosen at
@@ -137,6 +160,12 @@ impl<B: Backend<E>, E: Element, S: Selector<B, E> + ?Sized> Selector<B, E> for B
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
         (**self).select(b, x, k)
+    }
+    fn save_state(&self) -> Result<State> {
+        (**self).save_state()
+    }
+    fn load_state(&mut self, state: &State) -> Result<()> {
+        (**self).load_state(state)
     }
 }
 

@@ -1,7 +1,8 @@
 //! RedSync's per-layer selection policy (Alg. 5).
 
 use crate::{RadixTopK, Selection, Selector, ThresholdReuse, TrimmedTopK};
-use sparse_core::{Backend, Element, KeyOrder, Result};
+use sparse_core::state::{Scope, State};
+use sparse_core::{Backend, Element, Error, KeyOrder, Result};
 
 /// Which method the policy used for a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +65,38 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for Policy<E> {
         } else {
             "policy".into()
         }
+    }
+    /// The quantized alternation's next side ([`Scope::Shared`]: every
+    /// rank alternates alike), the settings (checked on load) and the
+    /// threshold reuse of large layers (a child).
+    fn save_state(&self) -> Result<State> {
+        let mut s = State::new("sparse_select::Policy", 1);
+        s.put_bool("top_next", Scope::Shared, self.top_next)
+            .put_bool("quantize", Scope::Shared, self.quantize)
+            .put_u64("thsd1", Scope::Shared, self.thsd1 as u64)
+            .put_u64("thsd2", Scope::Shared, self.thsd2 as u64)
+            .put_child("reuse", self.reuse.state());
+        Ok(s)
+    }
+    fn load_state(&mut self, s: &State) -> Result<()> {
+        s.expect("sparse_select::Policy", 1)?;
+        let saved = (s.bool("quantize")?, s.u64("thsd1")?, s.u64("thsd2")?);
+        if saved != (self.quantize, self.thsd1 as u64, self.thsd2 as u64) {
+            return Err(Error::corrupt(
+                "training state",
+                format!(
+                    "sparse_select::Policy: saved with (quantize, thsd1, thsd2) = {saved:?}, this policy has {:?}",
+                    (self.quantize, self.thsd1, self.thsd2)
+                ),
+            ));
+        }
+        let top_next = s.bool("top_next")?;
+        // Check the child on a copy, so that an error leaves self unchanged.
+        let mut reuse = self.reuse.clone();
+        reuse.load(s.child("reuse")?)?;
+        self.top_next = top_next;
+        self.reuse = reuse;
+        Ok(())
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
         let bytes = b.len(x) * E::BYTES;

@@ -833,3 +833,101 @@ pub fn selection_becomes_a_sparse_vec<B: Backend<E>, E: Element>(b: &B) {
         }
     }
 }
+
+/// A selection as bits: indices, values, count, threshold.
+type Bits = (Vec<u32>, Vec<u64>, usize, Option<u64>);
+
+/// The selections of `calls` calls of `s` on drifting inputs of `n`
+/// elements (the `from`-th input onwards), with `k = n / 100`.
+fn run_calls<B: Backend<E>, E: Element>(
+    b: &B,
+    s: &mut dyn Selector<B, E>,
+    n: usize,
+    from: u64,
+    calls: u64,
+) -> Vec<Bits> {
+    (from..from + calls)
+        .map(|step| {
+            // Same distribution, new draws; every fourth call rescaled, so
+            // that a reused threshold goes stale and a search runs again.
+            let std = if step % 4 == 3 { 50.0 } else { 1.0 };
+            let x: Vec<E> = dense_values(n, ValueDist::Normal { std }, 300 + step);
+            let sel = host(b, s.select(b, &b.upload(&x).unwrap(), n / 100).unwrap());
+            (
+                sel.indices,
+                sel.values.iter().map(|v| v.to_bits_u64()).collect(),
+                sel.count,
+                sel.threshold.map(f64::to_bits),
+            )
+        })
+        .collect()
+}
+
+/// One check of the suite (see the module doc): a selector's state
+/// ([`Selector::save_state`]) loaded into a fresh one makes the fresh one
+/// select, bit for bit, what the saved one selects next, for every
+/// stateful selector (threshold reuse, the sampled threshold, RedSync's
+/// policy in both modes) and through a `Box<dyn Selector>`; a state of
+/// another kind, or one saved under other settings, is an error that
+/// leaves the selector unchanged; a stateless selector saves the
+/// stateless state and refuses any other.
+pub fn state_restores_the_next_selections<B: Backend<E>, E: Element>(b: &B) {
+    let n = 1 << 14;
+    let large = || {
+        let mut p = Policy::<E>::new(false);
+        (p.thsd1, p.thsd2) = (0, 0); // every call a threshold search with reuse
+        p
+    };
+    type Make<B, E> = Box<dyn Fn() -> Box<dyn Selector<B, E>>>;
+    let makes: Vec<(&str, Make<B, E>)> = vec![
+        ("reuse", Box::new(|| Box::new(ThresholdReuse::<E>::new(3)))),
+        (
+            "sampled",
+            Box::new(|| Box::new(SampledThreshold::default())),
+        ),
+        ("policy", Box::new(move || Box::new(large()))),
+        (
+            "policy_quantized",
+            Box::new(|| Box::new(Policy::<E>::new(true))),
+        ),
+        ("radix", Box::new(|| Box::new(RadixTopK::magnitude()))),
+    ];
+    for (name, make) in &makes {
+        let mut a = make();
+        run_calls(b, &mut *a, n, 0, 5);
+        let saved = a.save_state().unwrap();
+        assert_eq!(saved.is_stateless(), *name == "radix", "{name}");
+        let mut fresh = make();
+        fresh.load_state(&saved).unwrap();
+        assert!(fresh.save_state().unwrap().same_bits(&saved), "{name}");
+        let want = run_calls(b, &mut *a, n, 5, 6);
+        let got = run_calls(b, &mut *fresh, n, 5, 6);
+        assert_eq!(got, want, "{name}: the restored selector selects otherwise");
+        if *name != "radix" {
+            // Without the state, a fresh selector differs somewhere (so the
+            // check above is not vacuous)...
+            let mut blank = make();
+            let before = blank.save_state().unwrap();
+            assert!(!before.same_bits(&saved), "{name}");
+            // ...and a state of another kind is refused, changing nothing.
+            for (other, make_other) in &makes {
+                if other == name || (name.starts_with("policy") && other.starts_with("policy")) {
+                    continue;
+                }
+                let e = blank.load_state(&make_other().save_state().unwrap());
+                assert!(e.is_err(), "{name} took {other}'s state");
+                assert!(blank.save_state().unwrap().same_bits(&before), "{name}");
+            }
+        }
+    }
+    // Settings are checked: a reuse interval or a policy mode that differs.
+    let mut r = ThresholdReuse::<E>::new(4);
+    let saved = Selector::<B, E>::save_state(&ThresholdReuse::<E>::new(3)).unwrap();
+    let e = Selector::<B, E>::load_state(&mut r, &saved).unwrap_err();
+    assert!(e.to_string().contains("interval"), "{e}");
+    let saved = Selector::<B, E>::save_state(&Policy::<E>::new(true)).unwrap();
+    let e = Selector::<B, E>::load_state(&mut Policy::<E>::new(false), &saved).unwrap_err();
+    assert!(e.to_string().contains("quantize"), "{e}");
+    let e = Selector::<B, E>::load_state(&mut RadixTopK::magnitude(), &saved).unwrap_err();
+    assert!(e.to_string().contains("keeps no state"), "{e}");
+}

@@ -4,6 +4,7 @@
 use crate::radix::{in_input, refine, top_k};
 use crate::{Selection, Selector, check_k, empty, kth_key, selection, stats, to_threshold};
 use sparse_core::backend::{check_finite_buffer, first_non_finite};
+use sparse_core::state::{Scope, State};
 use sparse_core::{Backend, CounterRng, Element, Error, KeyOrder, Result};
 
 /// The exact fallback: every element whose magnitude is at least the k-th
@@ -148,6 +149,64 @@ impl<E> ThresholdReuse<E> {
     }
 }
 
+impl<E: Element> ThresholdReuse<E> {
+    /// The state's kind.
+    pub const KIND: &'static str = "sparse_select::ThresholdReuse";
+
+    /// The state ([`Selector::save_state`]): the reused threshold and the
+    /// calls since its search (both this rank's: [`Scope::Local`]), the
+    /// counters, and the interval (a setting, checked on load).
+    pub fn state(&self) -> State {
+        let mut s = State::new(Self::KIND, 1);
+        s.put_u64("interval", Scope::Shared, self.interval as u64)
+            .put_opt_u64(
+                "threshold",
+                Scope::Local,
+                self.threshold.map(E::to_bits_u64),
+            )
+            .put_u64("since_search", Scope::Local, self.since_search as u64)
+            .put_u64("searches", Scope::Local, self.searches as u64)
+            .put_u64("reuses", Scope::Local, self.reuses as u64);
+        s
+    }
+
+    /// Restores [`ThresholdReuse::state`]'s state.
+    ///
+    /// # Errors
+    /// As [`Selector::load_state`]; an interval that differs from this
+    /// selector's.
+    pub fn load(&mut self, s: &State) -> Result<()> {
+        s.expect(Self::KIND, 1)?;
+        let interval = s.u64("interval")?;
+        if interval != self.interval as u64 {
+            return Err(Error::corrupt(
+                "training state",
+                format!(
+                    "{}: the saved reuse interval is {interval}, this selector's {}",
+                    Self::KIND,
+                    self.interval
+                ),
+            ));
+        }
+        let count = |name: &str| -> Result<usize> {
+            usize::try_from(s.u64(name)?).map_err(|_| {
+                Error::corrupt(
+                    "training state",
+                    format!("{}: {name} does not fit", Self::KIND),
+                )
+            })
+        };
+        let threshold = s.opt_u64("threshold")?.map(E::from_bits_u64);
+        let (since_search, searches, reuses) =
+            (count("since_search")?, count("searches")?, count("reuses")?);
+        self.threshold = threshold;
+        self.since_search = since_search;
+        self.searches = searches;
+        self.reuses = reuses;
+        Ok(())
+    }
+}
+
 impl<E> Default for ThresholdReuse<E> {
     fn default() -> Self {
         Self::new(5)
@@ -157,6 +216,12 @@ impl<E> Default for ThresholdReuse<E> {
 impl<B: Backend<E>, E: Element> Selector<B, E> for ThresholdReuse<E> {
     fn name(&self) -> String {
         "threshold_bsearch_reuse".into()
+    }
+    fn save_state(&self) -> Result<State> {
+        Ok(self.state())
+    }
+    fn load_state(&mut self, s: &State) -> Result<()> {
+        self.load(s)
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
         sparse_core::backend::resolve_non_finite_in(
@@ -225,9 +290,46 @@ impl Default for SampledThreshold {
     }
 }
 
+impl SampledThreshold {
+    /// The state's kind.
+    pub const KIND: &'static str = "sparse_select::SampledThreshold";
+}
+
 impl<B: Backend<E>, E: Element> Selector<B, E> for SampledThreshold {
     fn name(&self) -> String {
         "sampled_threshold".into()
+    }
+    /// The sample's seed, advanced alike on every rank that started from
+    /// the same value ([`Scope::Shared`]), the re-selection counter, and
+    /// the settings `rate` and `min_sample` (checked on load).
+    fn save_state(&self) -> Result<State> {
+        let mut s = State::new(Self::KIND, 1);
+        s.put_u64("seed", Scope::Shared, self.seed)
+            .put_u64("reselections", Scope::Local, self.reselections as u64)
+            .put_f64("rate", Scope::Shared, self.rate)
+            .put_u64("min_sample", Scope::Shared, self.min_sample as u64);
+        Ok(s)
+    }
+    fn load_state(&mut self, s: &State) -> Result<()> {
+        s.expect(Self::KIND, 1)?;
+        let (rate, min_sample) = (s.f64("rate")?, s.u64("min_sample")?);
+        if rate.to_bits() != self.rate.to_bits() || min_sample != self.min_sample as u64 {
+            return Err(Error::corrupt(
+                "training state",
+                format!(
+                    "{}: saved with rate {rate} and min_sample {min_sample}, this selector has {} and {}",
+                    Self::KIND,
+                    self.rate,
+                    self.min_sample
+                ),
+            ));
+        }
+        let seed = s.u64("seed")?;
+        let reselections = usize::try_from(s.u64("reselections")?)
+            .map_err(|_| Error::corrupt("training state", "reselections does not fit"))?;
+        self.seed = seed;
+        self.reselections = reselections;
+        Ok(())
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
         sparse_core::backend::resolve_non_finite_in(
