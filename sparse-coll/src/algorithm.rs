@@ -13,6 +13,7 @@
 
 use crate::{Entered, Profile, Reduced, Transport};
 use sparse_core::cost::Cost;
+use sparse_core::state::State;
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -69,6 +70,30 @@ pub trait SparseAllreduce<E: Element>: Send {
     /// across calls, and for those whose state every rank derives alike
     /// from the results alone.
     fn reset(&mut self) {}
+    /// What this instance keeps across calls, as data
+    /// ([`sparse_core::state`]): a fresh instance of the same spec given it
+    /// by [`SparseAllreduce::load_state`] makes the same next calls, bit
+    /// for bit, as this one. State that depends on the number of ranks or
+    /// on one rank's data has [`sparse_core::state::Scope::Local`], so that
+    /// a reshard drops it. Buffers kept only for speed are not state. The
+    /// default, for algorithms whose [`SparseAllreduce::reset`] does
+    /// nothing: the stateless state.
+    ///
+    /// # Errors
+    /// None by default.
+    fn save_state(&self) -> Result<State> {
+        Ok(State::stateless())
+    }
+    /// Restores what [`SparseAllreduce::save_state`] saved. Everything is
+    /// checked before anything is assigned: on an error the instance is
+    /// unchanged. The state saved right after [`SparseAllreduce::reset`]
+    /// loads as `reset`. The default accepts only the stateless state.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] naming the kind and the entry that disagrees.
+    fn load_state(&mut self, state: &State) -> Result<()> {
+        state.expect_stateless(&self.name())
+    }
     /// The rounds rank `r` of `p` takes in a first call of this instance
     /// (the entry agreement excluded), where they follow from `p` and `r`
     /// alone; `None` (the default) where they do not. The collective suite
@@ -482,4 +507,61 @@ pub(crate) fn is_name(s: &str) -> bool {
 /// from the number of ranks.
 pub(crate) fn teams_param(params: &mut Params) -> Result<Option<usize>> {
     params.take::<usize>("d")
+}
+
+/// Saves each of `parts` as the child `{prefix}{i}` of `s` (the state of
+/// an algorithm made of others).
+pub(crate) fn save_parts<E: Element>(
+    s: &mut State,
+    prefix: &str,
+    parts: &[&dyn SparseAllreduce<E>],
+) -> Result<()> {
+    for (i, p) in parts.iter().enumerate() {
+        s.put_child(format!("{prefix}{i}"), p.save_state()?);
+    }
+    Ok(())
+}
+
+/// Loads the children `{prefix}{i}` of `s` into `parts`, all or none: the
+/// number of children must be the number of parts, and where one part
+/// refuses its state the parts loaded before it get their previous state
+/// back, so that an error changes nothing.
+pub(crate) fn load_parts<E: Element>(
+    s: &State,
+    prefix: &str,
+    parts: &mut [&mut (dyn SparseAllreduce<E> + 'static)],
+) -> Result<()> {
+    let saved = s
+        .children()
+        .filter(|(n, _)| {
+            n.strip_prefix(prefix)
+                .is_some_and(|i| i.parse::<usize>().is_ok())
+        })
+        .count();
+    if saved != parts.len() {
+        return Err(Error::corrupt(
+            "training state",
+            format!(
+                "{}: {saved} saved parts {prefix}*, this instance has {}",
+                s.kind(),
+                parts.len()
+            ),
+        ));
+    }
+    let undo = parts
+        .iter()
+        .map(|p| p.save_state())
+        .collect::<Result<Vec<State>>>()?;
+    for i in 0..parts.len() {
+        if let Err(e) = s
+            .child(&format!("{prefix}{i}"))
+            .and_then(|c| parts[i].load_state(c))
+        {
+            for (p, u) in parts[..i].iter_mut().zip(&undo) {
+                p.load_state(u)?;
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
 }

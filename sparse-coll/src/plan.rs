@@ -1,11 +1,14 @@
 //! The [`Auto`] planner, which runs whichever of its candidates the cost
 //! model finds cheapest for a call's [`Profile`].
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
+use crate::algorithm::{
+    Catalog, Defaults, Params, Registered, SparseAllreduce, is_name, load_parts, save_parts,
+};
 use crate::entry::{agree_sharing, entry_id};
 use crate::profile::Profile;
 use crate::{Entered, Reduced, Transport};
 use sparse_core::cost::Cost;
+use sparse_core::state::{Scope, State};
 use sparse_core::{Element, Error, Result, SparseVec};
 /// The network constants [`Auto`] assumes when none are given: 5 us per
 /// message and 0.4 ns per 32-bit word (10 GB/s), a fast cluster
@@ -182,6 +185,48 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         for c in &mut self.candidates {
             c.reset();
         }
+    }
+    /// The call count, the last choice and the densification estimate
+    /// (all from the profiles of this rank count: [`Scope::Local`]), and
+    /// every candidate's state (children `cand.0`, `cand.1`, ...).
+    fn save_state(&self) -> Result<State> {
+        let mut s = State::new("sparse_coll::Auto", 1);
+        s.put_u64("calls", Scope::Local, self.calls)
+            .put_opt_u64("last", Scope::Local, self.last.map(|l| l as u64))
+            .put_opt_u64(
+                "densification",
+                Scope::Local,
+                self.densification.map(f64::to_bits),
+            );
+        let parts: Vec<&dyn SparseAllreduce<E>> = self.candidates.iter().map(|c| &**c).collect();
+        save_parts(&mut s, "cand.", &parts)?;
+        Ok(s)
+    }
+    fn load_state(&mut self, s: &State) -> Result<()> {
+        s.expect("sparse_coll::Auto", 1)?;
+        let calls = s.u64("calls")?;
+        let last = match s.opt_u64("last")? {
+            Some(l) if (l as usize) < self.candidates.len() => Some(l as usize),
+            Some(l) => {
+                return Err(Error::corrupt(
+                    "training state",
+                    format!(
+                        "sparse_coll::Auto: last choice {l} of {} candidates",
+                        self.candidates.len()
+                    ),
+                ));
+            }
+            None => None,
+        };
+        let densification = s.opt_u64("densification")?.map(f64::from_bits);
+        let mut parts: Vec<&mut (dyn SparseAllreduce<E> + 'static)> =
+            self.candidates.iter_mut().map(|c| &mut **c).collect();
+        load_parts(s, "cand.", &mut parts)?;
+        self.calls = calls;
+        self.last = last;
+        self.densification = densification;
+        self.pending = None;
+        Ok(())
     }
     fn name(&self) -> String {
         "auto".into()

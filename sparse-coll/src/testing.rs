@@ -314,10 +314,51 @@ pub fn collective_suite_for(
             };
             check_outcome(t, &ctx, &outcome, &red)?;
         }
+        check_state(t, registry, spec, defaults, algo.as_mut(), &ins[r], &ctx)?;
         runs += 1;
     }
     check_nothing_unread(t, spec)?;
     Ok(runs)
+}
+
+/// The suite's check of an instance's state
+/// ([`crate::SparseAllreduce::save_state`]) after its calls: a fresh
+/// instance of `spec` given the state makes the same next call as `algo`,
+/// bit for bit (result and dropped); a state the instance refuses is
+/// none of this; and after [`crate::SparseAllreduce::reset`] its state is
+/// a fresh instance's.
+///
+/// # Errors
+/// Transport errors and the algorithm's errors. Failed checks panic.
+fn check_state(
+    t: &mut dyn Transport,
+    registry: &Registry<f32>,
+    spec: &str,
+    defaults: Defaults,
+    algo: &mut dyn crate::SparseAllreduce<f32>,
+    input: &SparseVec<f32>,
+    ctx: &str,
+) -> Result<()> {
+    let saved = algo.save_state()?;
+    let mut restored = registry.build(spec, defaults)?;
+    let fresh = restored.save_state()?;
+    restored.load_state(&saved)?;
+    assert!(
+        restored.save_state()?.same_bits(&saved),
+        "{ctx}: the restored instance saves another state"
+    );
+    let want = algo.allreduce(t, input)?;
+    let got = restored.allreduce(t, input)?;
+    assert!(
+        same_bits(&got.result, &want.result) && same_bits(&got.dropped, &want.dropped),
+        "{ctx}: a fresh instance given the saved state calls otherwise than the saved one"
+    );
+    algo.reset();
+    assert!(
+        algo.save_state()?.same_bits(&fresh),
+        "{ctx}: after reset the state is not a fresh instance's"
+    );
+    Ok(())
 }
 
 /// Whether two vectors are equal bit for bit.

@@ -108,3 +108,72 @@ fn sending_first_on_both_sides_times_out_with_synchronous_sends() {
         }
     }
 }
+
+/// The suite's state check is not vacuous: for each collective that keeps
+/// state across calls (QSGD's call counter, Ok-Topk's thresholds and
+/// regions, B-SAG's h, the planner's choice and its candidates), a fresh
+/// instance without the state makes a different fourth call than the
+/// instance that made three, and the same one with the state; a state
+/// refused (another algorithm's) leaves the instance as it was.
+#[test]
+fn stateful_collectives_need_their_state() {
+    use sparse_core::generate::GradientSpec;
+    let registry = Registry::<f32>::builtin();
+    let p = 4;
+    for spec in [
+        "dsar_qsgd:bits=2",
+        "ok_topk:period=8",
+        "spardl_bsag:d=2",
+        "hierarchical:node=2,inter=dsar_qsgd",
+    ] {
+        let defaults = sparse_coll::Defaults::density(0.02).unwrap();
+        let out = ThreadCluster::new(p).run(|t| {
+            let r = sparse_coll::Transport::rank(t);
+            let mut algo = registry.build(spec, defaults)?;
+            let mut last = None;
+            for call in 0..4u64 {
+                let g = GradientSpec {
+                    overlap: 0.3,
+                    ..GradientSpec::new(4000, 0.05, 10 + call)
+                }
+                .generate::<f32>(p)?;
+                if call < 3 {
+                    algo.allreduce(t, &g[r])?;
+                    continue;
+                }
+                let saved = algo.save_state()?;
+                assert!(!saved.is_stateless(), "{spec}");
+                let mut blank = registry.build(spec, defaults)?;
+                let before = blank.save_state()?;
+                let other = registry.build("ok_topk", defaults)?.save_state()?;
+                if !spec.starts_with("ok_topk") {
+                    assert!(blank.load_state(&other).is_err(), "{spec}");
+                    assert!(blank.save_state()?.same_bits(&before), "{spec}");
+                }
+                let mut restored = registry.build(spec, defaults)?;
+                restored.load_state(&saved)?;
+                let want = algo.allreduce(t, &g[r])?;
+                let with = restored.allreduce(t, &g[r])?;
+                let without = blank.allreduce(t, &g[r])?;
+                let bits = |v: &sparse_core::SparseVec<f32>| {
+                    (
+                        v.indices().to_vec(),
+                        v.values().iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    )
+                };
+                assert_eq!(bits(&with.result), bits(&want.result), "{spec}");
+                assert_eq!(bits(&with.dropped), bits(&want.dropped), "{spec}");
+                last = Some(
+                    bits(&without.result) != bits(&want.result)
+                        || bits(&without.dropped) != bits(&want.dropped),
+                );
+            }
+            Ok::<_, sparse_core::Error>(last.unwrap())
+        });
+        let differs: Vec<bool> = out.into_iter().collect::<Result<_, _>>().unwrap();
+        assert!(
+            differs.iter().any(|&d| d),
+            "{spec}: the state changed nothing"
+        );
+    }
+}

@@ -2,13 +2,16 @@
 //! collective within each node, one across nodes on each rank's shard, and
 //! an allgather within each node, built on [`crate::Group`].
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
+use crate::algorithm::{
+    Catalog, Defaults, Params, Registered, SparseAllreduce, is_name, load_parts, save_parts,
+};
 use crate::dense::bruck_allgather;
 use crate::entry::{enter, entry_id};
 use crate::frame::{put_block, take_block};
 use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Group, Reduced, Transport};
 use sparse_core::cost::{Cost, ceil_log2};
+use sparse_core::state::State;
 use sparse_core::{Element, Error, Result, SparseVec};
 
 /// The registry name, from which the entry id derives.
@@ -180,6 +183,22 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
     fn reset(&mut self) {
         self.intra.reset();
         self.inter.iter_mut().for_each(|a| a.reset());
+    }
+    /// Its parts' states: the intra-node algorithm (child `part.0`) and
+    /// each shard's inter-node instance (`part.1`, ...). Which shards a
+    /// rank drives depends on the rank count, so a reshard rebuilds them.
+    fn save_state(&self) -> Result<State> {
+        let mut s = State::new("sparse_coll::Hierarchical", 1);
+        let mut parts: Vec<&dyn SparseAllreduce<E>> = vec![&*self.intra];
+        parts.extend(self.inter.iter().map(|a| &**a));
+        save_parts(&mut s, "part.", &parts)?;
+        Ok(s)
+    }
+    fn load_state(&mut self, s: &State) -> Result<()> {
+        s.expect("sparse_coll::Hierarchical", 1)?;
+        let mut parts: Vec<&mut (dyn SparseAllreduce<E> + 'static)> = vec![&mut *self.intra];
+        parts.extend(self.inter.iter_mut().map(|a| &mut **a));
+        load_parts(s, "part.", &mut parts)
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         let fields = [

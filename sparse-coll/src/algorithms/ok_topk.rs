@@ -12,6 +12,7 @@ use crate::profile::{Profile, bytes_cost};
 use crate::scratch::{Scratch, Work, add_into, copy_into};
 use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
+use sparse_core::state::{Scope, State};
 use sparse_core::stats::even_start;
 use sparse_core::topk::split_topk_into;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
@@ -423,6 +424,46 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         self.local = None;
         self.global = None;
         self.bounds.clear();
+    }
+    /// The call count, both thresholds and the region bounds: all depend
+    /// on the rank count or on this rank's data ([`Scope::Local`]).
+    fn save_state(&self) -> Result<State> {
+        let mut s = State::new("sparse_coll::OkTopk", 1);
+        s.put_u64("calls", Scope::Local, self.calls)
+            .put_opt_u64("local", Scope::Local, self.local)
+            .put_opt_u64("global", Scope::Local, self.global)
+            .put(
+                "bounds",
+                Scope::Local,
+                sparse_core::state::Tensor::U64(self.bounds.iter().map(|&b| b as u64).collect()),
+            );
+        Ok(s)
+    }
+    fn load_state(&mut self, s: &State) -> Result<()> {
+        s.expect("sparse_coll::OkTopk", 1)?;
+        let (calls, local, global) = (s.u64("calls")?, s.opt_u64("local")?, s.opt_u64("global")?);
+        let bounds = s
+            .u64s("bounds")?
+            .iter()
+            .map(|&b| usize::try_from(b))
+            .collect::<std::result::Result<Vec<usize>, _>>()
+            .map_err(|_| {
+                Error::corrupt(
+                    "training state",
+                    "sparse_coll::OkTopk: a bound does not fit",
+                )
+            })?;
+        if bounds.windows(2).any(|w| w[0] > w[1]) {
+            return Err(Error::corrupt(
+                "training state",
+                "sparse_coll::OkTopk: region bounds out of order",
+            ));
+        }
+        self.calls = calls;
+        self.local = local;
+        self.global = global;
+        self.bounds = bounds;
+        Ok(())
     }
     fn name(&self) -> String {
         NAME.into()

@@ -13,6 +13,7 @@ use crate::values::{WireValues, values_param};
 use crate::{Entered, Group, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
+use sparse_core::state::{Scope, State};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::topk::split_topk_into;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
@@ -967,6 +968,39 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         self.step = f64::NAN;
         self.flag = false;
         self.last_count = None;
+    }
+    /// Alg. 2's `h`, its step and flag, and the last count: they depend
+    /// on the rank count ([`Scope::Local`]).
+    fn save_state(&self) -> Result<State> {
+        let mut s = State::new("sparse_coll::SpardlBsag", 1);
+        s.put_f64("h", Scope::Local, self.h)
+            .put_f64("step", Scope::Local, self.step)
+            .put_bool("flag", Scope::Local, self.flag)
+            .put_opt_u64(
+                "last_count",
+                Scope::Local,
+                self.last_count.map(|c| c as u64),
+            );
+        Ok(s)
+    }
+    fn load_state(&mut self, s: &State) -> Result<()> {
+        s.expect("sparse_coll::SpardlBsag", 1)?;
+        let (h, step, flag) = (s.f64("h")?, s.f64("step")?, s.bool("flag")?);
+        let last_count = s
+            .opt_u64("last_count")?
+            .map(usize::try_from)
+            .transpose()
+            .map_err(|_| {
+                Error::corrupt(
+                    "training state",
+                    "sparse_coll::SpardlBsag: last_count does not fit",
+                )
+            })?;
+        self.h = h;
+        self.step = step;
+        self.flag = flag;
+        self.last_count = last_count;
+        Ok(())
     }
     fn name(&self) -> String {
         BSAG_NAME.into()

@@ -13,6 +13,7 @@ use crate::{Entered, Traffic, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
+use sparse_core::state::{Scope, State};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
 use std::borrow::Cow;
@@ -259,6 +260,18 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     /// Restarts the call count that seeds QSGD's draws.
     fn reset(&mut self) {
         self.calls = 0;
+    }
+    /// The call count that seeds QSGD's draws, advanced alike on every
+    /// rank ([`Scope::Shared`]).
+    fn save_state(&self) -> Result<State> {
+        let mut s = State::new("sparse_coll::DsarSplitAllgather", 1);
+        s.put_u64("calls", Scope::Shared, self.calls);
+        Ok(s)
+    }
+    fn load_state(&mut self, s: &State) -> Result<()> {
+        s.expect("sparse_coll::DsarSplitAllgather", 1)?;
+        self.calls = s.u64("calls")?;
+        Ok(())
     }
     fn name(&self) -> String {
         if self.qsgd.is_some() {
