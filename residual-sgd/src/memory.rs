@@ -4,7 +4,8 @@
 //! and puts back whatever quantization or the collective cut.
 
 use crate::Rule;
-use sparse_core::{Backend, Result, SparseVec};
+use sparse_core::state::{Scope, State};
+use sparse_core::{Backend, Error, Result, SparseVec};
 
 /// The memory of one compressed layer, replaceable
 /// ([`crate::Trainer::with_memory`]). Everything lives in backend buffers.
@@ -44,7 +45,37 @@ pub trait Memory<B: Backend<f32>>: Send {
         let val = b.upload(back.values())?;
         b.scatter_add(self.accumulator_mut(), &idx, &val)
     }
+    /// What this memory keeps across steps, as data
+    /// ([`sparse_core::state`]). The default saves the accumulator as `v`
+    /// ([`Scope::Summed`]: a rank's share of the gradient mass not applied
+    /// yet), which is the whole state of a memory whose only buffer it is;
+    /// a memory with more state (a momentum) overrides both methods.
+    ///
+    /// # Errors
+    /// Backend errors.
+    fn save_state(&self, b: &B) -> Result<State> {
+        let mut s = State::new(MEMORY, 1);
+        s.put_f32s("v", Scope::Summed, &b.download(self.accumulator())?);
+        Ok(s)
+    }
+    /// Restores what [`Memory::save_state`] saved: checked first (kind,
+    /// version, length), then the accumulator replaced whole, bit for bit.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] naming what disagrees; backend errors.
+    fn load_state(&mut self, b: &B, s: &State) -> Result<()> {
+        s.expect(MEMORY, 1)?;
+        let v = b.upload(s.f32s("v", b.len(self.accumulator()))?)?;
+        *self.accumulator_mut() = v;
+        Ok(())
+    }
 }
+
+/// The state kind of [`Memory`]'s default state (an accumulator alone).
+pub const MEMORY: &str = "residual_sgd::Memory";
+
+/// The state kind of [`Momentum`]'s state.
+pub const MOMENTUM: &str = "residual_sgd::Momentum";
 
 /// Plain error feedback: `V += gain g`. SparCML's top-k SGD uses
 /// `gain = lr` (`acc = eps + lr g`); RGC without momentum `gain = 1`.
@@ -133,6 +164,46 @@ impl<B: Backend<f32>> Memory<B> for Momentum<B> {
         if self.masking {
             b.mask(&mut self.u, indices)?;
         }
+        Ok(())
+    }
+    /// The residual `v` and the momentum `u`, both [`Scope::Summed`]: `u`
+    /// is a rank's running sum of its gradients, which flows linearly into
+    /// `v`, so summing it over ranks keeps what the ranks will still add.
+    /// The settings (momentum, Nesterov, masking) are checked on load.
+    fn save_state(&self, b: &B) -> Result<State> {
+        let mut s = State::new(MOMENTUM, 1);
+        s.put_f32s("v", Scope::Summed, &b.download(&self.v)?)
+            .put_f32s("u", Scope::Summed, &b.download(&self.u)?)
+            .put_u64(
+                "momentum",
+                Scope::Shared,
+                u64::from(self.momentum.to_bits()),
+            )
+            .put_bool("nesterov", Scope::Shared, self.nesterov)
+            .put_bool("masking", Scope::Shared, self.masking);
+        Ok(s)
+    }
+    fn load_state(&mut self, b: &B, s: &State) -> Result<()> {
+        s.expect(MOMENTUM, 1)?;
+        let saved = (s.u64("momentum")?, s.bool("nesterov")?, s.bool("masking")?);
+        let mine = (
+            u64::from(self.momentum.to_bits()),
+            self.nesterov,
+            self.masking,
+        );
+        if saved != mine {
+            return Err(Error::corrupt(
+                "training state",
+                format!(
+                    "{MOMENTUM}: saved with (momentum bits, nesterov, masking) = {saved:?}, \
+                     this memory has {mine:?}"
+                ),
+            ));
+        }
+        let n = b.len(&self.v);
+        let (v, u) = (b.upload(s.f32s("v", n)?)?, b.upload(s.f32s("u", n)?)?);
+        self.v = v;
+        self.u = u;
         Ok(())
     }
 }

@@ -6,6 +6,7 @@ use sparse_coll::wire::WireValues;
 use sparse_coll::{Reduced, SparseAllreduce, Traffic, Transport, agree, agree_or_fail};
 use sparse_core::backend::{check_finite, check_finite_buffer};
 use sparse_core::encoding::Qsgd;
+use sparse_core::state::{Scope, State};
 use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
 use sparse_select::{RadixTopK, Selection, Selector, k_for_density};
 use std::time::{Duration, Instant};
@@ -754,6 +755,167 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 });
             }
         }
+        Ok(())
+    }
+}
+
+/// The state kind of [`Trainer::save_state`].
+pub const TRAINER_STATE: &str = "residual_sgd::Trainer";
+
+impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
+    /// Everything that makes this rank's next step what it will be, as
+    /// data ([`sparse_core::state`]): the weights and the weight-history
+    /// digest, each dense layer's momentum, and each compressed layer's
+    /// quantized-mode side, step count (QSGD's seed), memory
+    /// ([`Memory::save_state`]), selector ([`Selector::save_state`]) and
+    /// collective ([`SparseAllreduce::save_state`]), with the settings
+    /// ([`Config`], density included: DGC's warm-up moves it) and each
+    /// layer's shape, which [`Trainer::load_state`] checks. Restored into a
+    /// trainer built alike, the next steps are bit for bit those this one
+    /// would take.
+    ///
+    /// # Errors
+    /// Backend errors; a part's own.
+    pub fn save_state(&self) -> Result<State> {
+        let mut s = State::new(TRAINER_STATE, 1);
+        s.put_u64("history", Scope::Shared, self.history).put_u64(
+            "layers",
+            Scope::Shared,
+            self.layers.len() as u64,
+        );
+        let mut cfg = State::new("residual_sgd::Config", 1);
+        for (name, v) in self.cfg.fields() {
+            cfg.put_u64(name, Scope::Shared, v);
+        }
+        s.put_child("config", cfg);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let mut ls = State::new("residual_sgd::Layer", 1);
+            ls.put_u64("len", Scope::Shared, layer.spec.len as u64)
+                .put_u64("dims", Scope::Shared, layer.spec.dims as u64)
+                .put_f32s("w", Scope::Shared, &self.b.download(&layer.w)?);
+            match &layer.part {
+                Part::Dense { u } => {
+                    ls.put_bool("compressed", Scope::Shared, false).put_f32s(
+                        "u",
+                        Scope::Shared,
+                        &self.b.download(u)?,
+                    );
+                }
+                Part::Compressed(c) => {
+                    ls.put_bool("compressed", Scope::Shared, true)
+                        .put_bool("top", Scope::Shared, c.top)
+                        .put_u64("steps", Scope::Shared, c.steps)
+                        .put_child("memory", c.memory.save_state(&self.b)?)
+                        .put_child("select", c.selector.save_state()?)
+                        .put_child("comm", c.comm.save_state()?);
+                }
+            }
+            s.put_child(format!("layer.{l}"), ls);
+        }
+        Ok(s)
+    }
+
+    /// Restores [`Trainer::save_state`]'s state on every rank of `t`
+    /// (each its own), all or nothing: the settings other than the
+    /// density, the number of layers, each layer's length, dimensions and
+    /// whether it is compressed must be this trainer's, and each part must
+    /// accept its state. Any failure on any rank is an error on every rank
+    /// ([`Error::PeerError`] on the others), and then no rank's trainer
+    /// has changed.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] naming what disagrees; [`Error::PeerError`];
+    /// backend and transport errors.
+    pub fn load_state(&mut self, t: &mut dyn Transport, s: &State) -> Result<()> {
+        let undo = self.save_state();
+        let local = undo
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|_| self.apply_state(s));
+        if let (Err(_), Ok(undo)) = (&local, &undo) {
+            self.apply_state(undo)?;
+        }
+        let shared = agree_or_fail(t, &[("load state", 1)], local.clone());
+        if shared.is_err()
+            && local.is_ok()
+            && let Ok(undo) = &undo
+        {
+            self.apply_state(undo)?;
+        }
+        shared
+    }
+
+    /// Checks the header of `s` against this trainer, then assigns it
+    /// layer by layer (a part that refuses its state stops it part way:
+    /// [`Trainer::load_state`] puts the previous state back).
+    fn apply_state(&mut self, s: &State) -> Result<()> {
+        let bad =
+            |detail: String| Error::corrupt("training state", format!("{TRAINER_STATE}: {detail}"));
+        s.expect(TRAINER_STATE, 1)?;
+        let cfg = s.child("config")?;
+        cfg.expect("residual_sgd::Config", 1)?;
+        let mut density = None;
+        for (name, mine) in self.cfg.fields() {
+            let saved = cfg.u64(name)?;
+            if name == "density" {
+                density = Some(f64::from_bits(saved));
+            } else if saved != mine {
+                return Err(bad(format!(
+                    "the setting {name:?} differs: saved {saved:#x}, this trainer {mine:#x}"
+                )));
+            }
+        }
+        let n = s.u64("layers")?;
+        if n != self.layers.len() as u64 {
+            return Err(bad(format!(
+                "{n} layers saved, this trainer has {}",
+                self.layers.len()
+            )));
+        }
+        let history = s.u64("history")?;
+        let cfg = match density {
+            Some(d) => self.cfg.with_density(d)?,
+            None => self.cfg,
+        };
+        // The headers of every layer first, so that a mismatch changes nothing.
+        for (l, layer) in self.layers.iter().enumerate() {
+            let ls = s.child(&format!("layer.{l}"))?;
+            ls.expect("residual_sgd::Layer", 1)?;
+            let shape = (ls.u64("len")?, ls.u64("dims")?, ls.bool("compressed")?);
+            let mine = (
+                layer.spec.len as u64,
+                layer.spec.dims as u64,
+                matches!(layer.part, Part::Compressed(_)),
+            );
+            if shape != mine {
+                return Err(bad(format!(
+                    "layer {l} ({}): saved (len, dims, compressed) = {shape:?}, this trainer's {mine:?}",
+                    layer.spec.name
+                )));
+            }
+            ls.f32s("w", layer.spec.len)?;
+        }
+        for (l, layer) in self.layers.iter_mut().enumerate() {
+            let ls = s.child(&format!("layer.{l}"))?;
+            let len = layer.spec.len;
+            match &mut layer.part {
+                Part::Dense { u } => {
+                    let new_u = self.b.upload(ls.f32s("u", len)?)?;
+                    *u = new_u;
+                }
+                Part::Compressed(c) => {
+                    let (top, steps) = (ls.bool("top")?, ls.u64("steps")?);
+                    c.memory.load_state(&self.b, ls.child("memory")?)?;
+                    c.selector.load_state(ls.child("select")?)?;
+                    c.comm.load_state(ls.child("comm")?)?;
+                    c.top = top;
+                    c.steps = steps;
+                }
+            }
+            layer.w = self.b.upload(ls.f32s("w", len)?)?;
+        }
+        self.history = history;
+        self.cfg = cfg;
         Ok(())
     }
 }
