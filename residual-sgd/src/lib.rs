@@ -89,6 +89,7 @@
 
 #[cfg(feature = "burn")]
 pub mod burn;
+pub mod checkpoint;
 mod config;
 pub mod memory;
 mod trainer;

@@ -1,0 +1,331 @@
+//! Checkpoints on disk (`residual_sgd::checkpoint`, issue 32): a trainer
+//! saved by every rank and loaded by fresh trainers continues bit for bit;
+//! `LATEST` names the newest complete checkpoint and a crash part way
+//! through a save leaves the previous one loadable; hostile files
+//! (truncated, corrupted, missing, swapped between ranks, from another
+//! checkpoint, another format version or rank count) are an error on
+//! every rank naming the file, before any state changes; the reader, fed
+//! mutated files, never panics and allocates no more than its input's
+//! length allows.
+
+use backend_cpu::Cpu;
+use rand::{Rng as _, SeedableRng as _};
+use residual_sgd::checkpoint::{self, LATEST, MANIFEST};
+use residual_sgd::{Config, LayerSpec, Rule, Trainer};
+use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
+use sparse_core::testing::Rng;
+use sparse_core::testing::peak::{PeakAlloc, peak_during};
+use sparse_core::{Error, Result};
+use sparse_select::RadixTopK;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[global_allocator]
+static ALLOC: PeakAlloc = PeakAlloc;
+
+const SIZES: [usize; 2] = [500, 60];
+const P: usize = 3;
+
+fn trainer() -> Result<Trainer<Cpu, RadixTopK>> {
+    let rule = Rule::Rgc {
+        momentum: 0.9,
+        nesterov: false,
+        weight_decay: 0.0,
+        factor_masking: true,
+    };
+    let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.25; n]).collect();
+    Trainer::new(
+        Cpu,
+        Config::new(0.1, 0.05, rule)?.compress_threshold(0),
+        LayerSpec::matrices(&SIZES),
+        &w0,
+        RadixTopK::magnitude(),
+        |_| Registry::builtin().build("ok_topk:period=2", Defaults::density(0.05)?),
+    )
+}
+
+fn step(tr: &mut Trainer<Cpu, RadixTopK>, t: &mut dyn Transport, s: u64) -> Result<()> {
+    let mut rng = Rng::seed_from_u64(s * 31 + t.rank() as u64);
+    let g: Vec<Vec<f32>> = SIZES
+        .iter()
+        .map(|&n| (0..n).map(|_| rng.random::<f32>() - 0.5).collect())
+        .collect();
+    tr.step(t, &g).map(drop)
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "residual-sgd-checkpoint-{tag}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn meta(step: u64) -> BTreeMap<String, String> {
+    BTreeMap::from([("step".to_string(), step.to_string())])
+}
+
+/// The weights' bits after 6 uninterrupted steps, and a directory with
+/// checkpoints after 3 steps (`step-3`) and 6 steps (`step-6`).
+fn saved_run(dir: &Path) -> Vec<Vec<Vec<u32>>> {
+    let out = ThreadCluster::new(P).run(|t| {
+        let mut tr = trainer()?;
+        for s in 0..6 {
+            step(&mut tr, t, s)?;
+            if s == 2 || s == 5 {
+                let name = format!("step-{}", s + 1);
+                checkpoint::save(t, dir, &name, &tr.save_state()?, &meta(s + 1))?;
+            }
+        }
+        bits(&tr)
+    });
+    out.into_iter().map(Result::unwrap).collect()
+}
+
+fn bits(tr: &Trainer<Cpu, RadixTopK>) -> Result<Vec<Vec<u32>>> {
+    Ok(tr
+        .weights()?
+        .iter()
+        .map(|l| l.iter().map(|x| x.to_bits()).collect())
+        .collect())
+}
+
+/// Fresh trainers load `path` on P ranks and, where it is `step-3`, take
+/// the last 3 steps.
+fn resume(path: &Path, from: u64) -> Vec<Result<Vec<Vec<u32>>>> {
+    ThreadCluster::new(P).run(|t| {
+        let (state, manifest) = checkpoint::load(t, path)?;
+        assert_eq!(manifest.meta["step"], from.to_string());
+        assert_eq!(manifest.ranks, P);
+        let mut tr = trainer()?;
+        tr.load_state(t, &state)?;
+        for s in from..6 {
+            step(&mut tr, t, s)?;
+        }
+        bits(&tr)
+    })
+}
+
+#[test]
+fn saved_and_loaded_through_files_continues_bit_for_bit() {
+    let dir = tmpdir("roundtrip");
+    let want = saved_run(&dir);
+    assert_eq!(std::fs::read_to_string(dir.join(LATEST)).unwrap(), "step-6");
+    for (path, from) in [
+        (dir.join("step-3"), 3),
+        (dir.clone(), 6),
+        (dir.join("step-6"), 6),
+    ] {
+        let got: Vec<_> = resume(&path, from)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(got, want, "{}", path.display());
+    }
+    // A save that crashed part way (a half-written temporary directory)
+    // leaves LATEST and the checkpoints as they were; the next save of
+    // that name clears it.
+    let stale = dir.join(".step-9.tmp");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("rank-0000.safetensors"), b"half a file").unwrap();
+    let got: Vec<_> = resume(&dir, 6).into_iter().map(Result::unwrap).collect();
+    assert_eq!(got, want);
+    let out = ThreadCluster::new(P).run(|t| {
+        let tr = trainer()?;
+        checkpoint::save(t, &dir, "step-9", &tr.save_state()?, &meta(0)).map(drop)
+    });
+    out.into_iter().for_each(|r| r.unwrap());
+    assert!(!stale.exists());
+    assert_eq!(std::fs::read_to_string(dir.join(LATEST)).unwrap(), "step-9");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// Every hostile change to a checkpoint is an error on every rank: the
+/// rank that read the bad file names it, the others report a peer's
+/// failure; no trainer is touched (the load happens before).
+#[test]
+fn hostile_checkpoints_are_errors_on_every_rank() {
+    let dir = tmpdir("hostile");
+    saved_run(&dir);
+    let good = dir.join("step-3");
+    type Mutate = Box<dyn Fn(&Path)>;
+    let edit_manifest = |f: fn(&mut serde_json::Value)| -> Mutate {
+        Box::new(move |d: &Path| {
+            let m = d.join(MANIFEST);
+            let mut v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&m).unwrap()).unwrap();
+            f(&mut v);
+            std::fs::write(&m, serde_json::to_vec(&v).unwrap()).unwrap();
+        })
+    };
+    let other = dir.join("step-6");
+    // What the error says on the ranks that read a bad file (every rank
+    // where none is named), and those ranks; the others report a peer.
+    let cases: Vec<(&str, &[usize], Mutate)> = vec![
+        (
+            "rank-0001.safetensors",
+            &[1],
+            Box::new(|d: &Path| {
+                let f = d.join("rank-0001.safetensors");
+                let b = std::fs::read(&f).unwrap();
+                std::fs::write(&f, &b[..b.len() / 2]).unwrap();
+            }),
+        ),
+        (
+            "rank-0002.json",
+            &[2],
+            Box::new(|d: &Path| {
+                let f = d.join("rank-0002.json");
+                let mut b = std::fs::read(&f).unwrap();
+                let i = b.len() / 3;
+                b[i] ^= 0x20;
+                std::fs::write(&f, b).unwrap();
+            }),
+        ),
+        (
+            "rank-0000.json",
+            &[0],
+            Box::new(|d: &Path| std::fs::remove_file(d.join("rank-0000.json")).unwrap()),
+        ),
+        (
+            "CRC-32",
+            &[0, 1],
+            Box::new(|d: &Path| {
+                // Two ranks' tensor files swapped: lengths agree, CRCs not.
+                let (a, b) = (
+                    d.join("rank-0000.safetensors"),
+                    d.join("rank-0001.safetensors"),
+                );
+                let (x, y) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+                std::fs::write(&a, y).unwrap();
+                std::fs::write(&b, x).unwrap();
+            }),
+        ),
+        (
+            "rank-0002.safetensors",
+            &[2],
+            Box::new(move |d: &Path| {
+                // Another checkpoint's file under this manifest.
+                std::fs::copy(
+                    other.join("rank-0002.safetensors"),
+                    d.join("rank-0002.safetensors"),
+                )
+                .unwrap();
+            }),
+        ),
+        (
+            "format version 2",
+            &[],
+            edit_manifest(|v| v["version"] = 2.into()),
+        ),
+        (
+            "saved by 4 ranks, loaded by 3",
+            &[],
+            edit_manifest(|v| v["ranks"] = 4.into()),
+        ),
+        (
+            "lists no rank-0001.json",
+            &[],
+            edit_manifest(|v| {
+                v["files"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|f| f["name"] != "rank-0001.json");
+            }),
+        ),
+        (
+            "not a checkpoint manifest",
+            &[],
+            Box::new(|d: &Path| std::fs::write(d.join(MANIFEST), b"{\"format\": 1}").unwrap()),
+        ),
+    ];
+    for (i, (want, bad, mutate)) in cases.iter().enumerate() {
+        let d = dir.join(format!("case-{i}"));
+        copy_dir(&good, &d);
+        mutate(&d);
+        let out = ThreadCluster::new(P).run(|t| checkpoint::load(t, &d).map(drop));
+        for (r, res) in out.into_iter().enumerate() {
+            let e = res.expect_err(want);
+            if bad.is_empty() || bad.contains(&r) {
+                assert!(e.to_string().contains(want), "{want}: rank {r}: {e}");
+                if !bad.is_empty() {
+                    let file = format!("rank-{r:04}");
+                    assert!(e.to_string().contains(&file), "{want}: rank {r}: {e}");
+                }
+            } else {
+                assert!(
+                    matches!(e, Error::PeerError { .. }),
+                    "{want}: rank {r}: {e}"
+                );
+            }
+        }
+    }
+    // LATEST naming a checkpoint that is not there.
+    std::fs::write(dir.join(LATEST), "step-99").unwrap();
+    let out = ThreadCluster::new(P).run(|t| checkpoint::load(t, &dir).map(drop));
+    assert!(out.iter().all(Result::is_err));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The reader fed mutated files (bytes flipped, cut, inserted; in the
+/// tensor file and in the tree) returns a state or an error, never
+/// panics, and holds at most a few times its input's length plus a
+/// constant at any time.
+#[test]
+fn the_reader_survives_mutated_files_within_bounded_memory() {
+    let rounds: usize = std::env::var("CHECKPOINT_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let tr = trainer().unwrap();
+    let (st, tree) = checkpoint::encode(&tr.save_state().unwrap()).unwrap();
+    let back = checkpoint::decode(&st, &tree, "rank").unwrap();
+    assert!(back.same_bits(&tr.save_state().unwrap()));
+    let mut rng = Rng::seed_from_u64(32);
+    let mut errors = 0;
+    for round in 0..rounds {
+        let (mut a, mut b) = (st.clone(), tree.clone());
+        let target = if rng.random::<bool>() { &mut a } else { &mut b };
+        for _ in 0..rng.random_range(1..4) {
+            let n = target.len();
+            match rng.random_range(0..4) {
+                0 => {
+                    let i = rng.random_range(0..n);
+                    target[i] ^= 1 << rng.random_range(0..8);
+                }
+                1 => target.truncate(rng.random_range(0..n)),
+                2 => {
+                    let i = rng.random_range(0..=n);
+                    target.insert(i, rng.random());
+                }
+                _ => {
+                    // A digit in the header or tree changed to a large one.
+                    if let Some(i) = (0..n.min(400)).find(|&i| target[i].is_ascii_digit()) {
+                        target[i] = b'9';
+                        target.insert(i, b'9');
+                    }
+                }
+            }
+            if target.is_empty() {
+                break;
+            }
+        }
+        let input = a.len() + b.len();
+        let (res, peak) = peak_during(|| checkpoint::decode(&a, &b, "rank"));
+        errors += usize::from(res.is_err());
+        assert!(
+            peak <= 4 * input + (1 << 20),
+            "round {round}: {peak} bytes live for {input} bytes of input"
+        );
+    }
+    assert!(errors > rounds / 2, "{errors} errors in {rounds} rounds");
+}
