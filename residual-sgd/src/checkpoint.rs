@@ -158,7 +158,8 @@ fn encode_node(
         );
     }
     Ok(serde_json::json!({
-        "kind": s.kind(), "version": s.version(), "entries": entries, "children": children,
+        "kind": s.kind(), "version": s.version(), "resharded": s.resharded(),
+        "entries": entries, "children": children,
     }))
 }
 
@@ -282,6 +283,11 @@ fn decode_node(
     for (name, c) in children {
         let child = decode_node(c, &format!("{prefix}{name}/"), st, file, used)?;
         s.put_child(name.clone(), child);
+    }
+    match obj.get("resharded") {
+        None | Some(serde_json::Value::Bool(false)) => {}
+        Some(serde_json::Value::Bool(true)) => s.mark_resharded(),
+        Some(_) => return Err(bad(format!("{at}: resharded is not a flag"))),
     }
     Ok(s)
 }
@@ -572,6 +578,67 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
     Ok(path.join(name))
 }
 
+/// The manifest of the checkpoint `dir` (resolved), checked to be of
+/// `ranks` ranks where given and to list every file of its ranks.
+fn read_manifest(dir: &Path, ranks: Option<usize>) -> Result<(Manifest, u32)> {
+    let mpath = dir.join(MANIFEST);
+    let bytes = read_bounded(&mpath, MAX_METADATA, None)?;
+    let crc = crc32fast::hash(&bytes);
+    let m = parse_manifest(&bytes, &mpath.display().to_string())?;
+    if let Some(p) = ranks
+        && m.ranks != p
+    {
+        return Err(corrupt(
+            &mpath.display().to_string(),
+            format!(
+                "saved by {} ranks, loaded by {p}: reshard it first (checkpoint::reshard)",
+                m.ranks
+            ),
+        ));
+    }
+    for q in 0..m.ranks {
+        for f in [tensor_file(q), tree_file(q)] {
+            if !m.files.iter().any(|x| x.name == f) {
+                return Err(corrupt(
+                    &mpath.display().to_string(),
+                    format!("lists no {f} among {} ranks' files", m.ranks),
+                ));
+            }
+        }
+    }
+    Ok((m, crc))
+}
+
+/// Rank `r`'s state in the checkpoint `dir` of manifest `m`: each file's
+/// length and CRC checked before it is parsed.
+fn read_rank(dir: &Path, m: &Manifest, r: usize) -> Result<State> {
+    let read = |file: String, max: u64| -> Result<Vec<u8>> {
+        let sum = m.files.iter().find(|f| f.name == file).ok_or_else(|| {
+            corrupt(
+                &dir.join(MANIFEST).display().to_string(),
+                format!("lists no {file}"),
+            )
+        })?;
+        let fpath = dir.join(&file);
+        let b = read_bounded(&fpath, max, Some(sum.bytes))?;
+        let crc = crc32fast::hash(&b);
+        if crc != sum.crc32 {
+            return Err(corrupt(
+                &fpath.display().to_string(),
+                format!("CRC-32 {crc:#010x}, the manifest says {:#010x}", sum.crc32),
+            ));
+        }
+        Ok(b)
+    };
+    let st = read(tensor_file(r), MAX_TENSORS)?;
+    let tree = read(tree_file(r), MAX_METADATA)?;
+    decode(
+        &st,
+        &tree,
+        &dir.join(format!("rank-{r:04}")).display().to_string(),
+    )
+}
+
 /// Reads this rank's state and the manifest of the checkpoint `path`
 /// ([`resolve`]) on every rank of `t`, which must be as many as saved it.
 ///
@@ -585,58 +652,39 @@ pub fn load(t: &mut dyn Transport, path: &Path) -> Result<(State, Manifest)> {
     let mut manifest_crc = 0u64;
     let mine = (|| -> Result<(State, Manifest)> {
         let dir = resolve(path)?;
-        let mpath = dir.join(MANIFEST);
-        let bytes = read_bounded(&mpath, MAX_METADATA, None)?;
-        manifest_crc = u64::from(crc32fast::hash(&bytes));
-        let m = parse_manifest(&bytes, &mpath.display().to_string())?;
-        if m.ranks != p {
-            return Err(corrupt(
-                &mpath.display().to_string(),
-                format!(
-                    "saved by {} ranks, loaded by {p}: reshard it first (checkpoint::reshard)",
-                    m.ranks
-                ),
-            ));
-        }
-        // Every rank's files, so that every rank finds a manifest's gap.
-        for q in 0..p {
-            for f in [tensor_file(q), tree_file(q)] {
-                if !m.files.iter().any(|x| x.name == f) {
-                    return Err(corrupt(
-                        &mpath.display().to_string(),
-                        format!("lists no {f} among {p} ranks' files"),
-                    ));
-                }
-            }
-        }
-        let read = |file: String, max: u64| -> Result<Vec<u8>> {
-            let sum = m.files.iter().find(|f| f.name == file).ok_or_else(|| {
-                corrupt(
-                    &mpath.display().to_string(),
-                    format!("lists no {file} among {p} ranks' files"),
-                )
-            })?;
-            let fpath = dir.join(&file);
-            let b = read_bounded(&fpath, max, Some(sum.bytes))?;
-            let crc = crc32fast::hash(&b);
-            if crc != sum.crc32 {
-                return Err(corrupt(
-                    &fpath.display().to_string(),
-                    format!("CRC-32 {crc:#010x}, the manifest says {:#010x}", sum.crc32),
-                ));
-            }
-            Ok(b)
-        };
-        let st = read(tensor_file(r), MAX_TENSORS)?;
-        let tree = read(tree_file(r), MAX_METADATA)?;
-        let s = decode(
-            &st,
-            &tree,
-            &dir.join(format!("rank-{r:04}")).display().to_string(),
-        )?;
-        Ok((s, m))
+        let (m, crc) = read_manifest(&dir, Some(p))?;
+        manifest_crc = u64::from(crc);
+        Ok((read_rank(&dir, &m, r)?, m))
     })();
     let local = mine.as_ref().map(drop).map_err(Clone::clone);
     agree_or_fail(t, &[("checkpoint manifest", manifest_crc)], local)?;
     mine
+}
+
+/// Reshards the checkpoint `src` ([`resolve`]; saved by any number of
+/// ranks) onto `p_new` ranks as the checkpoint `dst/name`, in this process
+/// ([`sparse_core::state::reshard`]'s rules: shared state copied, residuals
+/// and momenta summed by `old rank mod p_new`, state that depends on the
+/// rank count or one rank's data dropped, to be rebuilt as on a first
+/// call). Its manifest keeps the metadata and adds `resharded_from`.
+///
+/// # Errors
+/// As [`load`] for every old rank's files; [`sparse_core::state::reshard`]'s
+/// errors; as [`save`].
+pub fn reshard(src: &Path, p_new: usize, dst: &Path, name: &str) -> Result<Manifest> {
+    let dir = resolve(src)?;
+    let (m, _) = read_manifest(&dir, None)?;
+    let old = (0..m.ranks)
+        .map(|r| read_rank(&dir, &m, r))
+        .collect::<Result<Vec<State>>>()?;
+    let new = sparse_core::state::reshard(&old, p_new)?;
+    let mut meta = m.meta.clone();
+    meta.insert("resharded_from".into(), m.ranks.to_string());
+    let saved = sparse_coll::ThreadCluster::new(p_new).run(|t| {
+        let r = t.rank();
+        save(t, dst, name, &new[r], &meta).map(drop)
+    });
+    saved.into_iter().collect::<Result<Vec<()>>>()?;
+    let (out, _) = read_manifest(&dst.join(name), Some(p_new))?;
+    Ok(out)
 }

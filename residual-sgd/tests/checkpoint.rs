@@ -329,3 +329,121 @@ fn the_reader_survives_mutated_files_within_bounded_memory() {
     }
     assert!(errors > rounds / 2, "{errors} errors in {rounds} rounds");
 }
+
+/// The sum over ranks of every summed entry (`memory/v`, `memory/u` of
+/// each layer) of `states`, as bits.
+fn summed(states: &[sparse_core::state::State]) -> Vec<Vec<u32>> {
+    let mut out = Vec::new();
+    for (l, &n) in SIZES.iter().enumerate() {
+        for e in ["v", "u"] {
+            let mut t = vec![0.0f32; n];
+            for s in states {
+                let m = s
+                    .child(&format!("layer.{l}"))
+                    .unwrap()
+                    .child("memory")
+                    .unwrap();
+                t.iter_mut()
+                    .zip(m.f32s(e, n).unwrap())
+                    .for_each(|(a, x)| *a += x);
+            }
+            out.push(t.iter().map(|x| x.to_bits()).collect());
+        }
+    }
+    out
+}
+
+/// A trainer whose every value stays dyadic: gradients in multiples of
+/// 1/8, learning rate and momentum powers of two.
+fn dyadic_trainer(spec: &str) -> Result<Trainer<Cpu, RadixTopK>> {
+    let rule = Rule::Rgc {
+        momentum: 0.5,
+        nesterov: false,
+        weight_decay: 0.0,
+        factor_masking: true,
+    };
+    let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.25; n]).collect();
+    Trainer::new(
+        Cpu,
+        Config::new(0.5, 0.05, rule)?.compress_threshold(0),
+        LayerSpec::matrices(&SIZES),
+        &w0,
+        RadixTopK::magnitude(),
+        |_| Registry::builtin().build(spec, Defaults::density(0.05)?),
+    )
+}
+
+fn dyadic_step(tr: &mut Trainer<Cpu, RadixTopK>, t: &mut dyn Transport, s: u64) -> Result<()> {
+    let mut rng = Rng::seed_from_u64(s * 131 + t.rank() as u64);
+    let g: Vec<Vec<f32>> = SIZES
+        .iter()
+        .map(|&n| {
+            (0..n)
+                .map(|_| (rng.random_range(0..33) as f32 - 16.0) / 8.0)
+                .collect()
+        })
+        .collect();
+    tr.step(t, &g).map(drop)
+}
+
+/// Reshard 4 -> 3 and 3 -> 5 through files: weights identical on every
+/// new rank, the sum over ranks of residuals and momenta unchanged bit for
+/// bit (dyadic values), Ok-Topk's state (thresholds, regions: it depends
+/// on P) that of a fresh instance, and the new ranks train on together.
+#[test]
+fn reshard_conserves_the_residual_mass_exactly() {
+    for (p, p_new, spec) in [(4usize, 3usize, "ok_topk:period=2"), (3, 5, "topk_a")] {
+        let dir = tmpdir(&format!("reshard-{p}-{p_new}"));
+        let before = ThreadCluster::new(p).run(|t| {
+            let mut tr = dyadic_trainer(spec)?;
+            for s in 0..4 {
+                dyadic_step(&mut tr, t, s)?;
+            }
+            let state = tr.save_state()?;
+            checkpoint::save(t, &dir, "step-4", &state, &meta(4))?;
+            Ok((state, bits(&tr)?))
+        });
+        let before: Vec<_> = before.into_iter().map(Result::unwrap).collect();
+        let old_states: Vec<_> = before.iter().map(|(s, _)| s.clone()).collect();
+        let m = checkpoint::reshard(&dir, p_new, &dir.join("resharded"), "step-4").unwrap();
+        assert_eq!(m.ranks, p_new);
+        assert_eq!(m.meta["resharded_from"], p.to_string());
+        let after = ThreadCluster::new(p_new).run(|t| {
+            let (state, _) = checkpoint::load(t, &dir.join("resharded"))?;
+            let mut tr = dyadic_trainer(spec)?;
+            tr.load_state(t, &state)?;
+            let loaded = tr.save_state()?;
+            let w = bits(&tr)?;
+            // P-dependent collective state is a fresh instance's.
+            let fresh = dyadic_trainer(spec)?.save_state()?;
+            for l in 0..SIZES.len() {
+                let comm = |s: &sparse_core::state::State| {
+                    s.child(&format!("layer.{l}"))
+                        .unwrap()
+                        .child("comm")
+                        .unwrap()
+                        .clone()
+                };
+                assert!(
+                    comm(&loaded).same_bits(&comm(&fresh)),
+                    "layer {l}: the collective's state is not a first call's"
+                );
+            }
+            for s in 4..6 {
+                dyadic_step(&mut tr, t, s)?;
+            }
+            Ok((loaded, w, bits(&tr)?))
+        });
+        let after: Vec<_> = after.into_iter().map(Result::unwrap).collect();
+        let new_states: Vec<_> = after.iter().map(|(s, _, _)| s.clone()).collect();
+        assert_eq!(summed(&new_states), summed(&old_states), "{p} -> {p_new}");
+        for (w_new, w_next) in after.iter().map(|(_, w, n)| (w, n)) {
+            assert_eq!(w_new, &before[0].1, "{p} -> {p_new}: the weights");
+            assert_eq!(
+                w_next, &after[0].2,
+                "{p} -> {p_new}: the ranks train on together"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -538,6 +538,12 @@ pub(crate) fn load_parts<E: Element>(
                 .is_some_and(|i| i.parse::<usize>().is_ok())
         })
         .count();
+    if saved != parts.len() && s.resharded() {
+        // A layout of parts that depends on the rank count (the
+        // hierarchical allreduce's shards): rebuilt as on a first call.
+        parts.iter_mut().for_each(|p| p.reset());
+        return Ok(());
+    }
     if saved != parts.len() {
         return Err(Error::corrupt(
             "training state",

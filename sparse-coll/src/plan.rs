@@ -204,8 +204,8 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     }
     fn load_state(&mut self, s: &State) -> Result<()> {
         s.expect("sparse_coll::Auto", 1)?;
-        let calls = s.u64("calls")?;
-        let last = match s.opt_u64("last")? {
+        let calls = s.local_u64("calls", 0)?;
+        let last = match s.local_opt_u64("last")? {
             Some(l) if (l as usize) < self.candidates.len() => Some(l as usize),
             Some(l) => {
                 return Err(Error::corrupt(
@@ -218,7 +218,7 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
             }
             None => None,
         };
-        let densification = s.opt_u64("densification")?.map(f64::from_bits);
+        let densification = s.local_opt_u64("densification")?.map(f64::from_bits);
         let mut parts: Vec<&mut (dyn SparseAllreduce<E> + 'static)> =
             self.candidates.iter_mut().map(|c| &mut **c).collect();
         load_parts(s, "cand.", &mut parts)?;

@@ -115,6 +115,7 @@ pub struct State {
     version: u32,
     entries: BTreeMap<String, (Scope, Tensor)>,
     children: BTreeMap<String, State>,
+    resharded: bool,
 }
 
 impl State {
@@ -343,11 +344,72 @@ impl State {
             .ok_or_else(|| self.err(format!("part {name:?} is missing")))
     }
 
+    /// Whether this state was resharded ([`reshard`]): its
+    /// [`Scope::Local`] entries were dropped, and a part reading one reads
+    /// its first call's value instead ([`State::local_u64`] and the
+    /// others).
+    pub fn resharded(&self) -> bool {
+        self.resharded
+    }
+    /// Marks this state and its children resharded ([`State::resharded`]).
+    pub fn mark_resharded(&mut self) {
+        self.resharded = true;
+        self.children.values_mut().for_each(State::mark_resharded);
+    }
+    fn local<T>(&self, name: &str, first: T, read: impl FnOnce(&Self) -> Result<T>) -> Result<T> {
+        if self.resharded && !self.entries.contains_key(name) {
+            Ok(first)
+        } else {
+            read(self)
+        }
+    }
+    /// The [`Scope::Local`] `u64` `name`, or `first` (its first call's
+    /// value) where a reshard dropped it.
+    ///
+    /// # Errors
+    /// As [`State::u64`].
+    pub fn local_u64(&self, name: &str, first: u64) -> Result<u64> {
+        self.local(name, first, |s| s.u64(name))
+    }
+    /// The [`Scope::Local`] `f64` `name`, or `first` where a reshard
+    /// dropped it.
+    ///
+    /// # Errors
+    /// As [`State::u64`].
+    pub fn local_f64(&self, name: &str, first: f64) -> Result<f64> {
+        self.local(name, first, |s| s.f64(name))
+    }
+    /// The [`Scope::Local`] flag `name`, or `first` where a reshard
+    /// dropped it.
+    ///
+    /// # Errors
+    /// As [`State::bool`].
+    pub fn local_bool(&self, name: &str, first: bool) -> Result<bool> {
+        self.local(name, first, |s| s.bool(name))
+    }
+    /// The [`Scope::Local`] optional `u64` `name`, or `None` where a
+    /// reshard dropped it.
+    ///
+    /// # Errors
+    /// As [`State::opt_u64`].
+    pub fn local_opt_u64(&self, name: &str) -> Result<Option<u64>> {
+        self.local(name, None, |s| s.opt_u64(name))
+    }
+    /// The [`Scope::Local`] `u64` values `name`, or none where a reshard
+    /// dropped them.
+    ///
+    /// # Errors
+    /// As [`State::u64s`].
+    pub fn local_u64s(&self, name: &str) -> Result<Vec<u64>> {
+        self.local(name, Vec::new(), |s| s.u64s(name).map(<[u64]>::to_vec))
+    }
+
     /// Whether two states hold the same kinds, versions, names, scopes
     /// and bits ([`Tensor::same_bits`]), children included.
     pub fn same_bits(&self, other: &State) -> bool {
         self.kind == other.kind
             && self.version == other.version
+            && self.resharded == other.resharded
             && self.entries.len() == other.entries.len()
             && self
                 .entries
@@ -361,6 +423,124 @@ impl State {
                 .zip(&other.children)
                 .all(|((n, c), (m, d))| n == m && c.same_bits(d))
     }
+}
+
+/// Reshards the states of `P` ranks (`old`, by rank) onto `p_new` ranks:
+/// old rank `r` goes to new rank `r mod p_new`.
+///
+/// - [`Scope::Shared`] entries must be equal, bit for bit, on every old
+///   rank; each new rank gets a copy.
+/// - [`Scope::Summed`] entries (`f32`) of the old ranks that go to a new
+///   rank are added in increasing old rank; a new rank no old rank goes to
+///   (`p_new > P`) gets zeros. The sum over ranks is unchanged up to the
+///   rounding of those additions: exactly where every partial sum is
+///   representable (dyadic values of bounded range), otherwise within
+///   `(P - p_new)` roundings of half an ulp each per entry.
+/// - [`Scope::Local`] entries are dropped and the states marked
+///   [`State::resharded`]: a part then reads its first call's values.
+///
+/// Every old rank's tree must have the same kinds, versions, children and
+/// Shared and Summed entries (names, types, lengths).
+///
+/// # Errors
+/// [`Error::Corrupt`] naming the path and the ranks that differ;
+/// [`Error::InvalidParameter`] for no old state or `p_new == 0`.
+pub fn reshard(old: &[State], p_new: usize) -> Result<Vec<State>> {
+    if old.is_empty() || p_new == 0 {
+        return Err(Error::invalid(
+            "reshard",
+            format!(
+                "{} old ranks onto {p_new}: both must be at least 1",
+                old.len()
+            ),
+        ));
+    }
+    let mut out: Vec<State> = (0..p_new)
+        .map(|q| reshard_node(old, p_new, q, ""))
+        .collect::<Result<_>>()?;
+    out.iter_mut().for_each(State::mark_resharded);
+    Ok(out)
+}
+
+fn reshard_node(old: &[State], p_new: usize, q: usize, path: &str) -> Result<State> {
+    let first = &old[0];
+    let bad = |detail: String| {
+        Error::corrupt(
+            "training state",
+            format!(
+                "reshard: {}: {detail}",
+                if path.is_empty() { "the root" } else { path }
+            ),
+        )
+    };
+    for (r, s) in old.iter().enumerate() {
+        if s.kind != first.kind || s.version != first.version {
+            return Err(bad(format!(
+                "rank {r} holds {} version {}, rank 0 {} version {}",
+                s.kind, s.version, first.kind, first.version
+            )));
+        }
+        let names = |x: &State| -> Vec<String> { x.children.keys().cloned().collect() };
+        if names(s) != names(first) {
+            return Err(bad(format!("rank {r}'s parts differ from rank 0's")));
+        }
+    }
+    let mut s = State::new(first.kind.clone(), first.version);
+    for (name, (scope, t)) in &first.entries {
+        let at = format!("{path}{name}");
+        match scope {
+            Scope::Local => continue,
+            Scope::Shared => {
+                for (r, o) in old.iter().enumerate() {
+                    match o.entries.get(name) {
+                        Some((Scope::Shared, u)) if u.same_bits(t) => {}
+                        _ => {
+                            return Err(bad(format!(
+                                "{at} is shared, but rank {r}'s differs from rank 0's"
+                            )));
+                        }
+                    }
+                }
+                s.put(name.clone(), *scope, t.clone());
+            }
+            Scope::Summed => {
+                let Tensor::F32(v0) = t else {
+                    return Err(bad(format!("{at} is summed but {}, not f32", t.dtype())));
+                };
+                let mut sum = vec![0.0f32; v0.len()];
+                for (r, o) in old.iter().enumerate() {
+                    let v = match o.entries.get(name) {
+                        Some((Scope::Summed, Tensor::F32(v))) if v.len() == v0.len() => v,
+                        _ => {
+                            return Err(bad(format!(
+                                "{at}: rank {r}'s is not summed f32 of {} elements",
+                                v0.len()
+                            )));
+                        }
+                    };
+                    if r % p_new == q {
+                        sum.iter_mut().zip(v).for_each(|(a, x)| *a += x);
+                    }
+                }
+                s.put(name.clone(), *scope, Tensor::F32(sum));
+            }
+        }
+    }
+    for (r, o) in old.iter().enumerate() {
+        for (name, (scope, _)) in &o.entries {
+            if *scope != Scope::Local && !first.entries.contains_key(name) {
+                return Err(bad(format!("rank {r} holds {path}{name}, rank 0 does not")));
+            }
+        }
+    }
+    for name in first.children.keys() {
+        let kids: Vec<State> = old.iter().map(|o| o.children[name].clone()).collect();
+        s.put_child(
+            name.clone(),
+            reshard_node(&kids, p_new, q, &format!("{path}{name}/"))?,
+        );
+    }
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -445,5 +625,62 @@ mod tests {
         let mut c = sample();
         c.put_u64("calls", Scope::Local, 7);
         assert!(!sample().same_bits(&c), "the scope is part of the state");
+    }
+
+    /// Resharding 4 ranks onto 3 and onto 6: shared entries copied, summed
+    /// ones added by `r mod P'` (dyadic values: exact, so the sum over
+    /// ranks is unchanged bit for bit), local ones dropped and read as
+    /// their first call's values.
+    #[test]
+    fn reshard_copies_sums_and_drops() {
+        let rank = |r: usize| {
+            let mut s = State::new("t::Trainer", 1);
+            s.put_f32s("w", Scope::Shared, &[0.5, 1.5]).put_u64(
+                "calls",
+                Scope::Local,
+                10 + r as u64,
+            );
+            let mut m = State::new("t::Memory", 1);
+            m.put_f32s("v", Scope::Summed, &[r as f32 * 0.25, -(r as f32), 8.0]);
+            s.put_child("memory", m);
+            s
+        };
+        let old: Vec<State> = (0..4).map(rank).collect();
+        let total = |states: &[State]| -> Vec<f32> {
+            let mut t = vec![0.0; 3];
+            for s in states {
+                let v = s.child("memory").unwrap().f32s("v", 3).unwrap();
+                t.iter_mut().zip(v).for_each(|(a, x)| *a += x);
+            }
+            t
+        };
+        for p_new in [1usize, 3, 4, 6] {
+            let new = reshard(&old, p_new).unwrap();
+            assert_eq!(new.len(), p_new);
+            assert_eq!(total(&new), total(&old), "P' = {p_new}");
+            for (q, s) in new.iter().enumerate() {
+                assert!(s.resharded() && s.child("memory").unwrap().resharded());
+                assert_eq!(s.f32s("w", 2).unwrap(), [0.5, 1.5]);
+                assert!(s.u64("calls").is_err(), "dropped");
+                assert_eq!(s.local_u64("calls", 0).unwrap(), 0, "first call's value");
+                let want: Vec<f32> = (0..3)
+                    .map(|i| {
+                        (0..4)
+                            .filter(|r| r % p_new == q)
+                            .map(|r| old[r].child("memory").unwrap().f32s("v", 3).unwrap()[i])
+                            .sum()
+                    })
+                    .collect();
+                assert_eq!(s.child("memory").unwrap().f32s("v", 3).unwrap(), want);
+            }
+        }
+        // Not resharded: a missing local entry is an error.
+        assert!(old[0].local_u64("nothing", 0).is_err());
+        // A shared entry that differs between ranks.
+        let mut bad = old.clone();
+        bad[2].put_f32s("w", Scope::Shared, &[0.5, 2.5]);
+        let e = reshard(&bad, 2).unwrap_err().to_string();
+        assert!(e.contains("w is shared") && e.contains("rank 2"), "{e}");
+        assert!(reshard(&old, 0).is_err() && reshard(&[], 2).is_err());
     }
 }

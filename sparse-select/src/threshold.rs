@@ -189,14 +189,14 @@ impl<E: Element> ThresholdReuse<E> {
             ));
         }
         let count = |name: &str| -> Result<usize> {
-            usize::try_from(s.u64(name)?).map_err(|_| {
+            usize::try_from(s.local_u64(name, 0)?).map_err(|_| {
                 Error::corrupt(
                     "training state",
                     format!("{}: {name} does not fit", Self::KIND),
                 )
             })
         };
-        let threshold = s.opt_u64("threshold")?.map(E::from_bits_u64);
+        let threshold = s.local_opt_u64("threshold")?.map(E::from_bits_u64);
         let (since_search, searches, reuses) =
             (count("since_search")?, count("searches")?, count("reuses")?);
         self.threshold = threshold;
@@ -325,7 +325,7 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for SampledThreshold {
             ));
         }
         let seed = s.u64("seed")?;
-        let reselections = usize::try_from(s.u64("reselections")?)
+        let reselections = usize::try_from(s.local_u64("reselections", 0)?)
             .map_err(|_| Error::corrupt("training state", "reselections does not fit"))?;
         self.seed = seed;
         self.reselections = reselections;

@@ -441,9 +441,13 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     }
     fn load_state(&mut self, s: &State) -> Result<()> {
         s.expect("sparse_coll::OkTopk", 1)?;
-        let (calls, local, global) = (s.u64("calls")?, s.opt_u64("local")?, s.opt_u64("global")?);
+        let (calls, local, global) = (
+            s.local_u64("calls", 0)?,
+            s.local_opt_u64("local")?,
+            s.local_opt_u64("global")?,
+        );
         let bounds = s
-            .u64s("bounds")?
+            .local_u64s("bounds")?
             .iter()
             .map(|&b| usize::try_from(b))
             .collect::<std::result::Result<Vec<usize>, _>>()

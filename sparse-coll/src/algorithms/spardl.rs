@@ -985,9 +985,13 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
     }
     fn load_state(&mut self, s: &State) -> Result<()> {
         s.expect("sparse_coll::SpardlBsag", 1)?;
-        let (h, step, flag) = (s.f64("h")?, s.f64("step")?, s.bool("flag")?);
+        let (h, step, flag) = (
+            s.local_f64("h", f64::NAN)?,
+            s.local_f64("step", f64::NAN)?,
+            s.local_bool("flag", false)?,
+        );
         let last_count = s
-            .opt_u64("last_count")?
+            .local_opt_u64("last_count")?
             .map(usize::try_from)
             .transpose()
             .map_err(|_| {
