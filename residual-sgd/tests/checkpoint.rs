@@ -27,8 +27,14 @@ const SIZES: [usize; 2] = [500, 60];
 const P: usize = 3;
 
 fn trainer() -> Result<Trainer<Cpu, RadixTopK>> {
+    trainer_of(0.1, 0.9, "ok_topk:period=2")
+}
+
+/// RGC with factor masking at learning rate `lr` and `momentum`, over
+/// `spec` at density 5%.
+fn trainer_of(lr: f32, momentum: f32, spec: &str) -> Result<Trainer<Cpu, RadixTopK>> {
     let rule = Rule::Rgc {
-        momentum: 0.9,
+        momentum,
         nesterov: false,
         weight_decay: 0.0,
         factor_masking: true,
@@ -36,11 +42,11 @@ fn trainer() -> Result<Trainer<Cpu, RadixTopK>> {
     let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.25; n]).collect();
     Trainer::new(
         Cpu,
-        Config::new(0.1, 0.05, rule)?.compress_threshold(0),
+        Config::new(lr, 0.05, rule)?.compress_threshold(0),
         LayerSpec::matrices(&SIZES),
         &w0,
         RadixTopK::magnitude(),
-        |_| Registry::builtin().build("ok_topk:period=2", Defaults::density(0.05)?),
+        |_| Registry::builtin().build(spec, Defaults::density(0.05)?),
     )
 }
 
@@ -356,21 +362,7 @@ fn summed(states: &[sparse_core::state::State]) -> Vec<Vec<u32>> {
 /// A trainer whose every value stays dyadic: gradients in multiples of
 /// 1/8, learning rate and momentum powers of two.
 fn dyadic_trainer(spec: &str) -> Result<Trainer<Cpu, RadixTopK>> {
-    let rule = Rule::Rgc {
-        momentum: 0.5,
-        nesterov: false,
-        weight_decay: 0.0,
-        factor_masking: true,
-    };
-    let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.25; n]).collect();
-    Trainer::new(
-        Cpu,
-        Config::new(0.5, 0.05, rule)?.compress_threshold(0),
-        LayerSpec::matrices(&SIZES),
-        &w0,
-        RadixTopK::magnitude(),
-        |_| Registry::builtin().build(spec, Defaults::density(0.05)?),
-    )
+    trainer_of(0.5, 0.5, spec)
 }
 
 fn dyadic_step(tr: &mut Trainer<Cpu, RadixTopK>, t: &mut dyn Transport, s: u64) -> Result<()> {
