@@ -407,3 +407,73 @@ fn sparsity_statistics_and_layer_uses() {
         }
     }
 }
+
+/// `--checkpoint-every` and `--resume` (issue 32): a run of 2 epochs
+/// resumed to 4 ends with the weights (digest) and accuracies of an
+/// unbroken run of 4, with a checkpoint interval that does not divide an
+/// epoch (so it resumes mid-epoch, from the final checkpoint of the short
+/// run); a rank failing part way is resumed on the surviving 3 ranks from
+/// the last checkpoint, resharded, reporting the steps lost, and trains on
+/// with identical weights on every rank.
+#[test]
+fn checkpoint_resume_and_a_lost_rank() {
+    let (train_set, test_set) = data::split().unwrap();
+    let dir = std::env::temp_dir().join(format!("bench-train-ckpt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let runs = plan(&train::schemes_named(&["dgc".into()]).unwrap(), &[0.05]);
+    let p = 4;
+    let whole = run_threads(p, &runs, &args(4), &[1], &train_set, &test_set, &|| {}).unwrap();
+    let short = TrainArgs {
+        checkpoint_every: Some(7),
+        checkpoint_dir: Some(dir.clone()),
+        ..args(2)
+    };
+    run_threads(p, &runs, &short, &[1], &train_set, &test_set, &|| {}).unwrap();
+    let resumed = TrainArgs {
+        resume: Some(dir.clone()),
+        ..args(4)
+    };
+    let again = run_threads(p, &runs, &resumed, &[1], &train_set, &test_set, &|| {}).unwrap();
+    for (w, r) in whole.iter().zip(&again) {
+        assert_eq!(r.weights_digest, w.weights_digest, "{}", w.run.name());
+        assert_eq!(r.test_acc, w.test_acc, "{}", w.run.name());
+        let steps = train::steps_per_epoch(train::shard(&train_set, 0, p).len(), 16) as u64;
+        assert_eq!(r.resumed, Some((2 * steps, p)), "{}", w.run.name());
+        assert_eq!(r.lost_steps, 0);
+    }
+    // A lost rank: rank 2 fails before step 30 (checkpoints every 10);
+    // the job resumes on 3 ranks.
+    let lost_dir = dir.join("lost");
+    let failing = TrainArgs {
+        checkpoint_every: Some(10),
+        checkpoint_dir: Some(lost_dir.clone()),
+        fail_rank: Some(2),
+        fail_at_step: Some(30),
+        ..args(4)
+    };
+    let e = run_threads(p, &runs, &failing, &[1], &train_set, &test_set, &|| {}).unwrap_err();
+    assert!(
+        matches!(e, sparse_core::Error::Injected { rank: 2, step: 30 }),
+        "{e}"
+    );
+    let on_three = TrainArgs {
+        resume: Some(lost_dir.clone()),
+        ..args(4)
+    };
+    let res = run_threads(3, &runs, &on_three, &[1], &train_set, &test_set, &|| {}).unwrap();
+    // The first run (dense) was lost at step 30 and resumed from step 20
+    // of 4 ranks; the one after it had not started and starts afresh.
+    assert_eq!(res[0].resumed, Some((20, 4)));
+    assert_eq!(res[0].lost_steps, 9);
+    assert_eq!(res[1].resumed, None);
+    for (s, w) in res.iter().zip(&whole) {
+        assert!(s.identical, "{}", s.run.name());
+        let (a, b) = (*s.test_acc.last().unwrap(), *w.test_acc.last().unwrap());
+        assert!(
+            (a - b).abs() < 0.05,
+            "{}: {a} on 3 ranks resumed, {b} unbroken on 4",
+            s.run.name()
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

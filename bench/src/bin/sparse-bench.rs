@@ -97,10 +97,6 @@ struct TrainCli {
     /// Seeds to average over (1, 2, ..., seeds).
     #[arg(long, default_value_t = 1)]
     seeds: u64,
-    /// Train on the first N training images only (a short run); the test
-    /// set stays whole.
-    #[arg(long)]
-    train_images: Option<usize>,
     /// Write train.csv and the plots accuracy_vs_epoch.svg and
     /// accuracy_vs_bytes.svg into this directory.
     #[arg(long)]
@@ -323,7 +319,6 @@ fn run_default(json: bool) -> sparse_core::Result<()> {
             densities: vec![0.01],
             schemes: vec!["redsync_rgc".into()],
             seeds: 1,
-            train_images: None,
             out: None,
             args: TrainArgs {
                 epochs: 8,
@@ -616,7 +611,7 @@ fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
     }
     let runs = run::plan(&bench::train::schemes_named(&c.schemes)?, &c.densities);
     let (mut train_set, test_set) = c.args.data.load()?;
-    if let Some(n) = c.train_images {
+    if let Some(n) = c.args.train_images {
         if n == 0 {
             return Err(sparse_core::Error::invalid(
                 "--train-images",
@@ -728,6 +723,19 @@ fn print_train(
     );
     for line in output::layer_lines(rows) {
         bench::out!("  {line}");
+    }
+    for r in rows {
+        for (seed, resumed) in r.resumed.iter().enumerate() {
+            if let Some((step, ranks)) = resumed {
+                bench::out!(
+                    "{} {} seed {}: resumed from the checkpoint of step {step} saved by {ranks} ranks; {} steps lost",
+                    r.run.name(),
+                    r.density,
+                    seed + 1,
+                    r.lost_steps
+                );
+            }
+        }
     }
     if rows.iter().any(|r| !r.identical) {
         bench::out!("WARNING: ranks held different weights in some run");

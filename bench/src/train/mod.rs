@@ -11,6 +11,7 @@
 //! every layer reduced by the dense allreduce.
 
 pub mod data;
+pub mod durable;
 pub mod idx;
 pub mod model;
 pub mod output;
@@ -211,6 +212,30 @@ pub struct TrainArgs {
     /// DGC's warm-up epochs (density max(c^(e+1), D), c = D^(1/(W+1))).
     #[arg(long, default_value_t = TrainArgs::default().warmup)]
     pub warmup: usize,
+    /// Train on the first N training images only (a short run); the test
+    /// set stays whole.
+    #[arg(long)]
+    pub train_images: Option<usize>,
+    /// Save every rank's whole state every N steps, and at the end, under
+    /// `--checkpoint-dir` (one directory per run: `<run>-d<density>-s<seed>`).
+    #[arg(long, requires = "checkpoint_dir")]
+    pub checkpoint_every: Option<u64>,
+    /// Where `--checkpoint-every` saves.
+    #[arg(long)]
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// Continue each run from its newest checkpoint under this directory
+    /// up to `--epochs` (resharded first where another number of ranks
+    /// saved it); the settings must be the checkpoint's.
+    #[arg(long)]
+    pub resume: Option<std::path::PathBuf>,
+    /// Fault injection on threads: this rank fails before its step
+    /// `--fail-at-step` (counted from the start of the run), as a lost
+    /// rank would; every other rank then fails too.
+    #[arg(long, requires = "fail_at_step")]
+    pub fail_rank: Option<usize>,
+    /// The step at which `--fail-rank` fails.
+    #[arg(long, requires = "fail_rank")]
+    pub fail_at_step: Option<u64>,
     /// Seed of the initial weights and shuffles (set per run from the
     /// seeds to average over; not a flag).
     #[arg(skip = TrainArgs::default().seed)]
@@ -231,6 +256,12 @@ impl Default for TrainArgs {
             compress_threshold: None,
             clip: 5.0,
             warmup: 4,
+            train_images: None,
+            checkpoint_every: None,
+            checkpoint_dir: None,
+            resume: None,
+            fail_rank: None,
+            fail_at_step: None,
             seed: 1,
         }
     }
@@ -327,6 +358,11 @@ pub struct RankRun {
     pub sparsity: Vec<Vec<Sparsity>>,
     /// The final weights.
     pub weights: Vec<Vec<f32>>,
+    /// The step this run resumed from (`--resume`), and the ranks that
+    /// saved it.
+    pub resumed: Option<(u64, usize)>,
+    /// Steps taken after the checkpoint it resumed from, and lost.
+    pub lost_steps: u64,
 }
 
 /// The optimizer settings a run uses: [`config_with_threshold`] with
@@ -537,6 +573,47 @@ fn probe(
     Ok(())
 }
 
+/// Saves the checkpoint of this rank at `pos`: the trainer's state, the
+/// epoch's accumulators, and rank 0's history (in the manifest).
+#[allow(clippy::too_many_arguments)]
+fn save_checkpoint(
+    t: &mut dyn Transport,
+    dir: &std::path::Path,
+    meta: &std::collections::BTreeMap<String, String>,
+    tr: &Trainer<Cpu, RadixTopK>,
+    pos: &durable::Position,
+    out: &RankRun,
+    sent: &[f64],
+    stats: &[Sparsity],
+    probes: usize,
+) -> Result<()> {
+    let mut pos = pos.clone();
+    pos.history = durable::History {
+        test_acc: out.test_acc.clone(),
+        train_loss: out.train_loss.clone(),
+        weight_hash: out.weight_hash.clone(),
+        sparsity: out
+            .sparsity
+            .iter()
+            .map(|e| {
+                e.iter()
+                    .map(|x| [x.grad_density, x.overlap, x.densification])
+                    .collect()
+            })
+            .collect(),
+    };
+    let flat: Vec<f64> = stats
+        .iter()
+        .flat_map(|x| [x.grad_density, x.overlap, x.densification])
+        .collect();
+    let local = [
+        ("sent", sent.to_vec()),
+        ("stats", flat),
+        ("probes", vec![probes as f64]),
+    ];
+    durable::save(t, dir, meta, tr.save_state()?, &pos, &local).map(drop)
+}
+
 /// Trains one rank: every rank of `t` calls it with the same arguments.
 /// `on_step` is called after each step (progress).
 ///
@@ -578,17 +655,95 @@ pub fn train_rank(
     };
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mut sent = vec![0.0; layers.len()];
-    for epoch in 0..a.epochs {
+    let mut stats = vec![Sparsity::default(); layers.len()];
+    let mut probes = 0usize;
+    let meta = durable::settings(run, a);
+    let ckpt_dir = a
+        .checkpoint_dir
+        .as_ref()
+        .map(|d| durable::run_dir(d, run, a.seed));
+    let mut pos = durable::Position {
+        steps,
+        ..durable::Position::default()
+    };
+    // A run the interrupted job never checkpointed (it had not started)
+    // starts from the beginning; a missing directory is an error.
+    let resume_dir = match &a.resume {
+        Some(from) if !from.is_dir() => {
+            return Err(Error::invalid(
+                "--resume",
+                format!("{}: no such checkpoint directory", from.display()),
+            ));
+        }
+        Some(from) => Some(durable::run_dir(from, run, a.seed))
+            .filter(|d| d.join(residual_sgd::checkpoint::LATEST).is_file()),
+        None => None,
+    };
+    if let Some(dir) = &resume_dir {
+        let r = durable::resume(t, dir, &meta, steps)?;
+        tr.load_state(t, &r.trainer)?;
+        out.resumed = Some((r.pos.global, r.from_ranks));
+        out.lost_steps = r.lost_steps;
+        pos = r.pos;
+        out.weight_hash = pos.history.weight_hash.clone();
+        if rank == 0 {
+            out.test_acc = pos.history.test_acc.clone();
+            out.train_loss = pos.history.train_loss.clone();
+            out.sparsity = pos
+                .history
+                .sparsity
+                .iter()
+                .map(|e| {
+                    e.iter()
+                        .map(|x| Sparsity {
+                            grad_density: x[0],
+                            overlap: x[1],
+                            densification: x[2],
+                        })
+                        .collect()
+                })
+                .collect();
+        }
+        // The epoch's accumulators where this rank count saved them.
+        if let (Some(se), Some(st), Some(pr)) = (
+            r.local.get("sent"),
+            r.local.get("stats"),
+            r.local.get("probes"),
+        ) && se.len() == sent.len()
+            && st.len() == 3 * stats.len()
+        {
+            sent.copy_from_slice(se);
+            for (x, c) in stats.iter_mut().zip(st.chunks_exact(3)) {
+                *x = Sparsity {
+                    grad_density: c[0],
+                    overlap: c[1],
+                    densification: c[2],
+                };
+            }
+            probes = pr.first().map_or(0, |&p| p as usize);
+        }
+    }
+    let first_epoch = pos.epoch;
+    for epoch in first_epoch..a.epochs {
         if let Run::Sparse { scheme, density } = run
             && scheme.family == Family::Dgc
         {
             tr.set_density(dgc_density(epoch, *density, a.warmup))?;
         }
-        sent.iter_mut().for_each(|s| *s = 0.0);
-        let mut stats = vec![Sparsity::default(); layers.len()];
-        let mut probes = 0usize;
+        let first_step = if epoch == first_epoch { pos.next } else { 0 };
+        if first_step == 0 {
+            sent.iter_mut().for_each(|s| *s = 0.0);
+            stats.iter_mut().for_each(|s| *s = Sparsity::default());
+            probes = 0;
+        }
         let order = data::permutation(mine.len(), order_seed(a.seed, epoch, rank));
-        for s in 0..steps {
+        for s in first_step..steps {
+            if a.fail_rank == Some(rank) && a.fail_at_step == Some(pos.global + 1) {
+                return Err(Error::Injected {
+                    rank,
+                    step: pos.global + 1,
+                });
+            }
             let rows = &order[s * a.batch..(s + 1) * a.batch];
             let batch = mine.rows(rows);
             let w = tr.weights()?;
@@ -606,6 +761,20 @@ pub fn train_rank(
                 probe(t, &grads, &rep, &mut stats)?;
                 probes += 1;
             }
+            pos.global += 1;
+            (pos.epoch, pos.next) = (epoch, s + 1);
+            if let Some(dir) = &ckpt_dir {
+                if rank == 0 {
+                    durable::progress(dir, pos.global);
+                }
+                let last = epoch + 1 == a.epochs && s + 1 == steps;
+                if a.checkpoint_every
+                    .is_some_and(|n| n > 0 && pos.global.is_multiple_of(n))
+                    || last
+                {
+                    save_checkpoint(t, dir, &meta, &tr, &pos, &out, &sent, &stats, probes)?;
+                }
+            }
             on_step();
         }
         let w = tr.weights()?;
@@ -615,12 +784,13 @@ pub fn train_rank(
             let (_, acc) = model.evaluate(&w, test)?;
             out.train_loss.push(loss);
             out.test_acc.push(acc);
-            for x in &mut stats {
+            let mut avg = stats.clone();
+            for x in &mut avg {
                 x.grad_density /= probes as f64;
                 x.overlap /= probes as f64;
                 x.densification /= probes as f64;
             }
-            out.sparsity.push(stats);
+            out.sparsity.push(avg);
         }
     }
     out.layers = layer_uses(run, a, &layers, &sent, steps)?;

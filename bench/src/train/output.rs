@@ -33,6 +33,12 @@ pub struct Row {
     pub dense_layers: Vec<String>,
     /// How each layer went (the first seed's).
     pub layers: Vec<LayerUse>,
+    /// Each seed's digest of its final weights.
+    pub digests: Vec<u64>,
+    /// Each seed's resume: the step and the ranks that saved it.
+    pub resumed: Vec<Option<(u64, usize)>>,
+    /// Steps lost, summed over seeds.
+    pub lost_steps: u64,
     /// Identical weights on every rank after every epoch, in every seed.
     pub identical: bool,
 }
@@ -71,6 +77,9 @@ pub fn rows(summaries: &[Summary], layer_names: &[String]) -> Vec<Row> {
                             .map(|(n, _)| n.clone())
                             .collect(),
                         layers: s.layers.clone(),
+                        digests: Vec::new(),
+                        resumed: Vec::new(),
+                        lost_steps: 0,
                         identical: true,
                     },
                     0,
@@ -86,6 +95,9 @@ pub fn rows(summaries: &[Summary], layer_names: &[String]) -> Vec<Row> {
         row.bytes_per_step += s.bytes_per_step;
         add(&mut row.phase_ms, &s.phase_ms);
         row.identical &= s.identical;
+        row.digests.push(s.weights_digest);
+        row.resumed.push(s.resumed);
+        row.lost_steps += s.lost_steps;
     }
     out.into_iter()
         .map(|(mut r, n)| {
@@ -120,6 +132,10 @@ pub fn json(row: &Row, rows: &[Row], transport: &str) -> serde_json::Value {
         "grad_ms": row.phase_ms[0], "select_ms": row.phase_ms[1], "comm_ms": row.phase_ms[2],
         "apply_ms": row.phase_ms[3], "step_ms": row.phase_ms[4], "dense_step_ms": dense.phase_ms[4],
         "dense_layers": row.dense_layers, "identical_weights": row.identical,
+        "weights_digest": row.digests.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>(),
+        "resumed_from_step": row.resumed.iter().map(|r| r.map(|x| x.0)).collect::<Vec<_>>(),
+        "resumed_from_ranks": row.resumed.iter().map(|r| r.map(|x| x.1)).collect::<Vec<_>>(),
+        "lost_steps": row.lost_steps,
         "layers": row.layers.iter().map(|l| serde_json::json!({
             "name": l.name, "len": l.len, "dense_because": l.dense, "density": l.density,
         })).collect::<Vec<_>>(),

@@ -35,6 +35,12 @@ pub struct Summary {
     pub identical: bool,
     /// Steps taken.
     pub steps: usize,
+    /// A digest of the final weights (FNV-1a of their bits).
+    pub weights_digest: u64,
+    /// The step it resumed from and the ranks that saved it (`--resume`).
+    pub resumed: Option<(u64, usize)>,
+    /// Steps lost between that checkpoint and the failure.
+    pub lost_steps: u64,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -104,6 +110,9 @@ pub fn run_on(
         dense_layers: mine.dense_layers.clone(),
         layers: mine.layers.clone(),
         sparsity: mine.sparsity.clone(),
+        weights_digest: super::weight_hash(&mine.weights),
+        resumed: mine.resumed,
+        lost_steps: mine.lost_steps,
         identical,
         steps,
     };
@@ -166,6 +175,15 @@ pub fn run_threads(
         let res = sparse_coll::ThreadCluster::new(ranks)
             .timeout(std::time::Duration::from_secs(3600))
             .run(|t| run_on(t, run, a, train, test, on_step).map(|(s, _)| s));
+        // A rank's injected failure (`--fail-rank`) rather than its
+        // peers' reports of it.
+        if let Some(e) = res.iter().find_map(|r| {
+            r.as_ref()
+                .err()
+                .filter(|e| matches!(e, Error::Injected { .. }))
+        }) {
+            return Err(e.clone());
+        }
         let mut res = res.into_iter().collect::<Result<Vec<_>>>()?;
         Ok(res.swap_remove(0))
     })

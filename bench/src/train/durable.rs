@@ -1,0 +1,324 @@
+//! Durable training runs (issue 32): `sparse-bench train
+//! --checkpoint-every N --checkpoint-dir D` saves every rank's whole
+//! state ([`residual_sgd::Trainer::save_state`] and the loop's own: epoch,
+//! step, the accumulators of the epoch, the run's history) every `N` steps
+//! and at the end, as a checkpoint of [`residual_sgd::checkpoint`] under
+//! `D/<run>-d<density>-s<seed>/`; `--resume D` continues each run from
+//! its newest checkpoint up to `--epochs`. The data order of an epoch is
+//! derived from the seed, the epoch and the rank, and DGC's density from
+//! the epoch, so a resumed run takes exactly the steps an unbroken one
+//! would: the same weights, bit for bit, and the same accuracies.
+//!
+//! A checkpoint of `P` ranks resumed on `P'` ranks (a rank was lost) is
+//! resharded first ([`residual_sgd::checkpoint::reshard`]): weights
+//! copied, residuals and momenta summed, state that depends on `P`
+//! rebuilt. The shards then change, so the epoch goes on at the same
+//! fraction of its steps (`round(s P / P')` of the new epoch's steps); the
+//! per-step figures (bytes, times) count from the resume. What was lost
+//! (the steps since the last checkpoint, from `progress`, which rank 0
+//! writes after every step) is reported.
+
+use super::{Run, TrainArgs};
+use residual_sgd::checkpoint;
+use sparse_coll::{Transport, agree_or_fail};
+use sparse_core::state::{Scope, State, Tensor};
+use sparse_core::{Error, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The state kind of the loop's own state.
+pub const KIND: &str = "bench::train";
+
+/// The directory of `run`'s checkpoints with `seed` under `base`.
+pub fn run_dir(base: &Path, run: &Run, seed: u64) -> PathBuf {
+    base.join(format!("{}-d{}-s{seed}", run.name(), run.density()))
+}
+
+/// The settings a checkpoint was saved under, which a resume must share
+/// (all of [`TrainArgs`] but the epochs and the checkpoint flags).
+pub fn settings(run: &Run, a: &TrainArgs) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    let mut put = |k: &str, v: String| {
+        m.insert(format!("setting.{k}"), v);
+    };
+    put("run", run.name());
+    put("collective", run.collective());
+    put("density", run.density().to_string());
+    put("data", a.data.to_string());
+    put("model", format!("{:?}", a.model));
+    put("hidden", a.hidden().to_string());
+    put("batch", a.batch.to_string());
+    put("lr", a.lr.to_string());
+    put("momentum", a.momentum.to_string());
+    put("weight_decay", a.weight_decay.to_string());
+    put("compress_threshold", a.redsync_threshold().to_string());
+    put("clip", a.clip.to_string());
+    put("warmup", a.warmup.to_string());
+    put("seed", a.seed.to_string());
+    put(
+        "train_images",
+        a.train_images.map_or("all".into(), |n| n.to_string()),
+    );
+    m
+}
+
+/// Where a run stands: the position and the history a checkpoint holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Position {
+    /// The epoch under way.
+    pub epoch: usize,
+    /// Its next step.
+    pub next: usize,
+    /// Steps taken since the start of the run.
+    pub global: u64,
+    /// Steps per epoch at the rank count that saved it.
+    pub steps: usize,
+    /// Rank 0's accuracy, loss, weight digest and Zen statistics per
+    /// finished epoch (`[grad density, overlap, densification]` per layer).
+    pub history: History,
+}
+
+/// A run's per-epoch record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct History {
+    /// Test accuracy.
+    pub test_acc: Vec<f64>,
+    /// Training loss.
+    pub train_loss: Vec<f64>,
+    /// Digest of the weights.
+    pub weight_hash: Vec<u64>,
+    /// Zen's statistics per layer.
+    pub sparsity: Vec<Vec<[f64; 3]>>,
+}
+
+fn history_json(h: &History) -> String {
+    // f64 and u64 as bits in hex: exact, and NaN (a dense layer's overlap)
+    // survives.
+    let bits =
+        |v: &[f64]| -> Vec<String> { v.iter().map(|x| format!("{:x}", x.to_bits())).collect() };
+    serde_json::json!({
+        "test_acc": bits(&h.test_acc),
+        "train_loss": bits(&h.train_loss),
+        "weight_hash": h.weight_hash.iter().map(|x| format!("{x:x}")).collect::<Vec<_>>(),
+        "sparsity": h.sparsity.iter().map(|e| e.iter().map(|l| bits(l)).collect::<Vec<_>>()).collect::<Vec<_>>(),
+    })
+    .to_string()
+}
+
+fn parse_history(s: &str) -> Result<History> {
+    let bad = |w: &str| Error::corrupt("checkpoint", format!("manifest meta history: {w}"));
+    let v: serde_json::Value = serde_json::from_str(s).map_err(|e| bad(&e.to_string()))?;
+    let hex = |x: &serde_json::Value| -> Result<u64> {
+        x.as_str()
+            .and_then(|s| u64::from_str_radix(s, 16).ok())
+            .ok_or_else(|| bad("not a hex word"))
+    };
+    let list = |k: &str| -> Result<Vec<u64>> {
+        v.get(k)
+            .and_then(|x| x.as_array())
+            .ok_or_else(|| bad(k))?
+            .iter()
+            .map(hex)
+            .collect()
+    };
+    let sparsity = v
+        .get("sparsity")
+        .and_then(|x| x.as_array())
+        .ok_or_else(|| bad("sparsity"))?
+        .iter()
+        .map(|e| {
+            e.as_array()
+                .ok_or_else(|| bad("sparsity epoch"))?
+                .iter()
+                .map(|l| {
+                    let w: Vec<u64> = l
+                        .as_array()
+                        .ok_or_else(|| bad("sparsity layer"))?
+                        .iter()
+                        .map(hex)
+                        .collect::<Result<_>>()?;
+                    match w[..] {
+                        [a, b, c] => Ok([f64::from_bits(a), f64::from_bits(b), f64::from_bits(c)]),
+                        _ => Err(bad("sparsity layer of 3")),
+                    }
+                })
+                .collect()
+        })
+        .collect::<Result<_>>()?;
+    let f =
+        |k: &str| -> Result<Vec<f64>> { Ok(list(k)?.into_iter().map(f64::from_bits).collect()) };
+    Ok(History {
+        test_acc: f("test_acc")?,
+        train_loss: f("train_loss")?,
+        weight_hash: list("weight_hash")?,
+        sparsity,
+    })
+}
+
+/// Saves the checkpoint `step-<global>` of this rank's `trainer` state and
+/// `pos` (with this rank's epoch accumulators, `local`) under `dir` on
+/// every rank of `t`.
+///
+/// # Errors
+/// As [`checkpoint::save`].
+pub fn save(
+    t: &mut dyn Transport,
+    dir: &Path,
+    meta: &BTreeMap<String, String>,
+    trainer: State,
+    pos: &Position,
+    local: &[(&str, Vec<f64>)],
+) -> Result<PathBuf> {
+    let mut s = State::new(KIND, 1);
+    s.put_u64("epoch", Scope::Shared, pos.epoch as u64)
+        .put_u64("next", Scope::Shared, pos.next as u64)
+        .put_u64("global", Scope::Shared, pos.global)
+        .put_u64("steps", Scope::Shared, pos.steps as u64);
+    for (name, v) in local {
+        s.put(
+            *name,
+            Scope::Local,
+            Tensor::U64(v.iter().map(|x| x.to_bits()).collect()),
+        );
+    }
+    s.put_child("trainer", trainer);
+    let mut meta = meta.clone();
+    meta.insert("history".into(), history_json(&pos.history));
+    meta.insert("global".into(), pos.global.to_string());
+    checkpoint::save(t, dir, &format!("step-{:08}", pos.global), &s, &meta)
+}
+
+/// What [`resume`] restores.
+#[derive(Debug)]
+pub struct Resumed {
+    /// The trainer's state.
+    pub trainer: State,
+    /// The position, moved to this rank count's epoch where it changed.
+    pub pos: Position,
+    /// The epoch accumulators saved with it (absent after a reshard).
+    pub local: BTreeMap<String, Vec<f64>>,
+    /// The ranks that saved it.
+    pub from_ranks: usize,
+    /// Steps taken after it and lost (from `progress`).
+    pub lost_steps: u64,
+}
+
+/// The newest checkpoint of `dir` on every rank of `t`, resharded first
+/// where another number of ranks saved it, checked against this run's
+/// `meta`; `steps` is this rank count's steps per epoch.
+///
+/// # Errors
+/// A setting that differs (naming it), and as [`checkpoint::load`] and
+/// [`checkpoint::reshard`].
+pub fn resume(
+    t: &mut dyn Transport,
+    dir: &Path,
+    meta: &BTreeMap<String, String>,
+    steps: usize,
+) -> Result<Resumed> {
+    let p = t.size();
+    // Every rank reads which checkpoint is newest and how many saved it;
+    // rank 0 reshards it where they were another number.
+    let found = (|| -> Result<(PathBuf, usize)> {
+        let at = checkpoint::resolve(dir)?;
+        let m = std::fs::read(at.join(checkpoint::MANIFEST))
+            .map_err(|e| Error::invalid("--resume", format!("{}: {e}", at.display())))?;
+        let m = checkpoint::parse_manifest(&m, &at.display().to_string())?;
+        Ok((at, m.ranks))
+    })();
+    let ranks = found.as_ref().map_or(0, |f| f.1);
+    agree_or_fail(
+        t,
+        &[("checkpoint ranks", ranks as u64)],
+        found.as_ref().map(drop).map_err(Clone::clone),
+    )?;
+    let (at, from_ranks) = found?;
+    let path = if from_ranks == p {
+        at.clone()
+    } else {
+        let name = format!(
+            "{}-on-{p}",
+            at.file_name()
+                .map_or("resharded".into(), |n| n.to_string_lossy().into_owned())
+        );
+        let target = dir.join("resharded");
+        let done = if t.rank() == 0 {
+            checkpoint::reshard(&at, p, &target, &name).map(drop)
+        } else {
+            Ok(())
+        };
+        agree_or_fail(t, &[("reshard", 1)], done)?;
+        target.join(name)
+    };
+    let (state, manifest) = checkpoint::load(t, &path)?;
+    let checked = (|| -> Result<Resumed> {
+        for (k, v) in meta {
+            match manifest.meta.get(k) {
+                Some(saved) if saved == v => {}
+                saved => {
+                    return Err(Error::invalid(
+                        "--resume",
+                        format!(
+                            "{}: {k} is {v} in this run, {} in the checkpoint",
+                            path.display(),
+                            saved.map_or("absent", String::as_str)
+                        ),
+                    ));
+                }
+            }
+        }
+        state.expect(KIND, 1)?;
+        let word = |k: &str| -> Result<usize> {
+            usize::try_from(state.u64(k)?)
+                .map_err(|_| Error::corrupt("checkpoint", format!("{k} does not fit")))
+        };
+        let (epoch, mut next, saved_steps) = (word("epoch")?, word("next")?, word("steps")?);
+        let global = state.u64("global")?;
+        if from_ranks != p && saved_steps > 0 {
+            // The same fraction of the epoch on the new shards.
+            next = ((next as f64 * steps as f64 / saved_steps as f64).round() as usize).min(steps);
+        }
+        let history = parse_history(manifest.meta.get("history").map_or("", String::as_str))?;
+        let mut local = BTreeMap::new();
+        for (name, _, t) in state.entries() {
+            if let Tensor::U64(v) = t
+                && state.get(name)?.0 == Scope::Local
+            {
+                local.insert(
+                    name.to_string(),
+                    v.iter().map(|x| f64::from_bits(*x)).collect(),
+                );
+            }
+        }
+        let progress = std::fs::read_to_string(dir.join("progress"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(global);
+        Ok(Resumed {
+            trainer: state.child("trainer")?.clone(),
+            pos: Position {
+                epoch,
+                next,
+                global,
+                steps,
+                history,
+            },
+            local,
+            from_ranks,
+            lost_steps: progress.saturating_sub(global),
+        })
+    })();
+    agree_or_fail(
+        t,
+        &[("resume", 1)],
+        checked.as_ref().map(drop).map_err(Clone::clone),
+    )?;
+    checked
+}
+
+/// Records on disk that `global` steps are done (rank 0, after every
+/// step; not synced: it only tells a resume how much was lost).
+pub fn progress(dir: &Path, global: u64) {
+    let _ = std::fs::create_dir_all(dir);
+    let _ = std::fs::write(dir.join("progress"), global.to_string());
+}
