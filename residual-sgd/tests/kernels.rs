@@ -17,8 +17,11 @@ use sparse_select::RadixTopK;
 
 const SIZES: [usize; 2] = [3000, 40];
 
+/// One step: each layer's selected indices, residuals and weights.
+type Step = (Vec<Vec<u32>>, Vec<Vec<f32>>, Vec<Vec<f32>>);
+
 /// Per step: each layer's selected indices, residuals and weights.
-type Steps = Vec<(Vec<Vec<u32>>, Vec<Vec<f32>>, Vec<Vec<f32>>)>;
+type Steps = Vec<Step>;
 
 fn run<B: Backend<f32> + Send + Sync + Clone + 'static>(b: B, grads: &[Vec<Vec<f32>>]) -> Steps {
     let layers = LayerSpec::matrices(&SIZES);
@@ -218,5 +221,84 @@ fn a_step_moves_only_the_selected_pairs_and_the_dense_layers() {
                 "step {s}"
             );
         }
+    }
+}
+
+/// Issue 32 on the kernels: a trainer on the kernel backend saved after N
+/// steps and loaded into a fresh one (also on the kernels, and on the
+/// CPU, the state being the same data on both) continues bit for bit on
+/// dyadic inputs: the selections, residuals and weights of N + M steps.
+#[test]
+fn a_state_saved_on_the_kernels_resumes_bit_for_bit() {
+    let gpu = backend_cuda::WgpuBackend::new_default()
+        .expect("no wgpu device: install mesa-vulkan-drivers");
+    let g = grads(11, true);
+    let (n, m) = (5, 5);
+    let want = run(gpu.clone(), &g[..n + m]);
+    let layers = LayerSpec::matrices(&SIZES);
+    let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
+    let rule = Rule::Rgc {
+        momentum: 0.5,
+        nesterov: false,
+        weight_decay: 0.0,
+        factor_masking: true,
+    };
+    let cfg = Config::new(0.5, 0.01, rule)
+        .unwrap()
+        .compress_threshold(1024);
+    fn build<B: Backend<f32> + Send + Sync + Clone + 'static>(
+        b: B,
+        cfg: Config,
+        layers: &[LayerSpec],
+        w0: &[Vec<f32>],
+    ) -> sparse_core::Result<Trainer<B, RadixTopK>> {
+        Trainer::new(b, cfg, layers.to_vec(), w0, RadixTopK::magnitude(), |_| {
+            Registry::builtin().build("topk_a", Defaults::lossless())
+        })
+    }
+    let out = ThreadCluster::new(1).run(|t| {
+        let mut first = build(gpu.clone(), cfg, &layers, &w0)?;
+        for x in &g[..n] {
+            first.step(t, x)?;
+        }
+        let state = first.save_state()?;
+        let mut on_gpu = build(gpu.clone(), cfg, &layers, &w0)?;
+        on_gpu.load_state(t, &state)?;
+        let mut on_cpu = build(Cpu, cfg, &layers, &w0)?;
+        on_cpu.load_state(t, &state)?;
+        let mut got = (Vec::new(), Vec::new());
+        for x in &g[n..n + m] {
+            for (tr_steps, tr) in [
+                (&mut got.0, &mut on_gpu as &mut dyn Stepper),
+                (&mut got.1, &mut on_cpu),
+            ] {
+                tr_steps.push(tr.one(t, x)?);
+            }
+        }
+        Ok(got)
+    });
+    let (gpu_steps, cpu_steps) = out.into_iter().next().unwrap().unwrap();
+    assert_eq!(gpu_steps, want[n..], "kernels resumed on the kernels");
+    assert_eq!(cpu_steps, want[n..], "kernels resumed on the CPU");
+}
+
+/// One step of a trainer on any backend, as the steps of [`run`] record it.
+trait Stepper {
+    fn one(
+        &mut self,
+        t: &mut dyn sparse_coll::Transport,
+        g: &[Vec<f32>],
+    ) -> sparse_core::Result<Step>;
+}
+
+impl<B: Backend<f32>> Stepper for Trainer<B, RadixTopK> {
+    fn one(
+        &mut self,
+        t: &mut dyn sparse_coll::Transport,
+        g: &[Vec<f32>],
+    ) -> sparse_core::Result<Step> {
+        let rep = self.step(t, g)?;
+        let sel = rep.sent.iter().map(|s| s.indices().to_vec()).collect();
+        Ok((sel, self.residuals()?, self.weights()?))
     }
 }
