@@ -251,6 +251,41 @@ for r in rows:
 print(f"train under mpiexec -n 2: {len(rows)} rows, identical weights, above chance")
 PY
 
+# Durable training under MPI (issue 32): 1 epoch with checkpoints, then a
+# new mpiexec job resumed to 2 epochs, ends with the weights of an unbroken
+# 2-epoch job (digests equal); a job of 3 processes where one dies part way
+# (--fail-rank: the process exits without finalizing, as a killed one would)
+# is resumed by a job of 2 from the last checkpoint, resharded, reporting
+# the steps lost.
+ck_dir=$(mktemp -d)
+ck=(--transport mpi --scheme redsync_rgc --density 0.05 --hidden 32 --json)
+whole=$(MPIEXEC_TIMEOUT=300 mpiexec -n 2 "$bin/sparse-bench" train "${ck[@]}" --epochs 2)
+MPIEXEC_TIMEOUT=300 mpiexec -n 2 "$bin/sparse-bench" train "${ck[@]}" --epochs 1 \
+    --checkpoint-every 7 --checkpoint-dir "$ck_dir/a" >/dev/null
+resumed=$(MPIEXEC_TIMEOUT=300 mpiexec -n 2 "$bin/sparse-bench" train "${ck[@]}" --epochs 2 --resume "$ck_dir/a")
+if MPIEXEC_TIMEOUT=300 mpiexec -n 3 "$bin/sparse-bench" train "${ck[@]}" --epochs 2 \
+    --checkpoint-every 20 --checkpoint-dir "$ck_dir/b" --fail-rank 1 --fail-at-step 50 >/dev/null 2>&1; then
+    echo "the job with a lost rank did not fail"; exit 1
+fi
+survived=$(MPIEXEC_TIMEOUT=300 mpiexec -n 2 "$bin/sparse-bench" train "${ck[@]}" --epochs 2 --resume "$ck_dir/b")
+python3 - "$whole" "$resumed" "$survived" <<'PY'
+import json, sys
+rows = [[json.loads(l) for l in a.splitlines() if l.startswith("{")] for a in sys.argv[1:]]
+whole, resumed, survived = rows
+assert len(whole) == len(resumed) == len(survived) == 2, [len(r) for r in rows]
+for w, r in zip(whole, resumed):
+    assert r["ranks"] == 2 and r["resumed_from_ranks"] == [2], r
+    assert r["weights_digest"] == w["weights_digest"], (w["scheme"], w["weights_digest"], r["weights_digest"])
+    assert r["final_test_acc"] == w["final_test_acc"], w["scheme"]
+first = survived[0]
+assert first["ranks"] == 2 and first["resumed_from_step"] == [40] and first["resumed_from_ranks"] == [3], first
+assert first["lost_steps"] == 9 and first["identical_weights"], first
+assert all(r["final_test_acc"] > 0.5 for r in survived), survived
+print("durable training under mpiexec: 2 epochs resumed equal 2 unbroken (digests); "
+      "a lost rank of 3 resumed on 2 from step 40, 9 steps lost")
+PY
+rm -rf "$ck_dir"
+
 # The CUDA configuration is checked (cubecl-llvm's LLVM bundle comes from
 # PyPI: scripts/cuda-llvm.sh), so CUDA code cannot rot. Its tests run where
 # a CUDA device is present; elsewhere they would only print that they skip,

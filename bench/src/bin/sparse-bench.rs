@@ -688,7 +688,17 @@ fn train_on(
                         .inc();
                 }
             };
-            let s = run::run_transport(&mut t, runs, &c.args, &seeds, train_set, test_set, &tick)?;
+            let s =
+                match run::run_transport(&mut t, runs, &c.args, &seeds, train_set, test_set, &tick)
+                {
+                    // `--fail-rank` under MPI: this process dies as a lost rank
+                    // would, without finalizing MPI (mpiexec then ends the job).
+                    Err(e @ sparse_core::Error::Injected { .. }) => {
+                        eprintln!("sparse-bench: {e}: this process exits as a lost rank");
+                        std::process::exit(3);
+                    }
+                    s => s?,
+                };
             bar.into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .finish();
