@@ -86,6 +86,55 @@
 //! the primitives' own small readbacks: counts, histograms, partial sums;
 //! `backend-cuda` counts every byte, `residual-sgd/tests/kernels.rs`
 //! checks a step's).
+//!
+//! ## Durable state
+//!
+//! Error feedback makes the optimizer stateful: each rank's residual (and
+//! momentum) holds gradient mass not applied yet, and selectors and
+//! collectives keep state across calls. [`Trainer::save_state`] gathers
+//! all of it (weights, residuals, momenta, every part's state through
+//! [`Memory::save_state`], [`sparse_select::Selector::save_state`] and
+//! [`sparse_coll::SparseAllreduce::save_state`], the step counts that seed
+//! QSGD, DGC's density) as a [`sparse_core::state::State`];
+//! [`Trainer::load_state`] restores it on every rank, all or nothing.
+//! [`checkpoint::save`] and [`checkpoint::load`] put it on disk
+//! (safetensors, a manifest with CRC-32s, crash-safe writes, hostile
+//! reads); [`checkpoint::reshard`] moves a checkpoint of `P` ranks to
+//! `P'`. In a training loop, on threads or under MPI alike (every rank
+//! calls both; under MPI the directory must be on a file system every
+//! rank reads):
+//!
+//! ```no_run
+//! # use residual_sgd::{checkpoint, Trainer};
+//! # fn f(t: &mut dyn sparse_coll::Transport, tr: &mut Trainer<backend_cpu::Cpu, sparse_select::RadixTopK>,
+//! #      step: u64, dir: &std::path::Path) -> sparse_core::Result<()> {
+//! if step % 500 == 0 {
+//!     let meta = [("step".to_string(), step.to_string())].into();
+//!     checkpoint::save(t, dir, &format!("step-{step:08}"), &tr.save_state()?, &meta)?;
+//! }
+//! // After a restart, the trainer built as before:
+//! let (state, manifest) = checkpoint::load(t, dir)?; // LATEST, checked
+//! tr.load_state(t, &state)?;
+//! let step: u64 = manifest.meta["step"].parse().unwrap_or(0);
+//! # let _ = step; Ok(()) }
+//! ```
+//!
+//! With burn, the weights the trainer holds are the model's
+//! (`residual_sgd::burn::load`, feature `burn`, puts them in a module
+//! before each step), so the
+//! trainer's state is the whole training state; the data order and any
+//! schedule (DGC's warm-up by epoch) must be derived from the step, as
+//! `sparse-bench train` does (`--checkpoint-every`, `--resume`).
+//!
+//! The guarantees: a trainer built alike that loads the state takes the
+//! same next steps, bit for bit (on every backend; `tests/state.rs`,
+//! `tests/kernels.rs`); a state that does not fit (another setting, layer
+//! or part, a corrupted or mismatched file) is an error on every rank
+//! naming what disagrees, and no rank's trainer changes; a reshard keeps
+//! the weights, and the sum over ranks of residuals and momenta (old rank
+//! `r` summed into new rank `r mod P'`: exact where the additions are,
+//! as on dyadic values; within one rounding per addition otherwise), and
+//! rebuilds what depends on `P` as on a first call.
 
 #[cfg(feature = "burn")]
 pub mod burn;
