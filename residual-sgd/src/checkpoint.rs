@@ -215,11 +215,17 @@ fn decode_node(
         .as_u64()
         .and_then(|x| u32::try_from(x).ok())
         .ok_or_else(|| bad(format!("{at}: version is not a u32")))?;
+    let name_ok = |n: &str| !n.is_empty() && n.len() <= 256 && !n.contains('/');
     let mut s = State::new(kind, version);
     let entries = field("entries")?
         .as_object()
         .ok_or_else(|| bad(format!("{at}: entries is not an object")))?;
     for (name, e) in entries {
+        if !name_ok(name) {
+            return Err(bad(format!(
+                "{at}: entry name {name:?} is empty, too long or holds '/'"
+            )));
+        }
         let path = format!("{prefix}{name}");
         let scope = e
             .get("scope")
@@ -281,6 +287,11 @@ fn decode_node(
         .as_object()
         .ok_or_else(|| bad(format!("{at}: children is not an object")))?;
     for (name, c) in children {
+        if !name_ok(name) {
+            return Err(bad(format!(
+                "{at}: part name {name:?} is empty, too long or holds '/'"
+            )));
+        }
         let child = decode_node(c, &format!("{prefix}{name}/"), st, file, used)?;
         s.put_child(name.clone(), child);
     }
@@ -426,7 +437,12 @@ pub fn save(
                 let _ = std::fs::remove_dir_all(&old);
                 std::fs::rename(&fin, &old).map_err(|e| io(&fin, "rename", e))?;
             }
-            std::fs::rename(&tmp, &fin).map_err(|e| io(&fin, "rename", e))?;
+            if let Err(e) = std::fs::rename(&tmp, &fin) {
+                if old.exists() {
+                    let _ = std::fs::rename(&old, &fin);
+                }
+                return Err(io(&fin, "rename", e));
+            }
             sync_dir(dir)?;
             write_synced(&dir.join(LATEST), name.as_bytes())?;
             sync_dir(dir)?;
@@ -575,7 +591,24 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
         .ok()
         .filter(|n| !n.is_empty() && !n.contains('/') && !n.starts_with('.'))
         .ok_or_else(|| corrupt(&latest.display().to_string(), "not a checkpoint's name"))?;
+    // A crash while a checkpoint of the same name was replaced leaves the
+    // previous one aside as `.NAME.old`.
+    let old = path.join(format!(".{name}.old"));
+    if !path.join(&name).join(MANIFEST).is_file() && old.join(MANIFEST).is_file() {
+        return Ok(old);
+    }
     Ok(path.join(name))
+}
+
+/// The manifest of the checkpoint `path` ([`resolve`]), read bounded and
+/// checked, and where it is.
+///
+/// # Errors
+/// As [`resolve`]; [`Error::Corrupt`] naming the field.
+pub fn manifest(path: &Path) -> Result<(PathBuf, Manifest)> {
+    let dir = resolve(path)?;
+    let (m, _) = read_manifest(&dir, None)?;
+    Ok((dir, m))
 }
 
 /// The manifest of the checkpoint `dir` (resolved), checked to be of

@@ -134,7 +134,12 @@
 //! the weights, and the sum over ranks of residuals and momenta (old rank
 //! `r` summed into new rank `r mod P'`: exact where the additions are,
 //! as on dyadic values; within one rounding per addition otherwise), and
-//! rebuilds what depends on `P` as on a first call.
+//! rebuilds what depends on `P` as on a first call. The sum is what is
+//! conserved, not the mean: a step applies the ranks' summed values divided
+//! by the rank count, so the mass still pending after a reshard from `P`
+//! to `P'` ranks is applied at `P / P'` times the weight `P` ranks would
+//! have given it (more when ranks were lost). Momenta follow the same
+//! rule.
 
 #[cfg(feature = "burn")]
 pub mod burn;

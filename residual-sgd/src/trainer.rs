@@ -759,6 +759,26 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     }
 }
 
+/// FNV-1a of every layer's weights in a trainer state (what every rank
+/// must load alike).
+fn shared_digest(s: &State) -> u64 {
+    let bits = s
+        .children()
+        .filter(|(n, _)| n.starts_with("layer."))
+        .flat_map(|(_, l)| {
+            l.entries()
+                .filter(|(n, _, _)| *n == "w")
+                .flat_map(|(_, _, t)| match t {
+                    sparse_core::state::Tensor::F32(v) => {
+                        v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                    }
+                    _ => Vec::new(),
+                })
+                .collect::<Vec<u32>>()
+        });
+    sparse_core::hash::fnv1a(bits.flat_map(u32::to_le_bytes))
+}
+
 /// The state kind of [`Trainer::save_state`].
 pub const TRAINER_STATE: &str = "residual_sgd::Trainer";
 
@@ -828,14 +848,23 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// backend and transport errors.
     pub fn load_state(&mut self, t: &mut dyn Transport, s: &State) -> Result<()> {
         let undo = self.save_state();
-        let local = undo
+        let mut local = undo
             .as_ref()
             .map_err(Clone::clone)
             .and_then(|_| self.apply_state(s));
         if let (Err(_), Ok(undo)) = (&local, &undo) {
-            self.apply_state(undo)?;
+            // A rollback that fails too is this rank's error, still shared
+            // below: no rank may return before the others hear of it.
+            if let Err(e) = self.apply_state(undo) {
+                local = Err(e);
+            }
         }
-        let shared = agree_or_fail(t, &[("load state", 1)], local.clone());
+        // The weights every rank loaded must be the same: their digest
+        // (with the history's) is a field of the round.
+        let digest = local
+            .as_ref()
+            .map_or(0, |()| self.history ^ shared_digest(s));
+        let shared = agree_or_fail(t, &[("loaded weights", digest)], local.clone());
         if shared.is_err()
             && local.is_ok()
             && let Ok(undo) = &undo

@@ -384,7 +384,11 @@ fn dyadic_step(tr: &mut Trainer<Cpu, RadixTopK>, t: &mut dyn Transport, s: u64) 
 /// on P) that of a fresh instance, and the new ranks train on together.
 #[test]
 fn reshard_conserves_the_residual_mass_exactly() {
-    for (p, p_new, spec) in [(4usize, 3usize, "ok_topk:period=2"), (3, 5, "topk_a")] {
+    for (p, p_new, spec) in [
+        (4usize, 3usize, "ok_topk:period=2"),
+        (3, 5, "topk_a"),
+        (4, 2, "hierarchical:node=2,inter=dsar_split_allgather"),
+    ] {
         let dir = tmpdir(&format!("reshard-{p}-{p_new}"));
         let before = ThreadCluster::new(p).run(|t| {
             let mut tr = dyadic_trainer(spec)?;

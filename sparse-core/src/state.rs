@@ -351,6 +351,20 @@ impl State {
     pub fn resharded(&self) -> bool {
         self.resharded
     }
+    /// This state with every entry's scope, its children's included, made
+    /// [`Scope::Local`]: for a part whose whole layout depends on the rank
+    /// count, so that a reshard drops it all.
+    pub fn into_local(mut self) -> Self {
+        for (scope, _) in self.entries.values_mut() {
+            *scope = Scope::Local;
+        }
+        self.children = self
+            .children
+            .into_iter()
+            .map(|(n, c)| (n, c.into_local()))
+            .collect();
+        self
+    }
     /// Marks this state and its children resharded ([`State::resharded`]).
     pub fn mark_resharded(&mut self) {
         self.resharded = true;

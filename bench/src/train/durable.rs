@@ -165,10 +165,18 @@ pub fn save(
     t: &mut dyn Transport,
     dir: &Path,
     meta: &BTreeMap<String, String>,
-    trainer: State,
+    trainer: Result<State>,
     pos: &Position,
     local: &[(&str, Vec<f64>)],
 ) -> Result<PathBuf> {
+    // A rank that could not read its trainer's state says so to every rank
+    // before any file is written.
+    agree_or_fail(
+        t,
+        &[("trainer state", 1)],
+        trainer.as_ref().map(drop).map_err(Clone::clone),
+    )?;
+    let trainer = trainer?;
     let mut s = State::new(KIND, 1);
     s.put_u64("epoch", Scope::Shared, pos.epoch as u64)
         .put_u64("next", Scope::Shared, pos.next as u64)
@@ -219,13 +227,7 @@ pub fn resume(
     let p = t.size();
     // Every rank reads which checkpoint is newest and how many saved it;
     // rank 0 reshards it where they were another number.
-    let found = (|| -> Result<(PathBuf, usize)> {
-        let at = checkpoint::resolve(dir)?;
-        let m = std::fs::read(at.join(checkpoint::MANIFEST))
-            .map_err(|e| Error::invalid("--resume", format!("{}: {e}", at.display())))?;
-        let m = checkpoint::parse_manifest(&m, &at.display().to_string())?;
-        Ok((at, m.ranks))
-    })();
+    let found = checkpoint::manifest(dir).map(|(at, m)| (at, m.ranks));
     let ranks = found.as_ref().map_or(0, |f| f.1);
     agree_or_fail(
         t,
@@ -274,11 +276,33 @@ pub fn resume(
         };
         let (epoch, mut next, saved_steps) = (word("epoch")?, word("next")?, word("steps")?);
         let global = state.u64("global")?;
+        if from_ranks == p && (saved_steps != steps || next > steps) {
+            return Err(Error::corrupt(
+                "checkpoint",
+                format!(
+                    "{}: saved at step {next} of epochs of {saved_steps} steps; this run's epochs have {steps}",
+                    path.display()
+                ),
+            ));
+        }
         if from_ranks != p && saved_steps > 0 {
             // The same fraction of the epoch on the new shards.
             next = ((next as f64 * steps as f64 / saved_steps as f64).round() as usize).min(steps);
         }
         let history = parse_history(manifest.meta.get("history").map_or("", String::as_str))?;
+        let h = &history;
+        if h.weight_hash.len() != epoch
+            || h.test_acc.len() > epoch
+            || h.train_loss.len() != h.test_acc.len()
+        {
+            return Err(Error::corrupt(
+                "checkpoint",
+                format!(
+                    "{}: the history does not hold {epoch} epochs",
+                    path.display()
+                ),
+            ));
+        }
         let mut local = BTreeMap::new();
         for (name, _, t) in state.entries() {
             if let Tensor::U64(v) = t

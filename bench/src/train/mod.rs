@@ -21,7 +21,7 @@ use backend_cpu::Cpu;
 use data::{Data, Set};
 use model::{Kind, Model};
 use residual_sgd::{Config, LayerSpec, Rule, StepReport, Trainer, dgc_density};
-use sparse_coll::{Defaults, Registry, SparseAllreduce, Transport};
+use sparse_coll::{Defaults, Registry, SparseAllreduce, Transport, agree_or_fail};
 use sparse_core::{Error, Result};
 use sparse_select::RadixTopK;
 use std::time::Duration;
@@ -611,7 +611,7 @@ fn save_checkpoint(
         ("stats", flat),
         ("probes", vec![probes as f64]),
     ];
-    durable::save(t, dir, meta, tr.save_state()?, &pos, &local).map(drop)
+    durable::save(t, dir, meta, tr.save_state(), &pos, &local).map(drop)
 }
 
 /// Trains one rank: every rank of `t` calls it with the same arguments.
@@ -668,17 +668,24 @@ pub fn train_rank(
     };
     // A run the interrupted job never checkpointed (it had not started)
     // starts from the beginning; a missing directory is an error.
-    let resume_dir = match &a.resume {
-        Some(from) if !from.is_dir() => {
-            return Err(Error::invalid(
+    // Every rank must see the same: the round makes any difference an
+    // error on every rank.
+    let (resume_dir, found) = match &a.resume {
+        Some(from) if !from.is_dir() => (
+            None,
+            Err(Error::invalid(
                 "--resume",
                 format!("{}: no such checkpoint directory", from.display()),
-            ));
+            )),
+        ),
+        Some(from) => {
+            let d = durable::run_dir(from, run, a.seed);
+            let has = d.join(residual_sgd::checkpoint::LATEST).is_file();
+            (has.then_some(d), Ok(()))
         }
-        Some(from) => Some(durable::run_dir(from, run, a.seed))
-            .filter(|d| d.join(residual_sgd::checkpoint::LATEST).is_file()),
-        None => None,
+        None => (None, Ok(())),
     };
+    agree_or_fail(t, &[("resume", u64::from(resume_dir.is_some()))], found)?;
     if let Some(dir) = &resume_dir {
         let r = durable::resume(t, dir, &meta, steps)?;
         tr.load_state(t, &r.trainer)?;
@@ -785,10 +792,13 @@ pub fn train_rank(
             out.train_loss.push(loss);
             out.test_acc.push(acc);
             let mut avg = stats.clone();
+            // No probe in this epoch (resumed at its end after a reshard):
+            // its statistics are unknown, NaN.
+            let n = if probes == 0 { f64::NAN } else { probes as f64 };
             for x in &mut avg {
-                x.grad_density /= probes as f64;
-                x.overlap /= probes as f64;
-                x.densification /= probes as f64;
+                x.grad_density /= n;
+                x.overlap /= n;
+                x.densification /= n;
             }
             out.sparsity.push(avg);
         }

@@ -192,7 +192,9 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         let mut parts: Vec<&dyn SparseAllreduce<E>> = vec![&*self.intra];
         parts.extend(self.inter.iter().map(|a| &**a));
         save_parts(&mut s, "part.", &parts)?;
-        Ok(s)
+        // Which shards a rank drives, and so its parts' states, depend on
+        // the rank count: a reshard drops them all.
+        Ok(s.into_local())
     }
     fn load_state(&mut self, s: &State) -> Result<()> {
         s.expect("sparse_coll::Hierarchical", 1)?;

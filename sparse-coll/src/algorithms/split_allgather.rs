@@ -270,7 +270,9 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     }
     fn load_state(&mut self, s: &State) -> Result<()> {
         s.expect("sparse_coll::DsarSplitAllgather", 1)?;
-        self.calls = s.u64("calls")?;
+        // Dropped by a reshard where it was a part whose layout depends on
+        // the rank count (the hierarchical allreduce's): a first call's.
+        self.calls = s.local_u64("calls", 0)?;
         Ok(())
     }
     fn name(&self) -> String {
