@@ -441,6 +441,29 @@ fn checkpoint_resume_and_a_lost_rank() {
         assert_eq!(r.resumed, Some((2 * steps, p)), "{}", w.run.name());
         assert_eq!(r.lost_steps, 0);
     }
+    // Another setting on resume (the learning rate, the density): an error
+    // naming it, not a run that mixes two configurations.
+    for (other, name) in [
+        (
+            TrainArgs {
+                resume: Some(dir.clone()),
+                lr: args(4).lr * 2.0,
+                ..args(4)
+            },
+            "setting.lr",
+        ),
+        (
+            TrainArgs {
+                resume: Some(dir.clone()),
+                hidden: Some(17),
+                ..args(4)
+            },
+            "setting.hidden",
+        ),
+    ] {
+        let e = run_threads(p, &runs, &other, &[1], &train_set, &test_set, &|| {}).unwrap_err();
+        assert!(e.to_string().contains(name), "{name}: {e}");
+    }
     // A lost rank: rank 2 fails before step 30 (checkpoints every 10);
     // the job resumes on 3 ranks.
     let lost_dir = dir.join("lost");

@@ -5,7 +5,8 @@
 //! over its paper's collective and the stateful collectives and selectors,
 //! at P = 1..4. A state that does not fit (another setting, another
 //! layer, one rank's refusal) is an error on every rank that changes no
-//! rank's trainer.
+//! rank's trainer. The same cases on the kernels (wgpu; lavapipe without a
+//! GPU) at P = 1 and 2.
 
 use backend_cpu::Cpu;
 use rand::{Rng as _, SeedableRng as _};
@@ -13,11 +14,11 @@ use residual_sgd::{Collection, Config, LayerSpec, Rule, Trainer};
 use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
 use sparse_core::state::State;
 use sparse_core::testing::Rng;
-use sparse_core::{Error, Result};
+use sparse_core::{Backend, Error, Result};
 use sparse_select::{Policy, RadixTopK, Selector, ThresholdReuse};
 
-type Sel = Box<dyn Selector<Cpu, f32>>;
-type Tr = Trainer<Cpu, Sel>;
+type Sel<B> = Box<dyn Selector<B, f32>>;
+type Tr<B = Cpu> = Trainer<B, Sel<B>>;
 
 const SIZES: [usize; 3] = [600, 90, 12];
 
@@ -105,18 +106,27 @@ fn cases() -> Vec<Case> {
 /// The trainer of `case` (threshold reuse on the first layer, RedSync's
 /// policy on the second, so that stateful selectors take part).
 fn trainer(case: &Case, cfg: Config) -> Result<Tr> {
+    trainer_on(Cpu, case, cfg)
+}
+
+/// [`trainer`] on backend `b`.
+fn trainer_on<B: Backend<f32> + Clone + Send + Sync + 'static>(
+    b: B,
+    case: &Case,
+    cfg: Config,
+) -> Result<Tr<B>> {
     let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.125; n]).collect();
     let quantized = case.name.contains("quantized");
     let mut layer = 0;
     Trainer::with_parts(
-        Cpu,
+        b,
         cfg.compress_threshold(0).compress_min_dims(2),
         layers(),
         &w0,
         move |_| {
             layer += 1;
             Ok(match layer {
-                1 if !quantized => Box::new(ThresholdReuse::<f32>::new(3)) as Sel,
+                1 if !quantized => Box::new(ThresholdReuse::<f32>::new(3)) as Sel<B>,
                 1 => Box::new(Policy::<f32>::new(true)),
                 _ => Box::new(RadixTopK::magnitude()),
             })
@@ -137,7 +147,12 @@ fn grads(rank: usize, step: u64) -> Vec<Vec<f32>> {
 /// Bits of what a step sent and dropped.
 type StepBits = Vec<(Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>)>;
 
-fn step(tr: &mut Tr, t: &mut dyn Transport, s: u64, dgc: bool) -> Result<StepBits> {
+fn step<B: Backend<f32>>(
+    tr: &mut Tr<B>,
+    t: &mut dyn Transport,
+    s: u64,
+    dgc: bool,
+) -> Result<StepBits> {
     if dgc {
         // DGC's warm-up moves the density between steps.
         tr.set_density(if s < 3 { 0.2 } else { 0.05 })?;
@@ -164,13 +179,29 @@ fn step(tr: &mut Tr, t: &mut dyn Transport, s: u64, dgc: bool) -> Result<StepBit
 
 #[test]
 fn n_steps_save_restore_m_steps_equals_n_plus_m() {
+    n_plus_m(&Cpu, 1..=4);
+}
+
+/// The same on the kernels: a trainer on the kernel backend resumes on the
+/// kernels bit for bit (every case; P = 1 and 2, lavapipe being slow).
+#[test]
+fn n_steps_save_restore_m_steps_equals_n_plus_m_on_the_kernels() {
+    let gpu = backend_cuda::WgpuBackend::new_default()
+        .expect("no wgpu device: install mesa-vulkan-drivers");
+    n_plus_m(&gpu, 1..=2);
+}
+
+fn n_plus_m<B: Backend<f32> + Clone + Send + Sync + 'static>(
+    b: &B,
+    ranks: std::ops::RangeInclusive<usize>,
+) {
     let (n, m) = (4u64, 4u64);
     for case in cases() {
-        for p in 1..=4usize {
+        for p in ranks.clone() {
             let dgc = case.name == "dgc";
             let out = ThreadCluster::new(p).run(|t| {
                 let cfg = (case.cfg)()?;
-                let mut whole = trainer(&case, cfg)?;
+                let mut whole = trainer_on(b.clone(), &case, cfg)?;
                 let mut want = Vec::new();
                 for s in 0..n + m {
                     let b = step(&mut whole, t, s, dgc)?;
@@ -178,13 +209,13 @@ fn n_steps_save_restore_m_steps_equals_n_plus_m() {
                         want.push(b);
                     }
                 }
-                let mut first = trainer(&case, cfg)?;
+                let mut first = trainer_on(b.clone(), &case, cfg)?;
                 for s in 0..n {
                     step(&mut first, t, s, dgc)?;
                 }
                 let saved = first.save_state()?;
                 drop(first);
-                let mut second = trainer(&case, cfg)?;
+                let mut second = trainer_on(b.clone(), &case, cfg)?;
                 second.load_state(t, &saved)?;
                 assert!(
                     second.save_state()?.same_bits(&saved),
