@@ -479,6 +479,30 @@ fn checkpoint_resume_and_a_lost_rank() {
         matches!(e, sparse_core::Error::Injected { rank: 2, step: 30 }),
         "{e}"
     );
+    // Resumed on the same 4 ranks, from the middle of an epoch (step 20,
+    // the failure at 30 being lost), it ends bit for bit where the
+    // unbroken run does: the run it cut and the one it never reached.
+    let again_dir = dir.join("again");
+    copy_dir(&lost_dir, &again_dir);
+    let on_four = TrainArgs {
+        resume: Some(again_dir.clone()),
+        ..args(4)
+    };
+    let res = run_threads(p, &runs, &on_four, &[1], &train_set, &test_set, &|| {}).unwrap();
+    assert_eq!(res[0].resumed, Some((20, 4)));
+    assert_eq!(res[1].resumed, None);
+    for (r, w) in res.iter().zip(&whole) {
+        assert_eq!(r.weights_digest, w.weights_digest, "{}", w.run.name());
+        assert_eq!(r.test_acc, w.test_acc, "{}", w.run.name());
+    }
+    // A directory without a checkpoint of these runs (another density)
+    // is an error naming what it holds, not a fresh start.
+    let other_runs = plan(&train::schemes_named(&["dgc".into()]).unwrap(), &[0.5]);
+    let e = run_threads(p, &other_runs, &on_four, &[2], &train_set, &test_set, &|| {}).unwrap_err();
+    assert!(
+        e.to_string().contains("no checkpoint of these runs") && e.to_string().contains("-s1"),
+        "{e}"
+    );
     let on_three = TrainArgs {
         resume: Some(lost_dir.clone()),
         ..args(4)
@@ -499,4 +523,18 @@ fn checkpoint_resume_and_a_lost_rank() {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A copy of the directory tree `from` at `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
 }

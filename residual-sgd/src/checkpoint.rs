@@ -9,9 +9,10 @@
 //!   entry's scope, element type and length (versioned metadata);
 //!
 //! and `manifest.json`: the format and its version, the name, `P`, the
-//! caller's metadata (string pairs: a run's settings, its epoch), and each
-//! file's length and CRC-32. `D/LATEST` names the newest complete
-//! checkpoint.
+//! caller's metadata (string pairs: a run's settings, its epoch), each
+//! file's length and CRC-32, and the CRC-32 of its own content
+//! (`manifest_crc32`, [`manifest_crc`]). `D/LATEST` names the newest
+//! complete checkpoint.
 //!
 //! Saving is crash-safe: every file is written under a temporary name,
 //! synced and renamed; the checkpoint is assembled in `D/.NAME.tmp/` and
@@ -37,7 +38,7 @@ use std::path::{Path, PathBuf};
 /// The format's name in manifests.
 pub const FORMAT: &str = "sparse-gradient checkpoint";
 /// The format's version this code writes and reads.
-pub const FORMAT_VERSION: u64 = 1;
+pub const FORMAT_VERSION: u64 = 2;
 /// The file naming the newest complete checkpoint of a directory.
 pub const LATEST: &str = "LATEST";
 /// The manifest's file name.
@@ -343,7 +344,9 @@ fn read_bounded(path: &Path, max: u64, want: Option<u64>) -> Result<Vec<u8>> {
             what: "checkpoint file",
             bytes: len,
         })?;
-    f.take(max + 1)
+    // At most one byte more than its length said: a file that grows (or
+    // is no file) is an error, not a read up to `max`.
+    f.take(len + 1)
         .read_to_end(&mut out)
         .map_err(|e| io(path, "read", e))?;
     if out.len() as u64 != len {
@@ -486,11 +489,24 @@ fn manifest_json(m: &Manifest) -> Vec<u8> {
         .iter()
         .map(|f| serde_json::json!({"name": f.name, "bytes": f.bytes, "crc32": f.crc32}))
         .collect();
-    serde_json::to_vec_pretty(&serde_json::json!({
+    let mut v = serde_json::json!({
         "format": FORMAT, "version": FORMAT_VERSION, "name": m.name, "ranks": m.ranks,
         "meta": m.meta, "files": files,
-    }))
-    .expect("a manifest is JSON")
+    });
+    let crc = manifest_crc(&v);
+    v["manifest_crc32"] = crc.into();
+    serde_json::to_vec_pretty(&v).expect("a manifest is JSON")
+}
+
+/// The CRC-32 of a manifest's content: its JSON without the field
+/// `manifest_crc32`, written as [`manifest_json`] writes it (keys sorted,
+/// pretty), so that any change of a value (not of white space) shows.
+pub fn manifest_crc(v: &serde_json::Value) -> u32 {
+    let mut v = v.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("manifest_crc32");
+    }
+    crc32fast::hash(&serde_json::to_vec_pretty(&v).expect("a manifest is JSON"))
 }
 
 /// Parses a manifest (the file `file`, for errors).
@@ -512,6 +528,17 @@ pub fn parse_manifest(bytes: &[u8], file: &str) -> Result<Manifest> {
             ));
         }
         None => return Err(bad("no version")),
+    }
+    let crc = manifest_crc(&v);
+    match v.get("manifest_crc32").and_then(serde_json::Value::as_u64) {
+        Some(saved) if saved == u64::from(crc) => {}
+        Some(saved) => {
+            return Err(corrupt(
+                file,
+                format!("manifest_crc32 is {saved:#010x}, its content's CRC-32 {crc:#010x}"),
+            ));
+        }
+        None => return Err(bad("no manifest_crc32")),
     }
     let name = v
         .get("name")
@@ -629,9 +656,10 @@ fn read_manifest(dir: &Path, ranks: Option<usize>) -> Result<(Manifest, u32)> {
             ),
         ));
     }
+    let listed: std::collections::HashSet<&str> = m.files.iter().map(|x| x.name.as_str()).collect();
     for q in 0..m.ranks {
         for f in [tensor_file(q), tree_file(q)] {
-            if !m.files.iter().any(|x| x.name == f) {
+            if !listed.contains(f.as_str()) {
                 return Err(corrupt(
                     &mpath.display().to_string(),
                     format!("lists no {f} among {} ranks' files", m.ranks),

@@ -101,6 +101,20 @@ struct Compressed<B: Backend<f32>, S> {
     output: bool,
 }
 
+impl<B: Backend<f32>, S: Selector<B, f32>> Compressed<B, S> {
+    /// The selector's and the collective's names and parameters, which a
+    /// saved state must share.
+    fn parts(&self) -> String {
+        let params = self.comm.params();
+        let comm = if params.is_empty() {
+            self.comm.name()
+        } else {
+            format!("{}:{params}", self.comm.name())
+        };
+        format!("selector {}, collective {comm}", self.selector.name())
+    }
+}
+
 /// How a layer is reduced.
 enum Part<B: Backend<f32>, S> {
     /// Dense allreduce and momentum SGD with momentum `u`.
@@ -809,7 +823,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         }
         s.put_child("config", cfg);
         for (l, layer) in self.layers.iter().enumerate() {
-            let mut ls = State::new("residual_sgd::Layer", 1);
+            let mut ls = State::new("residual_sgd::Layer", 2);
             ls.put_u64("len", Scope::Shared, layer.spec.len as u64)
                 .put_u64("dims", Scope::Shared, layer.spec.dims as u64)
                 .put_f32s("w", Scope::Shared, &self.b.download(&layer.w)?);
@@ -823,6 +837,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 }
                 Part::Compressed(c) => {
                     ls.put_bool("compressed", Scope::Shared, true)
+                        .put_child("parts", State::new(c.parts(), 1))
                         .put_bool("top", Scope::Shared, c.top)
                         .put_u64("steps", Scope::Shared, c.steps)
                         .put_child("memory", c.memory.save_state(&self.b)?)
@@ -909,7 +924,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         // The headers of every layer first, so that a mismatch changes nothing.
         for (l, layer) in self.layers.iter().enumerate() {
             let ls = s.child(&format!("layer.{l}"))?;
-            ls.expect("residual_sgd::Layer", 1)?;
+            ls.expect("residual_sgd::Layer", 2)?;
             let shape = (ls.u64("len")?, ls.u64("dims")?, ls.bool("compressed")?);
             let mine = (
                 layer.spec.len as u64,
@@ -923,6 +938,18 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 )));
             }
             ls.f32s("w", layer.spec.len)?;
+            if let Part::Compressed(c) = &layer.part {
+                // A stateless selector or collective saves an empty state,
+                // which any other stateless one would accept: their names
+                // and parameters tell them apart.
+                let (saved, mine) = (ls.child("parts")?.kind(), c.parts());
+                if saved != mine {
+                    return Err(bad(format!(
+                        "layer {l} ({}): saved with {saved}, this trainer has {mine}",
+                        layer.spec.name
+                    )));
+                }
+            }
         }
         for (l, layer) in self.layers.iter_mut().enumerate() {
             let ls = s.child(&format!("layer.{l}"))?;
@@ -1134,7 +1161,7 @@ fn compressed_apply<B: Backend<f32>, S: Selector<B, f32>>(
     if quantized {
         c.top = !c.top;
     }
-    c.steps += 1;
+    c.steps = c.steps.wrapping_add(1);
     collect(b, cfg.collection, c, &sent, &red)?;
     // What quantization removed goes back after the collection, which in
     // the paper's variant clears the result's positions.

@@ -170,6 +170,8 @@ fn hostile_checkpoints_are_errors_on_every_rank() {
             let mut v: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(&m).unwrap()).unwrap();
             f(&mut v);
+            // A manifest edited consistently: its own CRC-32 recomputed.
+            v["manifest_crc32"] = checkpoint::manifest_crc(&v).into();
             std::fs::write(&m, serde_json::to_vec(&v).unwrap()).unwrap();
         })
     };
@@ -229,9 +231,21 @@ fn hostile_checkpoints_are_errors_on_every_rank() {
             }),
         ),
         (
-            "format version 2",
+            "format version 3",
             &[],
-            edit_manifest(|v| v["version"] = 2.into()),
+            edit_manifest(|v| v["version"] = 3.into()),
+        ),
+        (
+            "manifest_crc32",
+            &[],
+            Box::new(|d: &Path| {
+                // One value of the metadata changed, the CRC-32 not.
+                let m = d.join(MANIFEST);
+                let mut v: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&m).unwrap()).unwrap();
+                v["meta"]["step"] = "4".into();
+                std::fs::write(&m, serde_json::to_vec(&v).unwrap()).unwrap();
+            }),
         ),
         (
             "saved by 4 ranks, loaded by 3",
@@ -268,8 +282,9 @@ fn hostile_checkpoints_are_errors_on_every_rank() {
                     assert!(e.to_string().contains(&file), "{want}: rank {r}: {e}");
                 }
             } else {
+                // The others learn of it in the failing rank's words.
                 assert!(
-                    matches!(e, Error::PeerError { .. }),
+                    matches!(e, Error::PeerError { .. }) && e.to_string().contains(want),
                     "{want}: rank {r}: {e}"
                 );
             }

@@ -272,6 +272,20 @@ fn a_state_that_does_not_fit_changes_no_rank() {
         let e = other.load_state(t, &saved).unwrap_err();
         assert!(e.to_string().contains("\"lr\""), "{e}");
         assert!(other.save_state()?.same_bits(&before));
+        // Another collective, both stateless (their states are empty):
+        // refused by name.
+        let ssar = Case {
+            name: rgc_case.name,
+            cfg: rgc_case.cfg,
+            spec: "ssar_recursive_double",
+        };
+        let mut other = trainer(&ssar, cfg)?;
+        let e = other.load_state(t, &saved).unwrap_err();
+        assert!(
+            e.to_string().contains("collective topk_a")
+                && e.to_string().contains("collective ssar_recursive_double"),
+            "{e}"
+        );
         // One rank given B-SAG's trainer state for its TopkA trainer: that
         // rank refuses it, the others learn of it, no rank changes.
         let mut bs = trainer(bsag, (bsag.cfg)()?)?;
@@ -284,10 +298,10 @@ fn a_state_that_does_not_fit_changes_no_rank() {
         let before = c.save_state()?;
         let give = if t.rank() == 1 { &foreign } else { &saved };
         let e = c.load_state(t, give).unwrap_err();
-        if t.rank() == 1 {
-            assert!(e.to_string().contains("SpardlBsag"), "{e}");
-        } else {
-            assert!(matches!(e, Error::PeerError { .. }), "{e}");
+        // Rank 1 names what disagrees; so do the others, in its words.
+        assert!(e.to_string().contains("spardl_bsag"), "{e}");
+        if t.rank() != 1 {
+            assert!(matches!(e, Error::PeerError { rank: 1, .. }), "{e}");
         }
         assert!(c.save_state()?.same_bits(&before));
         // And the trainers still step together.

@@ -125,8 +125,9 @@ pub fn agree<T: Transport + ?Sized>(t: &mut T, fields: &[(&'static str, u64)]) -
 /// (`local` is an error: an invalid input, a refused allocation, bad
 /// parameters) says so in the same round, and then every rank returns an
 /// error: the failing rank its own, the others [`Error::PeerError`] naming
-/// the lowest failing rank and the kind of failure. So an error on one rank
-/// reaches every rank as an error, never as a hang.
+/// the lowest failing rank, the kind of failure and its error's text (its
+/// first 1,024 bytes, told in a second round that only a failure costs).
+/// So an error on one rank reaches every rank as an error, never as a hang.
 ///
 /// # Errors
 /// `local`'s error; [`Error::PeerError`]; [`Error::Disagreement`];
@@ -166,6 +167,22 @@ pub(crate) fn agree_sharing<T: Transport + ?Sized>(
     // transport stays usable; a malformed one may have reached only some
     // ranks, and the others may go on: then this rank abandons.
     let well_formed = all.iter().all(|b| b.len() >= 8 && b.len() % 8 == 0);
+    // Every rank knows who failed; in a second round each failing rank
+    // tells what (at most `MAX_ERROR_TEXT` bytes), so that every rank's
+    // error names what went wrong.
+    let text = match failed {
+        Some((rank, _)) if well_formed => {
+            let said = local.as_ref().err().map(Error::to_string);
+            let mine = said
+                .as_deref()
+                .map_or(&[][..], |s| bounded_text(s).as_bytes());
+            let all = bruck_allgather(t, mine)?;
+            all.get(rank)
+                .map(|b| String::from_utf8_lossy(&b[..b.len().min(MAX_ERROR_TEXT)]).into_owned())
+                .unwrap_or_default()
+        }
+        _ => String::new(),
+    };
     let mut fail = |e: Error| {
         if !well_formed {
             t.abandon();
@@ -176,10 +193,12 @@ pub(crate) fn agree_sharing<T: Transport + ?Sized>(
         if let Err(e) = local {
             return fail(e);
         }
-        return fail(Error::PeerError {
-            rank,
-            detail: failure_text(code).into(),
-        });
+        let detail = if text.is_empty() {
+            failure_text(code).into()
+        } else {
+            format!("{}: {text}", failure_text(code))
+        };
+        return fail(Error::PeerError { rank, detail });
     }
     for (i, (name, _)) in fields.iter().enumerate() {
         let values: Vec<Option<u64>> = all.iter().map(|b| word(b, i + 1)).collect();
@@ -208,6 +227,18 @@ pub(crate) fn agree_sharing<T: Transport + ?Sized>(
                 .collect()
         })
         .collect())
+}
+
+/// The most bytes of a failing rank's error text that reach the others.
+const MAX_ERROR_TEXT: usize = 1024;
+
+/// `s` cut to at most [`MAX_ERROR_TEXT`] bytes, at a character boundary.
+fn bounded_text(s: &str) -> &str {
+    let mut end = s.len().min(MAX_ERROR_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// The kind of a rank's failure as it travels in the entry round.

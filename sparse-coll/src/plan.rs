@@ -263,7 +263,7 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     /// round.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         let profiling = self.calls % self.every == 0;
-        self.calls += 1;
+        self.calls = self.calls.wrapping_add(1);
         let (i, prof) = match (profiling, self.last) {
             (false, Some(i)) => (i, None),
             _ => {

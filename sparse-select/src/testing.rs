@@ -18,6 +18,7 @@ pub use sparse_core::testing::elements;
 use sparse_core::testing::generate::{ValueDist, dense_values};
 use sparse_core::testing::suite::{convert, inputs, oracle_topk};
 use sparse_core::{Backend, Element, Error, KeyOrder, abs_key};
+use sparse_core::state::{Scope, State, Tensor};
 
 /// A selection downloaded to the host.
 struct Sel<E> {
@@ -897,6 +898,23 @@ pub fn state_restores_the_next_selections<B: Backend<E>, E: Element>(b: &B) {
         run_calls(b, &mut *a, n, 0, 5);
         let saved = a.save_state().unwrap();
         assert_eq!(saved.is_stateless(), *name == "radix", "{name}");
+        // The reshard rule (`sparse_core::state::reshard`): on another rank
+        // count, shared entries are kept and this rank's own (a reused
+        // threshold, counters) start as on a first call.
+        let first = make().save_state().unwrap();
+        for s in sparse_core::state::reshard(&[saved.clone(), saved.clone()], 3).unwrap() {
+            let mut r = make();
+            r.load_state(&s).unwrap();
+            let got = r.save_state().unwrap();
+            let entries = |st: &State, scope: Scope| -> Vec<(String, Tensor)> {
+                st.entries()
+                    .filter(|e| e.1 == scope)
+                    .map(|(n, _, t)| (n.to_string(), t.clone()))
+                    .collect()
+            };
+            assert_eq!(entries(&got, Scope::Shared), entries(&saved, Scope::Shared), "{name}");
+            assert_eq!(entries(&got, Scope::Local), entries(&first, Scope::Local), "{name}");
+        }
         let mut fresh = make();
         fresh.load_state(&saved).unwrap();
         assert!(fresh.save_state().unwrap().same_bits(&saved), "{name}");
@@ -925,6 +943,20 @@ pub fn state_restores_the_next_selections<B: Backend<E>, E: Element>(b: &B) {
     let saved = Selector::<B, E>::save_state(&ThresholdReuse::<E>::new(3)).unwrap();
     let e = Selector::<B, E>::load_state(&mut r, &saved).unwrap_err();
     assert!(e.to_string().contains("interval"), "{e}");
+    // The reused threshold is `E`'s bits: another element type's state is
+    // refused, naming both.
+    let (other, name) = if E::NAME == "f64" {
+        (ThresholdReuse::<f32>::new(3).state(), "f32")
+    } else {
+        (ThresholdReuse::<f64>::new(3).state(), "f64")
+    };
+    let e = Selector::<B, E>::load_state(&mut ThresholdReuse::<E>::new(3), &other).unwrap_err();
+    assert!(
+        e.to_string().contains(&format!("ThresholdReuse<{name}>"))
+            && e.to_string()
+                .contains(&format!("ThresholdReuse<{}>", E::NAME)),
+        "{e}"
+    );
     let saved = Selector::<B, E>::save_state(&Policy::<E>::new(true)).unwrap();
     let e = Selector::<B, E>::load_state(&mut Policy::<E>::new(false), &saved).unwrap_err();
     assert!(e.to_string().contains("quantize"), "{e}");

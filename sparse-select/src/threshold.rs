@@ -150,14 +150,20 @@ impl<E> ThresholdReuse<E> {
 }
 
 impl<E: Element> ThresholdReuse<E> {
-    /// The state's kind.
+    /// The state's kind, without the element type ([`ThresholdReuse::kind`]).
     pub const KIND: &'static str = "sparse_select::ThresholdReuse";
+
+    /// The state's kind with the element type (the threshold is `E`'s
+    /// bits): `sparse_select::ThresholdReuse<f32>`.
+    pub fn kind() -> String {
+        format!("{}<{}>", Self::KIND, E::NAME)
+    }
 
     /// The state ([`Selector::save_state`]): the reused threshold and the
     /// calls since its search (both this rank's: [`Scope::Local`]), the
     /// counters, and the interval (a setting, checked on load).
     pub fn state(&self) -> State {
-        let mut s = State::new(Self::KIND, 1);
+        let mut s = State::new(Self::kind(), 1);
         s.put_u64("interval", Scope::Shared, self.interval as u64)
             .put_opt_u64(
                 "threshold",
@@ -176,7 +182,7 @@ impl<E: Element> ThresholdReuse<E> {
     /// As [`Selector::load_state`]; an interval that differs from this
     /// selector's.
     pub fn load(&mut self, s: &State) -> Result<()> {
-        s.expect(Self::KIND, 1)?;
+        s.expect(&Self::kind(), 1)?;
         let interval = s.u64("interval")?;
         if interval != self.interval as u64 {
             return Err(Error::corrupt(
@@ -241,13 +247,13 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for ThresholdReuse<E> {
                         if b.max_abs(&passed.values)?.is_infinite() {
                             return Err(first_non_finite(b, x));
                         }
-                        self.since_search += 1;
-                        self.reuses += 1;
+                        self.since_search = self.since_search.saturating_add(1);
+                        self.reuses = self.reuses.saturating_add(1);
                         return Ok(selection(b, passed, Some(t.to_f64_exact())));
                     }
                 }
                 let (s, t) = self.search.run(b, x, k)?;
-                self.searches += 1;
+                self.searches = self.searches.saturating_add(1);
                 self.threshold = t;
                 self.since_search = 1;
                 Ok(s)

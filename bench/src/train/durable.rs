@@ -34,6 +34,62 @@ pub fn run_dir(base: &Path, run: &Run, seed: u64) -> PathBuf {
     base.join(format!("{}-d{}-s{seed}", run.name(), run.density()))
 }
 
+/// Checks that `--resume D` finds a checkpoint of at least one of `runs`
+/// with one of `seeds` (a run the interrupted job never reached then
+/// starts afresh): a directory of other runs, seeds or densities is an
+/// error naming what it holds, not a silent fresh start.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming `D`'s run directories.
+pub fn check_resume(runs: &[Run], a: &TrainArgs, seeds: &[u64]) -> Result<()> {
+    let Some(base) = &a.resume else {
+        return Ok(());
+    };
+    if !base.is_dir() {
+        // The run's own check names it.
+        return Ok(());
+    }
+    let found = seeds.iter().any(|&seed| {
+        runs.iter()
+            .any(|run| run_dir(base, run, seed).join(checkpoint::LATEST).is_file())
+    });
+    if found {
+        return Ok(());
+    }
+    let mut held: Vec<String> = std::fs::read_dir(base)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.path().join(checkpoint::LATEST).is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .take(64)
+                .collect()
+        })
+        .unwrap_or_default();
+    held.sort();
+    let want: Vec<String> = runs
+        .iter()
+        .flat_map(|run| {
+            seeds
+                .iter()
+                .map(move |&seed| run_dir(Path::new(""), run, seed).display().to_string())
+        })
+        .take(8)
+        .collect();
+    Err(Error::invalid(
+        "--resume",
+        format!(
+            "{}: no checkpoint of these runs (looked for {}); it holds {}: another --scheme, --density or --seeds?",
+            base.display(),
+            want.join(", "),
+            if held.is_empty() {
+                "none".to_string()
+            } else {
+                held.join(", ")
+            }
+        ),
+    ))
+}
+
 /// The settings a checkpoint was saved under, which a resume must share
 /// (all of [`TrainArgs`] but the epochs and the checkpoint flags).
 pub fn settings(run: &Run, a: &TrainArgs) -> BTreeMap<String, String> {
@@ -240,8 +296,12 @@ pub fn resume(
     } else {
         let name = format!(
             "{}-on-{p}",
-            at.file_name()
-                .map_or("resharded".into(), |n| n.to_string_lossy().into_owned())
+            at.file_name().map_or("resharded".into(), |n| {
+                // `.NAME.old` (a crash's fallback) reshards as NAME.
+                let n = n.to_string_lossy();
+                let n = n.strip_prefix('.').unwrap_or(&n);
+                n.strip_suffix(".old").unwrap_or(n).to_string()
+            })
         );
         let target = dir.join("resharded");
         let done = if t.rank() == 0 {
@@ -344,5 +404,10 @@ pub fn resume(
 /// step; not synced: it only tells a resume how much was lost).
 pub fn progress(dir: &Path, global: u64) {
     let _ = std::fs::create_dir_all(dir);
-    let _ = std::fs::write(dir.join("progress"), global.to_string());
+    // Through a temporary name, so that a kill mid-write leaves the last
+    // whole count, never a cut one.
+    let tmp = dir.join("progress.part");
+    if std::fs::write(&tmp, global.to_string()).is_ok() {
+        let _ = std::fs::rename(&tmp, dir.join("progress"));
+    }
 }

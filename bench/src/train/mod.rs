@@ -712,13 +712,34 @@ pub fn train_rank(
                 .collect();
         }
         // The epoch's accumulators where this rank count saved them.
-        if let (Some(se), Some(st), Some(pr)) = (
+        let acc = (
             r.local.get("sent"),
             r.local.get("stats"),
             r.local.get("probes"),
-        ) && se.len() == sent.len()
-            && st.len() == 3 * stats.len()
-        {
+        );
+        // Absent after a reshard (the epoch's figures start afresh); of
+        // another length, the checkpoint is not this model's.
+        let fits = match acc {
+            (Some(se), Some(st), Some(pr))
+                if se.len() != sent.len() || st.len() != 3 * stats.len() || pr.len() != 1 =>
+            {
+                Err(Error::corrupt(
+                    "checkpoint",
+                    format!(
+                        "{}: the epoch's accumulators hold {}, {} and {} values, this model needs {}, {} and 1",
+                        dir.display(),
+                        se.len(),
+                        st.len(),
+                        pr.len(),
+                        sent.len(),
+                        3 * stats.len()
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        };
+        agree_or_fail(t, &[("accumulators", 1)], fits)?;
+        if let (Some(se), Some(st), Some(pr)) = acc {
             sent.copy_from_slice(se);
             for (x, c) in stats.iter_mut().zip(st.chunks_exact(3)) {
                 *x = Sparsity {
@@ -768,7 +789,7 @@ pub fn train_rank(
                 probe(t, &grads, &rep, &mut stats)?;
                 probes += 1;
             }
-            pos.global += 1;
+            pos.global = pos.global.saturating_add(1);
             (pos.epoch, pos.next) = (epoch, s + 1);
             if let Some(dir) = &ckpt_dir {
                 if rank == 0 {

@@ -171,6 +171,7 @@ pub fn run_threads(
     test: &Set,
     on_step: &(dyn Fn() + Sync),
 ) -> Result<Vec<Summary>> {
+    super::durable::check_resume(runs, a, seeds)?;
     each(runs, a, seeds, |run, a| {
         let res = sparse_coll::ThreadCluster::new(ranks)
             .timeout(std::time::Duration::from_secs(3600))
@@ -203,6 +204,8 @@ pub fn run_transport(
     test: &Set,
     on_step: &(dyn Fn() + Sync),
 ) -> Result<Vec<Summary>> {
+    let checked = super::durable::check_resume(runs, a, seeds);
+    sparse_coll::agree_or_fail(t, &[("resume", 1)], checked)?;
     each(runs, a, seeds, |run, a| {
         Ok(run_on(t, run, a, train, test, on_step)?.0)
     })

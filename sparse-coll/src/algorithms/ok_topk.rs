@@ -403,7 +403,7 @@ impl<E: Element> OkTopk<E> {
             self.global = kth_magnitude(result.values(), k, &mut mem.keys);
             copy_into(&mut result, dim, &mem.chosen.idx, &mem.chosen.val);
         }
-        self.calls += 1;
+        self.calls = self.calls.wrapping_add(1);
         out.result = result;
         out.dropped = dropped;
         if let Some(p) = picked {
@@ -415,6 +415,14 @@ impl<E: Element> OkTopk<E> {
 
 /// The registry name, from which the entry id derives.
 const NAME: &str = "ok_topk";
+
+impl<E: Element> OkTopk<E> {
+    /// The state's kind: the thresholds are `E`'s bits, so the element
+    /// type is part of it.
+    fn kind() -> String {
+        format!("sparse_coll::OkTopk<{}>", E::NAME)
+    }
+}
 
 impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     /// Forgets the thresholds, regions and call count: the next call
@@ -428,7 +436,7 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     /// The call count, both thresholds and the region bounds: all depend
     /// on the rank count or on this rank's data ([`Scope::Local`]).
     fn save_state(&self) -> Result<State> {
-        let mut s = State::new("sparse_coll::OkTopk", 1);
+        let mut s = State::new(Self::kind(), 1);
         s.put_u64("calls", Scope::Local, self.calls)
             .put_opt_u64("local", Scope::Local, self.local)
             .put_opt_u64("global", Scope::Local, self.global)
@@ -440,7 +448,7 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         Ok(s)
     }
     fn load_state(&mut self, s: &State) -> Result<()> {
-        s.expect("sparse_coll::OkTopk", 1)?;
+        s.expect(&Self::kind(), 1)?;
         let (calls, local, global) = (
             s.local_u64("calls", 0)?,
             s.local_opt_u64("local")?,
@@ -457,10 +465,14 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
                     "sparse_coll::OkTopk: a bound does not fit",
                 )
             })?;
-        if bounds.windows(2).any(|w| w[0] > w[1]) {
+        // Regions cover the input from 0 (the end is checked against the
+        // input's length where they are used).
+        if bounds.windows(2).any(|w| w[0] > w[1]) || bounds.first().is_some_and(|&b| b != 0) {
             return Err(Error::corrupt(
                 "training state",
-                "sparse_coll::OkTopk: region bounds out of order",
+                format!(
+                    "sparse_coll::OkTopk: region bounds out of order or not from 0: {bounds:?}"
+                ),
             ));
         }
         self.calls = calls;

@@ -326,7 +326,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     }
     /// The call counter counts calls that entered the round.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
-        self.calls += 1;
+        self.calls = self.calls.wrapping_add(1);
         let probe = self.warm != Some((v.dim(), t.size(), E::CODE));
         split_enter_probing(t, v, Phase::Dense(self.qsgd), DSAR_NAME, probe)
     }
