@@ -498,7 +498,16 @@ fn checkpoint_resume_and_a_lost_rank() {
     // A directory without a checkpoint of these runs (another density)
     // is an error naming what it holds, not a fresh start.
     let other_runs = plan(&train::schemes_named(&["dgc".into()]).unwrap(), &[0.5]);
-    let e = run_threads(p, &other_runs, &on_four, &[2], &train_set, &test_set, &|| {}).unwrap_err();
+    let e = run_threads(
+        p,
+        &other_runs,
+        &on_four,
+        &[2],
+        &train_set,
+        &test_set,
+        &|| {},
+    )
+    .unwrap_err();
     assert!(
         e.to_string().contains("no checkpoint of these runs") && e.to_string().contains("-s1"),
         "{e}"

@@ -13,12 +13,12 @@ use crate::{
     ThresholdBinarySearch, ThresholdReuse, TrimmedTopK, ZenPartitioner,
 };
 use rand::{Rng as _, SeedableRng as _};
+use sparse_core::state::{Scope, State, Tensor};
 use sparse_core::testing::Rng;
 pub use sparse_core::testing::elements;
 use sparse_core::testing::generate::{ValueDist, dense_values};
 use sparse_core::testing::suite::{convert, inputs, oracle_topk};
 use sparse_core::{Backend, Element, Error, KeyOrder, abs_key};
-use sparse_core::state::{Scope, State, Tensor};
 
 /// A selection downloaded to the host.
 struct Sel<E> {
@@ -912,8 +912,16 @@ pub fn state_restores_the_next_selections<B: Backend<E>, E: Element>(b: &B) {
                     .map(|(n, _, t)| (n.to_string(), t.clone()))
                     .collect()
             };
-            assert_eq!(entries(&got, Scope::Shared), entries(&saved, Scope::Shared), "{name}");
-            assert_eq!(entries(&got, Scope::Local), entries(&first, Scope::Local), "{name}");
+            assert_eq!(
+                entries(&got, Scope::Shared),
+                entries(&saved, Scope::Shared),
+                "{name}"
+            );
+            assert_eq!(
+                entries(&got, Scope::Local),
+                entries(&first, Scope::Local),
+                "{name}"
+            );
         }
         let mut fresh = make();
         fresh.load_state(&saved).unwrap();
