@@ -499,7 +499,7 @@ fn manifest_json(m: &Manifest) -> Vec<u8> {
 }
 
 /// The CRC-32 of a manifest's content: its JSON without the field
-/// `manifest_crc32`, written as [`manifest_json`] writes it (keys sorted,
+/// `manifest_crc32`, as a saved manifest holds it (keys sorted,
 /// pretty), so that any change of a value (not of white space) shows.
 pub fn manifest_crc(v: &serde_json::Value) -> u32 {
     let mut v = v.clone();
