@@ -3,9 +3,9 @@
 # scheme at densities 1% and 0.1% against its dense counterpart, on the
 # threads of this machine, with the same hyperparameters and data order as
 # the dense baselines. Runs, one after another, each timed:
-#   cnn_p4  the CNN at P = 4, seed 1, 8 epochs
-#   mlp_p4  the MLP at P = 4, seeds 1-3, 10 epochs
-#   mlp_p8  the MLP at P = 8, seed 1, 10 epochs
+#   cnn_p4  the CNN at P = 4, seed 1, 8 epochs, learning rate 0.02
+#   mlp_p4  the MLP at P = 4, seeds 1-3, 10 epochs, learning rate 0.05
+#   mlp_p8  the MLP at P = 8, seed 1, 10 epochs, learning rate 0.05
 # then, under mpiexec -n 2, one epoch of the CNN on 6,400 images per scheme
 # for the step times against MPI_Allreduce (step_mpi2). Each run writes its
 # JSON lines, train.csv, sparsity.csv and the two plots under OUTDIR/NAME;
@@ -21,12 +21,12 @@ runs=("$@")
 mkdir -p "$out"
 cargo build --release -q -p bench --bin sparse-bench --features mpi
 bin=target/release/sparse-bench
-common=(--data fashion-mnist --lr 0.05 --warmup 2 --density 0.01 --density 0.001 --json)
+common=(--data fashion-mnist --warmup 2 --density 0.01 --density 0.001 --json)
 for run in "${runs[@]}"; do
   case "$run" in
-    cnn_p4) args=(--model cnn --ranks 4 --seeds 1 --epochs 8) ;;
-    mlp_p4) args=(--model mlp --ranks 4 --seeds 3 --epochs 10) ;;
-    mlp_p8) args=(--model mlp --ranks 8 --seeds 1 --epochs 10) ;;
+    cnn_p4) args=(--model cnn --ranks 4 --seeds 1 --epochs 8 --lr 0.02) ;;
+    mlp_p4) args=(--model mlp --ranks 4 --seeds 3 --epochs 10 --lr 0.05) ;;
+    mlp_p8) args=(--model mlp --ranks 8 --seeds 1 --epochs 10 --lr 0.05) ;;
     step_mpi2)
       start=$SECONDS
       MPIEXEC_TIMEOUT=1800 mpiexec -n 2 "$bin" train --transport mpi --data fashion-mnist --model cnn \
