@@ -23,8 +23,11 @@ type Step = (Vec<Vec<u32>>, Vec<Vec<f32>>, Vec<Vec<f32>>);
 /// Per step: each layer's selected indices, residuals and weights.
 type Steps = Vec<Step>;
 
-fn run<B: Backend<f32> + Send + Sync + Clone + 'static>(b: B, grads: &[Vec<Vec<f32>>]) -> Steps {
-    let layers = LayerSpec::matrices(&SIZES);
+/// The trainer every check here uses, on backend `b`: RGC with momentum
+/// over TopkA, the 3,000-entry layer compressed, the 40-entry one dense.
+fn trainer<B: Backend<f32> + Send + Sync + Clone + 'static>(
+    b: B,
+) -> sparse_core::Result<Trainer<B, RadixTopK>> {
     let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
     let rule = Rule::Rgc {
         momentum: 0.5,
@@ -32,19 +35,21 @@ fn run<B: Backend<f32> + Send + Sync + Clone + 'static>(b: B, grads: &[Vec<Vec<f
         weight_decay: 0.0,
         factor_masking: true,
     };
-    let cfg = Config::new(0.5, 0.01, rule)
-        .unwrap()
-        .compress_threshold(1024);
+    let cfg = Config::new(0.5, 0.01, rule)?.compress_threshold(1024);
+    Trainer::new(
+        b,
+        cfg,
+        LayerSpec::matrices(&SIZES),
+        &w0,
+        RadixTopK::magnitude(),
+        |_| Registry::builtin().build("topk_a", Defaults::lossless()),
+    )
+}
+
+fn run<B: Backend<f32> + Send + Sync + Clone + 'static>(b: B, grads: &[Vec<Vec<f32>>]) -> Steps {
     let mut out = ThreadCluster::new(1)
         .run(move |t| {
-            let mut tr = Trainer::new(
-                b.clone(),
-                cfg,
-                layers.clone(),
-                &w0,
-                RadixTopK::magnitude(),
-                |_| Registry::builtin().build("topk_a", Defaults::lossless()),
-            )?;
+            let mut tr = trainer(b.clone())?;
             let mut steps = Vec::new();
             for g in grads {
                 let rep = tr.step(t, g)?;
@@ -235,36 +240,15 @@ fn a_state_saved_on_the_kernels_resumes_bit_for_bit() {
     let g = grads(11, true);
     let (n, m) = (5, 5);
     let want = run(gpu.clone(), &g[..n + m]);
-    let layers = LayerSpec::matrices(&SIZES);
-    let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
-    let rule = Rule::Rgc {
-        momentum: 0.5,
-        nesterov: false,
-        weight_decay: 0.0,
-        factor_masking: true,
-    };
-    let cfg = Config::new(0.5, 0.01, rule)
-        .unwrap()
-        .compress_threshold(1024);
-    fn build<B: Backend<f32> + Send + Sync + Clone + 'static>(
-        b: B,
-        cfg: Config,
-        layers: &[LayerSpec],
-        w0: &[Vec<f32>],
-    ) -> sparse_core::Result<Trainer<B, RadixTopK>> {
-        Trainer::new(b, cfg, layers.to_vec(), w0, RadixTopK::magnitude(), |_| {
-            Registry::builtin().build("topk_a", Defaults::lossless())
-        })
-    }
     let out = ThreadCluster::new(1).run(|t| {
-        let mut first = build(gpu.clone(), cfg, &layers, &w0)?;
+        let mut first = trainer(gpu.clone())?;
         for x in &g[..n] {
             first.step(t, x)?;
         }
         let state = first.save_state()?;
-        let mut on_gpu = build(gpu.clone(), cfg, &layers, &w0)?;
+        let mut on_gpu = trainer(gpu.clone())?;
         on_gpu.load_state(t, &state)?;
-        let mut on_cpu = build(Cpu, cfg, &layers, &w0)?;
+        let mut on_cpu = trainer(Cpu)?;
         on_cpu.load_state(t, &state)?;
         let mut got = (Vec::new(), Vec::new());
         for x in &g[n..n + m] {
