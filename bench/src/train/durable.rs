@@ -34,6 +34,11 @@ pub fn run_dir(base: &Path, run: &Run, seed: u64) -> PathBuf {
     base.join(format!("{}-d{}-s{seed}", run.name(), run.density()))
 }
 
+/// Whether `dir` holds a checkpoint (its `LATEST`).
+pub fn has_checkpoint(dir: &Path) -> bool {
+    dir.join(checkpoint::LATEST).is_file()
+}
+
 /// Checks that `--resume D` finds a checkpoint of at least one of `runs`
 /// with one of `seeds` (a run the interrupted job never reached then
 /// starts afresh): a directory of other runs, seeds or densities is an
@@ -51,7 +56,7 @@ pub fn check_resume(runs: &[Run], a: &TrainArgs, seeds: &[u64]) -> Result<()> {
     }
     let found = seeds.iter().any(|&seed| {
         runs.iter()
-            .any(|run| run_dir(base, run, seed).join(checkpoint::LATEST).is_file())
+            .any(|run| has_checkpoint(&run_dir(base, run, seed)))
     });
     if found {
         return Ok(());
@@ -59,7 +64,7 @@ pub fn check_resume(runs: &[Run], a: &TrainArgs, seeds: &[u64]) -> Result<()> {
     let mut held: Vec<String> = std::fs::read_dir(base)
         .map(|d| {
             d.filter_map(|e| e.ok())
-                .filter(|e| e.path().join(checkpoint::LATEST).is_file())
+                .filter(|e| has_checkpoint(&e.path()))
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .take(64)
                 .collect()

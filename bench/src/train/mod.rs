@@ -680,7 +680,7 @@ pub fn train_rank(
         ),
         Some(from) => {
             let d = durable::run_dir(from, run, a.seed);
-            let has = d.join(residual_sgd::checkpoint::LATEST).is_file();
+            let has = durable::has_checkpoint(&d);
             (has.then_some(d), Ok(()))
         }
         None => (None, Ok(())),
