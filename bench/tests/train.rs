@@ -512,6 +512,15 @@ fn checkpoint_resume_and_a_lost_rank() {
         e.to_string().contains("no checkpoint of these runs") && e.to_string().contains("-s1"),
         "{e}"
     );
+    // A fault asked of a rank the run does not have is an error, not a
+    // run without the fault.
+    let nowhere = TrainArgs {
+        fail_rank: Some(p),
+        fail_at_step: Some(3),
+        ..args(1)
+    };
+    let e = run_threads(p, &runs, &nowhere, &[1], &train_set, &test_set, &|| {}).unwrap_err();
+    assert!(e.to_string().contains("is not a rank of 4"), "{e}");
     let on_three = TrainArgs {
         resume: Some(lost_dir.clone()),
         ..args(4)

@@ -216,8 +216,9 @@ pub struct TrainArgs {
     /// set stays whole.
     #[arg(long)]
     pub train_images: Option<usize>,
-    /// Save every rank's whole state every N steps, and at the end, under
-    /// `--checkpoint-dir` (one directory per run: `<run>-d<density>-s<seed>`).
+    /// Save every rank's whole state every N steps (0: only at the end),
+    /// and at the end, under `--checkpoint-dir` (one directory per run:
+    /// `<run>-d<density>-s<seed>`).
     #[arg(long, requires = "checkpoint_dir")]
     pub checkpoint_every: Option<u64>,
     /// Where `--checkpoint-every` saves.
@@ -631,6 +632,14 @@ pub fn train_rank(
     let (p, rank) = (t.size(), t.rank());
     if a.batch == 0 || a.hidden() == 0 {
         return Err(Error::invalid("batch, hidden", "must be at least 1"));
+    }
+    if let Some(r) = a.fail_rank.filter(|&r| r >= p) {
+        // Every rank sees the same: an error on all, not a run where the
+        // fault asked for never happens.
+        return Err(Error::invalid(
+            "--fail-rank",
+            format!("{r} is not a rank of {p}"),
+        ));
     }
     let model = a.model(train.shape)?;
     let mut tr = trainer(run, a, &model)?;
