@@ -257,14 +257,19 @@ PY
 
 # Durable training under MPI (issue 32). For every scheme, on 2, 3 and 4
 # processes: 1 epoch with checkpoints every 7 steps (not a divisor of an
-# epoch), then a new mpiexec job resumed to 2 epochs, ends with the
-# weights of an unbroken 2-epoch job (digests equal) and its accuracies.
+# epoch; the two newest kept), then a new mpiexec job resumed to 2
+# epochs, ends with the weights of an unbroken 2-epoch job (digests
+# equal) and its accuracies.
 ck_dir=$(mktemp -d)
 ck=(--transport mpi --density 0.05 --hidden 32 --json)
 for n in 2 3 4; do
     whole=$(MPIEXEC_TIMEOUT=300 mpiexec -n $n "$bin/sparse-bench" train "${ck[@]}" --epochs 2)
     MPIEXEC_TIMEOUT=300 mpiexec -n $n "$bin/sparse-bench" train "${ck[@]}" --epochs 1 \
-        --checkpoint-every 7 --checkpoint-dir "$ck_dir/n$n" >/dev/null
+        --checkpoint-every 7 --keep-checkpoints 2 --checkpoint-dir "$ck_dir/n$n" >/dev/null
+    # --keep-checkpoints 2: each run directory holds its two newest.
+    for run in "$ck_dir/n$n"/*/; do
+        [ "$(find "$run" -maxdepth 1 -name 'step-*' | wc -l)" -eq 2 ] || { echo "$run: not 2 checkpoints"; exit 1; }
+    done
     resumed=$(MPIEXEC_TIMEOUT=300 mpiexec -n $n "$bin/sparse-bench" train "${ck[@]}" --epochs 2 --resume "$ck_dir/n$n")
     python3 - "$n" "$whole" "$resumed" <<'PY'
 import json, sys

@@ -9,9 +9,11 @@
 
 use approx::assert_relative_eq;
 use bench::train::data::{self, CLASSES, FEATURES, Set};
+use bench::train::durable;
 use bench::train::model::{CNN_CHANNELS, CNN_KERNEL, Kind, Model};
 use bench::train::run::{Summary, plan, run_threads};
 use bench::train::{self, Run, TrainArgs};
+use residual_sgd::checkpoint;
 
 /// Loss and gradients of the MLP by hand, in `f64`.
 fn host_backprop(w: &[Vec<f32>], h: usize, set: &Set) -> (f64, Vec<Vec<f64>>) {
@@ -426,9 +428,34 @@ fn checkpoint_resume_and_a_lost_rank() {
     let short = TrainArgs {
         checkpoint_every: Some(7),
         checkpoint_dir: Some(dir.clone()),
+        keep_checkpoints: Some(2),
         ..args(2)
     };
     run_threads(p, &runs, &short, &[1], &train_set, &test_set, &|| {}).unwrap();
+    // --keep-checkpoints 2: of the saves at every 7th step and at the end,
+    // the two newest are left, LATEST names the newest, and the resume
+    // below starts from it.
+    let steps = train::steps_per_epoch(train::shard(&train_set, 0, p).len(), 16) as u64;
+    let mut saved: Vec<u64> = (1..=2 * steps).filter(|s| s % 7 == 0).collect();
+    if saved.last() != Some(&(2 * steps)) {
+        saved.push(2 * steps);
+    }
+    for run in &runs {
+        let run_dir = durable::run_dir(&dir, run, 1);
+        let mut left: Vec<String> = std::fs::read_dir(&run_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        left.sort();
+        let newest: Vec<String> = saved[saved.len() - 2..]
+            .iter()
+            .map(|&s| durable::step_name(s))
+            .collect();
+        assert_eq!(left, newest, "{}", run.name());
+        let latest = std::fs::read_to_string(run_dir.join(checkpoint::LATEST)).unwrap();
+        assert_eq!(latest, newest[1], "{}", run.name());
+    }
     let resumed = TrainArgs {
         resume: Some(dir.clone()),
         ..args(4)
@@ -437,7 +464,6 @@ fn checkpoint_resume_and_a_lost_rank() {
     for (w, r) in whole.iter().zip(&again) {
         assert_eq!(r.weights_digest, w.weights_digest, "{}", w.run.name());
         assert_eq!(r.test_acc, w.test_acc, "{}", w.run.name());
-        let steps = train::steps_per_epoch(train::shard(&train_set, 0, p).len(), 16) as u64;
         assert_eq!(r.resumed, Some((2 * steps, p)), "{}", w.run.name());
         assert_eq!(r.lost_steps, 0);
     }

@@ -18,7 +18,9 @@
 //! synced and renamed; the checkpoint is assembled in `D/.NAME.tmp/` and
 //! renamed into place only when every rank's files and the manifest are on
 //! disk, and `LATEST` moves last. A crash at any point leaves the previous
-//! checkpoint and `LATEST` as they were.
+//! checkpoint and `LATEST` as they were. Every checkpoint saved is kept
+//! until [`prune`] removes those its caller rejects (never the one
+//! `LATEST` names).
 //!
 //! Loading treats the files as hostile: the manifest's format, version and
 //! rank count, each file's length and CRC before it is parsed, every
@@ -459,6 +461,63 @@ pub fn save(
     };
     agree_or_fail(t, &[("checkpoint commit", 1)], committed)?;
     Ok(fin)
+}
+
+/// Removes the complete checkpoints of `dir` whose names `retain` rejects,
+/// and returns their names, sorted, on rank 0 (an empty list on the
+/// others). Every rank calls it, after [`save`]; rank 0 removes.
+///
+/// A complete checkpoint is a directory of `dir` whose name is not hidden
+/// and that holds a manifest; nothing else in `dir` is touched. The one
+/// `dir/LATEST` names is never removed, whatever `retain` says, so a
+/// directory that has a checkpoint keeps one. Each is first renamed to
+/// the hidden `.NAME.pruned` (atomic), then removed, so a crash part way
+/// leaves either the whole checkpoint or a hidden directory that
+/// [`resolve`] never names; a later call removes such leftovers.
+///
+/// # Errors
+/// I/O errors on rank 0 ([`Error::InvalidParameter`] naming the path:
+/// `dir` unreadable, a rename or removal refused), on every rank
+/// ([`Error::PeerError`] on the others); transport errors.
+pub fn prune(
+    t: &mut dyn Transport,
+    dir: &Path,
+    retain: impl Fn(&str) -> bool,
+) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    let done = if t.rank() == 0 {
+        (|| -> Result<()> {
+            let latest = read_bounded(&dir.join(LATEST), 4096, None).ok();
+            let mut gone = Vec::new();
+            for entry in std::fs::read_dir(dir).map_err(|e| io(dir, "read", e))? {
+                let path = entry.map_err(|e| io(dir, "read", e))?.path();
+                let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                    continue;
+                };
+                if name.starts_with('.') && name.ends_with(".pruned") && path.is_dir() {
+                    gone.push(path.clone());
+                } else if !name.starts_with('.')
+                    && path.join(MANIFEST).is_file()
+                    && latest.as_deref() != Some(name.as_bytes())
+                    && !retain(name)
+                {
+                    let aside = dir.join(format!(".{name}.pruned"));
+                    std::fs::rename(&path, &aside).map_err(|e| io(&path, "rename", e))?;
+                    removed.push(name.to_string());
+                    gone.push(aside);
+                }
+            }
+            for path in gone {
+                std::fs::remove_dir_all(&path).map_err(|e| io(&path, "remove", e))?;
+            }
+            Ok(())
+        })()
+    } else {
+        Ok(())
+    };
+    agree_or_fail(t, &[("checkpoint prune", 1)], done)?;
+    removed.sort();
+    Ok(removed)
 }
 
 fn parse_sums(m: &[u8]) -> std::result::Result<Vec<FileSum>, String> {

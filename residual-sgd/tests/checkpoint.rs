@@ -147,6 +147,64 @@ fn saved_and_loaded_through_files_continues_bit_for_bit() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `prune` removes the complete checkpoints its caller rejects, and only
+/// those: never the one `LATEST` names, nothing that is not a checkpoint;
+/// what is left still resumes bit for bit; a directory it cannot read is
+/// an error on every rank.
+#[test]
+fn prune_removes_rejected_checkpoints_but_never_the_latest() {
+    let dir = tmpdir("prune");
+    let want = saved_run(&dir);
+    // Not checkpoints: a directory without a manifest, a file, the
+    // leftover of a prune that crashed (removed), a crashed save's
+    // temporary directory (kept: the next save of its name clears it).
+    std::fs::create_dir_all(dir.join("notes")).unwrap();
+    std::fs::write(dir.join("notes.txt"), b"x").unwrap();
+    std::fs::create_dir_all(dir.join(".step-1.pruned")).unwrap();
+    std::fs::create_dir_all(dir.join(".step-2.tmp")).unwrap();
+    let prune = |retain: fn(&str) -> bool| -> Vec<Result<Vec<String>>> {
+        ThreadCluster::new(P).run(|t| checkpoint::prune(t, &dir, retain))
+    };
+    // Rejecting everything removes step-3 and keeps step-6, which LATEST
+    // names.
+    let out = prune(|_| false);
+    for (r, got) in out.into_iter().enumerate() {
+        let want: Vec<String> = if r == 0 {
+            vec!["step-3".into()]
+        } else {
+            vec![]
+        };
+        assert_eq!(got.unwrap(), want, "rank {r}");
+    }
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [".step-2.tmp", LATEST, "notes", "notes.txt", "step-6"]
+    );
+    let got: Vec<_> = resume(&dir, 6).into_iter().map(Result::unwrap).collect();
+    assert_eq!(got, want);
+    // Nothing left to remove: the same call removes nothing.
+    for got in prune(|_| false) {
+        assert!(got.unwrap().is_empty());
+    }
+    // A directory that cannot be read: an error on every rank, naming it
+    // on rank 0.
+    let missing = dir.join("missing");
+    let out = ThreadCluster::new(P).run(|t| checkpoint::prune(t, &missing, |_| true));
+    for (r, got) in out.into_iter().enumerate() {
+        match got {
+            Err(Error::InvalidParameter { .. }) if r == 0 => {}
+            Err(Error::PeerError { .. }) if r != 0 => {}
+            other => panic!("rank {r}: {other:?}"),
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {

@@ -254,7 +254,43 @@ pub fn save(
     let mut meta = meta.clone();
     meta.insert("history".into(), history_json(&pos.history));
     meta.insert("global".into(), pos.global.to_string());
-    checkpoint::save(t, dir, &format!("step-{:08}", pos.global), &s, &meta)
+    checkpoint::save(t, dir, &step_name(pos.global), &s, &meta)
+}
+
+/// The checkpoint name of global step `global` (`step-` and eight digits
+/// or more, so that names sort as their steps).
+pub fn step_name(global: u64) -> String {
+    format!("step-{global:08}")
+}
+
+/// Keeps the `keep` newest checkpoints of the run directory `dir` (by
+/// their global step; [`checkpoint::prune`]: never the one `LATEST`
+/// names, nothing that is not a checkpoint named by [`step_name`]) and
+/// removes the others. Every rank calls it; returns the removed names on
+/// rank 0.
+///
+/// # Errors
+/// As [`checkpoint::prune`].
+pub fn prune(t: &mut dyn Transport, dir: &Path, keep: u64) -> Result<Vec<String>> {
+    let step = |name: &str| name.strip_prefix("step-")?.parse::<u64>().ok();
+    // The keep-th newest step present (rank 0 alone reads the directory
+    // and removes); with fewer checkpoints than that, 0 keeps them all.
+    let mut steps: Vec<u64> = if t.rank() == 0 {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.path().join(checkpoint::MANIFEST).is_file())
+                    .filter_map(|e| step(&e.file_name().to_string_lossy()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    steps.sort_unstable_by(|a, b| b.cmp(a));
+    let keep = usize::try_from(keep).unwrap_or(usize::MAX).max(1);
+    let cutoff = steps.get(keep - 1).copied().unwrap_or(0);
+    checkpoint::prune(t, dir, |name| step(name).is_none_or(|s| s >= cutoff))
 }
 
 /// What [`resume`] restores.

@@ -224,6 +224,11 @@ pub struct TrainArgs {
     /// Where `--checkpoint-every` saves.
     #[arg(long)]
     pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// Keep only the K newest checkpoints of each run (at least 1; the
+    /// older ones are removed after each save). Default: every one is
+    /// kept.
+    #[arg(long, requires = "checkpoint_dir", value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep_checkpoints: Option<u64>,
     /// Continue each run from its newest checkpoint under this directory
     /// up to `--epochs` (resharded first where another number of ranks
     /// saved it); the settings must be the checkpoint's.
@@ -260,6 +265,7 @@ impl Default for TrainArgs {
             train_images: None,
             checkpoint_every: None,
             checkpoint_dir: None,
+            keep_checkpoints: None,
             resume: None,
             fail_rank: None,
             fail_at_step: None,
@@ -580,6 +586,7 @@ fn probe(
 fn save_checkpoint(
     t: &mut dyn Transport,
     dir: &std::path::Path,
+    keep: Option<u64>,
     meta: &std::collections::BTreeMap<String, String>,
     tr: &Trainer<Cpu, RadixTopK>,
     pos: &durable::Position,
@@ -612,7 +619,11 @@ fn save_checkpoint(
         ("stats", flat),
         ("probes", vec![probes as f64]),
     ];
-    durable::save(t, dir, meta, tr.save_state(), &pos, &local).map(drop)
+    durable::save(t, dir, meta, tr.save_state(), &pos, &local)?;
+    match keep {
+        Some(k) => durable::prune(t, dir, k).map(drop),
+        None => Ok(()),
+    }
 }
 
 /// Trains one rank: every rank of `t` calls it with the same arguments.
@@ -809,7 +820,18 @@ pub fn train_rank(
                     .is_some_and(|n| n > 0 && pos.global.is_multiple_of(n))
                     || last
                 {
-                    save_checkpoint(t, dir, &meta, &tr, &pos, &out, &sent, &stats, probes)?;
+                    save_checkpoint(
+                        t,
+                        dir,
+                        a.keep_checkpoints,
+                        &meta,
+                        &tr,
+                        &pos,
+                        &out,
+                        &sent,
+                        &stats,
+                        probes,
+                    )?;
                 }
             }
             on_step();
