@@ -80,7 +80,7 @@ def steps(rs, secs):
 
 
 def main(out):
-    for name in ["cnn_p4", "mlp_p4", "mlp_p8", "step_mpi2"]:
+    for name in ["cnn_p4", "cnn_p8", "mlp_p4", "mlp_p8", "step_mpi2"]:
         path = os.path.join(out, f"{name}.jsonl")
         if not os.path.exists(path):
             continue
