@@ -266,9 +266,12 @@ for n in 2 3 4; do
     whole=$(MPIEXEC_TIMEOUT=300 mpiexec -n $n "$bin/sparse-bench" train "${ck[@]}" --epochs 2)
     MPIEXEC_TIMEOUT=300 mpiexec -n $n "$bin/sparse-bench" train "${ck[@]}" --epochs 1 \
         --checkpoint-every 7 --keep-checkpoints 2 --checkpoint-dir "$ck_dir/n$n" >/dev/null
-    # --keep-checkpoints 2: each run directory holds its two newest.
+    # --keep-checkpoints 2: each run directory holds two checkpoints, the
+    # newest of them the one LATEST names (names of 8 digits sort as steps).
     for run in "$ck_dir/n$n"/*/; do
-        [ "$(find "$run" -maxdepth 1 -name 'step-*' | wc -l)" -eq 2 ] || { echo "$run: not 2 checkpoints"; exit 1; }
+        kept=$(cd "$run" && ls -d step-* | sort)
+        [ "$(wc -l <<<"$kept")" -eq 2 ] && [ "$(tail -1 <<<"$kept")" = "$(cat "$run/LATEST")" ] \
+            || { echo "$run: not the 2 newest checkpoints: $kept"; exit 1; }
     done
     resumed=$(MPIEXEC_TIMEOUT=300 mpiexec -n $n "$bin/sparse-bench" train "${ck[@]}" --epochs 2 --resume "$ck_dir/n$n")
     python3 - "$n" "$whole" "$resumed" <<'PY'

@@ -14,6 +14,7 @@ use bench::train::model::{CNN_CHANNELS, CNN_KERNEL, Kind, Model};
 use bench::train::run::{Summary, plan, run_threads};
 use bench::train::{self, Run, TrainArgs};
 use residual_sgd::checkpoint;
+use sparse_coll::ThreadCluster;
 
 /// Loss and gradients of the MLP by hand, in `f64`.
 fn host_backprop(w: &[Vec<f32>], h: usize, set: &Set) -> (f64, Vec<Vec<f64>>) {
@@ -581,4 +582,63 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
             std::fs::copy(e.path(), dst).unwrap();
         }
     }
+}
+
+/// `--keep-checkpoints` (durable::prune): the newest by their step as a
+/// number (`step-100000000` after `step-99999999`), counted up to the step
+/// just saved (a later one, left by a crashed save or another job, is
+/// kept and does not count), never the one LATEST names, nothing named
+/// otherwise; the removed names on rank 0 only.
+#[test]
+fn keep_checkpoints_counts_steps_as_numbers_up_to_the_one_saved() {
+    let dir = std::env::temp_dir().join(format!("bench-train-keep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let make = |names: &[&str], latest: &str| {
+        let _ = std::fs::remove_dir_all(&dir);
+        for n in names {
+            std::fs::create_dir_all(dir.join(n)).unwrap();
+            std::fs::write(dir.join(n).join(checkpoint::MANIFEST), b"{}").unwrap();
+        }
+        std::fs::write(dir.join(checkpoint::LATEST), latest).unwrap();
+    };
+    let left = || {
+        let mut v: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("step"))
+            .collect();
+        v.sort();
+        v
+    };
+    let prune = |keep: u64, upto: u64| {
+        let out = ThreadCluster::new(2).run(|t| durable::prune(t, &dir, keep, upto));
+        let out: Vec<Vec<String>> = out.into_iter().map(Result::unwrap).collect();
+        assert!(out[1].is_empty());
+        out[0].clone()
+    };
+    assert_eq!(durable::step_of("step-00000007"), Some(7));
+    for other in ["step-+7", "step-", "step-7a", "steps-7"] {
+        assert_eq!(durable::step_of(other), None, "{other}");
+    }
+    make(
+        &[
+            "step-00000009",
+            "step-99999999",
+            "step-100000000",
+            "step-+7",
+        ],
+        "step-100000000",
+    );
+    assert_eq!(prune(1, 100_000_000), ["step-00000009", "step-99999999"]);
+    assert_eq!(left(), ["step-+7", "step-100000000"]);
+    // A later step than the one saved (a save that crashed before LATEST
+    // moved): kept, and not counted among the newest.
+    make(
+        &["step-00000007", "step-00000014", "step-00000084"],
+        "step-00000014",
+    );
+    assert_eq!(prune(2, 14), Vec::<String>::new());
+    assert_eq!(prune(1, 14), ["step-00000007"]);
+    assert_eq!(left(), ["step-00000014", "step-00000084"]);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -468,47 +468,65 @@ pub fn save(
 /// others). Every rank calls it, after [`save`]; rank 0 removes.
 ///
 /// A complete checkpoint is a directory of `dir` whose name is not hidden
-/// and that holds a manifest; nothing else in `dir` is touched. The one
-/// `dir/LATEST` names is never removed, whatever `retain` says, so a
-/// directory that has a checkpoint keeps one. Each is first renamed to
-/// the hidden `.NAME.pruned` (atomic), then removed, so a crash part way
-/// leaves either the whole checkpoint or a hidden directory that
-/// [`resolve`] never names; a later call removes such leftovers.
+/// and that holds a manifest; nothing else in `dir` is touched (a crashed
+/// save's `.NAME.tmp` and a crashed replacement's `.NAME.old` are left to
+/// [`save`] and [`resolve`]). The one `dir/LATEST` names is never
+/// removed, whatever `retain` says, so a directory that has a checkpoint
+/// keeps one. Each is first renamed to the hidden `.NAME.pruned`
+/// (atomic), then removed, so a crash part way leaves either the whole
+/// checkpoint or a hidden directory that [`resolve`] never names; such
+/// leftovers are removed first by the next call.
 ///
 /// # Errors
 /// I/O errors on rank 0 ([`Error::InvalidParameter`] naming the path:
-/// `dir` unreadable, a rename or removal refused), on every rank
-/// ([`Error::PeerError`] on the others); transport errors.
+/// `dir` or its `LATEST` unreadable, a rename or removal refused;
+/// [`Error::Corrupt`] for a `LATEST` longer than a name), on every rank ([`Error::PeerError`] on the others); transport errors. A
+/// checkpoint already gone when it is removed is no error.
 pub fn prune(
     t: &mut dyn Transport,
     dir: &Path,
     retain: impl Fn(&str) -> bool,
 ) -> Result<Vec<String>> {
+    let remove = |path: &Path| match std::fs::remove_dir_all(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(path, "remove", e)),
+        _ => Ok(()),
+    };
     let mut removed = Vec::new();
     let done = if t.rank() == 0 {
         (|| -> Result<()> {
-            let latest = read_bounded(&dir.join(LATEST), 4096, None).ok();
-            let mut gone = Vec::new();
+            let latest_path = dir.join(LATEST);
+            let latest = match std::fs::symlink_metadata(&latest_path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io(&latest_path, "read", e)),
+                Ok(_) => Some(read_bounded(&latest_path, 4096, None)?),
+            };
+            // The whole listing first: nothing is renamed while the
+            // directory is read.
+            let mut names = Vec::new();
             for entry in std::fs::read_dir(dir).map_err(|e| io(dir, "read", e))? {
-                let path = entry.map_err(|e| io(dir, "read", e))?.path();
-                let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-                    continue;
-                };
-                if name.starts_with('.') && name.ends_with(".pruned") && path.is_dir() {
-                    gone.push(path.clone());
-                } else if !name.starts_with('.')
-                    && path.join(MANIFEST).is_file()
+                let entry = entry.map_err(|e| io(dir, "read", e))?;
+                if let Ok(name) = entry.file_name().into_string() {
+                    names.push(name);
+                }
+            }
+            names.sort();
+            for name in names
+                .iter()
+                .filter(|n| n.starts_with('.') && n.ends_with(".pruned"))
+            {
+                remove(&dir.join(name))?;
+            }
+            for name in names.iter().filter(|n| !n.starts_with('.')) {
+                let path = dir.join(name);
+                if path.join(MANIFEST).is_file()
                     && latest.as_deref() != Some(name.as_bytes())
                     && !retain(name)
                 {
                     let aside = dir.join(format!(".{name}.pruned"));
                     std::fs::rename(&path, &aside).map_err(|e| io(&path, "rename", e))?;
-                    removed.push(name.to_string());
-                    gone.push(aside);
+                    remove(&aside)?;
+                    removed.push(name.clone());
                 }
-            }
-            for path in gone {
-                std::fs::remove_dir_all(&path).map_err(|e| io(&path, "remove", e))?;
             }
             Ok(())
         })()
@@ -516,7 +534,6 @@ pub fn prune(
         Ok(())
     };
     agree_or_fail(t, &[("checkpoint prune", 1)], done)?;
-    removed.sort();
     Ok(removed)
 }
 

@@ -148,60 +148,77 @@ fn saved_and_loaded_through_files_continues_bit_for_bit() {
 }
 
 /// `prune` removes the complete checkpoints its caller rejects, and only
-/// those: never the one `LATEST` names, nothing that is not a checkpoint;
-/// what is left still resumes bit for bit; a directory it cannot read is
-/// an error on every rank.
+/// those: never the one `LATEST` names, nothing that is not a checkpoint,
+/// no hidden directory but a crashed prune's leftover; what is left still
+/// resumes bit for bit; a directory or a `LATEST` it cannot read is an
+/// error on every rank, with nothing removed.
 #[test]
 fn prune_removes_rejected_checkpoints_but_never_the_latest() {
     let dir = tmpdir("prune");
     let want = saved_run(&dir);
     // Not checkpoints: a directory without a manifest, a file, the
     // leftover of a prune that crashed (removed), a crashed save's
-    // temporary directory (kept: the next save of its name clears it).
+    // temporary directory and a crashed replacement's `.step-6.old`
+    // (both kept: save and resolve handle them).
     std::fs::create_dir_all(dir.join("notes")).unwrap();
     std::fs::write(dir.join("notes.txt"), b"x").unwrap();
     std::fs::create_dir_all(dir.join(".step-1.pruned")).unwrap();
     std::fs::create_dir_all(dir.join(".step-2.tmp")).unwrap();
-    let prune = |retain: fn(&str) -> bool| -> Vec<Result<Vec<String>>> {
-        ThreadCluster::new(P).run(|t| checkpoint::prune(t, &dir, retain))
+    copy_dir(&dir.join("step-3"), &dir.join(".step-6.old"));
+    // Two more complete checkpoints.
+    copy_dir(&dir.join("step-3"), &dir.join("drop-me"));
+    copy_dir(&dir.join("step-3"), &dir.join("keep-me"));
+    let prune = |retain: fn(&str) -> bool| -> Vec<String> {
+        let out = ThreadCluster::new(P).run(|t| checkpoint::prune(t, &dir, retain));
+        let mut out: Vec<Vec<String>> = out.into_iter().map(Result::unwrap).collect();
+        assert!(out[1..].iter().all(Vec::is_empty), "{out:?}");
+        out.swap_remove(0)
     };
-    // Rejecting everything removes step-3 and keeps step-6, which LATEST
+    // What retain rejects goes, and only that.
+    assert_eq!(prune(|n| n != "drop-me"), ["drop-me"]);
+    // Rejecting everything removes the others but step-6, which LATEST
     // names.
-    let out = prune(|_| false);
-    for (r, got) in out.into_iter().enumerate() {
-        let want: Vec<String> = if r == 0 {
-            vec!["step-3".into()]
-        } else {
-            vec![]
-        };
-        assert_eq!(got.unwrap(), want, "rank {r}");
-    }
+    assert_eq!(prune(|_| false), ["keep-me", "step-3"]);
     let mut left: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(
-        left,
-        [".step-2.tmp", LATEST, "notes", "notes.txt", "step-6"]
-    );
+    let kept = [
+        ".step-2.tmp",
+        ".step-6.old",
+        LATEST,
+        "notes",
+        "notes.txt",
+        "step-6",
+    ];
+    assert_eq!(left, kept);
     let got: Vec<_> = resume(&dir, 6).into_iter().map(Result::unwrap).collect();
     assert_eq!(got, want);
     // Nothing left to remove: the same call removes nothing.
-    for got in prune(|_| false) {
-        assert!(got.unwrap().is_empty());
-    }
-    // A directory that cannot be read: an error on every rank, naming it
-    // on rank 0.
-    let missing = dir.join("missing");
-    let out = ThreadCluster::new(P).run(|t| checkpoint::prune(t, &missing, |_| true));
-    for (r, got) in out.into_iter().enumerate() {
-        match got {
-            Err(Error::InvalidParameter { .. }) if r == 0 => {}
-            Err(Error::PeerError { .. }) if r != 0 => {}
-            other => panic!("rank {r}: {other:?}"),
+    assert!(prune(|_| false).is_empty());
+    // A directory that cannot be read, or whose LATEST cannot (here a
+    // directory): an error on every rank, naming it on rank 0, and
+    // nothing removed.
+    let bad_latest = dir.join("bad-latest");
+    copy_dir(&dir.join("step-6"), &bad_latest.join("step-6"));
+    std::fs::create_dir_all(bad_latest.join(LATEST)).unwrap();
+    for (path, what) in [
+        (dir.join("missing"), "missing"),
+        (bad_latest.clone(), LATEST),
+    ] {
+        let out = ThreadCluster::new(P).run(|t| checkpoint::prune(t, &path, |_| false));
+        for (r, got) in out.into_iter().enumerate() {
+            match got {
+                Err(e @ Error::InvalidParameter { .. }) if r == 0 => {
+                    assert!(e.to_string().contains(what), "{e}");
+                }
+                Err(Error::PeerError { .. }) if r != 0 => {}
+                other => panic!("rank {r}: {other:?}"),
+            }
         }
     }
+    assert!(bad_latest.join("step-6").join(MANIFEST).is_file());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

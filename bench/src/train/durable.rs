@@ -263,24 +263,37 @@ pub fn step_name(global: u64) -> String {
     format!("step-{global:08}")
 }
 
-/// Keeps the `keep` newest checkpoints of the run directory `dir` (by
-/// their global step; [`checkpoint::prune`]: never the one `LATEST`
-/// names, nothing that is not a checkpoint named by [`step_name`]) and
-/// removes the others. Every rank calls it; returns the removed names on
-/// rank 0.
+/// The global step of a checkpoint named by [`step_name`] (`step-` and
+/// decimal digits only), or `None` for any other name.
+pub fn step_of(name: &str) -> Option<u64> {
+    name.strip_prefix("step-")
+        .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))?
+        .parse()
+        .ok()
+}
+
+/// Keeps the `keep` newest checkpoints of the run directory `dir` up to
+/// `upto`, the global step just saved (newest by their step, read from
+/// names of [`step_name`]'s form), and removes the older ones
+/// ([`checkpoint::prune`]: never the one `LATEST` names). Checkpoints of
+/// a later step (another job's in the same directory, or a save that
+/// crashed before `LATEST` moved) and anything not named by
+/// [`step_name`] are kept. Every rank calls it; returns the removed names
+/// on rank 0.
 ///
 /// # Errors
 /// As [`checkpoint::prune`].
-pub fn prune(t: &mut dyn Transport, dir: &Path, keep: u64) -> Result<Vec<String>> {
-    let step = |name: &str| name.strip_prefix("step-")?.parse::<u64>().ok();
-    // The keep-th newest step present (rank 0 alone reads the directory
-    // and removes); with fewer checkpoints than that, 0 keeps them all.
+pub fn prune(t: &mut dyn Transport, dir: &Path, keep: u64, upto: u64) -> Result<Vec<String>> {
+    // The keep-th newest step up to `upto` (rank 0 alone reads the
+    // directory and removes; a listing it cannot read is prune's error);
+    // with fewer checkpoints than that, 0 keeps them all.
     let mut steps: Vec<u64> = if t.rank() == 0 {
         std::fs::read_dir(dir)
             .map(|d| {
                 d.filter_map(|e| e.ok())
                     .filter(|e| e.path().join(checkpoint::MANIFEST).is_file())
-                    .filter_map(|e| step(&e.file_name().to_string_lossy()))
+                    .filter_map(|e| step_of(&e.file_name().to_string_lossy()))
+                    .filter(|&s| s <= upto)
                     .collect()
             })
             .unwrap_or_default()
@@ -290,7 +303,7 @@ pub fn prune(t: &mut dyn Transport, dir: &Path, keep: u64) -> Result<Vec<String>
     steps.sort_unstable_by(|a, b| b.cmp(a));
     let keep = usize::try_from(keep).unwrap_or(usize::MAX).max(1);
     let cutoff = steps.get(keep - 1).copied().unwrap_or(0);
-    checkpoint::prune(t, dir, |name| step(name).is_none_or(|s| s >= cutoff))
+    checkpoint::prune(t, dir, |name| step_of(name).is_none_or(|s| s >= cutoff))
 }
 
 /// What [`resume`] restores.

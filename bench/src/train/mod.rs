@@ -225,7 +225,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub checkpoint_dir: Option<std::path::PathBuf>,
     /// Keep only the K newest checkpoints of each run (at least 1; the
-    /// older ones are removed after each save). Default: every one is
+    /// older ones are removed after each save, never the one `LATEST`
+    /// names; a removal that fails is a warning). Default: every one is
     /// kept.
     #[arg(long, requires = "checkpoint_dir", value_parser = clap::value_parser!(u64).range(1..))]
     pub keep_checkpoints: Option<u64>,
@@ -620,10 +621,18 @@ fn save_checkpoint(
         ("probes", vec![probes as f64]),
     ];
     durable::save(t, dir, meta, tr.save_state(), &pos, &local)?;
-    match keep {
-        Some(k) => durable::prune(t, dir, k).map(drop),
-        None => Ok(()),
+    // A checkpoint that cannot be pruned is still saved: every rank warns
+    // (the same error on every rank) and trains on.
+    if let Some(k) = keep
+        && let Err(e) = durable::prune(t, dir, k, pos.global)
+        && t.rank() == 0
+    {
+        eprintln!(
+            "warning: {}: old checkpoints not removed: {e}",
+            dir.display()
+        );
     }
+    Ok(())
 }
 
 /// Trains one rank: every rank of `t` calls it with the same arguments.
