@@ -99,10 +99,11 @@
 //! [`Trainer::load_state`] restores it on every rank, all or nothing.
 //! [`checkpoint::save`] and [`checkpoint::load`] put it on disk
 //! (safetensors, a manifest with CRC-32s, crash-safe writes, hostile
-//! reads); [`checkpoint::reshard`] moves a checkpoint of `P` ranks to
-//! `P'`. In a training loop, on threads or under MPI alike (every rank
-//! calls both; under MPI the directory must be on a file system every
-//! rank reads):
+//! reads); [`checkpoint::prune`] removes old ones;
+//! [`checkpoint::reshard`] moves a checkpoint of `P` ranks to `P'`. In
+//! a training loop, on threads or under MPI alike (every rank calls
+//! them; under MPI the directory must be on a file system every rank
+//! reads):
 //!
 //! ```no_run
 //! # use residual_sgd::{checkpoint, Trainer};
@@ -111,6 +112,10 @@
 //! if step % 500 == 0 {
 //!     let meta = [("step".to_string(), step.to_string())].into();
 //!     checkpoint::save(t, dir, &format!("step-{step:08}"), &tr.save_state()?, &meta)?;
+//!     // The two newest stay (names of 8 digits sort as their steps);
+//!     // the one LATEST names is never removed.
+//!     let oldest = format!("step-{:08}", step.saturating_sub(500));
+//!     checkpoint::prune(t, dir, |name| name >= oldest.as_str())?;
 //! }
 //! // After a restart, the trainer built as before:
 //! let (state, manifest) = checkpoint::load(t, dir)?; // LATEST, checked
