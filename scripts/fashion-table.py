@@ -79,6 +79,26 @@ def steps(rs, secs):
               f" {r['step_ms'] / r['dense_step_ms']:.2f} |")
 
 
+def merge(parts):
+    """One configuration's rows from runs of other seeds (cnn_p4, cnn_p4_s2,
+    ...): every mean weighted by its run's seeds. The gap to the dense
+    counterpart is linear in the accuracies, so its mean is the gap of the
+    means."""
+    if len(parts) == 1:
+        return parts[0]
+    keyed = [{(r["scheme"], r["density"]): r for r in p} for p in parts]
+    assert all(k.keys() == keyed[0].keys() for k in keyed), "runs of other schemes or densities"
+    out = []
+    for key, r0 in keyed[0].items():
+        rs = [k[key] for k in keyed]
+        n = sum(r["seeds"] for r in rs)
+        m = dict(r0, seeds=n)
+        for f in ["final_test_acc", "gap_points", "bytes_per_step", "bytes_ratio"]:
+            m[f] = sum(r[f] * r["seeds"] for r in rs) / n
+        out.append(m)
+    return out
+
+
 def main(out):
     for name in ["cnn_p4", "cnn_p8", "mlp_p4", "mlp_p8", "step_mpi2"]:
         path = os.path.join(out, f"{name}.jsonl")
@@ -89,6 +109,14 @@ def main(out):
             continue
         t = os.path.join(out, f"{name}.time")
         secs = open(t).read().strip().split(": ")[-1] if os.path.exists(t) else "time not recorded"
+        # The same configuration's other seeds, run apart (cnn_p4_s2, ...).
+        more = sorted(f[:-len(".jsonl")] for f in os.listdir(out)
+                      if f.startswith(name + "_s") and f.endswith(".jsonl"))
+        if more:
+            rs = merge([rs] + [rows(os.path.join(out, f"{m}.jsonl")) for m in more])
+            secs += " + " + " + ".join(
+                open(os.path.join(out, f"{m}.time")).read().strip().split(": ")[-1]
+                if os.path.exists(os.path.join(out, f"{m}.time")) else "?" for m in more)
         if name == "step_mpi2":
             steps(rs, secs)
         else:

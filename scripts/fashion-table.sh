@@ -6,6 +6,10 @@
 #   cnn_p4  the CNN at P = 4, seed 1, 8 epochs, learning rate 0.02
 #   cnn_p8  the CNN at P = 8, seed 1, 8 epochs, learning rate 0.02 (not in
 #           the default list: about an hour more)
+#   cnn_p4_s2, cnn_p4_s3
+#           cnn_p4 with seed 2, and with seed 3 (not in the default list:
+#           about an hour each); the tables average cnn_p4 over the seeds
+#           present
 #   mlp_p4  the MLP at P = 4, seeds 1-3, 10 epochs, learning rate 0.05
 #   mlp_p8  the MLP at P = 8, seed 1, 10 epochs, learning rate 0.05
 # then, under mpiexec -n 2, one epoch of the CNN on 6,400 images per scheme
@@ -28,6 +32,7 @@ for run in "${runs[@]}"; do
   case "$run" in
     cnn_p4) args=(--model cnn --ranks 4 --seeds 1 --epochs 8 --lr 0.02) ;;
     cnn_p8) args=(--model cnn --ranks 8 --seeds 1 --epochs 8 --lr 0.02) ;;
+    cnn_p4_s[23]) args=(--model cnn --ranks 4 --seeds 1 --first-seed "${run#cnn_p4_s}" --epochs 8 --lr 0.02) ;;
     mlp_p4) args=(--model mlp --ranks 4 --seeds 3 --epochs 10 --lr 0.05) ;;
     mlp_p8) args=(--model mlp --ranks 8 --seeds 1 --epochs 10 --lr 0.05) ;;
     step_mpi2)

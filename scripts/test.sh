@@ -138,6 +138,25 @@ print(f"train: {len(rows)} rows with every field; train.csv and two plots writte
 PY
 rm -rf "$out_dir"
 
+# --first-seed: a configuration's seeds run apart (seed 1, then seed 2)
+# and averaged by scripts/fashion-table.py equal one run of both seeds.
+a=(train --ranks 3 --epochs 1 --hidden 16 --density 0.05 --scheme redsync_rgc --json)
+python3 - "$("$bin" "${a[@]}" --seeds 2)" "$("$bin" "${a[@]}" --seeds 1)" \
+    "$("$bin" "${a[@]}" --seeds 1 --first-seed 2)" <<'PY'
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("table", "scripts/fashion-table.py")
+table = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(table)
+both, one, two = ([json.loads(l) for l in a.splitlines() if l.startswith("{")] for a in sys.argv[1:])
+merged = table.merge([one, two])
+assert len(both) == len(merged) == 2, (len(both), len(merged))
+for b, m in zip(both, merged):
+    assert b["scheme"] == m["scheme"] and b["seeds"] == m["seeds"] == 2, (b, m)
+    for f in ["final_test_acc", "gap_points", "bytes_per_step"]:
+        assert abs(b[f] - m[f]) <= 1e-9 * max(1, abs(b[f])), (f, b[f], m[f])
+print("--first-seed: seeds 1 and 2 run apart and averaged equal one run of both")
+PY
+
 # A short Fashion-MNIST training (Debian's dataset-fashion-mnist, installed
 # above) with every scheme: the MLP (784-256-10) at P = 4 on 6,400 images,
 # 2 epochs of 100 steps; identical weights on every rank, accuracy well

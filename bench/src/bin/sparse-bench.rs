@@ -94,9 +94,14 @@ struct TrainCli {
     /// spardl_global_residual. All when absent.
     #[arg(long = "scheme")]
     schemes: Vec<String>,
-    /// Seeds to average over (1, 2, ..., seeds).
+    /// Seeds to average over (1, 2, ..., seeds; from `--first-seed`).
     #[arg(long, default_value_t = 1)]
     seeds: u64,
+    /// The first of the seeds: `--first-seed 2 --seeds 2` runs seeds 2
+    /// and 3 (one configuration's seeds split over several runs, which
+    /// scripts/fashion-table.py averages).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    first_seed: u64,
     /// Write train.csv and the plots accuracy_vs_epoch.svg and
     /// accuracy_vs_bytes.svg into this directory.
     #[arg(long)]
@@ -319,6 +324,7 @@ fn run_default(json: bool) -> sparse_core::Result<()> {
             densities: vec![0.01],
             schemes: vec!["redsync_rgc".into()],
             seeds: 1,
+            first_seed: 1,
             out: None,
             args: TrainArgs {
                 epochs: 8,
@@ -648,7 +654,10 @@ fn train_on(
     test_set: &bench::train::data::Set,
 ) -> sparse_core::Result<Option<(Vec<bench::train::run::Summary>, &'static str)>> {
     use bench::train::{self, run};
-    let seeds: Vec<u64> = (1..=c.seeds).collect();
+    let last = c.first_seed.checked_add(c.seeds - 1).ok_or_else(|| {
+        sparse_core::Error::invalid("--first-seed, --seeds", "the last seed overflows u64")
+    })?;
+    let seeds: Vec<u64> = (c.first_seed..=last).collect();
     let ticks = runs.len() * seeds.len() * c.args.epochs;
     match c.transport {
         TransportKind::Threads => {
@@ -718,14 +727,15 @@ fn print_train(
     use bench::train::output;
     let ranks = rows.first().map_or(c.ranks, |r| r.ranks);
     bench::out!(
-        "train: transport {transport}, {ranks} ranks, {} ({} parameters), {} {train_len} train / {test_len} test, batch {} per rank, {} epochs, lr {}, {} seed(s); accuracy is the mean over seeds after the last epoch, each row against its dense counterpart in this run",
+        "train: transport {transport}, {ranks} ranks, {} ({} parameters), {} {train_len} train / {test_len} test, batch {} per rank, {} epochs, lr {}, {} seed(s) from seed {}; accuracy is the mean over seeds after the last epoch, each row against its dense counterpart in this run",
         model.describe(),
         model.parameters(),
         c.args.data.name(),
         c.args.batch,
         c.args.epochs,
         c.args.lr,
-        c.seeds
+        c.seeds,
+        c.first_seed
     );
     print_table(&output::HEADER, &output::table(rows));
     bench::out!(
