@@ -141,8 +141,8 @@ rm -rf "$out_dir"
 # --first-seed: a configuration's seeds run apart (seed 1, then seed 2)
 # and averaged by scripts/fashion-table.py equal one run of both seeds.
 a=(train --ranks 3 --epochs 1 --hidden 16 --density 0.05 --scheme redsync_rgc --json)
-python3 - "$("$bin" "${a[@]}" --seeds 2)" "$("$bin" "${a[@]}" --seeds 1)" \
-    "$("$bin" "${a[@]}" --seeds 1 --first-seed 2)" <<'PY'
+python3 - "$("$bin/sparse-bench" "${a[@]}" --seeds 2)" "$("$bin/sparse-bench" "${a[@]}" --seeds 1)" \
+    "$("$bin/sparse-bench" "${a[@]}" --seeds 1 --first-seed 2)" <<'PY'
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("table", "scripts/fashion-table.py")
 table = importlib.util.module_from_spec(spec)
