@@ -443,12 +443,7 @@ fn checkpoint_resume_and_a_lost_rank() {
     }
     for run in &runs {
         let run_dir = durable::run_dir(&dir, run, 1);
-        let mut left: Vec<String> = std::fs::read_dir(&run_dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("step-"))
-            .collect();
-        left.sort();
+        let left = step_entries(&run_dir);
         let newest: Vec<String> = saved[saved.len() - 2..]
             .iter()
             .map(|&s| durable::step_name(s))
@@ -584,6 +579,17 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
+/// The entries of `dir` whose names start with `step`, sorted.
+fn step_entries(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step"))
+        .collect();
+    v.sort();
+    v
+}
+
 /// `--keep-checkpoints` (durable::prune): the newest by their step as a
 /// number (`step-100000000` after `step-99999999`), counted up to the step
 /// just saved (a later one, left by a crashed save or another job, is
@@ -601,15 +607,7 @@ fn keep_checkpoints_counts_steps_as_numbers_up_to_the_one_saved() {
         }
         std::fs::write(dir.join(checkpoint::LATEST), latest).unwrap();
     };
-    let left = || {
-        let mut v: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("step"))
-            .collect();
-        v.sort();
-        v
-    };
+    let left = || step_entries(&dir);
     let prune = |keep: u64, upto: u64| {
         let out = ThreadCluster::new(2).run(|t| durable::prune(t, &dir, keep, upto));
         let out: Vec<Vec<String>> = out.into_iter().map(Result::unwrap).collect();

@@ -308,6 +308,15 @@ fn decode_node(
 
 /// Writes `bytes` to `path` through a temporary name: written, synced,
 /// renamed.
+/// Removes the directory `path` and all it holds; one already gone is no
+/// error.
+fn remove_dir_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(path, "remove", e)),
+        _ => Ok(()),
+    }
+}
+
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("part");
     let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, "create", e))?;
@@ -386,10 +395,7 @@ pub fn save(
     let ready = if r == 0 {
         std::fs::create_dir_all(dir)
             .map_err(|e| io(dir, "create", e))
-            .and_then(|()| match std::fs::remove_dir_all(&tmp) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&tmp, "remove", e)),
-                _ => Ok(()),
-            })
+            .and_then(|()| remove_dir_if_present(&tmp))
             .and_then(|()| std::fs::create_dir(&tmp).map_err(|e| io(&tmp, "create", e)))
     } else {
         Ok(())
@@ -480,17 +486,14 @@ pub fn save(
 /// # Errors
 /// I/O errors on rank 0 ([`Error::InvalidParameter`] naming the path:
 /// `dir` or its `LATEST` unreadable, a rename or removal refused;
-/// [`Error::Corrupt`] for a `LATEST` longer than a name), on every rank ([`Error::PeerError`] on the others); transport errors. A
-/// checkpoint already gone when it is removed is no error.
+/// [`Error::Corrupt`] for a `LATEST` longer than a name), on every rank
+/// ([`Error::PeerError`] on the others); transport errors. A checkpoint
+/// already gone when it is removed is no error.
 pub fn prune(
     t: &mut dyn Transport,
     dir: &Path,
     retain: impl Fn(&str) -> bool,
 ) -> Result<Vec<String>> {
-    let remove = |path: &Path| match std::fs::remove_dir_all(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(path, "remove", e)),
-        _ => Ok(()),
-    };
     let mut removed = Vec::new();
     let done = if t.rank() == 0 {
         (|| -> Result<()> {
@@ -514,7 +517,7 @@ pub fn prune(
                 .iter()
                 .filter(|n| n.starts_with('.') && n.ends_with(".pruned"))
             {
-                remove(&dir.join(name))?;
+                remove_dir_if_present(&dir.join(name))?;
             }
             for name in names.iter().filter(|n| !n.starts_with('.')) {
                 let path = dir.join(name);
@@ -524,7 +527,7 @@ pub fn prune(
                 {
                     let aside = dir.join(format!(".{name}.pruned"));
                     std::fs::rename(&path, &aside).map_err(|e| io(&path, "rename", e))?;
-                    remove(&aside)?;
+                    remove_dir_if_present(&aside)?;
                     removed.push(name.clone());
                 }
             }
