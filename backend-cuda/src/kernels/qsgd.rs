@@ -54,6 +54,16 @@ pub(crate) fn qsgd_scales(x: &[u32], bucket: u32, scales: &mut [u32], bad: &mut 
 
 /// One unit per code word: the codes of values `32 / bits` at a time
 /// ([`sparse_core::qsgd::code_of`]).
+///
+/// `one` is 1.0, passed at launch so that no compiler can see its value: a
+/// device compiler may contract a multiply and the add or subtract that
+/// uses it into one fused multiply-add (NVRTC does by default, `--fmad`),
+/// and `(ratio * levels) - floor(..)` fused rounds once where the CPU
+/// rounds the product first, so a draw on the boundary picked the other
+/// level (seen on an H100: a code word of 2^22 values differed). Multiplying the
+/// rounded product by an opaque one gives the subtraction an operand that
+/// is no longer the product itself; fused or not, `t * one - lo` is then
+/// `t - lo` rounded once, which is exact, as on the CPU.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn qsgd_codes(
@@ -65,6 +75,7 @@ pub(crate) fn qsgd_codes(
     key0: u32,
     key1: u32,
     counter_base: u32,
+    one: f32,
     #[comptime] bits: u32,
 ) {
     let w = ABSOLUTE_POS;
@@ -82,7 +93,7 @@ pub(crate) fn qsgd_codes(
                 let mut code = 0u32;
                 if s > 0.0f32 && v != 0.0f32 {
                     // The ratio first (at most 1), as the CPU does.
-                    let r = (f32::abs(v) / s) * lv;
+                    let r = ((f32::abs(v) / s) * lv) * one;
                     let lo = f32::floor(r);
                     let mut level = lo;
                     if u < r - lo {
@@ -186,6 +197,7 @@ pub(crate) fn launch_qsgd_codes(
             key0,
             key1,
             counter_base,
+            1.0f32,
             bits,
         );
     }
