@@ -6,7 +6,7 @@
 
 use crate::kernels::{
     ABS, REVERSED, SIGNED, TILE, axpy, bitmap, compact, count, cubes_for, gather, grid, hash,
-    histogram, mask, order_code, outside, qsgd, scale, scatter, stats,
+    histogram, mask, order_code, outside, qsgd, scale, scatter, short, stats,
 };
 use crate::{CubeBackend, CubeBuffer};
 use cubecl_runtime::runtime::Runtime;
@@ -183,6 +183,35 @@ impl<R: Runtime> CubeBackend<R> {
             }
         }
         if !active.contains(&true) {
+            return Ok(keys);
+        }
+        if (0..ks.len()).all(|s| !active[s] || offsets[s + 1] - offsets[s] <= short::SHORT) {
+            // Short segments (buckets): the whole select on chip, one
+            // launch and one readback of two words a segment.
+            let live: Vec<usize> = (0..ks.len()).filter(|&s| active[s]).collect();
+            let segs: Vec<u32> = live
+                .iter()
+                .flat_map(|&s| [offsets[s] as u32, offsets[s + 1] as u32, left[s]])
+                .collect();
+            let segs = self.put(&segs);
+            let out = self.uninit::<u32>(2 * live.len());
+            let bad = self.zeroed::<u32>(1);
+            short::launch_short_topk_keys(
+                &self.client,
+                grid(live.len()),
+                x,
+                &segs,
+                &out,
+                &bad,
+                order,
+            );
+            if self.get(&bad)?[0] > 0 {
+                return Err(self.first_nan(x));
+            }
+            let got = self.get(&out)?;
+            for (j, &s) in live.iter().enumerate() {
+                keys[s] = (got[2 * j], got[2 * j + 1]);
+            }
             return Ok(keys);
         }
         let tiles = self.put(&tiles(offsets, |s| active[s]));

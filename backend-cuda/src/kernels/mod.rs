@@ -34,6 +34,7 @@ pub(crate) mod outside;
 pub(crate) mod qsgd;
 pub(crate) mod scale;
 pub(crate) mod scatter;
+pub(crate) mod short;
 pub(crate) mod stats;
 
 use cubecl::prelude::*;
