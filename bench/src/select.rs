@@ -1,7 +1,11 @@
 //! `sparse-bench select`: every selection algorithm on one dense residual,
-//! with two baselines measured in the same run: an exact top-k through
-//! `select_nth_unstable_by` (the standard library's introselect) and a
-//! plain copy of the array into a preallocated buffer (the memory floor).
+//! with three baselines measured in the same run: an exact top-k through
+//! `select_nth_unstable_by` (the standard library's introselect), a plain
+//! copy of the array into a preallocated buffer (the host's memory floor),
+//! and one read of the array on the backend itself, `max_abs` of the
+//! uploaded buffer with its scalar brought back (the backend's floor: every
+//! selector reads the array at least once and returns to the host, and on a
+//! GPU the host's copy says nothing about the device's memory).
 
 use crate::{Progress, time_median};
 use sparse_core::generate::{ValueDist, dense_values};
@@ -59,6 +63,9 @@ pub struct SelectReport {
     pub copy_ms: f64,
     /// Median ms of an exact top-k with `select_nth_unstable_by`.
     pub nth_ms: f64,
+    /// Median ms of one read of the array on the backend (`max_abs` of the
+    /// uploaded buffer, its result downloaded): the backend's own floor.
+    pub read_ms: f64,
 }
 
 /// The exact top-k by `select_nth_unstable_by` on `(|x| key, index)`, the
@@ -120,6 +127,15 @@ pub fn run<B: Backend<f32>>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
     };
     let nth_ms = ms(time_median(3, a.min_time, || nth_topk(&x, k)));
     let buf = b.upload(&x)?;
+    let mut read_failed = None;
+    let read_ms = ms(time_median(5, a.min_time, || {
+        if let Err(e) = b.max_abs(&buf) {
+            read_failed.get_or_insert(e);
+        }
+    }));
+    if let Some(e) = read_failed {
+        return Err(e);
+    }
     let mut sels = selectors::<B>();
     let mut bar = Progress::new(sels.len() as u64, "selectors");
     let mut rows = Vec::new();
@@ -162,6 +178,7 @@ pub fn run<B: Backend<f32>>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
         rows,
         copy_ms,
         nth_ms,
+        read_ms,
     })
 }
 
