@@ -29,7 +29,15 @@
 //! - Exact top-k is an MSD radix select: four 8-bit digit histograms (one
 //!   launch each, every segment at once) find the k-th key and how many of
 //!   its copies fit, then one compaction takes them. SparDL's block and
-//!   SparCML's bucket top-k are the same kernels over many segments.
+//!   SparCML's bucket top-k are the same kernels over many segments, except
+//!   that where every segment holds at most 2,048 elements (SparCML's
+//!   buckets of 512) one cube per segment runs all four digits in shared
+//!   memory and returns its key: no histogram row per segment crosses to
+//!   the host.
+//! - QSGD's codes equal the CPU's bit for bit on every device: the one
+//!   product whose rounding decides a level is kept out of reach of the
+//!   device compiler's multiply-add contraction (NVRTC contracts by
+//!   default).
 //! - `mean_abs` sums in `f32` within each cube of 4096 elements and in `f64`
 //!   across cubes: within `1e-6` relative of the CPU's `f64` sum on the
 //!   suite's inputs. `sum_squares` does the same with `x^2`: within `1e-6`
