@@ -3,7 +3,7 @@
 # CUDA 13's NVRTC but no Rust toolchain: the backend and selector suites and
 # the differential tests on CUDA, and `sparse-bench select --backend cuda`
 # at 2^24 and 2^26 elements (then the CPU backend at 2^24 on the same host).
-# Outputs go to "$OUT" (default ./gpu-out). Build and pack the binaries where
+# Outputs go to $OUT (default ./gpu-out). Build and pack the binaries where
 # cargo is (CUDARC_CUDA_VERSION pins the CUDA version that cudarc's loader
 # names, here 13.0, the GPU machine's):
 #

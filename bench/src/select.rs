@@ -127,15 +127,7 @@ pub fn run<B: Backend<f32>>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
     };
     let nth_ms = ms(time_median(3, a.min_time, || nth_topk(&x, k)));
     let buf = b.upload(&x)?;
-    let mut read_failed = None;
-    let read_ms = ms(time_median(5, a.min_time, || {
-        if let Err(e) = b.max_abs(&buf) {
-            read_failed.get_or_insert(e);
-        }
-    }));
-    if let Some(e) = read_failed {
-        return Err(e);
-    }
+    let read_ms = ms(time_fallible(a.min_time, || b.max_abs(&buf))?);
     let mut sels = selectors::<B>();
     let mut bar = Progress::new(sels.len() as u64, "selectors");
     let mut rows = Vec::new();
@@ -147,18 +139,10 @@ pub fn run<B: Backend<f32>>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
         let copy_ms = copy();
         let first = b.download(&s.select(b, &buf, k)?.indices)?;
         let recall = first.iter().filter(|&&i| in_exact[i as usize]).count() as f64 / k as f64;
-        let mut failed = None;
-        let t = time_median(5, a.min_time, || {
-            if let Err(e) = s
-                .select(b, &buf, k)
+        let t = time_fallible(a.min_time, || {
+            s.select(b, &buf, k)
                 .and_then(|sel| b.download(&sel.indices))
-            {
-                failed.get_or_insert(e);
-            }
-        });
-        if let Some(e) = failed {
-            return Err(e);
-        }
+        })?;
         rows.push(SelectRow {
             algo: s.name(),
             selected: first.len(),
@@ -180,6 +164,18 @@ pub fn run<B: Backend<f32>>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
         nth_ms,
         read_ms,
     })
+}
+
+/// [`time_median`] of at least 5 calls of a fallible `f`: the first error
+/// any call returned, if one did.
+fn time_fallible<T>(min_time: Duration, mut f: impl FnMut() -> Result<T>) -> Result<Duration> {
+    let mut failed = None;
+    let t = time_median(5, min_time, || {
+        if let Err(e) = f() {
+            failed.get_or_insert(e);
+        }
+    });
+    failed.map_or(Ok(t), Err)
 }
 
 fn ms(d: Duration) -> f64 {
