@@ -49,13 +49,40 @@
 //! ## What crosses to the host
 //! [`CubeBackend::transfers`] counts every byte the backend moves between
 //! host and device ([`Transfers`]): the data a caller moves through
-//! [`BufferOps`](sparse_core::BufferOps) (`upload`, `zeros`, `download`)
-//! apart from the primitives' own transfers (the readbacks of per-tile
-//! counts, histograms, partial reductions and fault words, the writes of
-//! tile lists and offsets). A kernel over device memory moves nothing, so
-//! a training step's data downloads are what it asks for: the selected
-//! pairs and the dense layers' gradients (`residual-sgd/tests/kernels.rs`
-//! checks it in bytes).
+//! [`BufferOps`](sparse_core::BufferOps) (`upload`, `download`; `zeros`
+//! allocates and clears on the device and moves nothing) apart from the
+//! primitives' own transfers (the readbacks of per-tile counts, histograms,
+//! partial reductions and fault words, the writes of tile lists and
+//! offsets). A kernel over device memory moves nothing, so a training
+//! step's data downloads are what it asks for: the selected pairs and the
+//! dense layers' gradients (`residual-sgd/tests/kernels.rs` checks it in
+//! bytes). A backend and its clones share the counters.
+//!
+//! Each control readback is a host round trip. Per call, on an input of
+//! `n` elements in `T = ceil(n / 4096)` tiles without NaN (a NaN found
+//! costs one more readback, of the input, to name it), the primitives read
+//! back (`tests/transfers.rs` checks each as an exact formula):
+//!
+//! | primitive | bytes | readbacks |
+//! |---|---|---|
+//! | `download` (besides the data itself) | 16 (the fault words) | 1 |
+//! | `max_abs`, `mean_abs`, `sum_squares`, `count_above` | `20 T` | 1 |
+//! | `digit_histogram` | `4 (2^bits + 1)` | 1 |
+//! | `compact_above`, `compact_key` | `12 T` | 1 |
+//! | `topk_abs`, `topk_signed` (`0 < k < n`, `n > 2048`) | `4 * 1028 + 12 T` | 5 |
+//! | `topk_abs_segmented`, every segment at most 2,048 (and the two above for `n <= 2048`) | `4 + 8 S + 12 T` (`S` segments) | 3 |
+//! | `topk_abs_segmented`, longer segments | `4 * 1028 S + 12 T` | 5 |
+//! | any top-k with `k = 0` or `k = n` in every segment | `12 T` | 1 |
+//! | `bitmap_encode` | 4 | 1 |
+//! | `bitmap_decode` | `4 ceil(ceil(n / 32) / 4096)` | 1 |
+//! | `qsgd_quantize` | 4 | 1 |
+//! | `hash_partition` | `8 P (r1 + r2) + 4 (P + 1)`, plus `8` per element in the serial fallback | 2 to 3 |
+//! | `upload`, `zeros`, `gather`, `gather_indices`, `scatter_add`, `mask`, `axpy`, `scale`, `qsgd_dequantize` | 0 | 0 |
+//!
+//! So a small layer's exact top-k reads back about 4 KB of histograms
+//! whatever its size: in a small training step the primitives' readbacks
+//! can outweigh the selected pairs (42 KB against 5.6 KB of data was seen
+//! on the digits MLP), which is why they are counted apart.
 //!
 //! ## Element types
 //! The kernels are written for `f32`, the type gradients travel in on every
@@ -88,6 +115,7 @@ use cubecl::server::Handle;
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::{Error, Result};
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The kernel backend on runtime `R`.
@@ -100,62 +128,72 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// position of the last faulting call, the length checked against) and
 /// clears the record. So a training step on the kernels moves only the
 /// selected pairs and the reduced result, with no round trip per update.
-/// Each clone has its own record.
+/// Each clone has its own record: a fault is reported by the next download
+/// of the clone whose kernel recorded it.
 ///
 /// Every byte the backend moves between host and device is counted
-/// ([`CubeBackend::transfers`]); each clone counts its own.
+/// ([`CubeBackend::transfers`]). The counters are shared by a backend and
+/// all its clones, so the value a caller keeps reads what a trainer or a
+/// collective did with the clone it was given; a backend made anew by
+/// [`CubeBackend::new`] counts apart.
 pub struct CubeBackend<R: Runtime> {
     client: Client,
     name: &'static str,
     fault: std::sync::Mutex<CubeBuffer<u32>>,
-    counters: Counters,
+    counters: Arc<Counters>,
     _runtime: PhantomData<fn() -> R>,
 }
 
 impl<R: Runtime> Clone for CubeBackend<R> {
     fn clone(&self) -> Self {
-        let counters = Counters::default();
         Self {
             client: self.client.clone(),
             name: self.name,
-            fault: std::sync::Mutex::new(fault_words(&self.client, &counters)),
-            counters,
+            fault: std::sync::Mutex::new(fault_words(&self.client)),
+            counters: Arc::clone(&self.counters),
             _runtime: PhantomData,
         }
     }
 }
 
 /// Four zeroed fault words ([`CubeBackend`]'s deferred index check),
-/// written from the host: a control write.
-fn fault_words(client: &Client, counters: &Counters) -> CubeBuffer<u32> {
-    counters.add(&counters.control_written, 16);
-    CubeBuffer::new(client.create_from_slice(&[0u8; 16]), 4)
+/// cleared on the device: nothing crosses.
+fn fault_words(client: &Client) -> CubeBuffer<u32> {
+    cleared(client, 4)
+}
+
+/// A new buffer of `len` items, allocated and cleared on the device.
+fn cleared<T>(client: &Client, len: usize) -> CubeBuffer<T> {
+    let buf = CubeBuffer::new(client.empty(words_for::<T>(len) * 4), len);
+    kernels::fill::launch_clear(client, &buf);
+    buf
 }
 
 /// The bytes a [`CubeBackend`] moved between host and device since it was
 /// made, and the number of transfers, by who asked for them.
 ///
 /// *Data* transfers are the ones a caller asks for through
-/// [`sparse_core::BufferOps`]: `upload` and `zeros` (cubecl fills a new
-/// buffer from host memory) to the device, `download` to the host.
+/// [`sparse_core::BufferOps`]: `upload` to the device, `download` to the
+/// host (`zeros` allocates and clears on the device and moves nothing).
 /// *Control* transfers are the ones the primitives make themselves:
 /// readbacks of per-tile counts, radix histograms, partial reductions and
 /// the fault words that [`sparse_core::BufferOps::download`] checks, and
-/// writes of tile lists, offsets and zeroed counters. A kernel that only
-/// reads and writes device memory moves nothing.
+/// writes of tile lists, offsets and keys. A kernel that only reads and
+/// writes device memory moves nothing. Each control readback is a host
+/// round trip; the crate documentation bounds them per primitive call
+/// ("What crosses to the host").
 ///
 /// Bytes are what crosses: whole 32-bit words, so a buffer of `n` `f32`
 /// or `u32` moves `4 n` bytes (at least one word; empty downloads move
-/// nothing). Counts are per backend value; `since` gives the difference
-/// between two readings.
+/// nothing). A backend and its clones share one set of counters; `since`
+/// gives the difference between two readings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Transfers {
     /// Bytes [`sparse_core::BufferOps::download`] read to the host.
     pub downloaded: u64,
     /// Calls of [`sparse_core::BufferOps::download`] that read anything.
     pub downloads: u64,
-    /// Bytes [`sparse_core::BufferOps::upload`] and
-    /// [`sparse_core::BufferOps::zeros`] wrote to the device.
+    /// Bytes [`sparse_core::BufferOps::upload`] wrote to the device.
     pub uploaded: u64,
     /// Their calls.
     pub uploads: u64,
@@ -170,9 +208,9 @@ pub struct Transfers {
 }
 
 impl Transfers {
-    /// What moved between `earlier` (a reading of the same backend value:
-    /// a clone counts its own, so a reading of another value may be ahead,
-    /// and then its fields give 0, not an overflow) and this reading.
+    /// What moved between `earlier` (a reading of the same backend or a
+    /// clone of it; a reading of a backend made apart may be ahead, and
+    /// then its fields give 0, not an overflow) and this reading.
     #[must_use]
     pub fn since(&self, earlier: &Transfers) -> Transfers {
         Transfers {
@@ -273,18 +311,17 @@ impl<R: Runtime> CubeBackend<R> {
             detail: format!("no such device ({available} of this kind on this machine)"),
         })?;
         let client = R::client(device);
-        let counters = Counters::default();
         Ok(Self {
-            fault: std::sync::Mutex::new(fault_words(&client, &counters)),
-            counters,
+            fault: std::sync::Mutex::new(fault_words(&client)),
+            counters: Arc::default(),
             client,
             name,
             _runtime: PhantomData,
         })
     }
 
-    /// Every byte this backend value moved between host and device so far
-    /// ([`Transfers`]: data and control, each way).
+    /// Every byte this backend and its clones moved between host and
+    /// device so far ([`Transfers`]: data and control, each way).
     pub fn transfers(&self) -> Transfers {
         self.counters.read()
     }
@@ -373,17 +410,10 @@ impl<R: Runtime> CubeBackend<R> {
         CubeBuffer::new(self.client.create_from_slice(&bytes), data.len())
     }
 
-    /// A new zeroed buffer of `len` items for a primitive (a control
-    /// write).
-    fn zeroed<T: bytemuck::Pod>(&self, len: usize) -> CubeBuffer<T> {
-        self.zero_fill(len, &self.counters.control_written)
-    }
-
-    /// A new zeroed buffer of `len` items, counted in `counter`.
-    fn zero_fill<T: bytemuck::Pod>(&self, len: usize, counter: &[AtomicU64; 2]) -> CubeBuffer<T> {
-        let bytes = vec![0u8; words_for::<T>(len) * 4];
-        self.counters.add(counter, bytes.len());
-        CubeBuffer::new(self.client.create_from_slice(&bytes), len)
+    /// A new buffer of `len` items, zeroed on the device (nothing
+    /// crosses).
+    fn zeroed<T>(&self, len: usize) -> CubeBuffer<T> {
+        cleared(&self.client, len)
     }
 
     /// A new buffer of `len` items whose contents the next kernel writes.
@@ -409,8 +439,7 @@ impl<R: Runtime> CubeBackend<R> {
         *self
             .fault
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            fault_words(&self.client, &self.counters);
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fault_words(&self.client);
         Err(Error::IndexOutOfRange {
             index: u64::from(f[2]),
             position: (u32::MAX - f[1]) as usize,

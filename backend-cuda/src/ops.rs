@@ -357,7 +357,7 @@ impl<R: Runtime> BufferOps for CubeBackend<R> {
         Ok(out)
     }
     fn zeros<T: Scalar>(&self, len: usize) -> Result<CubeBuffer<T>> {
-        Ok(self.zero_fill(len, &self.counters.uploaded))
+        Ok(self.zeroed(len))
     }
     fn len<T: Scalar>(&self, buf: &CubeBuffer<T>) -> usize {
         buf.len

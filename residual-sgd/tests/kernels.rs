@@ -128,7 +128,9 @@ fn cpu_and_kernels_agree_step_by_step() {
 /// dense layer's mean. The primitives' own readbacks are those of the two
 /// finite checks and of the selection, each measured alone on another
 /// backend value over the same input, plus the 16 fault bytes each
-/// download checks: nothing else crosses.
+/// download checks: nothing else crosses. The counts are read from the
+/// caller's clone of the backend it handed to the trainer (clones share
+/// their counters).
 #[test]
 fn a_step_moves_only_the_selected_pairs_and_the_dense_layers() {
     use backend_cuda::{Transfers, WgpuBackend};
@@ -142,6 +144,7 @@ fn a_step_moves_only_the_selected_pairs_and_the_dense_layers() {
     let out = ThreadCluster::new(2).run(|t| {
         let r = sparse_coll::Transport::rank(t);
         let gpu = WgpuBackend::new_default()?;
+        let kept = gpu.clone();
         let probe = WgpuBackend::new_default()?;
         let cfg = Config::new(lr, density, Rule::TopK)?.compress_threshold(1024);
         let w0: Vec<Vec<f32>> = N.iter().map(|&n| vec![0.5; n]).collect();
@@ -182,9 +185,10 @@ fn a_step_moves_only_the_selected_pairs_and_the_dense_layers() {
                 .iter()
                 .map(|x| tr.backend().upload(x))
                 .collect::<sparse_core::Result<_>>()?;
-            let before = tr.backend().transfers();
+            let before = kept.transfers();
             let rep = tr.step_buffers(t, &bufs)?;
-            let moved = tr.backend().transfers().since(&before);
+            let moved = kept.transfers().since(&before);
+            assert_eq!(kept.transfers(), tr.backend().transfers());
             assert_eq!(rep.sent[0].nnz(), k);
             assert_eq!(moved.downloads, 3, "indices, values, the dense gradient");
             assert_eq!(moved.downloaded, (8 * k + 4 * N[1]) as u64);

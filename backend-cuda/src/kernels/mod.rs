@@ -26,6 +26,7 @@ pub(crate) mod axpy;
 pub(crate) mod bitmap;
 pub(crate) mod compact;
 pub(crate) mod count;
+pub(crate) mod fill;
 pub(crate) mod gather;
 pub(crate) mod hash;
 pub(crate) mod histogram;
