@@ -1,0 +1,110 @@
+//! [`SelectOps`]: histograms, compaction and exact top-k over the radix
+//! engine (`radix.rs`).
+
+use super::tiles;
+use crate::kernels::{ABS, REVERSED, SIGNED, cubes_for, gather, grid, order_code};
+use crate::{CubeBackend, CubeBuffer};
+use cubecl_runtime::runtime::Runtime;
+use sparse_core::backend::{check_digit, check_k, check_segments};
+use sparse_core::{Digit, Extreme, KeyOrder, Result, SelectOps, Selected, abs_key};
+
+impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
+    fn digit_histogram(&self, x: &CubeBuffer<f32>, order: KeyOrder, d: Digit) -> Result<Vec<u32>> {
+        check_digit::<f32>(d)?;
+        let bins = 1usize << d.digit_bits;
+        if x.len == 0 {
+            return Ok(vec![0; bins]);
+        }
+        let top = d.shift + d.digit_bits;
+        // A prefix that cannot occur above the digit matches nothing (the
+        // pass still counts NaNs).
+        let (hi_mask, want) = if top >= 32 {
+            (0, [u32::from(d.prefix == 0), 0])
+        } else if d.prefix < 1u64 << (32 - top) {
+            (u32::MAX << top, [1, (d.prefix as u32) << top])
+        } else {
+            (u32::MAX << top, [0, 0])
+        };
+        let bits = x.bits();
+        let tiles = self.put(&tiles(&[0, x.len], |_| true));
+        let mut hist = self.histogram(
+            &bits,
+            &tiles,
+            &want,
+            hi_mask,
+            d.shift,
+            d.digit_bits,
+            order_code(order),
+        )?;
+        if hist[bins] > 0 {
+            return Err(self.first_nan(&bits));
+        }
+        hist.truncate(bins);
+        Ok(hist)
+    }
+    fn compact_key(
+        &self,
+        x: &CubeBuffer<f32>,
+        order: KeyOrder,
+        key: u64,
+        take_equal: usize,
+    ) -> Result<Selected<Self, f32>> {
+        // No non-NaN key reaches u32::MAX: a larger key selects nothing.
+        let (key, take) = if key > u32::MAX as u64 {
+            (u32::MAX, 0)
+        } else {
+            (key as u32, take_equal.min(u32::MAX as usize) as u32)
+        };
+        self.compact_one(x, order_code(order), key, take)
+    }
+    fn topk_abs_segmented(
+        &self,
+        x: &CubeBuffer<f32>,
+        offsets: &[usize],
+        ks: &[usize],
+    ) -> Result<Selected<Self, f32>> {
+        check_segments(offsets, ks, x.len)?;
+        self.topk(x, ABS, offsets, ks)
+    }
+    fn gather(&self, x: &CubeBuffer<f32>, indices: &CubeBuffer<u32>) -> Result<CubeBuffer<f32>> {
+        let out = self.uninit::<u32>(indices.len);
+        if indices.len > 0 {
+            gather::launch_gather(
+                &self.client,
+                grid(cubes_for(indices.len)),
+                &x.bits(),
+                indices,
+                &out,
+                &self.fault(),
+            );
+        }
+        Ok(out.floats())
+    }
+    fn compact_above(&self, x: &CubeBuffer<f32>, t: f32) -> Result<Selected<Self, f32>> {
+        let (key, take) = if t.is_nan() {
+            (u32::MAX, 0)
+        } else if t < 0.0 {
+            (0, u32::MAX)
+        } else {
+            (abs_key(t) as u32, 0)
+        };
+        self.compact_one(x, ABS, key, take)
+    }
+    fn topk_abs(&self, x: &CubeBuffer<f32>, k: usize) -> Result<Selected<Self, f32>> {
+        check_k(k, x.len)?;
+        self.topk(x, ABS, &[0, x.len], &[k])
+    }
+    fn topk_signed(
+        &self,
+        x: &CubeBuffer<f32>,
+        k: usize,
+        end: Extreme,
+    ) -> Result<Selected<Self, f32>> {
+        check_k(k, x.len)?;
+        let order = match end {
+            Extreme::Largest => SIGNED,
+            Extreme::Smallest => REVERSED,
+        };
+        self.topk(x, order, &[0, x.len], &[k])
+    }
+}
