@@ -295,6 +295,29 @@ impl HierarchicalHash {
     }
 }
 
+/// The partitions produced by hierarchical hashing, on the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HashPartitions<E> {
+    /// Partition `p` is `indices[offsets[p]..offsets[p + 1]]`.
+    pub offsets: Vec<usize>,
+    /// Indices grouped by partition; order inside a partition unspecified.
+    pub indices: Vec<u32>,
+    /// The value of each index.
+    pub values: Vec<E>,
+    /// Indices written to the serial overflow area.
+    pub serial: usize,
+    /// Indices that found the overflow area full and went to the fallback
+    /// list (still delivered: nothing is dropped).
+    pub fallback: usize,
+}
+
+impl<E> HashPartitions<E> {
+    /// Number of entries in each partition.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.offsets.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+}
+
 /// Zen's hierarchical hash partitioning (Alg. 1) on the host: the plain
 /// reference that `backend-cpu` runs and the kernels are diffed against.
 /// Every entry lands in partition `h.h0(index)`: in the first free slot of
@@ -311,8 +334,8 @@ pub fn partition_host<E: crate::Element>(
     indices: &[u32],
     values: &[E],
     h: &HierarchicalHash,
-) -> crate::Result<crate::HashPartitions<E>> {
-    use crate::{Error, HashPartitions, backend::check_len};
+) -> crate::Result<HashPartitions<E>> {
+    use crate::{Error, checks::check_len};
     check_len(
         "hash_partition indices vs values",
         indices.len(),

@@ -30,6 +30,7 @@
 
 pub mod alloc;
 pub mod backend;
+pub mod checks;
 pub mod cost;
 mod element;
 pub mod encoding;

@@ -114,7 +114,7 @@ pub fn quantize<E: Element>(
     p: &QsgdParams,
     counter_base: u32,
 ) -> Result<Quantized<E>> {
-    crate::backend::check_finite(values)?;
+    crate::checks::check_finite(values)?;
     let rng = CounterRng::new(p.seed);
     let levels = p.levels() as f32;
     let bits = p.bits as usize;

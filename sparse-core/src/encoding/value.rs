@@ -55,7 +55,7 @@ pub fn split_by_round_trip<E: Element, C: ValueCodec<E>>(
     values: &[E],
     targets: impl Fn(&[E]) -> Vec<E>,
 ) -> Result<Split> {
-    crate::backend::check_finite(values)?;
+    crate::checks::check_finite(values)?;
     let mut kept: Vec<usize> = (0..values.len())
         .filter(|&j| values[j] != E::zero())
         .collect();

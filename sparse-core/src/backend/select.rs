@@ -1,0 +1,152 @@
+//! [`SelectOps`]: selection primitives, their keys and digits.
+
+use super::{BufferOps, Scalar};
+use crate::{Element, Error, Result};
+
+/// Which end of the signed order a signed top-k takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extreme {
+    /// The `k` largest values (top-k).
+    Largest,
+    /// The `k` smallest values (low-k).
+    Smallest,
+}
+
+/// A selection on the device: indices in increasing order and their values.
+pub struct Selected<B: BufferOps + ?Sized, E: Scalar> {
+    /// Selected indices, increasing.
+    pub indices: B::Buffer<u32>,
+    /// `x[indices[j]]`.
+    pub values: B::Buffer<E>,
+}
+
+/// Which order-preserving key of an element a key primitive uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyOrder {
+    /// [`crate::abs_key`]: larger magnitude, larger key.
+    Abs,
+    /// [`crate::signed_key`]: larger value, larger key.
+    Signed,
+    /// The complement of [`crate::signed_key`] within the type's width:
+    /// smaller value, larger key (for low-k).
+    SignedReversed,
+}
+
+impl KeyOrder {
+    /// The key of `x` in this order; keys use the low `E::BYTES * 8` bits.
+    #[inline]
+    pub fn key<E: Element>(self, x: E) -> u64 {
+        match self {
+            KeyOrder::Abs => crate::abs_key(x),
+            KeyOrder::Signed => crate::signed_key(x),
+            KeyOrder::SignedReversed => {
+                let width = E::BYTES * 8;
+                let mask = if width == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << width) - 1
+                };
+                !crate::signed_key(x) & mask
+            }
+        }
+    }
+}
+
+/// A radix digit of the keys: `digit_bits` bits starting `shift` bits from
+/// the bottom, counted only over keys whose bits above `shift + digit_bits`
+/// equal `prefix` (`prefix` is the key shifted right by
+/// `shift + digit_bits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digit {
+    /// Position of the digit's lowest bit.
+    pub shift: u32,
+    /// Width of the digit, 1 to 16 bits.
+    pub digit_bits: u32,
+    /// Required value of the bits above the digit.
+    pub prefix: u64,
+}
+
+/// Selection primitives over elements of type `E`.
+pub trait SelectOps<E: Element>: BufferOps {
+    /// Histogram of one radix digit of the keys (MSD radix select, Alabi et
+    /// al.): entry `d` counts the elements whose key has bits above the
+    /// digit equal to `digit.prefix` and digit value `d`. `2^digit_bits`
+    /// entries, returned to the host.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`](crate::Error::NonFinite) on NaN; [`Error::InvalidParameter`](crate::Error::InvalidParameter) for a digit
+    /// outside the key or wider than 16 bits.
+    fn digit_histogram(
+        &self,
+        x: &Self::Buffer<E>,
+        order: KeyOrder,
+        digit: Digit,
+    ) -> Result<Vec<u32>>;
+    /// Compaction by key with a tie quota: every element whose key is above
+    /// `key`, plus the first `take_equal` (in index order) whose key equals
+    /// it, in index order. With `key` the k-th largest key and `take_equal`
+    /// the number of its copies that fit, this is exact top-k with the tie
+    /// rule.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`](crate::Error::NonFinite) on NaN.
+    fn compact_key(
+        &self,
+        x: &Self::Buffer<E>,
+        order: KeyOrder,
+        key: u64,
+        take_equal: usize,
+    ) -> Result<Selected<Self, E>>;
+    /// Exact top-k by magnitude in each segment `offsets[j]..offsets[j+1]`,
+    /// `ks[j]` from segment `j` (ties to the lower index), all in index order
+    /// (SparDL's block top-k, SparCML's bucket top-k).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) if offsets are not increasing from 0 to
+    /// the length or `ks` has the wrong length; [`Error::KOutOfRange`](crate::Error::KOutOfRange) if a
+    /// segment is shorter than its k; [`Error::NonFinite`](crate::Error::NonFinite) on NaN.
+    fn topk_abs_segmented(
+        &self,
+        x: &Self::Buffer<E>,
+        offsets: &[usize],
+        ks: &[usize],
+    ) -> Result<Selected<Self, E>>;
+    /// `x[indices[j]]` for every `j` (sampling).
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) for an index past `x`, from this call or
+    /// from the next download (as [`DenseOps::scatter_add`](super::DenseOps::scatter_add)).
+    fn gather(&self, x: &Self::Buffer<E>, indices: &Self::Buffer<u32>) -> Result<Self::Buffer<E>>;
+    /// Stream compaction: every `i` with `|x_i| > t`, in index order.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`](crate::Error::NonFinite) on NaN.
+    fn compact_above(&self, x: &Self::Buffer<E>, t: E) -> Result<Selected<Self, E>>;
+    /// Exact top-k by magnitude; ties go to the lower index.
+    ///
+    /// # Errors
+    /// [`Error::KOutOfRange`](crate::Error::KOutOfRange) if `k > len`; [`Error::NonFinite`](crate::Error::NonFinite) on NaN.
+    fn topk_abs(&self, x: &Self::Buffer<E>, k: usize) -> Result<Selected<Self, E>>;
+    /// Exact top-k (or low-k) by signed value; ties go to the lower index
+    /// (`-0.0` orders below `+0.0`).
+    ///
+    /// # Errors
+    /// [`Error::KOutOfRange`](crate::Error::KOutOfRange) if `k > len`; [`Error::NonFinite`](crate::Error::NonFinite) on NaN.
+    fn topk_signed(&self, x: &Self::Buffer<E>, k: usize, end: Extreme)
+    -> Result<Selected<Self, E>>;
+}
+
+/// Checks a digit against the key width of `E`.
+///
+/// # Errors
+/// [`Error::InvalidParameter`](crate::Error::InvalidParameter).
+pub fn check_digit<E: Element>(d: Digit) -> Result<()> {
+    let width = (E::BYTES * 8) as u32;
+    if d.digit_bits == 0 || d.digit_bits > 16 || d.shift + d.digit_bits > width {
+        return Err(Error::invalid(
+            "digit",
+            format!("{d:?} for {width}-bit keys"),
+        ));
+    }
+    Ok(())
+}
