@@ -162,7 +162,11 @@ fn a_forged_length_is_not_allocated_before_the_crc_is_checked() {
                 serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
             let w = &mut v["children"]["layer.0"]["entries"]["w"]["len"];
             *w = (w.as_u64().unwrap() + grow as u64 / 4).into();
-            replace_file(&d, "rank-0001.json", &serde_json::to_vec_pretty(&v).unwrap());
+            replace_file(
+                &d,
+                "rank-0001.json",
+                &serde_json::to_vec_pretty(&v).unwrap(),
+            );
         }
         let f = d.join("rank-0001.safetensors");
         let mut bytes = std::fs::read(&f).unwrap();

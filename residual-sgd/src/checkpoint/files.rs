@@ -11,7 +11,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-/// The lock file of a checkpoint directory ([`lock`]).
+/// The lock file of a checkpoint directory: a save or prune holds an
+/// exclusive `flock` of it (module docs).
 pub const LOCK: &str = ".checkpoint-lock";
 
 pub(super) fn io(path: &Path, what: &str, e: std::io::Error) -> Error {

@@ -405,9 +405,10 @@ fn parse_sums(m: &[u8]) -> std::result::Result<Vec<FileSum>, String> {
 /// and that holds a manifest; nothing else in `dir` is touched (a crashed
 /// save's `.NAME.tmp` and a crashed replacement's `.NAME.old` are left to
 /// [`save`] and [`super::resolve`]). The one `dir/LATEST` names is never
-/// removed, whatever `retain` says, and `LATEST` must name a complete
-/// checkpoint saved under that name (else nothing is removed: the error
-/// says why), so a directory that has a checkpoint keeps one. Each is
+/// removed, whatever `retain` says, and `LATEST` must hold a checkpoint's
+/// name and lead to a complete checkpoint (`dir/NAME`, or `.NAME.old`
+/// after a crash; else nothing is removed: the error says why), so a
+/// directory that has a checkpoint keeps one. Each is
 /// first renamed to the hidden `.NAME.pruned` (atomic), then removed, so
 /// a crash part way leaves either the whole checkpoint or a hidden
 /// directory that [`super::resolve`] never names; such leftovers are
@@ -467,7 +468,8 @@ fn prune_here(dir: &Path, retain: &dyn Fn(&str) -> bool, removed: &mut Vec<Strin
 }
 
 /// The name `dir/LATEST` holds, checked to lead to a complete checkpoint
-/// saved under it; `None` where there is no `LATEST` and no checkpoint.
+/// (as [`prune`] tells one: a directory holding a manifest that is a
+/// regular file); `None` where there is no `LATEST` and no checkpoint.
 fn usable_latest(dir: &Path, any_checkpoint: bool) -> Result<Option<String>> {
     let latest = dir.join(LATEST);
     let refuse = |detail: String| {
@@ -489,8 +491,7 @@ fn usable_latest(dir: &Path, any_checkpoint: bool) -> Result<Option<String>> {
             Ok(None)
         };
     }
-    let checked = through_latest(dir).and_then(|loc| read_manifest(&loc, None).map(|_| loc));
-    match checked {
+    match through_latest(dir) {
         Ok(Located { name, .. }) => Ok(name),
         Err(Error::Corrupt { detail, .. }) => Err(refuse(detail)),
         Err(Error::InvalidParameter { reason, .. }) => Err(refuse(reason)),
