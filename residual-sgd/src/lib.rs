@@ -99,8 +99,9 @@
 //! [`Trainer::load_state`] restores it on every rank, all or nothing.
 //! [`checkpoint::save`] and [`checkpoint::load`] put it on disk
 //! (safetensors, a manifest with CRC-32s, crash-safe writes, hostile
-//! reads); [`checkpoint::prune`] removes old ones;
-//! [`checkpoint::reshard`] moves a checkpoint of `P` ranks to `P'`. In
+//! reads: the [`checkpoint`] module's docs say what each guarantees);
+//! [`checkpoint::prune`] removes old ones; [`checkpoint::reshard`] moves a
+//! checkpoint of `P` ranks to `P'`. In
 //! a training loop, on threads or under MPI alike (every rank calls
 //! them; under MPI the directory must be on a file system every rank
 //! reads):
@@ -133,9 +134,27 @@
 //!
 //! The guarantees: a trainer built alike that loads the state takes the
 //! same next steps, bit for bit (on every backend; `tests/state.rs`,
-//! `tests/kernels.rs`); a state that does not fit (another setting, layer
-//! or part, a corrupted or mismatched file) is an error on every rank
-//! naming what disagrees, and no rank's trainer changes; a reshard keeps
+//! `tests/kernels.rs`); a state that does not fit is an error on every
+//! rank naming what disagrees, and no rank's trainer changes: another
+//! setting, layer, part or rank count is [`sparse_core::Error::Mismatch`]
+//! with both values as numbers (`setting "lr"`: saved `2`, here `4`), a
+//! NaN or infinite weight, momentum or residual and a corrupted file are
+//! [`sparse_core::Error::Corrupt`], and ranks that loaded different
+//! settings (a density that differs between ranks) or weights are
+//! [`sparse_core::Error::Disagreement`] naming the setting with each
+//! rank's value (`tests/load_settings.rs`). On disk: every rank saves the
+//! same checkpoint or none does; a save refuses what a load would and
+//! reports its outcome (`Ok` only once `LATEST` has moved, an error only
+//! while it has not); one save or prune of a directory at a time; a prune
+//! never removes the checkpoint `LATEST` names, nor anything while
+//! `LATEST` names none; a load follows `LATEST` only to the checkpoint
+//! saved under that name, opens only regular files, checks each rank
+//! file's length and CRC-32 before it holds or parses it (the manifest,
+//! which holds its own CRC, is parsed into typed fields first), and
+//! allocates a small multiple of a file at most
+//! (`tests/checkpoint_probe.rs`, `tests/checkpoint_bounds.rs`). A reshard
+//! writes one new rank's state at a time (its memory does not grow with
+//! `P'`, `tests/reshard_memory.rs`) and keeps
 //! the weights, and the sum over ranks of residuals and momenta (old rank
 //! `r` summed into new rank `r mod P'`: exact where the additions are,
 //! as on dyadic values; within one rounding per addition otherwise), and

@@ -59,15 +59,38 @@ pub trait Memory<B: Backend<f32>>: Send {
         Ok(s)
     }
     /// Restores what [`Memory::save_state`] saved: checked first (kind,
-    /// version, length), then the accumulator replaced whole, bit for bit.
+    /// version, length, every value finite), then the accumulator replaced
+    /// whole, bit for bit.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] naming what disagrees; backend errors.
+    /// [`Error::Mismatch`] for another kind or version; [`Error::Corrupt`]
+    /// naming what disagrees (a NaN or an infinity: its index and value);
+    /// backend errors.
     fn load_state(&mut self, b: &B, s: &State) -> Result<()> {
         s.expect(MEMORY, 1)?;
-        let v = b.upload(s.f32s("v", b.len(self.accumulator()))?)?;
+        let v = s.f32s("v", b.len(self.accumulator()))?;
+        check_loaded_finite(v, &format!("{MEMORY}: residual v"))?;
+        let v = b.upload(v)?;
         *self.accumulator_mut() = v;
         Ok(())
+    }
+}
+
+/// Checks that the saved values `v` (the entry `what`) are finite.
+///
+/// # Errors
+/// [`Error::Corrupt`] naming the entry, the first index and its value.
+pub(crate) fn check_loaded_finite(v: &[f32], what: &str) -> Result<()> {
+    match v.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(Error::corrupt(
+            "training state",
+            format!(
+                "{what}[{i}] is {}: the state holds a diverged run (or one damaged before it \
+                 was saved); load an earlier checkpoint",
+                v[i]
+            ),
+        )),
     }
 }
 
@@ -185,23 +208,45 @@ impl<B: Backend<f32>> Memory<B> for Momentum<B> {
     }
     fn load_state(&mut self, b: &B, s: &State) -> Result<()> {
         s.expect(MOMENTUM, 1)?;
-        let saved = (s.u64("momentum")?, s.bool("nesterov")?, s.bool("masking")?);
-        let mine = (
-            u64::from(self.momentum.to_bits()),
-            self.nesterov,
-            self.masking,
+        let m = s.u64("momentum")?;
+        let saved = (
+            u32::try_from(m).map_or(f32::NAN, f32::from_bits),
+            s.bool("nesterov")?,
+            s.bool("masking")?,
         );
-        if saved != mine {
-            return Err(Error::corrupt(
-                "training state",
-                format!(
-                    "{MOMENTUM}: saved with (momentum bits, nesterov, masking) = {saved:?}, \
-                     this memory has {mine:?}"
-                ),
+        let mine = (self.momentum, self.nesterov, self.masking);
+        let hint = "build the memory with the settings the state was saved with";
+        if u64::from(mine.0.to_bits()) != m {
+            let saved =
+                u32::try_from(m).map_or_else(|_| format!("{m:#x}"), |_| saved.0.to_string());
+            return Err(Error::mismatch(
+                format!("{MOMENTUM}'s momentum"),
+                saved,
+                mine.0,
+                hint,
+            ));
+        }
+        if saved.1 != mine.1 {
+            return Err(Error::mismatch(
+                format!("{MOMENTUM}'s Nesterov form"),
+                saved.1,
+                mine.1,
+                hint,
+            ));
+        }
+        if saved.2 != mine.2 {
+            return Err(Error::mismatch(
+                format!("{MOMENTUM}'s factor masking"),
+                saved.2,
+                mine.2,
+                hint,
             ));
         }
         let n = b.len(&self.v);
-        let (v, u) = (b.upload(s.f32s("v", n)?)?, b.upload(s.f32s("u", n)?)?);
+        let (v, u) = (s.f32s("v", n)?, s.f32s("u", n)?);
+        check_loaded_finite(v, &format!("{MOMENTUM}: residual v"))?;
+        check_loaded_finite(u, &format!("{MOMENTUM}: momentum u"))?;
+        let (v, u) = (b.upload(v)?, b.upload(u)?);
         self.v = v;
         self.u = u;
         Ok(())

@@ -184,6 +184,22 @@ pub enum Error {
         /// What it reported.
         detail: String,
     },
+    /// What is loaded does not fit what loads it: a setting, the rank
+    /// count, a layer's shape, a part's kind or state version differs
+    /// between what was saved and what loads it. Not damage (that is
+    /// [`Error::Corrupt`]): load it into what was built alike, or convert
+    /// it as `hint` says.
+    #[error("mismatch: {what} is {saved} in what was saved, {here} here: {hint}")]
+    Mismatch {
+        /// What differs (`setting "lr"`, `the rank count`).
+        what: String,
+        /// The saved value, as a number where it is one.
+        saved: String,
+        /// The value of what loads it.
+        here: String,
+        /// What to do.
+        hint: String,
+    },
     /// A backend's device reported an error.
     #[error("device error in backend {backend}: {detail}")]
     Device {
@@ -200,6 +216,21 @@ impl Error {
         Error::Corrupt {
             what,
             detail: detail.to_string(),
+        }
+    }
+
+    /// Shorthand for [`Error::Mismatch`].
+    pub fn mismatch(
+        what: impl fmt::Display,
+        saved: impl fmt::Display,
+        here: impl fmt::Display,
+        hint: impl fmt::Display,
+    ) -> Self {
+        Error::Mismatch {
+            what: what.to_string(),
+            saved: saved.to_string(),
+            here: here.to_string(),
+            hint: hint.to_string(),
         }
     }
 

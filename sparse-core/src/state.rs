@@ -19,7 +19,6 @@
 //! first and assigns after, so a failed load changes nothing.
 
 use crate::{Error, Result};
-use std::collections::BTreeMap;
 
 /// What resharding (restoring `P` ranks' states onto `P'` ranks) does
 /// with an entry.
@@ -107,14 +106,68 @@ impl Tensor {
     }
 }
 
+/// Values by name, sorted, each name once: a map whose memory is its
+/// elements' (a `BTreeMap` allocates a node of eleven for its first
+/// element), so that a state decoded from a file holds no more than a
+/// small multiple of the file's length.
+#[derive(Debug, Clone, PartialEq)]
+struct Named<V>(Vec<(String, V)>);
+
+impl<V> Default for Named<V> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<V> Named<V> {
+    /// `v` sorted by name, or the first name it holds twice.
+    fn from_vec(mut v: Vec<(String, V)>) -> std::result::Result<Self, String> {
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        match v.windows(2).find(|w| w[0].0 == w[1].0) {
+            Some(w) => Err(w[0].0.clone()),
+            None => Ok(Self(v)),
+        }
+    }
+    fn find(&self, name: &str) -> std::result::Result<usize, usize> {
+        self.0.binary_search_by(|(n, _)| n.as_str().cmp(name))
+    }
+    fn get(&self, name: &str) -> Option<&V> {
+        self.find(name).ok().map(|i| &self.0[i].1)
+    }
+    fn contains_key(&self, name: &str) -> bool {
+        self.find(name).is_ok()
+    }
+    fn insert(&mut self, name: String, v: V) {
+        match self.find(&name) {
+            Ok(i) => self.0[i].1 = v,
+            Err(i) => self.0.insert(i, (name, v)),
+        }
+    }
+    fn iter(&self) -> impl Iterator<Item = (&String, &V)> {
+        self.0.iter().map(|(n, v)| (n, v))
+    }
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+    fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().map(|(n, _)| n)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// One part's state: its kind and version, named entries and named
 /// children (module docs).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct State {
     kind: String,
     version: u32,
-    entries: BTreeMap<String, (Scope, Tensor)>,
-    children: BTreeMap<String, State>,
+    entries: Named<(Scope, Tensor)>,
+    children: Named<State>,
     resharded: bool,
 }
 
@@ -126,6 +179,33 @@ impl State {
             version,
             ..Self::default()
         }
+    }
+
+    /// A state read back whole (a decoder's): `entries` and `children`
+    /// in any order, each name once; no state is marked resharded.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] naming the kind and a name given twice.
+    pub fn from_parts(
+        kind: impl Into<String>,
+        version: u32,
+        entries: Vec<(String, Scope, Tensor)>,
+        children: Vec<(String, State)>,
+    ) -> Result<Self> {
+        let mut s = Self::new(kind, version);
+        let twice = |what: &str, name: String| s.err(format!("the {what} {name:?} is given twice"));
+        let entries = entries.into_iter().map(|(n, sc, t)| (n, (sc, t))).collect();
+        let entries = match Named::from_vec(entries) {
+            Ok(e) => e,
+            Err(name) => return Err(twice("entry", name)),
+        };
+        let children = match Named::from_vec(children) {
+            Ok(c) => c,
+            Err(name) => return Err(twice("part", name)),
+        };
+        s.entries = entries;
+        s.children = children;
+        Ok(s)
     }
 
     /// The state of a part that keeps nothing across calls: no kind, no
@@ -174,16 +254,28 @@ impl State {
     /// Checks that this is the state of a part of `kind` at `version`.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] naming both kinds or both versions.
+    /// [`Error::Mismatch`] naming both kinds or both versions.
     pub fn expect(&self, kind: &str, version: u32) -> Result<()> {
         if self.kind != kind {
-            return Err(self.err(format!("is not the state of {kind}")));
+            let saved = if self.kind.is_empty() {
+                "a stateless part's"
+            } else {
+                &self.kind
+            };
+            return Err(Error::mismatch(
+                "the kind of part that saved this state",
+                saved,
+                kind,
+                "load a state into the kind of part that saved it",
+            ));
         }
         if self.version != version {
-            return Err(self.err(format!(
-                "version {} cannot be read by {kind}, which reads version {version}",
-                self.version
-            )));
+            return Err(Error::mismatch(
+                format!("the state version of {kind}"),
+                self.version,
+                version,
+                format!("this {kind} reads version {version} only"),
+            ));
         }
         Ok(())
     }
@@ -358,11 +450,13 @@ impl State {
         for (scope, _) in self.entries.values_mut() {
             *scope = Scope::Local;
         }
-        self.children = self
-            .children
-            .into_iter()
-            .map(|(n, c)| (n, c.into_local()))
-            .collect();
+        self.children = Named(
+            self.children
+                .0
+                .into_iter()
+                .map(|(n, c)| (n, c.into_local()))
+                .collect(),
+        );
         self
     }
     /// Marks this state and its children resharded ([`State::resharded`]).
@@ -428,13 +522,13 @@ impl State {
             && self
                 .entries
                 .iter()
-                .zip(&other.entries)
+                .zip(other.entries.iter())
                 .all(|((n, (s, t)), (m, (r, u)))| n == m && s == r && t.same_bits(u))
             && self.children.len() == other.children.len()
             && self
                 .children
                 .iter()
-                .zip(&other.children)
+                .zip(other.children.iter())
                 .all(|((n, c), (m, d))| n == m && c.same_bits(d))
     }
 }
@@ -460,24 +554,36 @@ impl State {
 /// [`Error::Corrupt`] naming the path and the ranks that differ;
 /// [`Error::InvalidParameter`] for no old state or `p_new == 0`.
 pub fn reshard(old: &[State], p_new: usize) -> Result<Vec<State>> {
-    if old.is_empty() || p_new == 0 {
+    (0..p_new.max(1))
+        .map(|q| reshard_rank(old, p_new, q))
+        .collect()
+}
+
+/// New rank `q`'s state of [`reshard`]`(old, p_new)`, alone: what a
+/// writer that saves one new rank at a time holds (the old states and one
+/// new one, whatever `p_new`).
+///
+/// # Errors
+/// As [`reshard`]; [`Error::InvalidParameter`] for `q >= p_new`.
+pub fn reshard_rank(old: &[State], p_new: usize, q: usize) -> Result<State> {
+    if old.is_empty() || p_new == 0 || q >= p_new {
         return Err(Error::invalid(
             "reshard",
             format!(
-                "{} old ranks onto {p_new}: both must be at least 1",
+                "new rank {q} of {p_new}, from {} old ranks: there must be at least one of \
+                 each, and q below p_new",
                 old.len()
             ),
         ));
     }
-    let mut out: Vec<State> = (0..p_new)
-        .map(|q| reshard_node(old, p_new, q, ""))
-        .collect::<Result<_>>()?;
-    out.iter_mut().for_each(State::mark_resharded);
+    let old: Vec<&State> = old.iter().collect();
+    let mut out = reshard_node(&old, p_new, q, "")?;
+    out.mark_resharded();
     Ok(out)
 }
 
-fn reshard_node(old: &[State], p_new: usize, q: usize, path: &str) -> Result<State> {
-    let first = &old[0];
+fn reshard_node(old: &[&State], p_new: usize, q: usize, path: &str) -> Result<State> {
+    let first = old[0];
     let bad = |detail: String| {
         Error::corrupt(
             "training state",
@@ -494,13 +600,12 @@ fn reshard_node(old: &[State], p_new: usize, q: usize, path: &str) -> Result<Sta
                 s.kind, s.version, first.kind, first.version
             )));
         }
-        let names = |x: &State| -> Vec<String> { x.children.keys().cloned().collect() };
-        if names(s) != names(first) {
+        if !s.children.keys().eq(first.children.keys()) {
             return Err(bad(format!("rank {r}'s parts differ from rank 0's")));
         }
     }
     let mut s = State::new(first.kind.clone(), first.version);
-    for (name, (scope, t)) in &first.entries {
+    for (name, (scope, t)) in first.entries.iter() {
         let at = format!("{path}{name}");
         match scope {
             Scope::Local => continue,
@@ -541,14 +646,18 @@ fn reshard_node(old: &[State], p_new: usize, q: usize, path: &str) -> Result<Sta
         }
     }
     for (r, o) in old.iter().enumerate() {
-        for (name, (scope, _)) in &o.entries {
+        for (name, (scope, _)) in o.entries.iter() {
             if *scope != Scope::Local && !first.entries.contains_key(name) {
                 return Err(bad(format!("rank {r} holds {path}{name}, rank 0 does not")));
             }
         }
     }
     for name in first.children.keys() {
-        let kids: Vec<State> = old.iter().map(|o| o.children[name].clone()).collect();
+        let kids = old
+            .iter()
+            .map(|o| o.children.get(name))
+            .collect::<Option<Vec<&State>>>()
+            .ok_or_else(|| bad(format!("a rank lacks the part {name}")))?;
         s.put_child(
             name.clone(),
             reshard_node(&kids, p_new, q, &format!("{path}{name}/"))?,
@@ -604,8 +713,12 @@ mod tests {
         let msg = |r: Result<()>| r.unwrap_err().to_string();
         let m = msg(s.expect("test::Other", 2));
         assert!(m.contains("test::Part") && m.contains("test::Other"), "{m}");
-        let m = msg(s.expect("test::Part", 3));
-        assert!(m.contains("version 2") && m.contains("version 3"), "{m}");
+        let e = s.expect("test::Part", 3).unwrap_err();
+        assert!(
+            matches!(&e, Error::Mismatch { saved, here, .. } if saved == "2" && here == "3"),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("state version of test::Part"), "{e}");
         let m = msg(s.u64("nothing").map(|_| ()));
         assert!(m.contains("test::Part") && m.contains("\"nothing\""), "{m}");
         let m = msg(s.u64("v").map(|_| ()));
