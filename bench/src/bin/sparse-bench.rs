@@ -757,7 +757,7 @@ fn print_train(
                     "{} {} seed {}: resumed from the checkpoint of step {step} saved by {ranks} ranks; {} steps lost",
                     r.run.name(),
                     r.density,
-                    seed + 1,
+                    c.first_seed + seed as u64,
                     r.lost_steps
                 );
             }
