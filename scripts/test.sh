@@ -127,11 +127,12 @@ import json, os, sys
 rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
 assert len(rows) == 2 + 5, len(rows)
 need = ["bench", "scheme", "collective", "density", "ranks", "epochs", "final_test_acc", "dense_test_acc",
-        "bytes_per_step", "dense_bytes_per_step", "select_ms", "comm_ms", "apply_ms", "step_ms", "dense_step_ms"]
+        "bytes_per_step", "dense_bytes_per_step", "select_ms", "comm_ms", "apply_ms", "step_ms", "dense_step_ms",
+        "start"]
 for r in rows:
     missing = [f for f in need if f not in r]
     assert not missing, (r.get("scheme"), missing)
-    assert r["ranks"] == 3 and r["identical_weights"], r
+    assert r["ranks"] == 3 and r["identical_weights"] and r["start"] == "fresh", r
 for f in ["train.csv", "accuracy_vs_epoch.svg", "accuracy_vs_bytes.svg"]:
     assert os.path.getsize(os.path.join(sys.argv[2], f)) > 0, f
 print(f"train: {len(rows)} rows with every field; train.csv and two plots written")
@@ -301,6 +302,7 @@ assert len(whole) == len(resumed) == 7, (len(whole), len(resumed))
 for w, r in zip(whole, resumed):
     assert w["scheme"] == r["scheme"] and r["ranks"] == n and r["resumed_from_ranks"] == [n], r
     assert r["resumed_from_step"][0] > 0 and r["lost_steps"] == 0, r
+    assert r["start"] == f"resumed from step {r['resumed_from_step'][0]}", r
     assert r["weights_digest"] == w["weights_digest"], (w["scheme"], w["weights_digest"], r["weights_digest"])
     assert r["test_acc"] == w["test_acc"] and r["identical_weights"], w["scheme"]
 print(f"mpiexec -n {n}: every scheme ({len(whole)}) resumed from a checkpoint of the first epoch "

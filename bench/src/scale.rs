@@ -11,6 +11,8 @@ use sparse_core::{Error, Result, SparseVec};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+pub mod figure;
+
 /// The flags of `sparse-bench scale`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ScaleArgs {
@@ -41,10 +43,12 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Refuse, before running anything, a run whose estimated memory
-    /// exceeds this many GiB (the estimate is printed). The default is under
-    /// the 24 GiB of the machines this workspace is built on.
-    #[arg(long, default_value_t = 20.0)]
-    pub mem_cap_gib: f64,
+    /// exceeds this many GiB (the estimate is printed). Default: 3/4 of
+    /// the memory available now (`MemAvailable` in `/proc/meminfo`; 8 GiB
+    /// where that cannot be read, said in the header), so that a sweep
+    /// cannot drive the machine into the OOM killer.
+    #[arg(long)]
+    pub mem_cap_gib: Option<f64>,
     /// Write the plot of simulated time against ranks (log-log) here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -85,6 +89,8 @@ pub struct ScaleRow {
     pub rounds_max: u64,
     /// Messages and bytes summed over ranks.
     pub total: Traffic,
+    /// Whether the algorithm's result is the exact sum.
+    pub lossless: bool,
     /// The cost model's prediction of the busiest rank's bytes received.
     pub model_bytes: f64,
     /// The cost model's rounds.
@@ -120,6 +126,8 @@ pub struct PlannerRow {
 pub struct ScaleReport {
     /// The network's label.
     pub network: String,
+    /// The memory cap the run was checked against.
+    pub mem_cap: MemCap,
     /// One row per rank count and algorithm.
     pub rows: Vec<ScaleRow>,
     /// One per rank count.
@@ -215,9 +223,87 @@ fn reset_peak_rss() {
 
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// The share of the available memory the default cap allows.
+pub const MEM_CAP_SHARE: f64 = 0.75;
+
+/// The cap where the available memory cannot be read, GiB: half of a
+/// 16 GB laptop's memory.
+pub const MEM_CAP_FALLBACK_GIB: f64 = 8.0;
+
+/// The memory cap of a run and where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemCap {
+    /// The cap, GiB.
+    pub gib: f64,
+    /// Where it comes from (`--mem-cap-gib`, or the share of
+    /// `MemAvailable`, or the fallback and why).
+    pub from: String,
+}
+
+/// `MemAvailable` of the text of `/proc/meminfo`, bytes (`None` where the
+/// line is absent or not `<number> kB`).
+pub fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let mut words = line.split_whitespace();
+    let kb: u64 = words.next()?.parse().ok()?;
+    match (words.next(), words.next()) {
+        (Some("kB"), None) => kb.checked_mul(1024),
+        _ => None,
+    }
+}
+
+/// The cap of a run: `flag` (`--mem-cap-gib`) where given, else
+/// [`MEM_CAP_SHARE`] of `MemAvailable` in `meminfo` (the text of
+/// `/proc/meminfo`, or the error reading it), else
+/// [`MEM_CAP_FALLBACK_GIB`], saying why.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for a flag that is not a positive finite
+/// number.
+pub fn mem_cap(flag: Option<f64>, meminfo: std::io::Result<String>) -> Result<MemCap> {
+    if let Some(gib) = flag {
+        if !(gib.is_finite() && gib > 0.0) {
+            return Err(Error::invalid(
+                "--mem-cap-gib",
+                format!("{gib} is not a positive number of GiB"),
+            ));
+        }
+        return Ok(MemCap {
+            gib,
+            from: "--mem-cap-gib".into(),
+        });
+    }
+    let why = match meminfo.as_ref().map(|t| mem_available(t)) {
+        Ok(Some(bytes)) => {
+            let avail = bytes as f64 / GIB;
+            return Ok(MemCap {
+                gib: MEM_CAP_SHARE * avail,
+                from: format!(
+                    "3/4 of the {avail:.1} GiB available (MemAvailable in /proc/meminfo); --mem-cap-gib sets another"
+                ),
+            });
+        }
+        Ok(None) => "/proc/meminfo has no MemAvailable line in kB".to_string(),
+        Err(e) => format!("/proc/meminfo cannot be read ({e})"),
+    };
+    Ok(MemCap {
+        gib: MEM_CAP_FALLBACK_GIB,
+        from: format!(
+            "{why}: a fallback of {MEM_CAP_FALLBACK_GIB} GiB; set --mem-cap-gib to what this machine can spare"
+        ),
+    })
+}
+
 /// Refuses the run up front when any of its calls is estimated above the
 /// cap, listing each with its estimate.
-fn check_memory(a: &ScaleArgs, registry: &Registry<f32>, algos: &[String]) -> Result<()> {
+fn check_memory(
+    a: &ScaleArgs,
+    cap: &MemCap,
+    registry: &Registry<f32>,
+    algos: &[String],
+) -> Result<()> {
     let spec = spec(a);
     let mut over = Vec::new();
     for &p in &a.ranks {
@@ -228,7 +314,7 @@ fn check_memory(a: &ScaleArgs, registry: &Registry<f32>, algos: &[String]) -> Re
         for spec in algos {
             let algo = registry.build(spec, Defaults::k(nnz.max(1))?)?;
             let est = memory_estimate(&*algo, &prof);
-            if est as f64 > a.mem_cap_gib * GIB {
+            if est as f64 > cap.gib * GIB {
                 over.push(format!("{spec} at P = {p}: {:.1} GiB", est as f64 / GIB));
             }
         }
@@ -239,8 +325,9 @@ fn check_memory(a: &ScaleArgs, registry: &Registry<f32>, algos: &[String]) -> Re
         Err(Error::invalid(
             "mem-cap-gib",
             format!(
-                "the run is estimated above the cap of {} GiB, so nothing was run: {}; raise --mem-cap-gib, lower --n or drop those --algo/--ranks",
-                a.mem_cap_gib,
+                "the run is estimated above the cap of {:.1} GiB ({}), so nothing was run: {}; raise --mem-cap-gib, lower --n or drop those --algo/--ranks",
+                cap.gib,
+                cap.from,
                 over.join("; ")
             ),
         ))
@@ -290,6 +377,7 @@ pub fn run_one_with(
     let prof = profile_of(pool, n);
     let model = registry.build(spec, defaults)?;
     let cost = model.cost(&prof);
+    let lossless = model.lossless();
     let mem_estimate = memory_estimate(&*model, &prof);
     drop(model);
     reset_peak_rss();
@@ -336,6 +424,7 @@ pub fn run_one_with(
             call_bytes_max,
             rounds_max: traffic.iter().map(|t| t.rounds).max().unwrap_or(0),
             total,
+            lossless,
             model_bytes: cost.bytes(),
             model_rounds: cost.rounds,
             result_nnz: outs.first().map_or(0, |o| o.nnz),
@@ -391,9 +480,7 @@ pub fn run_with(a: &ScaleArgs, mut done: impl FnMut(&ScaleRow)) -> Result<ScaleR
             format!("{} not in (0, 1]", a.density),
         ));
     }
-    if !(a.mem_cap_gib.is_finite() && a.mem_cap_gib > 0.0) {
-        return Err(Error::invalid("mem-cap-gib", format!("{}", a.mem_cap_gib)));
-    }
+    let cap = mem_cap(a.mem_cap_gib, std::fs::read_to_string("/proc/meminfo"))?;
     let compute = match a.compute_factor {
         None => Compute::Off,
         Some(f) if f.is_finite() && f >= 0.0 => Compute::Measured { factor: f },
@@ -402,10 +489,11 @@ pub fn run_with(a: &ScaleArgs, mut done: impl FnMut(&ScaleRow)) -> Result<ScaleR
     let net = sim::network(&a.network)?;
     let registry = Registry::<f32>::builtin();
     let algos = selection(a);
-    check_memory(a, &registry, &algos)?;
+    check_memory(a, &cap, &registry, &algos)?;
     let mut progress = crate::Progress::new((a.ranks.len() * algos.len()) as u64, "scale");
     let mut report = ScaleReport {
         network: net.label(),
+        mem_cap: cap,
         rows: Vec::new(),
         planner: Vec::new(),
     };
@@ -500,6 +588,7 @@ pub fn json(r: &ScaleReport) -> Vec<serde_json::Value> {
                 "simulated": true,
                 "network": r.network,
                 "algo": row.algo,
+                "lossless": row.lossless,
                 "ranks": row.ranks,
                 "sim_ms": row.sim_s * 1e3,
                 "bytes_recv_max": row.busiest.bytes_recv,
@@ -513,6 +602,8 @@ pub fn json(r: &ScaleReport) -> Vec<serde_json::Value> {
                 "wall_s": row.wall.as_secs_f64(),
                 "peak_rss_bytes": row.peak_rss,
                 "mem_estimate_bytes": row.mem_estimate,
+                "mem_cap_gib": r.mem_cap.gib,
+                "mem_cap_from": r.mem_cap.from,
             })
         })
         .collect();
@@ -531,81 +622,12 @@ pub fn json(r: &ScaleReport) -> Vec<serde_json::Value> {
 }
 
 /// Writes the log-log plot of simulated time against ranks, one line per
-/// algorithm, as the papers draw their scaling figures.
+/// algorithm, as the papers draw their scaling figures ([`figure`]:
+/// a colour and a marker of its own per line, lossy dashed and lossless
+/// solid, a tick at every P of the sweep, the legend beside the chart).
 ///
 /// # Errors
 /// The file cannot be written.
 pub fn plot(r: &ScaleReport, path: &std::path::Path) -> Result<()> {
-    plot_svg(r, path).map_err(|e| Error::invalid("svg", format!("{}: {e}", path.display())))
-}
-
-fn plot_svg(
-    r: &ScaleReport,
-    path: &std::path::Path,
-) -> std::result::Result<(), Box<dyn std::error::Error>> {
-    use plotters::prelude::*;
-    let mut algos: Vec<&str> = Vec::new();
-    for row in &r.rows {
-        if !algos.contains(&row.algo.as_str()) {
-            algos.push(&row.algo);
-        }
-    }
-    let pts = |a: &str| -> Vec<(f64, f64)> {
-        r.rows
-            .iter()
-            .filter(|row| row.algo == a && row.sim_s > 0.0)
-            .map(|row| (row.ranks as f64, row.sim_s * 1e3))
-            .collect()
-    };
-    let all: Vec<(f64, f64)> = algos.iter().flat_map(|a| pts(a)).collect();
-    let fold = |f: fn(&(f64, f64)) -> f64| {
-        all.iter()
-            .map(f)
-            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(x), h.max(x)))
-    };
-    let (x0, x1) = fold(|p| p.0);
-    let (y0, y1) = fold(|p| p.1);
-    let (x0, x1) = if x0 < x1 { (x0, x1) } else { (1.0, 2.0) };
-    let (y0, y1) = if y0 < y1 {
-        (y0 / 1.5, y1 * 1.5)
-    } else {
-        (1e-3, 1.0)
-    };
-    let root = SVGBackend::new(path, (960, 620)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("simulated time of one call ({})", r.network),
-            ("sans-serif", 15),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())?;
-    chart
-        .configure_mesh()
-        .x_desc("ranks P")
-        .y_desc("simulated ms (slowest rank)")
-        .draw()?;
-    for (i, a) in algos.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let series = pts(a);
-        chart
-            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?
-            .label(a.to_string())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
-        chart.draw_series(
-            series
-                .into_iter()
-                .map(|p| Circle::new(p, 3, color.filled())),
-        )?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
-    Ok(())
+    figure::write(r, path).map_err(|e| Error::invalid("svg", format!("{}: {e}", path.display())))
 }

@@ -3,15 +3,25 @@
 //! [`crate::train::schemes`] against dense allreduce, at each rank count,
 //! as RedSync's Fig. 7-9 plot speedup over dense per GPU count.
 //!
-//! # What is measured, what is simulated
+//! # What is measured, modelled and simulated
 //! A step is `compute + select + update + communicate`, one after the
 //! other (no overlap of the backward pass with communication; the
 //! overlapped bound `max(compute, communicate) + select + update`, which
-//! RedSync notes hides ResNet-50's communication, is printed beside it):
-//! - **compute**: `--compute-ms`, by default the model's
-//!   [`ModelPreset::default_compute_ms`] (RedSync Table 1's forward GFlop
-//!   per sample and batch per node at an assumed throughput);
-//! - **select and update**: measured on this machine, on one rank's real
+//! RedSync notes hides ResNet-50's communication, is printed beside it).
+//! Every phase of the headline step is on one device, the `--device`
+//! ([`Device`]) whose throughput the compute model assumes, so the
+//! headline speedup compares like with like:
+//! - **compute**: `--compute-ms`, by default RedSync Table 1's forward
+//!   GFlop per sample and batch per node at the device's assumed
+//!   throughput (`3 x GFlop x batch / GFlop/s`; on the default P100 this
+//!   is [`ModelPreset::default_compute_ms`]);
+//! - **select and update on the device**: modelled ([`device_phases`]) as
+//!   passes over memory at the device's bandwidth; the top-k's passes are
+//!   radix top-k's time over one read of the array measured on an H200
+//!   ([`MEASURED_TOPK`], `bench/RESULTS.md`); kernel launches and host
+//!   round trips are not counted, so these are lower bounds;
+//! - **select and update on this CPU** (separate, labelled columns, and
+//!   a speedup of their own): measured on this machine, on one rank's real
 //!   state: a [`residual_sgd::Trainer`] over the model's real layer sizes on
 //!   the CPU backend ([`backend_cpu::Cpu`], `RadixTopK` selection as
 //!   `sparse-bench train`), stepping a single-rank transport with the same
@@ -69,6 +79,12 @@ pub const REDSYNC_COMPRESS_THRESHOLD: usize = 128 << 10;
 /// The scale of the synthetic gradients' Student-t values.
 const GRADIENT_SCALE: f64 = 1e-3;
 
+pub mod device;
+pub use device::{
+    APPLY_BYTES_PER_ENTRY, DEVICES, Device, MEASURED_TOPK, compensation_passes,
+    dense_update_passes, device, device_note, device_phases, reduced_entries, topk_passes,
+};
+
 /// `sparse-bench step`'s flags.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct StepArgs {
@@ -85,9 +101,14 @@ pub struct StepArgs {
     /// Density of every compressed layer's sent set, in (0, 1].
     #[arg(long, default_value_t = 0.001)]
     pub density: f64,
+    /// The device the step runs on (p100, h100, h200): its throughput
+    /// gives the compute time and its memory bandwidth the modelled select
+    /// and update of the headline columns.
+    #[arg(long, default_value = "p100")]
+    pub device: String,
     /// Forward plus backward time per step, ms (default: the model's, from
-    /// RedSync Table 1's GFlop per sample and batch per node at half a
-    /// P100's peak; see `bench::models::DEVICE_GFLOPS`).
+    /// RedSync Table 1's GFlop per sample and batch per node at half the
+    /// device's FP32 peak; see `bench::models::DEVICE_GFLOPS`).
     #[arg(long)]
     pub compute_ms: Option<f64>,
     /// The largest layer dimension simulated whole; larger layers are
@@ -120,6 +141,7 @@ impl StepArgs {
             ranks: vec![8, 16, 32, 64, 128],
             network: "25gbe".into(),
             density: 0.001,
+            device: "p100".into(),
             compute_ms: None,
             max_dim: 1 << 20,
             overlap: 0.0,
@@ -395,28 +417,36 @@ pub struct StepRow {
     pub baseline: String,
     /// Density of the compressed layers (1 for the baselines).
     pub density: f64,
-    /// Forward plus backward, ms (given).
+    /// Forward plus backward, ms (given, or modelled on the device).
     pub compute_ms: f64,
-    /// Selection (with compensation), ms, measured.
-    pub select_ms: f64,
-    /// Update, ms, measured.
-    pub update_ms: f64,
+    /// Selection (with compensation), ms, modelled on the device
+    /// ([`device_phases`]).
+    pub device_select_ms: f64,
+    /// Update, ms, modelled on the device.
+    pub device_update_ms: f64,
+    /// Selection (with compensation), ms, measured on this machine's CPU.
+    pub cpu_select_ms: f64,
+    /// Update, ms, measured on this machine's CPU.
+    pub cpu_update_ms: f64,
     /// The compressed layers' collectives, ms, simulated.
     pub comm_sparse_ms: f64,
     /// The dense layers' fused ring allreduce, ms, simulated.
     pub comm_dense_ms: f64,
-    /// `compute + select + update + comm`, ms.
+    /// `compute + select + update + comm`, ms, every phase on the device.
     pub step_ms: f64,
-    /// `max(compute, comm) + select + update`, ms.
+    /// `max(compute, comm) + select + update`, ms, on the device.
     pub overlapped_ms: f64,
-    /// The baseline's `step_ms` over this one's.
+    /// `step_ms` with this CPU's measured select and update.
+    pub cpu_step_ms: f64,
+    /// The baseline's `step_ms` over this one's: the headline.
     pub speedup: f64,
     /// The same for `overlapped_ms`.
     pub speedup_overlapped: f64,
-    /// The same for `compute + comm` alone: the speedup were selection and
-    /// update free (this machine's CPU is far slower at them than the
-    /// GPU the compute time assumes).
+    /// The same for `compute + comm` alone (select and update left out).
     pub speedup_comm: f64,
+    /// The same for `cpu_step_ms`: this CPU's select and update beside a
+    /// device's compute, not like with like (kept for reference).
+    pub speedup_cpu: f64,
     /// Layers whose communication was simulated at a reduced dimension and
     /// scaled (the fused dense call counts as one).
     pub scaled_calls: usize,
@@ -442,6 +472,8 @@ pub struct StepReport {
     pub network: String,
     /// Forward plus backward, ms, and where it comes from.
     pub compute: (f64, String),
+    /// The device of the compute and the modelled select and update.
+    pub device: Device,
     /// Every run's layers.
     pub plans: Vec<RunPlan>,
     /// One row per rank count and run.
@@ -537,6 +569,33 @@ pub fn runs(schemes: &[Scheme], density: f64) -> Vec<Run> {
     out
 }
 
+/// The simulated communication of `plan`, ms: its compressed layers'
+/// calls and its dense layers' fused ring, with the calls scaled and the
+/// largest scale factor. `time` gives a call's time at a dimension.
+fn comm_of(
+    plan: &RunPlan,
+    time: &mut dyn FnMut(Call, usize) -> Result<CommTime>,
+) -> Result<(f64, f64, usize, f64)> {
+    let (mut sparse, mut scaled, mut max_scale) = (0.0, 0, 1.0f64);
+    let mut count = |t: &CommTime| {
+        if t.scale > 1.0 {
+            scaled += 1;
+            max_scale = max_scale.max(t.scale);
+        }
+        t.seconds * 1e3
+    };
+    for l in plan.layers.iter().filter(|l| l.kept_dense.is_none()) {
+        sparse += count(&time(Call::Sparse(l.collective), l.spec.len)?);
+    }
+    let dense_len = plan.dense_len();
+    let dense = if dense_len > 0 {
+        count(&time(Call::Ring, dense_len)?)
+    } else {
+        0.0
+    };
+    Ok((sparse, dense, scaled, max_scale))
+}
+
 /// Runs `sparse-bench step` for the preset `a.model`.
 ///
 /// # Errors
@@ -562,6 +621,7 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
             format!("{} not in [0, 1]", a.overlap),
         ));
     }
+    let device = device(&a.device)?;
     let compute = match a.compute_ms {
         Some(ms) if ms.is_finite() && ms >= 0.0 => (ms, "--compute-ms".to_string()),
         Some(ms) => {
@@ -571,12 +631,10 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
             ));
         }
         None => (
-            model.default_compute_ms(),
+            3.0 * model.forward_gflop * model.batch as f64 / device.gflops * 1e3,
             format!(
-                "3 x {} GFlop per sample x batch {} at {} GFlop/s",
-                model.forward_gflop,
-                model.batch,
-                models::DEVICE_GFLOPS
+                "modelled: 3 x {} GFlop per sample x batch {} at {} GFlop/s, half the {}'s FP32 peak",
+                model.forward_gflop, model.batch, device.gflops, device.name
             ),
         ),
     };
@@ -612,33 +670,19 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
             Ok(t)
         };
         let mut ranks_rows: Vec<StepRow> = Vec::new();
-        for (p, &(select_ms, update_ms)) in plans.iter().zip(&local) {
-            let (mut sparse, mut scaled, mut max_scale) = (0.0, 0, 1.0f64);
-            let mut count = |t: &CommTime| {
-                if t.scale > 1.0 {
-                    scaled += 1;
-                    max_scale = max_scale.max(t.scale);
-                }
-                t.seconds * 1e3
-            };
-            for l in p.layers.iter().filter(|l| l.kept_dense.is_none()) {
-                sparse += count(&time(Call::Sparse(l.collective), l.spec.len)?);
-            }
-            let dense_len = p.dense_len();
-            let dense = if dense_len > 0 {
-                count(&time(Call::Ring, dense_len)?)
-            } else {
-                0.0
-            };
+        for (p, &(cpu_select_ms, cpu_update_ms)) in plans.iter().zip(&local) {
+            let (sparse, dense, scaled, max_scale) = comm_of(p, &mut time)?;
+            let (select_ms, update_ms) = device_phases(p, &device, ranks, a.overlap);
             let comm = sparse + dense;
             let baseline = p.run.dense().name();
             let step_ms = compute.0 + select_ms + update_ms + comm;
             let overlapped_ms = compute.0.max(comm) + select_ms + update_ms;
-            let (base_step, base_overlapped, base_comm) = ranks_rows
+            let cpu_step_ms = compute.0 + cpu_select_ms + cpu_update_ms + comm;
+            let base = ranks_rows
                 .iter()
                 .find(|r| r.scheme == baseline)
-                .map_or((step_ms, overlapped_ms, comm), |b| {
-                    (b.step_ms, b.overlapped_ms, b.comm_ms())
+                .map_or((step_ms, overlapped_ms, comm, cpu_step_ms), |b| {
+                    (b.step_ms, b.overlapped_ms, b.comm_ms(), b.cpu_step_ms)
                 });
             ranks_rows.push(StepRow {
                 ranks,
@@ -647,15 +691,19 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
                 baseline,
                 density: p.run.density(),
                 compute_ms: compute.0,
-                select_ms,
-                update_ms,
+                device_select_ms: select_ms,
+                device_update_ms: update_ms,
+                cpu_select_ms,
+                cpu_update_ms,
                 comm_sparse_ms: sparse,
                 comm_dense_ms: dense,
                 step_ms,
                 overlapped_ms,
-                speedup: base_step / step_ms,
-                speedup_overlapped: base_overlapped / overlapped_ms,
-                speedup_comm: (compute.0 + base_comm) / (compute.0 + comm),
+                cpu_step_ms,
+                speedup: base.0 / step_ms,
+                speedup_overlapped: base.1 / overlapped_ms,
+                speedup_comm: (compute.0 + base.2) / (compute.0 + comm),
+                speedup_cpu: base.3 / cpu_step_ms,
                 scaled_calls: scaled,
                 max_scale,
             });
@@ -669,104 +717,38 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
         params: model.total(),
         network: format!("simulated ({})", net.label()),
         compute,
+        device,
         plans,
         rows,
         wall: start.elapsed(),
     })
 }
 
-/// Prints the report: a table with its header lines, or JSON lines (one
-/// object per run and rank count, `"kind": "step"`, then one per run with
-/// the layers kept dense, `"kind": "dense_layers"`).
-pub fn print(rep: &StepReport, json: bool) {
-    if json {
-        for r in &rep.rows {
-            let obj = serde_json::json!({
-                "kind": "step",
-                "model": rep.model,
-                "ranks": r.ranks,
-                "scheme": r.scheme,
-                "collective": r.collective,
-                "baseline": r.baseline,
-                "density": r.density,
-                "compute_ms": r.compute_ms,
-                "select_ms": r.select_ms,
-                "update_ms": r.update_ms,
-                "comm_ms": r.comm_ms(),
-                "comm_sparse_ms": r.comm_sparse_ms,
-                "comm_dense_ms": r.comm_dense_ms,
-                "step_ms": r.step_ms,
-                "overlapped_ms": r.overlapped_ms,
-                "speedup": r.speedup,
-                "speedup_overlapped": r.speedup_overlapped,
-                "speedup_compute_comm": r.speedup_comm,
-                "scaled_calls": r.scaled_calls,
-                "max_scale": r.max_scale,
-                "comm": rep.network,
-                "local": "measured on this machine (CPU backend, one rank)",
-            });
-            crate::out!("{obj}");
-        }
-        for p in &rep.plans {
-            let layers: Vec<serde_json::Value> = p
-                .layers
-                .iter()
-                .filter_map(|l| {
-                    let k = l.kept_dense?;
-                    Some(serde_json::json!({
-                        "layer": l.spec.name,
-                        "params": l.spec.len,
-                        "dims": l.spec.dims,
-                        "rule": rule_name(&k),
-                    }))
-                })
-                .collect();
-            let by = |w: &str| {
-                let (count, bytes) = p.dense_by(w);
-                serde_json::json!({"count": count, "bytes": bytes})
-            };
-            let obj = serde_json::json!({
-                "kind": "dense_layers",
-                "model": rep.model,
-                "scheme": p.run.name(),
-                "threshold": by("threshold"),
-                "dims": by("dims"),
-                "layers": layers,
-            });
-            crate::out!("{obj}");
-        }
-        return;
-    }
-    crate::out!(
-        "# step of {} ({} parameters); communication {}; select and update measured \
-         on this machine (CPU backend, one rank's real state); compute {:.1} ms ({}); \
-         step = compute + select + update + comm (no overlap); overlapped = \
-         max(compute, comm) + select + update; compute+comm leaves select and update \
-         out; wall {:.1} s",
-        rep.model,
-        rep.params,
-        rep.network,
-        rep.compute.0,
-        rep.compute.1,
-        rep.wall.as_secs_f64()
-    );
-    let header = [
-        "model",
-        "P",
-        "scheme",
-        "density",
-        "compute ms",
-        "select ms",
-        "update ms",
-        "comm ms (sim)",
-        "step ms",
-        "speedup",
-        "speedup overlapped",
-        "speedup compute+comm",
-        "scaled",
-    ];
-    let table: Vec<Vec<String>> = rep
-        .rows
+/// The table's column names: the headline columns (device) first, then
+/// this CPU's measured select and update and their speedup, labelled.
+pub const HEADER: [&str; 17] = [
+    "model",
+    "P",
+    "scheme",
+    "density",
+    "compute ms (model)",
+    "select ms (device, modelled)",
+    "update ms (device, modelled)",
+    "comm ms (sim)",
+    "step ms (device)",
+    "speedup (device, modelled)",
+    "speedup overlapped",
+    "speedup compute+comm",
+    "select ms (CPU, measured)",
+    "update ms (CPU, measured)",
+    "step ms (CPU phases)",
+    "speedup (CPU phases)",
+    "scaled",
+];
+
+/// The table's rows, in [`HEADER`]'s order.
+pub fn table(rep: &StepReport) -> Vec<Vec<String>> {
+    rep.rows
         .iter()
         .map(|r| {
             vec![
@@ -775,13 +757,17 @@ pub fn print(rep: &StepReport, json: bool) {
                 r.scheme.clone(),
                 format!("{}", r.density),
                 format!("{:.1}", r.compute_ms),
-                format!("{:.1}", r.select_ms),
-                format!("{:.1}", r.update_ms),
+                format!("{:.3}", r.device_select_ms),
+                format!("{:.3}", r.device_update_ms),
                 format!("{:.2}", r.comm_ms()),
                 format!("{:.1}", r.step_ms),
                 format!("{:.2}x", r.speedup),
                 format!("{:.2}x", r.speedup_overlapped),
                 format!("{:.2}x", r.speedup_comm),
+                format!("{:.1}", r.cpu_select_ms),
+                format!("{:.1}", r.cpu_update_ms),
+                format!("{:.1}", r.cpu_step_ms),
+                format!("{:.2}x", r.speedup_cpu),
                 if r.scaled_calls == 0 {
                     "no".into()
                 } else {
@@ -789,8 +775,81 @@ pub fn print(rep: &StepReport, json: bool) {
                 },
             ]
         })
-        .collect();
-    crate::print_table(&header, &table);
+        .collect()
+}
+
+/// One JSON object per run and rank count (`"kind": "step"`).
+pub fn json_rows(rep: &StepReport) -> Vec<serde_json::Value> {
+    rep.rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "kind": "step",
+                "model": rep.model,
+                "ranks": r.ranks,
+                "scheme": r.scheme,
+                "collective": r.collective,
+                "baseline": r.baseline,
+                "density": r.density,
+                "device": rep.device.name,
+                "compute_ms": r.compute_ms,
+                "compute": rep.compute.1,
+                "device_select_ms": r.device_select_ms,
+                "device_update_ms": r.device_update_ms,
+                "device_phases": device_note(&rep.device),
+                "cpu_select_ms": r.cpu_select_ms,
+                "cpu_update_ms": r.cpu_update_ms,
+                "cpu_phases": "measured on this machine's CPU (CPU backend, one rank)",
+                "comm_ms": r.comm_ms(),
+                "comm_sparse_ms": r.comm_sparse_ms,
+                "comm_dense_ms": r.comm_dense_ms,
+                "step_ms": r.step_ms,
+                "overlapped_ms": r.overlapped_ms,
+                "cpu_step_ms": r.cpu_step_ms,
+                "speedup": r.speedup,
+                "speedup_overlapped": r.speedup_overlapped,
+                "speedup_compute_comm": r.speedup_comm,
+                "speedup_cpu_phases": r.speedup_cpu,
+                "scaled_calls": r.scaled_calls,
+                "max_scale": r.max_scale,
+                "comm": rep.network,
+            })
+        })
+        .collect()
+}
+
+/// Prints the report: a table with its header lines, or JSON lines (one
+/// object per run and rank count, `"kind": "step"`, then one per run with
+/// the layers kept dense, `"kind": "dense_layers"`).
+pub fn print(rep: &StepReport, json: bool) {
+    if json {
+        for obj in json_rows(rep) {
+            crate::out!("{obj}");
+        }
+        for p in &rep.plans {
+            crate::out!("{}", dense_layers_json(rep, p));
+        }
+        return;
+    }
+    crate::out!(
+        "# step of {} ({} parameters) on the {}; communication {}; compute {:.1} ms ({}); \
+         step = compute + select + update + comm (no overlap); overlapped = \
+         max(compute, comm) + select + update; compute+comm leaves select and update \
+         out; wall {:.1} s",
+        rep.model,
+        rep.params,
+        rep.device.name,
+        rep.network,
+        rep.compute.0,
+        rep.compute.1,
+        rep.wall.as_secs_f64()
+    );
+    crate::out!("# device columns: {}", device_note(&rep.device));
+    crate::out!(
+        "# CPU columns: select and update measured on this machine's CPU (CPU backend, one \
+         rank's real state), beside the device's compute: not like with like, for reference"
+    );
+    crate::print_table(&HEADER, &table(rep));
     crate::out!("# layers kept dense (fused into one ring allreduce), by rule:");
     for p in &rep.plans {
         let (tc, tb) = p.dense_by("threshold");
@@ -812,4 +871,33 @@ pub fn print(rep: &StepReport, json: bool) {
         "# scaled: a layer above --max-dim is simulated at --max-dim and its bandwidth \
          part scaled by n / max-dim (the factor shown); the fused dense call likewise"
     );
+}
+
+/// The layers `p` keeps dense, as a JSON object (`"kind": "dense_layers"`).
+fn dense_layers_json(rep: &StepReport, p: &RunPlan) -> serde_json::Value {
+    let layers: Vec<serde_json::Value> = p
+        .layers
+        .iter()
+        .filter_map(|l| {
+            let k = l.kept_dense?;
+            Some(serde_json::json!({
+                "layer": l.spec.name,
+                "params": l.spec.len,
+                "dims": l.spec.dims,
+                "rule": rule_name(&k),
+            }))
+        })
+        .collect();
+    let by = |w: &str| {
+        let (count, bytes) = p.dense_by(w);
+        serde_json::json!({"count": count, "bytes": bytes})
+    };
+    serde_json::json!({
+        "kind": "dense_layers",
+        "model": rep.model,
+        "scheme": p.run.name(),
+        "threshold": by("threshold"),
+        "dims": by("dims"),
+        "layers": layers,
+    })
 }

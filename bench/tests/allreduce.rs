@@ -1,7 +1,7 @@
 //! `sparse-bench allreduce` rows against the collectives run directly.
 
 use bench::allreduce::{AllreduceArgs, run_threads};
-use sparse_coll::{Defaults, Registry, ThreadCluster};
+use sparse_coll::{AUTO_ALPHA, AUTO_BETA, Auto, Defaults, Profile, Registry, ThreadCluster};
 
 #[test]
 fn rows_match_the_collectives_and_the_oracle() {
@@ -57,4 +57,44 @@ fn rows_match_the_collectives_and_the_oracle() {
         reps: 1,
     };
     assert!(run_threads(&bad).is_err());
+}
+
+/// `auto`'s row prints the candidate it ran and that candidate's model
+/// bytes (it printed the bytes of the cost model's pick for the true
+/// overlap while it ran its first call's pick). At overlap 0.5 the first
+/// call, which assumes none, picks another candidate than the true overlap
+/// does; the warm-up call measures the overlap, so the timed call runs the
+/// cost model's pick for the input's exact profile.
+#[test]
+fn the_auto_row_shows_its_choice_and_that_choices_model_bytes() {
+    let a = AllreduceArgs {
+        ranks: 4,
+        n: 100_000,
+        density: 0.01,
+        overlap: 0.5,
+        algos: vec!["auto".into()],
+        seed: 3,
+        reps: 2,
+    };
+    let rep = run_threads(&a).unwrap();
+    let row = &rep.rows[0];
+    let chose = row.chose.as_deref().expect("auto names what it ran");
+    let registry = Registry::<f32>::builtin();
+    let ran = registry.build(chose, Defaults::lossless()).unwrap();
+    assert_eq!(row.model_bytes, ran.cost(&rep.profile).bytes(), "{chose}");
+    let judge = Auto::<f32>::lossless(AUTO_ALPHA, AUTO_BETA).unwrap();
+    let pick = |prof: &Profile| judge.candidates()[judge.choose(prof)].name();
+    let assumed = Profile {
+        union: rep.profile.k_sum,
+        ..rep.profile
+    };
+    assert_ne!(
+        pick(&assumed),
+        pick(&rep.profile),
+        "the case needs a revision"
+    );
+    assert_eq!(chose, pick(&rep.profile));
+    // The model bytes are the bytes of the call.
+    let bytes = row.bytes_recv_max.unwrap() as f64;
+    assert!((row.model_bytes - bytes).abs() <= 0.1 * bytes, "{row:?}");
 }

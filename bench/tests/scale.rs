@@ -16,7 +16,7 @@ fn args(ranks: Vec<usize>) -> ScaleArgs {
         overlap: 0.5,
         algos: Vec::new(),
         seed: 3,
-        mem_cap_gib: 16.0,
+        mem_cap_gib: Some(16.0),
         svg: None,
         compute_factor: None,
         warm: false,
@@ -66,7 +66,7 @@ fn simulated_counts_equal_the_thread_transports() {
 #[test]
 fn the_memory_cap_refuses_up_front_and_reports_say_simulated() {
     let mut a = args(vec![4, 8]);
-    a.mem_cap_gib = 1e-6;
+    a.mem_cap_gib = Some(1e-6);
     let e = scale::run(&a).unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { .. }), "{e}");
     assert!(
@@ -75,7 +75,7 @@ fn the_memory_cap_refuses_up_front_and_reports_say_simulated() {
     );
     // A bad overlap and a spec the dimension cannot hold are errors before
     // anything runs (the estimate derives from the same checked split).
-    a.mem_cap_gib = 16.0;
+    a.mem_cap_gib = Some(16.0);
     for (overlap, density, says) in [(1.5, 0.01, "overlap"), (0.0, 0.2, "distinct indices")] {
         let bad = ScaleArgs {
             overlap,
@@ -107,4 +107,213 @@ fn the_memory_cap_refuses_up_front_and_reports_say_simulated() {
     let svg = std::fs::read_to_string(dir.join("scale.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("topk_a"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A report of `algos` (each with whether it is lossless) at `ranks`, the
+/// time of algorithm `a` at `P` being `(a + 1) P` microseconds: distinct,
+/// positive, spread over the axis.
+fn synthetic(algos: &[(&str, bool)], ranks: &[usize]) -> scale::ScaleReport {
+    let mut rows = Vec::new();
+    for &p in ranks {
+        for (a, &(algo, lossless)) in algos.iter().enumerate() {
+            rows.push(scale::ScaleRow {
+                ranks: p,
+                algo: algo.into(),
+                sim_s: 1e-6 * ((a + 1) * p) as f64,
+                busiest: Traffic::default(),
+                call_bytes_max: 1,
+                rounds_max: 1,
+                total: Traffic::default(),
+                lossless,
+                model_bytes: 1.0,
+                model_rounds: 1.0,
+                result_nnz: 1,
+                mem_estimate: 1,
+                peak_rss: None,
+                wall: std::time::Duration::ZERO,
+            });
+        }
+    }
+    scale::ScaleReport {
+        network: "25gbe: full bisection, a test".into(),
+        mem_cap: scale::mem_cap(Some(1.0), Ok(String::new())).unwrap(),
+        rows,
+        planner: Vec::new(),
+    }
+}
+
+/// The plot written and rendered to pixels (`resvg`, without text): the
+/// SVG's text and the RGB pixels.
+fn draw(report: &scale::ScaleReport, name: &str) -> (String, resvg::tiny_skia::Pixmap) {
+    let dir = std::env::temp_dir().join(format!("scale-plot-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("scale.svg");
+    scale::plot(report, &path).unwrap();
+    let svg = std::fs::read_to_string(&path).unwrap();
+    let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    pixmap.save_png(dir.join("scale.png")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    (svg, pixmap)
+}
+
+/// Pixels of exactly `rgb`.
+fn pixels_of(pixmap: &resvg::tiny_skia::Pixmap, (r, g, b): (u8, u8, u8)) -> usize {
+    pixmap
+        .pixels()
+        .iter()
+        .filter(|p| p.alpha() == 255 && (p.red(), p.green(), p.blue()) == (r, g, b))
+        .count()
+}
+
+/// The `<text>` elements' contents and x positions of the SVG.
+fn texts(svg: &str) -> Vec<(String, f64)> {
+    svg.split("<text")
+        .skip(1)
+        .map(|t| {
+            let x = t.split("x=\"").nth(1).unwrap().split('"').next().unwrap();
+            let body = t.split('>').nth(1).unwrap().split('<').next().unwrap();
+            (body.trim().to_string(), x.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Issue 40: the scale plot a person can read. Every registered algorithm
+/// (14 lines): each colour of the palette present in the rendered pixels
+/// for the lines drawn and absent for the others; every marker distinct;
+/// lossless lines solid and lossy ones dashed (the legend's samples: one
+/// path, or several dashes); one legend entry per algorithm asked for and
+/// no other; a labelled tick at every P of the sweep.
+#[test]
+fn the_scale_plot_draws_each_line_apart_with_a_tick_at_every_p() {
+    let registry = Registry::<f32>::builtin();
+    let algos: Vec<(&str, bool)> = registry
+        .names()
+        .into_iter()
+        .filter(|n| *n != "auto")
+        .map(|n| {
+            (
+                n,
+                registry
+                    .build(n, Defaults::k(8).unwrap())
+                    .unwrap()
+                    .lossless(),
+            )
+        })
+        .collect();
+    assert!(algos.iter().any(|a| a.1) && algos.iter().any(|a| !a.1));
+    let ranks = [2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+    let (svg, pixmap) = draw(&synthetic(&algos, &ranks), "all");
+    let markers: std::collections::HashSet<_> =
+        (0..algos.len()).map(scale::figure::marker).collect();
+    assert_eq!(markers.len(), algos.len(), "a marker per line");
+    for (i, &rgb) in scale::figure::PALETTE.iter().enumerate() {
+        let n = pixels_of(&pixmap, rgb);
+        if i < algos.len() {
+            assert!(n >= 60, "line {i} ({}): {n} pixels of {rgb:?}", algos[i].0);
+        } else {
+            assert!(n < 3, "colour {i} of no line: {n} pixels");
+        }
+    }
+    let shown = texts(&svg);
+    for (i, &(name, lossless)) in algos.iter().enumerate() {
+        let entries = shown.iter().filter(|t| t.0 == name).count();
+        assert_eq!(entries, 1, "{name}: one legend entry");
+        let (r, g, b) = scale::figure::PALETTE[i];
+        let sample = format!("stroke=\"#{r:02X}{g:02X}{b:02X}\" stroke-width=\"3\"");
+        let paths = svg.matches(&sample).count();
+        if lossless {
+            assert_eq!(paths, 1, "{name}: a solid line");
+        } else {
+            assert!(paths >= 3, "{name}: dashes, {paths} paths");
+        }
+    }
+    for p in ranks {
+        assert!(
+            shown.iter().any(|t| t.0 == p.to_string()),
+            "no tick label {p}"
+        );
+    }
+}
+
+/// Tick labels never overlap: of P = 16, 100 to 104 and 1024 (100 to 104
+/// a pixel or two apart), 16 and 1024 are labelled, and of the others
+/// only those that clear the label before; those left are at least their
+/// half-widths apart. Only the algorithms asked for are in the legend.
+#[test]
+fn the_scale_plots_tick_labels_do_not_collide() {
+    let ranks = [16, 100, 101, 102, 103, 104, 1024];
+    let (svg, _) = draw(
+        &synthetic(&[("topk_a", true), ("gtopk", false)], &ranks),
+        "close",
+    );
+    let ticks: Vec<(String, f64)> = texts(&svg)
+        .into_iter()
+        .filter(|t| t.0.parse::<usize>().is_ok_and(|p| ranks.contains(&p)))
+        .collect();
+    assert!(ticks.iter().any(|t| t.0 == "16") && ticks.iter().any(|t| t.0 == "1024"));
+    assert!(
+        ticks.len() < ranks.len(),
+        "close labels were left out: {ticks:?}"
+    );
+    for w in ticks.windows(2) {
+        let room = 7.5 * (w[0].0.len() + w[1].0.len()) as f64 / 2.0;
+        assert!(w[1].1 - w[0].1 >= room, "{ticks:?}");
+    }
+    let registry = Registry::<f32>::builtin();
+    let names: Vec<&str> = registry.names();
+    let legend: Vec<String> = texts(&svg)
+        .into_iter()
+        .map(|t| t.0)
+        .filter(|t| names.contains(&t.as_str()))
+        .collect();
+    assert_eq!(legend, ["topk_a", "gtopk"]);
+}
+
+/// The memory cap: 3/4 of `MemAvailable` (kB in /proc/meminfo), the flag
+/// over it, a fallback that says why where the line is absent or
+/// unreadable, and a bad flag an error.
+#[test]
+fn the_memory_cap_comes_from_meminfo_or_the_flag() {
+    let meminfo = "MemTotal:       16303820 kB\nMemFree:         1000000 kB\nMemAvailable:   12582912 kB\nBuffers: 1 kB\n";
+    assert_eq!(scale::mem_available(meminfo), Some(12_582_912 * 1024));
+    let cap = scale::mem_cap(None, Ok(meminfo.into())).unwrap();
+    assert_eq!(cap.gib, 0.75 * 12.0);
+    assert!(
+        cap.from.contains("MemAvailable") && cap.from.contains("12.0 GiB"),
+        "{}",
+        cap.from
+    );
+    let cap = scale::mem_cap(Some(2.5), Ok(meminfo.into())).unwrap();
+    assert_eq!((cap.gib, cap.from.as_str()), (2.5, "--mem-cap-gib"));
+    for bad in [
+        "MemTotal: 1 kB\n",
+        "MemAvailable: lots kB\n",
+        "MemAvailable: 12 MB\n",
+        "MemAvailable: 12\n",
+    ] {
+        assert_eq!(scale::mem_available(bad), None, "{bad}");
+        let cap = scale::mem_cap(None, Ok(bad.into())).unwrap();
+        assert_eq!(cap.gib, scale::MEM_CAP_FALLBACK_GIB);
+        assert!(cap.from.contains("no MemAvailable"), "{}", cap.from);
+    }
+    let gone = std::io::Error::new(std::io::ErrorKind::NotFound, "not here");
+    let cap = scale::mem_cap(None, Err(gone)).unwrap();
+    assert!(
+        cap.from.contains("cannot be read") && cap.from.contains("--mem-cap-gib"),
+        "{}",
+        cap.from
+    );
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        assert!(
+            scale::mem_cap(Some(bad), Ok(meminfo.into())).is_err(),
+            "{bad}"
+        );
+    }
 }

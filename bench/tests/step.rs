@@ -1,7 +1,9 @@
 //! `sparse-bench step`: the scaled simulation agrees with an unscaled one,
 //! a step of a small model gives every scheme a finite speedup and the
 //! dense baseline the ring allreduce's closed form, and the keep-dense
-//! rules are RedSync's threshold and DGC's dimensions.
+//! rules are RedSync's threshold and DGC's dimensions; the device phases
+//! are the passes-over-memory formula, and the headline columns say they
+//! are modelled on the device, the CPU's measured ones apart.
 
 use bench::models::{self, Layer, ModelPreset};
 use bench::step::{self, Call, SimSettings, StepArgs};
@@ -114,12 +116,20 @@ fn a_small_model_steps_every_scheme() {
     );
     let route = sim::preset("25gbe").unwrap().route(0, 1);
     for r in &rep.rows {
-        for x in [r.speedup, r.speedup_overlapped, r.speedup_comm, r.step_ms] {
+        for x in [
+            r.speedup,
+            r.speedup_overlapped,
+            r.speedup_comm,
+            r.speedup_cpu,
+            r.step_ms,
+            r.cpu_step_ms,
+        ] {
             assert!(x.is_finite() && x > 0.0, "{r:?}");
         }
-        assert!(r.comm_ms() > 0.0 && r.select_ms >= 0.0, "{r:?}");
+        assert!(r.comm_ms() > 0.0 && r.cpu_select_ms >= 0.0, "{r:?}");
         if r.density == 1.0 {
-            assert_eq!(r.speedup, 1.0);
+            assert_eq!((r.speedup, r.speedup_cpu), (1.0, 1.0));
+            assert_eq!(r.device_select_ms, 0.0, "a dense baseline selects nothing");
             assert_eq!(r.comm_sparse_ms, 0.0);
             let p = r.ranks as f64;
             let n = model.total() as f64;
@@ -184,4 +194,101 @@ fn unknown_names_are_errors() {
         ..StepArgs::new("alexnet")
     });
     assert!(e.contains("redsync_rgc"), "{e}");
+}
+
+/// The device phases (issue 40): on the default P100 at 732 GB/s, the
+/// tiny model under RGC at 1% on 4 ranks, overlap 0.25, written out layer
+/// by layer from the formula's parts: compressed `conv1.weight` (36,864)
+/// and `fc.weight` (131,072) select with 6 passes of momentum correction
+/// plus radix top-k's reads measured on the H200 at 2^24, 1% (1.279 ms
+/// over a read of 0.098 ms), and apply `k (1 + 3 (1 - 0.25))` entries of
+/// 16 bytes; the dense `conv0.weight` (576, below RedSync's threshold),
+/// `conv1.bias` (64) and `fc.bias` (512) take 5 passes of momentum SGD.
+/// The dense momentum baseline: 5 passes over all 168,128 parameters.
+#[test]
+fn device_phases_are_passes_over_memory_at_the_devices_bandwidth() {
+    let model = tiny();
+    let dev = step::device("p100").unwrap();
+    assert_eq!(dev.bandwidth, 732e9);
+    let scheme = bench::train::schemes_named(&["redsync_rgc".into()]).unwrap()[0].clone();
+    let rgc = step::plan(
+        &Run::Sparse {
+            scheme,
+            density: 0.01,
+        },
+        &model,
+    )
+    .unwrap();
+    let (select, update) = step::device_phases(&rgc, &dev, 4, 0.25);
+    let reads = 1.279 / 0.098;
+    let entries = |n: f64| (0.01 * n) * (1.0 + 3.0 * 0.75);
+    let (c1, fc) = (36_864.0, 131_072.0);
+    let want_select = (6.0 + reads) * 4.0 * (c1 + fc) / 732e9 * 1e3;
+    let want_update =
+        (5.0 * 4.0 * (576.0 + 64.0 + 512.0) + 16.0 * (entries(c1) + entries(fc))) / 732e9 * 1e3;
+    assert!(
+        (select - want_select).abs() <= 1e-12 * want_select,
+        "{select} {want_select}"
+    );
+    assert!(
+        (update - want_update).abs() <= 1e-12 * want_update,
+        "{update} {want_update}"
+    );
+    let dense = step::plan(&Run::Dense { momentum: true }, &model).unwrap();
+    let (select, update) = step::device_phases(&dense, &dev, 4, 0.25);
+    assert_eq!(select, 0.0);
+    let want = 5.0 * 4.0 * model.total() as f64 / 732e9 * 1e3;
+    assert!((update - want).abs() <= 1e-12 * want, "{update} {want}");
+    // The reduced result never exceeds the layer.
+    assert_eq!(step::reduced_entries(100, 0.5, 8, 0.0), 100.0);
+    assert!(
+        step::device("tpu")
+            .unwrap_err()
+            .to_string()
+            .contains("h200")
+    );
+}
+
+/// The headline columns say they are modelled on the device and come
+/// first; this CPU's measured select and update are apart and labelled;
+/// the rows' device figures are `device_phases`'; the JSON names both.
+#[test]
+fn the_headline_columns_say_modelled_and_the_cpus_apart() {
+    let h = step::HEADER;
+    let pos = |name: &str| h.iter().position(|c| *c == name).unwrap();
+    let headline = h.iter().position(|c| c.starts_with("speedup")).unwrap();
+    assert_eq!(h[headline], "speedup (device, modelled)");
+    assert!(pos("select ms (device, modelled)") < headline);
+    assert!(pos("select ms (CPU, measured)") > headline);
+    assert!(pos("speedup (CPU phases)") > pos("select ms (CPU, measured)"));
+    let model = tiny();
+    let a = StepArgs {
+        ranks: vec![4],
+        max_dim: 1 << 12,
+        reps: 1,
+        device: "h200".into(),
+        schemes: vec!["redsync_rgc".into()],
+        ..StepArgs::new("tiny")
+    };
+    let rep = step::run(&model, &a).unwrap();
+    assert_eq!(rep.device.name, "h200");
+    assert!(rep.compute.1.contains("h200"), "{}", rep.compute.1);
+    for (r, p) in rep.rows.iter().zip(&rep.plans) {
+        let (s, u) = step::device_phases(p, &rep.device, 4, a.overlap);
+        assert_eq!((r.device_select_ms, r.device_update_ms), (s, u));
+        let want = r.compute_ms + s + u + r.comm_ms();
+        assert!((r.step_ms - want).abs() <= 1e-12 * want);
+    }
+    let note = step::device_note(&rep.device);
+    assert!(
+        note.contains("modelled") && note.contains("4800 GB/s"),
+        "{note}"
+    );
+    let json = step::json_rows(&rep);
+    assert_eq!(json[0]["device"], "h200");
+    assert!(json[0]["cpu_phases"].as_str().unwrap().contains("CPU"));
+    assert!(
+        json[0].get("select_ms").is_none(),
+        "no unlabelled select_ms"
+    );
 }

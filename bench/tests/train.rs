@@ -531,9 +531,62 @@ fn checkpoint_resume_and_a_lost_rank() {
     )
     .unwrap_err();
     assert!(
-        e.to_string().contains("no checkpoint of these runs") && e.to_string().contains("-s1"),
+        e.to_string()
+            .contains("no checkpoint of 2 of this job's runs")
+            && e.to_string().contains("-s1"),
         "{e}"
     );
+    // Another density with the same seed (issue 40): the dense baseline
+    // still matches, but the sparse run at 0.5 has no checkpoint while D's
+    // run at 0.05 would be left aside. An error naming what D holds, not
+    // a silent fresh start; with --allow-fresh, the baseline resumes (at
+    // its end) and the run at 0.5 starts fresh, and the rows say which.
+    let resume_other = TrainArgs {
+        resume: Some(dir.clone()),
+        ..args(2)
+    };
+    let e = run_threads(
+        p,
+        &other_runs,
+        &resume_other,
+        &[1],
+        &train_set,
+        &test_set,
+        &|| {},
+    )
+    .unwrap_err()
+    .to_string();
+    let held = durable::run_dir(std::path::Path::new(""), &runs[1], 1);
+    assert!(
+        e.contains("no checkpoint of 1 of this job's runs (dgc-d0.5-s1)")
+            && e.contains(&held.display().to_string())
+            && e.contains("--allow-fresh"),
+        "{e}"
+    );
+    let fresh = TrainArgs {
+        allow_fresh: true,
+        ..resume_other
+    };
+    let res = run_threads(p, &other_runs, &fresh, &[1], &train_set, &test_set, &|| {}).unwrap();
+    assert_eq!(res[0].resumed, Some((2 * steps, p)));
+    assert_eq!(res[1].resumed, None);
+    assert_eq!(res[1].test_acc.len(), 2, "the fresh run trained 2 epochs");
+    let rows = bench::train::output::rows(&res, &[]);
+    let starts: Vec<String> = rows.iter().map(bench::train::output::start).collect();
+    assert_eq!(
+        starts,
+        [format!("resumed from step {}", 2 * steps), "fresh".into()]
+    );
+    for r in &rows {
+        let json = bench::train::output::json(r, &rows, "threads");
+        assert_eq!(json["start"], bench::train::output::start(r));
+    }
+    let table = bench::train::output::table(&rows);
+    let col = bench::train::output::HEADER
+        .iter()
+        .position(|h| *h == "start")
+        .unwrap();
+    assert_eq!(table[1][col], "fresh");
     // A fault asked of a rank the run does not have is an error, not a
     // run without the fault.
     let nowhere = TrainArgs {

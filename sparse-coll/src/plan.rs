@@ -36,6 +36,16 @@ pub const AUTO_BETA: f64 = 4e-10;
 /// time. Before the first call the planner assumes no overlap (the worst
 /// case for sparse algorithms). Ties go to the earlier candidate.
 ///
+/// A choice made on an estimate is revised once the call has measured
+/// the overlap: after each profiling call the planner chooses again, on
+/// the same entry counts with the densification just learned, and the
+/// calls up to the next profile run that choice. So a first call that
+/// assumed no overlap where the ranks' indices overlap runs its assumed
+/// choice once, and the second call already runs the one the cost model
+/// picks for the measured overlap. Both inputs of the revision (the
+/// profile's counts from the allgather, the result's entries of a lossless
+/// call) are the same on every rank, so every rank revises alike.
+///
 /// The profiling round costs a few small messages, which is a large share
 /// of a call on small inputs. So the planner profiles and chooses on the
 /// first call and then every `every` calls (16 by default,
@@ -47,7 +57,11 @@ pub struct Auto<E> {
     beta: f64,
     candidates: Vec<Box<dyn SparseAllreduce<E>>>,
     densification: Option<f64>,
+    /// The choice the calls between profiles run (revised after each
+    /// profiling call, [`Auto`]'s doc).
     last: Option<usize>,
+    /// The candidate the last call ran.
+    ran: Option<usize>,
     /// The candidate the entered call runs, and its profile when it
     /// profiled.
     pending: Option<(usize, Option<Profile>)>,
@@ -66,6 +80,8 @@ impl<E: Element> std::fmt::Debug for Auto<E> {
             .field("beta", &self.beta)
             .field("candidates", &self.candidates)
             .field("densification", &self.densification)
+            .field("last", &self.last)
+            .field("ran", &self.ran)
             .finish()
     }
 }
@@ -99,6 +115,7 @@ impl<E: Element> Auto<E> {
             candidates,
             densification: None,
             last: None,
+            ran: None,
             pending: None,
             default_candidates: false,
             calls: 0,
@@ -133,19 +150,48 @@ impl<E: Element> Auto<E> {
     /// The candidate the last call ran (its index in
     /// [`Auto::candidates`]).
     pub fn last_choice(&self) -> Option<usize> {
-        self.last
+        self.ran
     }
 
     /// The name of the candidate the last call ran.
     pub fn last_name(&self) -> Option<String> {
-        self.last.map(|i| self.candidates[i].name())
+        self.ran.map(|i| self.candidates[i].name())
+    }
+
+    /// The candidate the next call runs: the held choice where the next
+    /// call does not profile, else the choice for `prof`'s entry counts
+    /// with the planner's own estimate of the union (what a profiling call
+    /// computes), not `prof.union`.
+    pub fn next_choice(&self, prof: &Profile) -> usize {
+        match self.last {
+            Some(i) if self.calls % self.every != 0 => i,
+            _ => self.choose(&self.estimated(
+                prof.p,
+                prof.n,
+                prof.value_bytes,
+                prof.k_max,
+                prof.k_sum,
+            )),
+        }
     }
 
     /// The profile the planner would use for these entry counts.
     pub fn profile(&self, n: usize, value_bytes: usize, counts: &[usize]) -> Profile {
-        let p = counts.len();
         let k_max = counts.iter().copied().max().unwrap_or(0);
         let k_sum: usize = counts.iter().sum();
+        self.estimated(counts.len(), n, value_bytes, k_max, k_sum)
+    }
+
+    /// The profile of `p` ranks with these entry counts, the union
+    /// estimated from the densification learned so far (none: no overlap).
+    fn estimated(
+        &self,
+        p: usize,
+        n: usize,
+        value_bytes: usize,
+        k_max: usize,
+        k_sum: usize,
+    ) -> Profile {
         let gamma = self.densification.unwrap_or(1.0);
         let union = ((k_sum as f64 * gamma).round() as usize)
             .clamp(k_max, k_sum.max(k_max))
@@ -180,6 +226,7 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     fn reset(&mut self) {
         self.calls = 0;
         self.last = None;
+        self.ran = None;
         self.pending = None;
         self.densification = None;
         for c in &mut self.candidates {
@@ -224,6 +271,7 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         load_parts(s, "cand.", &mut parts)?;
         self.calls = calls;
         self.last = last;
+        self.ran = None;
         self.densification = densification;
         self.pending = None;
         Ok(())
@@ -251,9 +299,11 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     fn lossless(&self) -> bool {
         self.candidates.iter().all(|c| c.lossless())
     }
-    /// The cheapest candidate's cost.
+    /// The cost at `prof` of the candidate the next call runs
+    /// ([`Auto::next_choice`]), which on a call between profiles may not be
+    /// the cheapest for `prof`.
     fn cost(&self, prof: &Profile) -> Cost {
-        self.candidates[self.choose(prof)].cost(prof)
+        self.candidates[self.next_choice(prof)].cost(prof)
     }
     fn ran(&self) -> Option<String> {
         self.last_name()
@@ -291,7 +341,8 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         self.candidates[i].enter(t, v)
     }
     /// The chosen candidate's body; a profiling call then learns the
-    /// densification from the result.
+    /// densification from the result and revises the choice the calls up
+    /// to the next profile run.
     fn body(
         &mut self,
         t: &mut dyn Transport,
@@ -301,8 +352,8 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     ) -> Result<()> {
         let (i, prof) = self.pending.take().expect("entered");
         self.candidates[i].body(t, v, entered, out)?;
+        self.ran = Some(i);
         let Some(prof) = prof else { return Ok(()) };
-        self.last = Some(i);
         if prof.k_sum > 0 && self.candidates[i].lossless() {
             let seen = out.result.nnz() as f64 / prof.k_sum as f64;
             self.densification = Some(match self.densification {
@@ -310,6 +361,11 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
                 None => seen,
             });
         }
+        // The same counts, the union now estimated from what was measured
+        // (unchanged after a lossy candidate, which learns nothing: the
+        // same choice then).
+        let revised = self.estimated(prof.p, prof.n, prof.value_bytes, prof.k_max, prof.k_sum);
+        self.last = Some(self.choose(&revised));
         Ok(())
     }
 }

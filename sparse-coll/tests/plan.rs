@@ -408,3 +408,69 @@ fn auto_by_name_plans_over_named_candidates() {
         assert_eq!(red.unwrap().result.to_dense(), oracle(&ins));
     }
 }
+
+/// The first call assumes no overlap; where the ranks' indices overlap,
+/// that can pick another candidate than the cost model picks for the true
+/// overlap (the oracle: [`Auto::choose`] on the inputs' exact profile).
+/// The planner revises its choice once the first call has measured the
+/// overlap: the second call, which does not profile (`every` 16), already
+/// runs the oracle's choice, on every rank, and [`SparseAllreduce::cost`]
+/// before it is that candidate's cost (what `sparse-bench allreduce`
+/// prints as `auto`'s model bytes).
+#[test]
+fn auto_revises_a_first_choice_made_on_an_assumed_overlap() {
+    use sparse_core::generate::{GradientSpec, ValueDist};
+    for (p, density, overlap, alpha, beta) in [
+        (
+            4usize,
+            0.01,
+            0.5,
+            sparse_coll::AUTO_ALPHA,
+            sparse_coll::AUTO_BETA,
+        ),
+        (8, 0.01, 1.0, 0.0, 1.0),
+    ] {
+        let ins = GradientSpec {
+            overlap,
+            values: ValueDist::Integer { max: 100 },
+            ..GradientSpec::new(100_000, density, 3)
+        }
+        .generate::<f32>(p)
+        .unwrap();
+        let truth = Profile::of(&ins);
+        let judge = Auto::<f32>::lossless(alpha, beta).unwrap();
+        let names: Vec<String> = judge.candidates().iter().map(|c| c.name()).collect();
+        let best = &names[judge.choose(&truth)];
+        let assumed = &names[judge.choose(&Profile {
+            union: truth.k_sum,
+            ..truth
+        })];
+        let ctx = format!("P={p} density={density} overlap={overlap}");
+        assert_ne!(assumed, best, "{ctx}: the case must need a revision");
+        let out = ThreadCluster::new(p).run(|t| {
+            let mut auto = Auto::<f32>::lossless(alpha, beta)?;
+            let v = &ins[sparse_coll::Transport::rank(t)];
+            let mut seen = Vec::new();
+            for _ in 0..3 {
+                let before = auto.cost(&truth);
+                let red = auto.allreduce(t, v)?;
+                seen.push((auto.last_name().unwrap(), before, red));
+            }
+            Ok(seen)
+        });
+        for seen in out {
+            let seen = seen.unwrap();
+            let ran: Vec<&str> = seen.iter().map(|s| s.0.as_str()).collect();
+            assert_eq!(ran, [assumed, best, best], "{ctx}");
+            for (name, before, red) in &seen {
+                assert_eq!(red.result.to_dense(), oracle(&ins), "{ctx}");
+                let c = &judge.candidates()[names.iter().position(|n| n == name).unwrap()];
+                assert_eq!(
+                    *before,
+                    c.cost(&truth),
+                    "{ctx}: {name}'s cost before its call"
+                );
+            }
+        }
+    }
+}

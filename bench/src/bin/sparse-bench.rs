@@ -250,11 +250,13 @@ fn run_scale(a: &bench::scale::ScaleArgs, json: bool) -> sparse_core::Result<()>
         }
     } else {
         bench::out!(
-            "Simulated times ({}); n = {}, density {}, overlap {}",
+            "Simulated times ({}); n = {}, density {}, overlap {}; memory cap {:.1} GiB ({})",
             report.network,
             a.n,
             a.density,
-            a.overlap
+            a.overlap,
+            report.mem_cap.gib,
+            report.mem_cap.from
         );
         print_table(scale::HEADER, &scale::table(&report));
         bench::out!();
@@ -755,7 +757,7 @@ fn print_train(
                     "{} {} seed {}: resumed from the checkpoint of step {step} saved by {ranks} ranks; {} steps lost",
                     r.run.name(),
                     r.density,
-                    seed + 1,
+                    c.first_seed + seed as u64,
                     r.lost_steps
                 );
             }

@@ -39,58 +39,72 @@ pub fn has_checkpoint(dir: &Path) -> bool {
     dir.join(checkpoint::LATEST).is_file()
 }
 
-/// Checks that `--resume D` finds a checkpoint of at least one of `runs`
-/// with one of `seeds` (a run the interrupted job never reached then
-/// starts afresh): a directory of other runs, seeds or densities is an
-/// error naming what it holds, not a silent fresh start.
+/// Checks that `--resume D` matches what `D` holds: a run of `runs` with
+/// one of `seeds` that has no checkpoint in `D` starts afresh only where
+/// that is a run the interrupted job never reached, that is where `D`
+/// holds a checkpoint of at least one of this job's runs and of none
+/// other. Settings that match no run of `D`, or that leave runs of `D`
+/// aside while starting others afresh (another `--density`, a typo in a
+/// `--scheme`: the dense baselines, shared by every density, still
+/// match), are an error naming what `D` holds, unless `--allow-fresh`
+/// asks for fresh starts. Every row says whether it resumed or started
+/// fresh.
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] naming `D`'s run directories.
+/// [`Error::InvalidParameter`] naming the runs without a checkpoint and
+/// `D`'s run directories.
 pub fn check_resume(runs: &[Run], a: &TrainArgs, seeds: &[u64]) -> Result<()> {
     let Some(base) = &a.resume else {
         return Ok(());
     };
-    if !base.is_dir() {
-        // The run's own check names it.
+    if !base.is_dir() || a.allow_fresh {
+        // A missing directory: the run's own check names it (or, with
+        // --allow-fresh, starts afresh).
         return Ok(());
     }
-    let found = seeds.iter().any(|&seed| {
-        runs.iter()
-            .any(|run| has_checkpoint(&run_dir(base, run, seed)))
-    });
-    if found {
-        return Ok(());
-    }
+    let want: Vec<String> = seeds
+        .iter()
+        .flat_map(|&seed| {
+            runs.iter()
+                .map(move |run| run_dir(Path::new(""), run, seed).display().to_string())
+        })
+        .collect();
     let mut held: Vec<String> = std::fs::read_dir(base)
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .filter(|e| has_checkpoint(&e.path()))
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .take(64)
+                .take(1024)
                 .collect()
         })
         .unwrap_or_default();
     held.sort();
-    let want: Vec<String> = runs
-        .iter()
-        .flat_map(|run| {
-            seeds
-                .iter()
-                .map(move |&seed| run_dir(Path::new(""), run, seed).display().to_string())
-        })
-        .take(8)
-        .collect();
+    let missing: Vec<&String> = want.iter().filter(|w| !held.contains(w)).collect();
+    let matched = want.len() - missing.len();
+    let foreign = held.iter().any(|h| !want.contains(h));
+    if missing.is_empty() || (matched > 0 && !foreign) {
+        return Ok(());
+    }
+    let list = |v: Vec<&String>| -> String {
+        let n = v.len();
+        let mut s: Vec<&str> = v.into_iter().take(16).map(String::as_str).collect();
+        if n > 16 {
+            s.push("...");
+        }
+        if s.is_empty() {
+            "none".into()
+        } else {
+            s.join(", ")
+        }
+    };
     Err(Error::invalid(
         "--resume",
         format!(
-            "{}: no checkpoint of these runs (looked for {}); it holds {}: another --scheme, --density or --seeds?",
+            "{}: no checkpoint of {} of this job's runs ({}); it holds {}: another --scheme, --density or --seeds? (--allow-fresh starts the runs without one from step 0)",
             base.display(),
-            want.join(", "),
-            if held.is_empty() {
-                "none".to_string()
-            } else {
-                held.join(", ")
-            }
+            missing.len(),
+            list(missing),
+            list(held.iter().collect()),
         ),
     ))
 }

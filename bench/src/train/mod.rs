@@ -235,6 +235,12 @@ pub struct TrainArgs {
     /// saved it); the settings must be the checkpoint's.
     #[arg(long)]
     pub resume: Option<std::path::PathBuf>,
+    /// With `--resume D`: start from step 0 where `D` holds no checkpoint
+    /// of any of this job's runs (or does not exist), instead of the error
+    /// naming what `D` holds. Every row says whether it resumed or started
+    /// fresh.
+    #[arg(long, requires = "resume")]
+    pub allow_fresh: bool,
     /// Fault injection on threads: this rank fails before its step
     /// `--fail-at-step` (counted from the start of the run), as a lost
     /// rank would; every other rank then fails too.
@@ -268,6 +274,7 @@ impl Default for TrainArgs {
             checkpoint_dir: None,
             keep_checkpoints: None,
             resume: None,
+            allow_fresh: false,
             fail_rank: None,
             fail_at_step: None,
             seed: 1,
@@ -700,11 +707,15 @@ pub fn train_rank(
     // Every rank must see the same: the round makes any difference an
     // error on every rank.
     let (resume_dir, found) = match &a.resume {
+        Some(from) if !from.is_dir() && a.allow_fresh => (None, Ok(())),
         Some(from) if !from.is_dir() => (
             None,
             Err(Error::invalid(
                 "--resume",
-                format!("{}: no such checkpoint directory", from.display()),
+                format!(
+                    "{}: no such checkpoint directory (--allow-fresh starts afresh)",
+                    from.display()
+                ),
             )),
         ),
         Some(from) => {

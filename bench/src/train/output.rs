@@ -111,6 +111,25 @@ pub fn rows(summaries: &[Summary], layer_names: &[String]) -> Vec<Row> {
         .collect()
 }
 
+/// How `row`'s seeds started: `fresh`, or `resumed from step S` (`of P
+/// ranks` where another rank count saved it), one per seed joined by
+/// `, ` where they differ.
+pub fn start(row: &Row) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for r in &row.resumed {
+        let s = match r {
+            None => "fresh".to_string(),
+            Some((step, ranks)) if *ranks == row.ranks => format!("resumed from step {step}"),
+            Some((step, ranks)) => format!("resumed from step {step} of {ranks} ranks"),
+        };
+        parts.push(s);
+    }
+    if parts.iter().all(|p| *p == parts[0]) {
+        parts.truncate(1);
+    }
+    parts.join(", ")
+}
+
 /// The dense counterpart of `row` among `rows`.
 pub fn dense_of<'a>(row: &Row, rows: &'a [Row]) -> Option<&'a Row> {
     let want = row.run.dense();
@@ -135,7 +154,7 @@ pub fn json(row: &Row, rows: &[Row], transport: &str) -> serde_json::Value {
         "weights_digest": row.digests.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>(),
         "resumed_from_step": row.resumed.iter().map(|r| r.map(|x| x.0)).collect::<Vec<_>>(),
         "resumed_from_ranks": row.resumed.iter().map(|r| r.map(|x| x.1)).collect::<Vec<_>>(),
-        "lost_steps": row.lost_steps,
+        "lost_steps": row.lost_steps, "start": start(row),
         "layers": row.layers.iter().map(|l| serde_json::json!({
             "name": l.name, "len": l.len, "dense_because": l.dense, "density": l.density,
         })).collect::<Vec<_>>(),
@@ -161,6 +180,7 @@ pub fn table(rows: &[Row]) -> Vec<Vec<String>> {
                 format!("{:.3}", r.phase_ms[3]),
                 format!("{:.3}", r.phase_ms[4]),
                 format!("{:.2}", r.phase_ms[4] / d.phase_ms[4]),
+                start(r),
                 if r.dense_layers.is_empty() {
                     "-".into()
                 } else {
@@ -172,7 +192,7 @@ pub fn table(rows: &[Row]) -> Vec<Vec<String>> {
 }
 
 /// The table's header.
-pub const HEADER: [&str; 14] = [
+pub const HEADER: [&str; 15] = [
     "scheme",
     "collective",
     "density",
@@ -186,6 +206,7 @@ pub const HEADER: [&str; 14] = [
     "apply_ms",
     "step_ms",
     "x_dense_step",
+    "start",
     "dense_layers",
 ];
 
