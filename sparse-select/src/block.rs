@@ -24,7 +24,10 @@ fn segmented<B: Backend<E>, E: Element>(
 /// gradient) and block `j` contributes its exact top `k_j`, with
 /// `k_j = k / blocks` plus one for the first `k % blocks` blocks. A block
 /// shorter than its share gives all it has, so fewer than k may be selected
-/// when `n` is tiny.
+/// when `n` is tiny. Nothing is promised about the whole input: a block of
+/// small values still gives its share, so a selected magnitude may be
+/// below one left out elsewhere (the selector suite checks the exact top
+/// share of each block, ties to the lower index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockTopK {
     /// Number of blocks (SparDL: the number of workers).
@@ -63,7 +66,8 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for BlockTopK {
 /// SparCML's bucket top-k: the exact top `per_bucket` of every `bucket`
 /// consecutive elements (SparCML: 512); the last bucket gives at most its
 /// length. With `per_bucket = None`, it is derived from k as
-/// `ceil(k * bucket / n)`, so that at least k are selected overall.
+/// `ceil(k * bucket / n)`, so that at least k are selected overall; as for
+/// [`BlockTopK`], the top of each bucket, not of the whole input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BucketTopK {
     /// Elements per bucket.

@@ -63,7 +63,8 @@ macro_rules! selector_test_suite {
                 threshold_binary_search_contract, sampled_threshold_is_exact_or_keeps_the_contract,
                 reuse_searches_once_per_interval_and_keeps_the_contract,
                 block_and_bucket_equal_their_per_block_oracles, bad_parameters_are_an_error,
-                every_selector_keeps_its_promise,
+                every_exact_selector_keeps_its_promise, every_threshold_selector_keeps_its_promise,
+                block_bucket_and_quantized_selectors_keep_their_rule,
                 policy_picks_by_size_and_alternates_when_quantized, large_inputs_up_to_2_pow_22,
                 zen_partitioner_loses_nothing_and_agrees_across_ranks, selection_becomes_a_sparse_vec,
                 state_restores_the_next_selections);

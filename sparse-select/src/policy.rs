@@ -28,6 +28,12 @@ pub enum PolicyChoice {
 /// implementation uses exact signed radix selection for both at every size
 /// (RedSync's trimmed and binary-search signed variants are not built);
 /// the alternation and one-signed output are as the paper requires.
+///
+/// Not quantized, every selection keeps RedSync's threshold contract (the
+/// exact top-k on small and medium layers; `k` to `2k` of the largest
+/// magnitudes, a threshold separating them, on large ones), which the
+/// selector suite checks (`testing::Promise::Threshold`); quantized, it is
+/// the exact signed top-k or low-k.
 #[derive(Debug, Clone)]
 pub struct Policy<E> {
     /// Below this many bytes: exact top-k.

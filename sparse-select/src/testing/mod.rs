@@ -1,17 +1,37 @@
 //! The selector test suite, behind the `testing` feature: every selector
-//! against a brute-force oracle (a full sort), on inputs that break
-//! selection code (random, heavy-tailed, all equal, many ties, all zero,
-//! negative, subnormal, signed zeros; n from 1 to 2^22). Each check is a
+//! against a brute-force oracle (a sort), on inputs that break selection
+//! code (random, heavy-tailed, all equal, many ties, all zero, negative,
+//! subnormal, signed zeros; n from 1 to 2^22 + 7). Each check is a
 //! `pub fn name<B: Backend<E>, E: Element>(b: &B)`, so every backend runs it
 //! unchanged, once for each element type it implements, through
 //! [`crate::selector_test_suite!`]. Inputs are drawn in `f64` and rounded
 //! to `E` (sizes in bytes, where a check depends on them, kept those of
 //! `f32`).
+//!
+//! The contract a user runs on their own selector is
+//! [`selector_suite_for`] (with a [`Promise`]) or
+//! [`selector_suite_with_oracle`] (with an oracle of their own over a
+//! [`HostSelection`]); every built-in selector goes through it in
+//! [`every_exact_selector_keeps_its_promise`],
+//! [`every_threshold_selector_keeps_its_promise`] and
+//! [`block_bucket_and_quantized_selectors_keep_their_rule`]. Besides the
+//! shared inputs (`n` up to 4,097, `2^16`, `2^17 + 3`) and non-finite ones,
+//! it calls every instance as a training loop does, step after step with
+//! the same `n` and `k` and new data (six shapes up to `2^16 + 1`, nine
+//! steps each: new draws, the same values moved, rescaled so that a kept
+//! threshold goes stale, heavy-tailed, ties), and at `2^22 + 7` (three
+//! calls, the last on new data right after a call that kept a
+//! threshold), checking every answer against the oracle: a selector that
+//! answers a repeated shape from a cache fails it
+//! (`sparse-select/tests/stale_selector.rs`).
+
+mod contract;
 
 use crate::{
     BlockTopK, BucketTopK, Policy, PolicyChoice, RadixTopK, SampledThreshold, Selection, Selector,
     ThresholdBinarySearch, ThresholdReuse, TrimmedTopK, ZenPartitioner,
 };
+pub use contract::{HostSelection, Promise, selector_suite_for, selector_suite_with_oracle};
 use rand::{Rng as _, SeedableRng as _};
 use sparse_core::state::{Scope, State, Tensor};
 use sparse_core::testing::Rng;
@@ -20,26 +40,13 @@ use sparse_core::testing::generate::{ValueDist, dense_values};
 use sparse_core::testing::suite::{convert, inputs, oracle_topk};
 use sparse_core::{Backend, Element, Error, KeyOrder, abs_key};
 
-/// A selection downloaded to the host.
-struct Sel<E> {
-    indices: Vec<u32>,
-    values: Vec<E>,
-    count: usize,
-    threshold: Option<f64>,
-}
-
 /// `v` in the element type (nearest value).
 fn e<E: Element>(v: f64) -> E {
     E::from_f64_nearest(v)
 }
 
-fn host<B: Backend<E>, E: Element>(b: &B, s: Selection<B, E>) -> Sel<E> {
-    Sel {
-        indices: b.download(&s.indices).expect("download"),
-        values: b.download(&s.values).expect("download"),
-        count: s.count,
-        threshold: s.threshold,
-    }
+fn host<B: Backend<E>, E: Element>(b: &B, s: Selection<B, E>) -> HostSelection<E> {
+    HostSelection::download(b, &s).expect("download")
 }
 
 /// Test inputs: the shared suite's cases (without infinities, which
@@ -74,13 +81,13 @@ fn ks(n: usize) -> Vec<usize> {
     k
 }
 
-fn indices<E>(s: &Sel<E>) -> Vec<u32> {
+fn indices<E>(s: &HostSelection<E>) -> Vec<u32> {
     assert_eq!(s.indices.len(), s.count);
     assert_eq!(s.values.len(), s.count);
     s.indices.clone()
 }
 
-fn check_values<E: Element>(x: &[E], s: &Sel<E>) {
+fn check_values<E: Element>(x: &[E], s: &HostSelection<E>) {
     for (&i, &v) in s.indices.iter().zip(&s.values) {
         assert_eq!(v.to_bits_u64(), x[i as usize].to_bits_u64());
     }
@@ -90,240 +97,71 @@ fn check_values<E: Element>(x: &[E], s: &Sel<E>) {
     );
 }
 
-/// What a selector promises, for [`selector_suite_for`]. Every promise
-/// includes the basic contract of [`Selector`]: the selection's indices
-/// increasing and in range, its values `x` at them bit for bit, its count
-/// their number; `k = 0` selects nothing and `k = n` everything; `k > n` is
-/// [`Error::KOutOfRange`]; NaN or infinity anywhere is
-/// [`Error::NonFinite`] naming the first one, whatever `k` is and whatever
-/// the selector kept from earlier calls; a fresh selector given the same
-/// input gives the same selection (runs reproduce), and a second call on
-/// the same instance keeps the promise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Promise {
-    /// Exactly the `k` largest keys in this order, ties to the lower index
-    /// (the brute-force oracle: a full sort), as [`RadixTopK`] and
-    /// [`TrimmedTopK`] promise.
-    ExactTopK(KeyOrder),
-    /// RedSync's threshold contract, by magnitude: at least `k` selected;
-    /// every selected magnitude beats every unselected one; at most `2k`
-    /// unless ties at the `k`-th magnitude force more, and then exactly the
-    /// elements at least as large as the `k`-th; a reported threshold
-    /// separates the selected from the others. [`ThresholdBinarySearch`],
-    /// [`ThresholdReuse`] and [`SampledThreshold`] promise it; a selection
-    /// of exactly `k` that reports no threshold (a fallback re-selection,
-    /// as [`SampledThreshold`]'s on overshoot) must be the exact top-k by
-    /// magnitude instead.
-    Threshold,
-    /// At least `min(k, n)` entries and nothing more specific
-    /// ([`BlockTopK`], [`BucketTopK`], [`Policy`], an approximate
-    /// selector).
-    AtLeastK,
-}
-
-/// The selector contract, run on a user's selector (or a built-in one) on
-/// any backend, as `sparse_coll::testing::collective_suite_for` runs a
-/// collective: `make` builds a fresh selector, `promise` says what it
-/// promises ([`Promise`]). Inputs: the shared suite's (random, heavy-tailed,
-/// all equal, many ties, all zero, negative, subnormal, signed zeros; `n`
-/// from 1 to 4,097), large random ones (`2^16`, `2^17 + 3`), the empty input,
-/// and inputs with NaN or infinity at the start, in the middle and at the
-/// end, before and after a call that succeeded; `k` of 0, 1, `n/1000`,
-/// `n - 1`, `n` and `n + 1`. Returns the number of selections checked.
-///
-/// # Panics
-/// On the first check that fails, with the selector's name, the input and
-/// `k`: this is a test.
-///
-/// ```
-/// use backend_cpu::Cpu;
-/// use sparse_select::testing::{Promise, selector_suite_for};
-/// use sparse_select::{KeyOrder, RadixTopK};
-///
-/// // The element type first: a selector may implement several.
-/// let checked = selector_suite_for::<f32, _, _>(
-///     &Cpu,
-///     RadixTopK::magnitude,
-///     Promise::ExactTopK(KeyOrder::Abs),
-/// );
-/// assert!(checked > 100);
-/// ```
-pub fn selector_suite_for<E, B, S>(b: &B, make: impl Fn() -> S, promise: Promise) -> usize
-where
-    B: Backend<E>,
-    E: Element,
-    S: Selector<B, E>,
-{
-    let mut sel = make();
-    let name = sel.name();
-    let mut checked = 0;
-    // Each input is uploaded once and selected from many times.
-    let upload = |x: &[E]| b.upload(x).expect("upload");
-    let run = |s: &mut S, x: &B::Buffer<E>, k: usize| -> Result<Sel<E>, Error> {
-        s.select(b, x, k).map(|s| host(b, s))
-    };
-    // The empty input.
-    let none = upload(&[]);
-    let empty =
-        run(&mut sel, &none, 0).unwrap_or_else(|e| panic!("{name}: empty input, k = 0: {e}"));
-    assert_eq!(empty.count, 0, "{name}: empty input selects nothing");
-    assert!(
-        empty.indices.is_empty() && empty.values.is_empty(),
-        "{name}: empty input"
-    );
-    assert_eq!(
-        run(&mut sel, &none, 1).err(),
-        Some(Error::KOutOfRange { k: 1, len: 0 }),
-        "{name}: k = 1 of the empty input"
-    );
-    // One input past 2^16 (more than one pass of a radix digit, more
-    // than one block of most kernels), with small k only.
-    let big = (1usize << 17) + 3;
-    let large = (
-        format!("heavy n={big}"),
-        dense_values::<E>(big, ValueDist::HeavyTailed { scale: 1.0 }, 77),
-    );
-    for (case, x) in cases::<E>()
-        .into_iter()
-        .filter(|(_, x)| x.len() <= 1 << 16)
-        .chain([large])
-    {
-        let n = x.len();
-        let buf = upload(&x);
-        let keys: Vec<u64> = match promise {
-            Promise::ExactTopK(order) => x.iter().map(|&v| order.key(v)).collect(),
-            _ => Vec::new(),
-        };
-        for k in ks(n) {
-            let what = format!("{name}: {case}, k = {k}");
-            let keeps = |what: &str, s: &Sel<E>| {
-                check_selection(what, &x, s);
-                match k {
-                    0 => assert_eq!(s.count, 0, "{what}: k = 0 selects nothing"),
-                    k if k == n => assert_eq!(s.count, n, "{what}: k = n selects everything"),
-                    _ => {}
-                }
-                match promise {
-                    Promise::ExactTopK(order) => assert_eq!(
-                        s.indices,
-                        oracle_topk(&keys, k),
-                        "{what}: not the exact top-k in {order:?} order (ties to the lower index)"
-                    ),
-                    // A threshold selector that falls back to an exact
-                    // re-selection (DGC's, on overshoot) reports no
-                    // threshold: then the exact top-k by magnitude.
-                    Promise::Threshold if s.threshold.is_none() && k > 0 && s.count == k => {
-                        let abs: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
-                        assert_eq!(
-                            s.indices,
-                            oracle_topk(&abs, k),
-                            "{what}: no threshold reported and not the exact top-k"
-                        );
-                    }
-                    Promise::Threshold => check_threshold_contract(what, &x, k, s),
-                    Promise::AtLeastK => assert!(s.count >= k, "{what}: {} < k", s.count),
-                }
-            };
-            // A fresh selector, twice: the same selection (runs
-            // reproduce). Then the instance that has selected from every
-            // input before (a selector that keeps state, a threshold or a
-            // sampling seed, may choose otherwise, within its promise).
-            let s = run(&mut make(), &buf, k).unwrap_or_else(|e| panic!("{what}: {e}"));
-            keeps(&what, &s);
-            let fresh = run(&mut make(), &buf, k).unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!(
-                fresh.indices, s.indices,
-                "{what}: a fresh selector selects otherwise"
-            );
-            let kept = run(&mut sel, &buf, k).unwrap_or_else(|e| panic!("{what}: {e}"));
-            keeps(&format!("{what}, a selector called before"), &kept);
-            let again = run(&mut sel, &buf, k).unwrap_or_else(|e| panic!("{what}: {e}"));
-            keeps(&format!("{what}, a second call"), &again);
-            checked += 1;
-        }
-        assert_eq!(
-            run(&mut sel, &buf, n + 1).err(),
-            Some(Error::KOutOfRange { k: n + 1, len: n }),
-            "{name}: {case}, k = n + 1"
-        );
-    }
-    // NaN and infinity, each first at the start, in the middle and at the
-    // end, for every k, on the instance that just selected from a good
-    // input (a kept threshold must not skip the check) and on a fresh one.
-    let good: Vec<E> = (0..1000).map(|i| e(f64::from(i % 97) - 48.0)).collect();
-    let good_buf = upload(&good);
-    for bad in [E::nan(), E::infinity(), E::neg_infinity()] {
-        for at in [0, 1, 500, 999] {
-            let mut x = good.clone();
-            x[at] = bad;
-            // A second, later non-finite value of the other kind: the
-            // first is reported, whichever kind it is.
-            if at < 999 {
-                x[999] = if bad.is_nan() {
-                    E::infinity()
-                } else {
-                    E::nan()
-                };
-            }
-            let bad_buf = upload(&x);
-            for k in [0, 1, 10, 999, 1000] {
-                let what = format!("{name}: {bad:?} at {at}, k = {k}");
-                run(&mut sel, &good_buf, k.min(999))
-                    .unwrap_or_else(|e| panic!("{what}: good input: {e}"));
-                for s in [&mut sel, &mut make()] {
-                    match run(s, &bad_buf, k) {
-                        Err(Error::NonFinite { index }) if index == at => {}
-                        Err(e) => panic!("{what}: {e}, not NonFinite {{ index: {at} }}"),
-                        Ok(_) => panic!("{what}: selected from a non-finite input"),
-                    }
-                }
-                checked += 1;
-            }
-        }
-    }
-    checked
-}
-
-/// The basic contract of a selection: indices increasing and in range,
-/// values `x` at them bit for bit, the count their number.
-fn check_selection<E: Element>(what: &str, x: &[E], s: &Sel<E>) {
-    assert_eq!(s.indices.len(), s.count, "{what}: count vs indices");
-    assert_eq!(s.values.len(), s.count, "{what}: count vs values");
-    assert!(
-        s.indices.windows(2).all(|w| w[0] < w[1]),
-        "{what}: indices not increasing"
-    );
-    if let Some(&last) = s.indices.last() {
-        assert!(
-            (last as usize) < x.len(),
-            "{what}: index {last} out of range"
-        );
-    }
-    for (&i, &v) in s.indices.iter().zip(&s.values) {
-        assert_eq!(
-            v.to_bits_u64(),
-            x[i as usize].to_bits_u64(),
-            "{what}: the value at {i} is not the input's"
-        );
-    }
-}
-
-/// One check of the suite (see the module doc): every built-in selector
-/// through [`selector_suite_for`], with the promise its documentation
-/// makes.
-pub fn every_selector_keeps_its_promise<B: Backend<E>, E: Element>(b: &B) {
+/// One check of the suite (see the module doc): the exact selectors
+/// (radix top-k in every order, trimmed top-k at two steps) through
+/// [`selector_suite_for`], exact in their order. With the next two checks,
+/// every built-in selector runs the contract with the strongest promise it
+/// keeps (split in three so that a test harness runs them side by side).
+pub fn every_exact_selector_keeps_its_promise<B: Backend<E>, E: Element>(b: &B) {
     for order in [KeyOrder::Abs, KeyOrder::Signed, KeyOrder::SignedReversed] {
         selector_suite_for(b, || RadixTopK { order }, Promise::ExactTopK(order));
     }
     selector_suite_for(b, TrimmedTopK::default, Promise::ExactTopK(KeyOrder::Abs));
     let fine = || TrimmedTopK::new(0.05).expect("a valid epsilon");
     selector_suite_for(b, fine, Promise::ExactTopK(KeyOrder::Abs));
+}
+
+/// One check of the suite (see the module doc): the threshold selectors
+/// and RedSync's policy (exact on small layers, threshold search with
+/// reuse on large ones) keep the threshold contract.
+pub fn every_threshold_selector_keeps_its_promise<B: Backend<E>, E: Element>(b: &B) {
     selector_suite_for(b, ThresholdBinarySearch::default, Promise::Threshold);
     selector_suite_for(b, ThresholdReuse::<E>::default, Promise::Threshold);
     selector_suite_for(b, SampledThreshold::default, Promise::Threshold);
-    selector_suite_for(b, || BlockTopK { blocks: 3 }, Promise::AtLeastK);
-    selector_suite_for(b, BucketTopK::default, Promise::AtLeastK);
-    selector_suite_for(b, || Policy::<E>::new(false), Promise::AtLeastK);
+    selector_suite_for(b, || Policy::<E>::new(false), Promise::Threshold);
+}
+
+/// One check of the suite (see the module doc): the selectors whose rule
+/// no [`Promise`] states, through [`selector_suite_with_oracle`]. Block and
+/// bucket top-k select the exact top share of each segment of their
+/// `plan`, and keep no promise about the whole input
+/// ([`Promise::AtLeastKLargest`] included: a block of small values still
+/// gives its share); the quantized policy selects the exact signed top-k
+/// or low-k, alternating.
+pub fn block_bucket_and_quantized_selectors_keep_their_rule<B: Backend<E>, E: Element>(b: &B) {
+    let exact = Promise::ExactTopK(KeyOrder::Abs);
+    let blocks = BlockTopK { blocks: 3 };
+    selector_suite_with_oracle(
+        b,
+        || blocks,
+        |x: &[E], k, s: &HostSelection<E>| {
+            let (offsets, ks) = blocks.plan(x.len(), k).map_err(|e| e.to_string())?;
+            exact.check_per_segment(x, &offsets, &ks, s)
+        },
+    );
+    let buckets = BucketTopK::default();
+    selector_suite_with_oracle(
+        b,
+        || buckets,
+        |x: &[E], k, s: &HostSelection<E>| {
+            let (offsets, ks) = buckets.plan(x.len(), k).map_err(|e| e.to_string())?;
+            exact.check_per_segment(x, &offsets, &ks, s)
+        },
+    );
+    selector_suite_with_oracle(
+        b,
+        || Policy::<E>::new(true),
+        |x: &[E], k, s: &HostSelection<E>| {
+            let top = Promise::ExactTopK(KeyOrder::Signed).check(x, k, s);
+            let low = Promise::ExactTopK(KeyOrder::SignedReversed).check(x, k, s);
+            match (top, low) {
+                (Err(top), Err(low)) => Err(format!(
+                    "neither the signed top-k ({top}) nor the low-k ({low})"
+                )),
+                _ => Ok(()),
+            }
+        },
+    );
 }
 
 /// One check of the suite (see the module doc).
@@ -414,51 +252,12 @@ pub fn trimmed_topk_is_exact<B: Backend<E>, E: Element>(b: &B) {
     }
 }
 
-/// The threshold contract: at least k selected; every selected magnitude
-/// beats every unselected one; at most 2k, unless ties at the k-th
-/// magnitude force more, and then exactly the elements at least as large as
-/// the k-th (the fewest above any threshold that holds k).
-fn check_threshold_contract<E: Element>(name: &str, x: &[E], k: usize, s: &Sel<E>) {
-    check_values(x, s);
-    let idx = indices(s);
-    let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
-    if k == 0 {
-        assert!(idx.is_empty(), "{name}: k = 0");
-        return;
-    }
-    assert!(idx.len() >= k, "{name} k={k}: {} < k", idx.len());
-    let mut chosen = vec![false; x.len()];
-    for &i in &idx {
-        chosen[i as usize] = true;
-    }
-    let min_sel = idx.iter().map(|&i| keys[i as usize]).min().unwrap();
-    let max_unsel = (0..x.len()).filter(|&i| !chosen[i]).map(|i| keys[i]).max();
-    if let Some(m) = max_unsel {
-        assert!(
-            min_sel > m,
-            "{name} k={k}: a selected magnitude does not beat an unselected one"
-        );
-    }
-    if idx.len() > 2 * k {
-        let mut sorted = keys.clone();
-        sorted.sort_unstable_by(|a, b| b.cmp(a));
-        let kth = sorted[k - 1];
-        let fewest = keys.iter().filter(|&&key| key >= kth).count();
-        assert_eq!(
-            idx.len(),
-            fewest,
-            "{name} k={k}: more than 2k and not the fewest"
-        );
-    }
-    if let Some(t) = s.threshold {
-        for (i, &v) in x.iter().enumerate() {
-            assert_eq!(
-                chosen[i],
-                v.abs().to_f64_exact() > t,
-                "{name} k={k}: threshold {t} vs |x[{i}]| = {:?}",
-                v.abs()
-            );
-        }
+/// The threshold contract ([`Promise::Threshold`] without its exact
+/// fallback), as an assertion.
+fn check_threshold_contract<E: Element>(name: &str, x: &[E], k: usize, s: &HostSelection<E>) {
+    contract::check_selection(name, x, s);
+    if let Err(e) = contract::threshold_contract(x, k, s) {
+        panic!("{name} k={k}: {e}");
     }
 }
 
@@ -579,7 +378,7 @@ fn per_block_oracle(keys: &[u64], offsets: &[usize], ks: &[usize]) -> Vec<u32> {
 /// One check of the suite (see the module doc).
 pub fn bad_parameters_are_an_error<B: Backend<E>, E: Element>(b: &B) {
     // NaN, infinity and k > n for every selector:
-    // `every_selector_keeps_its_promise`.
+    // `every_exact_selector_keeps_its_promise` and the two after it.
     // Parameters that would loop forever or sample nothing.
     let ok = b.upload(&[E::one(), e(2.0), e(3.0)]).unwrap();
     let bad: Vec<Box<dyn Selector<B, E>>> = vec![
