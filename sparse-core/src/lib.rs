@@ -38,6 +38,7 @@ mod error;
 pub mod generate;
 pub mod hash;
 pub mod qsgd;
+mod reader;
 pub mod sparse;
 pub mod state;
 pub mod stats;

@@ -387,7 +387,7 @@ pub fn code_at(words: &[u8], j: usize, bits: u32) -> u32 {
 /// # Errors
 /// [`Error::Corrupt`] as the codec's decoder.
 pub fn decode_nonzeros<E: Element>(
-    r: &mut crate::encoding::Reader<'_>,
+    r: &mut crate::reader::Reader<'_>,
     n: usize,
     mut f: impl FnMut(usize, E),
 ) -> Result<()> {

@@ -18,14 +18,13 @@ mod bitmap;
 mod block;
 mod coo;
 mod hash_bitmap;
-mod reader;
 mod value;
 
+pub use crate::reader::Reader;
 pub use bitmap::{Bitmap, bits_from_indices, indices_from_bits};
 pub use block::{Block, DEFAULT_BLOCK};
 pub use coo::Coo;
 pub use hash_bitmap::{HashBitmap, PartitionIndex};
-pub use reader::Reader;
 pub use value::{
     Bf16, F16, Qsgd, Raw, SameSignMean, Split, USER_TAGS, ValueCodec, sends_exactly,
     split_by_round_trip,

@@ -64,19 +64,32 @@ fn digits<E: Element>() -> Vec<(u32, u32)> {
 
 /// Runs every primitive on `x` (and inputs derived from it by `seed`).
 fn run<B: Backend<E>, E: Element>(b: &B, x: &[E], seed: u64) -> Outputs<E> {
-    let n = x.len();
     let mut o = Outputs::default();
     let buf = b.upload(x).unwrap();
-    let sel = |o: &mut Outputs<E>, name: String, s: Selected<B, E>| {
-        let i = b.download(&s.indices).unwrap();
-        let v = b.download(&s.values).unwrap();
-        o.push(format!("{name} indices"), wide(&i));
-        o.push(format!("{name} values"), bits(&v));
-    };
+    reductions_and_selection(b, x, &buf, &mut o);
+    updates_and_codecs(b, x, &buf, seed, &mut o);
+    o
+}
 
-    o.push("max_abs", [b.max_abs(&buf).unwrap().to_bits_u64()]);
-    o.mean = b.mean_abs(&buf).unwrap();
-    o.squares = b.sum_squares(&buf).unwrap();
+/// A selection's indices and values, downloaded into the outputs.
+fn sel<B: Backend<E>, E: Element>(b: &B, o: &mut Outputs<E>, name: String, s: Selected<B, E>) {
+    let i = b.download(&s.indices).unwrap();
+    let v = b.download(&s.values).unwrap();
+    o.push(format!("{name} indices"), wide(&i));
+    o.push(format!("{name} values"), bits(&v));
+}
+
+/// The reductions, compactions, top-k and digit histograms of `x`.
+fn reductions_and_selection<B: Backend<E>, E: Element>(
+    b: &B,
+    x: &[E],
+    buf: &B::Buffer<E>,
+    o: &mut Outputs<E>,
+) {
+    let n = x.len();
+    o.push("max_abs", [b.max_abs(buf).unwrap().to_bits_u64()]);
+    o.mean = b.mean_abs(buf).unwrap();
+    o.squares = b.sum_squares(buf).unwrap();
     let mut sorted: Vec<E> = x.iter().map(|v| v.abs()).collect();
     sorted.sort_by(|a, b| a.to_f64_exact().total_cmp(&b.to_f64_exact()));
     let quantile = |q: f64| sorted[((n - 1) as f64 * q) as usize];
@@ -89,25 +102,23 @@ fn run<B: Backend<E>, E: Element>(b: &B, x: &[E], seed: u64) -> Outputs<E> {
     ] {
         o.push(
             format!("count_above({t:?})"),
-            [b.count_above(&buf, t).unwrap() as u64],
+            [b.count_above(buf, t).unwrap() as u64],
         );
         sel(
-            &mut o,
+            b,
+            o,
             format!("compact_above({t:?})"),
-            b.compact_above(&buf, t).unwrap(),
+            b.compact_above(buf, t).unwrap(),
         );
     }
     for k in [0, 1, n / 100, n / 3, n] {
-        sel(
-            &mut o,
-            format!("topk_abs k={k}"),
-            b.topk_abs(&buf, k).unwrap(),
-        );
+        sel(b, o, format!("topk_abs k={k}"), b.topk_abs(buf, k).unwrap());
         for end in [Extreme::Largest, Extreme::Smallest] {
             sel(
-                &mut o,
+                b,
+                o,
                 format!("topk_signed {end:?} k={k}"),
-                b.topk_signed(&buf, k, end).unwrap(),
+                b.topk_signed(buf, k, end).unwrap(),
             );
         }
     }
@@ -122,14 +133,15 @@ fn run<B: Backend<E>, E: Element>(b: &B, x: &[E], seed: u64) -> Outputs<E> {
                 digit_bits,
                 prefix,
             };
-            let h = b.digit_histogram(&buf, order, d).unwrap();
+            let h = b.digit_histogram(buf, order, d).unwrap();
             o.push(format!("digit_histogram {order:?} {d:?}"), wide(&h));
         }
         for take in [0, 1, 7, usize::MAX] {
             sel(
-                &mut o,
+                b,
+                o,
                 format!("compact_key {order:?} take={take}"),
-                b.compact_key(&buf, order, key, take).unwrap(),
+                b.compact_key(buf, order, key, take).unwrap(),
             );
         }
     }
@@ -137,12 +149,24 @@ fn run<B: Backend<E>, E: Element>(b: &B, x: &[E], seed: u64) -> Outputs<E> {
         let offsets: Vec<usize> = (0..=parts).map(|p| p * n / parts).collect();
         let ks: Vec<usize> = offsets.windows(2).map(|w| (w[1] - w[0]) / 10).collect();
         sel(
-            &mut o,
+            b,
+            o,
             format!("topk_abs_segmented parts={parts}"),
-            b.topk_abs_segmented(&buf, &offsets, &ks).unwrap(),
+            b.topk_abs_segmented(buf, &offsets, &ks).unwrap(),
         );
     }
+}
 
+/// The dense updates, the bitmap and QSGD codecs and hash partitioning, on
+/// sparse inputs drawn from `seed`.
+fn updates_and_codecs<B: Backend<E>, E: Element>(
+    b: &B,
+    x: &[E],
+    buf: &B::Buffer<E>,
+    seed: u64,
+    o: &mut Outputs<E>,
+) {
+    let n = x.len();
     // Sparse inputs drawn from the seed: unique sorted indices.
     let mut rng = Rng::seed_from_u64(seed);
     let idx: Vec<u32> = (0..n as u32)
@@ -151,7 +175,7 @@ fn run<B: Backend<E>, E: Element>(b: &B, x: &[E], seed: u64) -> Outputs<E> {
     let half = e::<E>(0.5);
     let vals: Vec<E> = idx.iter().map(|&i| x[i as usize] * half).collect();
     let bidx = b.upload(&idx).unwrap();
-    let g = b.gather(&buf, &bidx).unwrap();
+    let g = b.gather(buf, &bidx).unwrap();
     o.push("gather", bits(&b.download(&g).unwrap()));
     let mut dense = b.upload(x).unwrap();
     b.scatter_add(&mut dense, &bidx, &b.upload(&vals).unwrap())
@@ -164,7 +188,7 @@ fn run<B: Backend<E>, E: Element>(b: &B, x: &[E], seed: u64) -> Outputs<E> {
     let mut y: Vec<E> = dense_values(n, ValueDist::Normal { std: 1.0 }, seed ^ 1);
     let mut by = b.upload(&y).unwrap();
     let a = e::<E>(1.7);
-    b.axpy(a, &buf, &mut by).unwrap();
+    b.axpy(a, buf, &mut by).unwrap();
     let got = b.download(&by).unwrap();
     for (i, yi) in y.iter_mut().enumerate() {
         *yi = (a * x[i]).abs() + yi.abs();
@@ -178,7 +202,7 @@ fn run<B: Backend<E>, E: Element>(b: &B, x: &[E], seed: u64) -> Outputs<E> {
 
     for bits_per in [2, 4, 8] {
         let p = QsgdParams::new(bits_per, 1000, seed).unwrap();
-        let (s, w) = b.qsgd_quantize(&buf, &p, 77).unwrap();
+        let (s, w) = b.qsgd_quantize(buf, &p, 77).unwrap();
         o.push(
             format!("qsgd scales {bits_per}"),
             bits(&b.download(&s).unwrap()),
@@ -210,7 +234,6 @@ fn run<B: Backend<E>, E: Element>(b: &B, x: &[E], seed: u64) -> Outputs<E> {
             set.into_iter().flat_map(|(i, v)| [i as u64, v]),
         );
     }
-    o
 }
 
 /// Runs both backends on `n` values of `dist` and compares the outputs.
