@@ -70,7 +70,10 @@ pub fn colour(i: usize) -> RGBColor {
 
 /// The marker of line `i`: its shape's name and whether it is filled.
 pub fn marker(i: usize) -> (&'static str, bool) {
-    (MARKERS[i % MARKERS.len()], (i / MARKERS.len()).is_multiple_of(2))
+    (
+        MARKERS[i % MARKERS.len()],
+        (i / MARKERS.len()).is_multiple_of(2),
+    )
 }
 
 /// The outline of shape `s` of [`MARKERS`] around the origin, pixels.
