@@ -120,6 +120,7 @@ fn simulated_on_a_two_level_network() {
         let mut times = Vec::new();
         for spec in specs {
             let run = SimCluster::new(p)
+                .unwrap()
                 .run(|t| {
                     let mut a = registry.build(spec, Defaults::lossless())?;
                     let rank = t.rank();

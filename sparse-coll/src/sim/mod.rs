@@ -129,19 +129,36 @@ impl<T> SimRun<T> {
     }
 }
 
+/// The most ranks a [`SimCluster`] runs: each is a thread of this process
+/// (with a 1 MiB stack reserved), and a mailbox and a flag of shared memory
+/// each; past this the operating system's limits on threads (Linux's
+/// `threads-max` and `pid_max` are typically tens to hundreds of
+/// thousands) refuse them anyway.
+pub const MAX_RANKS: usize = 1 << 16;
+
 impl SimCluster {
-    /// `size` ranks (at least 1), computation off, a 600 s receive
-    /// timeout (a thousand ranks share this machine's cores).
+    /// `size` ranks, computation off, a 600 s receive timeout (a thousand
+    /// ranks share this machine's cores). Nothing proportional to `size` is
+    /// allocated before [`SimCluster::run`].
     ///
-    /// # Panics
-    /// If `size == 0`.
-    pub fn new(size: usize) -> Self {
-        assert!(size > 0, "SimCluster::new(0)");
-        Self {
+    /// # Errors
+    /// [`Error::InvalidParameter`] named `ranks` for `size == 0` or above
+    /// [`MAX_RANKS`].
+    pub fn new(size: usize) -> Result<Self> {
+        if size == 0 || size > MAX_RANKS {
+            return Err(Error::invalid(
+                "ranks",
+                format!(
+                    "a simulated cluster of {size} ranks: it runs 1 to {MAX_RANKS} ranks, \
+                     a thread each: ask for fewer"
+                ),
+            ));
+        }
+        Ok(Self {
             size,
             compute: Compute::Off,
             timeout: Duration::from_secs(600),
-        }
+        })
     }
     /// How computation advances the clocks.
     ///

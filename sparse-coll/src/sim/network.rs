@@ -3,6 +3,7 @@
 
 use sparse_core::{Error, Result};
 use std::fmt;
+use std::path::Path;
 
 /// A link that carries one message at a time (a FIFO server).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -52,18 +53,34 @@ impl AlphaBeta {
     /// second.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a negative or non-finite latency or
-    /// a bandwidth that is not finite and positive.
+    /// [`Error::InvalidParameter`] named `alpha_s` for a negative or
+    /// non-finite latency, `bytes_per_s` for a bandwidth that is not finite
+    /// and positive or so small that a byte takes longer than any finite
+    /// time (below about `5.6e-309`, `1 / f64::MAX`).
     pub fn new(alpha_s: f64, bytes_per_s: f64) -> Result<Self> {
         if !(alpha_s.is_finite() && alpha_s >= 0.0) {
-            return Err(Error::invalid("alpha", format!("{alpha_s} s")));
+            return Err(Error::invalid(
+                "alpha_s",
+                format!(
+                    "latency {} s: give a finite latency of at least 0 s",
+                    shown(alpha_s)
+                ),
+            ));
         }
-        if !(bytes_per_s.is_finite() && bytes_per_s > 0.0) {
-            return Err(Error::invalid("bandwidth", format!("{bytes_per_s} B/s")));
+        let beta = 1.0 / bytes_per_s;
+        if !(bytes_per_s.is_finite() && bytes_per_s > 0.0 && beta.is_finite()) {
+            return Err(Error::invalid(
+                "bytes_per_s",
+                format!(
+                    "bandwidth {} B/s: give a finite bandwidth above 0 whose byte takes a \
+                     finite time (above about 5.6e-309 B/s)",
+                    shown(bytes_per_s)
+                ),
+            ));
         }
         Ok(Self {
             alpha: alpha_s,
-            beta: 1.0 / bytes_per_s,
+            beta,
         })
     }
     /// Latency, seconds.
@@ -80,6 +97,17 @@ impl AlphaBeta {
             self.alpha * 1e6,
             1e-9 / self.beta
         )
+    }
+}
+
+/// `x` as a person reads it: plainly where that is short, else in
+/// scientific notation (`1e-310`, not 310 digits).
+pub(super) fn shown(x: f64) -> String {
+    let plain = x.to_string();
+    if plain.len() <= 12 {
+        plain
+    } else {
+        format!("{x:e}")
     }
 }
 
@@ -139,7 +167,10 @@ impl TwoLevel {
         inter: AlphaBeta,
     ) -> Result<Self> {
         if ranks_per_node == 0 {
-            return Err(Error::invalid("ranks_per_node", "0"));
+            return Err(Error::invalid(
+                "ranks_per_node",
+                "0: a node holds at least one rank",
+            ));
         }
         Ok(Self {
             name: name.into(),
@@ -229,10 +260,9 @@ pub fn preset(name: &str) -> Result<Box<dyn Network>> {
         "nvlink8-25gbe" => Box::new(TwoLevel::new(name, 8, nvlink, ethernet(25e-6, 25.0)?)?),
         "nvlink8-ib100" => Box::new(TwoLevel::new(name, 8, nvlink, ethernet(1.5e-6, 100.0)?)?),
         _ => {
-            let known: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
             return Err(Error::invalid(
                 "network",
-                format!("{name:?} is not one of {}", known.join(", ")),
+                format!("{name:?} is not one of {}", preset_names()),
             ));
         }
     })
@@ -290,11 +320,24 @@ pub fn parse_network(text: &str) -> Result<Box<dyn Network>> {
         v.parse::<f64>()
             .map_err(|_| bad(*line, format!("{k} = {v:?} is not a number")))
     };
+    // A constant the model refuses, named as the file names it: the key
+    // (the model's parameter, behind the file's prefix) and its line.
+    let refused = |prefix: &str, e: Error| match e {
+        Error::InvalidParameter { name, reason } => {
+            let key = format!("{prefix}{name}");
+            match get(&key) {
+                Some((_, _, line)) => bad(*line, format!("{key}: {reason}")),
+                None => Error::invalid("network file", format!("{key}: {reason}")),
+            }
+        }
+        e => e,
+    };
     let link = |prefix: &str| -> Result<AlphaBeta> {
         AlphaBeta::new(
             num(&format!("{prefix}alpha_s"))?,
             num(&format!("{prefix}bytes_per_s"))?,
         )
+        .map_err(|e| refused(prefix, e))
     };
     let name = get("name").map_or("file", |(_, v, _)| *v).to_string();
     let (net, keys): (Box<dyn Network>, &[&str]) = match text_of("model")? {
@@ -309,7 +352,10 @@ pub fn parse_network(text: &str) -> Result<Box<dyn Network>> {
                 .parse()
                 .map_err(|_| bad(*line, format!("ranks_per_node = {v:?} is not a count")))?;
             (
-                Box::new(TwoLevel::new(name, g, link("intra_")?, link("inter_")?)?),
+                Box::new(
+                    TwoLevel::new(name, g, link("intra_")?, link("inter_")?)
+                        .map_err(|e| refused("", e))?,
+                ),
                 &[
                     "name",
                     "model",
@@ -346,38 +392,131 @@ pub fn full_bisection_file(name: &str, link: AlphaBeta, comment: &str) -> String
     out
 }
 
-/// Reads the network file at `path` ([`parse_network`]).
+/// Reads the network file at `path` ([`parse_network`]): a regular file
+/// (a FIFO, a device or a directory is refused before it is read, so that
+/// nothing waits on it).
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] naming the path: it cannot be read, is
-/// longer than [`MAX_NETWORK_FILE`], or does not parse.
-pub fn read_network(path: &std::path::Path) -> Result<Box<dyn Network>> {
+/// [`Error::InvalidParameter`] named `network file`, its reason naming the
+/// path: it is not found, is not a regular file, cannot be read, is longer
+/// than [`MAX_NETWORK_FILE`], or does not parse (the line and the key).
+pub fn read_network(path: &Path) -> Result<Box<dyn Network>> {
+    let text = read_regular(path, MAX_NETWORK_FILE)
+        .map_err(|why| Error::invalid("network file", format!("{}: {why}", path.display())))?;
+    parse_network(&text).map_err(|e| match e {
+        Error::InvalidParameter { name, reason } => Error::InvalidParameter {
+            name,
+            reason: format!("{}: {reason}", path.display()),
+        },
+        e => e,
+    })
+}
+
+/// `O_NONBLOCK`, where this file knows its value: opening a FIFO with it
+/// returns at once instead of waiting for a writer (a regular file reads
+/// as without it). Elsewhere 0: the check of the path's metadata before
+/// the open is then the only guard.
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    any(
+        target_arch = "x86",
+        target_arch = "x86_64",
+        target_arch = "arm",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )
+))]
+const O_NONBLOCK: i32 = 0o4000;
+#[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
+const O_NONBLOCK: i32 = 0x4;
+#[cfg(not(any(
+    all(
+        any(target_os = "linux", target_os = "android"),
+        any(
+            target_arch = "x86",
+            target_arch = "x86_64",
+            target_arch = "arm",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        )
+    ),
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "freebsd"
+)))]
+const O_NONBLOCK: i32 = 0;
+
+/// The text of the regular file at `path`, at most `max` bytes: refuses
+/// anything else by its metadata before opening it, opens it without
+/// blocking, and checks the opened handle again (the path may have
+/// changed between).
+fn read_regular(path: &Path, max: u64) -> std::result::Result<String, String> {
     use std::io::Read;
-    let what = |e: String| Error::invalid("network file", format!("{}: {e}", path.display()));
-    let file = std::fs::File::open(path).map_err(|e| what(e.to_string()))?;
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => "file not found".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        _ => e.to_string(),
+    };
+    let regular = |m: &std::fs::Metadata| {
+        if m.is_file() {
+            Ok(())
+        } else {
+            let what = if m.is_dir() {
+                "a directory"
+            } else {
+                "a FIFO, socket or device"
+            };
+            Err(format!(
+                "not a regular file ({what}): give the path of a network file"
+            ))
+        }
+    };
+    regular(&std::fs::metadata(path).map_err(io)?)?;
+    let mut open = std::fs::OpenOptions::new();
+    open.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut open, O_NONBLOCK);
+    let file = open.open(path).map_err(io)?;
+    regular(&file.metadata().map_err(io)?)?;
     let mut text = String::new();
-    file.take(MAX_NETWORK_FILE + 1)
+    file.take(max + 1)
         .read_to_string(&mut text)
-        .map_err(|e| what(e.to_string()))?;
-    if text.len() as u64 > MAX_NETWORK_FILE {
-        return Err(what(format!("longer than {MAX_NETWORK_FILE} bytes")));
+        .map_err(|e| format!("cannot be read: {}", io(e)))?;
+    if text.len() as u64 > max {
+        return Err(format!("longer than {max} bytes: is this a network file?"));
     }
-    parse_network(&text).map_err(|e| what(e.to_string()))
+    Ok(text)
 }
 
 /// The network `spec` names: a preset ([`PRESETS`]) or, where it names
 /// none, the path of a network file ([`read_network`]).
 ///
 /// # Errors
-/// Neither a preset nor a readable network file (the error lists the
-/// presets).
+/// [`Error::InvalidParameter`] named `network`: neither a preset nor an
+/// existing path (the error lists the presets and says no file was
+/// found); [`read_network`]'s errors for a path that exists.
 pub fn network(spec: &str) -> Result<Box<dyn Network>> {
     if PRESETS.iter().any(|(n, _)| *n == spec) {
         return preset(spec);
     }
-    let path = std::path::Path::new(spec);
-    if path.exists() {
+    let path = Path::new(spec);
+    if std::fs::symlink_metadata(path).is_ok() {
         return read_network(path);
     }
-    preset(spec).map_err(|e| Error::invalid("network", format!("{e}; nor is it a network file")))
+    Err(Error::invalid(
+        "network",
+        format!(
+            "{spec:?} is not a preset ({}), nor a network file: file not found",
+            preset_names()
+        ),
+    ))
+}
+
+/// The presets' names, comma-separated.
+fn preset_names() -> String {
+    PRESETS
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

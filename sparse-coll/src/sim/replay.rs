@@ -1,6 +1,7 @@
 //! The replay of traces over a network: a discrete-event simulation (see
 //! the [module](super) doc for the model).
 
+use super::network::shown;
 use super::{Link, Network, Op, Route, Trace};
 use sparse_core::{Error, Result};
 use std::cmp::Reverse;
@@ -95,7 +96,10 @@ struct RankState {
 /// without its send, or a send that no receive takes: the run failed, or
 /// the traces come from different runs), naming the ranks; if a trace
 /// computes for a negative or non-finite time, or the network routes a
-/// message with a negative or non-finite latency or time per byte.
+/// message with a negative or non-finite latency or time per byte; if a
+/// time would pass the largest finite one (finite inputs whose sum
+/// overflows), naming the rank and what overflowed: every time a replay
+/// returns is finite.
 pub fn replay(traces: &[Trace], net: &dyn Network) -> Result<Timeline> {
     let mut sim = Replay::new(traces, net);
     sim.run()?;
@@ -139,7 +143,7 @@ impl<'a> Replay<'a> {
         while let Some(Reverse((at, event))) = self.events.pop() {
             let now = f64::from_bits(at);
             match event {
-                Event::Arrive(m) => self.arrive(m, now),
+                Event::Arrive(m) => self.arrive(m, now)?,
                 Event::Run(r) => self.step(r, now)?,
             }
         }
@@ -209,10 +213,18 @@ impl<'a> Replay<'a> {
                     if !(secs.is_finite() && secs >= 0.0) {
                         return Err(Error::invalid(
                             "traces",
-                            format!("rank {r} computes for {secs} s"),
+                            format!(
+                                "rank {r} computes for {secs} s: give a finite time of at least 0 s"
+                            ),
                         ));
                     }
-                    self.ranks[r].clock = clock + secs;
+                    self.ranks[r].clock = timed(clock + secs, || {
+                        format!(
+                            "rank {r}'s clock at {} s plus computation of {} s",
+                            shown(clock),
+                            shown(secs)
+                        )
+                    })?;
                     self.ranks[r].pc += 1;
                 }
                 Op::Send { to, bytes } => {
@@ -259,7 +271,14 @@ impl<'a> Replay<'a> {
         }
         let link = self.free.entry(route.out).or_insert(0.0);
         let start = now.max(*link);
-        let left = start + bytes as f64 * route.beta;
+        let what = || {
+            format!(
+                "rank {r}'s message of {bytes} B to rank {to} sent at {} s",
+                shown(start)
+            )
+        };
+        let left = timed(start + bytes as f64 * route.beta, what)?;
+        timed(start + route.alpha, what)?;
         *link = left;
         let m = self.messages.len();
         let waiting = &mut self.ranks[to].waiting;
@@ -311,15 +330,43 @@ impl<'a> Replay<'a> {
 
     /// A message's head reaches its incoming link at `now`: it occupies the
     /// link once the link is free, and wakes its receiver if it waits.
-    fn arrive(&mut self, m: usize, now: f64) {
+    fn arrive(&mut self, m: usize, now: f64) -> Result<()> {
         let msg = self.messages[m];
         let link = self.free.entry(msg.route.into).or_insert(0.0);
         let begin = now.max(*link);
-        let done = (begin + msg.bytes as f64 * msg.route.beta).max(msg.left + msg.route.alpha);
+        let done = timed(
+            (begin + msg.bytes as f64 * msg.route.beta).max(msg.left + msg.route.alpha),
+            || {
+                format!(
+                    "the arrival at rank {} of {} B from {begin} s",
+                    msg.to, msg.bytes
+                )
+            },
+        )?;
         *link = done;
         self.messages[m].done = Some(done);
         if msg.claimed {
             self.schedule(done, Event::Run(msg.to));
         }
+        Ok(())
+    }
+}
+
+/// `t`, a simulated time, where it is finite; else the error naming `what`
+/// overflowed: finite inputs (computation, latencies, bytes) whose sum
+/// passes the largest finite time cannot be timed.
+fn timed(t: f64, what: impl FnOnce() -> String) -> Result<f64> {
+    if t.is_finite() {
+        Ok(t)
+    } else {
+        Err(Error::invalid(
+            "traces",
+            format!(
+                "{} overflows the largest finite time ({:e} s): scale the traces' times or \
+                 the network's latency and time per byte down",
+                what(),
+                f64::MAX
+            ),
+        ))
     }
 }
