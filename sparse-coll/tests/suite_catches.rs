@@ -26,6 +26,13 @@ enum Bug {
     /// Claims a tenth of the bytes it receives, so that a planner would
     /// choose it.
     LyingCost,
+    /// A cost of NaN rounds (its words honest): a planner's comparison of
+    /// times is then false both ways.
+    NanRounds,
+    /// A cost of NaN words.
+    NanWords,
+    /// A cost of infinite rounds.
+    InfiniteRounds,
 }
 
 /// Every rank's pairs allgathered and summed, with a planted bug.
@@ -46,7 +53,13 @@ impl<E: Element> SparseAllreduce<E> for Rogue {
         if self.bug == Bug::LyingCost {
             bytes /= 10.0;
         }
-        Cost::new(f64::from(ceil_log2(prof.p)), bytes / 4.0)
+        let rounds = f64::from(ceil_log2(prof.p));
+        match self.bug {
+            Bug::NanRounds => Cost::new(f64::NAN, bytes / 4.0),
+            Bug::NanWords => Cost::new(rounds, f64::NAN),
+            Bug::InfiniteRounds => Cost::new(f64::INFINITY, bytes / 4.0),
+            _ => Cost::new(rounds, bytes / 4.0),
+        }
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         wire::enter(t, "rogue", v, &[], Ok(()))
@@ -161,4 +174,29 @@ fn a_scheme_whose_cost_lies_fails_as_a_failed_check() {
         )),
         "{out:?}"
     );
+}
+
+/// A `cost()` that is not a finite, non-negative count (NaN rounds or
+/// words, infinite rounds) fails as a failed check naming `cost()` and the
+/// field; the planner could not compare it.
+#[test]
+fn a_scheme_whose_cost_is_not_finite_fails() {
+    for (bug, field) in [
+        (Bug::NanRounds, "rounds"),
+        (Bug::NanWords, "words"),
+        (Bug::InfiniteRounds, "rounds"),
+    ] {
+        for p in [1, 3] {
+            let out = run(bug, p);
+            assert!(out.iter().all(Result::is_err), "{bug:?} P = {p}: {out:?}");
+            assert!(
+                out.iter().any(|r| matches!(
+                    r,
+                    Err(sparse_core::Error::Panicked { message, .. })
+                        if message.contains("cost()") && message.contains(field)
+                )),
+                "{bug:?} P = {p}: {out:?}"
+            );
+        }
+    }
 }
