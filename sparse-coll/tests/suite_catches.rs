@@ -200,3 +200,57 @@ fn a_scheme_whose_cost_is_not_finite_fails() {
         }
     }
 }
+
+/// Set in the child process of [`a_failing_suite_prints_one_panic_per_cluster`].
+const CHILD: &str = "SUITE_CATCHES_PRINTING_CHILD";
+
+/// In the child process only (a no-op otherwise): the suite fails on every
+/// rank of a 4-rank thread cluster and of a 4-rank simulated one.
+#[test]
+fn child_runs_a_failing_suite_on_two_clusters() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    assert!(run(Bug::LyingCost, 4).iter().all(Result::is_err));
+    let mut registry = Registry::<f32>::builtin();
+    registry
+        .register("rogue", "", "a rogue scheme", |_, _| {
+            Ok(Box::new(Rogue {
+                bug: Bug::LyingCost,
+                calls: 0,
+            }))
+        })
+        .unwrap();
+    let sim = sparse_coll::SimCluster::new(4)
+        .unwrap()
+        .run(|t| collective_suite_for(t, &registry, "rogue"))
+        .unwrap();
+    assert!(sim.results.iter().all(Result::is_err));
+}
+
+/// A suite that fails on every rank prints one panic (and one backtrace)
+/// per cluster, not one per rank: the test binary runs
+/// [`child_runs_a_failing_suite_on_two_clusters`] in a child process and
+/// counts what it printed.
+#[test]
+fn a_failing_suite_prints_one_panic_per_cluster() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_runs_a_failing_suite_on_two_clusters",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("panicked at").count(), 2, "{stderr}");
+    assert_eq!(stderr.matches("stack backtrace").count(), 2, "{stderr}");
+    assert!(stderr.contains("cost() predicts"), "{stderr}");
+}

@@ -181,8 +181,9 @@ impl SimCluster {
     }
     /// Runs `f` on every rank (a thread each, with a small stack) and
     /// returns the results, traffic and traces. A panic inside `f` becomes
-    /// that rank's [`Error::Panicked`]; a rank that returns closes its
-    /// mailbox, so peers still waiting on it get [`Error::PeerFailed`].
+    /// that rank's [`Error::Panicked`] (only the run's first is printed);
+    /// a rank that returns closes its mailbox, so peers still waiting on it
+    /// get [`Error::PeerFailed`].
     ///
     /// # Errors
     /// [`Error::Transport`] if the operating system refuses a thread (the
@@ -192,15 +193,16 @@ impl SimCluster {
         F: Fn(&mut SimTransport) -> Result<T> + Sync,
     {
         let shared = Arc::new(Shared::new(self.size));
+        let panics = crate::transport::RunPanics::default();
         let outs: Vec<Result<(Result<T>, Traffic, Trace)>> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..self.size)
                 .map(|rank| {
                     let mut t = SimTransport::new(rank, self, Arc::clone(&shared));
-                    let f = &f;
+                    let (f, panics) = (&f, &panics);
                     std::thread::Builder::new()
                         .name(format!("sim-rank-{rank}"))
                         .stack_size(1 << 20)
-                        .spawn_scoped(scope, move || t.run_rank(f))
+                        .spawn_scoped(scope, move || t.run_rank(panics, f))
                         .map_err(|e| {
                             shared.close(rank);
                             Error::Transport {
@@ -305,10 +307,11 @@ impl SimTransport {
 
     fn run_rank<T>(
         &mut self,
+        panics: &crate::transport::RunPanics,
         f: &(impl Fn(&mut SimTransport) -> Result<T> + Sync),
     ) -> (Result<T>, Traffic, Trace) {
         self.cpu_mark = thread_cpu_time();
-        let result = crate::transport::catch_rank(self.rank, || f(self));
+        let result = crate::transport::catch_rank(panics, self.rank, || f(self));
         self.computed();
         self.shared.close(self.rank);
         (
