@@ -197,7 +197,11 @@ impl<E: Element> Registered<E> for SsarSplitAllgather {
 /// and, with QSGD, `dsar_qsgd`.
 ///
 /// # Errors
-/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
+/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`]. With
+/// QSGD, a partition sum that is not finite (the inputs' sum overflowed:
+/// QSGD cannot scale it) fails on every rank, its owner with
+/// [`Error::Unencodable`] and the others with [`Error::PeerError`], and
+/// leaves the transport usable, as an entry round's failure does.
 ///
 /// Once warm (a call at the same dimension, `P` and element type
 /// succeeded), a call
@@ -333,6 +337,9 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         let probe = self.warm != Some((v.dim(), t.size(), E::CODE));
         split_enter_probing(t, v, Phase::Dense(self.qsgd), DSAR_NAME, probe)
     }
+    /// [`DsarSplitAllgather::agreed_body`], its agreed failure returned as
+    /// an error like any other (a caller of `body` alone abandons the
+    /// transport on it; [`SparseAllreduce::allreduce_into`] does not).
     fn body(
         &mut self,
         t: &mut dyn Transport,
@@ -340,6 +347,39 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
+        self.agreed_body(t, v, entered, out)?
+    }
+    /// As the provided method, but a failure every rank agrees on (a
+    /// partition sum QSGD cannot scale, [`DsarSplitAllgather::agreed_body`])
+    /// is returned without abandoning the transport: every rank took part
+    /// in every message, so the next call works.
+    fn allreduce_into(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        let before = t.traffic();
+        let entered = SparseAllreduce::<E>::enter(self, t, v)?;
+        crate::guard(t, |t| self.agreed_body(t, v, entered, out))??;
+        out.entry = entered.start().since(&before);
+        Ok(())
+    }
+}
+
+impl DsarSplitAllgather {
+    /// The body of a call: the outer error as any body's (the transport
+    /// may have peers waiting), the inner one agreed by every rank at the
+    /// same point with no message left unread (a partition sum that QSGD
+    /// cannot scale: its owner's [`Error::Unencodable`], the others'
+    /// [`Error::PeerError`]).
+    fn agreed_body<E: Element>(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
         let call = self.calls - 1;
         let q = self.qsgd.map(|q| {
             let mut mix = sparse_core::SplitMix64(q.seed() ^ call.rotate_left(32));
@@ -347,9 +387,11 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         });
         let start = entered.start();
         self.warm = None;
-        dsar_allgather(t, v, q, &mut self.frame, start, out)?;
+        if let Err(e) = dsar_allgather(t, v, q, &mut self.frame, start, out)? {
+            return Ok(Err(e));
+        }
         self.warm = Some((v.dim(), t.size(), E::CODE));
-        Ok(())
+        Ok(Ok(()))
     }
 }
 
@@ -757,7 +799,7 @@ mod tests {
                         let v = input(dim, t.rank(), c);
                         let mut fast = Reduced::default();
                         let start = t.traffic();
-                        dsar_allgather(t, &v, q, &mut frame, start, &mut fast)?;
+                        dsar_allgather(t, &v, q, &mut frame, start, &mut fast)??;
                         let mut slow = Reduced::default();
                         let start = t.traffic();
                         let (phase, g) = (Phase::Dense(q), Gather::Bruck);

@@ -4,7 +4,7 @@
 
 use super::{append_partition, partition_parts, partition_span, split_phase_from, stream_view};
 use crate::Transport;
-use crate::dense::gather_bruck_framed;
+use crate::dense::{Gathered, gather_bruck_framed};
 use crate::entry::Reduced;
 use crate::frame::{sum_parts, take_parts};
 use crate::transport::Traffic;
@@ -122,13 +122,26 @@ impl DsarFrame {
     }
 }
 
-/// DSAR after [`split_enter`]: [`split_allgather`]'s dense phase with the
+/// DSAR after [`super::split_enter`]: [`super::split_allgather`]'s dense phase with the
 /// same messages and results, bit for bit, without a pass over the dense
 /// partition on this rank: the split phase and the sum as there, then this
 /// rank's block written into `frame` from the sum's entries and sent from
 /// it, its share of the result (and, with QSGD, of `dropped`) taken from
 /// those entries, and the others' blocks read in place, their non-zeros
 /// found by skipping zero words.
+///
+/// A partition sum that QSGD cannot scale (not finite: the inputs' sum
+/// overflowed) is an agreed failure: its owner sends a failure block in
+/// the allgather instead of its partition, every rank completes the
+/// allgather, and every rank returns the inner error (the owner its own
+/// [`Error::Unencodable`], the others [`Error::PeerError`] naming the
+/// lowest such owner) with no message left unread, so that the transport
+/// stays usable; the frame is zero again.
+///
+/// # Errors
+/// The outer error: transport errors, [`Error::Corrupt`],
+/// [`Error::OutOfMemory`] (after which peers may wait: the caller abandons
+/// the transport).
 pub(super) fn dsar_allgather<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
@@ -136,7 +149,7 @@ pub(super) fn dsar_allgather<T: Transport + ?Sized, E: Element>(
     frame: &mut DsarFrame,
     start: Traffic,
     out: &mut Reduced<E>,
-) -> Result<()> {
+) -> Result<Result<()>> {
     let dim = v.dim();
     let (p, r) = (t.size(), t.rank());
     let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
@@ -160,16 +173,36 @@ pub(super) fn dsar_allgather<T: Transport + ?Sized, E: Element>(
     frame.split_spare.extend(got.into_iter().rev());
     // This rank's QSGD draws, as `encode_block` seeds them.
     let q = q.map(|q| q.with_seed(q.seed() ^ r as u64));
-    frame.write(q, len, (&ai, &av))?;
-    let (_, scales, _) = DsarFrame::regions::<E>(q, len);
-    let own_block = [&frame.bytes[4..]];
+    // A partition sum QSGD cannot scale (not finite: the inputs' sum
+    // overflowed) travels as a failure block instead, so that every rank
+    // still completes the allgather and learns of it.
+    let failed = match frame.write(q, len, (&ai, &av)) {
+        Ok(()) => None,
+        Err(Error::NonFinite { index }) => Some((lo + index) as u64),
+        Err(e) => return Err(e),
+    };
+    let failure = failed.map(failure_frame);
+    let framed: &[u8] = failure.as_deref().unwrap_or(&frame.bytes);
+    let own_block = [&framed[4..]];
     let g = gather_bruck_framed(
         t,
         &own_block,
-        &frame.bytes,
+        framed,
         &mut frame.send,
         &mut frame.gather_spare,
     )?;
+    let agreed = match failed {
+        Some(i) => Some(own_failure(i)),
+        None => peer_failure(&g, p)?,
+    };
+    if let Some(e) = agreed {
+        g.release_into(&mut frame.gather_spare);
+        if failed.is_none() {
+            frame.clear::<E>(q, len, &ai);
+        }
+        return Ok(Err(e));
+    }
+    let (_, scales, _) = DsarFrame::regions::<E>(q, len);
     for from in 0..p {
         let Some(b) = g.block(from) else {
             // This rank's partition: the sum's non-zeros, or what its
@@ -229,7 +262,64 @@ pub(super) fn dsar_allgather<T: Transport + ?Sized, E: Element>(
     out.result = SparseVec::new_unchecked(dim, result_i, result_v);
     out.dropped = SparseVec::new_unchecked(dim, ai, av);
     out.traffic = t.traffic().since(&start);
-    Ok(())
+    Ok(Ok(()))
+}
+
+/// The tag of a failure block: this rank's partition sum is not finite at
+/// the index that follows (`u64`), and QSGD cannot scale it.
+const FAILED: u8 = 3;
+
+/// The allgather frame of a failure block for index `i`: its 4-byte
+/// length, [`FAILED`], the index.
+fn failure_frame(i: u64) -> Vec<u8> {
+    let mut f = 9u32.to_le_bytes().to_vec();
+    f.push(FAILED);
+    f.extend_from_slice(&i.to_le_bytes());
+    f
+}
+
+/// What QSGD cannot do, and what to do instead.
+const NOT_FINITE: &str = "QSGD cannot scale a value that is not finite: scale the inputs \
+                          down, or use a lossless collective (dsar_split_allgather), whose \
+                          sum is infinite there";
+
+/// This rank's own error where its partition sum is not finite at `i`.
+fn own_failure(i: u64) -> Error {
+    Error::Unencodable {
+        codec: "qsgd",
+        reason: format!(
+            "the ranks' inputs sum to a value that is not finite at index {i} (past the \
+             element type's largest): {NOT_FINITE}"
+        ),
+    }
+}
+
+/// The lowest rank whose gathered block is a failure block, as this
+/// rank's [`Error::PeerError`]; `None` where no peer failed.
+///
+/// # Errors
+/// [`Error::Corrupt`] for a failure block of another length.
+fn peer_failure(g: &Gathered<'_>, p: usize) -> Result<Option<Error>> {
+    for q in 0..p {
+        let Some(b) = g.block(q).filter(|b| b.first() == Some(&FAILED)) else {
+            continue;
+        };
+        let i = b
+            .get(1..)
+            .and_then(|w| <[u8; 8]>::try_from(w).ok())
+            .map(u64::from_le_bytes)
+            .ok_or_else(|| {
+                Error::corrupt("dsar failure block", format!("{} bytes, not 9", b.len()))
+            })?;
+        return Ok(Some(Error::PeerError {
+            rank: q,
+            detail: format!(
+                "the ranks' inputs sum to a value that is not finite at index {i}, in rank \
+                 {q}'s partition: {NOT_FINITE}"
+            ),
+        }));
+    }
+    Ok(None)
 }
 
 /// Appends the pairs whose value is not zero, shifted by `qlo`: what
