@@ -85,6 +85,13 @@ pub struct Hierarchical<E: Element> {
     /// smaller last node holds several), by shard: at most `min(node, P)`,
     /// made at the calls, so that nothing grows with `node` at build.
     states: BTreeMap<usize, State>,
+    /// The shards of the last call, `min(node, P)` (0 before any, or with
+    /// one node): every rank saves a part for each, so that the ranks'
+    /// states have the same parts.
+    shards: usize,
+    /// A fresh inter-node instance's state: the part of a shard this rank
+    /// does not hold.
+    fresh: State,
 }
 
 impl<E: Element> std::fmt::Debug for Hierarchical<E> {
@@ -118,13 +125,16 @@ impl<E: Element> Hierarchical<E> {
                 ));
             }
         }
+        let inter_part = catalog.build(inter, defaults)?;
         Ok(Self {
             node,
             names: (intra.into(), inter.into()),
             intra: catalog.build(intra, defaults)?,
-            inter: catalog.build(inter, defaults)?,
+            fresh: inter_part.save_state()?,
+            inter: inter_part,
             holding: None,
             states: BTreeMap::new(),
+            shards: 0,
         })
     }
 
@@ -217,19 +227,26 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         self.inter.reset();
         self.holding = None;
         self.states.clear();
+        self.shards = 0;
     }
     /// Its parts' states: the intra-node algorithm's (child `part.0`) and
-    /// each shard's inter-node state that this rank has run (`part.{1 +
-    /// s}` for shard `s`). Which shards a rank drives depends on the rank
-    /// count, so a reshard drops them all.
+    /// one for each shard of the last call (`part.{1 + s}` for shard `s`,
+    /// `min(node, P)` of them, the same parts on every rank): the state of
+    /// a shard this rank has run, a fresh instance's for the others (and
+    /// any loaded). Which shards a rank drives depends on the rank count,
+    /// so a reshard drops them all.
     fn save_state(&self) -> Result<State> {
         let mut s = State::new(KIND, 1);
         s.put_child("part.0", self.intra.save_state()?);
-        for (shard, state) in &self.states {
-            s.put_child(format!("part.{}", shard + 1), state.clone());
-        }
-        if let Some(h) = self.holding {
-            s.put_child(format!("part.{}", h + 1), self.inter.save_state()?);
+        let held = self.holding.map(|h| h + 1).unwrap_or(0);
+        let loaded = self.states.keys().next_back().map_or(0, |k| k + 1);
+        for shard in 0..self.shards.max(held).max(loaded) {
+            let part = if self.holding == Some(shard) {
+                self.inter.save_state()?
+            } else {
+                self.states.get(&shard).unwrap_or(&self.fresh).clone()
+            };
+            s.put_child(format!("part.{}", shard + 1), part);
         }
         // Which shards a rank drives, and so its parts' states, depend on
         // the rank count: a reshard drops them all.
@@ -237,9 +254,16 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
     }
     /// Loads what [`SparseAllreduce::save_state`] saved (or an earlier
     /// version's state, which held a part for every shard of a node):
-    /// every part is checked before anything is assigned.
+    /// every part is checked before anything is assigned. A resharded
+    /// state loads as [`SparseAllreduce::reset`].
     fn load_state(&mut self, s: &State) -> Result<()> {
         s.expect(KIND, 1)?;
+        if s.resharded() {
+            // Every part's state depended on the rank count and was
+            // dropped: a first call's, everywhere.
+            self.reset();
+            return Ok(());
+        }
         let mut shards = BTreeMap::new();
         for (name, child) in s.children() {
             match name
@@ -270,6 +294,7 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         self.inter.reset();
         self.holding = None;
         self.states = shards;
+        self.shards = 0;
         Ok(())
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
@@ -305,6 +330,7 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             };
             return Ok(());
         }
+        self.shards = m;
         // 2. The shards this rank holds, each across the nodes, in shard
         //    order on every rank (a member of the smaller last node holds
         //    several, and their groups meet no other rank twice).
