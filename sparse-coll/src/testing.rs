@@ -14,7 +14,8 @@
 //!   follow from the inputs alone, its bytes too.
 //!
 //! Failures panic with the case, the algorithm and the rank, so a thread
-//! cluster reports them as that rank's error and an MPI program aborts.
+//! cluster reports them as that rank's error (printing the first rank's
+//! panic only, not one per rank) and an MPI program aborts.
 
 use crate::algorithm::Defaults;
 use crate::dense::bruck_allgather;
