@@ -337,9 +337,10 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         let probe = self.warm != Some((v.dim(), t.size(), E::CODE));
         split_enter_probing(t, v, Phase::Dense(self.qsgd), DSAR_NAME, probe)
     }
-    /// [`DsarSplitAllgather::agreed_body`], its agreed failure returned as
-    /// an error like any other (a caller of `body` alone abandons the
-    /// transport on it; [`SparseAllreduce::allreduce_into`] does not).
+    /// The call after its entry round; a failure every rank agrees on (a
+    /// partition sum QSGD cannot scale) is returned as an error like any
+    /// other (a caller of `body` alone abandons the transport on it;
+    /// [`SparseAllreduce::allreduce_into`] does not).
     fn body(
         &mut self,
         t: &mut dyn Transport,
@@ -350,9 +351,10 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         self.agreed_body(t, v, entered, out)?
     }
     /// As the provided method, but a failure every rank agrees on (a
-    /// partition sum QSGD cannot scale, [`DsarSplitAllgather::agreed_body`])
-    /// is returned without abandoning the transport: every rank took part
-    /// in every message, so the next call works.
+    /// partition sum QSGD cannot scale: the owner's
+    /// [`Error::Unencodable`], the others' [`Error::PeerError`]) is
+    /// returned without abandoning the transport: every rank took part in
+    /// every message, so the next call works.
     fn allreduce_into(
         &mut self,
         t: &mut dyn Transport,
