@@ -210,20 +210,14 @@ pub(super) fn dsar_allgather<T: Transport + ?Sized, E: Element>(
             match q {
                 None => push_sparse_nonzeros(&ai, &av, lo as u32, &mut result_i, &mut result_v),
                 Some(q) => {
-                    let body = &frame.bytes[4 + QSGD_AT..];
-                    let (sc, words) = body.split_at(scales);
-                    for (&i, x) in ai.iter().zip(av.iter_mut()) {
-                        let b = i as usize / q.bucket() * E::BYTES;
-                        let scale = E::read_le(&sc[b..b + E::BYTES]);
-                        let code = sparse_core::qsgd::code_at(words, i as usize, q.bits());
-                        let sent =
-                            sparse_core::qsgd::decode_code(code, scale, q.levels(), q.bits());
-                        if sent != E::zero() {
-                            result_i.push(lo as u32 + i);
-                            result_v.push(sent);
-                        }
-                        *x = *x - sent;
-                    }
+                    let (sc, words) = frame.bytes[4 + QSGD_AT..].split_at(scales);
+                    let sent = (q, sc, words);
+                    push_own_codes(
+                        sent,
+                        (&ai, &mut av),
+                        lo as u32,
+                        (&mut result_i, &mut result_v),
+                    );
                 }
             }
             continue;
@@ -248,21 +242,49 @@ pub(super) fn dsar_allgather<T: Transport + ?Sized, E: Element>(
     g.release_into(&mut frame.gather_spare);
     frame.clear::<E>(q, len, &ai);
     // This rank's share of what QSGD dropped: the entries' non-zero rests.
+    keep_rests(q.is_some(), (&mut ai, &mut av), lo as u32);
+    out.result = SparseVec::new_unchecked(dim, result_i, result_v);
+    out.dropped = SparseVec::new_unchecked(dim, ai, av);
+    out.traffic = t.traffic().since(&start);
+    Ok(Ok(()))
+}
+
+/// Keeps in `(ai, av)` the entries whose rest is not zero, shifted by
+/// `lo` (none without QSGD: nothing was dropped).
+fn keep_rests<E: Element>(quantized: bool, (ai, av): (&mut Vec<u32>, &mut Vec<E>), lo: u32) {
     let mut kept = 0;
-    if q.is_some() {
+    if quantized {
         for k in 0..ai.len() {
             if av[k] != E::zero() {
-                (ai[kept], av[kept]) = (ai[k] + lo as u32, av[k]);
+                (ai[kept], av[kept]) = (ai[k] + lo, av[k]);
                 kept += 1;
             }
         }
     }
     ai.truncate(kept);
     av.truncate(kept);
-    out.result = SparseVec::new_unchecked(dim, result_i, result_v);
-    out.dropped = SparseVec::new_unchecked(dim, ai, av);
-    out.traffic = t.traffic().since(&start);
-    Ok(Ok(()))
+}
+
+/// This rank's QSGD partition (`q`, its scales and code words as sent):
+/// what the codes of its entries `(ai, av)` decode to, non-zeros appended
+/// shifted by `lo`, and each entry's rest left in `av`.
+fn push_own_codes<E: Element>(
+    (q, sc, words): (QsgdParams, &[u8], &[u8]),
+    (ai, av): (&[u32], &mut [E]),
+    lo: u32,
+    (result_i, result_v): (&mut Vec<u32>, &mut Vec<E>),
+) {
+    for (&i, x) in ai.iter().zip(av.iter_mut()) {
+        let b = i as usize / q.bucket() * E::BYTES;
+        let scale = E::read_le(&sc[b..b + E::BYTES]);
+        let code = sparse_core::qsgd::code_at(words, i as usize, q.bits());
+        let sent = sparse_core::qsgd::decode_code(code, scale, q.levels(), q.bits());
+        if sent != E::zero() {
+            result_i.push(lo + i);
+            result_v.push(sent);
+        }
+        *x = *x - sent;
+    }
 }
 
 /// The tag of a failure block: this rank's partition sum is not finite at
