@@ -382,7 +382,7 @@ pub fn run_one_with(
     drop(model);
     reset_peak_rss();
     let start = Instant::now();
-    let run = SimCluster::new(p).compute(compute).run(|t| {
+    let run = SimCluster::new(p)?.compute(compute).run(|t| {
         let v: SparseVec<f32> = pool.rank(t.rank())?;
         let mut algo = registry.build(spec, defaults)?;
         if warm {

@@ -354,7 +354,7 @@ pub fn comm_time(net: &dyn Network, call: Call, n: usize, s: &SimSettings) -> Re
 /// `net` and over `net` with every latency 0 (its bandwidth part),
 /// seconds, the slowest rank's.
 fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Result<(f64, f64)> {
-    let cluster = SimCluster::new(s.ranks);
+    let cluster = SimCluster::new(s.ranks)?;
     let run = match call {
         Call::Ring => {
             let x = vec![1.0f32; dim];

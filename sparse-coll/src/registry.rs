@@ -229,7 +229,7 @@ impl<E: Element> Registry<E> {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for an unknown name (listing the known
-    /// ones).
+    /// ones and naming [`Registry::add_values`]).
     pub fn values(&self, name: &str) -> Result<WireValues<E>> {
         if name == "raw" {
             return Ok(WireValues::raw());
@@ -242,7 +242,9 @@ impl<E: Element> Registry<E> {
                 Error::invalid(
                     "values",
                     format!(
-                        "unknown codec {name:?}; known: raw, {}",
+                        "unknown codec {name:?}; known: raw, {}; a codec of your own \
+                         (a sparse_core::encoding::ValueCodec) joins with \
+                         Registry::add_values before the algorithm is built",
                         self.value_names().join(", ")
                     ),
                 )

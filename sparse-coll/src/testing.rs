@@ -14,7 +14,8 @@
 //!   follow from the inputs alone, its bytes too.
 //!
 //! Failures panic with the case, the algorithm and the rank, so a thread
-//! cluster reports them as that rank's error and an MPI program aborts.
+//! cluster reports them as that rank's error (printing the first rank's
+//! panic only, not one per rank) and an MPI program aborts.
 
 use crate::algorithm::Defaults;
 use crate::dense::bruck_allgather;
@@ -207,7 +208,8 @@ pub fn collective_suite_in(t: &mut dyn Transport, registry: &Registry<f32>) -> R
 /// counted during the call, and the entry round be an agreement: at least
 /// `ceil(lg P)` rounds of one message each way, as many bytes sent as
 /// received; a rank whose result holds what its input does not must report
-/// receiving something. Its [`crate::SparseAllreduce::cost`] must be within
+/// receiving something. Its [`crate::SparseAllreduce::cost`] must be finite
+/// and non-negative (rounds and words), and within
 /// [`COST_FACTOR`] of the bytes the busiest rank receives in a first call
 /// (the planner trusts it). Also what the algorithm
 /// says of itself: its result's bound
@@ -253,9 +255,9 @@ pub fn collective_suite_for(
         // What the fresh instance predicts of its first call (for the
         // planner, the cost of what it ran, as it chose from an estimate).
         let prof = Profile::of(&ins);
-        let mut predicted = algo.cost(&prof).bytes();
         let kind = if exact { "integer" } else { "real" };
         let ctx = format!("{spec} P={p} rank {r} {case:?} {kind} values");
+        let mut predicted = check_cost(&ctx, algo.cost(&prof)).bytes();
         for call in [1, 2, 3] {
             let ctx = format!("{ctx}, call {call}");
             let before = t.traffic();
@@ -280,7 +282,7 @@ pub fn collective_suite_for(
             if call == 1
                 && let Some(ran) = algo.ran()
             {
-                predicted = registry.build(&ran, defaults)?.cost(&prof).bytes();
+                predicted = check_cost(&ctx, registry.build(&ran, defaults)?.cost(&prof)).bytes();
             }
             if call == 1 {
                 // `allreduce_into` on a second, fresh instance, into an
@@ -398,6 +400,20 @@ fn check_entry_cost(ctx: &str, p: usize, counted: &Traffic, red: &Reduced<f32>) 
             "{ctx}: no entry agreement ({entry:?}): ranks that disagree would hang"
         );
     }
+}
+
+/// `cost`, where both its counts are finite and at least zero; else a
+/// failed check naming the field: the planner adds and compares costs,
+/// and a NaN compares false both ways.
+fn check_cost(ctx: &str, cost: sparse_core::cost::Cost) -> sparse_core::cost::Cost {
+    for (field, x) in [("rounds", cost.rounds), ("words", cost.words)] {
+        assert!(
+            x.is_finite() && x >= 0.0,
+            "{ctx}: cost() predicts {x} {field}: a cost must be finite and at least 0 \
+             (the planner compares them)"
+        );
+    }
+    cost
 }
 
 /// How far a scheme's [`crate::SparseAllreduce::cost`] may be from the

@@ -120,6 +120,7 @@ fn simulated_on_a_two_level_network() {
         let mut times = Vec::new();
         for spec in specs {
             let run = SimCluster::new(p)
+                .unwrap()
                 .run(|t| {
                     let mut a = registry.build(spec, Defaults::lossless())?;
                     let rank = t.rank();
@@ -148,5 +149,69 @@ fn simulated_on_a_two_level_network() {
         println!("P={p}: hierarchical / best flat = {ratio:.2}");
         assert!(ratio < 1.0 && ratio < last, "P={p}: {ratio}");
         last = ratio;
+    }
+}
+
+/// Stateful inter-node parts where the smaller last node's members hold
+/// several shards (one instance runs each shard from that shard's own
+/// state): the suite's three calls, saved state and reset hold.
+#[test]
+fn stateful_parts_keep_each_shards_state() {
+    let registry = Registry::<f32>::builtin();
+    for p in [5, 7] {
+        for spec in [
+            "hierarchical:node=4,inter=spardl_bsag",
+            "hierarchical:node=3,inter=ok_topk",
+        ] {
+            for r in ThreadCluster::new(p)
+                .synchronous(true)
+                .run(|t| collective_suite_for(t, &registry, spec))
+            {
+                r.unwrap_or_else(|e| panic!("{spec} P={p}: {e}"));
+            }
+        }
+    }
+}
+
+/// A state in the earlier layout (a part for every shard of a node, those
+/// a rank never ran fresh) loads, and the next call is the same as the
+/// saved instance's, bit for bit.
+#[test]
+fn a_state_with_a_part_for_every_shard_loads() {
+    use sparse_core::state::State;
+    let (p, spec) = (5, "hierarchical:node=4,inter=spardl_bsag");
+    let defaults = Defaults::k(6).unwrap();
+    let out = ThreadCluster::new(p).run(|t| {
+        let registry = Registry::<f32>::builtin();
+        let r = t.rank() as u32;
+        let input = |c: u32| {
+            let idx: Vec<u32> = (0..30).map(|i| (i * 7 + r * 3 + c) % 200).collect();
+            let mut idx = idx;
+            idx.sort_unstable();
+            idx.dedup();
+            let val = idx.iter().map(|&i| (i % 13) as f32 - 6.0).collect();
+            SparseVec::new(200, idx, val)
+        };
+        let mut a = registry.build(spec, defaults)?;
+        for c in 0..2 {
+            a.allreduce(t, &input(c)?)?;
+        }
+        let saved = a.save_state()?;
+        let fresh = registry.build("spardl_bsag", defaults)?.save_state()?;
+        let mut old = State::new(saved.kind(), saved.version());
+        old.put_child("part.0", saved.child("part.0")?.clone());
+        for s in 1..=4 {
+            let part = format!("part.{s}");
+            let child = saved.child(&part).unwrap_or(&fresh).clone();
+            old.put_child(part, child);
+        }
+        let mut b = registry.build(spec, defaults)?;
+        b.load_state(&old)?;
+        let v = input(2)?;
+        let (want, got) = (a.allreduce(t, &v)?, b.allreduce(t, &v)?);
+        Ok(want.result == got.result && want.dropped == got.dropped)
+    });
+    for (r, o) in out.into_iter().enumerate() {
+        assert!(o.unwrap(), "rank {r}");
     }
 }

@@ -363,6 +363,8 @@ fn rsag_traffic_matches_eq_5() {
     }
 }
 
+/// Teams that do not fit are `InvalidParameter` named `d`, as the user
+/// wrote it.
 #[test]
 fn sag_rejects_team_counts_that_do_not_fit() {
     for (p, d) in [(4usize, 3usize), (6, 4), (5, 2)] {
@@ -370,7 +372,7 @@ fn sag_rejects_team_counts_that_do_not_fit() {
             SpardlRsag::new(Budget::k(4)?, Some(d)).allreduce(t, &SparseVec::<f32>::zeros(40)?)
         }) {
             assert!(
-                matches!(r, Err(Error::InvalidParameter { name: "teams", .. })),
+                matches!(r, Err(Error::InvalidParameter { name: "d", .. })),
                 "P={p} d={d}: {r:?}"
             );
         }
@@ -378,10 +380,7 @@ fn sag_rejects_team_counts_that_do_not_fit() {
     for r in ThreadCluster::new(4)
         .run(|t| SpardlBsag::new(Budget::k(4)?, 3)?.allreduce(t, &SparseVec::<f32>::zeros(40)?))
     {
-        assert!(matches!(
-            r,
-            Err(Error::InvalidParameter { name: "teams", .. })
-        ));
+        assert!(matches!(r, Err(Error::InvalidParameter { name: "d", .. })));
     }
 }
 

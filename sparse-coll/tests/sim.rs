@@ -21,6 +21,7 @@ fn close(a: f64, b: f64) -> bool {
 fn one_message_takes_alpha_plus_m_beta() {
     let m = 1_000_000;
     let run = SimCluster::new(3)
+        .unwrap()
         .run(|t| match t.rank() {
             0 => t.send(1, &vec![7u8; m]),
             1 => t.recv(0).map(|got| assert_eq!(got.len(), m)),
@@ -44,6 +45,7 @@ fn ring_allreduce_follows_its_closed_form() {
     for p in [2usize, 3, 5, 8] {
         let n = 1200 * p;
         let run = SimCluster::new(p)
+            .unwrap()
             .run(|t| {
                 let x = vec![t.rank() as f32; n];
                 dense::ring_allreduce(t, &x)
@@ -72,6 +74,7 @@ fn a_shared_nic_serialises_the_nodes_messages() {
     let m = 100_000;
     // Across nodes: rank r sends to r + 4.
     let across = SimCluster::new(8)
+        .unwrap()
         .run(|t| {
             let r = t.rank();
             if r < 4 {
@@ -86,6 +89,7 @@ fn a_shared_nic_serialises_the_nodes_messages() {
     assert!(close(last, 20e-6 + 4.0 * m as f64 * 1e-9), "{time:?}");
     // Within nodes: rank r sends to r ^ 1.
     let within = SimCluster::new(8)
+        .unwrap()
         .run(|t| {
             let r = t.rank();
             if r % 2 == 0 {
@@ -125,7 +129,7 @@ fn every_algorithm_matches_the_thread_transport_exactly() {
                 Ok((red, t.traffic()))
             };
             let threads = ThreadCluster::new(p).run(|t| call(t));
-            let sim = SimCluster::new(p).run(|t| call(t)).unwrap();
+            let sim = SimCluster::new(p).unwrap().run(|t| call(t)).unwrap();
             for (r, (a, b)) in threads.iter().zip(&sim.results).enumerate() {
                 let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
                 assert_eq!(a.0.result, b.0.result, "{spec} P = {p} rank {r}");
@@ -142,6 +146,7 @@ fn every_algorithm_matches_the_thread_transport_exactly() {
 fn the_collective_suite_passes_on_the_simulated_cluster() {
     for p in [2, 3, 5] {
         let run = SimCluster::new(p)
+            .unwrap()
             .run(|t| testing::collective_suite(t))
             .unwrap();
         for (r, out) in run.results.into_iter().enumerate() {
@@ -168,6 +173,7 @@ fn simulated_times_are_deterministic() {
     for spec in ["topk_a", "spardl", "ssar_recursive_double"] {
         let times = || {
             let run = SimCluster::new(p)
+                .unwrap()
                 .run(|t| {
                     let mut a = registry.build(spec, Defaults::k(100)?)?;
                     let mine = &ins[t.rank()];
@@ -194,6 +200,7 @@ fn simulated_times_are_deterministic() {
 #[test]
 fn failures_end_waits_and_bad_traces_are_errors() {
     let run = SimCluster::new(2)
+        .unwrap()
         .run(|t| {
             if t.rank() == 1 {
                 return Err(Error::invalid("test", "rank 1 gives up"));
@@ -319,7 +326,7 @@ fn network_files_round_trip_and_reject_bad_lines() {
         assert!(matches!(e, Error::InvalidParameter { .. }), "{e}");
         assert!(e.to_string().contains(says), "{bad:?}: {e}");
     }
-    // A path that is no preset and no file names both.
+    // A path that is no preset and no file says the file was not found.
     let e = sparse_coll::sim::network("/nonexistent/net.txt").unwrap_err();
-    assert!(e.to_string().contains("nor is it a network file"), "{e}");
+    assert!(e.to_string().contains("file not found"), "{e}");
 }

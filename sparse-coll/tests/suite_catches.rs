@@ -26,6 +26,13 @@ enum Bug {
     /// Claims a tenth of the bytes it receives, so that a planner would
     /// choose it.
     LyingCost,
+    /// A cost of NaN rounds (its words honest): a planner's comparison of
+    /// times is then false both ways.
+    NanRounds,
+    /// A cost of NaN words.
+    NanWords,
+    /// A cost of infinite rounds.
+    InfiniteRounds,
 }
 
 /// Every rank's pairs allgathered and summed, with a planted bug.
@@ -46,7 +53,13 @@ impl<E: Element> SparseAllreduce<E> for Rogue {
         if self.bug == Bug::LyingCost {
             bytes /= 10.0;
         }
-        Cost::new(f64::from(ceil_log2(prof.p)), bytes / 4.0)
+        let rounds = f64::from(ceil_log2(prof.p));
+        match self.bug {
+            Bug::NanRounds => Cost::new(f64::NAN, bytes / 4.0),
+            Bug::NanWords => Cost::new(rounds, f64::NAN),
+            Bug::InfiniteRounds => Cost::new(f64::INFINITY, bytes / 4.0),
+            _ => Cost::new(rounds, bytes / 4.0),
+        }
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         wire::enter(t, "rogue", v, &[], Ok(()))
@@ -161,4 +174,83 @@ fn a_scheme_whose_cost_lies_fails_as_a_failed_check() {
         )),
         "{out:?}"
     );
+}
+
+/// A `cost()` that is not a finite, non-negative count (NaN rounds or
+/// words, infinite rounds) fails as a failed check naming `cost()` and the
+/// field; the planner could not compare it.
+#[test]
+fn a_scheme_whose_cost_is_not_finite_fails() {
+    for (bug, field) in [
+        (Bug::NanRounds, "rounds"),
+        (Bug::NanWords, "words"),
+        (Bug::InfiniteRounds, "rounds"),
+    ] {
+        for p in [1, 3] {
+            let out = run(bug, p);
+            assert!(out.iter().all(Result::is_err), "{bug:?} P = {p}: {out:?}");
+            assert!(
+                out.iter().any(|r| matches!(
+                    r,
+                    Err(sparse_core::Error::Panicked { message, .. })
+                        if message.contains("cost()") && message.contains(field)
+                )),
+                "{bug:?} P = {p}: {out:?}"
+            );
+        }
+    }
+}
+
+/// Set in the child process of [`a_failing_suite_prints_one_panic_per_cluster`].
+const CHILD: &str = "SUITE_CATCHES_PRINTING_CHILD";
+
+/// In the child process only (a no-op otherwise): the suite fails on every
+/// rank of a 4-rank thread cluster and of a 4-rank simulated one.
+#[test]
+fn child_runs_a_failing_suite_on_two_clusters() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    assert!(run(Bug::LyingCost, 4).iter().all(Result::is_err));
+    let mut registry = Registry::<f32>::builtin();
+    registry
+        .register("rogue", "", "a rogue scheme", |_, _| {
+            Ok(Box::new(Rogue {
+                bug: Bug::LyingCost,
+                calls: 0,
+            }))
+        })
+        .unwrap();
+    let sim = sparse_coll::SimCluster::new(4)
+        .unwrap()
+        .run(|t| collective_suite_for(t, &registry, "rogue"))
+        .unwrap();
+    assert!(sim.results.iter().all(Result::is_err));
+}
+
+/// A suite that fails on every rank prints one panic (and one backtrace)
+/// per cluster, not one per rank: the test binary runs
+/// [`child_runs_a_failing_suite_on_two_clusters`] in a child process and
+/// counts what it printed.
+#[test]
+fn a_failing_suite_prints_one_panic_per_cluster() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_runs_a_failing_suite_on_two_clusters",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("panicked at").count(), 2, "{stderr}");
+    assert_eq!(stderr.matches("stack backtrace").count(), 2, "{stderr}");
+    assert!(stderr.contains("cost() predicts"), "{stderr}");
 }

@@ -2,9 +2,7 @@
 //! collective within each node, one across nodes on each rank's shard, and
 //! an allgather within each node, built on [`crate::Group`].
 
-use crate::algorithm::{
-    Catalog, Defaults, Params, Registered, SparseAllreduce, is_name, load_parts, save_parts,
-};
+use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
 use crate::dense::bruck_allgather;
 use crate::entry::{enter, entry_id};
 use crate::frame::{put_block, take_block};
@@ -13,9 +11,12 @@ use crate::{Entered, Group, Reduced, Transport};
 use sparse_core::cost::{Cost, ceil_log2};
 use sparse_core::state::State;
 use sparse_core::{Element, Error, Result, SparseVec};
+use std::collections::BTreeMap;
 
 /// The registry name, from which the entry id derives.
 const NAME: &str = "hierarchical";
+/// The kind of its state.
+const KIND: &str = "sparse_coll::Hierarchical";
 
 /// The nodes of `p` ranks of `node` ranks each (the last one may hold
 /// fewer): rank `r`'s node, its first rank and its size.
@@ -55,7 +56,14 @@ fn shard(n: usize, m: usize, s: usize) -> (usize, usize) {
 /// addition per index.
 ///
 /// The intra step sums whole vectors (an allreduce, not a reduce-scatter):
-/// within a node, links are the fast ones. Registry name `hierarchical`,
+/// within a node, links are the fast ones.
+///
+/// `node` may exceed any cluster (it is then one node): nothing grows with
+/// it. A rank runs all its shards on one inter-node instance, each from
+/// that shard's own state ([`SparseAllreduce::save_state`] and
+/// [`SparseAllreduce::load_state`] between shards, only on a rank that
+/// holds several), so it keeps at most `min(node, P)` states, made at the
+/// calls. Registry name `hierarchical`,
 /// parameters `node` (default 8), `intra` and `inter` (registry names of
 /// the catalog it is built in, each with the same defaults; default
 /// `ssar_split_allgather` for both).
@@ -67,9 +75,23 @@ pub struct Hierarchical<E: Element> {
     node: usize,
     names: (String, String),
     intra: Box<dyn SparseAllreduce<E>>,
-    /// One instance per shard, so that a stateful collective keeps the
-    /// state of its own group.
-    inter: Vec<Box<dyn SparseAllreduce<E>>>,
+    /// The inter-node collective, one instance for every shard this rank
+    /// holds: each shard's calls run from that shard's own state, so that
+    /// a stateful collective keeps the state of its own group.
+    inter: Box<dyn SparseAllreduce<E>>,
+    /// The shard whose state `inter` holds (`None`: a fresh instance's).
+    holding: Option<usize>,
+    /// The states of the other shards this rank has run (a member of a
+    /// smaller last node holds several), by shard: at most `min(node, P)`,
+    /// made at the calls, so that nothing grows with `node` at build.
+    states: BTreeMap<usize, State>,
+    /// The shards of the last call, `min(node, P)` (0 before any, or with
+    /// one node): every rank saves a part for each, so that the ranks'
+    /// states have the same parts.
+    shards: usize,
+    /// A fresh inter-node instance's state: the part of a shard this rank
+    /// does not hold.
+    fresh: State,
 }
 
 impl<E: Element> std::fmt::Debug for Hierarchical<E> {
@@ -103,15 +125,35 @@ impl<E: Element> Hierarchical<E> {
                 ));
             }
         }
-        let inter_all = (0..node)
-            .map(|_| catalog.build(inter, defaults))
-            .collect::<Result<_>>()?;
+        let inter_part = catalog.build(inter, defaults)?;
         Ok(Self {
             node,
             names: (intra.into(), inter.into()),
             intra: catalog.build(intra, defaults)?,
-            inter: inter_all,
+            fresh: inter_part.save_state()?,
+            inter: inter_part,
+            holding: None,
+            states: BTreeMap::new(),
+            shards: 0,
         })
+    }
+
+    /// Makes `inter` hold shard `s`'s state: the state it holds is kept
+    /// for its shard, and `s`'s loaded (a fresh instance's where `s` has
+    /// not run yet). Nothing to do for a rank that holds one shard.
+    fn hold(&mut self, s: usize) -> Result<()> {
+        if self.holding == Some(s) {
+            return Ok(());
+        }
+        if let Some(h) = self.holding.take() {
+            self.states.insert(h, self.inter.save_state()?);
+        }
+        match self.states.remove(&s) {
+            Some(state) => self.inter.load_state(&state)?,
+            None => self.inter.reset(),
+        }
+        self.holding = Some(s);
+        Ok(())
     }
 }
 
@@ -126,7 +168,7 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         )
     }
     fn lossless(&self) -> bool {
-        self.intra.lossless() && self.inter.iter().all(|a| a.lossless())
+        self.intra.lossless() && self.inter.lossless()
     }
     /// The intra collective's cost on a node (`node` ranks, the union of
     /// their inputs), the inter collective's on a shard (the nodes' sums
@@ -169,7 +211,7 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             union: prof.union.div_ceil(m).max(node_sum),
             ..*prof
         };
-        let inter = plus(self.inter[0].cost(&across), entry(nodes));
+        let inter = plus(self.inter.cost(&across), entry(nodes));
         let gather_entries = prof.union as f64 * (m - 1) as f64 / m as f64;
         let gather = bytes_cost(
             f64::from(ceil_log2(m)),
@@ -182,25 +224,78 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
     }
     fn reset(&mut self) {
         self.intra.reset();
-        self.inter.iter_mut().for_each(|a| a.reset());
+        self.inter.reset();
+        self.holding = None;
+        self.states.clear();
+        self.shards = 0;
     }
-    /// Its parts' states: the intra-node algorithm (child `part.0`) and
-    /// each shard's inter-node instance (`part.1`, ...). Which shards a
-    /// rank drives depends on the rank count, so a reshard rebuilds them.
+    /// Its parts' states: the intra-node algorithm's (child `part.0`) and
+    /// one for each shard of the last call (`part.{1 + s}` for shard `s`,
+    /// `min(node, P)` of them, the same parts on every rank): the state of
+    /// a shard this rank has run, a fresh instance's for the others (and
+    /// any loaded). Which shards a rank drives depends on the rank count,
+    /// so a reshard drops them all.
     fn save_state(&self) -> Result<State> {
-        let mut s = State::new("sparse_coll::Hierarchical", 1);
-        let mut parts: Vec<&dyn SparseAllreduce<E>> = vec![&*self.intra];
-        parts.extend(self.inter.iter().map(|a| &**a));
-        save_parts(&mut s, "part.", &parts)?;
+        let mut s = State::new(KIND, 1);
+        s.put_child("part.0", self.intra.save_state()?);
+        let held = self.holding.map(|h| h + 1).unwrap_or(0);
+        let loaded = self.states.keys().next_back().map_or(0, |k| k + 1);
+        for shard in 0..self.shards.max(held).max(loaded) {
+            let part = if self.holding == Some(shard) {
+                self.inter.save_state()?
+            } else {
+                self.states.get(&shard).unwrap_or(&self.fresh).clone()
+            };
+            s.put_child(format!("part.{}", shard + 1), part);
+        }
         // Which shards a rank drives, and so its parts' states, depend on
         // the rank count: a reshard drops them all.
         Ok(s.into_local())
     }
+    /// Loads what [`SparseAllreduce::save_state`] saved (or an earlier
+    /// version's state, which held a part for every shard of a node):
+    /// every part is checked before anything is assigned. A resharded
+    /// state loads as [`SparseAllreduce::reset`].
     fn load_state(&mut self, s: &State) -> Result<()> {
-        s.expect("sparse_coll::Hierarchical", 1)?;
-        let mut parts: Vec<&mut (dyn SparseAllreduce<E> + 'static)> = vec![&mut *self.intra];
-        parts.extend(self.inter.iter_mut().map(|a| &mut **a));
-        load_parts(s, "part.", &mut parts)
+        s.expect(KIND, 1)?;
+        if s.resharded() {
+            // Every part's state depended on the rank count and was
+            // dropped: a first call's, everywhere.
+            self.reset();
+            return Ok(());
+        }
+        let mut shards = BTreeMap::new();
+        for (name, child) in s.children() {
+            match name
+                .strip_prefix("part.")
+                .and_then(|i| i.parse::<usize>().ok())
+            {
+                Some(0) => {}
+                Some(i) => {
+                    shards.insert(i - 1, child.clone());
+                }
+                None => {
+                    return Err(Error::corrupt(
+                        "training state",
+                        format!("{KIND}: unknown part {name:?}"),
+                    ));
+                }
+            }
+        }
+        let undo = (self.intra.save_state()?, self.inter.save_state()?);
+        self.intra.load_state(s.child("part.0")?)?;
+        for state in shards.values() {
+            if let Err(e) = self.inter.load_state(state) {
+                self.intra.load_state(&undo.0)?;
+                self.inter.load_state(&undo.1)?;
+                return Err(e);
+            }
+        }
+        self.inter.reset();
+        self.holding = None;
+        self.states = shards;
+        self.shards = 0;
+        Ok(())
     }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         let fields = [
@@ -235,6 +330,7 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             };
             return Ok(());
         }
+        self.shards = m;
         // 2. The shards this rank holds, each across the nodes, in shard
         //    order on every rank (a member of the smaller last node holds
         //    several, and their groups meet no other rank twice).
@@ -254,7 +350,10 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
                 })
                 .collect();
             debug_assert_eq!(holders[j], r);
-            let red = self.inter[s].allreduce(&mut Group::new(&mut *t, holders)?, &shifted)?;
+            self.hold(s)?;
+            let red = self
+                .inter
+                .allreduce(&mut Group::new(&mut *t, holders)?, &shifted)?;
             mine.extend(red.result.iter().map(|(i, x)| (i + lo as u32, x)));
             let (_, di, dv) = red.dropped.into_parts();
             let back = SparseVec::new(n, di.iter().map(|&i| i + lo as u32).collect(), dv)?;

@@ -296,16 +296,33 @@ fn teams_enter<T: Transport + ?Sized, E: Element>(
     ready: Result<()>,
 ) -> Result<Entered> {
     let local = ready.and_then(|()| {
-        if name == RSAG_NAME && !d.is_power_of_two() {
-            Err(Error::invalid(
-                "teams",
-                format!("R-SAG needs a power of two, not {d}"),
-            ))
+        if name == RSAG_NAME {
+            rsag_teams(d)
         } else {
-            teams(t, d).map(drop)
+            Ok(())
         }
+        .and_then(|()| teams(t, d).map(drop))
     });
     enter(t, name, v, extra, local)
+}
+
+/// R-SAG's teams: `d` a power of two.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] named `d` otherwise.
+fn rsag_teams(d: usize) -> Result<()> {
+    if d.is_power_of_two() {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "d",
+            format!(
+                "{RSAG_NAME}: d = {d} teams: R-SAG needs d a power of two (1, 2, 4, ...) \
+                 dividing the number of ranks; leave d out for 2 teams at an even number \
+                 of ranks, else 1"
+            ),
+        ))
+    }
 }
 
 /// [`teams_enter`] for SparDL with SAG: budget `k` and `d` teams.
@@ -397,8 +414,11 @@ fn teams<T: Transport + ?Sized>(t: &T, d: usize) -> Result<(Vec<usize>, Vec<usiz
     let p = t.size();
     if d == 0 || p % d != 0 {
         return Err(Error::invalid(
-            "teams",
-            format!("{d} teams do not divide {p} workers evenly"),
+            "d",
+            format!(
+                "d = {d} teams do not divide {p} ranks evenly: give a d that divides the \
+                 number of ranks, or leave d out"
+            ),
         ));
     }
     let (m, w) = (p / d, t.rank());
@@ -512,7 +532,10 @@ impl SpardlBsag {
     /// [`Error::InvalidParameter`] if `d == 0`.
     pub fn new(budget: Budget, d: usize) -> Result<Self> {
         if d == 0 {
-            return Err(Error::invalid("teams", "at least one team"));
+            return Err(Error::invalid(
+                "d",
+                "d = 0 teams: give at least one team, or leave d out",
+            ));
         }
         Ok(Self {
             budget,
@@ -951,7 +974,9 @@ impl<E: Element> Registered<E> for SpardlRsag {
         "SparDL with R-SAG: SRS in teams, recursive doubling between them; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let budget = params.take_budget(d)?;
-        Ok(Self::new(budget, crate::algorithm::teams_param(params)?))
+        let teams = crate::algorithm::teams_param(params)?;
+        teams.map_or(Ok(()), rsag_teams)?;
+        Ok(Self::new(budget, teams))
     }
     /// The largest power of two up to 4 dividing `P` as its teams.
     fn suite_specs(p: usize) -> Vec<String> {

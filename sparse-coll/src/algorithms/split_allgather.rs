@@ -2,7 +2,7 @@
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::bytes::{from_le_u32s, le_bytes, le_u32s};
-use crate::dense::{gather_bruck, gather_bruck_framed, gather_recursive_doubling};
+use crate::dense::{gather_bruck, gather_recursive_doubling};
 use crate::entry::{Reduced, enter};
 use crate::frame::{
     PairsView, StreamView, encode_stream, put_rebased, sparse_header, stream_view, sum_parts,
@@ -17,6 +17,9 @@ use sparse_core::state::{Scope, State};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
 use std::borrow::Cow;
+
+mod dsar;
+use dsar::{DsarFrame, dsar_allgather};
 
 /// How the reduced partitions travel in the allgather phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -194,7 +197,11 @@ impl<E: Element> Registered<E> for SsarSplitAllgather {
 /// and, with QSGD, `dsar_qsgd`.
 ///
 /// # Errors
-/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`].
+/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`]. With
+/// QSGD, a partition sum that is not finite (the inputs' sum overflowed:
+/// QSGD cannot scale it) fails on every rank, its owner with
+/// [`Error::Unencodable`] and the others with [`Error::PeerError`], and
+/// leaves the transport usable, as an entry round's failure does.
 ///
 /// Once warm (a call at the same dimension, `P` and element type
 /// succeeded), a call
@@ -330,6 +337,10 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         let probe = self.warm != Some((v.dim(), t.size(), E::CODE));
         split_enter_probing(t, v, Phase::Dense(self.qsgd), DSAR_NAME, probe)
     }
+    /// The call after its entry round; a failure every rank agrees on (a
+    /// partition sum QSGD cannot scale) is returned as an error like any
+    /// other (a caller of `body` alone abandons the transport on it;
+    /// [`SparseAllreduce::allreduce_into`] does not).
     fn body(
         &mut self,
         t: &mut dyn Transport,
@@ -337,6 +348,40 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
+        self.agreed_body(t, v, entered, out)?
+    }
+    /// As the provided method, but a failure every rank agrees on (a
+    /// partition sum QSGD cannot scale: the owner's
+    /// [`Error::Unencodable`], the others' [`Error::PeerError`]) is
+    /// returned without abandoning the transport: every rank took part in
+    /// every message, so the next call works.
+    fn allreduce_into(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        let before = t.traffic();
+        let entered = SparseAllreduce::<E>::enter(self, t, v)?;
+        crate::guard(t, |t| self.agreed_body(t, v, entered, out))??;
+        out.entry = entered.start().since(&before);
+        Ok(())
+    }
+}
+
+impl DsarSplitAllgather {
+    /// The body of a call: the outer error as any body's (the transport
+    /// may have peers waiting), the inner one agreed by every rank at the
+    /// same point with no message left unread (a partition sum that QSGD
+    /// cannot scale: its owner's [`Error::Unencodable`], the others'
+    /// [`Error::PeerError`]).
+    fn agreed_body<E: Element>(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
         let call = self.calls - 1;
         let q = self.qsgd.map(|q| {
             let mut mix = sparse_core::SplitMix64(q.seed() ^ call.rotate_left(32));
@@ -344,9 +389,11 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         });
         let start = entered.start();
         self.warm = None;
-        dsar_allgather(t, v, q, &mut self.frame, start, out)?;
+        if let Err(e) = dsar_allgather(t, v, q, &mut self.frame, start, out)? {
+            return Ok(Err(e));
+        }
         self.warm = Some((v.dim(), t.size(), E::CODE));
-        Ok(())
+        Ok(Ok(()))
     }
 }
 
@@ -706,242 +753,6 @@ fn block_view<E: Element>(b: &[u8], len: usize) -> Result<StreamView<'_, E>> {
     Ok(StreamView::Dense(Cow::Owned(vals)))
 }
 
-/// The shape of a [`DsarFrame`]: element bytes, partition length, and
-/// QSGD's bits and bucket (none: a dense stream).
-type FrameShape = (usize, usize, Option<(u32, usize)>);
-
-/// This rank's allgather frame, kept by DSAR across calls: the block's
-/// 4-byte length, then the block (a dense stream, or tag 2 and a QSGD
-/// values section), zero between calls wherever entries go (the values, or
-/// the code words), so that a call writes only its entries and clears only
-/// those: no pass over the partition and no fresh pages.
-#[derive(Debug, Clone, Default)]
-struct DsarFrame {
-    bytes: Vec<u8>,
-    /// The split phase's send buffer, and this rank's own indices in its
-    /// partition (re-indexed): kept here rather than taken from the
-    /// transport's pool, which keeps a few of its largest buffers only.
-    send: Vec<u8>,
-    own: Vec<u32>,
-    /// The buffers the split phase and the allgather receive into, kept
-    /// from one call to the next (the thread transport swaps in the
-    /// sender's and pools these).
-    split_spare: Vec<Vec<u8>>,
-    gather_spare: Vec<Vec<u8>>,
-    /// The shape `bytes` is zero-filled for; `None` while a call has
-    /// entries written (or failed with them there): built afresh then.
-    shape: Option<FrameShape>,
-}
-
-/// Bytes of a dense stream's header, and of a QSGD block's before its
-/// scales (tag 2, `bits: u8`, `bucket: u32`).
-const DENSE_AT: usize = 4;
-const QSGD_AT: usize = 6;
-
-impl DsarFrame {
-    /// Where the entries go in `bytes`: the values (dense) or the scales
-    /// and code words (QSGD), for a partition of `len` coordinates.
-    fn regions<E: Element>(q: Option<QsgdParams>, len: usize) -> (usize, usize, usize) {
-        match q {
-            None => (4 + DENSE_AT, 0, len * E::BYTES),
-            Some(q) => (4 + QSGD_AT, q.buckets(len) * E::BYTES, q.words(len) * 4),
-        }
-    }
-
-    /// The frame of `len` coordinates holding the entries `(ai, av)`:
-    /// written from the zeroed frame kept (built afresh where the shape
-    /// changed), as [`encode_block`] would encode the dense partition.
-    fn write<E: Element>(
-        &mut self,
-        q: Option<QsgdParams>,
-        len: usize,
-        (ai, av): (&[u32], &[E]),
-    ) -> Result<()> {
-        let shape = (E::BYTES, len, q.map(|q| (q.bits(), q.bucket())));
-        let (at, scales, words) = Self::regions::<E>(q, len);
-        if self.shape.take() != Some(shape) {
-            let total = at + scales + words;
-            self.bytes.clear();
-            self.bytes
-                .try_reserve_exact(total)
-                .map_err(|_| Error::OutOfMemory {
-                    what: "DSAR's allgather frame",
-                    bytes: total as u64,
-                })?;
-            self.bytes.resize(total, 0);
-            self.bytes[..4].copy_from_slice(&((total - 4) as u32).to_le_bytes());
-            match q {
-                None => self.bytes[4] = 1,
-                Some(q) => {
-                    self.bytes[4] = 2;
-                    self.bytes[5] = q.bits() as u8;
-                    self.bytes[6..10].copy_from_slice(&(q.bucket() as u32).to_le_bytes());
-                }
-            }
-        }
-        let body = &mut self.bytes[at..];
-        match q {
-            None => {
-                for (&i, &x) in ai.iter().zip(av) {
-                    let o = i as usize * E::BYTES;
-                    body[o..o + E::BYTES]
-                        .copy_from_slice(&x.to_bits_u64().to_le_bytes()[..E::BYTES]);
-                }
-                Ok(())
-            }
-            Some(q) => {
-                let (sc, wo) = body.split_at_mut(scales);
-                sparse_core::qsgd::quantize_sparse_exact_into((ai, av), len, &q, sc, wo)
-            }
-        }
-    }
-
-    /// Zeroes again what [`DsarFrame::write`] wrote for the entries at
-    /// `ai` (the scales are all written by every call).
-    fn clear<E: Element>(&mut self, q: Option<QsgdParams>, len: usize, ai: &[u32]) {
-        let (at, scales, _) = Self::regions::<E>(q, len);
-        let body = &mut self.bytes[at..];
-        match q {
-            None => ai.iter().for_each(|&i| {
-                let o = i as usize * E::BYTES;
-                body[o..o + E::BYTES].fill(0);
-            }),
-            Some(q) => ai.iter().for_each(|&i| {
-                let o = scales + i as usize * q.bits() as usize / 32 * 4;
-                body[o..o + 4].fill(0);
-            }),
-        }
-        self.shape = Some((E::BYTES, len, q.map(|q| (q.bits(), q.bucket()))));
-    }
-}
-
-/// DSAR after [`split_enter`]: [`split_allgather`]'s dense phase with the
-/// same messages and results, bit for bit, without a pass over the dense
-/// partition on this rank: the split phase and the sum as there, then this
-/// rank's block written into `frame` from the sum's entries and sent from
-/// it, its share of the result (and, with QSGD, of `dropped`) taken from
-/// those entries, and the others' blocks read in place, their non-zeros
-/// found by skipping zero words.
-fn dsar_allgather<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    q: Option<QsgdParams>,
-    frame: &mut DsarFrame,
-    start: Traffic,
-    out: &mut Reduced<E>,
-) -> Result<()> {
-    let dim = v.dim();
-    let (p, r) = (t.size(), t.rank());
-    let (lo, len) = (even_start(r, dim, p), even_len(r, dim, p));
-    let got = split_phase_from(t, v, &mut frame.send, Some(&mut frame.split_spare))?;
-    let (qlo, span) = partition_span(v, r, p);
-    frame.own.clear();
-    frame
-        .own
-        .extend(v.indices()[span.clone()].iter().map(|&i| i - qlo));
-    let own = (&frame.own[..], &v.values()[span]);
-    let parts = partition_parts(&got, own, r, len)?;
-    let (mut ai, mut av) = take_parts(&mut out.result);
-    let (mut result_i, mut result_v) = take_parts(&mut out.dropped);
-    sum_parts(
-        &parts,
-        len,
-        (&mut ai, &mut av),
-        (&mut result_i, &mut result_v),
-    );
-    drop(parts);
-    frame.split_spare.extend(got.into_iter().rev());
-    // This rank's QSGD draws, as `encode_block` seeds them.
-    let q = q.map(|q| q.with_seed(q.seed() ^ r as u64));
-    frame.write(q, len, (&ai, &av))?;
-    let (_, scales, _) = DsarFrame::regions::<E>(q, len);
-    let own_block = [&frame.bytes[4..]];
-    let g = gather_bruck_framed(
-        t,
-        &own_block,
-        &frame.bytes,
-        &mut frame.send,
-        &mut frame.gather_spare,
-    )?;
-    for from in 0..p {
-        let Some(b) = g.block(from) else {
-            // This rank's partition: the sum's non-zeros, or what its
-            // codes decode to (the rest of each entry kept in `av`).
-            match q {
-                None => push_sparse_nonzeros(&ai, &av, lo as u32, &mut result_i, &mut result_v),
-                Some(q) => {
-                    let body = &frame.bytes[4 + QSGD_AT..];
-                    let (sc, words) = body.split_at(scales);
-                    for (&i, x) in ai.iter().zip(av.iter_mut()) {
-                        let b = i as usize / q.bucket() * E::BYTES;
-                        let scale = E::read_le(&sc[b..b + E::BYTES]);
-                        let code = sparse_core::qsgd::code_at(words, i as usize, q.bits());
-                        let sent =
-                            sparse_core::qsgd::decode_code(code, scale, q.levels(), q.bits());
-                        if sent != E::zero() {
-                            result_i.push(lo as u32 + i);
-                            result_v.push(sent);
-                        }
-                        *x = *x - sent;
-                    }
-                }
-            }
-            continue;
-        };
-        let (qlo, qlen) = (even_start(from, dim, p) as u32, even_len(from, dim, p));
-        if b.first() == Some(&2) {
-            let mut rd = Reader::new(&b[1..], "qsgd partition");
-            sparse_core::qsgd::decode_nonzeros::<E>(&mut rd, qlen, |j, x| {
-                result_i.push(qlo + j as u32);
-                result_v.push(x);
-            })?;
-            rd.finish()?;
-        } else {
-            append_partition(
-                stream_view(b, qlen, "allgather block")?,
-                qlo,
-                &mut result_i,
-                &mut result_v,
-            );
-        }
-    }
-    g.release_into(&mut frame.gather_spare);
-    frame.clear::<E>(q, len, &ai);
-    // This rank's share of what QSGD dropped: the entries' non-zero rests.
-    let mut kept = 0;
-    if q.is_some() {
-        for k in 0..ai.len() {
-            if av[k] != E::zero() {
-                (ai[kept], av[kept]) = (ai[k] + lo as u32, av[k]);
-                kept += 1;
-            }
-        }
-    }
-    ai.truncate(kept);
-    av.truncate(kept);
-    out.result = SparseVec::new_unchecked(dim, result_i, result_v);
-    out.dropped = SparseVec::new_unchecked(dim, ai, av);
-    out.traffic = t.traffic().since(&start);
-    Ok(())
-}
-
-/// Appends the pairs whose value is not zero, shifted by `qlo`: what
-/// [`push_nonzeros`] finds in their dense partition.
-fn push_sparse_nonzeros<E: Element>(
-    ai: &[u32],
-    av: &[E],
-    qlo: u32,
-    result_i: &mut Vec<u32>,
-    result_v: &mut Vec<E>,
-) {
-    for (&i, &x) in ai.iter().zip(av) {
-        if x != E::zero() {
-            result_i.push(qlo + i);
-            result_v.push(x);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -990,7 +801,7 @@ mod tests {
                         let v = input(dim, t.rank(), c);
                         let mut fast = Reduced::default();
                         let start = t.traffic();
-                        dsar_allgather(t, &v, q, &mut frame, start, &mut fast)?;
+                        dsar_allgather(t, &v, q, &mut frame, start, &mut fast)??;
                         let mut slow = Reduced::default();
                         let start = t.traffic();
                         let (phase, g) = (Phase::Dense(q), Gather::Bruck);

@@ -110,20 +110,23 @@ impl ThreadCluster {
     }
 
     /// Runs `f` on every rank and returns each rank's result, by rank. A
-    /// panic inside `f` becomes that rank's [`Error::Panicked`].
+    /// panic inside `f` becomes that rank's [`Error::Panicked`]; only the
+    /// run's first panic is printed (a check that fails on every rank
+    /// prints once).
     #[must_use = "a rank's failure (a failed check panics) is only in the results"]
     pub fn run<T: Send, F>(&self, f: F) -> Vec<Result<T>>
     where
         F: Fn(&mut ThreadTransport) -> Result<T> + Sync,
     {
         let transports = self.transports();
+        let panics = super::RunPanics::default();
         std::thread::scope(|scope| {
             let handles: Vec<_> = transports
                 .into_iter()
                 .map(|mut t| {
-                    let f = &f;
+                    let (f, panics) = (&f, &panics);
                     scope.spawn(move || {
-                        let out = super::catch_rank(t.rank, || f(&mut t));
+                        let out = super::catch_rank(panics, t.rank, || f(&mut t));
                         // Dropping the transport closes this rank's links.
                         drop(t);
                         out
