@@ -1,7 +1,7 @@
 //! The step: compensate, compress, communicate, apply, for every layer.
 
 use crate::memory::{self, Memory};
-use crate::{Collection, Config, Rule};
+use crate::{Collection, Config, LayerSpec, Rule};
 use sparse_coll::wire::WireValues;
 use sparse_coll::{Reduced, SparseAllreduce, Traffic, Transport, agree, agree_or_fail};
 use sparse_core::backend::{check_finite, check_finite_buffer};
@@ -12,36 +12,6 @@ use std::time::{Duration, Instant};
 
 mod state;
 use state::readable;
-
-/// A layer: its name, its number of parameters, and its tensor's number of
-/// dimensions (DGC's rule, [`Config::compress_min_dims`], keeps tensors of
-/// fewer dimensions dense; RedSync's quantized mode exempts the last layer
-/// of more than one dimension).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayerSpec {
-    /// Name, for reports.
-    pub name: String,
-    /// Parameters.
-    pub len: usize,
-    /// Tensor dimensions (1 for a bias).
-    pub dims: usize,
-}
-
-impl LayerSpec {
-    /// Matrices (two dimensions, so DGC's rule compresses them) named
-    /// `layer0`, `layer1`, ... of the given sizes.
-    pub fn matrices(sizes: &[usize]) -> Vec<Self> {
-        sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &len)| Self {
-                name: format!("layer{i}"),
-                len,
-                dims: 2,
-            })
-            .collect()
-    }
-}
 
 /// What one step did, on this rank.
 #[derive(Debug, Clone, Default)]
