@@ -184,8 +184,8 @@ pub struct TrainArgs {
     /// timing.
     #[arg(long)]
     pub hidden: Option<usize>,
-    /// Images per rank per step.
-    #[arg(long, default_value_t = TrainArgs::default().batch)]
+    /// Images per rank per step (at least 1).
+    #[arg(long, default_value_t = TrainArgs::default().batch, value_parser = at_least_one)]
     pub batch: usize,
     /// Learning rate.
     #[arg(long, default_value_t = TrainArgs::default().lr)]
@@ -452,8 +452,18 @@ pub fn shard(train: &Set, rank: usize, p: usize) -> Set {
 }
 
 /// The steps of one epoch for `shard_len` images in batches of `batch`.
+/// No steps for a batch of 0 (which `train_rank` refuses).
 pub fn steps_per_epoch(shard_len: usize, batch: usize) -> usize {
-    shard_len / batch
+    shard_len.checked_div(batch).unwrap_or(0)
+}
+
+/// A count given on the command line that must be at least 1.
+fn at_least_one(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(v) => Ok(v),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The seed of `rank`'s shuffle of its shard in `epoch`.
