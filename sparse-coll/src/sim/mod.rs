@@ -36,6 +36,7 @@
 
 mod network;
 mod replay;
+pub mod smpi;
 
 pub use network::{
     AlphaBeta, FullBisection, Link, MAX_NETWORK_FILE, Network, PRESETS, Route, TwoLevel,

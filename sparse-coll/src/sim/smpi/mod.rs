@@ -1,0 +1,85 @@
+//! SimGrid as the referee of the simulator: a run's traces in SMPI's
+//! time-independent format, a SimGrid platform equivalent to the network
+//! model, and the replay of both by `smpirun -replay` (Debian's
+//! `libsimgrid-dev`).
+//!
+//! # The traces
+//! A trace directory ([`write_dir`]) holds one file per rank
+//! ([`rank_file`]), the index that lists them ([`INDEX_FILE`]), the
+//! platform ([`PLATFORM_FILE`]) and the hostfile ([`HOSTFILE`]). Each op of
+//! a [`Trace`] becomes SMPI replay actions (sizes in bytes: `init` without
+//! a datatype selects `MPI_BYTE`; one tag, 0):
+//!
+//! | op | SMPI actions of rank `r` |
+//! |---|---|
+//! | `Send { to, bytes }` | `r send to 0 bytes` |
+//! | `Recv { from }` | `r recv from 0 size` (the size of the send it matches) |
+//! | `Exchange { to, bytes, from }` | `r isend to 0 bytes`, `r irecv from 0 size`, `r wait r to 0`, `r wait from r 0` |
+//! | `Compute(s)` | `r compute f`, `f = s` x [`HOST_SPEED`] flops (every host's speed) |
+//! | `Mark` | nothing (cut the traces at marks with [`between_marks`]) |
+//!
+//! framed by `r init` and `r finalize`.
+//!
+//! # What SMPI's send does
+//! SMPI sends a message below `smpi/send-is-detached-thresh` (64 KiB by
+//! default) detached: `MPI_Send` returns at once; above it, it waits for
+//! the receiver (rendezvous). And a message starts to move only once its
+//! receive is posted, unless it is below `smpi/async-small-thresh` (0 by
+//! default). The simulator's send returns when its message has left the
+//! sender's link and the message moves from the send on, whoever waits
+//! for it: [`SmpiModel::AlphaBeta`] makes every send detached and eager
+//! (both thresholds at their maximum), the nearest SMPI has (its send
+//! returns at once; a second send then shares the link with the first
+//! rather than queueing behind it). [`SmpiModel::Default`] keeps SMPI's
+//! defaults.
+//!
+//! # What differs between the two models with alpha-beta settings
+//! SimGrid shares a link's bandwidth among the flows on it (max-min
+//! fairness); the simulator serves a link's messages one at a time in
+//! order of arrival (FIFO). One message alone costs `alpha + m beta` in
+//! both; messages that share a link all finish by the same time in both
+//! when they start together, but under FIFO the first finishes earlier.
+//! On the two-level platform, ranks of a node talk over the host's
+//! loopback, which SimGrid does not share at all (`FATPIPE`) where the
+//! simulator queues each rank's messages on its own ports.
+
+mod platform;
+mod run;
+mod trace;
+
+pub use platform::{
+    DRAGONFLY_RANKS_PER_ROUTER, DRAGONFLY_ROUTERS_PER_GROUP, DragonflyShape, Platform,
+    dragonfly_shape,
+};
+pub use run::{
+    HOSTFILE, PACKAGE, PLATFORM_FILE, SmpiModel, replay_args, replay_args_on, replay_dir,
+    replay_dir_with, simulated_time, smpirun,
+};
+pub use trace::{
+    HOST_SPEED, INDEX_FILE, between_marks, index_text, rank_file, trace_texts, write_traces,
+};
+
+use crate::sim::Trace;
+use sparse_core::{Error, Result};
+use std::path::Path;
+
+/// Writes a whole trace directory into `dir` (created where missing): the
+/// traces ([`write_traces`]), `platform`'s file for their ranks after the
+/// comment `about`, and the hostfile.
+///
+/// # Errors
+/// As [`write_traces`] and [`Platform::xml`]; named `trace directory`
+/// where a file cannot be written.
+pub fn write_dir(dir: &Path, traces: &[Trace], platform: &Platform, about: &str) -> Result<()> {
+    let xml = platform.xml(traces.len(), about)?;
+    write_traces(dir, traces)?;
+    for (name, text) in [
+        (PLATFORM_FILE, xml),
+        (HOSTFILE, platform.hostfile(traces.len())),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| Error::invalid("trace directory", format!("{}: {e}", path.display())))?;
+    }
+    Ok(())
+}

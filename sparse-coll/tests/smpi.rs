@@ -1,0 +1,406 @@
+//! SimGrid as the referee: the traces and platforms written for SMPI's
+//! replay match hand-written files, and where `smpirun` is installed
+//! (Debian's `libsimgrid-dev`; `scripts/test.sh` installs it) its replay of
+//! patterns with a closed-form alpha-beta time gives that time, as the
+//! simulator's replay does.
+
+use sparse_coll::sim::smpi::{self, Platform, SmpiModel};
+use sparse_coll::sim::{AlphaBeta, FullBisection, Link, Network, Op, Route, Trace, TwoLevel};
+use sparse_core::Error;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// 2^30 B/s: its time per byte and back are exact, so the files' figures
+/// are short.
+const GIB: f64 = 1073741824.0;
+
+fn full(alpha: f64) -> FullBisection {
+    FullBisection::new("t", AlphaBeta::new(alpha, GIB).unwrap())
+}
+
+fn two_level(g: usize) -> TwoLevel {
+    TwoLevel::new(
+        "n",
+        g,
+        AlphaBeta::new(4e-6, 16.0 * GIB).unwrap(),
+        AlphaBeta::new(2e-5, GIB).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Three ranks: a send and its receive, a computation, an exchange and
+/// marks.
+fn pattern() -> Vec<Trace> {
+    vec![
+        vec![
+            Op::Send { to: 1, bytes: 100 },
+            Op::Compute(0.002),
+            Op::Exchange {
+                to: 2,
+                bytes: 50,
+                from: 2,
+            },
+            Op::Mark,
+        ],
+        vec![Op::Mark, Op::Recv { from: 0 }],
+        vec![Op::Exchange {
+            to: 0,
+            bytes: 70,
+            from: 0,
+        }],
+    ]
+}
+
+#[test]
+fn traces_are_written_in_smpi_time_independent_format() {
+    let texts = smpi::trace_texts(&pattern()).unwrap();
+    assert_eq!(
+        texts,
+        [
+            "0 init\n0 send 1 0 100\n0 compute 2e6\n0 isend 2 0 50\n0 irecv 2 0 70\n\
+             0 wait 0 2 0\n0 wait 2 0 0\n0 finalize\n",
+            "1 init\n1 recv 0 0 100\n1 finalize\n",
+            "2 init\n2 isend 0 0 70\n2 irecv 0 0 50\n2 wait 2 0 0\n2 wait 0 2 0\n2 finalize\n",
+        ]
+    );
+    assert_eq!(smpi::index_text(3), "rank_0.txt\nrank_1.txt\nrank_2.txt\n");
+}
+
+#[test]
+fn a_trace_directory_holds_the_ranks_files_index_platform_and_hosts() {
+    let dir = scratch("dir");
+    let traces = pattern();
+    smpi::write_dir(&dir, &traces, &Platform::of(&full(1e-5), 3).unwrap(), "x").unwrap();
+    let texts = smpi::trace_texts(&traces).unwrap();
+    for (r, text) in texts.iter().enumerate() {
+        assert_eq!(&read(&dir, &format!("rank_{r}.txt")), text);
+    }
+    assert_eq!(read(&dir, "index.txt"), smpi::index_text(3));
+    assert_eq!(read(&dir, "hostfile.txt"), "rank-0\nrank-1\nrank-2\n");
+    assert!(read(&dir, "platform.xml").contains("radical=\"0-2\""));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn receives_that_match_no_send_are_refused() {
+    let lonely = vec![vec![Op::Recv { from: 1 }], vec![]];
+    let e = smpi::trace_texts(&lonely).unwrap_err();
+    assert!(e.to_string().contains("rank 0 receives from rank 1"), "{e}");
+    let unreceived = vec![vec![Op::Send { to: 1, bytes: 1 }], vec![]];
+    let e = smpi::trace_texts(&unreceived).unwrap_err();
+    assert!(e.to_string().contains("never received"), "{e}");
+    let outside = vec![vec![Op::Send { to: 5, bytes: 1 }]];
+    assert!(matches!(
+        smpi::trace_texts(&outside),
+        Err(Error::NoSuchRank { rank: 5, size: 1 })
+    ));
+    let bad = vec![vec![Op::Compute(f64::NAN)]];
+    assert!(smpi::trace_texts(&bad).is_err());
+}
+
+#[test]
+fn the_call_between_marks_is_cut_out_where_it_stands_alone() {
+    let traces = vec![
+        vec![
+            Op::Send { to: 1, bytes: 8 },
+            Op::Mark,
+            Op::Exchange {
+                to: 1,
+                bytes: 4,
+                from: 1,
+            },
+            Op::Mark,
+            Op::Compute(1.0),
+        ],
+        vec![
+            Op::Recv { from: 0 },
+            Op::Mark,
+            Op::Exchange {
+                to: 0,
+                bytes: 4,
+                from: 0,
+            },
+            Op::Mark,
+        ],
+    ];
+    let call = smpi::between_marks(&traces, 0).unwrap();
+    assert_eq!(call[0], vec![traces[0][2]]);
+    assert_eq!(call[1], vec![traces[1][2]]);
+    // A message sent before the first mark and received after it.
+    let crossing = vec![
+        vec![Op::Send { to: 1, bytes: 8 }, Op::Mark, Op::Mark],
+        vec![Op::Mark, Op::Recv { from: 0 }, Op::Mark],
+    ];
+    let e = smpi::between_marks(&crossing, 0).unwrap_err();
+    assert!(e.to_string().contains("from rank 0 to rank 1 cross"), "{e}");
+    let e = smpi::between_marks(&crossing, 1).unwrap_err();
+    assert!(e.to_string().contains("rank 0 made 2 marks"), "{e}");
+}
+
+#[test]
+fn the_platform_of_a_full_bisection_network_is_a_cluster() {
+    let p = Platform::of(&full(1e-5), 3).unwrap();
+    assert_eq!(
+        p.xml(3, "t: full bisection").unwrap(),
+        "<?xml version='1.0'?>\n\
+         <!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n\
+         <platform version=\"4.1\">\n  \
+         <!-- t: full bisection; SimGrid cluster, private links (alpha 10.000 us, 1.074 GB/s) -->\n  \
+         <cluster id=\"ranks\" prefix=\"rank-\" suffix=\"\" radical=\"0-2\" speed=\"1e9f\" \
+         sharing_policy=\"SPLITDUPLEX\" bw=\"1.073741824e9Bps\" lat=\"5e-6s\" \
+         bb_bw=\"3.221225472e9Bps\" bb_lat=\"0s\" bb_sharing_policy=\"FATPIPE\"/>\n\
+         </platform>\n"
+    );
+    assert_eq!(p.hostfile(3), "rank-0\nrank-1\nrank-2\n");
+}
+
+#[test]
+fn the_platform_of_a_two_level_network_puts_a_nodes_ranks_on_one_host() {
+    let p = Platform::of(&two_level(2), 3).unwrap();
+    assert_eq!(
+        p,
+        Platform::Nodes {
+            ranks_per_node: 2,
+            intra: AlphaBeta::new(4e-6, 16.0 * GIB).unwrap(),
+            inter: AlphaBeta::new(2e-5, GIB).unwrap(),
+        }
+    );
+    let xml = p.xml(3, "n").unwrap();
+    let cluster = xml.lines().find(|l| l.contains("<cluster")).unwrap().trim();
+    assert_eq!(
+        cluster,
+        "<cluster id=\"nodes\" prefix=\"node-\" suffix=\"\" radical=\"0-1\" speed=\"1e9f\" \
+         sharing_policy=\"SPLITDUPLEX\" core=\"2\" bw=\"1.073741824e9Bps\" lat=\"1e-5s\" \
+         loopback_bw=\"1.7179869184e10Bps\" loopback_lat=\"4e-6s\" bb_bw=\"2.147483648e9Bps\" \
+         bb_lat=\"0s\" bb_sharing_policy=\"FATPIPE\"/>"
+    );
+    assert_eq!(p.hostfile(3), "node-0\nnode-0\nnode-1\n");
+    // One rank per node is a two-level network still (each node's NIC).
+    assert!(matches!(
+        Platform::of(&two_level(1), 4).unwrap(),
+        Platform::Nodes {
+            ranks_per_node: 1,
+            ..
+        }
+    ));
+    // All ranks on one node: every route is the intra-node one.
+    assert!(matches!(
+        Platform::of(&two_level(8), 4).unwrap(),
+        Platform::Cluster { .. }
+    ));
+}
+
+/// A network whose routes fit neither model.
+#[derive(Debug)]
+struct Odd;
+impl Network for Odd {
+    fn label(&self) -> String {
+        "odd".into()
+    }
+    fn route(&self, from: usize, to: usize) -> Route {
+        Route {
+            alpha: if to == 3 { 2e-6 } else { 1e-6 },
+            beta: 1e-9,
+            out: Link::RankOut(from),
+            into: Link::RankIn(to),
+        }
+    }
+}
+
+#[test]
+fn a_network_without_an_equivalent_platform_is_refused() {
+    let e = Platform::of(&Odd, 4).unwrap_err();
+    assert!(
+        e.to_string().contains("the route from rank 0 to rank 3"),
+        "{e}"
+    );
+    assert!(Platform::of(&full(1e-5), 0).is_err());
+}
+
+#[test]
+fn fat_trees_and_dragonflies_are_shaped_by_the_rank_count() {
+    let link = AlphaBeta::new(2e-5, GIB).unwrap();
+    let ft = Platform::FatTree {
+        link,
+        rack: 16,
+        oversubscription: 4,
+    };
+    let xml = ft.xml(64, "").unwrap();
+    assert!(
+        xml.contains("topology=\"FAT_TREE\" topo_parameters=\"2;16,4;1,4;1,1\""),
+        "{xml}"
+    );
+    assert!(xml.contains("radical=\"0-63\"") && xml.contains("lat=\"5e-6s\""));
+    // Fewer ranks than a rack: one rack of them.
+    assert!(ft.xml(8, "").unwrap().contains("\"2;8,1;1,4;1,1\""));
+    let bad = Platform::FatTree {
+        link,
+        rack: 16,
+        oversubscription: 3,
+    };
+    assert!(bad.xml(64, "").is_err());
+    let df = Platform::Dragonfly { link };
+    assert!(
+        df.xml(256, "")
+            .unwrap()
+            .contains("topo_parameters=\"4,22;1,1;16,1;4\"")
+    );
+    assert!(
+        df.xml(16, "")
+            .unwrap()
+            .contains("topo_parameters=\"1,1;1,1;4,1;4\"")
+    );
+    assert!(df.xml(1024, "").unwrap().contains("\"16,5;1,1;16,1;4\""));
+    assert!(df.xml(1025, "").is_err());
+    assert_eq!(df.hostfile(2), "rank-0\nrank-1\n");
+}
+
+#[test]
+fn simulated_time_reads_the_clock_beside_the_replays_line() {
+    let out = "[0.1] noise\nSimulation time 0.000345@0.000345005120\n";
+    assert_eq!(smpi::simulated_time(out), Some(0.000345005120));
+    assert_eq!(smpi::simulated_time("Simulation time 1.5\n"), Some(1.5));
+    assert_eq!(smpi::simulated_time("Simulation time x@y"), None);
+    assert_eq!(smpi::simulated_time("nothing"), None);
+}
+
+/// SMPI adds an envelope of 16 bytes to every message.
+const ENVELOPE: f64 = 16.0;
+
+/// Replays `traces` on `net`'s platform with SimGrid (alpha-beta
+/// settings) and with the simulator; `None` where SimGrid is absent.
+fn both(name: &str, traces: &[Trace], net: &dyn Network) -> Option<(f64, f64)> {
+    if let Err(e) = smpi::smpirun() {
+        println!("skipped: {e}");
+        return None;
+    }
+    let dir = scratch(name);
+    let platform = Platform::of(net, traces.len()).unwrap();
+    smpi::write_dir(&dir, traces, &platform, &net.label()).unwrap();
+    let sg = smpi::replay_dir(
+        &dir,
+        traces.len(),
+        SmpiModel::AlphaBeta,
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let ours = sparse_coll::sim::replay(traces, net).unwrap().makespan();
+    Some((sg, ours))
+}
+
+fn close(got: f64, want: f64) -> bool {
+    (got - want).abs() <= 1e-6 * want + 1e-9
+}
+
+/// Patterns with a closed-form time on a full-bisection network (alpha 20
+/// us, 2^30 B/s, m = 1 MB): a chain of 3 messages, 3 (alpha + m beta); an
+/// incast of 3 messages into one rank's link, alpha + 3 m beta (under
+/// bandwidth sharing all three finish then; under FIFO the last does);
+/// exchanges in pairs, alpha + m beta. SimGrid adds its 16-byte envelope
+/// to `m`.
+#[test]
+fn smpirun_replays_closed_form_patterns_in_their_alpha_beta_time() {
+    let (alpha, beta, m) = (2e-5, 1.0 / GIB, 1_000_000usize);
+    let net = full(alpha);
+    let chain: Vec<Trace> = (0..4)
+        .map(|r| {
+            let mut t = Vec::new();
+            if r > 0 {
+                t.push(Op::Recv { from: r - 1 });
+            }
+            if r < 3 {
+                t.push(Op::Send {
+                    to: r + 1,
+                    bytes: m,
+                });
+            }
+            t
+        })
+        .collect();
+    let incast: Vec<Trace> = (0..4)
+        .map(|r| match r {
+            0 => (1..4).map(|from| Op::Recv { from }).collect(),
+            _ => vec![Op::Send { to: 0, bytes: m }],
+        })
+        .collect();
+    let pairs: Vec<Trace> = (0..4)
+        .map(|r| {
+            vec![Op::Exchange {
+                to: r ^ 1,
+                bytes: m,
+                from: r ^ 1,
+            }]
+        })
+        .collect();
+    let m = m as f64;
+    for (name, traces, messages) in [("chain", chain, 3.0), ("incast", incast, 3.0)] {
+        let alphas = if name == "chain" { 3.0 } else { 1.0 };
+        let Some((sg, ours)) = both(name, &traces, &net) else {
+            return;
+        };
+        let want = alphas * alpha + messages * m * beta;
+        assert!(
+            close(ours, want),
+            "{name}: simulator {ours} s, closed form {want} s"
+        );
+        let want = want + messages * ENVELOPE * beta;
+        assert!(
+            close(sg, want),
+            "{name}: SimGrid {sg} s, closed form {want} s"
+        );
+    }
+    let Some((sg, ours)) = both("pairs", &pairs, &net) else {
+        return;
+    };
+    assert!(close(ours, alpha + m * beta), "pairs: simulator {ours}");
+    assert!(
+        close(sg, alpha + (m + ENVELOPE) * beta),
+        "pairs: SimGrid {sg}"
+    );
+}
+
+/// On two levels (nodes of 2): two ranks of node 0 sending to node 1 at
+/// once share node 0's NIC, alpha + 2 m beta across; a message within a
+/// node takes the intra-node link's alpha + m beta.
+#[test]
+fn smpirun_shares_a_nodes_nic_as_the_simulator_does() {
+    let net = two_level(2);
+    let m = 1_000_000usize;
+    let across: Vec<Trace> = vec![
+        vec![Op::Send { to: 2, bytes: m }],
+        vec![Op::Send { to: 3, bytes: m }],
+        vec![Op::Recv { from: 0 }],
+        vec![Op::Recv { from: 1 }],
+    ];
+    let within: Vec<Trace> = vec![
+        vec![Op::Send { to: 1, bytes: m }],
+        vec![Op::Recv { from: 0 }],
+    ];
+    let (m, inter, intra) = (m as f64, 1.0 / GIB, 1.0 / (16.0 * GIB));
+    let Some((sg, ours)) = both("across", &across, &net) else {
+        return;
+    };
+    assert!(
+        close(ours, 2e-5 + 2.0 * m * inter),
+        "across: simulator {ours}"
+    );
+    let want = 2e-5 + 2.0 * (m + ENVELOPE) * inter;
+    assert!(close(sg, want), "across: SimGrid {sg}, closed form {want}");
+    let Some((sg, ours)) = both("within", &within, &net) else {
+        return;
+    };
+    assert!(close(ours, 4e-6 + m * intra), "within: simulator {ours}");
+    let want = 4e-6 + (m + ENVELOPE) * intra;
+    assert!(close(sg, want), "within: SimGrid {sg}, closed form {want}");
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sparse-coll-smpi-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn read(dir: &std::path::Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap()
+}
