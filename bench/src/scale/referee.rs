@@ -98,7 +98,7 @@ impl Topology {
     /// Its name.
     pub fn name(self) -> String {
         match self {
-            Topology::Same => "same".into(),
+            Topology::Same => smpi::SAME.into(),
             Topology::FatTree { oversubscription } => format!("fat-tree-{oversubscription}to1"),
             Topology::Dragonfly => "dragonfly".into(),
         }
@@ -280,7 +280,10 @@ pub fn judge(
     };
     let label = net.label();
     smpi::write_dir(&dir, &call, &same, &label)?;
-    let mut args_file = String::new();
+    // The replays of both models on every platform asked, listed in the
+    // directory's args file (write_dir has listed those on `same`).
+    let mut args_file = std::fs::read_to_string(dir.join(smpi::ARGS_FILE))
+        .map_err(|e| Error::invalid("trace directory", format!("{}: {e}", dir.display())))?;
     let mut runs = Vec::new();
     for &t in &r.topologies {
         let platform = t.platform(&same)?;
@@ -288,14 +291,16 @@ pub fn judge(
         if t != Topology::Same {
             write(&dir, &xml, &platform.xml(p, &label)?)?;
             write(&dir, &hosts, &platform.hostfile(p))?;
+            for m in SmpiModel::ALL {
+                args_file += &smpi::args_line(p, m, &t.name(), &xml, &hosts);
+            }
         }
         for &m in &r.models {
             let args = smpi::replay_args_on(p, m, &xml, &hosts);
-            args_file += &format!("{} {} {}\n", m.name(), t.name(), args.join(" "));
             runs.push((t, platform.describe(), m, args));
         }
     }
-    write(&dir, "smpirun.args", &args_file)?;
+    write(&dir, smpi::ARGS_FILE, &args_file)?;
     write(
         &dir,
         "meta.txt",

@@ -52,8 +52,8 @@ pub use platform::{
     dragonfly_shape,
 };
 pub use run::{
-    HOSTFILE, PACKAGE, PLATFORM_FILE, SmpiModel, replay_args, replay_args_on, replay_dir,
-    replay_dir_with, simulated_time, smpirun,
+    ARGS_FILE, HOSTFILE, PACKAGE, PLATFORM_FILE, SmpiModel, args_line, replay_args, replay_args_on,
+    replay_dir, replay_dir_with, simulated_time, smpirun,
 };
 pub use trace::{
     HOST_SPEED, INDEX_FILE, between_marks, index_text, rank_file, trace_texts, write_traces,
@@ -63,9 +63,14 @@ use crate::sim::Trace;
 use sparse_core::{Error, Result};
 use std::path::Path;
 
+/// The name of the platform of a trace directory's [`PLATFORM_FILE`] in
+/// its [`ARGS_FILE`].
+pub const SAME: &str = "same";
+
 /// Writes a whole trace directory into `dir` (created where missing): the
 /// traces ([`write_traces`]), `platform`'s file for their ranks after the
-/// comment `about`, and the hostfile.
+/// comment `about`, the hostfile, and [`ARGS_FILE`] with the replay of
+/// both models on that platform (named [`SAME`]).
 ///
 /// # Errors
 /// As [`write_traces`] and [`Platform::xml`]; named `trace directory`
@@ -73,9 +78,15 @@ use std::path::Path;
 pub fn write_dir(dir: &Path, traces: &[Trace], platform: &Platform, about: &str) -> Result<()> {
     let xml = platform.xml(traces.len(), about)?;
     write_traces(dir, traces)?;
+    let p = traces.len();
+    let args: String = SmpiModel::ALL
+        .iter()
+        .map(|&m| args_line(p, m, SAME, PLATFORM_FILE, HOSTFILE))
+        .collect();
     for (name, text) in [
         (PLATFORM_FILE, xml),
-        (HOSTFILE, platform.hostfile(traces.len())),
+        (HOSTFILE, platform.hostfile(p)),
+        (ARGS_FILE, args),
     ] {
         let path = dir.join(name);
         std::fs::write(&path, text)

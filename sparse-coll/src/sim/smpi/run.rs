@@ -13,6 +13,11 @@ pub const PLATFORM_FILE: &str = "platform.xml";
 /// The name of the hostfile in a trace directory.
 pub const HOSTFILE: &str = "hostfile.txt";
 
+/// The name of the file of a trace directory that lists its replays: one
+/// a line, `<model> <platform name> <smpirun's arguments>` ([`args_line`]),
+/// run from inside the directory; `scripts/simgrid-replay.sh` reads it.
+pub const ARGS_FILE: &str = "smpirun.args";
+
 /// The Debian package that has `smpirun` and `smpireplaymain`.
 pub const PACKAGE: &str = "libsimgrid-dev";
 
@@ -51,6 +56,8 @@ impl SmpiModel {
             SmpiModel::Default => &[],
         }
     }
+    /// Both models, alpha-beta first.
+    pub const ALL: [SmpiModel; 2] = [SmpiModel::AlphaBeta, SmpiModel::Default];
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -139,6 +146,20 @@ pub fn replay_args_on(
     .collect();
     args.extend(COMMON.iter().chain(model.cfg()).map(|s| s.to_string()));
     args
+}
+
+/// One line of [`ARGS_FILE`]: the replay of `ranks` ranks under `model` on
+/// the platform named `name` (its file `platform`, its hostfile
+/// `hostfile`).
+pub fn args_line(
+    ranks: usize,
+    model: SmpiModel,
+    name: &str,
+    platform: &str,
+    hostfile: &str,
+) -> String {
+    let args = replay_args_on(ranks, model, platform, hostfile);
+    format!("{} {name} {}\n", model.name(), args.join(" "))
 }
 
 /// The most bytes of `smpirun`'s output kept (its end is what matters).
