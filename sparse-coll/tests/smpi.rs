@@ -6,7 +6,9 @@
 
 use sparse_coll::sim::smpi::{self, Platform, SmpiModel};
 use sparse_coll::sim::{AlphaBeta, FullBisection, Link, Network, Op, Route, Trace, TwoLevel};
-use sparse_core::Error;
+use sparse_coll::{Registry, SimCluster, Traffic, Transport, testing};
+use sparse_core::{Error, Result};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -393,6 +395,143 @@ fn smpirun_shares_a_nodes_nic_as_the_simulator_does() {
     assert!(close(ours, 4e-6 + m * intra), "within: simulator {ours}");
     let want = 4e-6 + (m + ENVELOPE) * intra;
     assert!(close(sg, want), "within: SimGrid {sg}, closed form {want}");
+}
+
+/// Per rank, from the written trace text alone: bytes and messages sent
+/// and received, and per (source, destination) the sizes of the sends and
+/// of the receives in order.
+#[derive(Default)]
+struct Parsed {
+    sent: Vec<(u64, u64)>,
+    received: Vec<(u64, u64)>,
+    sends: HashMap<(usize, usize), Vec<u64>>,
+    receives: HashMap<(usize, usize), Vec<u64>>,
+}
+
+fn parse(texts: &[String]) -> Parsed {
+    let mut out = Parsed {
+        sent: vec![(0, 0); texts.len()],
+        received: vec![(0, 0); texts.len()],
+        ..Parsed::default()
+    };
+    for (r, text) in texts.iter().enumerate() {
+        for line in text.lines() {
+            let w: Vec<&str> = line.split(' ').collect();
+            assert_eq!(w[0], r.to_string(), "{line}");
+            let (peer, size) = match w[1] {
+                "send" | "isend" | "recv" | "irecv" => {
+                    (w[2].parse::<usize>().unwrap(), w[4].parse::<u64>().unwrap())
+                }
+                _ => continue,
+            };
+            if w[1].ends_with("send") {
+                out.sent[r].0 += size;
+                out.sent[r].1 += 1;
+                out.sends.entry((r, peer)).or_default().push(size);
+            } else {
+                out.received[r].0 += size;
+                out.received[r].1 += 1;
+                out.receives.entry((peer, r)).or_default().push(size);
+            }
+        }
+    }
+    out
+}
+
+/// Every algorithm of the suite, run on the simulated transport: the bytes
+/// and messages each rank's exported trace sends and receives are the
+/// transport's counted traffic, and the receives from each peer take the
+/// sizes that peer's sends give, in order.
+#[test]
+fn exported_traces_carry_the_bytes_the_transport_counted() {
+    for p in [5usize, 8] {
+        let case = testing::cases(p)[0];
+        let inputs = testing::inputs(p, &case).unwrap();
+        for spec in testing::algorithms(p) {
+            let run = SimCluster::new(p)
+                .unwrap()
+                .run(|t| {
+                    let mut algo =
+                        Registry::<f32>::builtin().build(&spec, testing::budget(&case))?;
+                    let mine = &inputs[t.rank()];
+                    Ok(algo.allreduce(t, mine)?.total())
+                })
+                .unwrap();
+            let traffic: Vec<Traffic> = run.results.into_iter().map(Result::unwrap).collect();
+            let got = parse(&smpi::trace_texts(&run.traces).unwrap());
+            for (r, t) in traffic.iter().enumerate() {
+                assert_eq!(
+                    got.sent[r],
+                    (t.bytes_sent, t.msgs_sent),
+                    "{spec} P = {p} rank {r}"
+                );
+                assert_eq!(
+                    got.received[r],
+                    (t.bytes_recv, t.msgs_recv),
+                    "{spec} P = {p} rank {r}"
+                );
+            }
+            assert_eq!(got.sends, got.receives, "{spec} P = {p}");
+        }
+    }
+}
+
+/// SimGrid reads the fat tree: 16 ranks of rack 0 each send `m` bytes to
+/// their peer in rack 1 at once; with 4:1 oversubscription the rack has 4
+/// uplinks, so 4 flows share each and all finish after `alpha + 4 m beta`
+/// (4 links of `alpha / 4`); with 1:1, `alpha + m beta`. Within a rack, a
+/// message crosses 2 links: `alpha / 2 + m beta`. It reads the dragonfly:
+/// within a router, 2 links of `alpha / 5`.
+#[test]
+fn smpirun_reads_the_fat_tree_and_the_dragonfly() {
+    if let Err(e) = smpi::smpirun() {
+        println!("skipped: {e}");
+        return;
+    }
+    let (alpha, beta, m) = (2e-5, 1.0 / GIB, 1_000_000usize);
+    let link = AlphaBeta::new(alpha, GIB).unwrap();
+    let shift = |p: usize, d: usize| -> Vec<Trace> {
+        (0..p)
+            .map(|r| match r {
+                r if r < d => vec![Op::Send {
+                    to: r + d,
+                    bytes: m,
+                }],
+                r if r < 2 * d => vec![Op::Recv { from: r - d }],
+                _ => vec![],
+            })
+            .collect()
+    };
+    let on = |name: &str, platform: Platform, traces: &[Trace]| -> f64 {
+        let dir = scratch(name);
+        smpi::write_dir(&dir, traces, &platform, name).unwrap();
+        let t = smpi::replay_dir(
+            &dir,
+            traces.len(),
+            SmpiModel::AlphaBeta,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        t
+    };
+    let fat = |oversubscription| Platform::FatTree {
+        link,
+        rack: 16,
+        oversubscription,
+    };
+    let mb = (m as f64 + ENVELOPE) * beta;
+    let t = on("ft4", fat(4), &shift(32, 16));
+    assert!(close(t, alpha + 4.0 * mb), "4:1 across racks: {t}");
+    let t = on("ft1", fat(1), &shift(32, 16));
+    assert!(close(t, alpha + mb), "1:1 across racks: {t}");
+    let t = on("ft-rack", fat(4), &shift(32, 1));
+    assert!(close(t, alpha / 2.0 + mb), "within a rack: {t}");
+    let t = on("df", Platform::Dragonfly { link }, &shift(128, 1));
+    assert!(
+        close(t, 2.0 * alpha / 5.0 + mb),
+        "dragonfly, within a router: {t}"
+    );
 }
 
 fn scratch(name: &str) -> PathBuf {
