@@ -7,8 +7,9 @@
 #       DIR: a trace directory (it holds index.txt) or a directory of them
 #       (what --traces DIR writes: DIR/<algorithm>_P<ranks>/).
 #       --model: alpha-beta (SMPI configured as the simulator's plain
-#       alpha-beta model), default (SMPI's defaults) or all (default:
-#       alpha-beta). --platform: same (the simulator's network), another
+#       alpha-beta model, sends in rendezvous), alpha-beta-eager (the same,
+#       sends detached and eager), default (SMPI's defaults) or all
+#       (default: alpha-beta). --platform: same (the simulator's network), another
 #       platform written with --topology (fat-tree-4to1, dragonfly, ...) or
 #       all (default: same).
 #       Prints one line per replay: the directory, model, platform,
@@ -96,13 +97,16 @@ while [ $# -gt 0 ]; do
         check "$2"
         exit
         ;;
-    --model) model=${2:?--model needs alpha-beta, default or all}; shift 2 ;;
+    --model) model=${2:?--model needs alpha-beta, alpha-beta-eager, default or all}; shift 2 ;;
     --platform) platform=${2:?--platform needs a name or all}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit ;;
     *) dirs+=("$1"); shift ;;
     esac
 done
-case $model in alpha-beta | default | all) ;; *) die "--model $model: give alpha-beta, default or all" ;; esac
+case $model in
+alpha-beta | alpha-beta-eager | default | all) ;;
+*) die "--model $model: give alpha-beta, alpha-beta-eager, default or all" ;;
+esac
 [ "${#dirs[@]}" -gt 0 ] || die "give a trace directory (sparse-bench scale --traces DIR writes them)"
 ensure_simgrid
 for d in "${dirs[@]}"; do

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates bench/RESULTS.md's SimGrid tables: every registered algorithm
-# at each rank count (n = 2^20, density 0.1%), timed by sparse_coll::sim
-# and replayed by SimGrid (`sparse-bench scale --engine simgrid`): under
-# SMPI configured as plain alpha-beta and under SMPI's defaults on the
-# network's equivalent platform, and (on 25gbe's links) under alpha-beta on
-# a fat tree with 4:1 oversubscription between racks of 16 and on a
-# balanced dragonfly.
+# at each rank count (n = 2^20, density 0.1%), on 25gbe and nvlink8-25gbe,
+# timed by sparse_coll::sim and replayed by SimGrid (`sparse-bench scale
+# --engine simgrid`) under SMPI configured as plain alpha-beta and under
+# SMPI's defaults on the network's equivalent platform; and (on 25gbe's
+# links, alpha-beta) on a fat tree with 4:1 oversubscription between racks
+# of 16 and on a balanced dragonfly. Rank counts in order, smallest first,
+# so that an interrupted run has the small ones.
 #
 #   scripts/simgrid-table.sh [SPARSE_BENCH] [RANKS] [OUT_DIR]
 #       SPARSE_BENCH: the binary (default target/release/sparse-bench);
@@ -27,19 +28,26 @@ mkdir -p "$out"
 algos=$("$bin" scale --ranks 2 --n 1024 --json | python3 -c '
 import json, sys
 print(" ".join(r["algo"] for r in map(json.loads, sys.stdin) if r.get("kind") == "scale"))')
-for net in 25gbe nvlink8-25gbe; do
-    topo=same
-    [ "$net" = 25gbe ] && topo=same,fat-tree-4to1,dragonfly
-    for p in ${ranks//,/ }; do
+# run NET P ALGO SUFFIX FLAGS...: one call of sparse-bench, its JSON rows
+# in OUT_DIR (kept: a rerun skips what is there).
+run() {
+    local net=$1 p=$2 algo=$3 f="$out/$1_P$2_$3$4.json"
+    shift 4
+    [ -s "$f" ] && return
+    echo "simgrid-table: $net P = $p $algo $*" >&2
+    "$bin" scale --network "$net" --ranks "$p" --algo "$algo" --engine simgrid --json "$@" \
+        >"$f.part" 2>"$f.err" || tail -n 1 "$f.err" >&2
+    mv "$f.part" "$f"
+}
+for p in ${ranks//,/ }; do
+    for net in 25gbe nvlink8-25gbe; do
         for algo in $algos; do
-            f="$out/${net}_P${p}_${algo}.json"
-            [ -s "$f" ] && continue
-            echo "simgrid-table: $net P = $p $algo" >&2
-            "$bin" scale --network "$net" --ranks "$p" --algo "$algo" --engine simgrid \
-                --smpi-model alpha-beta,default --topology "$topo" --json >"$f.part" 2>"$f.err" ||
-                { tail -n 1 "$f.err" >&2; }
-            mv "$f.part" "$f"
+            run "$net" "$p" "$algo" "" --smpi-model alpha-beta,default
         done
+    done
+    # Platforms the simulator does not have, on 25gbe's links (alpha-beta).
+    for algo in $algos; do
+        run 25gbe "$p" "$algo" _topologies --topology fat-tree-4to1,dragonfly
     done
 done
 python3 - "$out" "$algos" <<'PY'
@@ -48,13 +56,14 @@ rows = {}
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     net, rest = os.path.basename(path)[:-5].split("_P", 1)
     p, algo = rest.split("_", 1)
+    algo = algo.removesuffix("_topologies")
     cell = rows.setdefault((net, int(p), algo), {})
     err = path[:-5] + ".json.err"
     if os.path.exists(err) and "mem-cap-gib" in open(err).read():
         cell["refused"] = True
     for line in open(path):
         r = json.loads(line)
-        if r.get("kind") == "scale":
+        if r.get("kind") == "scale" and "_topologies" not in path:
             cell["sim"] = r["sim_ms"]
         elif r.get("kind") == "simgrid":
             cell[(r["smpi_model"], r["topology"])] = (r["simgrid_ms"], r["wall_s"])

@@ -272,6 +272,16 @@ const ENVELOPE: f64 = 16.0;
 /// Replays `traces` on `net`'s platform with SimGrid (alpha-beta
 /// settings) and with the simulator; `None` where SimGrid is absent.
 fn both(name: &str, traces: &[Trace], net: &dyn Network) -> Option<(f64, f64)> {
+    both_under(name, traces, net, SmpiModel::AlphaBeta)
+}
+
+/// [`both`] under SMPI's `model`.
+fn both_under(
+    name: &str,
+    traces: &[Trace],
+    net: &dyn Network,
+    model: SmpiModel,
+) -> Option<(f64, f64)> {
     if let Err(e) = smpi::smpirun() {
         println!("skipped: {e}");
         return None;
@@ -279,13 +289,7 @@ fn both(name: &str, traces: &[Trace], net: &dyn Network) -> Option<(f64, f64)> {
     let dir = scratch(name);
     let platform = Platform::of(net, traces.len()).unwrap();
     smpi::write_dir(&dir, traces, &platform, &net.label()).unwrap();
-    let sg = smpi::replay_dir(
-        &dir,
-        traces.len(),
-        SmpiModel::AlphaBeta,
-        Duration::from_secs(60),
-    )
-    .unwrap();
+    let sg = smpi::replay_dir(&dir, traces.len(), model, Duration::from_secs(60)).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     let ours = sparse_coll::sim::replay(traces, net).unwrap().makespan();
     Some((sg, ours))
@@ -297,10 +301,10 @@ fn close(got: f64, want: f64) -> bool {
 
 /// Patterns with a closed-form time on a full-bisection network (alpha 20
 /// us, 2^30 B/s, m = 1 MB): a chain of 3 messages, 3 (alpha + m beta); an
-/// incast of 3 messages into one rank's link, alpha + 3 m beta (under
-/// bandwidth sharing all three finish then; under FIFO the last does);
-/// exchanges in pairs, alpha + m beta. SimGrid adds its 16-byte envelope
-/// to `m`.
+/// incast of 3 messages into one rank's link, alpha + 3 m beta with eager
+/// sends (under bandwidth sharing all three finish then; under FIFO the
+/// last does), 3 (alpha + m beta) in SMPI's rendezvous; exchanges in
+/// pairs, alpha + m beta. SimGrid adds its 16-byte envelope to `m`.
 #[test]
 fn smpirun_replays_closed_form_patterns_in_their_alpha_beta_time() {
     let (alpha, beta, m) = (2e-5, 1.0 / GIB, 1_000_000usize);
@@ -336,22 +340,33 @@ fn smpirun_replays_closed_form_patterns_in_their_alpha_beta_time() {
         })
         .collect();
     let m = m as f64;
-    for (name, traces, messages) in [("chain", chain, 3.0), ("incast", incast, 3.0)] {
-        let alphas = if name == "chain" { 3.0 } else { 1.0 };
-        let Some((sg, ours)) = both(name, &traces, &net) else {
-            return;
-        };
-        let want = alphas * alpha + messages * m * beta;
-        assert!(
-            close(ours, want),
-            "{name}: simulator {ours} s, closed form {want} s"
-        );
-        let want = want + messages * ENVELOPE * beta;
-        assert!(
-            close(sg, want),
-            "{name}: SimGrid {sg} s, closed form {want} s"
-        );
-    }
+    let mb = (m + ENVELOPE) * beta;
+    let Some((sg, ours)) = both("chain", &chain, &net) else {
+        return;
+    };
+    assert!(
+        close(ours, 3.0 * (alpha + m * beta)),
+        "chain: simulator {ours}"
+    );
+    assert!(close(sg, 3.0 * (alpha + mb)), "chain: SimGrid {sg}");
+    // The incast: eager, the three messages move at once and share the
+    // receiver's link; in rendezvous each waits for its receive, posted
+    // in order once the one before has arrived.
+    let Some((sg, ours)) = both_under("incast", &incast, &net, SmpiModel::AlphaBetaEager) else {
+        return;
+    };
+    assert!(
+        close(ours, alpha + 3.0 * m * beta),
+        "incast: simulator {ours}"
+    );
+    assert!(close(sg, alpha + 3.0 * mb), "incast: SimGrid eager {sg}");
+    let Some((sg, _)) = both("incast-rdv", &incast, &net) else {
+        return;
+    };
+    assert!(
+        close(sg, 3.0 * (alpha + mb)),
+        "incast: SimGrid rendezvous {sg}"
+    );
     let Some((sg, ours)) = both("pairs", &pairs, &net) else {
         return;
     };

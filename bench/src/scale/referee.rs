@@ -40,8 +40,10 @@ pub struct SimgridArgs {
     #[arg(long, value_name = "DIR")]
     pub traces: Option<PathBuf>,
     /// SMPI's point-to-point models, comma-separated: `alpha-beta` (the
-    /// simulator's model: see `sparse_coll::sim::smpi::SmpiModel`) and
-    /// `default` (SMPI's defaults). Default: alpha-beta.
+    /// simulator's network, sends in rendezvous), `alpha-beta-eager` (the
+    /// same network, sends detached and eager) and `default` (SMPI's
+    /// defaults); see `sparse_coll::sim::smpi::SmpiModel`. Default:
+    /// alpha-beta.
     #[arg(long, value_delimiter = ',')]
     pub smpi_model: Vec<String>,
     /// SimGrid platforms, comma-separated: `same` (the equivalent of

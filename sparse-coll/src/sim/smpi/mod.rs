@@ -23,22 +23,27 @@
 //! # What SMPI's send does
 //! SMPI sends a message below `smpi/send-is-detached-thresh` (64 KiB by
 //! default) detached: `MPI_Send` returns at once; above it, it waits for
-//! the receiver (rendezvous). And a message starts to move only once its
-//! receive is posted, unless it is below `smpi/async-small-thresh` (0 by
-//! default). The simulator's send returns when its message has left the
-//! sender's link and the message moves from the send on, whoever waits
-//! for it: [`SmpiModel::AlphaBeta`] makes every send detached and eager
-//! (both thresholds at their maximum), the nearest SMPI has (its send
-//! returns at once; a second send then shares the link with the first
-//! rather than queueing behind it). [`SmpiModel::Default`] keeps SMPI's
-//! defaults.
+//! its message to arrive (rendezvous). And a message starts to move only
+//! once its receive is posted, unless it is below `smpi/async-small-thresh`
+//! (0 by default; SMPI wants it at most the first). The simulator's send
+//! returns when its message has left the sender's link, and the message
+//! moves from the send on. SMPI has neither exactly:
+//! [`SmpiModel::AlphaBeta`] sends in rendezvous (both thresholds 0), so a
+//! rank has no more messages on its link than the ones it waits for, as in
+//! the simulator; [`SmpiModel::AlphaBetaEager`] sends detached and eager
+//! (both at their maximum): a rank whose receive is done goes on while its
+//! send still moves, and its next send shares its link with that one.
+//! [`SmpiModel::Default`] keeps SMPI's defaults.
 //!
-//! # What differs between the two models with alpha-beta settings
+//! # What differs between the models with alpha-beta settings
 //! SimGrid shares a link's bandwidth among the flows on it (max-min
 //! fairness); the simulator serves a link's messages one at a time in
 //! order of arrival (FIFO). One message alone costs `alpha + m beta` in
 //! both; messages that share a link all finish by the same time in both
 //! when they start together, but under FIFO the first finishes earlier.
+//! In rendezvous a message waits for its receive: an incast that the
+//! receiver takes in order is served one message after the other, latency
+//! included, where the simulator's eager messages queue behind each other.
 //! On the two-level platform, ranks of a node talk over the host's
 //! loopback, which SimGrid does not share at all (`FATPIPE`) where the
 //! simulator queues each rank's messages on its own ports.

@@ -24,14 +24,20 @@ pub const PACKAGE: &str = "libsimgrid-dev";
 /// How SMPI models a point-to-point message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SmpiModel {
-    /// Plain alpha-beta, as the simulator: [`SmpiModel::cfg`] lists the
-    /// settings. SimGrid's CM02 model (max-min bandwidth sharing, no
-    /// correction factors: latency and bandwidth factors 1, no weight by
-    /// latency), no TCP window bound (`TCP-gamma` 0), no cross-traffic of
-    /// acknowledgements; every send detached (it returns at once, as a
-    /// buffered `MPI_Send`) and eager (its transfer starts when it is
-    /// sent, not when the receive is posted), as the simulator's sends.
+    /// Plain alpha-beta, as the simulator: SimGrid's CM02 network model
+    /// (max-min bandwidth sharing) without correction factors (latency
+    /// and bandwidth factors 1, no weight by latency), no TCP window bound
+    /// (`TCP-gamma` 0), no cross-traffic of acknowledgements; and every
+    /// send in rendezvous (it completes when its message has arrived, so a
+    /// rank never has more than its current messages on its link, as in
+    /// the simulator, whose send returns when its message has left).
+    /// [`SmpiModel::cfg`] lists the settings.
     AlphaBeta,
+    /// [`SmpiModel::AlphaBeta`]'s network with every send detached and
+    /// eager: it returns at once and its message moves at once, so a rank
+    /// that has its receive runs ahead with its send still on its link,
+    /// sharing the link with its next ones.
+    AlphaBetaEager,
     /// SMPI's defaults: the `SMPI` network model (piecewise latency and
     /// bandwidth factors fitted on a real cluster, a flow's share weighted
     /// by its latency), TCP's window bound, cross-traffic, sends of 64 KiB
@@ -39,45 +45,64 @@ pub enum SmpiModel {
     Default,
 }
 
+/// The `--cfg` options of CM02 as plain alpha-beta.
+const PLAIN: [&str; 6] = [
+    "--cfg=network/model:CM02",
+    "--cfg=network/latency-factor:1",
+    "--cfg=network/bandwidth-factor:1",
+    "--cfg=network/weight-S:0",
+    "--cfg=network/TCP-gamma:0",
+    "--cfg=network/crosstraffic:0",
+];
+
 impl SmpiModel {
     /// The `--cfg` options of `smpirun` that select the model.
-    pub fn cfg(self) -> &'static [&'static str] {
-        match self {
-            SmpiModel::AlphaBeta => &[
-                "--cfg=network/model:CM02",
-                "--cfg=network/latency-factor:1",
-                "--cfg=network/bandwidth-factor:1",
-                "--cfg=network/weight-S:0",
-                "--cfg=network/TCP-gamma:0",
-                "--cfg=network/crosstraffic:0",
+    pub fn cfg(self) -> Vec<&'static str> {
+        let mut out = match self {
+            SmpiModel::Default => return Vec::new(),
+            _ => PLAIN.to_vec(),
+        };
+        out.extend(match self {
+            SmpiModel::AlphaBetaEager => [
                 "--cfg=smpi/send-is-detached-thresh:2147483647",
                 "--cfg=smpi/async-small-thresh:2147483647",
             ],
-            SmpiModel::Default => &[],
-        }
+            _ => [
+                "--cfg=smpi/send-is-detached-thresh:0",
+                "--cfg=smpi/async-small-thresh:0",
+            ],
+        });
+        out
     }
-    /// Both models, alpha-beta first.
-    pub const ALL: [SmpiModel; 2] = [SmpiModel::AlphaBeta, SmpiModel::Default];
+    /// Every model, in the order of [`SmpiModel::name`]'s list.
+    pub const ALL: [SmpiModel; 3] = [
+        SmpiModel::AlphaBeta,
+        SmpiModel::AlphaBetaEager,
+        SmpiModel::Default,
+    ];
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             SmpiModel::AlphaBeta => "alpha-beta",
+            SmpiModel::AlphaBetaEager => "alpha-beta-eager",
             SmpiModel::Default => "default",
         }
     }
-    /// The model named `name` (`alpha-beta` or `default`).
+    /// The model named `name` (`alpha-beta`, `alpha-beta-eager` or
+    /// `default`).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] named `smpi model` for another name.
     pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "alpha-beta" => Ok(SmpiModel::AlphaBeta),
-            "default" => Ok(SmpiModel::Default),
-            _ => Err(Error::invalid(
-                "smpi model",
-                format!("{name:?} is not alpha-beta or default"),
-            )),
-        }
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "smpi model",
+                    format!("{name:?} is not alpha-beta, alpha-beta-eager or default"),
+                )
+            })
     }
 }
 
@@ -144,7 +169,7 @@ pub fn replay_args_on(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    args.extend(COMMON.iter().chain(model.cfg()).map(|s| s.to_string()));
+    args.extend(COMMON.iter().chain(&model.cfg()).map(|s| s.to_string()));
     args
 }
 
