@@ -1,6 +1,7 @@
 //! The optimizer's settings.
 
 use crate::layer::LayerSpec;
+use sparse_core::budget::{Budget, Density};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::{Error, Result};
 
@@ -26,7 +27,7 @@ pub enum Rule {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Config {
     pub(crate) lr: f32,
-    pub(crate) density: f64,
+    pub(crate) density: Density,
     pub(crate) rule: Rule,
     pub(crate) compress_threshold: usize,
     pub(crate) min_dims: usize,
@@ -77,7 +78,7 @@ impl Config {
         };
         vec![
             ("lr", u64::from(self.lr.to_bits())),
-            ("density", self.density.to_bits()),
+            ("density", self.density.get().to_bits()),
             ("rule", kind),
             ("momentum", u64::from(momentum.to_bits())),
             ("nesterov", u64::from(nesterov)),
@@ -123,7 +124,7 @@ impl Config {
                 format!("{lr} is not finite and positive"),
             ));
         }
-        check_density(density)?;
+        let density = Density::new(density)?;
         if let Rule::Rgc {
             momentum,
             weight_decay,
@@ -294,8 +295,10 @@ impl Config {
     /// # Errors
     /// [`Error::InvalidParameter`] outside `(0, 1]`.
     pub fn with_density(self, density: f64) -> Result<Self> {
-        check_density(density)?;
-        Ok(Self { density, ..self })
+        Ok(Self {
+            density: Density::new(density)?,
+            ..self
+        })
     }
     /// The learning rate.
     pub fn lr(&self) -> f32 {
@@ -303,7 +306,13 @@ impl Config {
     }
     /// The density.
     pub fn density(&self) -> f64 {
-        self.density
+        self.density.get()
+    }
+    /// The budget these settings give the lossy collectives a trainer
+    /// builds ([`crate::Trainer::from_registry`]): their density, unless
+    /// the collective's name gives its own (`k=` or `density=`).
+    pub fn budget(&self) -> Budget {
+        Budget::from(self.density)
     }
     /// The rule.
     pub fn rule(&self) -> Rule {
@@ -383,16 +392,6 @@ impl std::fmt::Display for KeptDense {
             ),
         }
     }
-}
-
-fn check_density(density: f64) -> Result<()> {
-    if !(density > 0.0 && density <= 1.0) {
-        return Err(Error::invalid(
-            "density",
-            format!("{density} not in (0, 1]"),
-        ));
-    }
-    Ok(())
 }
 
 /// DGC's density warm-up: `max(c^(e + 1), D)` with `c = D^(1 / (W + 1))`

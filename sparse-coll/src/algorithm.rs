@@ -327,71 +327,7 @@ impl Params {
     }
 }
 
-/// The budget of a lossy algorithm: the entries its result keeps, a
-/// count `k >= 1` or a density in `(0, 1]` of the input's dimension,
-/// resolved at each call ([`Budget::k_for`]). Validated when made, so a
-/// budget never keeps nothing: `k = 0` is an error, not "drop
-/// everything".
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Budget(BudgetKind);
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum BudgetKind {
-    K(usize),
-    Density(f64),
-}
-
-impl Budget {
-    /// Keep `k` entries.
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] for `k = 0`.
-    pub fn k(k: usize) -> Result<Self> {
-        if k == 0 {
-            return Err(Error::invalid(
-                "k",
-                "0 keeps nothing: give k >= 1, or a density",
-            ));
-        }
-        Ok(Self(BudgetKind::K(k)))
-    }
-
-    /// Keep `round(density dim)` entries of an input of dimension `dim`,
-    /// at least one ([`sparse_core::topk::k_for_density`]).
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] unless `0 < density <= 1`.
-    pub fn density(density: f64) -> Result<Self> {
-        sparse_core::topk::k_for_density(1, density)?;
-        Ok(Self(BudgetKind::Density(density)))
-    }
-
-    /// The entries kept of an input of dimension `dim`: `k`, or the
-    /// density's share of `dim` (at least 1 for `dim > 0`).
-    pub fn k_for(&self, dim: usize) -> usize {
-        match self.0 {
-            BudgetKind::K(k) => k,
-            BudgetKind::Density(d) => {
-                sparse_core::topk::k_for_density(dim, d).expect("validated when made")
-            }
-        }
-    }
-
-    /// The parameter as a registry spec writes it: `k=40` or
-    /// `density=0.01`.
-    pub fn param(&self) -> String {
-        match self.0 {
-            BudgetKind::K(k) => format!("k={k}"),
-            BudgetKind::Density(d) => format!("density={d}"),
-        }
-    }
-}
-
-impl fmt::Display for Budget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.param())
-    }
-}
+pub use sparse_core::budget::Budget;
 
 /// What every builder may use besides the name's own parameters: the
 /// budget of the lossy algorithms when the name gives none (`k=` or

@@ -403,11 +403,12 @@ fn resume_dir(t: &mut dyn Transport, run: &Run, a: &TrainArgs) -> Result<Option<
 fn trainer(run: &Run, a: &TrainArgs, model: &Model) -> Result<Trainer<Cpu, RadixTopK>> {
     let layers = model.layers();
     let cfg = config(run, a)?;
-    let density = run.density();
+    // The collectives keep the settings' budget (the density is given once).
+    let defaults = Defaults::with_budget(cfg.budget());
     let last = layers.len() - 1;
     let comm = |l: &LayerSpec| -> Result<Box<dyn SparseAllreduce<f32>>> {
         let spec = layer_collective(run, l.name == layers[last].name);
-        Registry::builtin().build(spec, Defaults::density(density)?)
+        Registry::builtin().build(spec, defaults)
     };
     let w0 = model.init(a.seed);
     Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)

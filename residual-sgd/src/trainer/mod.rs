@@ -5,7 +5,7 @@
 
 use crate::memory::{self, Memory};
 use crate::{Config, LayerSpec};
-use sparse_coll::SparseAllreduce;
+use sparse_coll::{Defaults, Registry, SparseAllreduce};
 use sparse_core::{Backend, Error, Result};
 use sparse_select::Selector;
 
@@ -102,6 +102,37 @@ impl<B: Backend<f32> + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
         let (rule, lr) = (cfg.rule(), cfg.lr());
         Self::with_memory(b, cfg, layers, weights, selector, comm, |b, spec| {
             memory::for_rule(b, rule, lr, spec.len)
+        })
+    }
+
+    /// As [`Trainer::new`], with each compressed layer's collective built
+    /// from `registry` by the spec `collective` (`"spardl"`,
+    /// `"ok_topk:period=8"`, ...) with the settings' budget
+    /// ([`Config::budget`]) as its default: the density is given once, in
+    /// `cfg`. A `k=` or `density=` in the spec overrides it for that
+    /// collective; a caller who wants other defaults per layer uses
+    /// [`Trainer::new`] with its own closure.
+    ///
+    /// The budget is the settings' at construction: a density that changes
+    /// later ([`Config::with_density`], DGC's warm-up) changes what the
+    /// selector keeps, and a lossy collective keeps its own budget of what
+    /// it receives.
+    ///
+    /// # Errors
+    /// As [`Trainer::new`]; [`Registry::build`]'s errors (an unknown name
+    /// or parameter, naming the known ones).
+    pub fn from_registry(
+        b: B,
+        cfg: Config,
+        layers: Vec<LayerSpec>,
+        weights: &[Vec<f32>],
+        selector: S,
+        registry: &Registry<f32>,
+        collective: &str,
+    ) -> Result<Self> {
+        let defaults = Defaults::with_budget(cfg.budget());
+        Self::new(b, cfg, layers, weights, selector, |_| {
+            registry.build(collective, defaults)
         })
     }
 }

@@ -10,7 +10,7 @@ use sparse_coll::Reduced;
 use sparse_coll::wire::WireValues;
 use sparse_core::encoding::Qsgd;
 use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
-use sparse_select::{RadixTopK, Selection, Selector, k_for_density};
+use sparse_select::{RadixTopK, Selection, Selector};
 use std::time::Instant;
 
 /// The factor that scales `g` down to an L2 norm of at most `max`, if it
@@ -36,7 +36,7 @@ pub(super) fn compress<B: Backend<f32>, S: Selector<B, f32>>(
 ) -> Result<Outgoing<B>> {
     let n = b.len(g);
     c.memory.compensate(b, g)?;
-    let k = k_for_density(n, cfg.density)?;
+    let k = cfg.density.k_for(n);
     let quantized = cfg.quantized && !c.output;
     let sel = if quantized {
         // RedSync's alternation: the largest values, then the smallest.
