@@ -412,6 +412,50 @@ fn smpirun_shares_a_nodes_nic_as_the_simulator_does() {
     assert!(close(sg, want), "within: SimGrid {sg}, closed form {want}");
 }
 
+/// Where the two differ, in closed form: on nodes of 8, each rank of node
+/// 0 sends `m` to its peer on node 1, which sends `m` back once it has it.
+/// The simulator's NIC serves the 8 messages one after the other, so the
+/// k-th arrives at `alpha + k m beta` and its reply leaves then: the last
+/// reply is home at `2 alpha + 9 m beta`. SimGrid shares the NIC among the
+/// 8 flows (as a NIC interleaves the packets of 8 processes), so all
+/// arrive at `alpha + 8 m beta` and the replies, sharing node 1's NIC, at
+/// `2 alpha + 16 m beta`: dependent rounds across a shared NIC pipeline
+/// under FIFO and not under sharing (`bench/RESULTS.md`, SimGrid).
+#[test]
+fn a_shared_nic_pipelines_under_fifo_and_not_under_sharing() {
+    let net = two_level(8);
+    let m = 1_000_000usize;
+    let traces: Vec<Trace> = (0..16)
+        .map(|r| {
+            if r < 8 {
+                vec![
+                    Op::Send {
+                        to: r + 8,
+                        bytes: m,
+                    },
+                    Op::Recv { from: r + 8 },
+                ]
+            } else {
+                vec![
+                    Op::Recv { from: r - 8 },
+                    Op::Send {
+                        to: r - 8,
+                        bytes: m,
+                    },
+                ]
+            }
+        })
+        .collect();
+    let Some((sg, ours)) = both("pingpong", &traces, &net) else {
+        return;
+    };
+    let (m, beta) = (m as f64, 1.0 / GIB);
+    let want = 2.0 * 2e-5 + 9.0 * m * beta;
+    assert!(close(ours, want), "simulator {ours}, closed form {want}");
+    let want = 2.0 * 2e-5 + 16.0 * (m + ENVELOPE) * beta;
+    assert!(close(sg, want), "SimGrid {sg}, closed form {want}");
+}
+
 /// Per rank, from the written trace text alone: bytes and messages sent
 /// and received, and per (source, destination) the sizes of the sends and
 /// of the receives in order.
