@@ -4,8 +4,8 @@
 # timed by sparse_coll::sim and replayed by SimGrid (`sparse-bench scale
 # --engine simgrid`) under SMPI configured as plain alpha-beta and under
 # SMPI's defaults on the network's equivalent platform; and (on 25gbe's
-# links, alpha-beta) on a fat tree with 4:1 oversubscription between racks
-# of 16 and on a balanced dragonfly. Rank counts in order, smallest first,
+# links, alpha-beta) on fat trees of racks of 16 without and with 4:1
+# oversubscription between racks and on a balanced dragonfly. Rank counts in order, smallest first,
 # so that an interrupted run has the small ones.
 #
 #   scripts/simgrid-table.sh [SPARSE_BENCH] [RANKS] [OUT_DIR]
@@ -47,7 +47,7 @@ for p in ${ranks//,/ }; do
     done
     # Platforms the simulator does not have, on 25gbe's links (alpha-beta).
     for algo in $algos; do
-        run 25gbe "$p" "$algo" _topologies --topology fat-tree-4to1,dragonfly
+        run 25gbe "$p" "$algo" _topologies --topology fat-tree-1to1,fat-tree-4to1,dragonfly
     done
 done
 python3 - "$out" "$algos" <<'PY'
@@ -56,14 +56,15 @@ rows = {}
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     net, rest = os.path.basename(path)[:-5].split("_P", 1)
     p, algo = rest.split("_", 1)
-    algo = algo.removesuffix("_topologies")
+    extra_run = algo.endswith(("_topologies", "_ft1"))
+    algo = algo.removesuffix("_topologies").removesuffix("_ft1")
     cell = rows.setdefault((net, int(p), algo), {})
     err = path[:-5] + ".json.err"
     if os.path.exists(err) and "mem-cap-gib" in open(err).read():
         cell["refused"] = True
     for line in open(path):
         r = json.loads(line)
-        if r.get("kind") == "scale" and "_topologies" not in path:
+        if r.get("kind") == "scale" and not extra_run:
             cell["sim"] = r["sim_ms"]
         elif r.get("kind") == "simgrid":
             cell[(r["smpi_model"], r["topology"])] = (r["simgrid_ms"], r["wall_s"])
@@ -79,7 +80,7 @@ for net in ("25gbe", "nvlink8-25gbe"):
     head = ["algorithm", "P", "sim ms", "SimGrid alpha-beta ms", "sim vs it",
             "SimGrid default ms", "sim vs it"]
     if extra:
-        head += ["fat tree 4:1 ms", "dragonfly ms"]
+        head += ["fat tree 1:1 ms", "fat tree 4:1 ms", "dragonfly ms"]
     head += ["replay wall s"]
     print(f"\n#### {net}\n")
     print("| " + " | ".join(head) + " |")
@@ -96,9 +97,10 @@ for net in ("25gbe", "nvlink8-25gbe"):
                 ms(d[0]), vs(c.get("sim"), d[0])]
         walls = [ab[1], d[1]]
         if extra:
-            ft, df = get("alpha-beta", "fat-tree-4to1"), get("alpha-beta", "dragonfly")
-            line += [ms(ft[0]), ms(df[0])]
-            walls += [ft[1], df[1]]
+            ft1, ft = get("alpha-beta", "fat-tree-1to1"), get("alpha-beta", "fat-tree-4to1")
+            df = get("alpha-beta", "dragonfly")
+            line += [ms(ft1[0]), ms(ft[0]), ms(df[0])]
+            walls += [ft1[1], ft[1], df[1]]
         line.append(f"{sum(walls):.0f}")
         print("| " + " | ".join(line) + " |")
 PY
