@@ -4,8 +4,9 @@
 use crate::algorithm::{
     Catalog, Defaults, Params, Registered, SparseAllreduce, is_name, load_parts, save_parts,
 };
-use crate::entry::{agree_sharing, entry_id};
+use crate::entry::entry_id;
 use crate::profile::Profile;
+use crate::transport::agree::agree_sharing;
 use crate::{Entered, Reduced, Transport};
 use sparse_core::cost::Cost;
 use sparse_core::state::{Scope, State};

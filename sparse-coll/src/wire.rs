@@ -66,11 +66,12 @@ use sparse_core::{Element, Result, SparseVec};
 
 pub use crate::algorithms::spardl::split_topk;
 pub use crate::bytes::{le_bytes, le_u32s};
-pub use crate::entry::{agree, agree_or_fail, entry_id};
+pub use crate::entry::entry_id;
 pub use crate::frame::{
     decode_stream, encode_stream, put_block, put_pairs, read_pairs, split_where, stream_to_sparse,
     take_block,
 };
+pub use crate::transport::agree::{agree, agree_or_fail};
 pub use crate::values::{Packed, WireValues};
 
 /// The entry of a sparse allreduce named `name`, as every built-in one

@@ -1,8 +1,13 @@
 //! The `Transport` trait and its traffic counters, the one intercepting
 //! wrapper ([`Intercepting`]), and the transports: threads
 //! ([`thread`]), MPI ([`mpi`], feature `mpi`), a group of ranks
-//! ([`group`]); [`ring`] is the default dense allreduce.
+//! ([`group`]); [`ring`] is the default dense allreduce; [`allgather`] (the
+//! Bruck allgather) and [`agree`] (the agreement round on it) are what the
+//! MPI transport's dense allreduce agrees with, so they live here, below
+//! every collective.
 
+pub(crate) mod agree;
+pub(crate) mod allgather;
 pub(crate) mod group;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;

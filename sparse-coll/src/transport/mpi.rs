@@ -1,6 +1,6 @@
 //! The MPI transport (feature `mpi`): the same collectives over MPICH.
 
-use crate::{BufferPool, Traffic, TrafficCounter, Transport};
+use super::{BufferPool, Traffic, TrafficCounter, Transport};
 use mpi::Tag;
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -324,7 +324,8 @@ impl Transport for MpiTransport {
                 bytes: 4 * x.len() as u64,
             });
         let counted = t.counter.clone();
-        let agreed = crate::agree_or_fail(t, &[("dense allreduce length", x.len() as u64)], local);
+        let agreed =
+            super::agree::agree_or_fail(t, &[("dense allreduce length", x.len() as u64)], local);
         t.counter = counted;
         agreed?;
         out.resize(x.len(), 0.0);
