@@ -133,11 +133,11 @@ pub use entry::{Entered, Reduced};
 pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto};
 pub use profile::Profile;
 pub use registry::{Entry, Registry};
-pub use sim::{SimCluster, SimTransport};
 pub use transport::agree::{agree, agree_or_fail};
 pub use transport::group::{Group, Members};
 #[cfg(feature = "mpi")]
 pub use transport::mpi::MpiTransport;
+pub use transport::sim::{SimCluster, SimTransport};
 pub use transport::thread::{ThreadCluster, ThreadTransport};
 pub use transport::{
     BufferPool, Intercept, Intercepting, Traffic, TrafficCounter, Transport, guard,

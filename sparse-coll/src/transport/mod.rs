@@ -1,6 +1,7 @@
 //! The `Transport` trait and its traffic counters, the one intercepting
 //! wrapper ([`Intercepting`]), and the transports: threads
-//! ([`thread`]), MPI ([`mpi`], feature `mpi`), a group of ranks
+//! ([`thread`]), MPI ([`mpi`], feature `mpi`), simulated ([`sim`]: the
+//! network models and the replay are `crate::sim`'s), a group of ranks
 //! ([`group`]); [`ring`] is the default dense allreduce; [`allgather`] (the
 //! Bruck allgather) and [`agree`] (the agreement round on it) are what the
 //! MPI transport's dense allreduce agrees with, so they live here, below
@@ -12,6 +13,7 @@ pub(crate) mod group;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
 pub(crate) mod ring;
+pub(crate) mod sim;
 pub(crate) mod thread;
 
 use sparse_core::Result;
