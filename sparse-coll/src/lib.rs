@@ -140,5 +140,6 @@ pub use transport::mpi::MpiTransport;
 pub use transport::sim::{SimCluster, SimTransport};
 pub use transport::thread::{ThreadCluster, ThreadTransport};
 pub use transport::{
-    BufferPool, Intercept, Intercepting, Traffic, TrafficCounter, Transport, guard,
+    BufferPool, Endpoint, EndpointState, Intercept, Intercepting, Traffic, TrafficCounter,
+    Transport, guard,
 };

@@ -6,7 +6,7 @@
 //! run and the timing are two steps. Public as `sparse_coll::sim::*` and
 //! `sparse_coll::{SimCluster, SimTransport}`.
 
-use super::{BufferPool, Traffic, TrafficCounter, Transport};
+use super::{Endpoint, EndpointState, Traffic, Transport};
 use sparse_core::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -230,11 +230,10 @@ impl Shared {
 /// One rank's end of a [`SimCluster`].
 #[derive(Debug)]
 pub struct SimTransport {
-    rank: usize,
-    size: usize,
+    /// Its rank, traffic and buffer pool: messages are copies in pooled
+    /// buffers, handed to the receiver.
+    state: EndpointState,
     shared: Arc<Shared>,
-    counter: TrafficCounter,
-    pool: BufferPool,
     trace: Trace,
     compute: Compute,
     /// The thread's CPU time at the end of its last communication call.
@@ -246,11 +245,8 @@ pub struct SimTransport {
 impl SimTransport {
     fn new(rank: usize, c: &SimCluster, shared: Arc<Shared>) -> Self {
         Self {
-            rank,
-            size: c.size,
+            state: EndpointState::new(rank, c.size),
             shared,
-            counter: TrafficCounter::default(),
-            pool: BufferPool::for_ranks(c.size),
             trace: Vec::new(),
             compute: c.compute,
             cpu_mark: None,
@@ -264,15 +260,12 @@ impl SimTransport {
         panics: &super::RunPanics,
         f: &(impl Fn(&mut SimTransport) -> Result<T> + Sync),
     ) -> (Result<T>, Traffic, Trace) {
+        let rank = self.rank();
         self.cpu_mark = thread_cpu_time();
-        let result = super::catch_rank(panics, self.rank, || f(self));
+        let result = super::catch_rank(panics, rank, || f(self));
         self.computed();
-        self.shared.close(self.rank);
-        (
-            result,
-            self.counter.traffic(),
-            std::mem::take(&mut self.trace),
-        )
+        self.shared.close(rank);
+        (result, self.traffic(), std::mem::take(&mut self.trace))
     }
 
     /// Marks this point of the rank's code: the replay reports the rank's
@@ -295,74 +288,49 @@ impl SimTransport {
         }
     }
 
-    /// Starts a communication call: records the computation before it,
-    /// counts the round, refuses a call after [`Transport::abandon`].
-    fn begin(&mut self) -> Result<()> {
-        self.computed();
-        if self.abandoned {
-            return Err(Error::Transport {
-                rank: self.rank,
-                detail: "abandoned after a failed collective".into(),
-            });
-        }
-        self.counter.round();
-        Ok(())
-    }
-
-    /// Ends a communication call: its own CPU time is the network's, not
-    /// computation.
-    fn end(&mut self) {
+    /// Ends a communication call, recording it as `op`: its own CPU time
+    /// is the network's, not computation.
+    fn end(&mut self, op: Op) {
+        self.trace.push(op);
         if self.compute != Compute::Off {
             self.cpu_mark = thread_cpu_time();
         }
     }
 
-    fn check_peer(&self, peer: usize) -> Result<()> {
-        super::check_peer(peer, self.size)
-    }
-
-    fn post(&mut self, to: usize, data: &[u8]) -> Result<()> {
-        self.check_peer(to)?;
+    /// Puts a copy of `data` in `to`'s mailbox.
+    fn deliver(&mut self, to: usize, data: &[u8]) -> Result<()> {
+        self.state.peer(to)?;
+        let rank = self.rank();
         if self.shared.gone[to].load(Ordering::SeqCst) {
-            return Err(Error::PeerFailed {
-                rank: self.rank,
-                peer: to,
-            });
+            return Err(Error::PeerFailed { rank, peer: to });
         }
-        let mut msg = self.pool.take_fitting(data.len());
+        let mut msg = self.state.pool().take_fitting(data.len());
         msg.clear();
         msg.extend_from_slice(data);
-        self.shared
-            .lock(to)
-            .entry(self.rank)
-            .or_default()
-            .push_back(msg);
+        self.shared.lock(to).entry(rank).or_default().push_back(msg);
         self.shared.boxes[to].arrived.notify_all();
-        self.counter.sent(data.len());
         Ok(())
     }
 
-    fn take(&mut self, from: usize) -> Result<Vec<u8>> {
-        self.check_peer(from)?;
+    /// Takes the next message from `from` out of this rank's mailbox,
+    /// waiting at most the timeout.
+    fn collect(&mut self, from: usize) -> Result<Vec<u8>> {
+        self.state.peer(from)?;
+        let rank = self.rank();
         let deadline = Instant::now() + self.timeout;
-        let mailbox = &self.shared.boxes[self.rank];
-        let mut queues = self.shared.lock(self.rank);
+        let mailbox = &self.shared.boxes[rank];
+        let mut queues = self.shared.lock(rank);
         loop {
             if let Some(msg) = queues.get_mut(&from).and_then(VecDeque::pop_front) {
-                drop(queues);
-                self.counter.received(msg.len());
                 return Ok(msg);
             }
             if self.shared.gone[from].load(Ordering::SeqCst) {
-                return Err(Error::PeerFailed {
-                    rank: self.rank,
-                    peer: from,
-                });
+                return Err(Error::PeerFailed { rank, peer: from });
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::Timeout {
-                    rank: self.rank,
+                    rank,
                     peer: from,
                     timeout_ms: self.timeout.as_millis() as u64,
                 });
@@ -383,71 +351,52 @@ fn thread_cpu_time() -> Option<Duration> {
         .map(|t| t.as_duration())
 }
 
-impl Transport for SimTransport {
-    fn rank(&self) -> usize {
-        self.rank
+impl Endpoint for SimTransport {
+    fn state(&self) -> &EndpointState {
+        &self.state
     }
-    fn size(&self) -> usize {
-        self.size
+    fn state_mut(&mut self) -> &mut EndpointState {
+        &mut self.state
     }
-    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
-        self.begin()?;
-        self.post(to, data)?;
-        self.trace.push(Op::Send {
+    /// Records the computation before the call; refuses a call after
+    /// [`Transport::abandon`].
+    fn begin(&mut self) -> Result<()> {
+        self.computed();
+        if self.abandoned {
+            return Err(Error::Transport {
+                rank: self.rank(),
+                detail: "abandoned after a failed collective".into(),
+            });
+        }
+        Ok(())
+    }
+    fn post(&mut self, to: usize, data: &[u8]) -> Result<()> {
+        self.deliver(to, data)?;
+        self.end(Op::Send {
             to,
             bytes: data.len(),
         });
-        self.end();
         Ok(())
     }
-    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
-        self.begin()?;
-        let got = self.take(from)?;
-        self.trace.push(Op::Recv { from });
-        self.end();
+    fn fetch(&mut self, from: usize) -> Result<Vec<u8>> {
+        let got = self.collect(from)?;
+        self.end(Op::Recv { from });
         Ok(got)
     }
-    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
-        self.begin()?;
-        self.post(to, data)?;
-        let got = self.take(from)?;
-        self.trace.push(Op::Exchange {
+    fn swap(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
+        self.deliver(to, data)?;
+        let got = self.collect(from)?;
+        self.end(Op::Exchange {
             to,
             bytes: data.len(),
             from,
         });
-        self.end();
         Ok(got)
-    }
-    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
-        let got = self.recv(from)?;
-        self.pool.give(std::mem::replace(into, got));
-        Ok(())
-    }
-    fn exchange_into(
-        &mut self,
-        to: usize,
-        data: &[u8],
-        from: usize,
-        into: &mut Vec<u8>,
-    ) -> Result<()> {
-        let got = self.exchange(to, data, from)?;
-        self.pool.give(std::mem::replace(into, got));
-        Ok(())
-    }
-    fn take_buffer(&mut self) -> Vec<u8> {
-        self.pool.take()
-    }
-    fn give_buffer(&mut self, buf: Vec<u8>) {
-        self.pool.give(buf);
-    }
-    fn traffic(&self) -> Traffic {
-        self.counter.traffic()
     }
     /// Closes this rank's mailbox for its peers: their waits on it end with
     /// [`Error::PeerFailed`], and its own later calls fail.
-    fn abandon(&mut self) {
+    fn close(&mut self) {
         self.abandoned = true;
-        self.shared.close(self.rank);
+        self.shared.close(self.rank());
     }
 }
