@@ -124,9 +124,11 @@ pub trait SparseAllreduce<E: Element>: Send {
     /// This rank's error, [`Error::PeerError`], [`Error::Disagreement`];
     /// transport errors.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered>;
-    /// The rest of a call, once every rank has entered: its result into
-    /// `out` (contents replaced; where the algorithm builds its result in
-    /// place, its allocations reused). A failure here may leave peers
+    /// The rest of a call, once every rank has entered: its result and
+    /// dropped part into `out` (contents replaced; where the algorithm
+    /// builds its result in place, its allocations reused). Its traffic
+    /// is not the body's to count: [`SparseAllreduce::allreduce_into`]
+    /// records it in `out.traffic`. A failure here may leave peers
     /// waiting on this rank: [`SparseAllreduce::allreduce_into`] abandons
     /// the transport then.
     ///
@@ -147,7 +149,8 @@ pub trait SparseAllreduce<E: Element>: Send {
     /// builds its result in place (TopkA with raw values;
     /// SSAR_Split_allgather, TopkDSA and DSAR) `out`'s allocations are
     /// reused, so a training loop's collective allocates nothing once
-    /// warm. `out.entry` gets the entry round's traffic, so that
+    /// warm. It records the call's traffic: `out.traffic` the body's (what
+    /// the papers' formulas count), `out.entry` the entry round's, so that
     /// `out.total()` is what the transport counted during the call.
     ///
     /// # Errors
@@ -162,7 +165,7 @@ pub trait SparseAllreduce<E: Element>: Send {
         let before = t.traffic();
         let entered = self.enter(t, v)?;
         crate::guard(t, |t| self.body(t, v, entered, out))?;
-        out.entry = entered.start().since(&before);
+        out.account(before, entered, t.traffic());
         Ok(())
     }
     /// [`SparseAllreduce::allreduce_into`] on a fresh outcome.

@@ -23,7 +23,8 @@ pub struct Reduced<E> {
     /// What this rank keeps as residual.
     pub dropped: SparseVec<E>,
     /// This rank's traffic in the algorithm's body (the entry round
-    /// excluded): what the papers' formulas count.
+    /// excluded): what the papers' formulas count. Set by
+    /// [`crate::SparseAllreduce::allreduce_into`], not by the body.
     pub traffic: Traffic,
     /// This rank's traffic in the call's entry round (its agreement on the
     /// call), set by [`crate::SparseAllreduce::allreduce_into`]: `traffic`
@@ -37,6 +38,14 @@ impl<E> Reduced<E> {
     /// entry round's, which together are what the transport counted.
     pub fn total(&self) -> Traffic {
         self.traffic.plus(&self.entry)
+    }
+    /// Records a call's traffic from the transport's counts `before` its
+    /// entry round, at `entered` (after it) and `after` its body: what
+    /// [`crate::SparseAllreduce::allreduce_into`] does for every body, so
+    /// that no body counts its own.
+    pub(crate) fn account(&mut self, before: Traffic, entered: Entered, after: Traffic) {
+        self.traffic = after.since(&entered.start);
+        self.entry = entered.start.since(&before);
     }
 }
 

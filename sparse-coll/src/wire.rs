@@ -34,7 +34,7 @@
 //!         &mut self,
 //!         t: &mut dyn Transport,
 //!         v: &SparseVec<f32>,
-//!         entered: Entered,
+//!         _: Entered,
 //!         out: &mut Reduced<f32>,
 //!     ) -> Result<()> {
 //!         let mut msg = Vec::new();
@@ -47,7 +47,6 @@
 //!         }
 //!         *out = Reduced {
 //!             dropped: SparseVec::zeros(v.dim())?,
-//!             traffic: t.traffic().since(&entered.start()),
 //!             result,
 //!             ..Reduced::default()
 //!         };

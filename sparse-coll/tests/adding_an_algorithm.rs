@@ -55,7 +55,7 @@ impl<E: Element> SparseAllreduce<E> for NaiveSum {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let mut msg = Vec::new();
@@ -75,7 +75,6 @@ impl<E: Element> SparseAllreduce<E> for NaiveSum {
         *out = Reduced {
             result,
             dropped: SparseVec::zeros(v.dim())?,
-            traffic: t.traffic().since(&entered.start()),
             ..Reduced::default()
         };
         Ok(())

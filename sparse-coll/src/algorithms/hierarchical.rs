@@ -309,7 +309,7 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let (p, r, n) = (t.size(), t.rank(), v.dim());
@@ -325,7 +325,6 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             *out = Reduced {
                 result: in_node.result,
                 dropped: in_node.dropped,
-                traffic: t.traffic().since(&entered.start()),
                 ..Reduced::default()
             };
             return Ok(());
@@ -382,7 +381,6 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         *out = Reduced {
             result,
             dropped,
-            traffic: t.traffic().since(&entered.start()),
             ..Reduced::default()
         };
         Ok(())

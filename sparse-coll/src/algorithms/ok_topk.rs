@@ -544,14 +544,13 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let mut mem = std::mem::take(&mut self.mem);
         let done = self.reduce(t, v, mem.get::<Work<E>>(), out);
         self.mem = mem;
         done?;
-        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }

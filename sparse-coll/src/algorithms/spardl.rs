@@ -835,7 +835,7 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let budget = Keep {
@@ -855,7 +855,6 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
                 Ok(())
             },
         )?;
-        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }
@@ -956,13 +955,12 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let k = self.budget.k_for(v.dim());
         let d = self.teams(t.size());
         rsag(t, v, k, d, self.mem.get::<Mem<E>>(), out)?;
-        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }
@@ -1089,14 +1087,13 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let mut mem = std::mem::take(&mut self.mem);
         let done = self.reduce(t, v, mem.get::<Mem<E>>(), out);
         self.mem = mem;
         done?;
-        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }

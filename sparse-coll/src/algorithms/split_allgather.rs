@@ -9,7 +9,7 @@ use crate::frame::{
     take_parts,
 };
 use crate::profile::{Profile, bytes_cost};
-use crate::{Entered, Traffic, Transport};
+use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
@@ -160,11 +160,10 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        let start = entered.start();
-        split_allgather(t, v, Phase::Sparse, Gather::Bruck, start, out)
+        split_allgather(t, v, Phase::Sparse, Gather::Bruck, out)
     }
 }
 
@@ -364,7 +363,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         let before = t.traffic();
         let entered = SparseAllreduce::<E>::enter(self, t, v)?;
         crate::guard(t, |t| self.agreed_body(t, v, entered, out))??;
-        out.entry = entered.start().since(&before);
+        out.account(before, entered, t.traffic());
         Ok(())
     }
 }
@@ -379,7 +378,7 @@ impl DsarSplitAllgather {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<Result<()>> {
         let call = self.calls - 1;
@@ -387,9 +386,8 @@ impl DsarSplitAllgather {
             let mut mix = sparse_core::SplitMix64(q.seed() ^ call.rotate_left(32));
             q.with_seed(mix.next_u64())
         });
-        let start = entered.start();
         self.warm = None;
-        if let Err(e) = dsar_allgather(t, v, q, &mut self.frame, start, out)? {
+        if let Err(e) = dsar_allgather(t, v, q, &mut self.frame, out)? {
             return Ok(Err(e));
         }
         self.warm = Some((v.dim(), t.size(), E::CODE));
@@ -482,7 +480,6 @@ pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     phase: Phase,
     gather: Gather,
-    start: Traffic,
     out: &mut Reduced<E>,
 ) -> Result<()> {
     let dim = v.dim();
@@ -562,7 +559,6 @@ pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
         .for_each(|d| append_partition(d, lo as u32, &mut ai, &mut av));
     out.result = SparseVec::new_unchecked(dim, result_i, result_v);
     out.dropped = SparseVec::new_unchecked(dim, ai, av);
-    out.traffic = t.traffic().since(&start);
     Ok(())
 }
 
@@ -801,18 +797,20 @@ mod tests {
                         let v = input(dim, t.rank(), c);
                         let mut fast = Reduced::default();
                         let start = t.traffic();
-                        dsar_allgather(t, &v, q, &mut frame, start, &mut fast)??;
+                        dsar_allgather(t, &v, q, &mut frame, &mut fast)??;
                         let mut slow = Reduced::default();
-                        let start = t.traffic();
+                        let mid = t.traffic();
                         let (phase, g) = (Phase::Dense(q), Gather::Bruck);
-                        split_allgather(t, &v, phase, g, start, &mut slow)?;
+                        split_allgather(t, &v, phase, g, &mut slow)?;
+                        let fast_traffic = mid.since(&start);
+                        let slow_traffic = t.traffic().since(&mid);
                         let bits = |x: &SparseVec<f32>| {
                             let b: Vec<u32> = x.values().iter().map(|v| v.to_bits()).collect();
                             (x.dim(), x.indices().to_vec(), b)
                         };
                         assert_eq!(bits(&fast.result), bits(&slow.result), "P {p} call {c}");
                         assert_eq!(bits(&fast.dropped), bits(&slow.dropped), "P {p} call {c}");
-                        assert_eq!(fast.traffic, slow.traffic, "P {p} call {c}");
+                        assert_eq!(fast_traffic, slow_traffic, "P {p} call {c}");
                     }
                     Ok(())
                 });

@@ -9,7 +9,7 @@ use crate::frame::{
 };
 use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param};
-use crate::{Entered, Traffic, Transport};
+use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
@@ -18,11 +18,7 @@ use sparse_core::{Element, Error, Result, SparseVec, Stream};
 /// formed by [`Stream::sum`]: the reference [`raw_into`] is checked
 /// against (the same messages, sums and result).
 #[cfg(test)]
-fn reference<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    start: Traffic,
-) -> Result<Reduced<E>> {
+fn reference<T: Transport + ?Sized, E: Element>(t: &mut T, v: &SparseVec<E>) -> Result<Reduced<E>> {
     let dim = v.dim();
     let r = t.rank();
     let fold = Fold::new(t);
@@ -49,7 +45,6 @@ fn reference<T: Transport + ?Sized, E: Element>(
     Ok(Reduced {
         result: stream_to_sparse(acc)?,
         dropped: SparseVec::zeros(dim)?,
-        traffic: t.traffic().since(&start),
         ..Reduced::default()
     })
 }
@@ -59,7 +54,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     values: &WireValues<E>,
-    start: Traffic,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
     let r = t.rank();
@@ -108,7 +102,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     Ok(Reduced {
         result: acc,
         dropped,
-        traffic: t.traffic().since(&start),
         ..Reduced::default()
     })
 }
@@ -144,7 +137,6 @@ pub(crate) fn fold_rounds_of(p: usize, r: usize) -> u64 {
 fn raw_into<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    start: Traffic,
     out: &mut Reduced<E>,
 ) -> Result<()> {
     const WHAT: &str = "stream message";
@@ -212,7 +204,6 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
         }
     };
     out.dropped = SparseVec::new_unchecked(dim, spare.0, spare.1);
-    out.traffic = t.traffic().since(&start);
     Ok(())
 }
 
@@ -446,13 +437,13 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         if self.values.is_raw() {
-            return raw_into(t, v, entered.start(), out);
+            return raw_into(t, v, out);
         }
-        *out = quantized(t, v, &self.values, entered.start())?;
+        *out = quantized(t, v, &self.values)?;
         Ok(())
     }
 }
@@ -490,20 +481,20 @@ mod tests {
                 let out = ThreadCluster::new(p).run(|t| {
                     let v = &ins[t.rank()];
                     let start = t.traffic();
-                    let want = reference(t, v, start)?;
-                    let start = t.traffic();
+                    let want = reference(t, v)?;
+                    let mid = t.traffic();
                     let mut got = Reduced::default();
-                    raw_into(t, v, start, &mut got)?;
-                    Ok((want, got))
+                    raw_into(t, v, &mut got)?;
+                    Ok((want, got, mid.since(&start), t.traffic().since(&mid)))
                 });
                 for res in out {
-                    let (want, got) = res.unwrap();
+                    let (want, got, want_traffic, got_traffic) = res.unwrap();
                     assert_eq!(want.result.indices(), got.result.indices(), "P={p}");
                     let bits = |v: &SparseVec<f32>| -> Vec<u32> {
                         v.values().iter().map(|x| x.to_bits()).collect()
                     };
                     assert_eq!(bits(&want.result), bits(&got.result), "P={p}");
-                    assert_eq!(want.traffic, got.traffic, "P={p}");
+                    assert_eq!(want_traffic, got_traffic, "P={p}");
                 }
             }
         }

@@ -8,7 +8,7 @@ use crate::entry::{Reduced, enter};
 use crate::frame::{pairs_view, sum_all, sum_parts, take_parts};
 use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param};
-use crate::{Entered, Traffic, Transport};
+use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::borrow::Cow;
@@ -20,7 +20,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     values: &WireValues<E>,
-    start: Traffic,
 ) -> Result<Reduced<E>> {
     let packed = values.pack(v)?;
     let all = bruck_allgather(t, packed.bytes())?;
@@ -40,7 +39,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     Ok(Reduced {
         result,
         dropped,
-        traffic: t.traffic().since(&start),
         ..Reduced::default()
     })
 }
@@ -53,7 +51,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
 fn raw_into<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    start: Traffic,
     out: &mut Reduced<E>,
 ) -> Result<()> {
     let (dim, p) = (v.dim(), t.size());
@@ -76,7 +73,6 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
     g.release(t);
     out.result = SparseVec::new_unchecked(dim, ai, av);
     out.dropped = SparseVec::new_unchecked(dim, bi, bv);
-    out.traffic = t.traffic().since(&start);
     Ok(())
 }
 
@@ -161,13 +157,13 @@ impl<E: Element> SparseAllreduce<E> for TopkA<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         if self.values.is_raw() {
-            return raw_into(t, v, entered.start(), out);
+            return raw_into(t, v, out);
         }
-        *out = quantized(t, v, &self.values, entered.start())?;
+        *out = quantized(t, v, &self.values)?;
         Ok(())
     }
 }

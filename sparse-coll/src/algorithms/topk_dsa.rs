@@ -85,11 +85,10 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        let start = entered.start();
-        split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, start, out)
+        split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, out)
     }
 }
 
