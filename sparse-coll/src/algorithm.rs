@@ -442,8 +442,9 @@ impl Defaults {
     }
 }
 
-/// A built-in algorithm's place in the registry: its name, its parameters
-/// and how to build it from them.
+/// A built-in algorithm's place in the registry: its name, its parameters,
+/// the facts the suites, `sparse-bench` and the planner read from the
+/// registry ([`Facts`]), and how to build it from its parameters.
 pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     /// The registry name.
     const NAME: &'static str;
@@ -451,6 +452,22 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     const PARAMS: &'static str;
     /// One line for `--help`.
     const HELP: &'static str;
+    /// Whether, with its default parameters, its result is always the
+    /// exact sum ([`SparseAllreduce::lossless`] of an instance built from
+    /// the name alone; the registry's tests check the two agree). Lossy
+    /// ones return what they cut in `dropped`.
+    const LOSSLESS: bool;
+    /// Whether it keeps state across calls that its next calls depend on
+    /// (it implements [`SparseAllreduce::save_state`]: thresholds, a call
+    /// counter, the state of its parts). `false` by default.
+    const STATEFUL: bool = false;
+    /// Whether it takes a budget ([`Params::take_budget`]: `k=` or
+    /// `density=`, else the [`Defaults`]' budget). `false` by default.
+    const BUDGET: bool = false;
+    /// Whether, once warm (after a few calls on the same input), a call
+    /// allocates nothing that grows with the data: `mpi-suite warm` holds
+    /// it to that under MPI. `false` (no promise) by default.
+    const WARM: bool = false;
     /// Whether the planner ([`crate::Auto`]) chooses among it by default
     /// ([`Registry::auto_candidates`](crate::Registry::auto_candidates)): a lossless algorithm whose result
     /// is the exact sparse sum. `false` by default.
@@ -472,6 +489,43 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     fn suite_specs(p: usize) -> Vec<String> {
         let _ = p;
         vec![Self::NAME.to_string()]
+    }
+}
+
+/// What a registry entry says of its algorithm besides its name and
+/// parameters: [`Registered`]'s constants for one added with
+/// [`Registry::add`](crate::Registry::add), or given to
+/// [`Registry::register_with`](crate::Registry::register_with) (all
+/// `false` for [`Registry::register`](crate::Registry::register)). The
+/// suites and the MPI suite read them, so a registered algorithm is tested
+/// by every check its facts call for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// [`Registered::LOSSLESS`].
+    pub lossless: bool,
+    /// [`Registered::STATEFUL`].
+    pub stateful: bool,
+    /// [`Registered::BUDGET`].
+    pub budget: bool,
+    /// [`Registered::WARM`].
+    pub warm: bool,
+    /// [`Registered::PLANNED`].
+    pub planned: bool,
+    /// [`Registered::VALUES`].
+    pub values: bool,
+}
+
+impl Facts {
+    /// The facts `A` states.
+    pub fn of<E: Element, A: Registered<E>>() -> Self {
+        Self {
+            lossless: A::LOSSLESS,
+            stateful: A::STATEFUL,
+            budget: A::BUDGET,
+            warm: A::WARM,
+            planned: A::PLANNED,
+            values: A::VALUES,
+        }
     }
 }
 

@@ -83,6 +83,7 @@ impl<E: Element> SparseAllreduce<E> for NaiveSum {
 
 impl<E: Element> Registered<E> for NaiveSum {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
     const PARAMS: &'static str = "";
     const HELP: &'static str = "every rank's pairs allgathered and summed; lossless";
     const PLANNED: bool = true;

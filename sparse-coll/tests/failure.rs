@@ -113,23 +113,19 @@ fn a_corrupt_message_in_a_dense_allreduce_fails_every_rank_without_a_hang() {
     assert!(cases > 50, "{cases} corrupted messages");
 }
 
-/// The same on a `Group` (all ranks, in reverse order): a collective that
-/// fails part way on the group abandons the transport under it, so the
-/// peers still waiting fail at once instead of timing out.
+/// The same on a `Group` (all ranks, in reverse order), for every
+/// algorithm of the registry: a collective that fails part way on the
+/// group abandons the transport under it, so the peers still waiting fail
+/// at once instead of timing out.
 #[test]
 fn a_corrupt_message_on_a_group_fails_every_rank_without_a_hang() {
     let registry = Registry::builtin();
     let mut cases = 0;
     for p in [3usize, 4] {
-        for spec in [
-            "topk_a",
-            "ssar_split_allgather",
-            "spardl",
-            "zen_balanced_parallelism",
-        ] {
+        for spec in algorithms(p) {
             cases += sweep(&format!("group {spec}"), p, |t, victim, nth| {
                 let mut group = sparse_coll::Group::new(t, (0..p).rev().collect())?;
-                corrupt_case(&mut group, &registry, spec, victim, nth)
+                corrupt_case(&mut group, &registry, &spec, victim, nth)
             });
         }
     }

@@ -207,6 +207,9 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
 
 impl<E: Element> Registered<E> for Gtopk {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = false;
+    const BUDGET: bool = true;
+    const WARM: bool = true;
     const PARAMS: &'static str = "k (entries kept) or density (of the dimension)";
     const HELP: &'static str = "gTopk: top-k merged up a binomial tree, broadcast down; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {

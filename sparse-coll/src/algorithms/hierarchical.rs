@@ -389,6 +389,8 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
 
 impl<E: Element> Registered<E> for Hierarchical<E> {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const STATEFUL: bool = true;
     const PARAMS: &'static str = "node (ranks per node, default 8), intra and inter (registry names, default ssar_split_allgather)";
     const HELP: &'static str = "a collective within each node, one across nodes on each rank's shard, an allgather within the node; lossless when both parts are";
     fn build(params: &mut Params, defaults: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {

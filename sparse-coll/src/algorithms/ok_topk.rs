@@ -618,6 +618,10 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
 
 impl<E: Element> Registered<E> for OkTopk<E> {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = false;
+    const STATEFUL: bool = true;
+    const BUDGET: bool = true;
+    const WARM: bool = true;
     const PARAMS: &'static str = "k (entries selected) or density (of the dimension), period (calls between re-estimations, default 32)";
     const HELP: &'static str =
         "Ok-Topk: split and reduce over balanced regions, reused thresholds; lossy";

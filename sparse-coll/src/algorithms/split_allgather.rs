@@ -169,6 +169,8 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
 
 impl<E: Element> Registered<E> for SsarSplitAllgather {
     const NAME: &'static str = SSAR_NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const PARAMS: &'static str = "";
     const HELP: &'static str =
@@ -397,6 +399,9 @@ impl DsarSplitAllgather {
 
 impl<E: Element> Registered<E> for DsarSplitAllgather {
     const NAME: &'static str = DSAR_NAME;
+    const LOSSLESS: bool = true;
+    const STATEFUL: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const PARAMS: &'static str = "qsgd (bits: 2, 4 or 8; none by default), bucket (512), seed";
     const HELP: &'static str =
@@ -414,10 +419,16 @@ impl DsarSplitAllgather {
     /// Registers `dsar_qsgd`: DSAR with QSGD in the dense phase (`bits` 4
     /// by default), a second name of the same algorithm.
     pub(crate) fn register_qsgd<E: Element>(r: &mut crate::Registry<E>) {
-        r.register(
+        let facts = crate::Facts {
+            stateful: true,
+            warm: true,
+            ..crate::Facts::default()
+        };
+        r.register_with(
             DSAR_QSGD_NAME,
             "bits (2, 4 or 8; default 4), bucket (512), seed",
             "DSAR with QSGD-quantized dense partitions; lossy, the quantization error in dropped",
+            facts,
             |params, _| {
                 let bits = params.take("bits")?.unwrap_or(4);
                 Ok(Box::new(DsarSplitAllgather::new(

@@ -450,6 +450,8 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
 
 impl<E: Element> Registered<E> for SsarRecursiveDouble<E> {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const VALUES: bool = true;
     const PARAMS: &'static str =

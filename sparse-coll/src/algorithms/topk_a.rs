@@ -170,6 +170,8 @@ impl<E: Element> SparseAllreduce<E> for TopkA<E> {
 
 impl<E: Element> Registered<E> for TopkA<E> {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const VALUES: bool = true;
     const PARAMS: &'static str =

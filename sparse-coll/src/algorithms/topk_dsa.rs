@@ -94,6 +94,8 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
 
 impl<E: Element> Registered<E> for TopkDsa {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const PARAMS: &'static str = "";
     const HELP: &'static str =

@@ -455,6 +455,8 @@ impl<H: ZenHashing<E>, E: Element> SparseAllreduce<E> for ZenBalancedParallelism
 
 impl<E: Element> Registered<E> for ZenBalancedParallelism {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const PARAMS: &'static str = "seed (of h0), r1 and r2 (parallel and serial hash slots per partition; default 2 nnz and r1 / 10)";
     const HELP: &'static str =

@@ -324,6 +324,10 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
 
 impl<E: Element> Registered<E> for SpardlBsag {
     const NAME: &'static str = BSAG_NAME;
+    const LOSSLESS: bool = false;
+    const STATEFUL: bool = true;
+    const BUDGET: bool = true;
+    const WARM: bool = true;
     const PARAMS: &'static str = "k (entries kept) or density (of the dimension), d (teams dividing P; default the smallest divisor above 1)";
     const HELP: &'static str = "SparDL with B-SAG: SRS in teams, an adaptive h between them; lossy";
     fn build(params: &mut Params, defaults: Defaults, _: &dyn Catalog<E>) -> Result<Self> {

@@ -465,6 +465,9 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
 
 impl<E: Element> Registered<E> for Spardl<E> {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = false;
+    const BUDGET: bool = true;
+    const WARM: bool = true;
     const VALUES: bool = true;
     const PARAMS: &'static str = "k (entries kept) or density (of the dimension), values (a codec of the registry; default raw)";
     const HELP: &'static str =

@@ -190,6 +190,9 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
 
 impl<E: Element> Registered<E> for SpardlRsag {
     const NAME: &'static str = RSAG_NAME;
+    const LOSSLESS: bool = false;
+    const BUDGET: bool = true;
+    const WARM: bool = true;
     const PARAMS: &'static str = "k (entries kept) or density (of the dimension), d (teams, a power of two dividing P; default 2 for even P, else 1)";
     const HELP: &'static str =
         "SparDL with R-SAG: SRS in teams, recursive doubling between them; lossy";
