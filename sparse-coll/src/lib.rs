@@ -101,6 +101,7 @@
 mod algorithm;
 mod algorithms;
 mod bytes;
+pub mod cost;
 pub mod dense;
 mod entry;
 mod frame;

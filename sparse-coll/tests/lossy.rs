@@ -9,12 +9,13 @@ use common::{
     RANKS, assert_all_disagree, assert_conserved, assert_within_shares, inputs, oracle, run,
     topk_by_sort,
 };
+use sparse_coll::cost;
 use sparse_coll::{
     Budget, Gtopk, OkTopk, Reduced, Spardl, SpardlBsag, SpardlRsag, SparseAllreduce, ThreadCluster,
     Transport,
 };
 use sparse_core::stats::{even_len, even_start};
-use sparse_core::{Error, SparseVec, cost};
+use sparse_core::{Error, SparseVec};
 
 /// `(dim, density, overlap, k)` cases: sparse and dense, the least budget
 /// (k = 1) included (k = 0 is an error: `tests/budget.rs`).

@@ -4,6 +4,7 @@
 //! identical on every rank, nothing dropped by lossless algorithms, traffic
 //! equal to the papers' formulas, and disagreeing ranks all erroring.
 
+use sparse_coll::cost;
 use sparse_coll::{
     Budget, Defaults, DsarSplitAllgather, OmniReduceBlocks, Reduced, Registry, Spardl,
     SparseAllreduce, SsarRecursiveDouble, ThreadCluster, ThreadTransport, TopkA, Transport,
@@ -13,7 +14,7 @@ use sparse_core::H0;
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
-use sparse_core::{Result, SparseVec, cost};
+use sparse_core::{Result, SparseVec};
 use std::sync::Arc;
 
 mod common;

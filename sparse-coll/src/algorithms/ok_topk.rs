@@ -578,7 +578,7 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     }
     /// SparDL's Table 1 bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::ok_topk(prof.p, self.budget.k_for(prof.n))))
+        Some(prof.within(ok_topk(prof.p, self.budget.k_for(prof.n))))
     }
     /// A first call refreshes: the split to the region owners (`P - 1`
     /// steps) and three Bruck allgathers (boundaries, magnitudes, the
@@ -628,5 +628,32 @@ impl<E: Element> Registered<E> for OkTopk<E> {
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let budget = params.take_budget(d)?;
         Self::new(budget, params.take("period")?.unwrap_or(32))
+    }
+}
+
+// SparDL's Table 1 formula for Ok-Topk.
+
+/// Ok-Topk (SparDL Table 1, Li and Hoefler): `2 (P + lg P)` rounds,
+/// `[2k (P - 1) / P, 6k (P - 1) / P]` words.
+pub fn ok_topk(p: usize, k: usize) -> cost::Bounds {
+    let r = 2.0 * (p as f64 + cost::ceil_log2(p) as f64);
+    cost::Bounds {
+        lo: Cost::new(r, 2.0 * crate::profile::frac(p) * k as f64),
+        hi: Cost::new(r, 6.0 * crate::profile::frac(p) * k as f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spardl_table1_by_hand() {
+        // P = 8, k = 100: 2 (8 + 3) rounds, [2, 6] * 100 * 7/8 words.
+        let ok = ok_topk(8, 100);
+        assert_eq!(
+            (ok.lo, ok.hi),
+            (Cost::new(22.0, 175.0), Cost::new(22.0, 525.0))
+        );
     }
 }

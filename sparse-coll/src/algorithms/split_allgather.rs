@@ -143,7 +143,7 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     }
     /// SparCML's bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::ssar_split_allgather(prof.p, prof.k_avg())))
+        Some(prof.within(ssar_split_allgather(prof.p, prof.k_avg())))
     }
     /// `P - 1` direct steps, then a Bruck allgather.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
@@ -317,7 +317,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     }
     /// SparCML's bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::dsar_split_allgather(
+        Some(prof.within(dsar_split_allgather(
             prof.p,
             prof.n,
             prof.k_avg(),
@@ -760,6 +760,62 @@ fn block_view<E: Element>(b: &[u8], len: usize) -> Result<StreamView<'_, E>> {
     Ok(StreamView::Dense(Cow::Owned(vals)))
 }
 
+// SparCML's formulas for the split-allgather family (sec. 5.3.2-5.3.3),
+// and its lower bounds (Lemmas 5.1-5.2), which these algorithms meet: at
+// full overlap SSAR_Split_allgather moves Lemma 5.1's `2 (P - 1) / P k`
+// items, and DSAR's dense phase is Lemma 5.2's.
+
+/// SparCML SSAR_Split_allgather (sec. 5.3.2): latency `L2 = (P - 1) + lg P`
+/// rounds; between `2 (P - 1) / P k` and `P k` items, i.e.
+/// `[4k (P - 1) / P, 2 P k]` words.
+pub fn ssar_split_allgather(p: usize, k: usize) -> cost::Bounds {
+    let r = p as f64 - 1.0 + cost::ceil_log2(p) as f64;
+    cost::Bounds {
+        lo: Cost::new(r, 4.0 * crate::profile::frac(p) * k as f64),
+        hi: Cost::new(r, 2.0 * p as f64 * k as f64),
+    }
+}
+
+/// SparCML DSAR_Split_allgather (sec. 5.3.3): the split phase as in
+/// SSAR_Split_allgather (`P - 1` rounds, 0 to `k` items), then a dense
+/// allgather of the `n / P` partitions (`lg P` rounds, `(P - 1) / P n`
+/// values). With QSGD at `bits` bits in the dense phase, each value costs
+/// `bits / 32` words plus one scale word per bucket of `bucket` values.
+pub fn dsar_split_allgather(
+    p: usize,
+    n: usize,
+    k: usize,
+    qsgd: Option<(u32, usize)>,
+) -> cost::Bounds {
+    let r = p as f64 - 1.0 + cost::ceil_log2(p) as f64;
+    let dense = crate::profile::frac(p) * n as f64;
+    let dense_words = match qsgd {
+        None => dense,
+        Some((bits, bucket)) => dense * bits as f64 / 32.0 + dense / bucket as f64,
+    };
+    cost::Bounds {
+        lo: Cost::new(r, dense_words),
+        hi: Cost::new(r, dense_words + 2.0 * k as f64),
+    }
+}
+
+/// SparCML Lemma 5.1: any sparse allreduce needs `lg P` rounds and
+/// `(P - 1) k` items if the result has `kP` entries, `2 (P - 1) / P k` items
+/// if it has `k`: returned as `[K = k, K = kP]` in words.
+pub fn sparse_allreduce_lower_bound(p: usize, k: usize) -> cost::Bounds {
+    let lg = cost::ceil_log2(p) as f64;
+    cost::Bounds {
+        lo: Cost::new(lg, 2.0 * 2.0 * crate::profile::frac(p) * k as f64),
+        hi: Cost::new(lg, 2.0 * (p as f64 - 1.0) * k as f64),
+    }
+}
+
+/// SparCML Lemma 5.2: a dynamic sparse allreduce (result of `delta` or more
+/// entries, dense) needs `lg P` rounds and `delta` dense words.
+pub fn dsar_lower_bound(p: usize, delta: usize) -> Cost {
+    Cost::new(cost::ceil_log2(p) as f64, delta as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -829,6 +885,39 @@ mod tests {
                     .into_iter()
                     .for_each(|r| r.expect("the calls succeed"));
             }
+        }
+    }
+
+    #[test]
+    fn sparcml_by_hand() {
+        // split allgather, P = 8, k = 100: 7 + 3 rounds; [4*100*7/8, 2*8*100].
+        let sa = ssar_split_allgather(8, 100);
+        assert_eq!(
+            (sa.lo, sa.hi),
+            (Cost::new(10.0, 350.0), Cost::new(10.0, 1600.0))
+        );
+        // DSAR, n = 8000: dense allgather 7000 words; + 200 worst case split.
+        let ds = dsar_split_allgather(8, 8000, 100, None);
+        assert_eq!((ds.lo.words, ds.hi.words), (7000.0, 7200.0));
+        // 4-bit QSGD, buckets of 1000: 7000 * 4/32 + 7 = 882.
+        assert_eq!(
+            dsar_split_allgather(8, 8000, 100, Some((4, 1000))).lo.words,
+            882.0
+        );
+        let lb = sparse_allreduce_lower_bound(4, 100);
+        assert_eq!((lb.lo.words, lb.hi.words), (300.0, 600.0));
+        assert_eq!(dsar_lower_bound(16, 500), Cost::new(4.0, 500.0));
+        // At full overlap SSAR_Split_allgather moves Lemma 5.1's words.
+        for p in [2, 3, 8, 17] {
+            let (sa, lb) = (
+                ssar_split_allgather(p, 60),
+                sparse_allreduce_lower_bound(p, 60),
+            );
+            assert!(approx::relative_eq!(
+                sa.lo.words,
+                lb.lo.words,
+                max_relative = 1e-12
+            ));
         }
     }
 }

@@ -422,7 +422,7 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
     }
     /// SparCML's bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::ssar_recursive_double(prof.p, prof.k_avg())))
+        Some(prof.within(ssar_recursive_double(prof.p, prof.k_avg())))
     }
     /// Recursive doubling with MPICH's fold.
     fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
@@ -460,6 +460,36 @@ impl<E: Element> Registered<E> for SsarRecursiveDouble<E> {
     fn build(params: &mut Params, _: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self::new(params.take_values(catalog)?))
     }
+}
+
+// The papers' formulas for SSAR_Recursive_double: SparCML's bounds
+// (sec. 5.3.1), and Zen's Eq. 2 for its Hierarchical Centralization, which
+// Zen's Table 3 classifies as this recursive doubling.
+
+/// SparCML SSAR_Recursive_double (sec. 5.3.1): `lg P` rounds; between
+/// `k lg P` items (indices fully overlap) and `(P - 1) k` items (disjoint),
+/// i.e. `[2k lg P, 2k (P - 1)]` words.
+pub fn ssar_recursive_double(p: usize, k: usize) -> cost::Bounds {
+    let lg = cost::ceil_log2(p) as f64;
+    cost::Bounds {
+        lo: Cost::new(lg, 2.0 * k as f64 * lg),
+        hi: Cost::new(lg, 2.0 * k as f64 * (p as f64 - 1.0)),
+    }
+}
+
+/// Zen Eq. 2, Hierarchical Centralization: `sum_{i=1}^{lg n}
+/// gamma_{2^(i-1)} 2 M d / b`, where `gamma(k)` is the densification ratio
+/// of `k` GPUs (`gamma(1) = 1`).
+pub fn zen_hierarchical_centralization(
+    n: usize,
+    m: usize,
+    density: f64,
+    gamma: impl Fn(usize) -> f64,
+    b: f64,
+) -> f64 {
+    (1..=cost::ceil_log2(n))
+        .map(|i| gamma(1 << (i - 1)) * 2.0 * m as f64 * density / b)
+        .sum()
 }
 
 #[cfg(test)]
@@ -500,5 +530,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn sparcml_bounds_by_hand() {
+        // P = 8, k = 100: rec. doubling [2*100*3, 2*100*7].
+        let rd = ssar_recursive_double(8, 100);
+        assert_eq!(
+            (rd.lo, rd.hi),
+            (Cost::new(3.0, 600.0), Cost::new(3.0, 1400.0))
+        );
+    }
+
+    #[test]
+    fn zen_eq2_by_hand() {
+        // gamma(1) = 1, gamma(2) = 1.5, n = 4, M = 1000, d = 0.1: 200 * (1 + 1.5) = 500.
+        let g = |k: usize| if k == 1 { 1.0 } else { 1.5 };
+        let hc = zen_hierarchical_centralization(4, 1000, 0.1, g, 1.0);
+        assert!(approx::relative_eq!(hc, 500.0, max_relative = 1e-9), "{hc}");
     }
 }

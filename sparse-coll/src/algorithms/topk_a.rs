@@ -132,7 +132,7 @@ impl<E: Element> SparseAllreduce<E> for TopkA<E> {
     }
     /// Table 1 with the mean `k`.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(cost::topk_a(prof.p, prof.k_avg()))
+        Some(topk_a(prof.p, prof.k_avg()))
     }
     /// A Bruck allgather: `ceil(lg P)` rounds on every rank.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
@@ -180,5 +180,56 @@ impl<E: Element> Registered<E> for TopkA<E> {
         "allgather of every rank's pairs, summed in rank order (RedSync, SparDL's TopkA); lossless";
     fn build(params: &mut Params, _: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self::new(params.take_values(catalog)?))
+    }
+}
+
+// The papers' formulas for TopkA (SparDL's Table 1; RedSync's Eq. 1, the
+// time of the allgather-based synchronisation this is).
+
+/// TopkA / AGsparse (SparDL Table 1; RedSync sec. 5.3 and App. B): an
+/// allgather of every rank's `k` pairs by recursive doubling: `lg P` rounds,
+/// `2 (P - 1) k` words.
+pub fn topk_a(p: usize, k: usize) -> Cost {
+    Cost::new(cost::ceil_log2(p) as f64, 2.0 * (p as f64 - 1.0) * k as f64)
+}
+
+/// RedSync Eq. 1 (time of allgather-based sparse synchronisation):
+/// `T_select + lg(p) alpha + (p - 1) M D beta + p gamma1`, with `M` the layer
+/// size in bytes, `D` the density of the communication set, `beta` seconds
+/// per byte and `gamma1` the time to decompress one rank's message.
+pub fn redsync_sparse_time(
+    p: usize,
+    m_bytes: f64,
+    density: f64,
+    t_select: f64,
+    alpha: f64,
+    beta: f64,
+    gamma1: f64,
+) -> f64 {
+    t_select
+        + cost::ceil_log2(p) as f64 * alpha
+        + (p as f64 - 1.0) * m_bytes * density * beta
+        + p as f64 * gamma1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spardl_table1_by_hand() {
+        // P = 8, k = 100: lg 8 = 3 rounds, 2 * 7 * 100 words.
+        assert_eq!(topk_a(8, 100), Cost::new(3.0, 1400.0));
+    }
+
+    #[test]
+    fn redsync_eq1_by_hand() {
+        // p = 4, M = 1e6 bytes, D = 0.001, select 1 ms, alpha 1 us, beta 1 ns, gamma1 10 us:
+        // 1e-3 + 2e-6 + 3 * 1000 * 1e-9 + 4e-5 = 0.001045.
+        let t = redsync_sparse_time(4, 1e6, 0.001, 1e-3, 1e-6, 1e-9, 1e-5);
+        assert!(
+            approx::relative_eq!(t, 0.001045, max_relative = 1e-9),
+            "{t}"
+        );
     }
 }

@@ -292,7 +292,7 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         let d = self.d.unwrap_or_else(|| smallest_divisor(prof.p));
         let k = self.budget.k_for(prof.n);
-        Some(prof.within(cost::spardl_bsag(prof.p, k, d)))
+        Some(prof.within(spardl_bsag(prof.p, k, d)))
     }
     /// SRS in teams of `P / d` and its all-gather, with a Bruck
     /// allgather of `ceil(lg d)` steps between.
@@ -349,6 +349,24 @@ fn smallest_divisor(p: usize) -> usize {
     (2..=p).find(|d| p % d == 0).unwrap_or(1)
 }
 
+// SparDL's formula for B-SAG (Eq. 6 and Table 1).
+
+/// SparDL with B-SAG and `d` teams (`d` dividing `P`; Eq. 6 plus the team
+/// SRS and allgather as in [`crate::cost::spardl_rsag`]). B-SAG's Bruck allgather moves
+/// `[2k (d - 1) / P, 2k (d^2 - d) / P]` words in `ceil(lg d)` rounds, so the
+/// total is `2 ceil(lg(P/d)) + ceil(lg d)` rounds and
+/// `[2k (2P - d - 1) / P, 2k (d^2 + 2P - 3d) / P]` words. The upper bound is
+/// Table 1's; its printed lower bound is garbled in our copy, and the one
+/// here is the sum of Eq. 6's lower bound and the team phases.
+pub fn spardl_bsag(p: usize, k: usize, d: usize) -> cost::Bounds {
+    let (pf, kf, df) = (p as f64, k as f64, d as f64);
+    let r = 2.0 * cost::ceil_log2(p / d) as f64 + cost::ceil_log2(d) as f64;
+    cost::Bounds {
+        lo: Cost::new(r, 2.0 * kf * (2.0 * pf - df - 1.0) / pf),
+        hi: Cost::new(r, 2.0 * kf * (df * df + 2.0 * pf - 3.0 * df) / pf),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,5 +405,13 @@ mod tests {
             assert!((50.0..=200.0).contains(&b.h));
         }
         assert_eq!(b.h, 200.0, "starved of entries, h climbs to L");
+    }
+
+    #[test]
+    fn spardl_eq6_by_hand() {
+        // P = 8, d = 4: rounds 2*1 + 2 = 4; lo = 200*(16-5)/8 = 275;
+        // hi = 200 * (16 + 16 - 12)/8 = 500.
+        let b = spardl_bsag(8, 100, 4);
+        assert_eq!((b.lo, b.hi), (Cost::new(4.0, 275.0), Cost::new(4.0, 500.0)));
     }
 }

@@ -9,8 +9,8 @@ mod bsag;
 mod rsag;
 mod srs;
 
-pub use bsag::SpardlBsag;
-pub use rsag::SpardlRsag;
+pub use bsag::{SpardlBsag, spardl_bsag};
+pub use rsag::{SpardlRsag, spardl_rsag};
 
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
@@ -415,7 +415,7 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
     fn cost(&self, prof: &Profile) -> Cost {
         let prof = &prof.with_values(&self.values);
         let k = self.budget.k_for(prof.n).min(prof.union);
-        let c = cost::spardl(prof.p, k);
+        let c = spardl(prof.p, k);
         bytes_cost(
             c.rounds,
             c.words / 2.0 * prof.pair_bytes() + 8.0 * prof.others(),
@@ -475,5 +475,32 @@ impl<E: Element> Registered<E> for Spardl<E> {
     fn build(params: &mut Params, d: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
         let budget = params.take_budget(d)?;
         Ok(Self::new(budget).with_values(params.take_values(catalog)?))
+    }
+}
+
+// SparDL's formula for SparDL without SAG (Eq. 3).
+
+/// SparDL without SAG (Eq. 3): Spar-Reduce-Scatter (Eq. 1) plus Bruck
+/// allgather (Eq. 2), each `ceil(lg P)` rounds and `2k (P - 1) / P` words:
+/// `2 ceil(lg P)` rounds, `4k (P - 1) / P` words, for any `P`.
+pub fn spardl(p: usize, k: usize) -> Cost {
+    Cost::new(
+        2.0 * cost::ceil_log2(p) as f64,
+        4.0 * crate::profile::frac(p) * k as f64,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spardl_eq3_by_hand() {
+        // P = 8, k = 100: 2 * 3 rounds, 4 * 100 * 7/8 words.
+        assert_eq!(spardl(8, 100), Cost::new(6.0, 350.0));
+        // P = 6 (not a power of two): ceil(lg 6) = 3, 4 * 120 * 5/6.
+        let s6 = spardl(6, 120);
+        assert_eq!(s6.rounds, 6.0);
+        assert!(approx::relative_eq!(s6.words, 400.0, max_relative = 1e-9));
     }
 }

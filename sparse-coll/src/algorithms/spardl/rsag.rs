@@ -158,7 +158,7 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
     /// Eq. 5 in pairs of this element (at most the union).
     fn cost(&self, prof: &Profile) -> Cost {
         let k = self.budget.k_for(prof.n).min(prof.union);
-        let c = cost::spardl_rsag(prof.p, k, self.teams(prof.p));
+        let c = spardl_rsag(prof.p, k, self.teams(prof.p));
         bytes_cost(c.rounds, c.words / 2.0 * prof.pair_bytes())
     }
     /// SRS in teams of `P / d` and its all-gather, with `lg d` steps of
@@ -206,5 +206,39 @@ impl<E: Element> Registered<E> for SpardlRsag {
     fn suite_specs(p: usize) -> Vec<String> {
         let d = [4usize, 2, 1].into_iter().find(|d| p % d == 0).unwrap_or(1);
         vec![format!("{RSAG_NAME}:d={d}")]
+    }
+}
+
+// SparDL's formula for R-SAG (Eq. 5).
+
+/// SparDL with R-SAG and `d` teams (`d` a power of two dividing `P`; Eq. 5):
+/// SRS and the final Bruck allgather inside a team of `P / d` ranks cost
+/// `ceil(lg(P/d))` rounds and `2k (P - d) / P` words each (the text's
+/// "2k (P-d)/2" is a typo: `2k (m - 1) / m` with `m = P / d`), and R-SAG's
+/// `lg d` recursive-doubling steps move `2 L` words each with
+/// `L = d k / P` (Eq. 4): `2 ceil(lg(P/d)) + lg d` rounds,
+/// `2k ((2P - 2d) / P + d lg d / P)` words.
+pub fn spardl_rsag(p: usize, k: usize, d: usize) -> Cost {
+    let (pf, kf, df) = (p as f64, k as f64, d as f64);
+    let lgd = cost::ceil_log2(d) as f64;
+    Cost::new(
+        2.0 * cost::ceil_log2(p / d) as f64 + lgd,
+        2.0 * kf * ((2.0 * pf - 2.0 * df) / pf + df * lgd / pf),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spardl_eq5_by_hand() {
+        // P = 8, d = 2: 2 lg 4 + 1 = 5 rounds; 2*100*((16-4)/8 + 2*1/8) = 200*1.75 = 350.
+        assert_eq!(spardl_rsag(8, 100, 2), Cost::new(5.0, 350.0));
+        // d = 2 keeps SparDL's bandwidth with fewer rounds (the paper's remark).
+        assert_eq!(
+            spardl_rsag(8, 100, 2).words,
+            super::super::spardl(8, 100).words
+        );
     }
 }
