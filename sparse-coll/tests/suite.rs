@@ -1,9 +1,8 @@
 //! The collective suite (`sparse_coll::testing`) on the thread transport,
 //! for P = 1..=9, 16 and 17.
 
-use sparse_coll::testing::{algorithms, cases, collective_suite_for, real_cases};
-use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
-use sparse_core::SparseVec;
+use sparse_coll::testing::{algorithms, cases, check_facts, collective_suite_for, real_cases};
+use sparse_coll::{Registry, ThreadCluster};
 
 /// Every built-in algorithm at every `P`, each pair a run of its own, with
 /// synchronous sends (each send waits until its message is received, as
@@ -58,37 +57,12 @@ fn the_suite_runs_every_registered_algorithm() {
 }
 
 /// What each registry entry says of itself (`Entry::facts`) is what its
-/// algorithm does, so that the tests that read the facts test what they
-/// should: lossless as an instance built from the name alone says;
-/// stateful exactly when its state after a call is not the stateless one;
-/// a budget exactly when `name:k=4` builds; values exactly when
-/// `name:values=f16` builds; planned only if lossless. (Warm calls are
-/// held to their promise by `mpi-suite warm`.)
+/// algorithm does (`testing::check_facts`), so that the tests that read
+/// the facts test what they should.
 #[test]
 fn every_registry_entry_states_its_facts_truly() {
     let registry = Registry::<f32>::builtin();
-    let defaults = Defaults::k(4).unwrap();
-    for e in registry.entries() {
-        let (name, facts) = (e.name(), e.facts());
-        let algo = registry.build(name, defaults).unwrap();
-        assert_eq!(algo.lossless(), facts.lossless, "{name}: lossless");
-        for state in ThreadCluster::new(3).run(|t| {
-            let mut algo = registry.build(name, defaults)?;
-            let v = SparseVec::new(100, vec![t.rank() as u32, 50], vec![1.0f32, 2.0])?;
-            algo.allreduce(t, &v)?;
-            algo.save_state()
-        }) {
-            let stateful = !state.unwrap().is_stateless();
-            assert_eq!(stateful, facts.stateful, "{name}: stateful");
-        }
-        let with = |param: &str| registry.build(&format!("{name}:{param}"), defaults).is_ok();
-        assert_eq!(with("k=4"), facts.budget, "{name}: budget");
-        assert_eq!(with("values=f16"), facts.values, "{name}: values");
-        assert!(
-            !facts.planned || facts.lossless,
-            "{name}: planned but lossy"
-        );
-    }
+    assert_eq!(check_facts(&registry), registry.entries().len());
 }
 
 /// Issue 11.4: vectors built with `new_unchecked` from bad parts (out of
