@@ -1,7 +1,7 @@
 //! The cost model, with every paper's formula: the model itself
 //! ([`Cost`], [`Bounds`], the alpha-beta time, the logarithms) and the
-//! dense baselines (ring, recursive doubling, Rabenseifner, Bruck; RedSync's
-//! Eq. 2) are `sparse_core::cost`'s, re-exported here; each sparse
+//! dense baselines (ring, recursive doubling, Rabenseifner, Bruck) are
+//! `sparse_core::cost`'s, re-exported here; each sparse
 //! algorithm's formula from its paper is defined in that algorithm's file,
 //! beside the collective it describes and the cost it predicts, and
 //! re-exported here for callers that want the bare formula (tests, tables):
@@ -14,8 +14,8 @@
 //!   [`sparse_allreduce_lower_bound`], [`dsar_lower_bound`]) in the
 //!   split-allgather file, whose algorithms meet them;
 //! - RedSync's Eq. 1 ([`redsync_sparse_time`]) with TopkA, the
-//!   allgather-based synchronisation it times (its Eq. 2, the dense
-//!   baseline, is `sparse_core::cost::redsync_dense_time`);
+//!   allgather-based synchronisation it times, and its Eq. 2
+//!   ([`redsync_dense_time`], the dense allreduce it weighs TopkA against);
 //! - Zen's Eq. 1 ([`zen_balanced_parallelism`]) with Zen's Balanced
 //!   Parallelism, its Eq. 2 ([`zen_hierarchical_centralization`]) with
 //!   SparCML's recursive doubling, which Zen's Table 3 classifies as its
@@ -31,7 +31,7 @@ pub use crate::algorithms::split_allgather::{
     dsar_lower_bound, dsar_split_allgather, sparse_allreduce_lower_bound, ssar_split_allgather,
 };
 pub use crate::algorithms::ssar::{ssar_recursive_double, zen_hierarchical_centralization};
-pub use crate::algorithms::topk_a::{redsync_sparse_time, topk_a};
+pub use crate::algorithms::topk_a::{redsync_dense_time, redsync_sparse_time, topk_a};
 pub use crate::algorithms::topk_dsa::topk_dsa;
 pub use crate::algorithms::zen::zen_balanced_parallelism;
 pub use sparse_core::cost::*;

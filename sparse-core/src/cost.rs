@@ -1,11 +1,10 @@
-//! The alpha-beta(-gamma) cost model: [`Cost`] and [`Bounds`], the
-//! logarithms, and the dense baselines every sparse algorithm is measured
-//! against: ring, recursive doubling and Rabenseifner allreduce, Bruck
-//! allgather, and RedSync's Eq. 2 (the time of Rabenseifner's allreduce).
-//! Each sparse algorithm's formula from its paper (SparDL's Table 1,
-//! SparCML's bounds and lemmas, RedSync's Eq. 1, Zen's Eq. 1-2) is in that
-//! algorithm's file in `sparse-coll`, beside the collective it describes
-//! (`sparse_coll::cost` gathers them).
+//! The alpha-beta cost model: [`Cost`] and [`Bounds`], the logarithms, and
+//! the dense baselines every sparse algorithm is measured against: ring,
+//! recursive doubling and Rabenseifner allreduce, Bruck allgather. Each
+//! paper's formula (SparDL's Table 1, SparCML's bounds and lemmas,
+//! RedSync's Eq. 1-2, Zen's Eq. 1-2) is in its algorithm's file in
+//! `sparse-coll`, beside the collective it describes (`sparse_coll::cost`
+//! gathers them).
 //!
 //! A [`Cost`] counts, per rank, latency rounds (the alpha term) and 32-bit
 //! words received (the beta term). Units: a dense element is one word; a
@@ -121,23 +120,9 @@ pub fn bruck_allgather(p: usize, m: usize) -> Cost {
     Cost::new(ceil_log2(p) as f64, (p as f64 - 1.0) * m as f64)
 }
 
-/// RedSync Eq. 2 (time of Rabenseifner's dense allreduce):
-/// `2 lg(p) alpha + 2 (p - 1) / p M beta + (p - 1) / p gamma2`, with
-/// `gamma2` the time to reduce `M` bytes locally.
-pub fn redsync_dense_time(p: usize, m_bytes: f64, alpha: f64, beta: f64, gamma2: f64) -> f64 {
-    2.0 * ceil_log2(p) as f64 * alpha + 2.0 * frac(p) * m_bytes * beta + frac(p) * gamma2
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn close(a: f64, b: f64) {
-        assert!(
-            approx::relative_eq!(a, b, epsilon = 1e-9, max_relative = 1e-9),
-            "{a} != {b}"
-        );
-    }
 
     #[test]
     fn logs() {
@@ -174,12 +159,5 @@ mod tests {
         // Bruck P = 5, 10 words each: 3 rounds, 40 words.
         assert_eq!(bruck_allgather(5, 10), Cost::new(3.0, 40.0));
         assert_eq!(Cost::new(2.0, 100.0).time(1e-6, 1e-9), 2e-6 + 1e-7);
-    }
-
-    #[test]
-    fn redsync_eq2_by_hand() {
-        // p = 4, M = 1e6 bytes, alpha 1 us, beta 1 ns, gamma2 200 us:
-        // 4e-6 + 1.5e6 * 1e-9 + 0.75 * 2e-4 = 0.001654.
-        close(redsync_dense_time(4, 1e6, 1e-6, 1e-9, 2e-4), 0.001654);
     }
 }

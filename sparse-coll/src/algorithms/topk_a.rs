@@ -184,7 +184,8 @@ impl<E: Element> Registered<E> for TopkA<E> {
 }
 
 // The papers' formulas for TopkA (SparDL's Table 1; RedSync's Eq. 1, the
-// time of the allgather-based synchronisation this is).
+// time of the allgather-based synchronisation this is, and its Eq. 2, the
+// time of the dense allreduce RedSync weighs it against).
 
 /// TopkA / AGsparse (SparDL Table 1; RedSync sec. 5.3 and App. B): an
 /// allgather of every rank's `k` pairs by recursive doubling: `lg P` rounds,
@@ -212,6 +213,15 @@ pub fn redsync_sparse_time(
         + p as f64 * gamma1
 }
 
+/// RedSync Eq. 2 (time of Rabenseifner's dense allreduce, which RedSync
+/// weighs against Eq. 1 to choose a layer's synchronisation):
+/// `2 lg(p) alpha + 2 (p - 1) / p M beta + (p - 1) / p gamma2`, with
+/// `gamma2` the time to reduce `M` bytes locally.
+pub fn redsync_dense_time(p: usize, m_bytes: f64, alpha: f64, beta: f64, gamma2: f64) -> f64 {
+    let frac = (p as f64 - 1.0) / p as f64;
+    2.0 * cost::ceil_log2(p) as f64 * alpha + 2.0 * frac * m_bytes * beta + frac * gamma2
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +239,17 @@ mod tests {
         let t = redsync_sparse_time(4, 1e6, 0.001, 1e-3, 1e-6, 1e-9, 1e-5);
         assert!(
             approx::relative_eq!(t, 0.001045, max_relative = 1e-9),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn redsync_eq2_by_hand() {
+        // p = 4, M = 1e6 bytes, alpha 1 us, beta 1 ns, gamma2 200 us:
+        // 4e-6 + 1.5e6 * 1e-9 + 0.75 * 2e-4 = 0.001654.
+        let t = redsync_dense_time(4, 1e6, 1e-6, 1e-9, 2e-4);
+        assert!(
+            approx::relative_eq!(t, 0.001654, max_relative = 1e-9),
             "{t}"
         );
     }
