@@ -15,6 +15,12 @@ pub mod models;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// `docs/guide.md`'s examples, compiled and run as doc tests here, so that
+/// the guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide.md")]
+pub struct GuideDoctests;
 pub mod scale;
 pub mod select;
 pub mod step;

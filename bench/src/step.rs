@@ -36,8 +36,8 @@
 //!   layer's real collective on `P` threads over the recording transport,
 //!   replayed over `--network`; each rank's input is a sparse vector of the
 //!   layer's density (at least one entry), the ranks sharing `--overlap`
-//!   of their indices ([`GradientSpec`]). The layers go one call each, one
-//!   after the other, as RedSync communicates per layer; the dense layers
+//!   of their indices ([`GradientSpec`](sparse_core::generate::GradientSpec)).
+//!   The layers go one call each, one after the other, as RedSync communicates per layer; the dense layers
 //!   of a scheme (those its keep-dense rules keep dense) go in one fused
 //!   ring allreduce, as RedSync fuses small layers; the dense baseline is
 //!   one ring allreduce of the whole model. A step's communication is the
@@ -63,10 +63,10 @@ use crate::models::{self, ModelPreset};
 use crate::train::{self, Family, Run, Scheme, TrainArgs};
 use backend_cpu::Cpu;
 use residual_sgd::{Config, KeptDense, LayerSpec, Trainer};
-use sparse_coll::sim::{self, Network, Route};
-use sparse_coll::{Defaults, Registry, SimCluster, ThreadCluster, Transport, dense};
-use sparse_core::generate::{GradientSpec, ValueDist};
-use sparse_core::{Error, Result, SparseVec};
+use sparse_coll::sim::{self, Network};
+use sparse_coll::{Defaults, Registry, ThreadCluster};
+use sparse_core::generate::ValueDist;
+use sparse_core::{Error, Result};
 use sparse_select::RadixTopK;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -79,11 +79,16 @@ pub const REDSYNC_COMPRESS_THRESHOLD: usize = 128 << 10;
 /// The scale of the synthetic gradients' Student-t values.
 const GRADIENT_SCALE: f64 = 1e-3;
 
+mod comm;
 pub mod device;
+mod output;
+use comm::comm_of;
+pub use comm::{Call, CommTime, SimSettings, comm_time};
 pub use device::{
     APPLY_BYTES_PER_ENTRY, DEVICES, Device, MEASURED_TOPK, compensation_passes,
     dense_update_passes, device, device_note, device_phases, reduced_entries, topk_passes,
 };
+pub use output::{HEADER, json_rows, print, table};
 
 /// `sparse-bench step`'s flags.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -246,162 +251,6 @@ pub fn plan(run: &Run, model: &ModelPreset) -> Result<RunPlan> {
         config,
         layers,
     })
-}
-
-/// What a simulated call is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Call {
-    /// A sparse allreduce by registry name, each rank's input of the
-    /// step's density.
-    Sparse(&'static str),
-    /// The dense ring allreduce ([`dense::ring_allreduce`]).
-    Ring,
-}
-
-/// A call's simulated time at a layer's dimension.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CommTime {
-    /// The dimension simulated (`min(n, max_dim)`).
-    pub sim_dim: usize,
-    /// `n / sim_dim` (1 when simulated whole).
-    pub scale: f64,
-    /// The simulated time at `sim_dim`, seconds (slowest rank).
-    pub at_sim_dim: f64,
-    /// Its bandwidth part: the same traces with every latency 0.
-    pub bandwidth: f64,
-    /// The share of the bandwidth part that grows with the dimension:
-    /// twice the difference between the bandwidth parts at `sim_dim` and
-    /// at `sim_dim / 2` (`bandwidth` when simulated whole).
-    pub proportional: f64,
-    /// The time at `n`: `at_sim_dim + (scale - 1) proportional`.
-    pub seconds: f64,
-}
-
-/// The network `net` with every latency 0: a replay over it gives a
-/// run's bandwidth part.
-#[derive(Debug)]
-struct Bandwidth<'a>(&'a dyn Network);
-
-impl Network for Bandwidth<'_> {
-    fn label(&self) -> String {
-        format!("{}, latency 0", self.0.label())
-    }
-    fn route(&self, from: usize, to: usize) -> Route {
-        Route {
-            alpha: 0.0,
-            ..self.0.route(from, to)
-        }
-    }
-}
-
-/// The settings of the simulated calls.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SimSettings {
-    /// Ranks.
-    pub ranks: usize,
-    /// Density of each rank's input.
-    pub density: f64,
-    /// Fraction of indices all ranks share.
-    pub overlap: f64,
-    /// The largest dimension simulated whole.
-    pub max_dim: usize,
-    /// Seed of the inputs.
-    pub seed: u64,
-}
-
-/// `call` on `s.ranks` simulated ranks for a layer of `n` parameters over
-/// `net`, simulated at `min(n, s.max_dim)` and scaled (see the
-/// [module](self) doc). Sparse inputs are one-signed (absolute values)
-/// for a collective that sends same-sign means (`values=ssmean`), as
-/// RedSync's quantized selection makes them.
-///
-/// # Errors
-/// [`Error::InvalidParameter`] for `n == 0` or `s.max_dim < 2`; the
-/// generator's, the collective's and the replay's errors.
-pub fn comm_time(net: &dyn Network, call: Call, n: usize, s: &SimSettings) -> Result<CommTime> {
-    if n == 0 || s.max_dim < 2 {
-        return Err(Error::invalid(
-            "dimension",
-            "layers must have a parameter and --max-dim must be at least 2",
-        ));
-    }
-    let sim_dim = n.min(s.max_dim);
-    let (at_sim_dim, bandwidth) = simulate(net, call, sim_dim, s)?;
-    if sim_dim == n {
-        return Ok(CommTime {
-            sim_dim,
-            scale: 1.0,
-            at_sim_dim,
-            bandwidth,
-            proportional: bandwidth,
-            seconds: at_sim_dim,
-        });
-    }
-    let (_, half) = simulate(net, call, sim_dim / 2, s)?;
-    let proportional = (2.0 * (bandwidth - half)).clamp(0.0, bandwidth);
-    let scale = n as f64 / sim_dim as f64;
-    Ok(CommTime {
-        sim_dim,
-        scale,
-        at_sim_dim,
-        bandwidth,
-        proportional,
-        seconds: at_sim_dim + (scale - 1.0) * proportional,
-    })
-}
-
-/// `call` at dimension `dim` on `s.ranks` simulated ranks: its time over
-/// `net` and over `net` with every latency 0 (its bandwidth part),
-/// seconds, the slowest rank's.
-fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Result<(f64, f64)> {
-    let cluster = SimCluster::new(s.ranks)?;
-    let run = match call {
-        Call::Ring => {
-            let x = vec![1.0f32; dim];
-            cluster.run(|t| {
-                t.mark();
-                dense::ring_allreduce(t, &x)?;
-                t.mark();
-                Ok(())
-            })?
-        }
-        Call::Sparse(spec) => {
-            // At least one entry per rank, as a selection keeps.
-            let density = s.density.max(1.0 / dim as f64);
-            let mut ins: Vec<SparseVec<f32>> = GradientSpec {
-                overlap: s.overlap,
-                values: ValueDist::HeavyTailed {
-                    scale: GRADIENT_SCALE,
-                },
-                ..GradientSpec::new(dim, density, s.seed)
-            }
-            .generate(s.ranks)?;
-            if spec.contains("ssmean") {
-                for v in &mut ins {
-                    v.values_mut().iter_mut().for_each(|x| *x = x.abs());
-                }
-            }
-            cluster.run(|t| {
-                let mut a = Registry::builtin().build(spec, Defaults::density(s.density)?)?;
-                let mine = &ins[t.rank()];
-                t.mark();
-                a.allreduce(t, mine)?;
-                t.mark();
-                Ok(())
-            })?
-        }
-    };
-    for r in &run.results {
-        if let Err(e) = r {
-            return Err(e.clone());
-        }
-    }
-    let span = |net: &dyn Network| -> Result<f64> {
-        sim::replay(&run.traces, net)?
-            .span(0)
-            .ok_or_else(|| Error::invalid("traces", "no rank marked the call"))
-    };
-    Ok((span(net)?, span(&Bandwidth(net))?))
 }
 
 /// One run at one rank count.
@@ -569,33 +418,6 @@ pub fn runs(schemes: &[Scheme], density: f64) -> Vec<Run> {
     out
 }
 
-/// The simulated communication of `plan`, ms: its compressed layers'
-/// calls and its dense layers' fused ring, with the calls scaled and the
-/// largest scale factor. `time` gives a call's time at a dimension.
-fn comm_of(
-    plan: &RunPlan,
-    time: &mut dyn FnMut(Call, usize) -> Result<CommTime>,
-) -> Result<(f64, f64, usize, f64)> {
-    let (mut sparse, mut scaled, mut max_scale) = (0.0, 0, 1.0f64);
-    let mut count = |t: &CommTime| {
-        if t.scale > 1.0 {
-            scaled += 1;
-            max_scale = max_scale.max(t.scale);
-        }
-        t.seconds * 1e3
-    };
-    for l in plan.layers.iter().filter(|l| l.kept_dense.is_none()) {
-        sparse += count(&time(Call::Sparse(l.collective), l.spec.len)?);
-    }
-    let dense_len = plan.dense_len();
-    let dense = if dense_len > 0 {
-        count(&time(Call::Ring, dense_len)?)
-    } else {
-        0.0
-    };
-    Ok((sparse, dense, scaled, max_scale))
-}
-
 /// Runs `sparse-bench step` for the preset `a.model`.
 ///
 /// # Errors
@@ -612,32 +434,9 @@ pub fn run_named(a: &StepArgs) -> Result<StepReport> {
 pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
     let start = Instant::now();
     let net = sim::preset(&a.network)?;
-    if a.ranks.is_empty() || a.ranks.contains(&0) {
-        return Err(Error::invalid("ranks", "give rank counts of at least 1"));
-    }
-    if !(0.0..=1.0).contains(&a.overlap) {
-        return Err(Error::invalid(
-            "overlap",
-            format!("{} not in [0, 1]", a.overlap),
-        ));
-    }
+    check(a)?;
     let device = device(&a.device)?;
-    let compute = match a.compute_ms {
-        Some(ms) if ms.is_finite() && ms >= 0.0 => (ms, "--compute-ms".to_string()),
-        Some(ms) => {
-            return Err(Error::invalid(
-                "compute-ms",
-                format!("{ms} is not finite and non-negative"),
-            ));
-        }
-        None => (
-            3.0 * model.forward_gflop * model.batch as f64 / device.gflops * 1e3,
-            format!(
-                "modelled: 3 x {} GFlop per sample x batch {} at {} GFlop/s, half the {}'s FP32 peak",
-                model.forward_gflop, model.batch, device.gflops, device.name
-            ),
-        ),
-    };
+    let compute = compute_ms(model, a, &device)?;
     let plans = runs(&train::schemes_named(&a.schemes)?, a.density)
         .iter()
         .map(|r| plan(r, model))
@@ -652,63 +451,9 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
     drop(grads);
     let mut rows = Vec::new();
     for &ranks in &a.ranks {
-        let s = SimSettings {
-            ranks,
-            density: a.density,
-            overlap: a.overlap,
-            max_dim: a.max_dim,
-            seed: a.seed,
-        };
-        // Layers of the same dimension and collective take the same time.
-        let mut cache: HashMap<(Call, usize), CommTime> = HashMap::new();
-        let mut time = |call: Call, n: usize| -> Result<CommTime> {
-            if let Some(t) = cache.get(&(call, n)) {
-                return Ok(*t);
-            }
-            let t = comm_time(&*net, call, n, &s)?;
-            cache.insert((call, n), t);
-            Ok(t)
-        };
-        let mut ranks_rows: Vec<StepRow> = Vec::new();
-        for (p, &(cpu_select_ms, cpu_update_ms)) in plans.iter().zip(&local) {
-            let (sparse, dense, scaled, max_scale) = comm_of(p, &mut time)?;
-            let (select_ms, update_ms) = device_phases(p, &device, ranks, a.overlap);
-            let comm = sparse + dense;
-            let baseline = p.run.dense().name();
-            let step_ms = compute.0 + select_ms + update_ms + comm;
-            let overlapped_ms = compute.0.max(comm) + select_ms + update_ms;
-            let cpu_step_ms = compute.0 + cpu_select_ms + cpu_update_ms + comm;
-            let base = ranks_rows
-                .iter()
-                .find(|r| r.scheme == baseline)
-                .map_or((step_ms, overlapped_ms, comm, cpu_step_ms), |b| {
-                    (b.step_ms, b.overlapped_ms, b.comm_ms(), b.cpu_step_ms)
-                });
-            ranks_rows.push(StepRow {
-                ranks,
-                scheme: p.run.name(),
-                collective: p.run.collective(),
-                baseline,
-                density: p.run.density(),
-                compute_ms: compute.0,
-                device_select_ms: select_ms,
-                device_update_ms: update_ms,
-                cpu_select_ms,
-                cpu_update_ms,
-                comm_sparse_ms: sparse,
-                comm_dense_ms: dense,
-                step_ms,
-                overlapped_ms,
-                cpu_step_ms,
-                speedup: base.0 / step_ms,
-                speedup_overlapped: base.1 / overlapped_ms,
-                speedup_comm: (compute.0 + base.2) / (compute.0 + comm),
-                speedup_cpu: base.3 / cpu_step_ms,
-                scaled_calls: scaled,
-                max_scale,
-            });
-        }
-        rows.extend(ranks_rows);
+        rows.extend(rows_at(
+            &*net, ranks, a, &plans, &local, compute.0, &device,
+        )?);
         progress.inc();
     }
     progress.finish();
@@ -724,180 +469,111 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
     })
 }
 
-/// The table's column names: the headline columns (device) first, then
-/// this CPU's measured select and update and their speedup, labelled.
-pub const HEADER: [&str; 17] = [
-    "model",
-    "P",
-    "scheme",
-    "density",
-    "compute ms (model)",
-    "select ms (device, modelled)",
-    "update ms (device, modelled)",
-    "comm ms (sim)",
-    "step ms (device)",
-    "speedup (device, modelled)",
-    "speedup overlapped",
-    "speedup compute+comm",
-    "select ms (CPU, measured)",
-    "update ms (CPU, measured)",
-    "step ms (CPU phases)",
-    "speedup (CPU phases)",
-    "scaled",
-];
-
-/// The table's rows, in [`HEADER`]'s order.
-pub fn table(rep: &StepReport) -> Vec<Vec<String>> {
-    rep.rows
-        .iter()
-        .map(|r| {
-            vec![
-                rep.model.clone(),
-                r.ranks.to_string(),
-                r.scheme.clone(),
-                format!("{}", r.density),
-                format!("{:.1}", r.compute_ms),
-                format!("{:.3}", r.device_select_ms),
-                format!("{:.3}", r.device_update_ms),
-                format!("{:.2}", r.comm_ms()),
-                format!("{:.1}", r.step_ms),
-                format!("{:.2}x", r.speedup),
-                format!("{:.2}x", r.speedup_overlapped),
-                format!("{:.2}x", r.speedup_comm),
-                format!("{:.1}", r.cpu_select_ms),
-                format!("{:.1}", r.cpu_update_ms),
-                format!("{:.1}", r.cpu_step_ms),
-                format!("{:.2}x", r.speedup_cpu),
-                if r.scaled_calls == 0 {
-                    "no".into()
-                } else {
-                    format!("{} calls, up to x{:.1}", r.scaled_calls, r.max_scale)
-                },
-            ]
-        })
-        .collect()
-}
-
-/// One JSON object per run and rank count (`"kind": "step"`).
-pub fn json_rows(rep: &StepReport) -> Vec<serde_json::Value> {
-    rep.rows
-        .iter()
-        .map(|r| {
-            serde_json::json!({
-                "kind": "step",
-                "model": rep.model,
-                "ranks": r.ranks,
-                "scheme": r.scheme,
-                "collective": r.collective,
-                "baseline": r.baseline,
-                "density": r.density,
-                "device": rep.device.name,
-                "compute_ms": r.compute_ms,
-                "compute": rep.compute.1,
-                "device_select_ms": r.device_select_ms,
-                "device_update_ms": r.device_update_ms,
-                "device_phases": device_note(&rep.device),
-                "cpu_select_ms": r.cpu_select_ms,
-                "cpu_update_ms": r.cpu_update_ms,
-                "cpu_phases": "measured on this machine's CPU (CPU backend, one rank)",
-                "comm_ms": r.comm_ms(),
-                "comm_sparse_ms": r.comm_sparse_ms,
-                "comm_dense_ms": r.comm_dense_ms,
-                "step_ms": r.step_ms,
-                "overlapped_ms": r.overlapped_ms,
-                "cpu_step_ms": r.cpu_step_ms,
-                "speedup": r.speedup,
-                "speedup_overlapped": r.speedup_overlapped,
-                "speedup_compute_comm": r.speedup_comm,
-                "speedup_cpu_phases": r.speedup_cpu,
-                "scaled_calls": r.scaled_calls,
-                "max_scale": r.max_scale,
-                "comm": rep.network,
-            })
-        })
-        .collect()
-}
-
-/// Prints the report: a table with its header lines, or JSON lines (one
-/// object per run and rank count, `"kind": "step"`, then one per run with
-/// the layers kept dense, `"kind": "dense_layers"`).
-pub fn print(rep: &StepReport, json: bool) {
-    if json {
-        for obj in json_rows(rep) {
-            crate::out!("{obj}");
-        }
-        for p in &rep.plans {
-            crate::out!("{}", dense_layers_json(rep, p));
-        }
-        return;
+/// The rank counts and the overlap of `a`: rank counts of at least 1, an
+/// overlap in `[0, 1]`.
+fn check(a: &StepArgs) -> Result<()> {
+    if a.ranks.is_empty() || a.ranks.contains(&0) {
+        return Err(Error::invalid("ranks", "give rank counts of at least 1"));
     }
-    crate::out!(
-        "# step of {} ({} parameters) on the {}; communication {}; compute {:.1} ms ({}); \
-         step = compute + select + update + comm (no overlap); overlapped = \
-         max(compute, comm) + select + update; compute+comm leaves select and update \
-         out; wall {:.1} s",
-        rep.model,
-        rep.params,
-        rep.device.name,
-        rep.network,
-        rep.compute.0,
-        rep.compute.1,
-        rep.wall.as_secs_f64()
-    );
-    crate::out!("# device columns: {}", device_note(&rep.device));
-    crate::out!(
-        "# CPU columns: select and update measured on this machine's CPU (CPU backend, one \
-         rank's real state), beside the device's compute: not like with like, for reference"
-    );
-    crate::print_table(&HEADER, &table(rep));
-    crate::out!("# layers kept dense (fused into one ring allreduce), by rule:");
-    for p in &rep.plans {
-        let (tc, tb) = p.dense_by("threshold");
-        let (dc, db) = p.dense_by("dims");
-        let (bc, bb) = p.dense_by("dense");
-        let compressed = p.layers.iter().filter(|l| l.kept_dense.is_none()).count();
-        crate::out!(
-            "#   {}: {compressed} compressed; RedSync's compress threshold {tc} layers \
-             ({tb} bytes); DGC's one-dimension rule {dc} layers ({db} bytes){}",
-            p.run.name(),
-            if bc > 0 {
-                format!("; dense baseline {bc} layers ({bb} bytes)")
-            } else {
-                String::new()
-            }
-        );
+    if !(0.0..=1.0).contains(&a.overlap) {
+        return Err(Error::invalid(
+            "overlap",
+            format!("{} not in [0, 1]", a.overlap),
+        ));
     }
-    crate::out!(
-        "# scaled: a layer above --max-dim is simulated at --max-dim and its bandwidth \
-         part scaled by n / max-dim (the factor shown); the fused dense call likewise"
-    );
+    Ok(())
 }
 
-/// The layers `p` keeps dense, as a JSON object (`"kind": "dense_layers"`).
-fn dense_layers_json(rep: &StepReport, p: &RunPlan) -> serde_json::Value {
-    let layers: Vec<serde_json::Value> = p
-        .layers
-        .iter()
-        .filter_map(|l| {
-            let k = l.kept_dense?;
-            Some(serde_json::json!({
-                "layer": l.spec.name,
-                "params": l.spec.len,
-                "dims": l.spec.dims,
-                "rule": rule_name(&k),
-            }))
-        })
-        .collect();
-    let by = |w: &str| {
-        let (count, bytes) = p.dense_by(w);
-        serde_json::json!({"count": count, "bytes": bytes})
-    };
-    serde_json::json!({
-        "kind": "dense_layers",
-        "model": rep.model,
-        "scheme": p.run.name(),
-        "threshold": by("threshold"),
-        "dims": by("dims"),
-        "layers": layers,
+/// Forward plus backward, ms, and where it comes from: `--compute-ms`,
+/// or modelled from the model's GFlop per sample and batch at `device`'s
+/// throughput.
+fn compute_ms(model: &ModelPreset, a: &StepArgs, device: &Device) -> Result<(f64, String)> {
+    Ok(match a.compute_ms {
+        Some(ms) if ms.is_finite() && ms >= 0.0 => (ms, "--compute-ms".to_string()),
+        Some(ms) => {
+            return Err(Error::invalid(
+                "compute-ms",
+                format!("{ms} is not finite and non-negative"),
+            ));
+        }
+        None => (
+            3.0 * model.forward_gflop * model.batch as f64 / device.gflops * 1e3,
+            format!(
+                "modelled: 3 x {} GFlop per sample x batch {} at {} GFlop/s, half the {}'s FP32 peak",
+                model.forward_gflop, model.batch, device.gflops, device.name
+            ),
+        ),
     })
+}
+
+/// The rows of every plan at `ranks` ranks: each plan's simulated
+/// communication over `net`, its device phases, `local` (its measured CPU
+/// phases) and `compute` ms, and its speedups over its dense baseline
+/// (the baselines come first in `plans`).
+fn rows_at(
+    net: &dyn Network,
+    ranks: usize,
+    a: &StepArgs,
+    plans: &[RunPlan],
+    local: &[(f64, f64)],
+    compute: f64,
+    device: &Device,
+) -> Result<Vec<StepRow>> {
+    let s = SimSettings {
+        ranks,
+        density: a.density,
+        overlap: a.overlap,
+        max_dim: a.max_dim,
+        seed: a.seed,
+    };
+    // Layers of the same dimension and collective take the same time.
+    let mut cache: HashMap<(Call, usize), CommTime> = HashMap::new();
+    let mut time = |call: Call, n: usize| -> Result<CommTime> {
+        if let Some(t) = cache.get(&(call, n)) {
+            return Ok(*t);
+        }
+        let t = comm_time(net, call, n, &s)?;
+        cache.insert((call, n), t);
+        Ok(t)
+    };
+    let mut ranks_rows: Vec<StepRow> = Vec::new();
+    for (p, &(cpu_select_ms, cpu_update_ms)) in plans.iter().zip(local) {
+        let (sparse, dense, scaled, max_scale) = comm_of(p, &mut time)?;
+        let (select_ms, update_ms) = device_phases(p, device, ranks, a.overlap);
+        let comm = sparse + dense;
+        let baseline = p.run.dense().name();
+        let step_ms = compute + select_ms + update_ms + comm;
+        let overlapped_ms = compute.max(comm) + select_ms + update_ms;
+        let cpu_step_ms = compute + cpu_select_ms + cpu_update_ms + comm;
+        let base = ranks_rows
+            .iter()
+            .find(|r| r.scheme == baseline)
+            .map_or((step_ms, overlapped_ms, comm, cpu_step_ms), |b| {
+                (b.step_ms, b.overlapped_ms, b.comm_ms(), b.cpu_step_ms)
+            });
+        ranks_rows.push(StepRow {
+            ranks,
+            scheme: p.run.name(),
+            collective: p.run.collective(),
+            baseline,
+            density: p.run.density(),
+            compute_ms: compute,
+            device_select_ms: select_ms,
+            device_update_ms: update_ms,
+            cpu_select_ms,
+            cpu_update_ms,
+            comm_sparse_ms: sparse,
+            comm_dense_ms: dense,
+            step_ms,
+            overlapped_ms,
+            cpu_step_ms,
+            speedup: base.0 / step_ms,
+            speedup_overlapped: base.1 / overlapped_ms,
+            speedup_comm: (compute + base.2) / (compute + comm),
+            speedup_cpu: base.3 / cpu_step_ms,
+            scaled_calls: scaled,
+            max_scale,
+        });
+    }
+    Ok(ranks_rows)
 }

@@ -693,3 +693,23 @@ fn keep_checkpoints_counts_steps_as_numbers_up_to_the_one_saved() {
     assert_eq!(left(), ["step-00000014", "step-00000084"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A batch of 0 is refused when the command line is read (it divided by
+/// zero in `steps_per_epoch` and panicked), and `steps_per_epoch` itself
+/// gives no steps rather than a panic.
+#[test]
+fn a_batch_of_zero_is_an_error_not_a_panic() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        train: bench::train::TrainArgs,
+    }
+    let e = Cli::try_parse_from(["train", "--batch", "0"])
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("at least 1"), "{e}");
+    let ok = Cli::try_parse_from(["train", "--batch", "3"]).expect("accepted");
+    assert_eq!(ok.train.batch, 3);
+    assert_eq!(bench::train::steps_per_epoch(100, 0), 0);
+}

@@ -20,7 +20,7 @@
 //! for, leaves biases dense. Integer and boolean parameters are not
 //! trained and are left out.
 
-use crate::LayerSpec;
+use crate::layer::LayerSpec;
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::{Gradients, Tensor, TensorData};
 use sparse_core::{Error, Result};

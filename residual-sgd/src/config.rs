@@ -1,6 +1,6 @@
 //! The optimizer's settings.
 
-use crate::LayerSpec;
+use crate::layer::LayerSpec;
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::{Error, Result};
 

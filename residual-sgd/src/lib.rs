@@ -169,9 +169,11 @@
 pub mod burn;
 pub mod checkpoint;
 mod config;
+mod layer;
 pub mod memory;
 mod trainer;
 
 pub use config::{Collection, Config, KeptDense, Rule, dgc_density};
+pub use layer::LayerSpec;
 pub use memory::Memory;
-pub use trainer::{LayerReport, LayerSpec, StepReport, Trainer};
+pub use trainer::{LayerReport, StepReport, Trainer};

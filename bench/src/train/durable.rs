@@ -349,54 +349,10 @@ pub fn resume(
     steps: usize,
 ) -> Result<Resumed> {
     let p = t.size();
-    // Every rank reads which checkpoint is newest and how many saved it;
-    // rank 0 reshards it where they were another number.
-    let found = checkpoint::manifest(dir).map(|(at, m)| (at, m.ranks));
-    let ranks = found.as_ref().map_or(0, |f| f.1);
-    agree_or_fail(
-        t,
-        &[("checkpoint ranks", ranks as u64)],
-        found.as_ref().map(drop).map_err(Clone::clone),
-    )?;
-    let (at, from_ranks) = found?;
-    let path = if from_ranks == p {
-        at.clone()
-    } else {
-        let name = format!(
-            "{}-on-{p}",
-            at.file_name().map_or("resharded".into(), |n| {
-                // `.NAME.old` (a crash's fallback) reshards as NAME.
-                let n = n.to_string_lossy();
-                let n = n.strip_prefix('.').unwrap_or(&n);
-                n.strip_suffix(".old").unwrap_or(n).to_string()
-            })
-        );
-        let target = dir.join("resharded");
-        let done = if t.rank() == 0 {
-            checkpoint::reshard(&at, p, &target, &name).map(drop)
-        } else {
-            Ok(())
-        };
-        agree_or_fail(t, &[("reshard", 1)], done)?;
-        target.join(name)
-    };
+    let (path, from_ranks) = newest(t, dir)?;
     let (state, manifest) = checkpoint::load(t, &path)?;
     let checked = (|| -> Result<Resumed> {
-        for (k, v) in meta {
-            match manifest.meta.get(k) {
-                Some(saved) if saved == v => {}
-                saved => {
-                    return Err(Error::invalid(
-                        "--resume",
-                        format!(
-                            "{}: {k} is {v} in this run, {} in the checkpoint",
-                            path.display(),
-                            saved.map_or("absent", String::as_str)
-                        ),
-                    ));
-                }
-            }
-        }
+        check_settings(&path, meta, &manifest.meta)?;
         state.expect(KIND, 1)?;
         let word = |k: &str| -> Result<usize> {
             usize::try_from(state.u64(k)?)
@@ -418,30 +374,7 @@ pub fn resume(
             next = ((next as f64 * steps as f64 / saved_steps as f64).round() as usize).min(steps);
         }
         let history = parse_history(manifest.meta.get("history").map_or("", String::as_str))?;
-        let h = &history;
-        if h.weight_hash.len() != epoch
-            || h.test_acc.len() > epoch
-            || h.train_loss.len() != h.test_acc.len()
-        {
-            return Err(Error::corrupt(
-                "checkpoint",
-                format!(
-                    "{}: the history does not hold {epoch} epochs",
-                    path.display()
-                ),
-            ));
-        }
-        let mut local = BTreeMap::new();
-        for (name, _, t) in state.entries() {
-            if let Tensor::U64(v) = t
-                && state.get(name)?.0 == Scope::Local
-            {
-                local.insert(
-                    name.to_string(),
-                    v.iter().map(|x| f64::from_bits(*x)).collect(),
-                );
-            }
-        }
+        check_history(&path, &history, epoch)?;
         let progress = std::fs::read_to_string(dir.join("progress"))
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
@@ -455,7 +388,7 @@ pub fn resume(
                 steps,
                 history,
             },
-            local,
+            local: local_entries(&state)?,
             from_ranks,
             lost_steps: progress.saturating_sub(global),
         })
@@ -466,6 +399,102 @@ pub fn resume(
         checked.as_ref().map(drop).map_err(Clone::clone),
     )?;
     checked
+}
+
+/// The newest checkpoint of `dir` as this rank count loads it, and the
+/// number of ranks that saved it: every rank reads which checkpoint is
+/// newest and how many saved it; rank 0 reshards it (under
+/// `dir/resharded/`) where they were another number.
+fn newest(t: &mut dyn Transport, dir: &Path) -> Result<(PathBuf, usize)> {
+    let p = t.size();
+    let found = checkpoint::manifest(dir).map(|(at, m)| (at, m.ranks));
+    let ranks = found.as_ref().map_or(0, |f| f.1);
+    agree_or_fail(
+        t,
+        &[("checkpoint ranks", ranks as u64)],
+        found.as_ref().map(drop).map_err(Clone::clone),
+    )?;
+    let (at, from_ranks) = found?;
+    if from_ranks == p {
+        return Ok((at, from_ranks));
+    }
+    let name = format!(
+        "{}-on-{p}",
+        at.file_name().map_or("resharded".into(), |n| {
+            // `.NAME.old` (a crash's fallback) reshards as NAME.
+            let n = n.to_string_lossy();
+            let n = n.strip_prefix('.').unwrap_or(&n);
+            n.strip_suffix(".old").unwrap_or(n).to_string()
+        })
+    );
+    let target = dir.join("resharded");
+    let done = if t.rank() == 0 {
+        checkpoint::reshard(&at, p, &target, &name).map(drop)
+    } else {
+        Ok(())
+    };
+    agree_or_fail(t, &[("reshard", 1)], done)?;
+    Ok((target.join(name), from_ranks))
+}
+
+/// Every setting of this run (`meta`) as the checkpoint at `path` saved
+/// it (`saved`): one that differs or is absent is an error naming it.
+fn check_settings(
+    path: &Path,
+    meta: &BTreeMap<String, String>,
+    saved: &BTreeMap<String, String>,
+) -> Result<()> {
+    for (k, v) in meta {
+        match saved.get(k) {
+            Some(saved) if saved == v => {}
+            saved => {
+                return Err(Error::invalid(
+                    "--resume",
+                    format!(
+                        "{}: {k} is {v} in this run, {} in the checkpoint",
+                        path.display(),
+                        saved.map_or("absent", String::as_str)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A history that holds `epoch` finished epochs (the test accuracy and
+/// the loss of rank 0 at most that many, alike).
+fn check_history(path: &Path, h: &History, epoch: usize) -> Result<()> {
+    if h.weight_hash.len() != epoch
+        || h.test_acc.len() > epoch
+        || h.train_loss.len() != h.test_acc.len()
+    {
+        return Err(Error::corrupt(
+            "checkpoint",
+            format!(
+                "{}: the history does not hold {epoch} epochs",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The loop's local entries of a checkpoint's state (the epoch's
+/// accumulators), as saved: f64 values as their bits.
+fn local_entries(state: &State) -> Result<BTreeMap<String, Vec<f64>>> {
+    let mut local = BTreeMap::new();
+    for (name, _, t) in state.entries() {
+        if let Tensor::U64(v) = t
+            && state.get(name)?.0 == Scope::Local
+        {
+            local.insert(
+                name.to_string(),
+                v.iter().map(|x| f64::from_bits(*x)).collect(),
+            );
+        }
+    }
+    Ok(local)
 }
 
 /// Records on disk that `global` steps are done (rank 0, after every

@@ -15,16 +15,14 @@ pub mod durable;
 pub mod idx;
 pub mod model;
 pub mod output;
+mod rank;
 pub mod run;
 
-use backend_cpu::Cpu;
 use data::{Data, Set};
 use model::{Kind, Model};
-use residual_sgd::{Config, LayerSpec, Rule, StepReport, Trainer, dgc_density};
-use sparse_coll::{Defaults, Registry, SparseAllreduce, Transport, agree_or_fail};
+pub use rank::train_rank;
+use residual_sgd::{Config, Rule};
 use sparse_core::{Error, Result};
-use sparse_select::RadixTopK;
-use std::time::Duration;
 
 /// The named, seedable generator of the training runs (shuffles, initial
 /// weights): ChaCha8, whose stream is fixed by its specification.
@@ -186,8 +184,8 @@ pub struct TrainArgs {
     /// timing.
     #[arg(long)]
     pub hidden: Option<usize>,
-    /// Images per rank per step.
-    #[arg(long, default_value_t = TrainArgs::default().batch)]
+    /// Images per rank per step (at least 1).
+    #[arg(long, default_value_t = TrainArgs::default().batch, value_parser = at_least_one)]
     pub batch: usize,
     /// Learning rate.
     #[arg(long, default_value_t = TrainArgs::default().lr)]
@@ -454,8 +452,18 @@ pub fn shard(train: &Set, rank: usize, p: usize) -> Set {
 }
 
 /// The steps of one epoch for `shard_len` images in batches of `batch`.
+/// No steps for a batch of 0 (which `train_rank` refuses).
 pub fn steps_per_epoch(shard_len: usize, batch: usize) -> usize {
-    shard_len / batch
+    shard_len.checked_div(batch).unwrap_or(0)
+}
+
+/// A count given on the command line that must be at least 1.
+fn at_least_one(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(v) => Ok(v),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The seed of `rank`'s shuffle of its shard in `epoch`.
@@ -474,410 +482,6 @@ pub fn layer_collective(run: &Run, output: bool) -> &'static str {
         }
         _ => "topk_a",
     }
-}
-
-/// The optimizer of `run` for `model`: RadixTopK selection and each
-/// layer's collective (TopkA for the dense runs and for the output layer
-/// of RedSync's quantized mode), from the initial weights of `a.seed`.
-fn trainer(run: &Run, a: &TrainArgs, model: &Model) -> Result<Trainer<Cpu, RadixTopK>> {
-    let layers = model.layers();
-    let cfg = config(run, a)?;
-    let density = run.density();
-    let last = layers.len() - 1;
-    let comm = |l: &LayerSpec| -> Result<Box<dyn SparseAllreduce<f32>>> {
-        let spec = layer_collective(run, l.name == layers[last].name);
-        Registry::builtin().build(spec, Defaults::density(density)?)
-    };
-    let w0 = model.init(a.seed);
-    Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)
-}
-
-/// How each layer of `run` goes: dense and why, or compressed at the
-/// density `sent` (per layer, summed over the last epoch's `steps`).
-fn layer_uses(
-    run: &Run,
-    a: &TrainArgs,
-    layers: &[LayerSpec],
-    sent: &[f64],
-    steps: usize,
-) -> Result<Vec<LayerUse>> {
-    let cfg = config(run, a)?;
-    Ok(layers
-        .iter()
-        .zip(sent)
-        .map(|(l, &s)| LayerUse {
-            name: l.name.clone(),
-            len: l.len,
-            dense: cfg.kept_dense(l).map(|k| k.to_string()),
-            density: s / steps.max(1) as f64,
-        })
-        .collect())
-}
-
-/// Gathers every rank's nonzero counts of `grads` and selected sets of
-/// `rep` (outside the step's counted traffic) and, on rank 0, adds this
-/// probe's [`Sparsity`] of each layer to `acc`.
-fn probe(
-    t: &mut dyn Transport,
-    grads: &[Vec<f32>],
-    rep: &StepReport,
-    acc: &mut [Sparsity],
-) -> Result<()> {
-    let mut bytes = Vec::new();
-    for (l, g) in grads.iter().enumerate() {
-        let nnz = g.iter().filter(|x| **x != 0.0).count() as u64;
-        bytes.extend(nnz.to_le_bytes());
-        let idx: &[u32] = match rep.layers.get(l) {
-            Some(r) if r.compressed => rep.sent[l].indices(),
-            _ => &[],
-        };
-        bytes.extend((idx.len() as u64).to_le_bytes());
-        bytes.extend(idx.iter().flat_map(|i| i.to_le_bytes()));
-    }
-    let all = sparse_coll::dense::bruck_allgather(t, &bytes)?;
-    if t.rank() != 0 {
-        return Ok(());
-    }
-    let short = || Error::invalid("train", "a rank sent a short sparsity probe");
-    let p = all.len();
-    let mut at = vec![0usize; p];
-    let mut take = |r: usize, n: usize| -> Result<&[u8]> {
-        let b = all[r].get(at[r]..at[r] + n).ok_or_else(short)?;
-        at[r] += n;
-        Ok(b)
-    };
-    for (l, g) in grads.iter().enumerate() {
-        let mut sets: Vec<Vec<u32>> = Vec::with_capacity(p);
-        let mut nnz = 0u64;
-        for r in 0..p {
-            let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-            nnz += word(take(r, 8)?);
-            let n = usize::try_from(word(take(r, 8)?)).map_err(|_| short())?;
-            let raw = take(r, n.checked_mul(4).ok_or_else(short)?)?;
-            sets.push(
-                raw.chunks_exact(4)
-                    .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                    .collect(),
-            );
-        }
-        let a = &mut acc[l];
-        a.grad_density += nnz as f64 / (p * g.len().max(1)) as f64;
-        if sets.iter().all(Vec::is_empty) {
-            a.overlap = f64::NAN;
-            a.densification = f64::NAN;
-            continue;
-        }
-        let (mut sum, mut pairs) = (0.0, 0usize);
-        for i in 0..p {
-            for j in i + 1..p {
-                sum += sparse_core::stats::overlap_ratio(&sets[i], &sets[j]);
-                pairs += 1;
-            }
-        }
-        a.overlap += if pairs == 0 { 1.0 } else { sum / pairs as f64 };
-        let mean = sets.iter().map(Vec::len).sum::<usize>() as f64 / p as f64;
-        let mut union: Vec<u32> = sets.concat();
-        union.sort_unstable();
-        union.dedup();
-        a.densification += if mean == 0.0 {
-            0.0
-        } else {
-            union.len() as f64 / mean
-        };
-    }
-    Ok(())
-}
-
-/// Saves the checkpoint of this rank at `pos`: the trainer's state, the
-/// epoch's accumulators, and rank 0's history (in the manifest).
-#[allow(clippy::too_many_arguments)]
-fn save_checkpoint(
-    t: &mut dyn Transport,
-    dir: &std::path::Path,
-    keep: Option<u64>,
-    meta: &std::collections::BTreeMap<String, String>,
-    tr: &Trainer<Cpu, RadixTopK>,
-    pos: &durable::Position,
-    out: &RankRun,
-    sent: &[f64],
-    stats: &[Sparsity],
-    probes: usize,
-) -> Result<()> {
-    let mut pos = pos.clone();
-    pos.history = durable::History {
-        test_acc: out.test_acc.clone(),
-        train_loss: out.train_loss.clone(),
-        weight_hash: out.weight_hash.clone(),
-        sparsity: out
-            .sparsity
-            .iter()
-            .map(|e| {
-                e.iter()
-                    .map(|x| [x.grad_density, x.overlap, x.densification])
-                    .collect()
-            })
-            .collect(),
-    };
-    let flat: Vec<f64> = stats
-        .iter()
-        .flat_map(|x| [x.grad_density, x.overlap, x.densification])
-        .collect();
-    let local = [
-        ("sent", sent.to_vec()),
-        ("stats", flat),
-        ("probes", vec![probes as f64]),
-    ];
-    durable::save(t, dir, meta, tr.save_state(), &pos, &local)?;
-    // A checkpoint that cannot be pruned is still saved: every rank warns
-    // (the same error on every rank) and trains on.
-    if let Some(k) = keep
-        && let Err(e) = durable::prune(t, dir, k, pos.global)
-        && t.rank() == 0
-    {
-        eprintln!(
-            "warning: {}: old checkpoints not removed: {e}",
-            dir.display()
-        );
-    }
-    Ok(())
-}
-
-/// Trains one rank: every rank of `t` calls it with the same arguments.
-/// `on_step` is called after each step (progress).
-///
-/// # Errors
-/// Invalid settings, the model's, the optimizer's and the collectives'
-/// errors (on every rank).
-pub fn train_rank(
-    t: &mut dyn Transport,
-    run: &Run,
-    a: &TrainArgs,
-    train: &Set,
-    test: &Set,
-    on_step: &(dyn Fn() + Sync),
-) -> Result<RankRun> {
-    let (p, rank) = (t.size(), t.rank());
-    if a.batch == 0 || a.hidden() == 0 {
-        return Err(Error::invalid("batch, hidden", "must be at least 1"));
-    }
-    if let Some(r) = a.fail_rank.filter(|&r| r >= p) {
-        // Every rank sees the same: an error on all, not a run where the
-        // fault asked for never happens.
-        return Err(Error::invalid(
-            "--fail-rank",
-            format!("{r} is not a rank of {p}"),
-        ));
-    }
-    let model = a.model(train.shape)?;
-    let mut tr = trainer(run, a, &model)?;
-    let layers = model.layers();
-    let mine = shard(train, rank, p);
-    let steps = steps_per_epoch(mine.len(), a.batch);
-    if steps == 0 {
-        return Err(Error::invalid(
-            "batch",
-            format!(
-                "{} images per rank cannot fill a batch of {}",
-                mine.len(),
-                a.batch
-            ),
-        ));
-    }
-    let loss_set = train.range(0..train.len().min(TRAIN_LOSS_IMAGES));
-    let probe_every = steps.div_ceil(PROBES_PER_EPOCH);
-    let mut out = RankRun {
-        dense_layers: tr.compressed().iter().map(|c| !c).collect(),
-        ..RankRun::default()
-    };
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let mut sent = vec![0.0; layers.len()];
-    let mut stats = vec![Sparsity::default(); layers.len()];
-    let mut probes = 0usize;
-    let meta = durable::settings(run, a);
-    let ckpt_dir = a
-        .checkpoint_dir
-        .as_ref()
-        .map(|d| durable::run_dir(d, run, a.seed));
-    let mut pos = durable::Position {
-        steps,
-        ..durable::Position::default()
-    };
-    // A run the interrupted job never checkpointed (it had not started)
-    // starts from the beginning; a missing directory is an error.
-    // Every rank must see the same: the round makes any difference an
-    // error on every rank.
-    let (resume_dir, found) = match &a.resume {
-        Some(from) if !from.is_dir() && a.allow_fresh => (None, Ok(())),
-        Some(from) if !from.is_dir() => (
-            None,
-            Err(Error::invalid(
-                "--resume",
-                format!(
-                    "{}: no such checkpoint directory (--allow-fresh starts afresh)",
-                    from.display()
-                ),
-            )),
-        ),
-        Some(from) => {
-            let d = durable::run_dir(from, run, a.seed);
-            let has = durable::has_checkpoint(&d);
-            (has.then_some(d), Ok(()))
-        }
-        None => (None, Ok(())),
-    };
-    agree_or_fail(t, &[("resume", u64::from(resume_dir.is_some()))], found)?;
-    if let Some(dir) = &resume_dir {
-        let r = durable::resume(t, dir, &meta, steps)?;
-        tr.load_state(t, &r.trainer)?;
-        out.resumed = Some((r.pos.global, r.from_ranks));
-        out.lost_steps = r.lost_steps;
-        pos = r.pos;
-        out.weight_hash = pos.history.weight_hash.clone();
-        if rank == 0 {
-            out.test_acc = pos.history.test_acc.clone();
-            out.train_loss = pos.history.train_loss.clone();
-            out.sparsity = pos
-                .history
-                .sparsity
-                .iter()
-                .map(|e| {
-                    e.iter()
-                        .map(|x| Sparsity {
-                            grad_density: x[0],
-                            overlap: x[1],
-                            densification: x[2],
-                        })
-                        .collect()
-                })
-                .collect();
-        }
-        // The epoch's accumulators where this rank count saved them.
-        let acc = (
-            r.local.get("sent"),
-            r.local.get("stats"),
-            r.local.get("probes"),
-        );
-        // Absent after a reshard (the epoch's figures start afresh); of
-        // another length, the checkpoint is not this model's.
-        let fits = match acc {
-            (Some(se), Some(st), Some(pr))
-                if se.len() != sent.len() || st.len() != 3 * stats.len() || pr.len() != 1 =>
-            {
-                Err(Error::corrupt(
-                    "checkpoint",
-                    format!(
-                        "{}: the epoch's accumulators hold {}, {} and {} values, this model needs {}, {} and 1",
-                        dir.display(),
-                        se.len(),
-                        st.len(),
-                        pr.len(),
-                        sent.len(),
-                        3 * stats.len()
-                    ),
-                ))
-            }
-            _ => Ok(()),
-        };
-        agree_or_fail(t, &[("accumulators", 1)], fits)?;
-        if let (Some(se), Some(st), Some(pr)) = acc {
-            sent.copy_from_slice(se);
-            for (x, c) in stats.iter_mut().zip(st.chunks_exact(3)) {
-                *x = Sparsity {
-                    grad_density: c[0],
-                    overlap: c[1],
-                    densification: c[2],
-                };
-            }
-            probes = pr.first().map_or(0, |&p| p as usize);
-        }
-    }
-    let first_epoch = pos.epoch;
-    for epoch in first_epoch..a.epochs {
-        if let Run::Sparse { scheme, density } = run
-            && scheme.family == Family::Dgc
-        {
-            tr.set_density(dgc_density(epoch, *density, a.warmup))?;
-        }
-        let first_step = if epoch == first_epoch { pos.next } else { 0 };
-        if first_step == 0 {
-            sent.iter_mut().for_each(|s| *s = 0.0);
-            stats.iter_mut().for_each(|s| *s = Sparsity::default());
-            probes = 0;
-        }
-        let order = data::permutation(mine.len(), order_seed(a.seed, epoch, rank));
-        for s in first_step..steps {
-            if a.fail_rank == Some(rank) && a.fail_at_step == Some(pos.global + 1) {
-                return Err(Error::Injected {
-                    rank,
-                    step: pos.global + 1,
-                });
-            }
-            let rows = &order[s * a.batch..(s + 1) * a.batch];
-            let batch = mine.rows(rows);
-            let w = tr.weights()?;
-            let clock = std::time::Instant::now();
-            let (_, grads) = model.loss_and_grads(&w, &batch)?;
-            let grad = clock.elapsed();
-            let rep: StepReport = tr.step(t, &grads)?;
-            out.bytes_sent.push(rep.traffic.bytes_sent);
-            out.phases
-                .push([ms(grad), ms(rep.select), ms(rep.communicate), ms(rep.apply)]);
-            for (acc, l) in sent.iter_mut().zip(&rep.layers) {
-                *acc += l.density();
-            }
-            if s % probe_every == 0 {
-                probe(t, &grads, &rep, &mut stats)?;
-                probes += 1;
-            }
-            pos.global = pos.global.saturating_add(1);
-            (pos.epoch, pos.next) = (epoch, s + 1);
-            if let Some(dir) = &ckpt_dir {
-                if rank == 0 {
-                    durable::progress(dir, pos.global);
-                }
-                let last = epoch + 1 == a.epochs && s + 1 == steps;
-                if a.checkpoint_every
-                    .is_some_and(|n| n > 0 && pos.global.is_multiple_of(n))
-                    || last
-                {
-                    save_checkpoint(
-                        t,
-                        dir,
-                        a.keep_checkpoints,
-                        &meta,
-                        &tr,
-                        &pos,
-                        &out,
-                        &sent,
-                        &stats,
-                        probes,
-                    )?;
-                }
-            }
-            on_step();
-        }
-        let w = tr.weights()?;
-        out.weight_hash.push(weight_hash(&w));
-        if rank == 0 {
-            let (loss, _) = model.evaluate(&w, &loss_set)?;
-            let (_, acc) = model.evaluate(&w, test)?;
-            out.train_loss.push(loss);
-            out.test_acc.push(acc);
-            let mut avg = stats.clone();
-            // No probe in this epoch (resumed at its end after a reshard):
-            // its statistics are unknown, NaN.
-            let n = if probes == 0 { f64::NAN } else { probes as f64 };
-            for x in &mut avg {
-                x.grad_density /= n;
-                x.overlap /= n;
-                x.densification /= n;
-            }
-            out.sparsity.push(avg);
-        }
-    }
-    out.layers = layer_uses(run, a, &layers, &sent, steps)?;
-    out.weights = tr.weights()?;
-    Ok(out)
 }
 
 /// Single-process SGD on the union of the ranks' batches, step by step (the

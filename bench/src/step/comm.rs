@@ -1,0 +1,193 @@
+//! The simulated communication of `sparse-bench step`: a call's time on
+//! `P` simulated ranks at a layer's dimension, simulated at most at
+//! `--max-dim` and scaled (the [module](super) doc says how), and a run's
+//! calls summed ([`comm_of`]).
+
+use super::{GRADIENT_SCALE, RunPlan};
+use sparse_coll::sim::{self, Network, Route};
+use sparse_coll::{Defaults, Registry, SimCluster, Transport, dense};
+use sparse_core::generate::{GradientSpec, ValueDist};
+use sparse_core::{Error, Result, SparseVec};
+
+/// What a simulated call is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Call {
+    /// A sparse allreduce by registry name, each rank's input of the
+    /// step's density.
+    Sparse(&'static str),
+    /// The dense ring allreduce ([`dense::ring_allreduce`]).
+    Ring,
+}
+
+/// A call's simulated time at a layer's dimension.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CommTime {
+    /// The dimension simulated (`min(n, max_dim)`).
+    pub sim_dim: usize,
+    /// `n / sim_dim` (1 when simulated whole).
+    pub scale: f64,
+    /// The simulated time at `sim_dim`, seconds (slowest rank).
+    pub at_sim_dim: f64,
+    /// Its bandwidth part: the same traces with every latency 0.
+    pub bandwidth: f64,
+    /// The share of the bandwidth part that grows with the dimension:
+    /// twice the difference between the bandwidth parts at `sim_dim` and
+    /// at `sim_dim / 2` (`bandwidth` when simulated whole).
+    pub proportional: f64,
+    /// The time at `n`: `at_sim_dim + (scale - 1) proportional`.
+    pub seconds: f64,
+}
+
+/// The network `net` with every latency 0: a replay over it gives a
+/// run's bandwidth part.
+#[derive(Debug)]
+struct Bandwidth<'a>(&'a dyn Network);
+
+impl Network for Bandwidth<'_> {
+    fn label(&self) -> String {
+        format!("{}, latency 0", self.0.label())
+    }
+    fn route(&self, from: usize, to: usize) -> Route {
+        Route {
+            alpha: 0.0,
+            ..self.0.route(from, to)
+        }
+    }
+}
+
+/// The settings of the simulated calls.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimSettings {
+    /// Ranks.
+    pub ranks: usize,
+    /// Density of each rank's input.
+    pub density: f64,
+    /// Fraction of indices all ranks share.
+    pub overlap: f64,
+    /// The largest dimension simulated whole.
+    pub max_dim: usize,
+    /// Seed of the inputs.
+    pub seed: u64,
+}
+
+/// `call` on `s.ranks` simulated ranks for a layer of `n` parameters over
+/// `net`, simulated at `min(n, s.max_dim)` and scaled (see the
+/// [module](super) doc). Sparse inputs are one-signed (absolute values)
+/// for a collective that sends same-sign means (`values=ssmean`), as
+/// RedSync's quantized selection makes them.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for `n == 0` or `s.max_dim < 2`; the
+/// generator's, the collective's and the replay's errors.
+pub fn comm_time(net: &dyn Network, call: Call, n: usize, s: &SimSettings) -> Result<CommTime> {
+    if n == 0 || s.max_dim < 2 {
+        return Err(Error::invalid(
+            "dimension",
+            "layers must have a parameter and --max-dim must be at least 2",
+        ));
+    }
+    let sim_dim = n.min(s.max_dim);
+    let (at_sim_dim, bandwidth) = simulate(net, call, sim_dim, s)?;
+    if sim_dim == n {
+        return Ok(CommTime {
+            sim_dim,
+            scale: 1.0,
+            at_sim_dim,
+            bandwidth,
+            proportional: bandwidth,
+            seconds: at_sim_dim,
+        });
+    }
+    let (_, half) = simulate(net, call, sim_dim / 2, s)?;
+    let proportional = (2.0 * (bandwidth - half)).clamp(0.0, bandwidth);
+    let scale = n as f64 / sim_dim as f64;
+    Ok(CommTime {
+        sim_dim,
+        scale,
+        at_sim_dim,
+        bandwidth,
+        proportional,
+        seconds: at_sim_dim + (scale - 1.0) * proportional,
+    })
+}
+
+/// `call` at dimension `dim` on `s.ranks` simulated ranks: its time over
+/// `net` and over `net` with every latency 0 (its bandwidth part),
+/// seconds, the slowest rank's.
+fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Result<(f64, f64)> {
+    let cluster = SimCluster::new(s.ranks)?;
+    let run = match call {
+        Call::Ring => {
+            let x = vec![1.0f32; dim];
+            cluster.run(|t| {
+                t.mark();
+                dense::ring_allreduce(t, &x)?;
+                t.mark();
+                Ok(())
+            })?
+        }
+        Call::Sparse(spec) => {
+            // At least one entry per rank, as a selection keeps.
+            let density = s.density.max(1.0 / dim as f64);
+            let mut ins: Vec<SparseVec<f32>> = GradientSpec {
+                overlap: s.overlap,
+                values: ValueDist::HeavyTailed {
+                    scale: GRADIENT_SCALE,
+                },
+                ..GradientSpec::new(dim, density, s.seed)
+            }
+            .generate(s.ranks)?;
+            if spec.contains("ssmean") {
+                for v in &mut ins {
+                    v.values_mut().iter_mut().for_each(|x| *x = x.abs());
+                }
+            }
+            cluster.run(|t| {
+                let mut a = Registry::builtin().build(spec, Defaults::density(s.density)?)?;
+                let mine = &ins[t.rank()];
+                t.mark();
+                a.allreduce(t, mine)?;
+                t.mark();
+                Ok(())
+            })?
+        }
+    };
+    for r in &run.results {
+        if let Err(e) = r {
+            return Err(e.clone());
+        }
+    }
+    let span = |net: &dyn Network| -> Result<f64> {
+        sim::replay(&run.traces, net)?
+            .span(0)
+            .ok_or_else(|| Error::invalid("traces", "no rank marked the call"))
+    };
+    Ok((span(net)?, span(&Bandwidth(net))?))
+}
+
+/// The simulated communication of `plan`, ms: its compressed layers'
+/// calls and its dense layers' fused ring, with the calls scaled and the
+/// largest scale factor. `time` gives a call's time at a dimension.
+pub(super) fn comm_of(
+    plan: &RunPlan,
+    time: &mut dyn FnMut(Call, usize) -> Result<CommTime>,
+) -> Result<(f64, f64, usize, f64)> {
+    let (mut sparse, mut scaled, mut max_scale) = (0.0, 0, 1.0f64);
+    let mut count = |t: &CommTime| {
+        if t.scale > 1.0 {
+            scaled += 1;
+            max_scale = max_scale.max(t.scale);
+        }
+        t.seconds * 1e3
+    };
+    for l in plan.layers.iter().filter(|l| l.kept_dense.is_none()) {
+        sparse += count(&time(Call::Sparse(l.collective), l.spec.len)?);
+    }
+    let dense_len = plan.dense_len();
+    let dense = if dense_len > 0 {
+        count(&time(Call::Ring, dense_len)?)
+    } else {
+        0.0
+    };
+    Ok((sparse, dense, scaled, max_scale))
+}

@@ -1,0 +1,182 @@
+//! The report of `sparse-bench step`: its table ([`HEADER`], [`table`]),
+//! its JSON lines ([`json_rows`]) and both printed ([`print`]).
+
+use super::{RunPlan, StepReport, device_note, rule_name};
+
+/// The table's column names: the headline columns (device) first, then
+/// this CPU's measured select and update and their speedup, labelled.
+pub const HEADER: [&str; 17] = [
+    "model",
+    "P",
+    "scheme",
+    "density",
+    "compute ms (model)",
+    "select ms (device, modelled)",
+    "update ms (device, modelled)",
+    "comm ms (sim)",
+    "step ms (device)",
+    "speedup (device, modelled)",
+    "speedup overlapped",
+    "speedup compute+comm",
+    "select ms (CPU, measured)",
+    "update ms (CPU, measured)",
+    "step ms (CPU phases)",
+    "speedup (CPU phases)",
+    "scaled",
+];
+
+/// The table's rows, in [`HEADER`]'s order.
+pub fn table(rep: &StepReport) -> Vec<Vec<String>> {
+    rep.rows
+        .iter()
+        .map(|r| {
+            vec![
+                rep.model.clone(),
+                r.ranks.to_string(),
+                r.scheme.clone(),
+                format!("{}", r.density),
+                format!("{:.1}", r.compute_ms),
+                format!("{:.3}", r.device_select_ms),
+                format!("{:.3}", r.device_update_ms),
+                format!("{:.2}", r.comm_ms()),
+                format!("{:.1}", r.step_ms),
+                format!("{:.2}x", r.speedup),
+                format!("{:.2}x", r.speedup_overlapped),
+                format!("{:.2}x", r.speedup_comm),
+                format!("{:.1}", r.cpu_select_ms),
+                format!("{:.1}", r.cpu_update_ms),
+                format!("{:.1}", r.cpu_step_ms),
+                format!("{:.2}x", r.speedup_cpu),
+                if r.scaled_calls == 0 {
+                    "no".into()
+                } else {
+                    format!("{} calls, up to x{:.1}", r.scaled_calls, r.max_scale)
+                },
+            ]
+        })
+        .collect()
+}
+
+/// One JSON object per run and rank count (`"kind": "step"`).
+pub fn json_rows(rep: &StepReport) -> Vec<serde_json::Value> {
+    rep.rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "kind": "step",
+                "model": rep.model,
+                "ranks": r.ranks,
+                "scheme": r.scheme,
+                "collective": r.collective,
+                "baseline": r.baseline,
+                "density": r.density,
+                "device": rep.device.name,
+                "compute_ms": r.compute_ms,
+                "compute": rep.compute.1,
+                "device_select_ms": r.device_select_ms,
+                "device_update_ms": r.device_update_ms,
+                "device_phases": device_note(&rep.device),
+                "cpu_select_ms": r.cpu_select_ms,
+                "cpu_update_ms": r.cpu_update_ms,
+                "cpu_phases": "measured on this machine's CPU (CPU backend, one rank)",
+                "comm_ms": r.comm_ms(),
+                "comm_sparse_ms": r.comm_sparse_ms,
+                "comm_dense_ms": r.comm_dense_ms,
+                "step_ms": r.step_ms,
+                "overlapped_ms": r.overlapped_ms,
+                "cpu_step_ms": r.cpu_step_ms,
+                "speedup": r.speedup,
+                "speedup_overlapped": r.speedup_overlapped,
+                "speedup_compute_comm": r.speedup_comm,
+                "speedup_cpu_phases": r.speedup_cpu,
+                "scaled_calls": r.scaled_calls,
+                "max_scale": r.max_scale,
+                "comm": rep.network,
+            })
+        })
+        .collect()
+}
+
+/// Prints the report: a table with its header lines, or JSON lines (one
+/// object per run and rank count, `"kind": "step"`, then one per run with
+/// the layers kept dense, `"kind": "dense_layers"`).
+pub fn print(rep: &StepReport, json: bool) {
+    if json {
+        for obj in json_rows(rep) {
+            crate::out!("{obj}");
+        }
+        for p in &rep.plans {
+            crate::out!("{}", dense_layers_json(rep, p));
+        }
+        return;
+    }
+    crate::out!(
+        "# step of {} ({} parameters) on the {}; communication {}; compute {:.1} ms ({}); \
+         step = compute + select + update + comm (no overlap); overlapped = \
+         max(compute, comm) + select + update; compute+comm leaves select and update \
+         out; wall {:.1} s",
+        rep.model,
+        rep.params,
+        rep.device.name,
+        rep.network,
+        rep.compute.0,
+        rep.compute.1,
+        rep.wall.as_secs_f64()
+    );
+    crate::out!("# device columns: {}", device_note(&rep.device));
+    crate::out!(
+        "# CPU columns: select and update measured on this machine's CPU (CPU backend, one \
+         rank's real state), beside the device's compute: not like with like, for reference"
+    );
+    crate::print_table(&HEADER, &table(rep));
+    crate::out!("# layers kept dense (fused into one ring allreduce), by rule:");
+    for p in &rep.plans {
+        let (tc, tb) = p.dense_by("threshold");
+        let (dc, db) = p.dense_by("dims");
+        let (bc, bb) = p.dense_by("dense");
+        let compressed = p.layers.iter().filter(|l| l.kept_dense.is_none()).count();
+        crate::out!(
+            "#   {}: {compressed} compressed; RedSync's compress threshold {tc} layers \
+             ({tb} bytes); DGC's one-dimension rule {dc} layers ({db} bytes){}",
+            p.run.name(),
+            if bc > 0 {
+                format!("; dense baseline {bc} layers ({bb} bytes)")
+            } else {
+                String::new()
+            }
+        );
+    }
+    crate::out!(
+        "# scaled: a layer above --max-dim is simulated at --max-dim and its bandwidth \
+         part scaled by n / max-dim (the factor shown); the fused dense call likewise"
+    );
+}
+
+/// The layers `p` keeps dense, as a JSON object (`"kind": "dense_layers"`).
+fn dense_layers_json(rep: &StepReport, p: &RunPlan) -> serde_json::Value {
+    let layers: Vec<serde_json::Value> = p
+        .layers
+        .iter()
+        .filter_map(|l| {
+            let k = l.kept_dense?;
+            Some(serde_json::json!({
+                "layer": l.spec.name,
+                "params": l.spec.len,
+                "dims": l.spec.dims,
+                "rule": rule_name(&k),
+            }))
+        })
+        .collect();
+    let by = |w: &str| {
+        let (count, bytes) = p.dense_by(w);
+        serde_json::json!({"count": count, "bytes": bytes})
+    };
+    serde_json::json!({
+        "kind": "dense_layers",
+        "model": rep.model,
+        "scheme": p.run.name(),
+        "threshold": by("threshold"),
+        "dims": by("dims"),
+        "layers": layers,
+    })
+}

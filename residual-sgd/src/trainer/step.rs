@@ -1,0 +1,484 @@
+//! The step: the entry round, every layer's local work, the commit
+//! round, the collectives, the check of every result and the update,
+//! all or nothing on every rank ([`Trainer::step_buffers`]). One layer's
+//! work is in `layer`.
+
+use super::state::readable;
+use super::{LayerReport, Part, StepReport, Trainer};
+use crate::{Config, Rule};
+use sparse_coll::{Reduced, Transport, agree, agree_or_fail};
+use sparse_core::backend::{check_finite, check_finite_buffer};
+use sparse_core::{Backend, Error, Result, SparseVec};
+use sparse_select::Selector;
+use std::time::Instant;
+
+mod layer;
+use layer::{clip_factor, compress, compressed_apply, dense_apply};
+
+impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
+    /// One step with every layer's gradient on the host: uploads them and
+    /// runs [`Trainer::step_buffers`], the NaN and infinity check done on
+    /// the host before the upload (it names the first non-finite value).
+    ///
+    /// # Errors
+    /// As [`Trainer::step_buffers`].
+    pub fn step(&mut self, t: &mut dyn Transport, grads: &[Vec<f32>]) -> Result<StepReport> {
+        let local = self.check(grads).and_then(|()| {
+            grads
+                .iter()
+                .map(|g| self.b.upload(g).map(Grad::Owned))
+                .collect::<Result<Vec<_>>>()
+        });
+        self.run(t, local)
+    }
+
+    /// One step with every layer's gradient in a backend buffer, where a
+    /// model on the same device computed it; the weights stay in the
+    /// backend's buffers ([`Trainer::weight_buffers`]). Nothing of a
+    /// gradient crosses to the host but what the layer sends: a
+    /// compressed layer's selected pairs, a dense layer's gradient for its
+    /// allreduce. The NaN and infinity check is one reduction per layer
+    /// ([`sparse_core::backend::check_finite_buffer`]); the gradients are
+    /// only read (clipping and weight decay work on a device copy).
+    ///
+    /// Every rank calls it with its
+    /// own gradients. A NaN or infinite gradient or gradients that do not
+    /// fit the layers are an error on every rank (checked in one round
+    /// before anything changes, so no state moves); layers that differ
+    /// across ranks (in size or in being compressed), or settings that
+    /// differ (learning rate, rule, density, clipping, quantization,
+    /// collection, fusion), are [`Error::Disagreement`] on every rank.
+    ///
+    /// The entry round also compares a digest of the weights' history (the
+    /// initial weights, then every step's applied results): ranks whose
+    /// weights went apart by any route (a step that ended `Ok` on some ranks
+    /// and in an error on others, a transport lost in its last round) get
+    /// [`Error::Disagreement`] at every later step instead of training on,
+    /// until their trainers are rebuilt from common weights.
+    ///
+    /// Then every layer's local work runs (compensation, selection from the
+    /// compensated accumulator, quantization) before anything is sent; what
+    /// a layer sends is the accumulator's values at the selected indices,
+    /// whatever values its selector returned. A second round tells every
+    /// rank whether that succeeded everywhere: a failure there (a residual
+    /// that overflowed to infinity, a backend error) is an error on every
+    /// rank, in step; a residual that overflowed keeps failing the steps
+    /// that follow.
+    ///
+    /// A step is all or nothing on every rank: every layer's collective
+    /// (and the dense layers' allreduces) runs first, then every rank
+    /// checks every reduced result (valid sparse vectors of the layer's
+    /// dimension, every value finite: a sum that overflowed is
+    /// [`Error::NonFinite`]) and a third round compares one digest of them
+    /// all (results that differ between ranks are
+    /// [`Error::Disagreement`] about `"results"`); only then does any rank
+    /// apply anything. A step that fails anywhere before that leaves the
+    /// weights as they were and every selection in its memory (the
+    /// memories may hold this step's compensated gradient): nothing is
+    /// lost. A failure on one rank only (a collective part way, a memory's
+    /// or the backend's error) abandons the transport
+    /// ([`sparse_coll::guard`]), so no peer waits on it; a failure every
+    /// rank shares leaves it usable. Where a rank fails in the third round
+    /// itself after its peers completed it, the peers apply and it does
+    /// not; the weights digest then stops the next step on every rank.
+    ///
+    /// # Errors
+    /// As above; the collectives' and the backend's errors.
+    pub fn step_buffers(
+        &mut self,
+        t: &mut dyn Transport,
+        grads: &[B::Buffer<f32>],
+    ) -> Result<StepReport> {
+        let local = self
+            .check_buffers(grads)
+            .map(|()| grads.iter().map(Grad::Borrowed).collect());
+        self.run(t, local)
+    }
+
+    /// A step from gradients already on the backend, or this rank's
+    /// failure to provide them (which the entry round shares).
+    fn run(
+        &mut self,
+        t: &mut dyn Transport,
+        grads: Result<Vec<Grad<'_, B>>>,
+    ) -> Result<StepReport> {
+        let (grads, local) = match grads {
+            Ok(g) => (g, Ok(())),
+            Err(e) => (Vec::new(), Err(e)),
+        };
+        let mut fields = self.cfg.fields();
+        fields.push(("layers", self.layers.len() as u64));
+        for l in &self.layers {
+            fields.push(("layer size", l.spec.len as u64));
+            fields.push((
+                "layer compressed",
+                u64::from(matches!(l.part, Part::Compressed(_))),
+            ));
+            // The dimensions pick the output layer quantized mode exempts.
+            fields.push(("layer dims", l.spec.dims as u64));
+        }
+        fields.push(("weights", self.history));
+        let start = t.traffic();
+        // One word stands for all of them (FNV-1a over the values), so the
+        // round stays small at every step; only when it differs do the
+        // ranks (all of them, as all see it) exchange the fields to name
+        // the one that differs.
+        let digest = sparse_core::hash::fnv1a(fields.iter().flat_map(|(_, v)| v.to_le_bytes()));
+        match agree_or_fail(t, &[("settings", digest)], local) {
+            Err(Error::Disagreement {
+                what: "settings", ..
+            }) => {
+                // Names the field that differs ("weights" for ranks whose
+                // weights went apart).
+                agree(t, &fields).map_err(readable)?;
+                return Err(Error::Disagreement {
+                    what: "settings",
+                    detail: "the ranks' settings hash differently".into(),
+                });
+            }
+            other => other?,
+        }
+        let p = t.size() as f32;
+        let mut rep = StepReport::default();
+        let mut ready = Vec::with_capacity(grads.len());
+        let prepared = grads.into_iter().enumerate().try_for_each(|(l, g)| {
+            ready.push(self.prepare(l, g, p, &mut rep)?);
+            Ok(())
+        });
+        agree_or_fail(t, &[("step", 1)], prepared)?;
+        // From here a failure on one rank only (a memory's or the backend's
+        // error) abandons the transport, so that no peer waits on this rank
+        // in a collective (each collective guards its own body, and the
+        // local work below runs in `sparse_coll::guard`); a failure every
+        // rank shares (a collective's entry agreement, the commit round)
+        // leaves it usable.
+        match self.reduce_and_apply(t, ready, p, &mut rep) {
+            Ok(digest) => {
+                self.history = sparse_core::hash::fnv1a(
+                    [self.history, digest].iter().flat_map(|d| d.to_le_bytes()),
+                );
+            }
+            Err(e) => {
+                // A collective that failed part way may have advanced its
+                // state (a call count, thresholds, a planner's choice) on
+                // some ranks only: every rank whose step fails returns its
+                // collectives to their first-call state, so the next step
+                // starts in step everywhere.
+                for layer in &mut self.layers {
+                    if let Part::Compressed(c) = &mut layer.part {
+                        c.comm.reset();
+                    }
+                }
+                return Err(e);
+            }
+        }
+        rep.traffic = t.traffic().since(&start);
+        Ok(rep)
+    }
+
+    /// The step's collectives, the commit round and the update: every rank
+    /// checks every layer's reduced result, and the ranks compare one
+    /// digest of them all; only when every rank holds the same valid
+    /// results does any rank apply anything. A step is all or nothing on
+    /// every rank. Returns the results' digest.
+    fn reduce_and_apply(
+        &mut self,
+        t: &mut dyn Transport,
+        ready: Vec<Ready<B>>,
+        p: f32,
+        rep: &mut StepReport,
+    ) -> Result<u64> {
+        let received = self.communicate(t, ready, rep)?;
+        let checked = self.check_received(&received);
+        let digest = *checked.as_ref().unwrap_or(&0);
+        agree_or_fail(t, &[("results", digest)], checked.map(drop))?;
+        sparse_coll::guard(t, |_| self.apply(received, p, rep))?;
+        Ok(digest)
+    }
+
+    /// The step's communication, once every rank has done its local work:
+    /// each compressed layer's collective and the dense layers' (fused)
+    /// allreduces, in layer order. Nothing is applied here.
+    fn communicate(
+        &mut self,
+        t: &mut dyn Transport,
+        ready: Vec<Ready<B>>,
+        rep: &mut StepReport,
+    ) -> Result<Vec<Received<B>>> {
+        let n = self.layers.len();
+        let mut received: Vec<Option<Received<B>>> = (0..n).map(|_| None).collect();
+        // Dense layers wait in a bucket until it holds `fusion` bytes or a
+        // compressed layer comes.
+        let mut bucket: Vec<(usize, Vec<f32>)> = Vec::new();
+        for (l, r) in ready.into_iter().enumerate() {
+            match (&mut self.layers[l].part, r) {
+                (Part::Compressed(c), Ready::Compressed(out)) => {
+                    let clock = Instant::now();
+                    let red = c.comm.allreduce(t, &out.sent)?;
+                    rep.communicate += clock.elapsed();
+                    received[l] = Some(Received::Compressed(Box::new((out, red))));
+                }
+                (Part::Dense { .. }, Ready::Dense(g)) => bucket.push((l, g)),
+                _ => {
+                    let e = Error::invalid("layer", "prepared for another kind");
+                    return sparse_coll::guard(t, |_| Err(e));
+                }
+            }
+            let bytes: usize = bucket.iter().map(|(_, g)| 4 * g.len()).sum();
+            let next_compressed = self
+                .layers
+                .get(l + 1)
+                .is_some_and(|x| matches!(x.part, Part::Compressed(_)));
+            if !bucket.is_empty() && (bytes >= self.cfg.fusion || next_compressed || l + 1 == n) {
+                let fused: Vec<f32> = bucket.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+                let clock = Instant::now();
+                let sum = t.allreduce_sum_f32(&fused)?;
+                rep.communicate += clock.elapsed();
+                let mut at = 0;
+                for (j, g) in bucket.drain(..) {
+                    received[j] = Some(Received::Dense(sum[at..at + g.len()].to_vec()));
+                    at += g.len();
+                }
+            }
+        }
+        received
+            .into_iter()
+            .map(|r| r.ok_or_else(|| Error::invalid("layer", "no reduced result")))
+            .collect()
+    }
+
+    /// Checks every layer's reduced result before anything is applied: a
+    /// collective's result and dropped entries valid sparse vectors of the
+    /// layer's dimension, every value finite (a sum that overflowed is
+    /// [`Error::NonFinite`]), a dense sum of the layer's length and finite.
+    /// Returns the digest of the results, which the ranks compare.
+    fn check_received(&self, received: &[Received<B>]) -> Result<u64> {
+        let mut words = Vec::with_capacity(received.len());
+        for (layer, r) in self.layers.iter().zip(received) {
+            let n = layer.spec.len;
+            match r {
+                Received::Compressed(sent) => {
+                    let red = &sent.1;
+                    for (what, v) in [("reduced result", &red.result), ("dropped", &red.dropped)] {
+                        v.check()?;
+                        if v.dim() != n {
+                            return Err(Error::LengthMismatch {
+                                what,
+                                expected: n,
+                                got: v.dim(),
+                            });
+                        }
+                        check_finite(v.values())?;
+                    }
+                    words.push(sparse_core::hash::fnv1a(
+                        red.result
+                            .indices()
+                            .iter()
+                            .flat_map(|i| i.to_le_bytes())
+                            .chain(
+                                red.result
+                                    .values()
+                                    .iter()
+                                    .flat_map(|x| x.to_bits().to_le_bytes()),
+                            ),
+                    ));
+                }
+                Received::Dense(sum) => {
+                    if sum.len() != n {
+                        return Err(Error::LengthMismatch {
+                            what: "dense sum",
+                            expected: n,
+                            got: sum.len(),
+                        });
+                    }
+                    check_finite(sum)?;
+                    words.push(sparse_core::hash::fnv1a(
+                        sum.iter().flat_map(|x| x.to_bits().to_le_bytes()),
+                    ));
+                }
+            }
+        }
+        Ok(sparse_core::hash::fnv1a(
+            words.iter().flat_map(|w| w.to_le_bytes()),
+        ))
+    }
+
+    /// Applies every layer's checked result: a compressed layer's selection
+    /// leaves its memory, the collection, the update; a dense layer's
+    /// momentum SGD.
+    fn apply(&mut self, received: Vec<Received<B>>, p: f32, rep: &mut StepReport) -> Result<()> {
+        for (l, r) in received.into_iter().enumerate() {
+            let layer = &mut self.layers[l];
+            match (&mut layer.part, r) {
+                (Part::Compressed(c), Received::Compressed(sent)) => {
+                    let (out, red) = *sent;
+                    let env = Env {
+                        b: &self.b,
+                        cfg: &self.cfg,
+                        p,
+                    };
+                    let (sent, dropped) = compressed_apply(&env, c, &mut layer.w, out, red, rep)?;
+                    rep.layers[l].sent = sent.nnz();
+                    rep.sent[l] = sent;
+                    rep.dropped[l] = dropped;
+                }
+                (Part::Dense { .. }, Received::Dense(sum)) => {
+                    dense_apply(&self.b, &self.cfg, layer, &sum, p, rep)?;
+                }
+                _ => return Err(Error::invalid("layer", "reduced for another kind")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Layer `l`'s local work of a step: clipping and weight decay (on a
+    /// copy of a caller's gradient buffer), then for a compressed layer
+    /// compensation, selection and quantization; nothing is taken from its
+    /// memory yet.
+    fn prepare(
+        &mut self,
+        l: usize,
+        g: Grad<'_, B>,
+        p: f32,
+        rep: &mut StepReport,
+    ) -> Result<Ready<B>> {
+        let clock = Instant::now();
+        let b = &self.b;
+        let layer = &mut self.layers[l];
+        // DGC's local clipping to `c / sqrt(P)`: the factor from the norm
+        // ([`sparse_core::ReduceOps::sum_squares`], on the device).
+        let factor = match self.cfg.clip {
+            Some(c) => clip_factor(b, g.get(), c / p.sqrt())?,
+            None => None,
+        };
+        let decay = match self.cfg.rule {
+            Rule::Rgc { weight_decay, .. } if weight_decay != 0.0 => Some(weight_decay),
+            _ => None,
+        };
+        let mut g = g;
+        if factor.is_some() || decay.is_some() {
+            let mut x = g.into_owned(b)?;
+            if let Some(f) = factor {
+                b.scale(f, &mut x)?;
+            }
+            if let Some(wd) = decay {
+                b.axpy(wd, &layer.w, &mut x)?;
+            }
+            g = Grad::Owned(x);
+        }
+        let g = g.get();
+        let compressed = matches!(layer.part, Part::Compressed(_));
+        rep.layers.push(LayerReport {
+            compressed,
+            len: layer.spec.len,
+            sent: if compressed { 0 } else { layer.spec.len },
+        });
+        rep.sent.push(SparseVec::zeros(layer.spec.len)?);
+        rep.dropped.push(SparseVec::zeros(layer.spec.len)?);
+        let ready = match &mut layer.part {
+            Part::Compressed(c) => Ready::Compressed(compress(b, &self.cfg, c, g)?),
+            Part::Dense { .. } => Ready::Dense(b.download(g)?),
+        };
+        rep.select += clock.elapsed();
+        Ok(ready)
+    }
+
+    /// The gradient buffers' number and lengths, and NaN or infinity with
+    /// one reduction per layer on the backend.
+    fn check_buffers(&self, grads: &[B::Buffer<f32>]) -> Result<()> {
+        self.check_lengths(grads.iter().map(|g| self.b.len(g)))?;
+        grads
+            .iter()
+            .try_for_each(|g| check_finite_buffer(&self.b, g))
+    }
+
+    /// The host gradients' number and lengths, and NaN or infinity.
+    fn check(&self, grads: &[Vec<f32>]) -> Result<()> {
+        self.check_lengths(grads.iter().map(Vec::len))?;
+        grads.iter().try_for_each(|g| check_finite(g))
+    }
+
+    /// One gradient per layer, each of its layer's length.
+    fn check_lengths(&self, lens: impl ExactSizeIterator<Item = usize>) -> Result<()> {
+        if lens.len() != self.layers.len() {
+            return Err(Error::LengthMismatch {
+                what: "gradients",
+                expected: self.layers.len(),
+                got: lens.len(),
+            });
+        }
+        for (l, got) in self.layers.iter().zip(lens) {
+            if got != l.spec.len {
+                return Err(Error::LengthMismatch {
+                    what: "layer gradient",
+                    expected: l.spec.len,
+                    got,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A layer's gradient for a step: uploaded by [`Trainer::step`] (the
+/// trainer's own) or the caller's buffer ([`Trainer::step_buffers`]),
+/// which is only read.
+enum Grad<'a, B: Backend<f32>> {
+    Owned(B::Buffer<f32>),
+    Borrowed(&'a B::Buffer<f32>),
+}
+
+impl<B: Backend<f32>> Grad<'_, B> {
+    fn get(&self) -> &B::Buffer<f32> {
+        match self {
+            Grad::Owned(x) => x,
+            Grad::Borrowed(x) => x,
+        }
+    }
+    /// The trainer's own buffer: a caller's is copied on the device
+    /// (`0 + 1 g`, exact).
+    fn into_owned(self, b: &B) -> Result<B::Buffer<f32>> {
+        match self {
+            Grad::Owned(x) => Ok(x),
+            Grad::Borrowed(x) => {
+                let mut y = b.zeros(b.len(x))?;
+                b.axpy(1.0, x, &mut y)?;
+                Ok(y)
+            }
+        }
+    }
+}
+
+/// A layer's reduced result, checked before anything is applied.
+enum Received<B: Backend<f32>> {
+    /// A compressed layer's selection and its collective's result.
+    Compressed(Box<(Outgoing<B>, Reduced<f32>)>),
+    /// A dense layer's share of its (fused) allreduce.
+    Dense(Vec<f32>),
+}
+
+/// A layer's part of a step, ready to send.
+enum Ready<B: Backend<f32>> {
+    /// A compressed layer's selection.
+    Compressed(Outgoing<B>),
+    /// A dense layer's gradient.
+    Dense(Vec<f32>),
+}
+
+/// What a compressed layer sends in a step: the positions to take from its
+/// memory, what it sends, and what quantization removed from that (not
+/// [`sparse_core::Selected`], the selector's output it is made from).
+struct Outgoing<B: Backend<f32>> {
+    indices: B::Buffer<u32>,
+    sent: SparseVec<f32>,
+    remainder: Option<SparseVec<f32>>,
+    quantized: bool,
+}
+
+/// What a layer's update needs of the trainer: the backend, the
+/// settings and the number of ranks.
+struct Env<'a, B> {
+    b: &'a B,
+    cfg: &'a Config,
+    p: f32,
+}

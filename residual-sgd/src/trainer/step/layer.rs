@@ -1,0 +1,210 @@
+//! One layer's part of a step: its gradient's clipping factor, a
+//! compressed layer's local work (compensate, select, quantize) and, once
+//! every rank holds the same checked result, its update (the residual
+//! collection and the step applied), and a dense layer's momentum SGD.
+
+use super::{Env, Outgoing};
+use crate::trainer::{Compressed, Layer, Part, StepReport};
+use crate::{Collection, Config, Rule};
+use sparse_coll::Reduced;
+use sparse_coll::wire::WireValues;
+use sparse_core::encoding::Qsgd;
+use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
+use sparse_select::{RadixTopK, Selection, Selector, k_for_density};
+use std::time::Instant;
+
+/// The factor that scales `g` down to an L2 norm of at most `max`, if it
+/// is above (the norm from [`sparse_core::ReduceOps::sum_squares`], on the
+/// device).
+pub(super) fn clip_factor<B: Backend<f32>>(
+    b: &B,
+    g: &B::Buffer<f32>,
+    max: f32,
+) -> Result<Option<f32>> {
+    let norm = b.sum_squares(g)?.sqrt();
+    Ok((norm > f64::from(max)).then(|| (f64::from(max) / norm) as f32))
+}
+
+/// A compressed layer's local work: compensate, select, quantize. Its
+/// memory holds the compensated accumulator afterwards, with nothing taken
+/// out yet.
+pub(super) fn compress<B: Backend<f32>, S: Selector<B, f32>>(
+    b: &B,
+    cfg: &Config,
+    c: &mut Compressed<B, S>,
+    g: &B::Buffer<f32>,
+) -> Result<Outgoing<B>> {
+    let n = b.len(g);
+    c.memory.compensate(b, g)?;
+    let k = k_for_density(n, cfg.density)?;
+    let quantized = cfg.quantized && !c.output;
+    let sel = if quantized {
+        // RedSync's alternation: the largest values, then the smallest.
+        let order = if c.top {
+            KeyOrder::Signed
+        } else {
+            KeyOrder::SignedReversed
+        };
+        RadixTopK { order }.select(b, c.memory.accumulator(), k)?
+    } else {
+        c.selector.select(b, c.memory.accumulator(), k)?
+    };
+    // What is sent is the accumulator at the selected indices, whatever
+    // values the selector returned: a selector cannot create or lose
+    // gradient mass. `to_sparse` checks the indices (sorted, unique, in
+    // range).
+    let values = b.gather(c.memory.accumulator(), &sel.indices)?;
+    let sel = Selection { values, ..sel };
+    let mut sent = sel.to_sparse(b, n)?;
+    // Quantization: what is sent is what the codec carries; the exact
+    // remainder goes back into the memory (for QSGD without feedback it is
+    // lost, as in SparCML's listing).
+    let remainder = if quantized {
+        let (q, rest) = WireValues::same_sign_mean().split_exact(&sent)?;
+        sent = q;
+        Some(rest)
+    } else if let Some((params, feedback)) = cfg.qsgd {
+        let seed = params.seed() ^ c.steps.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut bytes = Vec::new();
+        let rest = Qsgd(params.with_seed(seed)).encode_with_remainder(sent.values(), &mut bytes)?;
+        let decoded: Vec<f32> = sent
+            .values()
+            .iter()
+            .zip(&rest)
+            .map(|(&x, &r)| x - r)
+            .collect();
+        let rest = SparseVec::new(n, sent.indices().to_vec(), rest)?;
+        sent = SparseVec::new(n, sent.indices().to_vec(), decoded)?;
+        feedback.then_some(rest)
+    } else {
+        None
+    };
+    Ok(Outgoing {
+        indices: sel.indices,
+        sent,
+        remainder,
+        quantized,
+    })
+}
+
+/// A compressed layer's update once every rank holds the same checked
+/// result: take the selection from the memory, collect, apply.
+pub(super) fn compressed_apply<B: Backend<f32>, S: Selector<B, f32>>(
+    env: &Env<'_, B>,
+    c: &mut Compressed<B, S>,
+    w: &mut B::Buffer<f32>,
+    x: Outgoing<B>,
+    red: Reduced<f32>,
+    rep: &mut StepReport,
+) -> Result<(SparseVec<f32>, SparseVec<f32>)> {
+    let Env { b, cfg, p } = *env;
+    let Outgoing {
+        indices,
+        sent,
+        remainder,
+        quantized,
+    } = x;
+    // The step applied is `scale * sum / P`.
+    let scale = match cfg.rule {
+        Rule::TopK => 1.0,
+        Rule::Rgc { .. } => cfg.lr,
+    };
+    let clock = Instant::now();
+    // Taken from the memory only once every layer's collective has
+    // succeeded on every rank: a failed step leaves every selection in
+    // its memory, not lost.
+    c.memory.remove(b, &indices)?;
+    if quantized {
+        c.top = !c.top;
+    }
+    c.steps = c.steps.wrapping_add(1);
+    collect(b, cfg.collection, c, &sent, &red)?;
+    // What quantization removed goes back after the collection, which in
+    // the paper's variant clears the result's positions.
+    if let Some(rest) = remainder {
+        c.memory.restore(b, &rest)?;
+    }
+    if red.result.nnz() > 0 {
+        let step: Vec<f32> = red
+            .result
+            .values()
+            .iter()
+            .map(|&x| -scale * x / p)
+            .collect();
+        let idx = b.upload(red.result.indices())?;
+        let val = b.upload(&step)?;
+        b.scatter_add(w, &idx, &val)?;
+    }
+    rep.apply += clock.elapsed();
+    Ok((sent, red.dropped))
+}
+
+/// The residual collection after a compressed layer's collective
+/// returned `red` for what this rank `sent`.
+fn collect<B: Backend<f32>, S: Selector<B, f32>>(
+    b: &B,
+    collection: Collection,
+    c: &mut Compressed<B, S>,
+    sent: &SparseVec<f32>,
+    red: &Reduced<f32>,
+) -> Result<()> {
+    if collection != Collection::Paper {
+        // Global residual collection: what the collective cut stays here.
+        return c.memory.restore(b, &red.dropped);
+    }
+    // SparDL's paper variant: outside the result this rank keeps its
+    // own accumulator (what it sent comes back), inside it keeps only
+    // what the collective dropped here.
+    let n = sent.dim();
+    let in_result = |i: &u32| red.result.indices().binary_search(i).is_ok();
+    let outside: Vec<(u32, f32)> = sent.iter().filter(|(i, _)| !in_result(i)).collect();
+    if red.result.nnz() > 0 {
+        b.mask(c.memory.accumulator_mut(), &b.upload(red.result.indices())?)?;
+    }
+    let inside: Vec<(u32, f32)> = red.dropped.iter().filter(|(i, _)| in_result(i)).collect();
+    for part in [outside, inside] {
+        let (idx, val): (Vec<u32>, Vec<f32>) = part.into_iter().unzip();
+        c.memory.restore(b, &SparseVec::new(n, idx, val)?)?;
+    }
+    Ok(())
+}
+
+/// A dense layer's update from the reduced sum: momentum SGD on the mean
+/// (`b = m b + G; w -= lr b`, or `w -= lr (G + m b)` with Nesterov; plain
+/// SGD for top-k SGD).
+pub(super) fn dense_apply<B: Backend<f32>, S>(
+    b: &B,
+    cfg: &Config,
+    layer: &mut Layer<B, S>,
+    sum: &[f32],
+    p: f32,
+    rep: &mut StepReport,
+) -> Result<()> {
+    let clock = Instant::now();
+    let Part::Dense { u } = &mut layer.part else {
+        return Err(Error::invalid(
+            "layer",
+            "a compressed layer in a dense bucket",
+        ));
+    };
+    let mean: Vec<f32> = sum.iter().map(|&x| x / p).collect();
+    let mut mean = b.upload(&mean)?;
+    match cfg.rule {
+        Rule::Rgc {
+            momentum, nesterov, ..
+        } if momentum != 0.0 => {
+            b.scale(momentum, u)?;
+            b.axpy(1.0, &mean, u)?;
+            if nesterov {
+                // w -= lr (G + m b), the sum formed first as PyTorch does.
+                b.axpy(momentum, u, &mut mean)?;
+                b.axpy(-cfg.lr, &mean, &mut layer.w)?;
+            } else {
+                b.axpy(-cfg.lr, u, &mut layer.w)?;
+            }
+        }
+        _ => b.axpy(-cfg.lr, &mean, &mut layer.w)?,
+    }
+    rep.apply += clock.elapsed();
+    Ok(())
+}
