@@ -275,7 +275,16 @@ impl<'a> RankLoop<'a> {
         let clock = std::time::Instant::now();
         let (_, grads) = self.model.loss_and_grads(&w, &batch)?;
         let grad = clock.elapsed();
-        let rep: StepReport = self.tr.step(t, &grads)?;
+        let rep: StepReport = if a.pipelined {
+            // Backward order: the last layer's gradient first.
+            self.tr.step_with(t, |feed| {
+                (0..grads.len())
+                    .rev()
+                    .try_for_each(|l| feed.push_host(l, &grads[l]))
+            })?
+        } else {
+            self.tr.step(t, &grads)?
+        };
         self.out.bytes_sent.push(rep.traffic.bytes_sent);
         self.out
             .phases
