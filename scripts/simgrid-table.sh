@@ -88,8 +88,9 @@ for net in ("25gbe", "nvlink8-25gbe"):
     order = sys.argv[2].split()
     for k in sorted(keys, key=lambda k: (k[1], order.index(k[2]) if k[2] in order else 99)):
         c = rows[k]
-        if c.get("refused") and "sim" not in c:
-            print(f"| {k[2]} | {k[1]} | refused by the memory cap |" + " |" * (len(head) - 3))
+        if "sim" not in c:
+            if c.get("refused"):
+                print(f"| {k[2]} | {k[1]} | refused by the memory cap |" + " |" * (len(head) - 3))
             continue
         get = lambda m, t: (c.get((m, t)) or (None, 0.0))
         ab, d = get("alpha-beta", "same"), get("default", "same")
