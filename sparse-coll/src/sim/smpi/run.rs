@@ -123,10 +123,23 @@ const COMMON: &[&str] = &[
 /// The `smpirun` found on `PATH` (or named by `SMPIRUN`).
 ///
 /// # Errors
-/// [`Error::Unsupported`] naming [`PACKAGE`] where there is none.
+/// [`Error::Unsupported`] naming [`PACKAGE`] where there is none, or where
+/// `SMPIRUN` names no file.
 pub fn smpirun() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("SMPIRUN") {
-        return Ok(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(Error::Unsupported {
+                backend: "simgrid",
+                what: format!(
+                    "replays: SMPIRUN names {}, which is no file; point it at smpirun or unset \
+                     it (Debian and Ubuntu: `apt-get install {PACKAGE}`)",
+                    p.display()
+                ),
+            })
+        };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
