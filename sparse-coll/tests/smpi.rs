@@ -1,8 +1,11 @@
 //! SimGrid as the referee: the traces and platforms written for SMPI's
-//! replay match hand-written files, and where `smpirun` is installed
-//! (Debian's `libsimgrid-dev`; `scripts/test.sh` installs it) its replay of
-//! patterns with a closed-form alpha-beta time gives that time, as the
-//! simulator's replay does.
+//! replay match hand-written files and carry the transport's bytes, and
+//! where `smpirun` is installed (Debian's `libsimgrid-dev`;
+//! `scripts/simgrid-replay.sh --check`, a step of `scripts/test.sh` after
+//! the tests, installs it, so a fresh machine runs these from its second
+//! run on; they print that they skip until then) its replay of patterns
+//! with a closed-form alpha-beta time gives that time, as the simulator's
+//! replay does, or the time that shows where the two differ.
 
 use sparse_coll::sim::smpi::{self, Platform, SmpiModel};
 use sparse_coll::sim::{AlphaBeta, FullBisection, Link, Network, Op, Route, Trace, TwoLevel};
