@@ -39,6 +39,9 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "structure: files <= 1100 lines, functions <= 110, no import cycle (scripts/check-structure.py)"
+python3 scripts/check-structure.py
+
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
