@@ -14,8 +14,8 @@ step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"
 # the Vulkan loader for the kernel tests on wgpu; Fashion-MNIST (Zalando,
 # MIT licence; the IDX files under /usr/share/datasets/fashion-mnist) for
 # the IDX reader's test on the real files. apt-get update runs only when
-# one is missing.
-required_pkgs=(libmpich-dev mpich libclang-dev mesa-vulkan-drivers libvulkan1 dataset-fashion-mnist)
+# one is missing. python3 runs the structure check.
+required_pkgs=(libmpich-dev mpich libclang-dev mesa-vulkan-drivers libvulkan1 dataset-fashion-mnist python3)
 need_pkgs=()
 for pkg in "${required_pkgs[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
