@@ -365,6 +365,12 @@ print(f"kill -9 of rank 1 of 3 after step {at}: resumed on 2 from step {step}, "
 PY
 rm -rf "$ck_dir"
 
+# SimGrid as the referee of sparse_coll::sim: spardl's traces at P = 16 on
+# 25gbe (sparse-bench scale --traces), replayed by SMPI configured as plain
+# alpha-beta, within 10% of the simulator (installs libsimgrid-dev).
+step "SimGrid replay of spardl at P = 16 against sparse_coll::sim"
+scripts/simgrid-replay.sh --check "$bin/sparse-bench"
+
 # The CUDA configuration is checked (cubecl-llvm's LLVM bundle comes from
 # PyPI: scripts/cuda-llvm.sh), so CUDA code cannot rot. Its tests run where
 # a CUDA device is present; elsewhere they would only print that they skip,

@@ -4,7 +4,7 @@
 //! model gives the simulated time of a call. Every time this module prints
 //! is simulated and says so, with the network's label.
 
-use sparse_coll::sim::{self, Compute, Network, SimCluster};
+use sparse_coll::sim::{self, Compute, Network, SimCluster, Trace};
 use sparse_coll::{Auto, Defaults, Profile, Registry, SparseAllreduce, Traffic, Transport};
 use sparse_core::generate::{GradientPool, GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub mod figure;
+pub mod referee;
 
 /// The flags of `sparse-bench scale`.
 #[derive(clap::Args, Debug, Clone)]
@@ -64,6 +65,10 @@ pub struct ScaleArgs {
     /// timed.
     #[arg(long)]
     pub warm: bool,
+    /// SimGrid as the referee: `--traces`, `--engine simgrid` and their
+    /// settings ([`referee`]).
+    #[command(flatten)]
+    pub simgrid: referee::SimgridArgs,
 }
 
 fn default_ranks() -> Vec<usize> {
@@ -132,6 +137,9 @@ pub struct ScaleReport {
     pub rows: Vec<ScaleRow>,
     /// One per rank count.
     pub planner: Vec<PlannerRow>,
+    /// SimGrid's times (`--engine simgrid`): one per algorithm, rank
+    /// count, model and platform.
+    pub referee: Vec<referee::RefereeRow>,
 }
 
 /// The synthetic gradients of a run: normal values, the overlap asked.
@@ -370,6 +378,22 @@ pub fn run_one_with(
     compute: Compute,
     warm: bool,
 ) -> Result<(ScaleRow, Vec<Traffic>)> {
+    run_one_traced(spec, pool, n, net, compute, warm, false).map(|(row, traffic, _)| (row, traffic))
+}
+
+/// [`run_one_with`], also returning the ranks' traces where `keep`.
+///
+/// # Errors
+/// As [`run_one`].
+pub fn run_one_traced(
+    spec: &str,
+    pool: &GradientPool,
+    n: usize,
+    net: &dyn Network,
+    compute: Compute,
+    warm: bool,
+    keep: bool,
+) -> Result<(ScaleRow, Vec<Traffic>, Option<Vec<Trace>>)> {
     let p = pool.ranks();
     let registry = Registry::<f32>::builtin();
     let k = (pool.shared() + pool.private()).max(1);
@@ -408,6 +432,7 @@ pub fn run_one_with(
     }
     let timeline = run.timeline(net)?;
     let sim_s = timeline.span(0).unwrap_or(0.0);
+    let traces = keep.then_some(run.traces);
     let traffic: Vec<Traffic> = outs.iter().map(|o| o.traffic).collect();
     let busiest = *traffic
         .iter()
@@ -433,6 +458,7 @@ pub fn run_one_with(
             wall,
         },
         traffic,
+        traces,
     ))
 }
 
@@ -490,21 +516,29 @@ pub fn run_with(a: &ScaleArgs, mut done: impl FnMut(&ScaleRow)) -> Result<ScaleR
     let registry = Registry::<f32>::builtin();
     let algos = selection(a);
     check_memory(a, &cap, &registry, &algos)?;
+    let judge = referee::Referee::of(&a.simgrid)?;
     let mut progress = crate::Progress::new((a.ranks.len() * algos.len()) as u64, "scale");
     let mut report = ScaleReport {
         network: net.label(),
         mem_cap: cap,
         rows: Vec::new(),
         planner: Vec::new(),
+        referee: Vec::new(),
     };
     for &p in &a.ranks {
         let pool = spec(a).pool(p)?;
         let prof = profile_of(&pool, a.n);
         let first = report.rows.len();
         for algo in &algos {
-            let (row, _) = run_one_with(algo, &pool, a.n, &*net, compute, a.warm)?;
+            let keep = judge.is_some();
+            let (row, _, traces) = run_one_traced(algo, &pool, a.n, &*net, compute, a.warm, keep)?;
             done(&row);
             report.rows.push(row);
+            if let (Some(r), Some(traces)) = (&judge, traces) {
+                report
+                    .referee
+                    .extend(referee::judge(r, algo, &traces, &*net)?);
+            }
             progress.inc();
         }
         let choice = planner_choice(&registry, &*net, &prof)?;
@@ -607,6 +641,7 @@ pub fn json(r: &ScaleReport) -> Vec<serde_json::Value> {
             })
         })
         .collect();
+    out.extend(referee::json(&r.network, &r.referee));
     out.extend(r.planner.iter().map(|p| {
         serde_json::json!({
             "kind": "planner",

@@ -20,6 +20,7 @@ fn args(ranks: Vec<usize>) -> ScaleArgs {
         svg: None,
         compute_factor: None,
         warm: false,
+        simgrid: Default::default(),
     }
 }
 
@@ -138,6 +139,7 @@ fn synthetic(algos: &[(&str, bool)], ranks: &[usize]) -> scale::ScaleReport {
         network: "25gbe: full bisection, a test".into(),
         mem_cap: scale::mem_cap(Some(1.0), Ok(String::new())).unwrap(),
         rows,
+        referee: Vec::new(),
         planner: Vec::new(),
     }
 }

@@ -269,6 +269,15 @@ fn run_scale(a: &bench::scale::ScaleArgs, json: bool) -> sparse_core::Result<()>
                 p.regret.map_or_else(|| "-".into(), |r| format!("{r:.3}"))
             );
         }
+        if !report.referee.is_empty() {
+            let (header, rows) = scale::referee::table(&report.referee);
+            bench::out!();
+            bench::out!("SimGrid's replay of the same traces (--engine simgrid)");
+            print_table(
+                &header.iter().map(String::as_str).collect::<Vec<_>>(),
+                &rows,
+            );
+        }
     }
     if let Some(path) = &a.svg {
         scale::plot(&report, path)?;

@@ -36,6 +36,7 @@
 
 mod network;
 mod replay;
+pub mod smpi;
 
 pub use crate::transport::sim::{Compute, MAX_RANKS, Op, SimCluster, SimRun, SimTransport, Trace};
 pub use network::{

@@ -1,0 +1,604 @@
+//! SimGrid as the referee: the traces and platforms written for SMPI's
+//! replay match hand-written files, and where `smpirun` is installed
+//! (Debian's `libsimgrid-dev`; `scripts/test.sh` installs it) its replay of
+//! patterns with a closed-form alpha-beta time gives that time, as the
+//! simulator's replay does.
+
+use sparse_coll::sim::smpi::{self, Platform, SmpiModel};
+use sparse_coll::sim::{AlphaBeta, FullBisection, Link, Network, Op, Route, Trace, TwoLevel};
+use sparse_coll::{Registry, SimCluster, Traffic, Transport, testing};
+use sparse_core::{Error, Result};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// 2^30 B/s: its time per byte and back are exact, so the files' figures
+/// are short.
+const GIB: f64 = 1073741824.0;
+
+fn full(alpha: f64) -> FullBisection {
+    FullBisection::new("t", AlphaBeta::new(alpha, GIB).unwrap())
+}
+
+fn two_level(g: usize) -> TwoLevel {
+    TwoLevel::new(
+        "n",
+        g,
+        AlphaBeta::new(4e-6, 16.0 * GIB).unwrap(),
+        AlphaBeta::new(2e-5, GIB).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Three ranks: a send and its receive, a computation, an exchange and
+/// marks.
+fn pattern() -> Vec<Trace> {
+    vec![
+        vec![
+            Op::Send { to: 1, bytes: 100 },
+            Op::Compute(0.002),
+            Op::Exchange {
+                to: 2,
+                bytes: 50,
+                from: 2,
+            },
+            Op::Mark,
+        ],
+        vec![Op::Mark, Op::Recv { from: 0 }],
+        vec![Op::Exchange {
+            to: 0,
+            bytes: 70,
+            from: 0,
+        }],
+    ]
+}
+
+#[test]
+fn traces_are_written_in_smpi_time_independent_format() {
+    let texts = smpi::trace_texts(&pattern()).unwrap();
+    assert_eq!(
+        texts,
+        [
+            "0 init\n0 send 1 0 100\n0 compute 2e6\n0 isend 2 0 50\n0 irecv 2 0 70\n\
+             0 wait 0 2 0\n0 wait 2 0 0\n0 finalize\n",
+            "1 init\n1 recv 0 0 100\n1 finalize\n",
+            "2 init\n2 isend 0 0 70\n2 irecv 0 0 50\n2 wait 2 0 0\n2 wait 0 2 0\n2 finalize\n",
+        ]
+    );
+    assert_eq!(smpi::index_text(3), "rank_0.txt\nrank_1.txt\nrank_2.txt\n");
+}
+
+#[test]
+fn a_trace_directory_holds_the_ranks_files_index_platform_and_hosts() {
+    let dir = scratch("dir");
+    let traces = pattern();
+    smpi::write_dir(&dir, &traces, &Platform::of(&full(1e-5), 3).unwrap(), "x").unwrap();
+    let texts = smpi::trace_texts(&traces).unwrap();
+    for (r, text) in texts.iter().enumerate() {
+        assert_eq!(&read(&dir, &format!("rank_{r}.txt")), text);
+    }
+    assert_eq!(read(&dir, "index.txt"), smpi::index_text(3));
+    assert_eq!(read(&dir, "hostfile.txt"), "rank-0\nrank-1\nrank-2\n");
+    assert!(read(&dir, "platform.xml").contains("radical=\"0-2\""));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn receives_that_match_no_send_are_refused() {
+    let lonely = vec![vec![Op::Recv { from: 1 }], vec![]];
+    let e = smpi::trace_texts(&lonely).unwrap_err();
+    assert!(e.to_string().contains("rank 0 receives from rank 1"), "{e}");
+    let unreceived = vec![vec![Op::Send { to: 1, bytes: 1 }], vec![]];
+    let e = smpi::trace_texts(&unreceived).unwrap_err();
+    assert!(e.to_string().contains("never received"), "{e}");
+    let outside = vec![vec![Op::Send { to: 5, bytes: 1 }]];
+    assert!(matches!(
+        smpi::trace_texts(&outside),
+        Err(Error::NoSuchRank { rank: 5, size: 1 })
+    ));
+    let bad = vec![vec![Op::Compute(f64::NAN)]];
+    assert!(smpi::trace_texts(&bad).is_err());
+}
+
+#[test]
+fn the_call_between_marks_is_cut_out_where_it_stands_alone() {
+    let traces = vec![
+        vec![
+            Op::Send { to: 1, bytes: 8 },
+            Op::Mark,
+            Op::Exchange {
+                to: 1,
+                bytes: 4,
+                from: 1,
+            },
+            Op::Mark,
+            Op::Compute(1.0),
+        ],
+        vec![
+            Op::Recv { from: 0 },
+            Op::Mark,
+            Op::Exchange {
+                to: 0,
+                bytes: 4,
+                from: 0,
+            },
+            Op::Mark,
+        ],
+    ];
+    let call = smpi::between_marks(&traces, 0).unwrap();
+    assert_eq!(call[0], vec![traces[0][2]]);
+    assert_eq!(call[1], vec![traces[1][2]]);
+    // A message sent before the first mark and received after it.
+    let crossing = vec![
+        vec![Op::Send { to: 1, bytes: 8 }, Op::Mark, Op::Mark],
+        vec![Op::Mark, Op::Recv { from: 0 }, Op::Mark],
+    ];
+    let e = smpi::between_marks(&crossing, 0).unwrap_err();
+    assert!(e.to_string().contains("from rank 0 to rank 1 cross"), "{e}");
+    let e = smpi::between_marks(&crossing, 1).unwrap_err();
+    assert!(e.to_string().contains("rank 0 made 2 marks"), "{e}");
+}
+
+#[test]
+fn the_platform_of_a_full_bisection_network_is_a_cluster() {
+    let p = Platform::of(&full(1e-5), 3).unwrap();
+    assert_eq!(
+        p.xml(3, "t: full bisection").unwrap(),
+        "<?xml version='1.0'?>\n\
+         <!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n\
+         <platform version=\"4.1\">\n  \
+         <!-- t: full bisection; SimGrid cluster, private links (alpha 10.000 us, 1.074 GB/s) -->\n  \
+         <cluster id=\"ranks\" prefix=\"rank-\" suffix=\"\" radical=\"0-2\" speed=\"1e9f\" \
+         sharing_policy=\"SPLITDUPLEX\" bw=\"1.073741824e9Bps\" lat=\"5e-6s\" \
+         bb_bw=\"3.221225472e9Bps\" bb_lat=\"0s\" bb_sharing_policy=\"FATPIPE\"/>\n\
+         </platform>\n"
+    );
+    assert_eq!(p.hostfile(3), "rank-0\nrank-1\nrank-2\n");
+}
+
+#[test]
+fn the_platform_of_a_two_level_network_puts_a_nodes_ranks_on_one_host() {
+    let p = Platform::of(&two_level(2), 3).unwrap();
+    assert_eq!(
+        p,
+        Platform::Nodes {
+            ranks_per_node: 2,
+            intra: AlphaBeta::new(4e-6, 16.0 * GIB).unwrap(),
+            inter: AlphaBeta::new(2e-5, GIB).unwrap(),
+        }
+    );
+    let xml = p.xml(3, "n").unwrap();
+    let cluster = xml.lines().find(|l| l.contains("<cluster")).unwrap().trim();
+    assert_eq!(
+        cluster,
+        "<cluster id=\"nodes\" prefix=\"node-\" suffix=\"\" radical=\"0-1\" speed=\"1e9f\" \
+         sharing_policy=\"SPLITDUPLEX\" core=\"2\" bw=\"1.073741824e9Bps\" lat=\"1e-5s\" \
+         loopback_bw=\"1.7179869184e10Bps\" loopback_lat=\"4e-6s\" bb_bw=\"2.147483648e9Bps\" \
+         bb_lat=\"0s\" bb_sharing_policy=\"FATPIPE\"/>"
+    );
+    assert_eq!(p.hostfile(3), "node-0\nnode-0\nnode-1\n");
+    // One rank per node is a two-level network still (each node's NIC).
+    assert!(matches!(
+        Platform::of(&two_level(1), 4).unwrap(),
+        Platform::Nodes {
+            ranks_per_node: 1,
+            ..
+        }
+    ));
+    // All ranks on one node: every route is the intra-node one.
+    assert!(matches!(
+        Platform::of(&two_level(8), 4).unwrap(),
+        Platform::Cluster { .. }
+    ));
+}
+
+/// A network whose routes fit neither model.
+#[derive(Debug)]
+struct Odd;
+impl Network for Odd {
+    fn label(&self) -> String {
+        "odd".into()
+    }
+    fn route(&self, from: usize, to: usize) -> Route {
+        Route {
+            alpha: if to == 3 { 2e-6 } else { 1e-6 },
+            beta: 1e-9,
+            out: Link::RankOut(from),
+            into: Link::RankIn(to),
+        }
+    }
+}
+
+#[test]
+fn a_network_without_an_equivalent_platform_is_refused() {
+    let e = Platform::of(&Odd, 4).unwrap_err();
+    assert!(
+        e.to_string().contains("the route from rank 0 to rank 3"),
+        "{e}"
+    );
+    assert!(Platform::of(&full(1e-5), 0).is_err());
+}
+
+#[test]
+fn fat_trees_and_dragonflies_are_shaped_by_the_rank_count() {
+    let link = AlphaBeta::new(2e-5, GIB).unwrap();
+    let ft = Platform::FatTree {
+        link,
+        rack: 16,
+        oversubscription: 4,
+    };
+    let xml = ft.xml(64, "").unwrap();
+    assert!(
+        xml.contains("topology=\"FAT_TREE\" topo_parameters=\"2;16,4;1,4;1,1\""),
+        "{xml}"
+    );
+    assert!(xml.contains("radical=\"0-63\"") && xml.contains("lat=\"5e-6s\""));
+    // Fewer ranks than a rack: one rack of them.
+    assert!(ft.xml(8, "").unwrap().contains("\"2;8,1;1,4;1,1\""));
+    let bad = Platform::FatTree {
+        link,
+        rack: 16,
+        oversubscription: 3,
+    };
+    assert!(bad.xml(64, "").is_err());
+    let df = Platform::Dragonfly { link };
+    assert!(
+        df.xml(256, "")
+            .unwrap()
+            .contains("topo_parameters=\"4,22;1,1;16,1;4\"")
+    );
+    assert!(
+        df.xml(16, "")
+            .unwrap()
+            .contains("topo_parameters=\"1,1;1,1;4,1;4\"")
+    );
+    assert!(df.xml(1024, "").unwrap().contains("\"16,5;1,1;16,1;4\""));
+    assert!(df.xml(1025, "").is_err());
+    assert_eq!(df.hostfile(2), "rank-0\nrank-1\n");
+}
+
+#[test]
+fn simulated_time_reads_the_clock_beside_the_replays_line() {
+    let out = "[0.1] noise\nSimulation time 0.000345@0.000345005120\n";
+    assert_eq!(smpi::simulated_time(out), Some(0.000345005120));
+    assert_eq!(smpi::simulated_time("Simulation time 1.5\n"), Some(1.5));
+    assert_eq!(smpi::simulated_time("Simulation time x@y"), None);
+    assert_eq!(smpi::simulated_time("nothing"), None);
+}
+
+/// SMPI adds an envelope of 16 bytes to every message.
+const ENVELOPE: f64 = 16.0;
+
+/// Replays `traces` on `net`'s platform with SimGrid (alpha-beta
+/// settings) and with the simulator; `None` where SimGrid is absent.
+fn both(name: &str, traces: &[Trace], net: &dyn Network) -> Option<(f64, f64)> {
+    both_under(name, traces, net, SmpiModel::AlphaBeta)
+}
+
+/// [`both`] under SMPI's `model`.
+fn both_under(
+    name: &str,
+    traces: &[Trace],
+    net: &dyn Network,
+    model: SmpiModel,
+) -> Option<(f64, f64)> {
+    if let Err(e) = smpi::smpirun() {
+        println!("skipped: {e}");
+        return None;
+    }
+    let dir = scratch(name);
+    let platform = Platform::of(net, traces.len()).unwrap();
+    smpi::write_dir(&dir, traces, &platform, &net.label()).unwrap();
+    let sg = smpi::replay_dir(&dir, traces.len(), model, Duration::from_secs(60)).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let ours = sparse_coll::sim::replay(traces, net).unwrap().makespan();
+    Some((sg, ours))
+}
+
+fn close(got: f64, want: f64) -> bool {
+    (got - want).abs() <= 1e-6 * want + 1e-9
+}
+
+/// Patterns with a closed-form time on a full-bisection network (alpha 20
+/// us, 2^30 B/s, m = 1 MB): a chain of 3 messages, 3 (alpha + m beta); an
+/// incast of 3 messages into one rank's link, alpha + 3 m beta with eager
+/// sends (under bandwidth sharing all three finish then; under FIFO the
+/// last does), 3 (alpha + m beta) in SMPI's rendezvous; exchanges in
+/// pairs, alpha + m beta. SimGrid adds its 16-byte envelope to `m`.
+#[test]
+fn smpirun_replays_closed_form_patterns_in_their_alpha_beta_time() {
+    let (alpha, beta, m) = (2e-5, 1.0 / GIB, 1_000_000usize);
+    let net = full(alpha);
+    let chain: Vec<Trace> = (0..4)
+        .map(|r| {
+            let mut t = Vec::new();
+            if r > 0 {
+                t.push(Op::Recv { from: r - 1 });
+            }
+            if r < 3 {
+                t.push(Op::Send {
+                    to: r + 1,
+                    bytes: m,
+                });
+            }
+            t
+        })
+        .collect();
+    let incast: Vec<Trace> = (0..4)
+        .map(|r| match r {
+            0 => (1..4).map(|from| Op::Recv { from }).collect(),
+            _ => vec![Op::Send { to: 0, bytes: m }],
+        })
+        .collect();
+    let pairs: Vec<Trace> = (0..4)
+        .map(|r| {
+            vec![Op::Exchange {
+                to: r ^ 1,
+                bytes: m,
+                from: r ^ 1,
+            }]
+        })
+        .collect();
+    let m = m as f64;
+    let mb = (m + ENVELOPE) * beta;
+    let Some((sg, ours)) = both("chain", &chain, &net) else {
+        return;
+    };
+    assert!(
+        close(ours, 3.0 * (alpha + m * beta)),
+        "chain: simulator {ours}"
+    );
+    assert!(close(sg, 3.0 * (alpha + mb)), "chain: SimGrid {sg}");
+    // The incast: eager, the three messages move at once and share the
+    // receiver's link; in rendezvous each waits for its receive, posted
+    // in order once the one before has arrived.
+    let Some((sg, ours)) = both_under("incast", &incast, &net, SmpiModel::AlphaBetaEager) else {
+        return;
+    };
+    assert!(
+        close(ours, alpha + 3.0 * m * beta),
+        "incast: simulator {ours}"
+    );
+    assert!(close(sg, alpha + 3.0 * mb), "incast: SimGrid eager {sg}");
+    let Some((sg, _)) = both("incast-rdv", &incast, &net) else {
+        return;
+    };
+    assert!(
+        close(sg, 3.0 * (alpha + mb)),
+        "incast: SimGrid rendezvous {sg}"
+    );
+    let Some((sg, ours)) = both("pairs", &pairs, &net) else {
+        return;
+    };
+    assert!(close(ours, alpha + m * beta), "pairs: simulator {ours}");
+    assert!(
+        close(sg, alpha + (m + ENVELOPE) * beta),
+        "pairs: SimGrid {sg}"
+    );
+}
+
+/// On two levels (nodes of 2): two ranks of node 0 sending to node 1 at
+/// once share node 0's NIC, alpha + 2 m beta across; a message within a
+/// node takes the intra-node link's alpha + m beta.
+#[test]
+fn smpirun_shares_a_nodes_nic_as_the_simulator_does() {
+    let net = two_level(2);
+    let m = 1_000_000usize;
+    let across: Vec<Trace> = vec![
+        vec![Op::Send { to: 2, bytes: m }],
+        vec![Op::Send { to: 3, bytes: m }],
+        vec![Op::Recv { from: 0 }],
+        vec![Op::Recv { from: 1 }],
+    ];
+    let within: Vec<Trace> = vec![
+        vec![Op::Send { to: 1, bytes: m }],
+        vec![Op::Recv { from: 0 }],
+    ];
+    let (m, inter, intra) = (m as f64, 1.0 / GIB, 1.0 / (16.0 * GIB));
+    let Some((sg, ours)) = both("across", &across, &net) else {
+        return;
+    };
+    assert!(
+        close(ours, 2e-5 + 2.0 * m * inter),
+        "across: simulator {ours}"
+    );
+    let want = 2e-5 + 2.0 * (m + ENVELOPE) * inter;
+    assert!(close(sg, want), "across: SimGrid {sg}, closed form {want}");
+    let Some((sg, ours)) = both("within", &within, &net) else {
+        return;
+    };
+    assert!(close(ours, 4e-6 + m * intra), "within: simulator {ours}");
+    let want = 4e-6 + (m + ENVELOPE) * intra;
+    assert!(close(sg, want), "within: SimGrid {sg}, closed form {want}");
+}
+
+/// Where the two differ, in closed form: on nodes of 8, each rank of node
+/// 0 sends `m` to its peer on node 1, which sends `m` back once it has it.
+/// The simulator's NIC serves the 8 messages one after the other, so the
+/// k-th arrives at `alpha + k m beta` and its reply leaves then: the last
+/// reply is home at `2 alpha + 9 m beta`. SimGrid shares the NIC among the
+/// 8 flows (as a NIC interleaves the packets of 8 processes), so all
+/// arrive at `alpha + 8 m beta` and the replies, sharing node 1's NIC, at
+/// `2 alpha + 16 m beta`: dependent rounds across a shared NIC pipeline
+/// under FIFO and not under sharing (`bench/RESULTS.md`, SimGrid).
+#[test]
+fn a_shared_nic_pipelines_under_fifo_and_not_under_sharing() {
+    let net = two_level(8);
+    let m = 1_000_000usize;
+    let traces: Vec<Trace> = (0..16)
+        .map(|r| {
+            if r < 8 {
+                vec![
+                    Op::Send {
+                        to: r + 8,
+                        bytes: m,
+                    },
+                    Op::Recv { from: r + 8 },
+                ]
+            } else {
+                vec![
+                    Op::Recv { from: r - 8 },
+                    Op::Send {
+                        to: r - 8,
+                        bytes: m,
+                    },
+                ]
+            }
+        })
+        .collect();
+    let Some((sg, ours)) = both("pingpong", &traces, &net) else {
+        return;
+    };
+    let (m, beta) = (m as f64, 1.0 / GIB);
+    let want = 2.0 * 2e-5 + 9.0 * m * beta;
+    assert!(close(ours, want), "simulator {ours}, closed form {want}");
+    let want = 2.0 * 2e-5 + 16.0 * (m + ENVELOPE) * beta;
+    assert!(close(sg, want), "SimGrid {sg}, closed form {want}");
+}
+
+/// Per rank, from the written trace text alone: bytes and messages sent
+/// and received, and per (source, destination) the sizes of the sends and
+/// of the receives in order.
+#[derive(Default)]
+struct Parsed {
+    sent: Vec<(u64, u64)>,
+    received: Vec<(u64, u64)>,
+    sends: HashMap<(usize, usize), Vec<u64>>,
+    receives: HashMap<(usize, usize), Vec<u64>>,
+}
+
+fn parse(texts: &[String]) -> Parsed {
+    let mut out = Parsed {
+        sent: vec![(0, 0); texts.len()],
+        received: vec![(0, 0); texts.len()],
+        ..Parsed::default()
+    };
+    for (r, text) in texts.iter().enumerate() {
+        for line in text.lines() {
+            let w: Vec<&str> = line.split(' ').collect();
+            assert_eq!(w[0], r.to_string(), "{line}");
+            let (peer, size) = match w[1] {
+                "send" | "isend" | "recv" | "irecv" => {
+                    (w[2].parse::<usize>().unwrap(), w[4].parse::<u64>().unwrap())
+                }
+                _ => continue,
+            };
+            if w[1].ends_with("send") {
+                out.sent[r].0 += size;
+                out.sent[r].1 += 1;
+                out.sends.entry((r, peer)).or_default().push(size);
+            } else {
+                out.received[r].0 += size;
+                out.received[r].1 += 1;
+                out.receives.entry((peer, r)).or_default().push(size);
+            }
+        }
+    }
+    out
+}
+
+/// Every algorithm of the suite, run on the simulated transport: the bytes
+/// and messages each rank's exported trace sends and receives are the
+/// transport's counted traffic, and the receives from each peer take the
+/// sizes that peer's sends give, in order.
+#[test]
+fn exported_traces_carry_the_bytes_the_transport_counted() {
+    for p in [5usize, 8] {
+        let case = testing::cases(p)[0];
+        let inputs = testing::inputs(p, &case).unwrap();
+        for spec in testing::algorithms(p) {
+            let run = SimCluster::new(p)
+                .unwrap()
+                .run(|t| {
+                    let mut algo =
+                        Registry::<f32>::builtin().build(&spec, testing::budget(&case))?;
+                    let mine = &inputs[t.rank()];
+                    Ok(algo.allreduce(t, mine)?.total())
+                })
+                .unwrap();
+            let traffic: Vec<Traffic> = run.results.into_iter().map(Result::unwrap).collect();
+            let got = parse(&smpi::trace_texts(&run.traces).unwrap());
+            for (r, t) in traffic.iter().enumerate() {
+                assert_eq!(
+                    got.sent[r],
+                    (t.bytes_sent, t.msgs_sent),
+                    "{spec} P = {p} rank {r}"
+                );
+                assert_eq!(
+                    got.received[r],
+                    (t.bytes_recv, t.msgs_recv),
+                    "{spec} P = {p} rank {r}"
+                );
+            }
+            assert_eq!(got.sends, got.receives, "{spec} P = {p}");
+        }
+    }
+}
+
+/// SimGrid reads the fat tree: 16 ranks of rack 0 each send `m` bytes to
+/// their peer in rack 1 at once; with 4:1 oversubscription the rack has 4
+/// uplinks, so 4 flows share each and all finish after `alpha + 4 m beta`
+/// (4 links of `alpha / 4`); with 1:1, `alpha + m beta`. Within a rack, a
+/// message crosses 2 links: `alpha / 2 + m beta`. It reads the dragonfly:
+/// within a router, 2 links of `alpha / 5`.
+#[test]
+fn smpirun_reads_the_fat_tree_and_the_dragonfly() {
+    if let Err(e) = smpi::smpirun() {
+        println!("skipped: {e}");
+        return;
+    }
+    let (alpha, beta, m) = (2e-5, 1.0 / GIB, 1_000_000usize);
+    let link = AlphaBeta::new(alpha, GIB).unwrap();
+    let shift = |p: usize, d: usize| -> Vec<Trace> {
+        (0..p)
+            .map(|r| match r {
+                r if r < d => vec![Op::Send {
+                    to: r + d,
+                    bytes: m,
+                }],
+                r if r < 2 * d => vec![Op::Recv { from: r - d }],
+                _ => vec![],
+            })
+            .collect()
+    };
+    let on = |name: &str, platform: Platform, traces: &[Trace]| -> f64 {
+        let dir = scratch(name);
+        smpi::write_dir(&dir, traces, &platform, name).unwrap();
+        let t = smpi::replay_dir(
+            &dir,
+            traces.len(),
+            SmpiModel::AlphaBeta,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        t
+    };
+    let fat = |oversubscription| Platform::FatTree {
+        link,
+        rack: 16,
+        oversubscription,
+    };
+    let mb = (m as f64 + ENVELOPE) * beta;
+    let t = on("ft4", fat(4), &shift(32, 16));
+    assert!(close(t, alpha + 4.0 * mb), "4:1 across racks: {t}");
+    let t = on("ft1", fat(1), &shift(32, 16));
+    assert!(close(t, alpha + mb), "1:1 across racks: {t}");
+    let t = on("ft-rack", fat(4), &shift(32, 1));
+    assert!(close(t, alpha / 2.0 + mb), "within a rack: {t}");
+    let t = on("df", Platform::Dragonfly { link }, &shift(128, 1));
+    assert!(
+        close(t, 2.0 * alpha / 5.0 + mb),
+        "dragonfly, within a router: {t}"
+    );
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sparse-coll-smpi-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn read(dir: &std::path::Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap()
+}
