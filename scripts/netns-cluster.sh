@@ -11,9 +11,21 @@
 #   -n, --ranks P       namespaces and ranks, 2 to 64 (default 2)
 #   -r, --rate RATE     each link's rate, tc's units (1gbit, 10gbit, 500mbit)
 #                       or "none" for unshaped veths (default 1gbit)
-#   --burst BYTES       tbf's bucket (default: 2 ms at the rate, at least
-#                       64 KiB: see docs/mpi.md)
+#   --burst BYTES       tbf's bucket (default: 0.5 ms at the rate, at least
+#                       16 KiB). A message that finds the bucket full passes
+#                       its first BYTES at the veth's own speed: the smaller
+#                       the bucket, the closer to a NIC that serialises every
+#                       byte at the rate, but each refill is a timer and
+#                       softirq, late on a loaded machine (see docs/mpi.md)
 #   --limit BYTES       tbf's queue (default: 2 x the burst, at least 4 MiB)
+#   --nice N            run each rank's scheduling group at nice N (-20 to
+#                       19; the rank's autogroup, as Hydra starts each rank
+#                       in a session of its own; plain nice where the kernel
+#                       has no autogroups). MPICH's ranks poll: on a machine
+#                       busy with other work a rank waits for a core while
+#                       its peer spins, and that wait (4 to 100 ms here), not
+#                       the network, is what the job measures. -20 takes the
+#                       cores from everything else while the job runs
 #   --mtu BYTES         the veths' MTU (default 1500)
 #   --timeout S         MPIEXEC_TIMEOUT of the job (default 600)
 #   --stats FILE        write each rank's veth counters of the job to FILE:
@@ -56,6 +68,7 @@ limit=""
 mtu=1500
 timeout=600
 stats=""
+nice=""
 quiet=0
 npos=0
 
@@ -99,6 +112,7 @@ while [ $# -gt 0 ]; do
         --mtu) mtu=${2:?}; shift 2 ;;
         --timeout) timeout=${2:?}; shift 2 ;;
         --stats) stats=${2:?}; shift 2 ;;
+        --nice) nice=${2:?}; shift 2 ;;
         -q | --quiet) quiet=1; shift ;;
         --clean) clean_stale; exit 0 ;;
         -h | --help) usage ;;
@@ -119,11 +133,13 @@ done
 [[ $ranks =~ ^[0-9]+$ ]] && [ "$ranks" -ge 2 ] && [ "$ranks" -le 64 ] \
     || fail "--ranks $ranks: give 2 to 64 (one namespace per rank, addresses 198.18.0.1 to .64)"
 [[ $timeout =~ ^[0-9]+$ ]] && [ "$timeout" -ge 1 ] || fail "--timeout $timeout: give whole seconds, at least 1"
+[ -z "$nice" ] || { [[ $nice =~ ^-?[0-9]+$ ]] && [ "$nice" -ge -20 ] && [ "$nice" -le 19 ]; } \
+    || fail "--nice $nice: give -20 to 19"
 [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 1280 ] && [ "$mtu" -le 65535 ] || fail "--mtu $mtu: give 1280 to 65535"
 if [ "$rate" != none ]; then
     bps=$(rate_bps "$rate") || fail "--rate $rate: give a tc rate such as 1gbit, 10gbit, 500mbit, or none"
     [ "$bps" -gt 0 ] || fail "--rate $rate: the rate must be positive"
-    [ -n "$burst" ] || burst=$((bps / 8 / 500 > 65536 ? bps / 8 / 500 : 65536))
+    [ -n "$burst" ] || burst=$((bps / 8 / 2000 > 16384 ? bps / 8 / 2000 : 16384))
     [ -n "$limit" ] || limit=$((2 * burst > 4194304 ? 2 * burst : 4194304))
     [[ $burst =~ ^[0-9]+$ && $limit =~ ^[0-9]+$ ]] || fail "--burst and --limit are bytes (whole numbers)"
     [ "$burst" -ge "$mtu" ] || fail "--burst $burst is below the MTU ($mtu): tbf would drop every full packet"
@@ -217,14 +233,21 @@ counters() { # prints "tx rx" of every rank's veth, one line per rank
 
 # --- The job --------------------------------------------------------------
 export UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1 MPIEXEC_TIMEOUT="$timeout"
+# With --nice, each rank first sets its session's autogroup (Hydra's proxy
+# starts every rank in a session of its own), or its own nice value where
+# the kernel has no autogroups, then becomes the command.
+prio=()
+if [ -n "$nice" ]; then
+    prio=(bash -c 'echo "$0" 2>/dev/null > /proc/self/autogroup || renice -n "$0" -p $$ >/dev/null; exec "$@"' "$nice")
+fi
 cmd=(mpiexec)
 for ((i = 0; i < ranks; i++)); do
     [ "$i" -eq 0 ] || cmd+=(:)
-    cmd+=(-n 1 -env UCX_NET_DEVICES "${prefix}v$i" ip netns exec "${prefix}ns$i" "$@")
+    cmd+=(-n 1 -env UCX_NET_DEVICES "${prefix}v$i" ip netns exec "${prefix}ns$i" "${prio[@]}" "$@")
 done
 shaping="unshaped"
 [ "$rate" = none ] || shaping="tbf rate $rate burst $burst limit $limit, both directions"
-say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu"
+say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu${nice:+; ranks at nice $nice}"
 before=$(counters)
 "${cmd[@]}" &
 job=$!
