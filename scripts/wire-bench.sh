@@ -16,10 +16,15 @@
 #   NS         dimensions [1048576 4194304]
 #   DENSITIES  densities [0.001 0.01]
 #   REPS       timed warm calls per algorithm [5]
+#   FIT        calibrate's --fit [large: the bandwidth of the messages of
+#              1 MiB and more; tbf's bucket lets smaller ones through
+#              faster than the rate, and the relative fit, pulled by them,
+#              doubles the bandwidth]
 #   NICE       the ranks' scheduling priority (netns-cluster.sh --nice);
 #              empty for none [-20: MPICH's ranks poll, and on a busy machine
 #              a rank's wait for a core is what would be measured]
 #   BIN        a built sparse-bench (built with --features mpi when absent)
+#   JOB_TIMEOUT  seconds per allreduce job [300]
 # The tables regenerate from a clean checkout with this command (and the
 # same environment); the raw JSON lines stay in OUTDIR [target/wire-RATE].
 set -euo pipefail
@@ -29,6 +34,7 @@ ps=${PS:-2 3 4}
 ns=${NS:-1048576 4194304}
 densities=${DENSITIES:-0.001 0.01}
 reps=${REPS:-5}
+fit=${FIT:-large}
 nice=${NICE--20}
 out=${1:-target/wire-$rate}
 mkdir -p "$out"
@@ -41,15 +47,23 @@ fi
 cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" ${nice:+--nice "$nice"})
 
 echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
-"${cluster[@]}" --ranks 2 -- "$BIN" calibrate --max-mib 16 --out "$out/calibrated.net" | tee "$out/calibrate.txt"
+"${cluster[@]}" --ranks 2 -- "$BIN" calibrate --max-mib 16 --fit "$fit" --out "$out/calibrated.net" | tee "$out/calibrate.txt"
 grep -q "world size 2" "$out/calibrate.txt" || { echo "wire-bench: calibrate did not run on 2 ranks" >&2; exit 1; }
 for n in $ns; do
     for d in $densities; do
         for p in $ps; do
             f="$out/measured_${p}_${n}_${d}.json"
             echo "n=$n density=$d P=$p: $(uptime)" | tee -a "$out/load.txt"
-            "${cluster[@]}" --ranks "$p" -- "$BIN" allreduce --transport mpi --n "$n" --density "$d" \
-                --reps "$reps" --json > "$f"
+            # Rank 0 prints before MPI_Finalize, which can hang on UCX's TCP
+            # (openucx/ucx#8738): the timeout then ends the job, and a
+            # complete output is kept, with a warning.
+            rc=0
+            "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-300}" -- "$BIN" allreduce --transport mpi \
+                --n "$n" --density "$d" --reps "$reps" --json > "$f" || rc=$?
+            if [ "$rc" -ne 0 ]; then
+                grep -q '"algo":"mpi_allreduce"' "$f" || { echo "wire-bench: $f: the job failed (exit $rc)" >&2; exit 1; }
+                echo "wire-bench: $f: complete, but the job ended with exit $rc (a hang in MPI_Finalize?)" | tee -a "$out/load.txt" >&2
+            fi
             grep -q "\"ranks\":$p[,}]" "$f" && ! grep -v "\"ranks\":$p[,}]" "$f" | grep -q '"bench":"allreduce"' \
                 || { echo "wire-bench: $f: the world size is not $p" >&2; exit 1; }
         done
@@ -57,4 +71,4 @@ for n in $ns; do
             --compute-factor 1 --warm --json > "$out/simulated_${n}_${d}.json"
     done
 done
-python3 scripts/wire-table.py "$out" "$rate"
+python3 scripts/wire-table.py "$out" "$rate (calibrate --fit $fit)"
