@@ -150,7 +150,9 @@ pub fn fit_large(points: &[(usize, f64)]) -> Result<AlphaBeta> {
     if !(var > 0.0) {
         return Err(Error::invalid(
             "calibration",
-            format!("fewer than two distinct message sizes of {LARGE} bytes or more: measure up to --max-mib 4 at least"),
+            format!(
+                "fewer than two distinct message sizes of {LARGE} bytes or more: measure up to --max-mib 4 at least"
+            ),
         ));
     }
     let beta = cov / var;
@@ -378,10 +380,18 @@ mod tests {
         let (alpha, beta, bucket) = (10e-6, 8e-9, 62_500usize);
         let shaped: Vec<(usize, f64)> = sizes(16)
             .into_iter()
-            .map(|m| (m, alpha + m.saturating_sub(bucket) as f64 * beta + m as f64 * 2e-10))
+            .map(|m| {
+                (
+                    m,
+                    alpha + m.saturating_sub(bucket) as f64 * beta + m as f64 * 2e-10,
+                )
+            })
             .collect();
         let large = fit_large(&shaped).unwrap();
-        assert!((large.beta() / (beta + 2e-10) - 1.0).abs() < 0.01, "{large:?}");
+        assert!(
+            (large.beta() / (beta + 2e-10) - 1.0).abs() < 0.01,
+            "{large:?}"
+        );
         assert!((large.alpha() - alpha).abs() < 1e-12, "{large:?}");
         let relative = fit(&shaped).unwrap();
         assert!(relative.beta() < 0.67 * beta, "{relative:?}");

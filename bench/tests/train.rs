@@ -705,7 +705,9 @@ fn a_batch_of_zero_is_an_error_not_a_panic() {
         #[command(flatten)]
         train: bench::train::TrainArgs,
     }
-    let e = Cli::try_parse_from(["train", "--batch", "0"]).err().expect("refused");
+    let e = Cli::try_parse_from(["train", "--batch", "0"])
+        .err()
+        .expect("refused");
     assert!(e.to_string().contains("at least 1"), "{e}");
     let ok = Cli::try_parse_from(["train", "--batch", "3"]).expect("accepted");
     assert_eq!(ok.train.batch, 3);
