@@ -50,7 +50,11 @@ for sim_path in sorted(glob.glob(os.path.join(out, "simulated_*.json"))):
             sim[(r["algo"], r["ranks"])] = r["sim_ms"]
     meas = {}
     for f in glob.glob(os.path.join(out, f"measured_*_{n}_{d}.json")):
+        # mpiexec's own lines (a job stopped after a hang in MPI_Finalize
+        # prints its banner) are not rows.
         for line in open(f):
+            if not line.startswith("{"):
+                continue
             r = json.loads(line)
             if r.get("bench") == "allreduce" and r["algo"] not in ("auto", "mpi_allgather"):
                 meas[(r["algo"], r["ranks"])] = r["ms"]

@@ -147,7 +147,7 @@ pub fn fit_large(points: &[(usize, f64)]) -> Result<AlphaBeta> {
     let (cov, var) = large.iter().fold((0.0, 0.0), |(c, v), (m, t)| {
         (c + (m - mm) * (t - tm), v + (m - mm) * (m - mm))
     });
-    if !(var > 0.0) {
+    if var.is_nan() || var <= 0.0 {
         return Err(Error::invalid(
             "calibration",
             format!(
