@@ -364,7 +364,8 @@ pub fn gradients(model: &ModelPreset, seed: u64) -> Vec<Vec<f32>> {
 /// The trainer's errors.
 pub fn local_phases(plan: &RunPlan, grads: &[Vec<f32>], reps: usize) -> Result<(f64, f64)> {
     let specs: Vec<LayerSpec> = plan.layers.iter().map(|l| l.spec.clone()).collect();
-    let density = plan.run.density();
+    // The collectives keep the settings' budget (the density is given once).
+    let defaults = Defaults::with_budget(plan.config.budget());
     let mut out = ThreadCluster::new(1).run(|t| {
         let mut tr = {
             let w0: Vec<Vec<f32>> = specs.iter().map(|s| vec![0.0; s.len]).collect();
@@ -380,7 +381,7 @@ pub fn local_phases(plan: &RunPlan, grads: &[Vec<f32>], reps: usize) -> Result<(
                         .iter()
                         .find(|l| l.spec.name == spec.name)
                         .map_or("topk_a", |l| l.collective);
-                    Registry::builtin().build(collective, Defaults::density(density)?)
+                    Registry::builtin().build(collective, defaults)
                 },
             )?
         };

@@ -713,3 +713,54 @@ fn a_batch_of_zero_is_an_error_not_a_panic() {
     assert_eq!(ok.train.batch, 3);
     assert_eq!(bench::train::steps_per_epoch(100, 0), 0);
 }
+
+/// `--pipelined` trains exactly as the plain step for every scheme (the
+/// same selections and collectives, called as buckets become ready), and
+/// `--bucket-mib` with per-layer budgets exactly as a call per layer for a
+/// scheme whose collective sums the layers laid end to end in the same
+/// order (SparCML's top-k SGD on TopkA); the dense run's fused allreduce
+/// likewise.
+#[test]
+fn buckets_and_pipelining_train_as_the_plain_step() {
+    let (train_set, test_set) = data::split().unwrap();
+    let a = TrainArgs {
+        train_images: Some(256),
+        ..args(1)
+    };
+    let weights = |run: &Run, a: &TrainArgs| -> Vec<Vec<f32>> {
+        let out = sparse_coll::ThreadCluster::new(2)
+            .run(|t| train::train_rank(t, run, a, &train_set, &test_set, &|| {}));
+        out.into_iter().next().unwrap().unwrap().weights
+    };
+    let mut runs = plan(&train::schemes(), &[0.05]);
+    runs.push(Run::Dense { momentum: true });
+    for run in &runs {
+        let plain = weights(run, &a);
+        let piped = TrainArgs {
+            pipelined: true,
+            ..a.clone()
+        };
+        assert_eq!(weights(run, &piped), plain, "{}: pipelined", run.name());
+        let fused = TrainArgs {
+            bucket_mib: 25.0,
+            ..piped
+        };
+        let exact = match run {
+            Run::Sparse { scheme, .. } => scheme.name == "sparcml_topk_sgd",
+            Run::Dense { .. } => true,
+        };
+        if exact {
+            assert_eq!(weights(run, &fused), plain, "{}: fused", run.name());
+        } else {
+            // Fused at least trains to the same shape, with finite weights.
+            let w = weights(run, &fused);
+            assert_eq!(w.len(), plain.len());
+            assert!(w.iter().flatten().all(|x| x.is_finite()), "{}", run.name());
+        }
+    }
+    let bad = TrainArgs {
+        bucket_mib: -1.0,
+        ..a.clone()
+    };
+    assert!(bad.bucket_bytes().is_err());
+}

@@ -1,6 +1,8 @@
 //! The optimizer's settings.
 
+use crate::bucket::{BucketBudget, Buckets, FillOrder};
 use crate::layer::LayerSpec;
+use sparse_core::budget::{Budget, Density};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::{Error, Result};
 
@@ -26,7 +28,7 @@ pub enum Rule {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Config {
     pub(crate) lr: f32,
-    pub(crate) density: f64,
+    pub(crate) density: Density,
     pub(crate) rule: Rule,
     pub(crate) compress_threshold: usize,
     pub(crate) min_dims: usize,
@@ -36,6 +38,7 @@ pub struct Config {
     pub(crate) quantized: bool,
     pub(crate) fusion: usize,
     pub(crate) collection: Collection,
+    pub(crate) buckets: Option<Buckets>,
 }
 
 /// Where what a collective cut goes (SparDL Alg. 1).
@@ -77,7 +80,7 @@ impl Config {
         };
         vec![
             ("lr", u64::from(self.lr.to_bits())),
-            ("density", self.density.to_bits()),
+            ("density", self.density.get().to_bits()),
             ("rule", kind),
             ("momentum", u64::from(momentum.to_bits())),
             ("nesterov", u64::from(nesterov)),
@@ -96,6 +99,17 @@ impl Config {
             ),
             ("fusion", self.fusion as u64),
             ("dense", u64::from(self.dense)),
+            ("bucket cap", self.buckets.map_or(0, |b| b.cap() as u64)),
+            (
+                "bucket budget",
+                self.buckets
+                    .map_or(0, |b| u64::from(b.budget_rule() == BucketBudget::Global)),
+            ),
+            (
+                "bucket order",
+                self.buckets
+                    .map_or(0, |b| u64::from(b.fill_order() == FillOrder::List)),
+            ),
         ]
     }
 
@@ -123,7 +137,7 @@ impl Config {
                 format!("{lr} is not finite and positive"),
             ));
         }
-        check_density(density)?;
+        let density = Density::new(density)?;
         if let Rule::Rgc {
             momentum,
             weight_decay,
@@ -158,6 +172,7 @@ impl Config {
             quantized: false,
             fusion: 0,
             collection: Collection::Global,
+            buckets: None,
         })
     }
     /// Deliberate dense training, the baseline the compressed rules are
@@ -188,8 +203,9 @@ impl Config {
     /// into the residual, else it is lost as in the listing.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for bad QSGD parameters, an RGC rule or
-    /// a [`Config::dense`] configuration (nothing selected to quantize).
+    /// [`Error::InvalidParameter`] for bad QSGD parameters, an RGC rule,
+    /// a [`Config::dense`] configuration (nothing selected to quantize) or
+    /// a global bucket budget ([`Config::buckets`]).
     pub fn qsgd(self, bits: u32, bucket: usize, feedback: bool) -> Result<Self> {
         if self.dense {
             return Err(Error::invalid(
@@ -203,10 +219,11 @@ impl Config {
                 "SparCML's quantization goes with top-k SGD",
             ));
         }
-        Ok(Self {
+        Self {
             qsgd: Some((QsgdParams::new(bits, bucket, 0x51)?, feedback)),
             ..self
-        })
+        }
+        .checked_buckets()
     }
     /// RedSync's quantized mode (RGC only): each compressed layer but the
     /// output layer (the last layer of more than one dimension, so a
@@ -216,8 +233,9 @@ impl Config {
     /// exactly ([`sparse_coll::wire::WireValues::split_exact`]).
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for top-k SGD or a [`Config::dense`]
-    /// configuration (nothing selected to quantize).
+    /// [`Error::InvalidParameter`] for top-k SGD, a [`Config::dense`]
+    /// configuration (nothing selected to quantize) or a global bucket
+    /// budget ([`Config::buckets`]).
     pub fn quantized(self) -> Result<Self> {
         if self.dense {
             return Err(Error::invalid(
@@ -231,10 +249,47 @@ impl Config {
                 "RedSync's quantized mode goes with RGC",
             ));
         }
-        Ok(Self {
+        Self {
             quantized: true,
             ..self
-        })
+        }
+        .checked_buckets()
+    }
+    /// Fused compressed layers ([`Buckets`]): one selection budget rule
+    /// and one collective call per bucket of layers, as DDP buckets
+    /// gradients (25 MiB, backward order: [`Buckets::default`]) and
+    /// Ok-Topk and gTopk select over the whole model
+    /// ([`BucketBudget::Global`]). Unset, each compressed layer makes its
+    /// own call.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a global budget with QSGD or
+    /// RedSync's quantized mode (both quantize each layer's selection;
+    /// a global budget chooses across layers first): use per-layer
+    /// budgets there.
+    pub fn buckets(self, buckets: Buckets) -> Result<Self> {
+        Self {
+            buckets: Some(buckets),
+            ..self
+        }
+        .checked_buckets()
+    }
+    /// The buckets of compressed layers, if fused.
+    pub fn bucketing(&self) -> Option<Buckets> {
+        self.buckets
+    }
+    /// These settings, if their buckets go with their quantization.
+    fn checked_buckets(self) -> Result<Self> {
+        let global = self
+            .buckets
+            .is_some_and(|b| b.budget_rule() == BucketBudget::Global);
+        if global && (self.quantized || self.qsgd.is_some()) {
+            return Err(Error::invalid(
+                "buckets",
+                "a global bucket budget chooses across layers before anything is quantized,                  and QSGD and RedSync's quantized mode quantize each layer's selection: use                  BucketBudget::PerLayer with them",
+            ));
+        }
+        Ok(self)
     }
     /// Tensor fusion: consecutive dense layers are reduced together, one
     /// allreduce per bucket of at least `bytes` (0: one call per layer),
@@ -294,8 +349,10 @@ impl Config {
     /// # Errors
     /// [`Error::InvalidParameter`] outside `(0, 1]`.
     pub fn with_density(self, density: f64) -> Result<Self> {
-        check_density(density)?;
-        Ok(Self { density, ..self })
+        Ok(Self {
+            density: Density::new(density)?,
+            ..self
+        })
     }
     /// The learning rate.
     pub fn lr(&self) -> f32 {
@@ -303,7 +360,13 @@ impl Config {
     }
     /// The density.
     pub fn density(&self) -> f64 {
-        self.density
+        self.density.get()
+    }
+    /// The budget these settings give the lossy collectives a trainer
+    /// builds ([`crate::Trainer::from_registry`]): their density, unless
+    /// the collective's name gives its own (`k=` or `density=`).
+    pub fn budget(&self) -> Budget {
+        Budget::from(self.density)
     }
     /// The rule.
     pub fn rule(&self) -> Rule {
@@ -383,16 +446,6 @@ impl std::fmt::Display for KeptDense {
             ),
         }
     }
-}
-
-fn check_density(density: f64) -> Result<()> {
-    if !(density > 0.0 && density <= 1.0) {
-        return Err(Error::invalid(
-            "density",
-            format!("{density} not in (0, 1]"),
-        ));
-    }
-    Ok(())
 }
 
 /// DGC's density warm-up: `max(c^(e + 1), D)` with `c = D^(1 / (W + 1))`

@@ -165,6 +165,7 @@
 //! have given it (more when ranks were lost). Momenta follow the same
 //! rule.
 
+pub mod bucket;
 #[cfg(feature = "burn")]
 pub mod burn;
 pub mod checkpoint;
@@ -173,7 +174,8 @@ mod layer;
 pub mod memory;
 mod trainer;
 
+pub use bucket::{BucketBudget, Buckets, FillOrder};
 pub use config::{Collection, Config, KeptDense, Rule, dgc_density};
 pub use layer::LayerSpec;
 pub use memory::Memory;
-pub use trainer::{LayerReport, StepReport, Trainer};
+pub use trainer::{Feed, LayerReport, StepReport, Trainer};

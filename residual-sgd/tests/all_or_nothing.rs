@@ -2,14 +2,17 @@
 //! a sum that overflows, a collective or a selector that lies, ranks whose
 //! layers differ: an error on every rank with no weight moved and no
 //! residual lost, or, where ranks did end apart, an error at every later
-//! step instead of training on.
+//! step instead of training on. With fused buckets of layers too
+//! ([`Config::buckets`]: one collective call for several layers), and
+//! pipelined ([`Trainer::step_overlapped`]).
 
 use backend_cpu::Cpu;
 use rand::{Rng as _, SeedableRng as _};
-use residual_sgd::{Config, LayerSpec, Rule, Trainer};
+use residual_sgd::{Buckets, Config, LayerSpec, Rule, Trainer};
 use sparse_coll::{
     Defaults, Entered, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster, Transport,
 };
+use sparse_core::backend::BufferOps as _;
 use sparse_core::cost::Cost;
 use sparse_core::testing::Rng;
 use sparse_core::{Backend, Error, Result, SparseVec};
@@ -25,8 +28,19 @@ fn dyadic(n: usize, rng: &mut Rng) -> Vec<f32> {
         .collect()
 }
 
-fn trainer(spec: &str, sizes: &[usize]) -> Result<Tr> {
-    let cfg = Config::new(0.5, 0.1, Rule::TopK)?.compress_threshold(0);
+/// The settings of these tests, with every layer in one fused bucket
+/// where `fused`.
+fn config(lr: f32, density: f64, fused: bool) -> Result<Config> {
+    let cfg = Config::new(lr, density, Rule::TopK)?.compress_threshold(0);
+    if fused {
+        cfg.buckets(Buckets::default())
+    } else {
+        Ok(cfg)
+    }
+}
+
+fn trainer(spec: &str, sizes: &[usize], fused: bool) -> Result<Tr> {
+    let cfg = config(0.5, 0.1, fused)?;
     let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.25; n]).collect();
     Trainer::new(
         Cpu,
@@ -67,31 +81,68 @@ fn a_failure_part_way_splits_no_ranks() {
         "spardl_bsag",
         "dsar_split_allgather:qsgd=4",
     ] {
-        for p in 2..=5usize {
+        let variants =
+            (2..=5usize).flat_map(|p| [(p, false, false), (p, true, false), (p, true, true)]);
+        for (p, fused, pipelined) in variants {
             // The clean step: its weights and each rank's number of calls.
             let clean = ThreadCluster::new(p).run(|t| {
-                let mut tr = trainer(spec, &sizes)?;
+                let mut tr = trainer(spec, &sizes, fused)?;
                 let before = t.traffic().rounds;
                 let g = grads(t.rank(), 0, &sizes);
-                tr.step(t, &g)?;
+                step(&mut tr, t, &g, pipelined)?;
                 Ok((tr.weights()?, t.traffic().rounds - before))
             });
             let clean: Vec<(Vec<Vec<f32>>, u64)> = clean.into_iter().map(Result::unwrap).collect();
-            let initial = trainer(spec, &sizes).unwrap().weights().unwrap();
+            let initial = trainer(spec, &sizes, fused).unwrap().weights().unwrap();
             for faulty in [0, p - 1] {
                 for call in 1..=clean[faulty].1 {
-                    let ctx = format!("{spec} P = {p}, rank {faulty} fails at call {call}");
-                    check_fault(spec, &sizes, p, faulty, call, &clean[0].0, &initial, &ctx);
+                    let ctx = format!(
+                        "{spec} P = {p}, fused {fused}, pipelined {pipelined}, rank {faulty} \
+                         fails at call {call}"
+                    );
+                    let case = Case {
+                        spec,
+                        sizes: &sizes,
+                        fused,
+                        pipelined,
+                    };
+                    check_fault(&case, p, faulty, call, &clean[0].0, &initial, &ctx);
                 }
             }
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A trainer's collective, layers and buckets, and whether its steps
+/// are pipelined.
+struct Case<'a> {
+    spec: &'a str,
+    sizes: &'a [usize],
+    fused: bool,
+    pipelined: bool,
+}
+
+/// One step, plain or pipelined ([`Trainer::step_overlapped`], the
+/// gradients in backend buffers).
+fn step(
+    tr: &mut Tr,
+    t: &mut dyn Transport,
+    g: &[Vec<f32>],
+    pipelined: bool,
+) -> Result<residual_sgd::StepReport> {
+    if pipelined {
+        let bufs = g
+            .iter()
+            .map(|g| Cpu.upload(g))
+            .collect::<Result<Vec<_>>>()?;
+        tr.step_overlapped(t, &bufs)
+    } else {
+        tr.step(t, g)
+    }
+}
+
 fn check_fault(
-    spec: &str,
-    sizes: &[usize],
+    case: &Case<'_>,
     p: usize,
     faulty: usize,
     call: u64,
@@ -104,9 +155,9 @@ fn check_fault(
         .timeout(std::time::Duration::from_secs(5))
         .fault(faulty, call)
         .run(|t| {
-            let mut tr = trainer(spec, sizes)?;
-            let g = grads(t.rank(), 0, sizes);
-            let out = tr.step(t, &g);
+            let mut tr = trainer(case.spec, case.sizes, case.fused)?;
+            let g = grads(t.rank(), 0, case.sizes);
+            let out = step(&mut tr, t, &g, case.pipelined);
             let w = tr.weights()?;
             match &out {
                 Ok(_) => assert_eq!(w, stepped, "{ctx}: rank {} returned Ok", t.rank()),
@@ -135,8 +186,8 @@ fn check_fault(
     let apart = ok.iter().any(|&o| o) && ok.iter().any(|&o| !o);
     let second = ThreadCluster::new(p).run(|t| {
         let mut tr = kept.lock().unwrap()[t.rank()].take().expect("kept");
-        let g = grads(t.rank(), 1, sizes);
-        let out = tr.step(t, &g);
+        let g = grads(t.rank(), 1, case.sizes);
+        let out = step(&mut tr, t, &g, case.pipelined);
         Ok((out.map(drop), tr.weights()?))
     });
     let second: Vec<(Result<()>, Vec<Vec<f32>>)> = second.into_iter().map(Result::unwrap).collect();
@@ -250,19 +301,26 @@ impl SparseAllreduce<f32> for Rogue {
 /// NaN, or differs between ranks: an error on every rank, nothing applied.
 #[test]
 fn a_lying_collective_is_an_error_on_every_rank() {
-    for lie in [
+    let lies = [
         Lie::Unsorted,
         Lie::WrongDimension,
         Lie::NaN,
         Lie::RankDependent,
-    ] {
+    ];
+    // One layer, and two fused into one bucket (whose result the trainer
+    // cuts back into the layers' before the check).
+    for (lie, sizes) in lies
+        .into_iter()
+        .flat_map(|l| [(l, &[20usize][..]), (l, &[20, 12][..])])
+    {
+        let zeros: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.0; n]).collect();
         let out = ThreadCluster::new(3).run(|t| {
-            let cfg = Config::new(1.0, 0.5, Rule::TopK)?.compress_threshold(0);
+            let cfg = config(1.0, 0.5, sizes.len() > 1)?;
             let mut tr: Tr = Trainer::new(
                 Cpu,
                 cfg,
-                LayerSpec::matrices(&[20]),
-                &[vec![0.0; 20]],
+                LayerSpec::matrices(sizes),
+                &zeros,
                 RadixTopK::magnitude(),
                 |_: &LayerSpec| -> Result<Box<dyn SparseAllreduce<f32>>> {
                     Ok(Box::new(Rogue {
@@ -272,7 +330,8 @@ fn a_lying_collective_is_an_error_on_every_rank() {
                 },
             )?;
             let mut rng = Rng::seed_from_u64(t.rank() as u64 + 1);
-            let g = vec![dyadic(20, &mut rng)];
+            let g: Vec<Vec<f32>> = sizes.iter().map(|&n| dyadic(n, &mut rng)).collect();
+            assert_eq!(tr.buckets().len(), 1);
             let res = tr.step(t, &g);
             assert!(res.is_err(), "{lie:?} rank {}: {res:?}", t.rank());
             if matches!(lie, Lie::RankDependent) {
@@ -287,11 +346,7 @@ fn a_lying_collective_is_an_error_on_every_rank() {
                     "{res:?}"
                 );
             }
-            assert_eq!(
-                tr.weights()?,
-                vec![vec![0.0; 20]],
-                "{lie:?}: nothing applied"
-            );
+            assert_eq!(tr.weights()?, zeros, "{lie:?}: nothing applied");
             Ok(())
         });
         for r in out {

@@ -124,9 +124,11 @@ pub trait SparseAllreduce<E: Element>: Send {
     /// This rank's error, [`Error::PeerError`], [`Error::Disagreement`];
     /// transport errors.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered>;
-    /// The rest of a call, once every rank has entered: its result into
-    /// `out` (contents replaced; where the algorithm builds its result in
-    /// place, its allocations reused). A failure here may leave peers
+    /// The rest of a call, once every rank has entered: its result and
+    /// dropped part into `out` (contents replaced; where the algorithm
+    /// builds its result in place, its allocations reused). Its traffic
+    /// is not the body's to count: [`SparseAllreduce::allreduce_into`]
+    /// records it in `out.traffic`. A failure here may leave peers
     /// waiting on this rank: [`SparseAllreduce::allreduce_into`] abandons
     /// the transport then.
     ///
@@ -147,7 +149,8 @@ pub trait SparseAllreduce<E: Element>: Send {
     /// builds its result in place (TopkA with raw values;
     /// SSAR_Split_allgather, TopkDSA and DSAR) `out`'s allocations are
     /// reused, so a training loop's collective allocates nothing once
-    /// warm. `out.entry` gets the entry round's traffic, so that
+    /// warm. It records the call's traffic: `out.traffic` the body's (what
+    /// the papers' formulas count), `out.entry` the entry round's, so that
     /// `out.total()` is what the transport counted during the call.
     ///
     /// # Errors
@@ -162,7 +165,7 @@ pub trait SparseAllreduce<E: Element>: Send {
         let before = t.traffic();
         let entered = self.enter(t, v)?;
         crate::guard(t, |t| self.body(t, v, entered, out))?;
-        out.entry = entered.start().since(&before);
+        out.account(before, entered, t.traffic());
         Ok(())
     }
     /// [`SparseAllreduce::allreduce_into`] on a fresh outcome.
@@ -327,71 +330,7 @@ impl Params {
     }
 }
 
-/// The budget of a lossy algorithm: the entries its result keeps, a
-/// count `k >= 1` or a density in `(0, 1]` of the input's dimension,
-/// resolved at each call ([`Budget::k_for`]). Validated when made, so a
-/// budget never keeps nothing: `k = 0` is an error, not "drop
-/// everything".
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Budget(BudgetKind);
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum BudgetKind {
-    K(usize),
-    Density(f64),
-}
-
-impl Budget {
-    /// Keep `k` entries.
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] for `k = 0`.
-    pub fn k(k: usize) -> Result<Self> {
-        if k == 0 {
-            return Err(Error::invalid(
-                "k",
-                "0 keeps nothing: give k >= 1, or a density",
-            ));
-        }
-        Ok(Self(BudgetKind::K(k)))
-    }
-
-    /// Keep `round(density dim)` entries of an input of dimension `dim`,
-    /// at least one ([`sparse_core::topk::k_for_density`]).
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] unless `0 < density <= 1`.
-    pub fn density(density: f64) -> Result<Self> {
-        sparse_core::topk::k_for_density(1, density)?;
-        Ok(Self(BudgetKind::Density(density)))
-    }
-
-    /// The entries kept of an input of dimension `dim`: `k`, or the
-    /// density's share of `dim` (at least 1 for `dim > 0`).
-    pub fn k_for(&self, dim: usize) -> usize {
-        match self.0 {
-            BudgetKind::K(k) => k,
-            BudgetKind::Density(d) => {
-                sparse_core::topk::k_for_density(dim, d).expect("validated when made")
-            }
-        }
-    }
-
-    /// The parameter as a registry spec writes it: `k=40` or
-    /// `density=0.01`.
-    pub fn param(&self) -> String {
-        match self.0 {
-            BudgetKind::K(k) => format!("k={k}"),
-            BudgetKind::Density(d) => format!("density={d}"),
-        }
-    }
-}
-
-impl fmt::Display for Budget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.param())
-    }
-}
+pub use sparse_core::budget::Budget;
 
 /// What every builder may use besides the name's own parameters: the
 /// budget of the lossy algorithms when the name gives none (`k=` or
@@ -439,8 +378,9 @@ impl Defaults {
     }
 }
 
-/// A built-in algorithm's place in the registry: its name, its parameters
-/// and how to build it from them.
+/// A built-in algorithm's place in the registry: its name, its parameters,
+/// the facts the suites, `sparse-bench` and the planner read from the
+/// registry ([`Facts`]), and how to build it from its parameters.
 pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     /// The registry name.
     const NAME: &'static str;
@@ -448,6 +388,22 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     const PARAMS: &'static str;
     /// One line for `--help`.
     const HELP: &'static str;
+    /// Whether, with its default parameters, its result is always the
+    /// exact sum ([`SparseAllreduce::lossless`] of an instance built from
+    /// the name alone; the registry's tests check the two agree). Lossy
+    /// ones return what they cut in `dropped`.
+    const LOSSLESS: bool;
+    /// Whether it keeps state across calls that its next calls depend on
+    /// (it implements [`SparseAllreduce::save_state`]: thresholds, a call
+    /// counter, the state of its parts). `false` by default.
+    const STATEFUL: bool = false;
+    /// Whether it takes a budget ([`Params::take_budget`]: `k=` or
+    /// `density=`, else the [`Defaults`]' budget). `false` by default.
+    const BUDGET: bool = false;
+    /// Whether, once warm (after a few calls on the same input), a call
+    /// allocates nothing that grows with the data: `mpi-suite warm` holds
+    /// it to that under MPI. `false` (no promise) by default.
+    const WARM: bool = false;
     /// Whether the planner ([`crate::Auto`]) chooses among it by default
     /// ([`Registry::auto_candidates`](crate::Registry::auto_candidates)): a lossless algorithm whose result
     /// is the exact sparse sum. `false` by default.
@@ -469,6 +425,43 @@ pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
     fn suite_specs(p: usize) -> Vec<String> {
         let _ = p;
         vec![Self::NAME.to_string()]
+    }
+}
+
+/// What a registry entry says of its algorithm besides its name and
+/// parameters: [`Registered`]'s constants for one added with
+/// [`Registry::add`](crate::Registry::add), or given to
+/// [`Registry::register_with`](crate::Registry::register_with) (all
+/// `false` for [`Registry::register`](crate::Registry::register)). The
+/// suites and the MPI suite read them, so a registered algorithm is tested
+/// by every check its facts call for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// [`Registered::LOSSLESS`].
+    pub lossless: bool,
+    /// [`Registered::STATEFUL`].
+    pub stateful: bool,
+    /// [`Registered::BUDGET`].
+    pub budget: bool,
+    /// [`Registered::WARM`].
+    pub warm: bool,
+    /// [`Registered::PLANNED`].
+    pub planned: bool,
+    /// [`Registered::VALUES`].
+    pub values: bool,
+}
+
+impl Facts {
+    /// The facts `A` states.
+    pub fn of<E: Element, A: Registered<E>>() -> Self {
+        Self {
+            lossless: A::LOSSLESS,
+            stateful: A::STATEFUL,
+            budget: A::BUDGET,
+            warm: A::WARM,
+            planned: A::PLANNED,
+            values: A::VALUES,
+        }
     }
 }
 

@@ -74,31 +74,34 @@
 //! ```
 
 // The modules in dependency order: each uses only those above it (and
-// `crate::` re-exports of them), so there is no import cycle.
+// `crate::` re-exports of them), so there is no import cycle
+// (`scripts/check-structure.py` checks it).
 //
 // 1. `bytes`: little-endian bytes (the leaf).
 // 2. `transport` (`mod.rs`: the trait, traffic, buffer pool, `guard`,
-//    `Intercepting`; `ring.rs`: the default dense allreduce).
+//    `Intercepting`; `ring.rs`: the default dense allreduce;
+//    `allgather.rs`: the Bruck allgather; `agree.rs`: the agreement round
+//    on it; the transports `thread`, `group`, `mpi`, whose dense allreduce
+//    agrees on its length through `agree`).
 // 3. `dense`: the dense collectives and allgathers (on 1-2).
-// 4. `entry`: the contract (`Reduced`) and the entry round (on 1-3);
-//    then the transports `transport::{thread, group, mpi}` (`mpi` agrees
-//    on its dense allreduce's length through `entry`).
+// 4. `entry`: the contract (`Reduced`) and the entry round (on 1-3).
 // 5. `frame`: sparse pairs, blocks and streams on the wire (on 1).
-// 6. `values`: the wire values (on 1, 5).
+// 6. `values`: the wire values (on 1, 2, 5).
 // 7. `profile`: what the cost model knows of a call (on 6).
 // 8. `algorithm`: the `SparseAllreduce` and `Registered` traits,
 //    parameters, `Catalog` (on 2, 4, 7).
 // 9. `algorithms::*`: one file per built-in algorithm (on 1-8;
 //    `topk_dsa` on `split_allgather` and `ssar`, `gtopk` and `ok_topk` on
 //    `spardl::split_topk`, `omnireduce` and `zen` on `push_pull`).
-// 10. `plan`: the `Auto` planner (on 4, 7, 8).
+// 10. `plan`: the `Auto` planner (on 2, 4, 7, 8).
 // 11. `registry`: names to algorithms (on 8-10).
 // 12. `wire` (the public framing for a user's algorithm: re-exports of
-//     1, 4, 5, 6 and `spardl::split_topk`), `nonblocking` (on 2),
-//     `testing` (on all).
+//     1, 2, 4, 5, 6 and `spardl::split_topk`), `nonblocking` (on 2),
+//     `sim` (on 2), `testing` (on all).
 mod algorithm;
 mod algorithms;
 mod bytes;
+pub mod cost;
 pub mod dense;
 mod entry;
 mod frame;
@@ -114,7 +117,7 @@ mod transport;
 mod values;
 pub mod wire;
 
-pub use algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
+pub use algorithm::{Budget, Catalog, Defaults, Facts, Params, Registered, SparseAllreduce};
 pub use algorithms::gtopk::Gtopk;
 pub use algorithms::hierarchical::Hierarchical;
 pub use algorithms::ok_topk::OkTopk;
@@ -127,15 +130,17 @@ pub use algorithms::topk_dsa::TopkDsa;
 pub use algorithms::zen::{
     HostHashing, OnBackend, ZenBalancedParallelism, ZenHashing, ZenStats, zen_pieces,
 };
-pub use entry::{Entered, Reduced, agree, agree_or_fail};
+pub use entry::{Entered, Reduced};
 pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto};
 pub use profile::Profile;
 pub use registry::{Entry, Registry};
-pub use sim::{SimCluster, SimTransport};
+pub use transport::agree::{agree, agree_or_fail};
 pub use transport::group::{Group, Members};
 #[cfg(feature = "mpi")]
 pub use transport::mpi::MpiTransport;
+pub use transport::sim::{SimCluster, SimTransport};
 pub use transport::thread::{ThreadCluster, ThreadTransport};
 pub use transport::{
-    BufferPool, Intercept, Intercepting, Traffic, TrafficCounter, Transport, guard,
+    BufferPool, Endpoint, EndpointState, Intercept, Intercepting, Traffic, TrafficCounter,
+    Transport, guard,
 };

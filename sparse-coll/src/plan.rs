@@ -4,8 +4,9 @@
 use crate::algorithm::{
     Catalog, Defaults, Params, Registered, SparseAllreduce, is_name, load_parts, save_parts,
 };
-use crate::entry::{agree_sharing, entry_id};
+use crate::entry::entry_id;
 use crate::profile::Profile;
+use crate::transport::agree::agree_sharing;
 use crate::{Entered, Reduced, Transport};
 use sparse_core::cost::Cost;
 use sparse_core::state::{Scope, State};
@@ -372,6 +373,8 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
 
 impl<E: Element> Registered<E> for Auto<E> {
     const NAME: &'static str = "auto";
+    const LOSSLESS: bool = true;
+    const STATEFUL: bool = true;
     const PARAMS: &'static str = "alpha (s per message, default 5e-6), beta (s per word, default 4e-10), every (calls between profiles, default 16), candidates (registered names joined by +, each with its defaults; default the built-in lossless ones)";
     const HELP: &'static str =
         "the planner: the cheapest lossless algorithm by the cost model, profiled per call";

@@ -132,6 +132,12 @@ fn normal_quantile(q: f64) -> f64 {
         / (1.0 + 1.432_788 * t + 0.189_269 * t * t + 0.001_308 * t * t * t)
 }
 
+/// `(P - 1) / P`, the share of the others among `P` ranks: the papers'
+/// formulas' factor.
+pub(crate) fn frac(p: usize) -> f64 {
+    (p as f64 - 1.0) / p as f64
+}
+
 /// A cost of `rounds` rounds and `bytes` bytes received.
 pub(crate) fn bytes_cost(rounds: f64, bytes: f64) -> Cost {
     Cost::new(rounds, bytes / 4.0)

@@ -5,7 +5,7 @@
 //! algorithms from here.
 
 use crate::Auto;
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
+use crate::algorithm::{Catalog, Defaults, Facts, Params, Registered, SparseAllreduce, is_name};
 use crate::plan::lossless_candidates;
 use crate::values::{BUILTIN_CODECS, WireValues};
 use sparse_core::encoding::{USER_TAGS, ValueCodec};
@@ -35,8 +35,7 @@ pub struct Entry<E> {
     name: String,
     params: String,
     help: String,
-    planned: bool,
-    values: bool,
+    facts: Facts,
     suite: Option<fn(usize) -> Vec<String>>,
     build: Builder<E>,
 }
@@ -54,15 +53,37 @@ impl<E> Entry<E> {
     pub fn help(&self) -> &str {
         &self.help
     }
-    /// Whether the planner chooses among it by default
-    /// ([`Registered::PLANNED`]; `false` for [`Registry::register`]ed ones).
-    pub fn planned(&self) -> bool {
-        self.planned
+    /// What it says of itself ([`Facts`]).
+    pub fn facts(&self) -> Facts {
+        self.facts
     }
-    /// Whether it takes the `values` parameter ([`Registered::VALUES`];
-    /// `false` for [`Registry::register`]ed ones).
+    /// Whether it is lossless with its default parameters
+    /// ([`Registered::LOSSLESS`]).
+    pub fn lossless(&self) -> bool {
+        self.facts.lossless
+    }
+    /// Whether it keeps state across calls ([`Registered::STATEFUL`]).
+    pub fn stateful(&self) -> bool {
+        self.facts.stateful
+    }
+    /// Whether it takes a budget, `k=` or `density=`
+    /// ([`Registered::BUDGET`]).
+    pub fn takes_budget(&self) -> bool {
+        self.facts.budget
+    }
+    /// Whether warm calls allocate nothing that grows with the data
+    /// ([`Registered::WARM`]).
+    pub fn warm(&self) -> bool {
+        self.facts.warm
+    }
+    /// Whether the planner chooses among it by default
+    /// ([`Registered::PLANNED`]).
+    pub fn planned(&self) -> bool {
+        self.facts.planned
+    }
+    /// Whether it takes the `values` parameter ([`Registered::VALUES`]).
     pub fn takes_values(&self) -> bool {
-        self.values
+        self.facts.values
     }
     /// The specs the collective suite runs on `p` ranks
     /// ([`Registered::suite_specs`]; the name alone for
@@ -142,8 +163,7 @@ impl<E: Element> Registry<E> {
             name: A::NAME.into(),
             params: A::PARAMS.into(),
             help: A::HELP.into(),
-            planned: A::PLANNED,
-            values: A::VALUES,
+            facts: Facts::of::<E, A>(),
             suite: Some(A::suite_specs),
             build: Box::new(|p, d, registry| {
                 Ok(Box::new(A::build(p, d, registry)?) as Box<dyn SparseAllreduce<E>>)
@@ -154,7 +174,8 @@ impl<E: Element> Registry<E> {
 
     /// Registers an algorithm under `name`: `build` gets the parsed
     /// parameters (take the ones it knows; any left over is an error) and
-    /// the defaults.
+    /// the defaults. It states no [`Facts`] (all `false`):
+    /// [`Registry::register_with`] gives them.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] if the name is taken or not a plain
@@ -169,12 +190,29 @@ impl<E: Element> Registry<E> {
         + Sync
         + 'static,
     ) -> Result<()> {
+        self.register_with(name, params, help, Facts::default(), build)
+    }
+
+    /// [`Registry::register`] with the algorithm's [`Facts`].
+    ///
+    /// # Errors
+    /// As [`Registry::register`].
+    pub fn register_with(
+        &mut self,
+        name: &str,
+        params: &str,
+        help: &str,
+        facts: Facts,
+        build: impl Fn(&mut Params, Defaults) -> Result<Box<dyn SparseAllreduce<E>>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Result<()> {
         self.insert(Entry {
             name: name.into(),
             params: params.into(),
             help: help.into(),
-            planned: false,
-            values: false,
+            facts,
             suite: None,
             build: Box::new(move |p, d, _| build(p, d)),
         })
@@ -312,7 +350,7 @@ impl<E: Element> Registry<E> {
     pub fn auto_candidates(&self) -> Vec<&str> {
         self.entries
             .iter()
-            .filter(|e| e.planned)
+            .filter(|e| e.facts.planned)
             .map(|e| e.name.as_str())
             .collect()
     }

@@ -571,6 +571,45 @@ fn gather_outcomes(
     Ok((total, traffic))
 }
 
+/// Checks that every entry of `registry` states its facts
+/// ([`crate::Facts`]) truly, so that the checks that read them test what
+/// they should: lossless exactly as an instance built from the name alone
+/// (with a budget of 4) says; stateful exactly when its state after a call
+/// on three thread ranks is not the stateless one; a budget exactly when
+/// `name:k=4` builds; values exactly when `name:values=f16` builds;
+/// planned only if lossless. (Warm calls are held to their promise under
+/// MPI, by `mpi-suite warm`.) Returns the number of entries checked.
+///
+/// # Panics
+/// On the first entry whose facts do not hold, naming it and the fact.
+pub fn check_facts(registry: &Registry<f32>) -> usize {
+    let defaults = Defaults::k(4).expect("a budget");
+    for e in registry.entries() {
+        let (name, facts) = (e.name(), e.facts());
+        let built = |spec: &str| registry.build(spec, defaults);
+        let algo = built(name).unwrap_or_else(|err| panic!("{name} does not build: {err}"));
+        assert_eq!(algo.lossless(), facts.lossless, "{name}: lossless");
+        let states = crate::ThreadCluster::new(3).run(|t| {
+            let mut algo = built(name)?;
+            let v = SparseVec::new(100, vec![t.rank() as u32, 50], vec![1.0f32, 2.0])?;
+            algo.allreduce(t, &v)?;
+            algo.save_state()
+        });
+        for state in states {
+            let state = state.unwrap_or_else(|err| panic!("{name}: a call failed: {err}"));
+            assert_eq!(!state.is_stateless(), facts.stateful, "{name}: stateful");
+        }
+        let takes = |param: &str| built(&format!("{name}:{param}")).is_ok();
+        assert_eq!(takes("k=4"), facts.budget, "{name}: budget");
+        assert_eq!(takes("values=f16"), facts.values, "{name}: values");
+        assert!(
+            !facts.planned || facts.lossless,
+            "{name}: planned but lossy"
+        );
+    }
+    registry.entries().len()
+}
+
 /// The ways a vector built with `SparseVec::new_unchecked` can break its
 /// invariants.
 pub const BAD_INPUTS: [&str; 5] = [
@@ -801,6 +840,50 @@ pub fn check_corrupt(outcomes: &[CorruptOutcome]) -> std::result::Result<bool, S
             "outcomes by rank (fired, first call, second call; 0 exact, 1 wrong, 2 lossy, 3 timeout, 4 failed): {outcomes:?}"
         ))
     }
+}
+
+/// How long a rank of [`corrupt_sweep`] may wait for a message: far above
+/// any call of the sweep, so that reaching it means a rank waited in vain.
+pub const CORRUPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Corrupts each message of the first and of the last of `p` thread ranks
+/// in turn, until the victim sends no more: runs `case(t, victim, nth)` on
+/// every rank of a fresh [`crate::ThreadCluster`] (its receives time out
+/// after [`CORRUPT_TIMEOUT`]) and judges the reports with
+/// [`check_corrupt`]; `case` is [`corrupt_case`] on the transport or on a
+/// group over it, or a caller's own. Returns the number of corrupted
+/// messages.
+///
+/// # Panics
+/// When `case` fails to build, when [`check_corrupt`] finds a fault, or
+/// when a run lasts [`CORRUPT_TIMEOUT`]; the message names `what`, `p`,
+/// the victim and the message.
+pub fn corrupt_sweep(
+    what: &str,
+    p: usize,
+    case: impl Fn(&mut dyn Transport, usize, u64) -> Result<CorruptOutcome> + Sync,
+) -> usize {
+    let mut corrupted = 0;
+    for victim in [0, p - 1] {
+        for nth in 1.. {
+            let start = std::time::Instant::now();
+            let outcomes: Vec<_> = crate::ThreadCluster::new(p)
+                .timeout(CORRUPT_TIMEOUT)
+                .run(|t| case(t, victim, nth))
+                .into_iter()
+                .collect::<Result<_>>()
+                .unwrap_or_else(|e| panic!("{what} P={p}: the case does not build: {e}"));
+            let ctx = format!("{what} P={p}, message {nth} of rank {victim}");
+            let fired = check_corrupt(&outcomes).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let took = start.elapsed();
+            assert!(took < CORRUPT_TIMEOUT, "{ctx}: took {took:?}");
+            if !fired {
+                break;
+            }
+            corrupted += 1;
+        }
+    }
+    corrupted
 }
 
 /// A global allocator that counts, per thread, the bytes asked of it

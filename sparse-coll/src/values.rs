@@ -195,7 +195,7 @@ impl<E: Element> WireValues<E> {
         };
         let code = sparse_core::hash::fnv1a(std::iter::once(tag).chain(name.bytes())) | 1 << 63;
         // So that a disagreement prints the codecs, not two numbers.
-        crate::entry::remember(code, &format!("{name} (tag {tag})"));
+        crate::transport::agree::remember(code, &format!("{name} (tag {tag})"));
         code
     }
 

@@ -34,7 +34,7 @@
 //!         &mut self,
 //!         t: &mut dyn Transport,
 //!         v: &SparseVec<f32>,
-//!         entered: Entered,
+//!         _: Entered,
 //!         out: &mut Reduced<f32>,
 //!     ) -> Result<()> {
 //!         let mut msg = Vec::new();
@@ -47,7 +47,6 @@
 //!         }
 //!         *out = Reduced {
 //!             dropped: SparseVec::zeros(v.dim())?,
-//!             traffic: t.traffic().since(&entered.start()),
 //!             result,
 //!             ..Reduced::default()
 //!         };
@@ -66,11 +65,12 @@ use sparse_core::{Element, Result, SparseVec};
 
 pub use crate::algorithms::spardl::split_topk;
 pub use crate::bytes::{le_bytes, le_u32s};
-pub use crate::entry::{agree, agree_or_fail, entry_id};
+pub use crate::entry::entry_id;
 pub use crate::frame::{
     decode_stream, encode_stream, put_block, put_pairs, read_pairs, split_where, stream_to_sparse,
     take_block,
 };
+pub use crate::transport::agree::{agree, agree_or_fail};
 pub use crate::values::{Packed, WireValues};
 
 /// The entry of a sparse allreduce named `name`, as every built-in one

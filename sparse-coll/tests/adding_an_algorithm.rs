@@ -1,11 +1,19 @@
-//! `docs/adding-an-algorithm.md`, followed: a trivial algorithm (every
-//! rank's pairs allgathered and summed in rank order) written as the guide
-//! says, in one file (this one) plus one registry line, then the checks the
-//! guide names: the collective suite, the bad-input suite, and the planner
-//! choosing among it.
+//! `docs/adding-an-algorithm.md`, followed from outside the crate: a
+//! trivial algorithm (every rank's pairs allgathered and summed in rank
+//! order) written as the guide says, in one file (this one) plus one
+//! registry line, and nothing else. Registering it is what gets it
+//! tested: the checks below name no algorithm, they take what the line
+//! added to the registry ([`added`]: the specs the registry-driven suites
+//! iterate, past the built-in ones) and run on it the suites that
+//! `tests/suite.rs`, `tests/failure.rs` and the rest run on every built-in
+//! entry: the collective suite, the bad-input suite, the facts it states,
+//! a corrupt message on every rank, and the planner choosing among it.
 
 use sparse_coll::dense::bruck_allgather;
-use sparse_coll::testing::{bad_input_suite_for, cases, collective_suite_for, real_cases};
+use sparse_coll::testing::{
+    bad_input_suite_for, cases, check_facts, collective_suite_for, corrupt_case, corrupt_sweep,
+    real_cases,
+};
 use sparse_coll::{
     Catalog, Defaults, Entered, Params, Profile, Reduced, Registered, Registry, SparseAllreduce,
     ThreadCluster, Transport, wire,
@@ -55,7 +63,7 @@ impl<E: Element> SparseAllreduce<E> for NaiveSum {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let mut msg = Vec::new();
@@ -75,7 +83,6 @@ impl<E: Element> SparseAllreduce<E> for NaiveSum {
         *out = Reduced {
             result,
             dropped: SparseVec::zeros(v.dim())?,
-            traffic: t.traffic().since(&entered.start()),
             ..Reduced::default()
         };
         Ok(())
@@ -84,6 +91,7 @@ impl<E: Element> SparseAllreduce<E> for NaiveSum {
 
 impl<E: Element> Registered<E> for NaiveSum {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
     const PARAMS: &'static str = "";
     const HELP: &'static str = "every rank's pairs allgathered and summed; lossless";
     const PLANNED: bool = true;
@@ -102,22 +110,53 @@ fn registry() -> Registry<f32> {
 
 // --- The checks the guide names. ---
 
+/// What the registry line added to the specs the registry-driven suites
+/// run on `p` ranks ([`Registry::suite_specs`], as `testing::algorithms`
+/// reads them for the built-in ones): the registry's, less the built-in
+/// registry's.
+fn added(registry: &Registry<f32>, p: usize) -> Vec<String> {
+    let builtin = Registry::<f32>::builtin().suite_specs(p);
+    let mut specs = registry.suite_specs(p);
+    specs.retain(|s| !builtin.contains(s));
+    specs
+}
+
+/// The registry line adds the algorithm, and only it, to what every
+/// registry-driven suite runs (at every `P` the suites use), with the
+/// facts its `Registered` impl states: the tests below need no list.
+#[test]
+fn the_registry_line_adds_it_to_the_suites() {
+    let registry = registry();
+    for p in 1..=17 {
+        assert_eq!(added(&registry, p), [NAME], "P={p}");
+    }
+    let entry = registry.entries().iter().find(|e| e.name() == NAME);
+    let facts = entry.expect("registered").facts();
+    assert!(facts.lossless && facts.planned && !facts.stateful && !facts.budget);
+    assert!(!facts.values && !facts.warm);
+}
+
 /// The collective suite, with sends that wait for their receive as MPI's
 /// do: every input of the matrix, on 1 to 9 ranks.
 #[test]
 fn the_added_algorithm_passes_the_collective_suite() {
     let registry = registry();
+    let mut runs = 0;
     for p in 1..=9usize {
-        for (r, res) in ThreadCluster::new(p)
-            .synchronous(true)
-            .run(|t| collective_suite_for(t, &registry, NAME))
-            .into_iter()
-            .enumerate()
-        {
-            let runs = res.unwrap_or_else(|e| panic!("P={p} rank {r}: {e}"));
-            assert_eq!(runs, cases(p).len() + real_cases(p).len(), "P={p} rank {r}");
+        for spec in added(&registry, p) {
+            for (r, res) in ThreadCluster::new(p)
+                .synchronous(true)
+                .run(|t| collective_suite_for(t, &registry, &spec))
+                .into_iter()
+                .enumerate()
+            {
+                let n = res.unwrap_or_else(|e| panic!("{spec} P={p} rank {r}: {e}"));
+                assert_eq!(n, cases(p).len() + real_cases(p).len(), "P={p} rank {r}");
+                runs += 1;
+            }
         }
     }
+    assert_eq!(runs, (1..=9).sum::<usize>());
 }
 
 /// Invalid inputs on one rank: an error on every rank, then a good call.
@@ -125,10 +164,48 @@ fn the_added_algorithm_passes_the_collective_suite() {
 fn the_added_algorithm_passes_the_bad_input_suite() {
     let registry = registry();
     for p in 1..=5usize {
-        for res in ThreadCluster::new(p).run(|t| bad_input_suite_for(t, &registry, NAME)) {
-            assert!(res.unwrap() > 0, "P={p}");
+        for spec in added(&registry, p) {
+            for res in ThreadCluster::new(p).run(|t| bad_input_suite_for(t, &registry, &spec)) {
+                assert!(res.unwrap() > 0, "{spec} P={p}");
+            }
         }
     }
+}
+
+/// The facts every entry of the registry states, the added one's among
+/// them, are true (`testing::check_facts`, which `tests/suite.rs` runs on
+/// the built-in registry): the tests that pick entries by their facts
+/// (lossless, budgeted, stateful, warm) pick it rightly.
+#[test]
+fn the_added_algorithm_states_true_facts() {
+    let registry = registry();
+    assert_eq!(
+        check_facts(&registry),
+        Registry::<f32>::builtin().entries().len() + 1
+    );
+}
+
+/// Each message of the first and of the last rank corrupted in turn, on
+/// the transport and on a `Group` of every rank (in reverse order): every
+/// rank fails by its next call, none waits in vain
+/// (`testing::corrupt_sweep`, as `tests/failure.rs` runs it on every
+/// built-in algorithm).
+#[test]
+fn a_corrupt_message_in_the_added_algorithm_fails_every_rank() {
+    let registry = registry();
+    let mut corrupted = 0;
+    for p in 2..=4usize {
+        for spec in added(&registry, p) {
+            corrupted += corrupt_sweep(&spec, p, |t, victim, nth| {
+                corrupt_case(t, &registry, &spec, victim, nth)
+            });
+            corrupted += corrupt_sweep(&format!("group {spec}"), p, |t, victim, nth| {
+                let mut group = sparse_coll::Group::new(t, (0..p).rev().collect())?;
+                corrupt_case(&mut group, &registry, &spec, victim, nth)
+            });
+        }
+    }
+    assert!(corrupted > 10, "{corrupted} corrupted messages");
 }
 
 /// The registry lists it, its suite specs and its place among the

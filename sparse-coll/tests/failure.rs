@@ -1,54 +1,18 @@
 //! A corrupt message reaches every rank as an error, never as a hang: for
 //! every algorithm of the registry and every dense allreduce, on 2 to 5
-//! thread ranks, each message
-//! that the first or the last rank sends in turn is corrupted
-//! (`testing::Corrupting`), and `testing::check_corrupt` is the oracle: the
-//! corruption is caught, no rank waits until its timeout, every rank fails
-//! by its next call, and a lossless result that a rank still returned is
-//! the exact sum. `mpi-suite corrupt` runs the same cases under
-//! `mpiexec -n 2..5`.
+//! thread ranks, each message that the first or the last rank sends in turn
+//! is corrupted (`testing::Corrupting`, swept by `testing::corrupt_sweep`),
+//! and `testing::check_corrupt` is the oracle: the corruption is caught, no
+//! rank waits until its timeout, every rank fails by its next call, and a
+//! lossless result that a rank still returned is the exact sum.
+//! `mpi-suite corrupt` runs the same cases under `mpiexec -n 2..5`.
 
 use sparse_coll::testing::{
     CALL_EXACT, CALL_FAILED, CALL_TIMEOUT, CALL_WRONG, CorruptOutcome, Corrupting, algorithms,
-    check_corrupt, corrupt_case,
+    corrupt_case, corrupt_sweep,
 };
-use sparse_coll::{Registry, ThreadCluster, Transport, dense};
+use sparse_coll::{Registry, Transport, dense};
 use sparse_core::{Error, Result};
-use std::time::{Duration, Instant};
-
-/// Far above any call here: reaching it means a rank waited in vain.
-const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Corrupts each message of the first and of the last of `p` thread ranks
-/// in turn, until the victim sends no more, running `case(t, victim, nth)`
-/// on every rank and judging the reports with [`check_corrupt`]. Returns
-/// the number of corrupted messages.
-fn sweep(
-    what: &str,
-    p: usize,
-    case: impl Fn(&mut dyn Transport, usize, u64) -> Result<CorruptOutcome> + Sync,
-) -> usize {
-    let mut cases = 0;
-    for victim in [0, p - 1] {
-        for nth in 1.. {
-            let start = Instant::now();
-            let outcomes: Vec<_> = ThreadCluster::new(p)
-                .timeout(TIMEOUT)
-                .run(|t| case(t, victim, nth))
-                .into_iter()
-                .collect::<Result<_>>()
-                .expect("the case builds");
-            let ctx = format!("{what} P={p}, message {nth} of rank {victim}");
-            let fired = check_corrupt(&outcomes).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-            assert!(start.elapsed() < TIMEOUT, "{ctx}: {:?}", start.elapsed());
-            if !fired {
-                break;
-            }
-            cases += 1;
-        }
-    }
-    cases
-}
 
 #[test]
 fn a_corrupt_message_fails_every_rank_without_a_hang() {
@@ -56,7 +20,7 @@ fn a_corrupt_message_fails_every_rank_without_a_hang() {
     let mut cases = 0;
     for p in 2..=5usize {
         for spec in algorithms(p) {
-            cases += sweep(&spec, p, |t, victim, nth| {
+            cases += corrupt_sweep(&spec, p, |t, victim, nth| {
                 corrupt_case(t, &registry, &spec, victim, nth)
             });
         }
@@ -105,7 +69,7 @@ fn a_corrupt_message_in_a_dense_allreduce_fails_every_rank_without_a_hang() {
     let mut cases = 0;
     for p in 2..=5usize {
         for which in DENSE {
-            cases += sweep(which, p, |t, victim, nth| {
+            cases += corrupt_sweep(which, p, |t, victim, nth| {
                 Ok(dense_case(t, which, victim, nth))
             });
         }
@@ -113,23 +77,19 @@ fn a_corrupt_message_in_a_dense_allreduce_fails_every_rank_without_a_hang() {
     assert!(cases > 50, "{cases} corrupted messages");
 }
 
-/// The same on a `Group` (all ranks, in reverse order): a collective that
-/// fails part way on the group abandons the transport under it, so the
-/// peers still waiting fail at once instead of timing out.
+/// The same on a `Group` (all ranks, in reverse order), for every
+/// algorithm of the registry: a collective that fails part way on the
+/// group abandons the transport under it, so the peers still waiting fail
+/// at once instead of timing out.
 #[test]
 fn a_corrupt_message_on_a_group_fails_every_rank_without_a_hang() {
     let registry = Registry::builtin();
     let mut cases = 0;
     for p in [3usize, 4] {
-        for spec in [
-            "topk_a",
-            "ssar_split_allgather",
-            "spardl",
-            "zen_balanced_parallelism",
-        ] {
-            cases += sweep(&format!("group {spec}"), p, |t, victim, nth| {
+        for spec in algorithms(p) {
+            cases += corrupt_sweep(&format!("group {spec}"), p, |t, victim, nth| {
                 let mut group = sparse_coll::Group::new(t, (0..p).rev().collect())?;
-                corrupt_case(&mut group, &registry, spec, victim, nth)
+                corrupt_case(&mut group, &registry, &spec, victim, nth)
             });
         }
     }

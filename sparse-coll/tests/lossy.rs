@@ -9,12 +9,13 @@ use common::{
     RANKS, assert_all_disagree, assert_conserved, assert_within_shares, inputs, oracle, run,
     topk_by_sort,
 };
+use sparse_coll::cost;
 use sparse_coll::{
     Budget, Gtopk, OkTopk, Reduced, Spardl, SpardlBsag, SpardlRsag, SparseAllreduce, ThreadCluster,
     Transport,
 };
 use sparse_core::stats::{even_len, even_start};
-use sparse_core::{Error, SparseVec, cost};
+use sparse_core::{Error, SparseVec};
 
 /// `(dim, density, overlap, k)` cases: sparse and dense, the least budget
 /// (k = 1) included (k = 0 is an error: `tests/budget.rs`).
@@ -484,14 +485,25 @@ fn bsag_first_call_meets_its_lower_bound() {
     }
 }
 
+/// Every algorithm of the registry that takes a budget
+/// (`Entry::takes_budget`): ranks that give different `k` all get a
+/// disagreement; and R-SAG's ranks that give different teams.
 #[test]
 fn ranks_that_disagree_on_k_or_teams_all_get_an_error() {
-    for name in ["gtopk", "ok_topk", "spardl", "spardl_rsag", "spardl_bsag"] {
+    let registry = sparse_coll::Registry::<f32>::builtin();
+    let budgeted: Vec<&str> = registry
+        .entries()
+        .iter()
+        .filter(|e| e.takes_budget())
+        .map(|e| e.name())
+        .collect();
+    assert!(!budgeted.is_empty());
+    for name in budgeted {
         for p in [2usize, 4] {
             let out = ThreadCluster::new(p).run(|t| {
                 let k = if t.rank() == 1 { 7 } else { 8 };
                 let spec = format!("{name}:k={k}");
-                sparse_coll::Registry::builtin()
+                registry
                     .build(&spec, sparse_coll::Defaults::k(k)?)?
                     .allreduce(t, &SparseVec::<f32>::zeros(100)?)
             });

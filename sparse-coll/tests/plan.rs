@@ -228,7 +228,7 @@ fn overlapped_collectives_equal_blocking_ones() {
         let ins = inputs(p, 5000, 0.02, 0.5, false, 21);
         let reg = registry();
         let d = Defaults::k(60).unwrap();
-        for name in ["spardl", "ssar_split_allgather", "zen_balanced_parallelism"] {
+        for name in reg.names() {
             let blocking = run(p, &ins, |t, v| reg.build(name, d)?.allreduce(t, v));
             let overlapped = run(p, &ins, |t, v| {
                 let mut algo = reg.build(name, d)?;

@@ -4,16 +4,17 @@
 //! identical on every rank, nothing dropped by lossless algorithms, traffic
 //! equal to the papers' formulas, and disagreeing ranks all erroring.
 
+use sparse_coll::cost;
 use sparse_coll::{
-    Budget, DsarSplitAllgather, OmniReduceBlocks, Reduced, Spardl, SparseAllreduce,
-    SsarRecursiveDouble, SsarSplitAllgather, ThreadCluster, ThreadTransport, TopkA, TopkDsa,
-    Transport, ZenBalancedParallelism,
+    Budget, Defaults, DsarSplitAllgather, OmniReduceBlocks, Reduced, Registry, Spardl,
+    SparseAllreduce, SsarRecursiveDouble, ThreadCluster, ThreadTransport, TopkA, Transport,
+    ZenBalancedParallelism,
 };
 use sparse_core::H0;
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
-use sparse_core::{Result, SparseVec, cost};
+use sparse_core::{Result, SparseVec};
 use std::sync::Arc;
 
 mod common;
@@ -22,9 +23,6 @@ use common::{
 };
 
 type Algo = fn(&mut ThreadTransport, &SparseVec<f32>) -> Result<Reduced<f32>>;
-fn dsar_plain(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-    DsarSplitAllgather::new(None).allreduce(t, v)
-}
 
 const ZEN_SEED: u64 = 0x2e7;
 
@@ -38,31 +36,13 @@ fn topk_a(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
     TopkA::default().allreduce(t, v)
 }
 
-fn topk_dsa(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-    TopkDsa.allreduce(t, v)
-}
-
 fn ssar_recursive_double(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
     SsarRecursiveDouble::default().allreduce(t, v)
-}
-
-fn ssar_split_allgather(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
-    SsarSplitAllgather.allreduce(t, v)
 }
 
 fn omni(t: &mut ThreadTransport, v: &SparseVec<f32>) -> Result<Reduced<f32>> {
     OmniReduceBlocks::new(16)?.allreduce(t, v)
 }
-
-const LOSSLESS: [(&str, Algo); 7] = [
-    ("topk_dsa", topk_dsa),
-    ("zen_balanced_parallelism", zen),
-    ("omnireduce_blocks", omni),
-    ("topk_a", topk_a),
-    ("ssar_recursive_double", ssar_recursive_double),
-    ("ssar_split_allgather", ssar_split_allgather),
-    ("dsar_split_allgather", dsar_plain),
-];
 
 #[test]
 fn topk_a_traffic_is_exact() {
@@ -151,13 +131,17 @@ fn ssar_switches_to_dense_past_delta() {
     }
 }
 
+/// Every algorithm of the registry (with a budget for the lossy ones):
+/// ranks that pass different dimensions all get a disagreement.
 #[test]
 fn disagreeing_ranks_all_get_an_error() {
-    for (name, f) in LOSSLESS {
+    let registry = Registry::<f32>::builtin();
+    for name in registry.names() {
         for p in [2usize, 5] {
             let out = ThreadCluster::new(p).run(|t| {
                 let dim = if t.rank() == 1 { 99 } else { 100 };
-                f(t, &SparseVec::zeros(dim).unwrap())
+                let mut algo = registry.build(name, Defaults::k(4)?)?;
+                algo.allreduce(t, &SparseVec::zeros(dim).unwrap())
             });
             assert_all_disagree(&out, "dimension", &format!("{name} P={p}"));
         }
@@ -269,28 +253,42 @@ fn quantized_dsar_splits_exactly_on_random_inputs() {
 /// Issue 11.6: at `n = 2^32 - 1`, DSAR (a dense result of 48 GiB) and Zen
 /// (a partition index of 32 GiB) asked for more than the machine holds and
 /// aborted the process. Each rank now checks before the call, and every
-/// rank returns an error. Skipped, with the reason, on a machine that could
+/// rank returns an error. The algorithms held to it are those of the
+/// registry whose cost model (`SparseAllreduce::cost`) grows with the
+/// dimension: more than `n / 1024` words for two entries per rank (DSAR
+/// with and without QSGD, Zen). Skipped, with the reason, on a machine that could
 /// hold the buffers.
 #[test]
 fn huge_dimensions_are_errors_on_every_rank() {
-    use sparse_coll::{Defaults, Registry};
+    use sparse_coll::Profile;
     use sparse_core::Error;
     let n = u32::MAX as usize;
     if sparse_core::alloc::probe(8 * n as u64, "test probe").is_ok() {
         eprintln!("skipped: this machine could allocate the 32 GiB the test needs refused");
         return;
     }
+    let registry = Registry::<f32>::builtin();
+    let input = |r: usize| SparseVec::new(n, vec![r as u32, n as u32 - 1], vec![1.0f32, 2.0]);
+    // The algorithms whose traffic grows with the dimension, by their
+    // cost at P = 4.
+    let prof = Profile::of(&(0..4).map(input).collect::<Result<Vec<_>>>().unwrap());
+    let dense: Vec<&str> = registry
+        .names()
+        .into_iter()
+        .filter(|name| {
+            let algo = registry.build(name, Defaults::k(1).unwrap()).unwrap();
+            algo.cost(&prof).words > (n / 1024) as f64
+        })
+        .collect();
+    assert!(
+        dense.len() >= 3,
+        "DSAR with and without QSGD, Zen: {dense:?}"
+    );
     for p in [1usize, 2, 3] {
-        for algo in [
-            "dsar_split_allgather",
-            "dsar_qsgd",
-            "zen_balanced_parallelism",
-        ] {
+        for &algo in &dense {
             let out = ThreadCluster::new(p).run(|t| {
-                let v = SparseVec::new(n, vec![0, n as u32 - 1], vec![1.0f32, 2.0])?;
-                Registry::builtin()
-                    .build(algo, Defaults::k(1)?)?
-                    .allreduce(t, &v)
+                let v = input(t.rank())?;
+                registry.build(algo, Defaults::k(1)?)?.allreduce(t, &v)
             });
             for (r, res) in out.iter().enumerate() {
                 assert!(

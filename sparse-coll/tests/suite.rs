@@ -1,7 +1,7 @@
 //! The collective suite (`sparse_coll::testing`) on the thread transport,
 //! for P = 1..=9, 16 and 17.
 
-use sparse_coll::testing::{algorithms, cases, collective_suite_for, real_cases};
+use sparse_coll::testing::{algorithms, cases, check_facts, collective_suite_for, real_cases};
 use sparse_coll::{Registry, ThreadCluster};
 
 /// Every built-in algorithm at every `P`, each pair a run of its own, with
@@ -54,6 +54,15 @@ fn the_suite_runs_every_registered_algorithm() {
             "{n} is not in the suite"
         );
     }
+}
+
+/// What each registry entry says of itself (`Entry::facts`) is what its
+/// algorithm does (`testing::check_facts`), so that the tests that read
+/// the facts test what they should.
+#[test]
+fn every_registry_entry_states_its_facts_truly() {
+    let registry = Registry::<f32>::builtin();
+    assert_eq!(check_facts(&registry), registry.entries().len());
 }
 
 /// Issue 11.4: vectors built with `new_unchecked` from bad parts (out of

@@ -30,6 +30,7 @@
 
 pub mod alloc;
 pub mod backend;
+pub mod budget;
 pub mod checks;
 pub mod cost;
 mod element;
@@ -51,6 +52,7 @@ pub use backend::{
     Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, HashOps, HashPartitions, IndexOps,
     KeyOrder, ReduceOps, Scalar, SelectOps, Selected,
 };
+pub use budget::{Budget, Density};
 pub use element::{Element, abs_key, exact_difference, signed_key};
 pub use error::{Error, Result};
 pub use hash::{CounterRng, H0, HierarchicalHash, SplitMix64, UniversalHash};

@@ -4,7 +4,7 @@
 //! collective of `sparse-coll` use it, so they all select the same entries.
 
 use crate::stats::even_len;
-use crate::{Element, Error, Result, SparseVec, abs_key};
+use crate::{Element, SparseVec, abs_key};
 
 /// Positions of the `k` largest `key(values[i])` (all when `k >= len`),
 /// ties to the lower position, in increasing order. `O(len)`: the `k`-th
@@ -266,22 +266,7 @@ pub fn block_share(k: usize, n: usize, m: usize, j: usize) -> usize {
     (k / m + usize::from(j < k % m)).min(even_len(j, n, m))
 }
 
-/// The number of elements a density selects from `n`: `round(density n)`,
-/// at least 1 when `n > 0` (and at most `n`). `sparse-select`'s selectors
-/// and the lossy collectives of `sparse-coll` (a budget given as a
-/// density) both resolve a density with it.
-///
-/// # Errors
-/// [`Error::InvalidParameter`] unless `0 < density <= 1`.
-pub fn k_for_density(n: usize, density: f64) -> Result<usize> {
-    if !(density > 0.0 && density <= 1.0) {
-        return Err(Error::invalid(
-            "density",
-            format!("{density} not in (0, 1]"),
-        ));
-    }
-    Ok(((density * n as f64).round() as usize).clamp(n.min(1), n))
-}
+pub use crate::budget::k_for_density;
 
 impl<E: Element> SparseVec<E> {
     /// The `k` entries of largest magnitude (ties: the lower index) and the

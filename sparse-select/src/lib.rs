@@ -170,15 +170,10 @@ impl<B: Backend<E>, E: Element, S: Selector<B, E> + ?Sized> Selector<B, E> for B
     }
 }
 
-/// The number of elements a density selects from `n`: `round(density n)`,
-/// at least 1 when `n > 0` ([`sparse_core::topk::k_for_density`], which
-/// the lossy collectives of `sparse-coll` share).
-///
-/// # Errors
-/// [`Error::InvalidParameter`](sparse_core::Error::InvalidParameter) unless `0 < density <= 1`.
-pub fn k_for_density(n: usize, density: f64) -> Result<usize> {
-    sparse_core::topk::k_for_density(n, density)
-}
+/// A density, a budget and the count a density keeps of `n`: sparse-core's
+/// ([`sparse_core::budget`]), checked once when made and shared with the
+/// lossy collectives of `sparse-coll` and `residual-sgd`'s settings.
+pub use sparse_core::budget::{Budget, Density, k_for_density};
 
 /// `max |x|` and `mean |x|`, rejecting NaN (the backend does) and infinity.
 pub(crate) fn stats<B: Backend<E>, E: Element>(b: &B, x: &B::Buffer<E>) -> Result<(f64, f64)> {

@@ -21,7 +21,7 @@ pub mod run;
 use data::{Data, Set};
 use model::{Kind, Model};
 pub use rank::train_rank;
-use residual_sgd::{Config, Rule};
+use residual_sgd::{BucketBudget, Buckets, Config, Rule};
 use sparse_core::{Error, Result};
 
 /// The named, seedable generator of the training runs (shuffles, initial
@@ -239,6 +239,23 @@ pub struct TrainArgs {
     /// fresh.
     #[arg(long, requires = "resume")]
     pub allow_fresh: bool,
+    /// Fuse layers into buckets of at least this many MiB, as PyTorch DDP
+    /// does (25 is DDP's default), filled in backward order: compressed
+    /// layers make one collective call per bucket
+    /// (`residual_sgd::Config::buckets`) and the dense runs' layers one
+    /// allreduce per bucket (`Config::fuse`). 0 (the default): a call per
+    /// layer.
+    #[arg(long, default_value_t = 0.0)]
+    pub bucket_mib: f64,
+    /// With `--bucket-mib`: one budget over each bucket (Ok-Topk's and
+    /// gTopk's global top-k) instead of each layer's own share.
+    #[arg(long, requires = "bucket_mib")]
+    pub global_budget: bool,
+    /// Pipelined steps (`Trainer::step_with`): the layers' gradients go in
+    /// backward order and each bucket's collective starts when its last
+    /// layer is in, while the next layers are selected.
+    #[arg(long)]
+    pub pipelined: bool,
     /// Fault injection on threads: this rank fails before its step
     /// `--fail-at-step` (counted from the start of the run), as a lost
     /// rank would; every other rank then fails too.
@@ -273,6 +290,9 @@ impl Default for TrainArgs {
             keep_checkpoints: None,
             resume: None,
             allow_fresh: false,
+            bucket_mib: 0.0,
+            global_budget: false,
+            pipelined: false,
             fail_rank: None,
             fail_at_step: None,
             seed: 1,
@@ -284,6 +304,23 @@ impl Default for TrainArgs {
 pub const REDSYNC_COMPRESS_THRESHOLD: usize = 128 << 10;
 
 impl TrainArgs {
+    /// The bucket cap in bytes (`--bucket-mib`), `None` for a call per
+    /// layer.
+    ///
+    /// # Errors
+    /// A negative or non-finite size.
+    pub fn bucket_bytes(&self) -> Result<Option<usize>> {
+        let mib = self.bucket_mib;
+        if !(mib.is_finite() && mib >= 0.0) {
+            return Err(Error::invalid(
+                "bucket-mib",
+                format!(
+                    "{mib} is not a size: give 0 (a call per layer) or a positive number of MiB"
+                ),
+            ));
+        }
+        Ok((mib > 0.0).then(|| ((mib * (1u64 << 20) as f64).round() as usize).max(1)))
+    }
     /// The hidden layer's units ([`TrainArgs::hidden`] or its default).
     pub fn hidden(&self) -> usize {
         self.hidden.unwrap_or(match (&self.data, self.model) {
@@ -414,9 +451,12 @@ pub fn config_with_threshold(
         weight_decay: a.weight_decay,
         factor_masking: true,
     };
+    let bucket = a.bucket_bytes()?;
     Ok(match run {
-        Run::Dense { momentum: false } => Config::dense(a.lr, Rule::TopK)?,
-        Run::Dense { momentum: true } => Config::dense(a.lr, rgc)?,
+        Run::Dense { momentum: false } => {
+            Config::dense(a.lr, Rule::TopK)?.fuse(bucket.unwrap_or(0))
+        }
+        Run::Dense { momentum: true } => Config::dense(a.lr, rgc)?.fuse(bucket.unwrap_or(0)),
         Run::Sparse { scheme, density } => {
             let rule = if scheme.family == Family::TopK {
                 Rule::TopK
@@ -428,10 +468,21 @@ pub fn config_with_threshold(
             let cfg = Config::new(a.lr, *density, rule)?
                 .compress_threshold(compress_threshold)
                 .compress_min_dims(2);
-            match scheme.family {
+            let cfg = match scheme.family {
                 Family::RgcQuantized => cfg.quantized()?,
                 Family::Dgc => cfg.clip(a.clip)?,
                 _ => cfg,
+            };
+            match bucket {
+                Some(bytes) => {
+                    let budget = if a.global_budget {
+                        BucketBudget::Global
+                    } else {
+                        BucketBudget::PerLayer
+                    };
+                    cfg.buckets(Buckets::new(bytes)?.budget(budget))?
+                }
+                None => cfg,
             }
         }
     })

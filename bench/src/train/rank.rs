@@ -275,7 +275,16 @@ impl<'a> RankLoop<'a> {
         let clock = std::time::Instant::now();
         let (_, grads) = self.model.loss_and_grads(&w, &batch)?;
         let grad = clock.elapsed();
-        let rep: StepReport = self.tr.step(t, &grads)?;
+        let rep: StepReport = if a.pipelined {
+            // Backward order: the last layer's gradient first.
+            self.tr.step_with(t, |feed| {
+                (0..grads.len())
+                    .rev()
+                    .try_for_each(|l| feed.push_host(l, &grads[l]))
+            })?
+        } else {
+            self.tr.step(t, &grads)?
+        };
         self.out.bytes_sent.push(rep.traffic.bytes_sent);
         self.out
             .phases
@@ -403,11 +412,12 @@ fn resume_dir(t: &mut dyn Transport, run: &Run, a: &TrainArgs) -> Result<Option<
 fn trainer(run: &Run, a: &TrainArgs, model: &Model) -> Result<Trainer<Cpu, RadixTopK>> {
     let layers = model.layers();
     let cfg = config(run, a)?;
-    let density = run.density();
+    // The collectives keep the settings' budget (the density is given once).
+    let defaults = Defaults::with_budget(cfg.budget());
     let last = layers.len() - 1;
     let comm = |l: &LayerSpec| -> Result<Box<dyn SparseAllreduce<f32>>> {
         let spec = layer_collective(run, l.name == layers[last].name);
-        Registry::builtin().build(spec, Defaults::density(density)?)
+        Registry::builtin().build(spec, defaults)
     };
     let w0 = model.init(a.seed);
     Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)

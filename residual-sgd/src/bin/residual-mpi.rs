@@ -29,13 +29,14 @@ fn train(t: &mut dyn Transport, rule: Rule, spec: &str) -> Result<Vec<u64>> {
     let layers = LayerSpec::matrices(&SIZES);
     let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.25; n]).collect();
     let cfg = Config::new(0.1, 0.02, rule)?.compress_threshold(1024);
-    let mut tr = Trainer::new(
+    let mut tr = Trainer::from_registry(
         backend_cpu::Cpu,
         cfg,
         layers,
         &w0,
         RadixTopK::magnitude(),
-        |_| Registry::builtin().build(spec, Defaults::density(0.02)?),
+        &Registry::builtin(),
+        spec,
     )?;
     let mut rng = Rng::seed_from_u64(1000 + t.rank() as u64);
     let mut digests = Vec::new();

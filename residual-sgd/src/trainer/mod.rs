@@ -5,7 +5,7 @@
 
 use crate::memory::{self, Memory};
 use crate::{Config, LayerSpec};
-use sparse_coll::SparseAllreduce;
+use sparse_coll::{Defaults, Registry, SparseAllreduce};
 use sparse_core::{Backend, Error, Result};
 use sparse_select::Selector;
 
@@ -14,13 +14,15 @@ mod state;
 mod step;
 
 pub use report::{LayerReport, StepReport};
+pub use step::Feed;
 
-/// A compressed layer's parts: its memory, its compressor and its
-/// communicator.
+/// A compressed layer's parts: its memory, its compressor and the bucket
+/// whose collective reduces it.
 struct Compressed<B: Backend<f32>, S> {
     memory: Box<dyn Memory<B>>,
     selector: S,
-    comm: Box<dyn SparseAllreduce<f32>>,
+    /// Its bucket in [`Trainer::buckets`].
+    bucket: usize,
     /// Quantized mode: top-k (true) or low-k next.
     top: bool,
     /// Steps taken (QSGD's fresh seed).
@@ -30,9 +32,22 @@ struct Compressed<B: Backend<f32>, S> {
     output: bool,
 }
 
-impl<B: Backend<f32>, S: Selector<B, f32>> Compressed<B, S> {
-    /// The selector's and the collective's names and parameters, which a
-    /// saved state must share.
+/// Compressed layers that one collective call reduces per step: a single
+/// layer, or with [`Config::buckets`] a bucket of them, their index
+/// spaces laid end to end in list order.
+struct Bucket {
+    /// Its layers' positions, in list order.
+    layers: Vec<usize>,
+    /// Its layers' parameters.
+    len: usize,
+    /// Whether the settings fuse layers ([`Config::buckets`]).
+    fused: bool,
+    comm: Box<dyn SparseAllreduce<f32>>,
+}
+
+impl Bucket {
+    /// The collective's name and parameters, and for fused settings the
+    /// bucket's layers: what a saved state must share.
     fn parts(&self) -> String {
         let params = self.comm.params();
         let comm = if params.is_empty() {
@@ -40,8 +55,18 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Compressed<B, S> {
         } else {
             format!("{}:{params}", self.comm.name())
         };
-        format!("selector {}, collective {comm}", self.selector.name())
+        if self.fused {
+            format!("collective {comm}, bucket of layers {:?}", self.layers)
+        } else {
+            format!("collective {comm}")
+        }
     }
+}
+
+/// The selector's name and its bucket's parts, which a saved state must
+/// share.
+fn parts<B: Backend<f32>, S: Selector<B, f32>>(c: &Compressed<B, S>, bucket: &Bucket) -> String {
+    format!("selector {}, {}", c.selector.name(), bucket.parts())
 }
 
 /// How a layer is reduced.
@@ -68,6 +93,9 @@ pub struct Trainer<B: Backend<f32>, S> {
     b: B,
     cfg: Config,
     layers: Vec<Layer<B, S>>,
+    /// The collective calls of a step, in the order they fill (one per
+    /// compressed layer unless [`Config::buckets`] fuses them).
+    buckets: Vec<Bucket>,
     /// A digest of the weights' history: FNV-1a of the initial weights,
     /// then folded with the digest of every step's applied results. Ranks
     /// that applied the same steps to the same weights hold the same
@@ -102,6 +130,37 @@ impl<B: Backend<f32> + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
         let (rule, lr) = (cfg.rule(), cfg.lr());
         Self::with_memory(b, cfg, layers, weights, selector, comm, |b, spec| {
             memory::for_rule(b, rule, lr, spec.len)
+        })
+    }
+
+    /// As [`Trainer::new`], with each compressed layer's collective built
+    /// from `registry` by the spec `collective` (`"spardl"`,
+    /// `"ok_topk:period=8"`, ...) with the settings' budget
+    /// ([`Config::budget`]) as its default: the density is given once, in
+    /// `cfg`. A `k=` or `density=` in the spec overrides it for that
+    /// collective; a caller who wants other defaults per layer uses
+    /// [`Trainer::new`] with its own closure.
+    ///
+    /// The budget is the settings' at construction: a density that changes
+    /// later ([`Config::with_density`], DGC's warm-up) changes what the
+    /// selector keeps, and a lossy collective keeps its own budget of what
+    /// it receives.
+    ///
+    /// # Errors
+    /// As [`Trainer::new`]; [`Registry::build`]'s errors (an unknown name
+    /// or parameter, naming the known ones).
+    pub fn from_registry(
+        b: B,
+        cfg: Config,
+        layers: Vec<LayerSpec>,
+        weights: &[Vec<f32>],
+        selector: S,
+        registry: &Registry<f32>,
+        collective: &str,
+    ) -> Result<Self> {
+        let defaults = Defaults::with_budget(cfg.budget());
+        Self::new(b, cfg, layers, weights, selector, |_| {
+            registry.build(collective, defaults)
         })
     }
 }
@@ -202,7 +261,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 Part::Compressed(Compressed {
                     memory,
                     selector: selector(&spec)?,
-                    comm: comm(&spec)?,
+                    bucket: usize::MAX,
                     top: true,
                     steps: 0,
                     output: Some(l) == last,
@@ -218,6 +277,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 spec,
             });
         }
+        let buckets = buckets(&cfg, &mut out, &mut comm)?;
         let history = sparse_core::hash::fnv1a(
             weights
                 .iter()
@@ -227,9 +287,67 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             b,
             cfg,
             layers: out,
+            buckets,
             history,
         })
     }
+}
+
+/// The step's collective calls over `layers`: one per compressed layer
+/// in list order, or the buckets of [`Config::buckets`]; each gets the
+/// collective `comm` builds for its layer, or for a bucket of several a
+/// layer named after them (`bucket(layer3+layer4)`, its length their
+/// sum). Sets each compressed layer's bucket.
+fn buckets<B: Backend<f32>, S>(
+    cfg: &Config,
+    layers: &mut [Layer<B, S>],
+    comm: &mut impl FnMut(&LayerSpec) -> Result<Box<dyn SparseAllreduce<f32>>>,
+) -> Result<Vec<Bucket>> {
+    let compressed: Vec<bool> = layers
+        .iter()
+        .map(|l| matches!(l.part, Part::Compressed(_)))
+        .collect();
+    let groups = match cfg.buckets {
+        Some(b) => {
+            let specs: Vec<LayerSpec> = layers.iter().map(|l| l.spec.clone()).collect();
+            b.layout(&specs, &compressed)?
+        }
+        None => (0..layers.len())
+            .filter(|&l| compressed[l])
+            .map(|l| vec![l])
+            .collect(),
+    };
+    let mut out = Vec::with_capacity(groups.len());
+    for (j, group) in groups.into_iter().enumerate() {
+        let len = group.iter().map(|&l| layers[l].spec.len).sum();
+        let spec = match group.as_slice() {
+            [l] => layers[*l].spec.clone(),
+            _ => LayerSpec {
+                name: format!(
+                    "bucket({})",
+                    group
+                        .iter()
+                        .map(|&l| layers[l].spec.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join("+")
+                ),
+                len,
+                dims: 2,
+            },
+        };
+        for &l in &group {
+            if let Part::Compressed(c) = &mut layers[l].part {
+                c.bucket = j;
+            }
+        }
+        out.push(Bucket {
+            layers: group,
+            len,
+            fused: cfg.buckets.is_some(),
+            comm: comm(&spec)?,
+        });
+    }
+    Ok(out)
 }
 
 impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
@@ -288,6 +406,13 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 Part::Dense { .. } => Ok(vec![0.0; l.spec.len]),
             })
             .collect()
+    }
+
+    /// The compressed layers' buckets, in the order they fill: each one
+    /// collective call per step over its layers (positions in list
+    /// order). Without [`Config::buckets`], one per compressed layer.
+    pub fn buckets(&self) -> Vec<Vec<usize>> {
+        self.buckets.iter().map(|b| b.layers.clone()).collect()
     }
 
     /// Which layers are compressed (the others go dense).

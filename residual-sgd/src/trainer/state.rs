@@ -1,7 +1,7 @@
 //! A trainer's state as data: [`Trainer::save_state`] and
 //! [`Trainer::load_state`], and the words of a setting that differs.
 
-use super::{Part, Trainer};
+use super::{Part, Trainer, parts};
 use crate::memory::check_loaded_finite;
 use sparse_coll::{Transport, agree, agree_or_fail};
 use sparse_core::state::{Scope, State};
@@ -28,6 +28,9 @@ fn shared_digest(s: &State) -> u64 {
     sparse_core::hash::fnv1a(bits.flat_map(u32::to_le_bytes))
 }
 
+/// The collective state a bucket's layers but its first save.
+const IN_BUCKET: &str = "residual_sgd::InBucket";
+
 /// The state kind of [`Trainer::save_state`].
 pub const TRAINER_STATE: &str = "residual_sgd::Trainer";
 
@@ -51,6 +54,18 @@ pub(super) fn setting_text(name: &str, v: u64) -> String {
         "collection" => match v {
             0 => "local".into(),
             1 => "paper".into(),
+            _ => v.to_string(),
+        },
+        "bucket cap" if v == 0 => "none (a call per layer)".into(),
+        "bucket cap" => format!("{v} bytes"),
+        "bucket budget" => match v {
+            0 => "per layer".into(),
+            1 => "global".into(),
+            _ => v.to_string(),
+        },
+        "bucket order" => match v {
+            0 => "backward".into(),
+            1 => "list".into(),
             _ => v.to_string(),
         },
         "nesterov" | "factor masking" | "qsgd feedback" | "quantized" | "dense" => match v {
@@ -147,13 +162,21 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                     );
                 }
                 Part::Compressed(c) => {
+                    let bucket = &self.buckets[c.bucket];
+                    // A bucket's collective is saved with its first layer;
+                    // the others hold an empty state in its place.
+                    let comm = if bucket.layers[0] == l {
+                        bucket.comm.save_state()?
+                    } else {
+                        State::new(IN_BUCKET, 1)
+                    };
                     ls.put_bool("compressed", Scope::Shared, true)
-                        .put_child("parts", State::new(c.parts(), 1))
+                        .put_child("parts", State::new(parts(c, bucket), 1))
                         .put_bool("top", Scope::Shared, c.top)
                         .put_u64("steps", Scope::Shared, c.steps)
                         .put_child("memory", c.memory.save_state(&self.b)?)
                         .put_child("select", c.selector.save_state()?)
-                        .put_child("comm", c.comm.save_state()?);
+                        .put_child("comm", comm);
                 }
             }
             s.put_child(format!("layer.{l}"), ls);
@@ -254,7 +277,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                         .load_state(&self.b, ls.child("memory")?)
                         .map_err(named)?;
                     c.selector.load_state(ls.child("select")?).map_err(named)?;
-                    c.comm.load_state(ls.child("comm")?).map_err(named)?;
+                    let bucket = &mut self.buckets[c.bucket];
+                    if bucket.layers[0] == l {
+                        bucket.comm.load_state(ls.child("comm")?).map_err(named)?;
+                    }
                     c.top = top;
                     c.steps = steps;
                 }
@@ -272,7 +298,12 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         cfg.expect("residual_sgd::Config", 1)?;
         let mut density = None;
         for (name, mine) in self.cfg.fields() {
-            let saved = cfg.u64(name)?;
+            // States saved before buckets existed have no bucket fields:
+            // theirs were none.
+            let saved = match cfg.u64(name) {
+                Err(_) if name.starts_with("bucket ") => 0,
+                other => other?,
+            };
             if name == "density" {
                 density = Some(f64::from_bits(saved));
             } else if saved != mine {
@@ -325,7 +356,8 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                     // A stateless selector or collective saves an empty
                     // state, which any other stateless one would accept:
                     // their names and parameters tell them apart.
-                    let (saved, mine) = (ls.child("parts")?.kind(), c.parts());
+                    let (saved, mine) =
+                        (ls.child("parts")?.kind(), parts(c, &self.buckets[c.bucket]));
                     if saved != mine {
                         return Err(Error::mismatch(
                             format!("layer {l} ({name}): the selector and collective"),

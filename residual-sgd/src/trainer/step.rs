@@ -4,7 +4,7 @@
 //! work is in `layer`.
 
 use super::state::readable;
-use super::{LayerReport, Part, StepReport, Trainer};
+use super::{Bucket, Layer, LayerReport, Part, StepReport, Trainer};
 use crate::{Config, Rule};
 use sparse_coll::{Reduced, Transport, agree, agree_or_fail};
 use sparse_core::backend::{check_finite, check_finite_buffer};
@@ -13,7 +13,9 @@ use sparse_select::Selector;
 use std::time::Instant;
 
 mod layer;
+mod pipeline;
 use layer::{clip_factor, compress, compressed_apply, dense_apply};
+pub use pipeline::Feed;
 
 impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// One step with every layer's gradient on the host: uploads them and
@@ -106,6 +108,37 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             Ok(g) => (g, Ok(())),
             Err(e) => (Vec::new(), Err(e)),
         };
+        self.enter(t, local)?;
+        let start = t.traffic();
+        let p = t.size() as f32;
+        let mut rep = StepReport::default();
+        let mut ready = Vec::with_capacity(grads.len());
+        let prepared = grads
+            .into_iter()
+            .enumerate()
+            .try_for_each(|(l, g)| {
+                ready.push(self.prepare(l, g, p, &mut rep)?);
+                Ok(())
+            })
+            .and_then(|()| self.cut_to_budgets(&mut ready));
+        agree_or_fail(t, &[("step", 1)], prepared)?;
+        // From here a failure on one rank only (a memory's or the backend's
+        // error) abandons the transport, so that no peer waits on this rank
+        // in a collective (each collective guards its own body, and the
+        // local work below runs in `sparse_coll::guard`); a failure every
+        // rank shares (a collective's entry agreement, the commit round)
+        // leaves it usable.
+        let outcome = self
+            .communicate(t, ready, &mut rep)
+            .and_then(|received| self.commit(t, Ok(received), p, &mut rep));
+        self.settle(outcome)?;
+        rep.traffic = t.traffic().since(&start);
+        Ok(rep)
+    }
+
+    /// The entry round: the settings, the layers and the weights' history
+    /// compared across ranks, with this rank's `local` failure shared.
+    fn enter(&self, t: &mut dyn Transport, local: Result<()>) -> Result<()> {
         let mut fields = self.cfg.fields();
         fields.push(("layers", self.layers.len() as u64));
         for l in &self.layers {
@@ -118,7 +151,6 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             fields.push(("layer dims", l.spec.dims as u64));
         }
         fields.push(("weights", self.history));
-        let start = t.traffic();
         // One word stands for all of them (FNV-1a over the values), so the
         // round stays small at every step; only when it differs do the
         // ranks (all of them, as all see it) exchange the fields to name
@@ -131,32 +163,24 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 // Names the field that differs ("weights" for ranks whose
                 // weights went apart).
                 agree(t, &fields).map_err(readable)?;
-                return Err(Error::Disagreement {
+                Err(Error::Disagreement {
                     what: "settings",
                     detail: "the ranks' settings hash differently".into(),
-                });
+                })
             }
-            other => other?,
+            other => other,
         }
-        let p = t.size() as f32;
-        let mut rep = StepReport::default();
-        let mut ready = Vec::with_capacity(grads.len());
-        let prepared = grads.into_iter().enumerate().try_for_each(|(l, g)| {
-            ready.push(self.prepare(l, g, p, &mut rep)?);
-            Ok(())
-        });
-        agree_or_fail(t, &[("step", 1)], prepared)?;
-        // From here a failure on one rank only (a memory's or the backend's
-        // error) abandons the transport, so that no peer waits on this rank
-        // in a collective (each collective guards its own body, and the
-        // local work below runs in `sparse_coll::guard`); a failure every
-        // rank shares (a collective's entry agreement, the commit round)
-        // leaves it usable.
-        match self.reduce_and_apply(t, ready, p, &mut rep) {
+    }
+
+    /// A step's end: its results' digest folded into the weights' history,
+    /// or, where it failed, every collective back to its first-call state.
+    fn settle(&mut self, outcome: Result<u64>) -> Result<()> {
+        match outcome {
             Ok(digest) => {
                 self.history = sparse_core::hash::fnv1a(
                     [self.history, digest].iter().flat_map(|d| d.to_le_bytes()),
                 );
+                Ok(())
             }
             Err(e) => {
                 // A collective that failed part way may have advanced its
@@ -164,41 +188,43 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 // some ranks only: every rank whose step fails returns its
                 // collectives to their first-call state, so the next step
                 // starts in step everywhere.
-                for layer in &mut self.layers {
-                    if let Part::Compressed(c) = &mut layer.part {
-                        c.comm.reset();
-                    }
+                for bucket in &mut self.buckets {
+                    bucket.comm.reset();
                 }
-                return Err(e);
+                Err(e)
             }
         }
-        rep.traffic = t.traffic().since(&start);
-        Ok(rep)
     }
 
-    /// The step's collectives, the commit round and the update: every rank
-    /// checks every layer's reduced result, and the ranks compare one
-    /// digest of them all; only when every rank holds the same valid
-    /// results does any rank apply anything. A step is all or nothing on
-    /// every rank. Returns the results' digest.
-    fn reduce_and_apply(
+    /// The commit round and the update, once the step's collectives ran:
+    /// every rank checks every layer's reduced result (or holds its own
+    /// failure, `received`'s error), and the ranks compare one digest of
+    /// them all; only when every rank holds the same valid results does
+    /// any rank apply anything. A step is all or nothing on every rank.
+    /// Returns the results' digest.
+    fn commit(
         &mut self,
         t: &mut dyn Transport,
-        ready: Vec<Ready<B>>,
+        received: Result<Vec<Received<B>>>,
         p: f32,
         rep: &mut StepReport,
     ) -> Result<u64> {
-        let received = self.communicate(t, ready, rep)?;
-        let checked = self.check_received(&received);
+        let checked = received
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|r| self.check_received(r));
         let digest = *checked.as_ref().unwrap_or(&0);
         agree_or_fail(t, &[("results", digest)], checked.map(drop))?;
+        let received = received?;
         sparse_coll::guard(t, |_| self.apply(received, p, rep))?;
         Ok(digest)
     }
 
     /// The step's communication, once every rank has done its local work:
-    /// each compressed layer's collective and the dense layers' (fused)
-    /// allreduces, in layer order. Nothing is applied here.
+    /// each bucket's collective (one per compressed layer unless
+    /// [`Config::buckets`] fuses them; a bucket calls at its first layer
+    /// in list order) and the dense layers' (fused) allreduces, in layer
+    /// order. Nothing is applied here.
     fn communicate(
         &mut self,
         t: &mut dyn Transport,
@@ -206,38 +232,56 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         rep: &mut StepReport,
     ) -> Result<Vec<Received<B>>> {
         let n = self.layers.len();
+        let mut ready: Vec<Option<Ready<B>>> = ready.into_iter().map(Some).collect();
         let mut received: Vec<Option<Received<B>>> = (0..n).map(|_| None).collect();
-        // Dense layers wait in a bucket until it holds `fusion` bytes or a
-        // compressed layer comes.
-        let mut bucket: Vec<(usize, Vec<f32>)> = Vec::new();
-        for (l, r) in ready.into_iter().enumerate() {
-            match (&mut self.layers[l].part, r) {
-                (Part::Compressed(c), Ready::Compressed(out)) => {
+        // Each dense group reduces at its last layer.
+        let mut dense: Vec<Vec<usize>> = dense_groups(&self.layers, self.cfg.fusion);
+        dense.reverse();
+        for l in 0..n {
+            if let Part::Compressed(c) = &self.layers[l].part {
+                let j = c.bucket;
+                if self.buckets[j].layers[0] == l {
+                    // A bucket calls at its first layer (list order), taking
+                    // its other layers' selections with it.
+                    let mut outs = Vec::with_capacity(self.buckets[j].layers.len());
+                    for &m in &self.buckets[j].layers {
+                        match ready[m].take() {
+                            Some(Ready::Compressed(o)) => outs.push(o),
+                            _ => {
+                                let e = Error::invalid("layer", "prepared for another kind");
+                                return sparse_coll::guard(t, |_| Err(e));
+                            }
+                        }
+                    }
+                    let sents: Vec<SparseVec<f32>> = outs.iter().map(|o| o.sent.clone()).collect();
                     let clock = Instant::now();
-                    let red = c.comm.allreduce(t, &out.sent)?;
+                    let reds = reduce_call(t, &mut self.buckets[j], &sents)?;
                     rep.communicate += clock.elapsed();
-                    received[l] = Some(Received::Compressed(Box::new((out, red))));
-                }
-                (Part::Dense { .. }, Ready::Dense(g)) => bucket.push((l, g)),
-                _ => {
-                    let e = Error::invalid("layer", "prepared for another kind");
-                    return sparse_coll::guard(t, |_| Err(e));
+                    for ((&m, out), red) in self.buckets[j].layers.iter().zip(outs).zip(reds) {
+                        received[m] = Some(Received::Compressed(Box::new((out, red))));
+                    }
                 }
             }
-            let bytes: usize = bucket.iter().map(|(_, g)| 4 * g.len()).sum();
-            let next_compressed = self
-                .layers
-                .get(l + 1)
-                .is_some_and(|x| matches!(x.part, Part::Compressed(_)));
-            if !bucket.is_empty() && (bytes >= self.cfg.fusion || next_compressed || l + 1 == n) {
-                let fused: Vec<f32> = bucket.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+            if dense.last().is_some_and(|g| g.last() == Some(&l)) {
+                let group = dense.pop().expect("a group");
+                let mut fused = Vec::new();
+                for &m in &group {
+                    match ready[m].take() {
+                        Some(Ready::Dense(g)) => fused.extend_from_slice(&g),
+                        _ => {
+                            let e = Error::invalid("layer", "prepared for another kind");
+                            return sparse_coll::guard(t, |_| Err(e));
+                        }
+                    }
+                }
                 let clock = Instant::now();
                 let sum = t.allreduce_sum_f32(&fused)?;
                 rep.communicate += clock.elapsed();
                 let mut at = 0;
-                for (j, g) in bucket.drain(..) {
-                    received[j] = Some(Received::Dense(sum[at..at + g.len()].to_vec()));
-                    at += g.len();
+                for m in group {
+                    let len = self.layers[m].spec.len;
+                    received[m] = Some(Received::Dense(sum[at..at + len].to_vec()));
+                    at += len;
                 }
             }
         }
@@ -245,6 +289,47 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             .into_iter()
             .map(|r| r.ok_or_else(|| Error::invalid("layer", "no reduced result")))
             .collect()
+    }
+
+    /// With a global bucket budget ([`crate::BucketBudget::Global`]), each
+    /// fused bucket keeps the `K` largest of its layers' candidates, `K`
+    /// the density's share of the bucket; what a layer does not keep stays
+    /// in its memory (its selection is cut to what it keeps).
+    fn cut_to_budgets(&self, ready: &mut [Ready<B>]) -> Result<()> {
+        if !self.global_budget() {
+            return Ok(());
+        }
+        for bucket in self.buckets.iter().filter(|b| b.layers.len() > 1) {
+            let k = self.cfg.density.k_for(bucket.len);
+            let mut outs: Vec<&mut Outgoing<B>> = Vec::with_capacity(bucket.layers.len());
+            for (l, r) in ready.iter_mut().enumerate() {
+                if let (true, Ready::Compressed(out)) = (bucket.layers.contains(&l), r) {
+                    outs.push(out);
+                }
+            }
+            cut_bucket(&self.b, &mut outs, k)?;
+        }
+        Ok(())
+    }
+
+    /// Whether buckets share one budget ([`crate::BucketBudget::Global`]).
+    fn global_budget(&self) -> bool {
+        self.cfg
+            .buckets
+            .is_some_and(|b| b.budget_rule() == crate::BucketBudget::Global)
+    }
+
+    /// The entries layer `l` selects: its density's share, or under a
+    /// global bucket budget up to its bucket's (the candidates the bucket
+    /// keeps its largest of).
+    fn select_k(&self, l: usize, n: usize) -> usize {
+        match &self.layers[l].part {
+            Part::Compressed(c) if self.global_budget() => {
+                let bucket = &self.buckets[c.bucket];
+                self.cfg.density.k_for(bucket.len).min(n)
+            }
+            _ => self.cfg.density.k_for(n),
+        }
     }
 
     /// Checks every layer's reduced result before anything is applied: a
@@ -331,10 +416,8 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         Ok(())
     }
 
-    /// Layer `l`'s local work of a step: clipping and weight decay (on a
-    /// copy of a caller's gradient buffer), then for a compressed layer
-    /// compensation, selection and quantization; nothing is taken from its
-    /// memory yet.
+    /// Layer `l`'s local work of a step ([`prepare_layer`]), its report
+    /// kept.
     fn prepare(
         &mut self,
         l: usize,
@@ -343,42 +426,16 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         rep: &mut StepReport,
     ) -> Result<Ready<B>> {
         let clock = Instant::now();
-        let b = &self.b;
-        let layer = &mut self.layers[l];
-        // DGC's local clipping to `c / sqrt(P)`: the factor from the norm
-        // ([`sparse_core::ReduceOps::sum_squares`], on the device).
-        let factor = match self.cfg.clip {
-            Some(c) => clip_factor(b, g.get(), c / p.sqrt())?,
-            None => None,
+        let env = LayerPrep {
+            b: &self.b,
+            cfg: &self.cfg,
+            p,
+            k: self.select_k(l, self.layers[l].spec.len),
         };
-        let decay = match self.cfg.rule {
-            Rule::Rgc { weight_decay, .. } if weight_decay != 0.0 => Some(weight_decay),
-            _ => None,
-        };
-        let mut g = g;
-        if factor.is_some() || decay.is_some() {
-            let mut x = g.into_owned(b)?;
-            if let Some(f) = factor {
-                b.scale(f, &mut x)?;
-            }
-            if let Some(wd) = decay {
-                b.axpy(wd, &layer.w, &mut x)?;
-            }
-            g = Grad::Owned(x);
-        }
-        let g = g.get();
-        let compressed = matches!(layer.part, Part::Compressed(_));
-        rep.layers.push(LayerReport {
-            compressed,
-            len: layer.spec.len,
-            sent: if compressed { 0 } else { layer.spec.len },
-        });
-        rep.sent.push(SparseVec::zeros(layer.spec.len)?);
-        rep.dropped.push(SparseVec::zeros(layer.spec.len)?);
-        let ready = match &mut layer.part {
-            Part::Compressed(c) => Ready::Compressed(compress(b, &self.cfg, c, g)?),
-            Part::Dense { .. } => Ready::Dense(b.download(g)?),
-        };
+        let (ready, report) = prepare_layer(&env, &mut self.layers[l], g)?;
+        rep.layers.push(report);
+        rep.sent.push(SparseVec::zeros(report.len)?);
+        rep.dropped.push(SparseVec::zeros(report.len)?);
         rep.select += clock.elapsed();
         Ok(ready)
     }
@@ -481,4 +538,169 @@ struct Env<'a, B> {
     b: &'a B,
     cfg: &'a Config,
     p: f32,
+}
+
+/// The selections of a bucket's layers laid end to end (list order) in
+/// one vector of the bucket's `len`.
+fn join(sents: &[SparseVec<f32>], len: usize) -> Result<SparseVec<f32>> {
+    let nnz = sents.iter().map(SparseVec::nnz).sum();
+    let (mut idx, mut val) = (Vec::with_capacity(nnz), Vec::with_capacity(nnz));
+    let mut at = 0u32;
+    for v in sents {
+        idx.extend(v.indices().iter().map(|&i| i + at));
+        val.extend_from_slice(v.values());
+        at += v.dim() as u32;
+    }
+    SparseVec::new(len, idx, val)
+}
+
+/// The part of a bucket's reduced vector `v` (of the bucket's `len`) that
+/// falls in `at..at + n`, as a vector of dimension `n`. A vector of
+/// another dimension than the bucket's comes back as it is, for the
+/// check of every result to name it.
+fn cut(v: &SparseVec<f32>, at: usize, n: usize, len: usize) -> SparseVec<f32> {
+    if v.dim() != len {
+        return v.clone();
+    }
+    let span = v.span(at, n);
+    SparseVec::new_unchecked(
+        n,
+        v.indices()[span.clone()]
+            .iter()
+            .map(|&i| i - at as u32)
+            .collect(),
+        v.values()[span].to_vec(),
+    )
+}
+
+/// What a layer's local work needs of the trainer: the backend, the
+/// settings, the number of ranks and the entries the layer selects.
+struct LayerPrep<'a, B> {
+    b: &'a B,
+    cfg: &'a Config,
+    p: f32,
+    k: usize,
+}
+
+/// A layer's local work of a step: clipping and weight decay (on a copy
+/// of a caller's gradient buffer), then for a compressed layer
+/// compensation, selection of `env.k` and quantization (nothing taken
+/// from its memory yet); a dense layer's gradient downloaded.
+fn prepare_layer<B: Backend<f32>, S: Selector<B, f32>>(
+    env: &LayerPrep<'_, B>,
+    layer: &mut Layer<B, S>,
+    g: Grad<'_, B>,
+) -> Result<(Ready<B>, LayerReport)> {
+    let LayerPrep { b, cfg, p, k } = *env;
+    // DGC's local clipping to `c / sqrt(P)`: the factor from the norm
+    // ([`sparse_core::ReduceOps::sum_squares`], on the device).
+    let factor = match cfg.clip {
+        Some(c) => clip_factor(b, g.get(), c / p.sqrt())?,
+        None => None,
+    };
+    let decay = match cfg.rule {
+        Rule::Rgc { weight_decay, .. } if weight_decay != 0.0 => Some(weight_decay),
+        _ => None,
+    };
+    let mut g = g;
+    if factor.is_some() || decay.is_some() {
+        let mut x = g.into_owned(b)?;
+        if let Some(f) = factor {
+            b.scale(f, &mut x)?;
+        }
+        if let Some(wd) = decay {
+            b.axpy(wd, &layer.w, &mut x)?;
+        }
+        g = Grad::Owned(x);
+    }
+    let g = g.get();
+    let compressed = matches!(layer.part, Part::Compressed(_));
+    let report = LayerReport {
+        compressed,
+        len: layer.spec.len,
+        sent: if compressed { 0 } else { layer.spec.len },
+    };
+    let ready = match &mut layer.part {
+        Part::Compressed(c) => Ready::Compressed(compress(b, cfg, c, g, k)?),
+        Part::Dense { .. } => Ready::Dense(b.download(g)?),
+    };
+    Ok((ready, report))
+}
+
+/// A bucket's layers' selections cut to the bucket's `k` largest
+/// candidates ([`crate::bucket::global_cut`]); what a layer does not keep
+/// stays in its memory (its selection's indices are what it keeps).
+fn cut_bucket<B: Backend<f32>>(b: &B, outs: &mut [&mut Outgoing<B>], k: usize) -> Result<()> {
+    let candidates: Vec<(&[u32], &[f32])> = outs
+        .iter()
+        .map(|o| (o.sent.indices(), o.sent.values()))
+        .collect();
+    let kept = crate::bucket::global_cut(&candidates, k);
+    for (out, kept) in outs.iter_mut().zip(kept) {
+        if kept.len() == out.sent.nnz() {
+            continue;
+        }
+        let values: Vec<f32> = kept
+            .iter()
+            .map(|i| {
+                let at = out.sent.indices().binary_search(i).expect("a candidate");
+                out.sent.values()[at]
+            })
+            .collect();
+        out.indices = b.upload(&kept)?;
+        out.sent = SparseVec::new(out.sent.dim(), kept, values)?;
+    }
+    Ok(())
+}
+
+/// A bucket's collective call on its layers' selections `sents` (list
+/// order): a single layer's as it is, several laid end to end in one
+/// vector of the bucket's length, the result and dropped entries cut back
+/// into each layer's.
+fn reduce_call(
+    t: &mut dyn Transport,
+    bucket: &mut Bucket,
+    sents: &[SparseVec<f32>],
+) -> Result<Vec<Reduced<f32>>> {
+    if let [one] = sents {
+        return Ok(vec![bucket.comm.allreduce(t, one)?]);
+    }
+    let joined = sparse_coll::guard(t, |_| join(sents, bucket.len))?;
+    let red = bucket.comm.allreduce(t, &joined)?;
+    let mut at = 0;
+    Ok(sents
+        .iter()
+        .map(|v| {
+            let len = v.dim();
+            let part = Reduced {
+                result: cut(&red.result, at, len, bucket.len),
+                dropped: cut(&red.dropped, at, len, bucket.len),
+                ..Reduced::default()
+            };
+            at += len;
+            part
+        })
+        .collect())
+}
+
+/// The dense layers of `layers` in the groups their allreduces fuse
+/// ([`Config::fuse`]): consecutive dense layers until a group holds
+/// `fusion` bytes or a compressed layer comes.
+fn dense_groups<B: Backend<f32>, S>(layers: &[Layer<B, S>], fusion: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let (mut open, mut bytes) = (Vec::new(), 0usize);
+    for (l, layer) in layers.iter().enumerate() {
+        if let Part::Dense { .. } = layer.part {
+            open.push(l);
+            bytes += 4 * layer.spec.len;
+        }
+        let next_compressed = layers
+            .get(l + 1)
+            .is_some_and(|x| matches!(x.part, Part::Compressed(_)));
+        if !open.is_empty() && (bytes >= fusion || next_compressed || l + 1 == layers.len()) {
+            out.push(std::mem::take(&mut open));
+            bytes = 0;
+        }
+    }
+    out
 }

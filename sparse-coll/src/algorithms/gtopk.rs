@@ -172,7 +172,7 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
     }
     /// Table 1: `4 k lg P` words, the root's words sent and received.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(cost::gtopk(prof.p, self.budget.k_for(prof.n)))
+        Some(gtopk(prof.p, self.budget.k_for(prof.n)))
     }
     /// Binomial trees: a rank receives from each child and sends to its
     /// parent, then the mirror image.
@@ -196,21 +196,43 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let mem = self.mem.get::<Mem<E>>();
         trees(t, v, self.budget.k_for(v.dim()), mem, out)?;
-        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for Gtopk {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = false;
+    const BUDGET: bool = true;
+    const WARM: bool = true;
     const PARAMS: &'static str = "k (entries kept) or density (of the dimension)";
     const HELP: &'static str = "gTopk: top-k merged up a binomial tree, broadcast down; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self::new(params.take_budget(d)?))
+    }
+}
+
+// SparDL's Table 1 formula for gTopk.
+
+/// gTopk (SparDL Table 1, Shi et al.): a reduction tree with top-k
+/// re-selection, then a broadcast tree: `2 lg P` rounds, `4 k lg P` words.
+pub fn gtopk(p: usize, k: usize) -> Cost {
+    let lg = cost::ceil_log2(p) as f64;
+    Cost::new(2.0 * lg, 4.0 * lg * k as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spardl_table1_by_hand() {
+        // P = 8, k = 100: 2 * 3 rounds, 4 * 100 * 3 words.
+        assert_eq!(gtopk(8, 100), Cost::new(6.0, 1200.0));
     }
 }

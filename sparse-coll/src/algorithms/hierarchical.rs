@@ -309,7 +309,7 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let (p, r, n) = (t.size(), t.rank(), v.dim());
@@ -325,7 +325,6 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             *out = Reduced {
                 result: in_node.result,
                 dropped: in_node.dropped,
-                traffic: t.traffic().since(&entered.start()),
                 ..Reduced::default()
             };
             return Ok(());
@@ -382,7 +381,6 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         *out = Reduced {
             result,
             dropped,
-            traffic: t.traffic().since(&entered.start()),
             ..Reduced::default()
         };
         Ok(())
@@ -391,6 +389,8 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
 
 impl<E: Element> Registered<E> for Hierarchical<E> {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const STATEFUL: bool = true;
     const PARAMS: &'static str = "node (ranks per node, default 8), intra and inter (registry names, default ssar_split_allgather)";
     const HELP: &'static str = "a collective within each node, one across nodes on each rank's shard, an allgather within the node; lossless when both parts are";
     fn build(params: &mut Params, defaults: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {

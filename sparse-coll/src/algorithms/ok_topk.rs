@@ -241,11 +241,11 @@ impl<E: Element> OkTopk<E> {
         Ok(())
     }
 
-    /// One Ok-Topk allreduce of `v` after the entry round, into `out`.
-    /// The selection is read in place where every entry reaches the
-    /// local threshold, the pieces are sent from it and received into the
-    /// transport's buffers, and the region's sum is built in vectors kept
-    /// across calls.
+    /// One Ok-Topk allreduce of `v` after the entry round, into `out`:
+    /// the steps of [`OkTopk`]'s doc, in order. The selection is read in
+    /// place where every entry reaches the local threshold, the pieces are
+    /// sent from it and received into the transport's buffers, and the
+    /// region's sum is built in vectors kept across calls.
     fn reduce<T: Transport + ?Sized>(
         &mut self,
         t: &mut T,
@@ -255,103 +255,19 @@ impl<E: Element> OkTopk<E> {
     ) -> Result<()> {
         let dim = v.dim();
         let (k, most) = (self.budget.k_for(dim), self.most(dim));
-        let (p, r) = (t.size(), t.rank());
-        let refresh = self.refreshes_next() || !self.regions_fit(p, dim);
-        if refresh || self.local.is_none() {
-            self.local = kth_magnitude(v.values(), k, &mut mem.keys);
-        }
-        // The selection: `v` itself when every entry reaches the threshold.
-        let every = self
-            .local
-            .is_none_or(|th| v.values().iter().all(|&x| abs_key(x) >= th));
+        let refresh = self.refreshes_next() || !self.regions_fit(t.size(), dim);
         let (i, x) = take_parts(&mut out.dropped);
         let mut dropped = SparseVec::new_unchecked(dim, i, x);
-        let mut picked = None;
-        if !every {
-            let (mut pi, mut pv) = (
-                std::mem::take(&mut mem.picked.idx),
-                std::mem::take(&mut mem.picked.val),
-            );
-            let (mut di, mut dv) = take_parts(&mut dropped);
-            split_where_into(
-                v,
-                reaches(self.local),
-                (&mut pi, &mut pv),
-                (&mut di, &mut dv),
-            );
-            dropped = SparseVec::new_unchecked(dim, di, dv);
-            picked = Some(SparseVec::new_unchecked(dim, pi, pv));
-        }
-        if picked.as_ref().map_or(v.nnz(), SparseVec::nnz) > most {
-            // The reused threshold went stale: exact top-k, re-estimated.
-            let (mut pi, mut pv) = match picked.take() {
-                Some(mut p) => take_parts(&mut p),
-                None => (
-                    std::mem::take(&mut mem.picked.idx),
-                    std::mem::take(&mut mem.picked.val),
-                ),
-            };
-            let (mut di, mut dv) = take_parts(&mut dropped);
-            split_topk_into(
-                (v.indices(), v.values()),
-                k,
-                abs_key,
-                (&mut pi, &mut pv),
-                (&mut di, &mut dv),
-                &mut mem.keys,
-            );
-            dropped = SparseVec::new_unchecked(dim, di, dv);
-            picked = Some(SparseVec::new_unchecked(dim, pi, pv));
-            self.local = kth_magnitude(v.values(), k, &mut mem.keys);
-        }
+        // 1. Local selection (`v` itself when every entry reaches it).
+        let picked = self.select_local(v, refresh, mem, &mut dropped);
         let sel = picked.as_ref().unwrap_or(v);
+        // 2. Balanced regions.
         if refresh {
             self.balance(t, sel)?;
         }
-        let bounds = &self.bounds;
-        let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
-        let piece = |j: usize| {
-            let span = sel.span(region(j).0, region(j).1);
-            (&sel.indices()[span.clone()], &sel.values()[span])
-        };
-        let mut got: Vec<Vec<u8>> = (0..p).map(|_| Vec::new()).collect();
-        for s in 1..p {
-            let (to, from) = ((r + s) % p, (r + p - s) % p);
-            mem.msg.clear();
-            let (i, x) = piece(to);
-            put_block_parts(&mut mem.msg, i, x);
-            got[from] = t.take_buffer();
-            t.exchange_into(to, &mem.msg, from, &mut got[from])?;
-        }
-        let (lo, len) = region(r);
-        let parts = (0..p)
-            .map(|q| {
-                if q == r {
-                    let (i, x) = piece(r);
-                    return Ok((Cow::Borrowed(i), Cow::Borrowed(x)));
-                }
-                let mut rest: &[u8] = &got[q];
-                let part = take_block_view(&mut rest, dim, lo, len, "ok-topk piece")?;
-                if !rest.is_empty() {
-                    return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
-                }
-                Ok(part)
-            })
-            .collect::<Result<Vec<PairsView<'_, E>>>>();
-        let parts = parts?;
-        sum_parts(
-            &parts,
-            dim,
-            (&mut mem.kept.idx, &mut mem.kept.val),
-            (&mut mem.tmp.idx, &mut mem.tmp.val),
-        );
-        drop(parts);
-        got.into_iter().for_each(|b| t.give_buffer(b));
-        let sum = SparseVec::new_unchecked(
-            dim,
-            std::mem::take(&mut mem.kept.idx),
-            std::mem::take(&mut mem.kept.val),
-        );
+        // 3. Split and reduce: this rank's region sum.
+        let sum = split_and_reduce(t, sel, &self.bounds, mem)?;
+        // 4. Global selection: the rest of the region goes to `dropped`.
         if refresh {
             self.global_threshold(t, &sum, k)?;
         }
@@ -363,45 +279,10 @@ impl<E: Element> OkTopk<E> {
         );
         (_, mem.kept.idx, mem.kept.val) = sum.into_parts();
         add_into(&mut dropped, (&mem.cut.idx, &mem.cut.val), &mut mem.tmp);
-        mem.msg.clear();
-        put_block_parts(&mut mem.msg, &mem.chosen.idx, &mem.chosen.val);
-        let own = [&mem.msg[..]];
-        let g = gather_bruck(t, &own)?;
-        let (mut idx, mut val) = take_parts(&mut out.result);
-        for q in 0..p {
-            let mut rest = g.block(q).unwrap_or(own[0]);
-            let (lo, len) = (self.bounds[q], self.bounds[q + 1] - self.bounds[q]);
-            let (i, x) = take_block_view::<E>(&mut rest, dim, lo, len, "ok-topk block")?;
-            if !rest.is_empty() {
-                return Err(Error::corrupt("ok-topk block", "trailing bytes"));
-            }
-            idx.extend_from_slice(&i);
-            val.extend_from_slice(&x);
-        }
-        g.release(t);
-        let mut result =
-            SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("ok-topk blocks", e))?;
+        // 5. Allgather, kept within the budget.
+        let mut result = gather_regions(t, dim, &self.bounds, mem, &mut out.result)?;
         if result.nnz() > most {
-            // Over budget: every rank keeps the same exact top-k of the same
-            // gathered entries; each owner keeps what it cut from its region.
-            split_topk_into(
-                (result.indices(), result.values()),
-                k,
-                abs_key,
-                (&mut mem.chosen.idx, &mut mem.chosen.val),
-                (&mut mem.cut.idx, &mut mem.cut.val),
-                &mut mem.keys,
-            );
-            let (lo, len) = (self.bounds[r], self.bounds[r + 1] - self.bounds[r]);
-            let a = mem.cut.idx.partition_point(|&i| (i as usize) < lo);
-            let b = mem.cut.idx.partition_point(|&i| (i as usize) < lo + len);
-            add_into(
-                &mut dropped,
-                (&mem.cut.idx[a..b], &mem.cut.val[a..b]),
-                &mut mem.tmp,
-            );
-            self.global = kth_magnitude(result.values(), k, &mut mem.keys);
-            copy_into(&mut result, dim, &mem.chosen.idx, &mem.chosen.val);
+            self.cut_to_budget(&mut result, t.rank(), mem, &mut dropped);
         }
         self.calls = self.calls.wrapping_add(1);
         out.result = result;
@@ -411,6 +292,186 @@ impl<E: Element> OkTopk<E> {
         }
         Ok(())
     }
+
+    /// Step 1, local selection: the entries of `v` that reach the local
+    /// threshold (re-estimated on a `refresh` call or when there is none),
+    /// `None` when that is every entry (the caller reads `v` itself); past
+    /// the budget the exact top-`k`, the threshold re-estimated from `v`.
+    /// What is not selected is added to `dropped`.
+    fn select_local(
+        &mut self,
+        v: &SparseVec<E>,
+        refresh: bool,
+        mem: &mut Work<E>,
+        dropped: &mut SparseVec<E>,
+    ) -> Option<SparseVec<E>> {
+        let dim = v.dim();
+        let (k, most) = (self.budget.k_for(dim), self.most(dim));
+        if refresh || self.local.is_none() {
+            self.local = kth_magnitude(v.values(), k, &mut mem.keys);
+        }
+        let every = self
+            .local
+            .is_none_or(|th| v.values().iter().all(|&x| abs_key(x) >= th));
+        let mut picked = None;
+        if !every {
+            let (mut pi, mut pv) = (
+                std::mem::take(&mut mem.picked.idx),
+                std::mem::take(&mut mem.picked.val),
+            );
+            let (mut di, mut dv) = take_parts(dropped);
+            split_where_into(
+                v,
+                reaches(self.local),
+                (&mut pi, &mut pv),
+                (&mut di, &mut dv),
+            );
+            *dropped = SparseVec::new_unchecked(dim, di, dv);
+            picked = Some(SparseVec::new_unchecked(dim, pi, pv));
+        }
+        if picked.as_ref().map_or(v.nnz(), SparseVec::nnz) > most {
+            // The reused threshold went stale: exact top-k, re-estimated.
+            let (mut pi, mut pv) = match picked.take() {
+                Some(mut p) => take_parts(&mut p),
+                None => (
+                    std::mem::take(&mut mem.picked.idx),
+                    std::mem::take(&mut mem.picked.val),
+                ),
+            };
+            let (mut di, mut dv) = take_parts(dropped);
+            split_topk_into(
+                (v.indices(), v.values()),
+                k,
+                abs_key,
+                (&mut pi, &mut pv),
+                (&mut di, &mut dv),
+                &mut mem.keys,
+            );
+            *dropped = SparseVec::new_unchecked(dim, di, dv);
+            picked = Some(SparseVec::new_unchecked(dim, pi, pv));
+            self.local = kth_magnitude(v.values(), k, &mut mem.keys);
+        }
+        picked
+    }
+
+    /// Step 5's budget: a gathered `result` past `max(k, floor(1.3 k))`
+    /// becomes, on every rank, the same exact top-`k` of the same gathered
+    /// entries; this rank (the owner of region `r`) adds what was cut from
+    /// its region to `dropped`, and the global threshold is re-estimated
+    /// from the result.
+    fn cut_to_budget(
+        &mut self,
+        result: &mut SparseVec<E>,
+        r: usize,
+        mem: &mut Work<E>,
+        dropped: &mut SparseVec<E>,
+    ) {
+        let (dim, k) = (result.dim(), self.budget.k_for(result.dim()));
+        split_topk_into(
+            (result.indices(), result.values()),
+            k,
+            abs_key,
+            (&mut mem.chosen.idx, &mut mem.chosen.val),
+            (&mut mem.cut.idx, &mut mem.cut.val),
+            &mut mem.keys,
+        );
+        let (lo, len) = (self.bounds[r], self.bounds[r + 1] - self.bounds[r]);
+        let a = mem.cut.idx.partition_point(|&i| (i as usize) < lo);
+        let b = mem.cut.idx.partition_point(|&i| (i as usize) < lo + len);
+        add_into(
+            dropped,
+            (&mem.cut.idx[a..b], &mem.cut.val[a..b]),
+            &mut mem.tmp,
+        );
+        self.global = kth_magnitude(result.values(), k, &mut mem.keys);
+        copy_into(result, dim, &mem.chosen.idx, &mem.chosen.val);
+    }
+}
+
+/// Step 3, split and reduce: in `P - 1` direct steps this rank sends the
+/// entries of `sel` in region `r + s` (of `bounds`) to that region's owner
+/// and receives its own region's from `r - s`; the region's sum in rank
+/// order, built in `mem.kept`'s vectors.
+fn split_and_reduce<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    sel: &SparseVec<E>,
+    bounds: &[usize],
+    mem: &mut Work<E>,
+) -> Result<SparseVec<E>> {
+    let (p, r, dim) = (t.size(), t.rank(), sel.dim());
+    let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
+    let piece = |j: usize| {
+        let span = sel.span(region(j).0, region(j).1);
+        (&sel.indices()[span.clone()], &sel.values()[span])
+    };
+    let mut got: Vec<Vec<u8>> = (0..p).map(|_| Vec::new()).collect();
+    for s in 1..p {
+        let (to, from) = ((r + s) % p, (r + p - s) % p);
+        mem.msg.clear();
+        let (i, x) = piece(to);
+        put_block_parts(&mut mem.msg, i, x);
+        got[from] = t.take_buffer();
+        t.exchange_into(to, &mem.msg, from, &mut got[from])?;
+    }
+    let (lo, len) = region(r);
+    let parts = (0..p)
+        .map(|q| {
+            if q == r {
+                let (i, x) = piece(r);
+                return Ok((Cow::Borrowed(i), Cow::Borrowed(x)));
+            }
+            let mut rest: &[u8] = &got[q];
+            let part = take_block_view(&mut rest, dim, lo, len, "ok-topk piece")?;
+            if !rest.is_empty() {
+                return Err(Error::corrupt("ok-topk piece", "trailing bytes"));
+            }
+            Ok(part)
+        })
+        .collect::<Result<Vec<PairsView<'_, E>>>>();
+    let parts = parts?;
+    sum_parts(
+        &parts,
+        dim,
+        (&mut mem.kept.idx, &mut mem.kept.val),
+        (&mut mem.tmp.idx, &mut mem.tmp.val),
+    );
+    drop(parts);
+    got.into_iter().for_each(|b| t.give_buffer(b));
+    Ok(SparseVec::new_unchecked(
+        dim,
+        std::mem::take(&mut mem.kept.idx),
+        std::mem::take(&mut mem.kept.val),
+    ))
+}
+
+/// Step 5, allgather: every owner's selected entries (`mem.chosen`, this
+/// rank's) gathered with Bruck and concatenated in region order, in
+/// `into`'s vectors; an entry outside its owner's region (of `bounds`) is
+/// a corrupt block.
+fn gather_regions<T: Transport + ?Sized, E: Element>(
+    t: &mut T,
+    dim: usize,
+    bounds: &[usize],
+    mem: &mut Work<E>,
+    into: &mut SparseVec<E>,
+) -> Result<SparseVec<E>> {
+    mem.msg.clear();
+    put_block_parts(&mut mem.msg, &mem.chosen.idx, &mem.chosen.val);
+    let own = [&mem.msg[..]];
+    let g = gather_bruck(t, &own)?;
+    let (mut idx, mut val) = take_parts(into);
+    for q in 0..t.size() {
+        let mut rest = g.block(q).unwrap_or(own[0]);
+        let (lo, len) = (bounds[q], bounds[q + 1] - bounds[q]);
+        let (i, x) = take_block_view::<E>(&mut rest, dim, lo, len, "ok-topk block")?;
+        if !rest.is_empty() {
+            return Err(Error::corrupt("ok-topk block", "trailing bytes"));
+        }
+        idx.extend_from_slice(&i);
+        val.extend_from_slice(&x);
+    }
+    g.release(t);
+    SparseVec::new(dim, idx, val).map_err(|e| Error::corrupt("ok-topk blocks", e))
 }
 
 /// The registry name, from which the entry id derives.
@@ -517,7 +578,7 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     }
     /// SparDL's Table 1 bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::ok_topk(prof.p, self.budget.k_for(prof.n))))
+        Some(prof.within(ok_topk(prof.p, self.budget.k_for(prof.n))))
     }
     /// A first call refreshes: the split to the region owners (`P - 1`
     /// steps) and three Bruck allgathers (boundaries, magnitudes, the
@@ -544,25 +605,55 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let mut mem = std::mem::take(&mut self.mem);
         let done = self.reduce(t, v, mem.get::<Work<E>>(), out);
         self.mem = mem;
         done?;
-        out.traffic = t.traffic().since(&entered.start());
         Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for OkTopk<E> {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = false;
+    const STATEFUL: bool = true;
+    const BUDGET: bool = true;
+    const WARM: bool = true;
     const PARAMS: &'static str = "k (entries selected) or density (of the dimension), period (calls between re-estimations, default 32)";
     const HELP: &'static str =
         "Ok-Topk: split and reduce over balanced regions, reused thresholds; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let budget = params.take_budget(d)?;
         Self::new(budget, params.take("period")?.unwrap_or(32))
+    }
+}
+
+// SparDL's Table 1 formula for Ok-Topk.
+
+/// Ok-Topk (SparDL Table 1, Li and Hoefler): `2 (P + lg P)` rounds,
+/// `[2k (P - 1) / P, 6k (P - 1) / P]` words.
+pub fn ok_topk(p: usize, k: usize) -> cost::Bounds {
+    let r = 2.0 * (p as f64 + cost::ceil_log2(p) as f64);
+    cost::Bounds {
+        lo: Cost::new(r, 2.0 * crate::profile::frac(p) * k as f64),
+        hi: Cost::new(r, 6.0 * crate::profile::frac(p) * k as f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spardl_table1_by_hand() {
+        // P = 8, k = 100: 2 (8 + 3) rounds, [2, 6] * 100 * 7/8 words.
+        let ok = ok_topk(8, 100);
+        assert_eq!(
+            (ok.lo, ok.hi),
+            (Cost::new(22.0, 175.0), Cost::new(22.0, 525.0))
+        );
     }
 }

@@ -127,6 +127,8 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
 
 impl<E: Element> Registered<E> for OmniReduceBlocks {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PARAMS: &'static str = "block (coordinates, default 256)";
     const HELP: &'static str = "OmniReduce: push and pull the non-zero blocks; lossless";
     fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {

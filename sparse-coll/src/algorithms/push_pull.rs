@@ -122,7 +122,6 @@ pub(crate) fn push_pull_into<T: Transport + ?Sized, E: Element, S: Scheme<E>>(
     out: &mut Reduced<E>,
 ) -> Result<()> {
     let (p, r) = (t.size(), t.rank());
-    let start = t.traffic();
     let push = scheme.push();
     bufs.parts.resize_with(p, Default::default);
     let mut recv = t.take_buffer();
@@ -210,6 +209,5 @@ pub(crate) fn push_pull_into<T: Transport + ?Sized, E: Element, S: Scheme<E>>(
     out.result = SparseVec::new_unchecked(dim, ai, av);
     let (di, dv) = take_parts(&mut out.dropped);
     out.dropped = SparseVec::new_unchecked(dim, di, dv);
-    out.traffic = t.traffic().since(&start);
     Ok(())
 }

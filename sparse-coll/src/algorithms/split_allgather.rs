@@ -9,7 +9,7 @@ use crate::frame::{
     take_parts,
 };
 use crate::profile::{Profile, bytes_cost};
-use crate::{Entered, Traffic, Transport};
+use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
@@ -143,7 +143,7 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     }
     /// SparCML's bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::ssar_split_allgather(prof.p, prof.k_avg())))
+        Some(prof.within(ssar_split_allgather(prof.p, prof.k_avg())))
     }
     /// `P - 1` direct steps, then a Bruck allgather.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
@@ -160,16 +160,17 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        let start = entered.start();
-        split_allgather(t, v, Phase::Sparse, Gather::Bruck, start, out)
+        split_allgather(t, v, Phase::Sparse, Gather::Bruck, out)
     }
 }
 
 impl<E: Element> Registered<E> for SsarSplitAllgather {
     const NAME: &'static str = SSAR_NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const PARAMS: &'static str = "";
     const HELP: &'static str =
@@ -316,7 +317,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     }
     /// SparCML's bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::dsar_split_allgather(
+        Some(prof.within(dsar_split_allgather(
             prof.p,
             prof.n,
             prof.k_avg(),
@@ -364,7 +365,7 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         let before = t.traffic();
         let entered = SparseAllreduce::<E>::enter(self, t, v)?;
         crate::guard(t, |t| self.agreed_body(t, v, entered, out))??;
-        out.entry = entered.start().since(&before);
+        out.account(before, entered, t.traffic());
         Ok(())
     }
 }
@@ -379,7 +380,7 @@ impl DsarSplitAllgather {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<Result<()>> {
         let call = self.calls - 1;
@@ -387,9 +388,8 @@ impl DsarSplitAllgather {
             let mut mix = sparse_core::SplitMix64(q.seed() ^ call.rotate_left(32));
             q.with_seed(mix.next_u64())
         });
-        let start = entered.start();
         self.warm = None;
-        if let Err(e) = dsar_allgather(t, v, q, &mut self.frame, start, out)? {
+        if let Err(e) = dsar_allgather(t, v, q, &mut self.frame, out)? {
             return Ok(Err(e));
         }
         self.warm = Some((v.dim(), t.size(), E::CODE));
@@ -399,6 +399,9 @@ impl DsarSplitAllgather {
 
 impl<E: Element> Registered<E> for DsarSplitAllgather {
     const NAME: &'static str = DSAR_NAME;
+    const LOSSLESS: bool = true;
+    const STATEFUL: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const PARAMS: &'static str = "qsgd (bits: 2, 4 or 8; none by default), bucket (512), seed";
     const HELP: &'static str =
@@ -416,10 +419,16 @@ impl DsarSplitAllgather {
     /// Registers `dsar_qsgd`: DSAR with QSGD in the dense phase (`bits` 4
     /// by default), a second name of the same algorithm.
     pub(crate) fn register_qsgd<E: Element>(r: &mut crate::Registry<E>) {
-        r.register(
+        let facts = crate::Facts {
+            stateful: true,
+            warm: true,
+            ..crate::Facts::default()
+        };
+        r.register_with(
             DSAR_QSGD_NAME,
             "bits (2, 4 or 8; default 4), bucket (512), seed",
             "DSAR with QSGD-quantized dense partitions; lossy, the quantization error in dropped",
+            facts,
             |params, _| {
                 let bits = params.take("bits")?.unwrap_or(4);
                 Ok(Box::new(DsarSplitAllgather::new(
@@ -482,7 +491,6 @@ pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     phase: Phase,
     gather: Gather,
-    start: Traffic,
     out: &mut Reduced<E>,
 ) -> Result<()> {
     let dim = v.dim();
@@ -562,7 +570,6 @@ pub(crate) fn split_allgather<T: Transport + ?Sized, E: Element>(
         .for_each(|d| append_partition(d, lo as u32, &mut ai, &mut av));
     out.result = SparseVec::new_unchecked(dim, result_i, result_v);
     out.dropped = SparseVec::new_unchecked(dim, ai, av);
-    out.traffic = t.traffic().since(&start);
     Ok(())
 }
 
@@ -753,6 +760,62 @@ fn block_view<E: Element>(b: &[u8], len: usize) -> Result<StreamView<'_, E>> {
     Ok(StreamView::Dense(Cow::Owned(vals)))
 }
 
+// SparCML's formulas for the split-allgather family (sec. 5.3.2-5.3.3),
+// and its lower bounds (Lemmas 5.1-5.2), which these algorithms meet: at
+// full overlap SSAR_Split_allgather moves Lemma 5.1's `2 (P - 1) / P k`
+// items, and DSAR's dense phase is Lemma 5.2's.
+
+/// SparCML SSAR_Split_allgather (sec. 5.3.2): latency `L2 = (P - 1) + lg P`
+/// rounds; between `2 (P - 1) / P k` and `P k` items, i.e.
+/// `[4k (P - 1) / P, 2 P k]` words.
+pub fn ssar_split_allgather(p: usize, k: usize) -> cost::Bounds {
+    let r = p as f64 - 1.0 + cost::ceil_log2(p) as f64;
+    cost::Bounds {
+        lo: Cost::new(r, 4.0 * crate::profile::frac(p) * k as f64),
+        hi: Cost::new(r, 2.0 * p as f64 * k as f64),
+    }
+}
+
+/// SparCML DSAR_Split_allgather (sec. 5.3.3): the split phase as in
+/// SSAR_Split_allgather (`P - 1` rounds, 0 to `k` items), then a dense
+/// allgather of the `n / P` partitions (`lg P` rounds, `(P - 1) / P n`
+/// values). With QSGD at `bits` bits in the dense phase, each value costs
+/// `bits / 32` words plus one scale word per bucket of `bucket` values.
+pub fn dsar_split_allgather(
+    p: usize,
+    n: usize,
+    k: usize,
+    qsgd: Option<(u32, usize)>,
+) -> cost::Bounds {
+    let r = p as f64 - 1.0 + cost::ceil_log2(p) as f64;
+    let dense = crate::profile::frac(p) * n as f64;
+    let dense_words = match qsgd {
+        None => dense,
+        Some((bits, bucket)) => dense * bits as f64 / 32.0 + dense / bucket as f64,
+    };
+    cost::Bounds {
+        lo: Cost::new(r, dense_words),
+        hi: Cost::new(r, dense_words + 2.0 * k as f64),
+    }
+}
+
+/// SparCML Lemma 5.1: any sparse allreduce needs `lg P` rounds and
+/// `(P - 1) k` items if the result has `kP` entries, `2 (P - 1) / P k` items
+/// if it has `k`: returned as `[K = k, K = kP]` in words.
+pub fn sparse_allreduce_lower_bound(p: usize, k: usize) -> cost::Bounds {
+    let lg = cost::ceil_log2(p) as f64;
+    cost::Bounds {
+        lo: Cost::new(lg, 2.0 * 2.0 * crate::profile::frac(p) * k as f64),
+        hi: Cost::new(lg, 2.0 * (p as f64 - 1.0) * k as f64),
+    }
+}
+
+/// SparCML Lemma 5.2: a dynamic sparse allreduce (result of `delta` or more
+/// entries, dense) needs `lg P` rounds and `delta` dense words.
+pub fn dsar_lower_bound(p: usize, delta: usize) -> Cost {
+    Cost::new(cost::ceil_log2(p) as f64, delta as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -801,18 +864,20 @@ mod tests {
                         let v = input(dim, t.rank(), c);
                         let mut fast = Reduced::default();
                         let start = t.traffic();
-                        dsar_allgather(t, &v, q, &mut frame, start, &mut fast)??;
+                        dsar_allgather(t, &v, q, &mut frame, &mut fast)??;
                         let mut slow = Reduced::default();
-                        let start = t.traffic();
+                        let mid = t.traffic();
                         let (phase, g) = (Phase::Dense(q), Gather::Bruck);
-                        split_allgather(t, &v, phase, g, start, &mut slow)?;
+                        split_allgather(t, &v, phase, g, &mut slow)?;
+                        let fast_traffic = mid.since(&start);
+                        let slow_traffic = t.traffic().since(&mid);
                         let bits = |x: &SparseVec<f32>| {
                             let b: Vec<u32> = x.values().iter().map(|v| v.to_bits()).collect();
                             (x.dim(), x.indices().to_vec(), b)
                         };
                         assert_eq!(bits(&fast.result), bits(&slow.result), "P {p} call {c}");
                         assert_eq!(bits(&fast.dropped), bits(&slow.dropped), "P {p} call {c}");
-                        assert_eq!(fast.traffic, slow.traffic, "P {p} call {c}");
+                        assert_eq!(fast_traffic, slow_traffic, "P {p} call {c}");
                     }
                     Ok(())
                 });
@@ -820,6 +885,39 @@ mod tests {
                     .into_iter()
                     .for_each(|r| r.expect("the calls succeed"));
             }
+        }
+    }
+
+    #[test]
+    fn sparcml_by_hand() {
+        // split allgather, P = 8, k = 100: 7 + 3 rounds; [4*100*7/8, 2*8*100].
+        let sa = ssar_split_allgather(8, 100);
+        assert_eq!(
+            (sa.lo, sa.hi),
+            (Cost::new(10.0, 350.0), Cost::new(10.0, 1600.0))
+        );
+        // DSAR, n = 8000: dense allgather 7000 words; + 200 worst case split.
+        let ds = dsar_split_allgather(8, 8000, 100, None);
+        assert_eq!((ds.lo.words, ds.hi.words), (7000.0, 7200.0));
+        // 4-bit QSGD, buckets of 1000: 7000 * 4/32 + 7 = 882.
+        assert_eq!(
+            dsar_split_allgather(8, 8000, 100, Some((4, 1000))).lo.words,
+            882.0
+        );
+        let lb = sparse_allreduce_lower_bound(4, 100);
+        assert_eq!((lb.lo.words, lb.hi.words), (300.0, 600.0));
+        assert_eq!(dsar_lower_bound(16, 500), Cost::new(4.0, 500.0));
+        // At full overlap SSAR_Split_allgather moves Lemma 5.1's words.
+        for p in [2, 3, 8, 17] {
+            let (sa, lb) = (
+                ssar_split_allgather(p, 60),
+                sparse_allreduce_lower_bound(p, 60),
+            );
+            assert!(approx::relative_eq!(
+                sa.lo.words,
+                lb.lo.words,
+                max_relative = 1e-12
+            ));
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::frame::{
 };
 use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param};
-use crate::{Entered, Traffic, Transport};
+use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
@@ -18,11 +18,7 @@ use sparse_core::{Element, Error, Result, SparseVec, Stream};
 /// formed by [`Stream::sum`]: the reference [`raw_into`] is checked
 /// against (the same messages, sums and result).
 #[cfg(test)]
-fn reference<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
-    v: &SparseVec<E>,
-    start: Traffic,
-) -> Result<Reduced<E>> {
+fn reference<T: Transport + ?Sized, E: Element>(t: &mut T, v: &SparseVec<E>) -> Result<Reduced<E>> {
     let dim = v.dim();
     let r = t.rank();
     let fold = Fold::new(t);
@@ -49,7 +45,6 @@ fn reference<T: Transport + ?Sized, E: Element>(
     Ok(Reduced {
         result: stream_to_sparse(acc)?,
         dropped: SparseVec::zeros(dim)?,
-        traffic: t.traffic().since(&start),
         ..Reduced::default()
     })
 }
@@ -59,7 +54,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     values: &WireValues<E>,
-    start: Traffic,
 ) -> Result<Reduced<E>> {
     let dim = v.dim();
     let r = t.rank();
@@ -108,7 +102,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     Ok(Reduced {
         result: acc,
         dropped,
-        traffic: t.traffic().since(&start),
         ..Reduced::default()
     })
 }
@@ -144,7 +137,6 @@ pub(crate) fn fold_rounds_of(p: usize, r: usize) -> u64 {
 fn raw_into<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    start: Traffic,
     out: &mut Reduced<E>,
 ) -> Result<()> {
     const WHAT: &str = "stream message";
@@ -212,7 +204,6 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
         }
     };
     out.dropped = SparseVec::new_unchecked(dim, spare.0, spare.1);
-    out.traffic = t.traffic().since(&start);
     Ok(())
 }
 
@@ -431,7 +422,7 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
     }
     /// SparCML's bounds at the input's overlap.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::ssar_recursive_double(prof.p, prof.k_avg())))
+        Some(prof.within(ssar_recursive_double(prof.p, prof.k_avg())))
     }
     /// Recursive doubling with MPICH's fold.
     fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
@@ -446,19 +437,21 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         if self.values.is_raw() {
-            return raw_into(t, v, entered.start(), out);
+            return raw_into(t, v, out);
         }
-        *out = quantized(t, v, &self.values, entered.start())?;
+        *out = quantized(t, v, &self.values)?;
         Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for SsarRecursiveDouble<E> {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const VALUES: bool = true;
     const PARAMS: &'static str =
@@ -467,6 +460,36 @@ impl<E: Element> Registered<E> for SsarRecursiveDouble<E> {
     fn build(params: &mut Params, _: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self::new(params.take_values(catalog)?))
     }
+}
+
+// The papers' formulas for SSAR_Recursive_double: SparCML's bounds
+// (sec. 5.3.1), and Zen's Eq. 2 for its Hierarchical Centralization, which
+// Zen's Table 3 classifies as this recursive doubling.
+
+/// SparCML SSAR_Recursive_double (sec. 5.3.1): `lg P` rounds; between
+/// `k lg P` items (indices fully overlap) and `(P - 1) k` items (disjoint),
+/// i.e. `[2k lg P, 2k (P - 1)]` words.
+pub fn ssar_recursive_double(p: usize, k: usize) -> cost::Bounds {
+    let lg = cost::ceil_log2(p) as f64;
+    cost::Bounds {
+        lo: Cost::new(lg, 2.0 * k as f64 * lg),
+        hi: Cost::new(lg, 2.0 * k as f64 * (p as f64 - 1.0)),
+    }
+}
+
+/// Zen Eq. 2, Hierarchical Centralization: `sum_{i=1}^{lg n}
+/// gamma_{2^(i-1)} 2 M d / b`, where `gamma(k)` is the densification ratio
+/// of `k` GPUs (`gamma(1) = 1`).
+pub fn zen_hierarchical_centralization(
+    n: usize,
+    m: usize,
+    density: f64,
+    gamma: impl Fn(usize) -> f64,
+    b: f64,
+) -> f64 {
+    (1..=cost::ceil_log2(n))
+        .map(|i| gamma(1 << (i - 1)) * 2.0 * m as f64 * density / b)
+        .sum()
 }
 
 #[cfg(test)]
@@ -490,22 +513,40 @@ mod tests {
                 let out = ThreadCluster::new(p).run(|t| {
                     let v = &ins[t.rank()];
                     let start = t.traffic();
-                    let want = reference(t, v, start)?;
-                    let start = t.traffic();
+                    let want = reference(t, v)?;
+                    let mid = t.traffic();
                     let mut got = Reduced::default();
-                    raw_into(t, v, start, &mut got)?;
-                    Ok((want, got))
+                    raw_into(t, v, &mut got)?;
+                    Ok((want, got, mid.since(&start), t.traffic().since(&mid)))
                 });
                 for res in out {
-                    let (want, got) = res.unwrap();
+                    let (want, got, want_traffic, got_traffic) = res.unwrap();
                     assert_eq!(want.result.indices(), got.result.indices(), "P={p}");
                     let bits = |v: &SparseVec<f32>| -> Vec<u32> {
                         v.values().iter().map(|x| x.to_bits()).collect()
                     };
                     assert_eq!(bits(&want.result), bits(&got.result), "P={p}");
-                    assert_eq!(want.traffic, got.traffic, "P={p}");
+                    assert_eq!(want_traffic, got_traffic, "P={p}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn sparcml_bounds_by_hand() {
+        // P = 8, k = 100: rec. doubling [2*100*3, 2*100*7].
+        let rd = ssar_recursive_double(8, 100);
+        assert_eq!(
+            (rd.lo, rd.hi),
+            (Cost::new(3.0, 600.0), Cost::new(3.0, 1400.0))
+        );
+    }
+
+    #[test]
+    fn zen_eq2_by_hand() {
+        // gamma(1) = 1, gamma(2) = 1.5, n = 4, M = 1000, d = 0.1: 200 * (1 + 1.5) = 500.
+        let g = |k: usize| if k == 1 { 1.0 } else { 1.5 };
+        let hc = zen_hierarchical_centralization(4, 1000, 0.1, g, 1.0);
+        assert!(approx::relative_eq!(hc, 500.0, max_relative = 1e-9), "{hc}");
     }
 }

@@ -8,7 +8,7 @@ use crate::entry::{Reduced, enter};
 use crate::frame::{pairs_view, sum_all, sum_parts, take_parts};
 use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param};
-use crate::{Entered, Traffic, Transport};
+use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
 use std::borrow::Cow;
@@ -20,7 +20,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     values: &WireValues<E>,
-    start: Traffic,
 ) -> Result<Reduced<E>> {
     let packed = values.pack(v)?;
     let all = bruck_allgather(t, packed.bytes())?;
@@ -40,7 +39,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     Ok(Reduced {
         result,
         dropped,
-        traffic: t.traffic().since(&start),
         ..Reduced::default()
     })
 }
@@ -53,7 +51,6 @@ fn quantized<T: Transport + ?Sized, E: Element>(
 fn raw_into<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
-    start: Traffic,
     out: &mut Reduced<E>,
 ) -> Result<()> {
     let (dim, p) = (v.dim(), t.size());
@@ -76,7 +73,6 @@ fn raw_into<T: Transport + ?Sized, E: Element>(
     g.release(t);
     out.result = SparseVec::new_unchecked(dim, ai, av);
     out.dropped = SparseVec::new_unchecked(dim, bi, bv);
-    out.traffic = t.traffic().since(&start);
     Ok(())
 }
 
@@ -136,7 +132,7 @@ impl<E: Element> SparseAllreduce<E> for TopkA<E> {
     }
     /// Table 1 with the mean `k`.
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(cost::topk_a(prof.p, prof.k_avg()))
+        Some(topk_a(prof.p, prof.k_avg()))
     }
     /// A Bruck allgather: `ceil(lg P)` rounds on every rank.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
@@ -161,19 +157,21 @@ impl<E: Element> SparseAllreduce<E> for TopkA<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         if self.values.is_raw() {
-            return raw_into(t, v, entered.start(), out);
+            return raw_into(t, v, out);
         }
-        *out = quantized(t, v, &self.values, entered.start())?;
+        *out = quantized(t, v, &self.values)?;
         Ok(())
     }
 }
 
 impl<E: Element> Registered<E> for TopkA<E> {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const VALUES: bool = true;
     const PARAMS: &'static str =
@@ -182,5 +180,77 @@ impl<E: Element> Registered<E> for TopkA<E> {
         "allgather of every rank's pairs, summed in rank order (RedSync, SparDL's TopkA); lossless";
     fn build(params: &mut Params, _: Defaults, catalog: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self::new(params.take_values(catalog)?))
+    }
+}
+
+// The papers' formulas for TopkA (SparDL's Table 1; RedSync's Eq. 1, the
+// time of the allgather-based synchronisation this is, and its Eq. 2, the
+// time of the dense allreduce RedSync weighs it against).
+
+/// TopkA / AGsparse (SparDL Table 1; RedSync sec. 5.3 and App. B): an
+/// allgather of every rank's `k` pairs by recursive doubling: `lg P` rounds,
+/// `2 (P - 1) k` words.
+pub fn topk_a(p: usize, k: usize) -> Cost {
+    Cost::new(cost::ceil_log2(p) as f64, 2.0 * (p as f64 - 1.0) * k as f64)
+}
+
+/// RedSync Eq. 1 (time of allgather-based sparse synchronisation):
+/// `T_select + lg(p) alpha + (p - 1) M D beta + p gamma1`, with `M` the layer
+/// size in bytes, `D` the density of the communication set, `beta` seconds
+/// per byte and `gamma1` the time to decompress one rank's message.
+pub fn redsync_sparse_time(
+    p: usize,
+    m_bytes: f64,
+    density: f64,
+    t_select: f64,
+    alpha: f64,
+    beta: f64,
+    gamma1: f64,
+) -> f64 {
+    t_select
+        + cost::ceil_log2(p) as f64 * alpha
+        + (p as f64 - 1.0) * m_bytes * density * beta
+        + p as f64 * gamma1
+}
+
+/// RedSync Eq. 2 (time of Rabenseifner's dense allreduce, which RedSync
+/// weighs against Eq. 1 to choose a layer's synchronisation):
+/// `2 lg(p) alpha + 2 (p - 1) / p M beta + (p - 1) / p gamma2`, with
+/// `gamma2` the time to reduce `M` bytes locally.
+pub fn redsync_dense_time(p: usize, m_bytes: f64, alpha: f64, beta: f64, gamma2: f64) -> f64 {
+    let frac = (p as f64 - 1.0) / p as f64;
+    2.0 * cost::ceil_log2(p) as f64 * alpha + 2.0 * frac * m_bytes * beta + frac * gamma2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spardl_table1_by_hand() {
+        // P = 8, k = 100: lg 8 = 3 rounds, 2 * 7 * 100 words.
+        assert_eq!(topk_a(8, 100), Cost::new(3.0, 1400.0));
+    }
+
+    #[test]
+    fn redsync_eq1_by_hand() {
+        // p = 4, M = 1e6 bytes, D = 0.001, select 1 ms, alpha 1 us, beta 1 ns, gamma1 10 us:
+        // 1e-3 + 2e-6 + 3 * 1000 * 1e-9 + 4e-5 = 0.001045.
+        let t = redsync_sparse_time(4, 1e6, 0.001, 1e-3, 1e-6, 1e-9, 1e-5);
+        assert!(
+            approx::relative_eq!(t, 0.001045, max_relative = 1e-9),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn redsync_eq2_by_hand() {
+        // p = 4, M = 1e6 bytes, alpha 1 us, beta 1 ns, gamma2 200 us:
+        // 4e-6 + 1.5e6 * 1e-9 + 0.75 * 2e-4 = 0.001654.
+        let t = redsync_dense_time(4, 1e6, 1e-6, 1e-9, 2e-4);
+        assert!(
+            approx::relative_eq!(t, 0.001654, max_relative = 1e-9),
+            "{t}"
+        );
     }
 }

@@ -57,7 +57,7 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
         )
     }
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(cost::topk_dsa(prof.p, prof.n, prof.k_avg())))
+        Some(prof.within(topk_dsa(prof.p, prof.n, prof.k_avg())))
     }
     /// `P - 1` direct steps, then the recursive doubling with MPICH's fold.
     fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
@@ -85,21 +85,47 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        entered: Entered,
+        _: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        let start = entered.start();
-        split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, start, out)
+        split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, out)
     }
 }
 
 impl<E: Element> Registered<E> for TopkDsa {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const PARAMS: &'static str = "";
     const HELP: &'static str =
         "split, then recursive-doubling allgather of dynamic streams (SparDL's TopkDSA); lossless";
     fn build(_: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self)
+    }
+}
+
+// SparDL's Table 1 formula for TopkDSA.
+
+/// TopkDSA (SparDL Table 1, after Renggli et al.): `P + 2 lg P` rounds,
+/// `[4 (P - 1) / P k, (P - 1) / P (2k + n)]` words.
+pub fn topk_dsa(p: usize, n: usize, k: usize) -> cost::Bounds {
+    let r = p as f64 + 2.0 * cost::ceil_log2(p) as f64;
+    cost::Bounds {
+        lo: Cost::new(r, 4.0 * crate::profile::frac(p) * k as f64),
+        hi: Cost::new(r, crate::profile::frac(p) * (2.0 * k as f64 + n as f64)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spardl_table1_by_hand() {
+        // P = 8, k = 100, n = 10_000.
+        let dsa = topk_dsa(8, 10_000, 100);
+        assert_eq!(dsa.lo, Cost::new(14.0, 350.0)); // 4 * 7/8 * 100
+        assert_eq!(dsa.hi, Cost::new(14.0, 8925.0)); // 7/8 * (200 + 10000)
     }
 }

@@ -10,7 +10,7 @@ use crate::frame::take_parts;
 use crate::profile::{Profile, bytes_cost};
 use crate::scratch::Scratch;
 use crate::{Entered, Transport};
-use sparse_core::cost::{self, Cost};
+use sparse_core::cost::Cost;
 use sparse_core::encoding::{Coo, Encoding, HashBitmap, PartitionIndex, Raw};
 use sparse_core::hash::HashProbe;
 use sparse_core::stats::imbalance_ratio;
@@ -418,7 +418,7 @@ impl<H: ZenHashing<E>, E: Element> SparseAllreduce<E> for ZenBalancedParallelism
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         let (p, n) = (prof.p, prof.n);
         let density = prof.k_avg() as f64 / n.max(1) as f64;
-        let words = cost::zen_balanced_parallelism(p, n, density, prof.densification(), 1.0);
+        let words = zen_balanced_parallelism(p, n, density, prof.densification(), 1.0);
         Some(Cost::new(2.0 * prof.others(), words))
     }
     /// Push to every other server, then pull from every other server.
@@ -455,6 +455,8 @@ impl<H: ZenHashing<E>, E: Element> SparseAllreduce<E> for ZenBalancedParallelism
 
 impl<E: Element> Registered<E> for ZenBalancedParallelism {
     const NAME: &'static str = NAME;
+    const LOSSLESS: bool = true;
+    const WARM: bool = true;
     const PLANNED: bool = true;
     const PARAMS: &'static str = "seed (of h0), r1 and r2 (parallel and serial hash slots per partition; default 2 nnz and r1 / 10)";
     const HELP: &'static str =
@@ -468,5 +470,31 @@ impl<E: Element> Registered<E> for ZenBalancedParallelism {
                 zen.with_slots(r1, r2.unwrap_or((r1 / 10).max(1)))
             }
         }
+    }
+}
+
+// Zen's Eq. 1, the time of Balanced Parallelism.
+
+/// Zen Eq. 1, Balanced Parallelism: `(n - 1) / n (gamma_n + 1) 2 M d / b`,
+/// where `gamma_n` is the densification ratio over all `n` GPUs (Def. 4), `M`
+/// the dense size in elements, `d` the density, `b` the bandwidth in
+/// elements per second. Each element costs 2 (COO index and value), as in
+/// the paper. Returns the time; with `b = 1` it is the words received.
+pub fn zen_balanced_parallelism(n: usize, m: usize, density: f64, gamma_n: f64, b: f64) -> f64 {
+    crate::profile::frac(n) * (gamma_n + 1.0) * 2.0 * m as f64 * density / b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zen_eq1_by_hand() {
+        // n = 4, M = 1000, d = 0.1, gamma_4 = 2.5, b = 1: 3/4 * 3.5 * 200 = 525.
+        let bp = zen_balanced_parallelism(4, 1000, 0.1, 2.5, 1.0);
+        assert!(approx::relative_eq!(bp, 525.0, max_relative = 1e-9), "{bp}");
+        // Fully overlapping indices (gamma = 1): BP = 3/4*2*200 = 300 < HC = 2*200 = 400.
+        let hc = crate::cost::zen_hierarchical_centralization(4, 1000, 0.1, |_| 1.0, 1.0);
+        assert!(zen_balanced_parallelism(4, 1000, 0.1, 1.0, 1.0) < hc);
     }
 }

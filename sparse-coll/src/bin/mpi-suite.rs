@@ -8,26 +8,30 @@
 //! - `panic`: the last rank panics in the middle of a SparDL allreduce; the
 //!   panic hook must end the job (non-zero exit) at once;
 //! - `p2p`: zero-length messages, exchanges whose target and source differ,
-//!   messages split into pieces, and the traffic counters;
+//!   messages split into pieces (every algorithm of the registry over them
+//!   equals itself over whole messages), and the traffic counters;
 //! - `nonblocking`: SparDL started on a progress thread while the rank
 //!   computes equals the blocking call, bit for bit;
-//! - `corrupt`: every algorithm (and two on a `Group` of every rank), with
+//! - `corrupt`: every algorithm (and the registry's first lossless and
+//!   first budgeted one on a `Group` of every rank), with
 //!   each message of the first and of the last rank corrupted in turn
 //!   (`testing::corrupt_case`, on a fresh transport each time): every rank
 //!   fails by its next call, none hangs
 //!   (`testing::check_corrupt` on every rank's report, gathered on a
 //!   transport of their own);
-//! - `warm`: once warm, every algorithm but the hierarchical one and the planner allocates nothing
-//!   that grows with the data (a counting global allocator; MPICH's own
-//!   allocations are not Rust's and are not counted).
+//! - `warm`: once warm, every algorithm of the registry that promises it
+//!   (`Entry::warm`: all but the hierarchical one and the planner)
+//!   allocates nothing that grows with the data (a counting global
+//!   allocator; MPICH's own allocations are not Rust's and are not
+//!   counted).
 
 use mpi::environment::Universe;
 use sparse_coll::testing::{
     CountingAlloc, algorithms, bad_input_suite, check_corrupt, collective_suite, corrupt_case,
 };
 use sparse_coll::{
-    Budget, Intercept, Intercepting, MpiTransport, Reduced, Spardl, SparseAllreduce,
-    SsarSplitAllgather, TopkA, Transport,
+    Budget, Defaults, Intercept, Intercepting, MpiTransport, Registry, Spardl, SparseAllreduce,
+    TopkA, Transport,
 };
 use sparse_core::{Error, Result, SparseVec};
 
@@ -174,25 +178,27 @@ fn p2p(mut t: MpiTransport, universe: &Universe) {
     let total: usize = lens.iter().sum();
     assert_eq!((tr.bytes_sent, tr.bytes_recv), (total as u64, total as u64));
     assert_eq!((tr.msgs_sent, tr.msgs_recv), (7, 7));
-    // Collectives and the dense allreduce (in slices of 250
-    // elements) over pieces equal those over whole messages, bit
-    // for bit and byte for byte.
+    // Every algorithm of the registry, and the dense allreduce (in slices
+    // of 250 elements), over pieces equal themselves over whole messages,
+    // bit for bit and byte for byte.
     let v = SparseVec::new(
         50_000,
         (0..3000).map(|i| i * 16 + r as u32).collect(),
         (0..3000).map(|i| (i % 17) as f32 - 8.0).collect(),
     )
     .expect("input");
-    type Algo = fn(&mut dyn Transport, &SparseVec<f32>) -> Result<Reduced<f32>>;
-    let algos: [Algo; 2] = [
-        |t, v| TopkA::default().allreduce(t, v),
-        |t, v| SsarSplitAllgather.allreduce(t, v),
-    ];
-    for algo in algos {
-        let whole = algo(&mut t, &v).expect("whole messages");
-        let split = algo(&mut pieces, &v).expect("pieces");
-        assert_eq!(whole.result, split.result, "rank {r}");
-        assert_eq!(whole.traffic, split.traffic, "rank {r}");
+    let registry = Registry::<f32>::builtin();
+    let defaults = Defaults::k(3000).expect("a budget");
+    for spec in algorithms(p) {
+        let call = |t: &mut MpiTransport| {
+            let mut algo = registry.build(&spec, defaults).expect("built");
+            algo.allreduce(t, &v)
+                .unwrap_or_else(|e| panic!("rank {r}: {spec}: {e}"))
+        };
+        let (whole, split) = (call(&mut t), call(&mut pieces));
+        assert_eq!(whole.result, split.result, "rank {r}: {spec}");
+        assert_eq!(whole.dropped, split.dropped, "rank {r}: {spec}");
+        assert_eq!(whole.traffic, split.traffic, "rank {r}: {spec}");
     }
     let x: Vec<f32> = (0..1001).map(|i| ((i * 7 + r * 13) % 97) as f32).collect();
     assert_eq!(
@@ -226,9 +232,8 @@ fn nonblocking(mut t: MpiTransport) {
     println!("OK rank {r} of {p}: non-blocking equals blocking ({busy})");
 }
 
-/// Once warm, the lossless top-k algorithms, gTopk, the SparDL variants,
-/// Ok-Topk, Zen, OmniReduce and DSAR (with and without QSGD) allocate
-/// nothing that grows with the data.
+/// Once warm, every algorithm of the registry that promises it
+/// (`Entry::warm`) allocates nothing that grows with the data.
 fn warm(mut t: MpiTransport) {
     let (r, p) = (t.rank(), t.size());
     // 12,000 pairs per rank spread over the dimension (every
@@ -236,6 +241,10 @@ fn warm(mut t: MpiTransport) {
     const DIM: u32 = 1 << 20;
     const NNZ: u32 = 12_000;
     const SMALL: u64 = 8 << 10;
+    // Calls before the one measured: B-SAG's `h` moves from call to call
+    // (Alg. 2), and the pooled buffers its column's allgather receives
+    // into grow with it for the first few calls.
+    const WARMUP: usize = 6;
     let mut idx: Vec<u32> = (0..NNZ / 2)
         .map(|i| i * (DIM / NNZ))
         .chain((0..NNZ / 2).map(|i| 7 + i * (2 * DIM / NNZ - 3) + r as u32 * 3))
@@ -245,28 +254,15 @@ fn warm(mut t: MpiTransport) {
     idx.dedup();
     let val = idx.iter().map(|&i| (i % 13) as f32 - 6.5).collect();
     let v = SparseVec::new(DIM as usize, idx, val).expect("input");
-    let registry = sparse_coll::Registry::<f32>::builtin();
-    let defaults = sparse_coll::Defaults::k(NNZ as usize).expect("a budget");
-    for spec in [
-        "topk_a",
-        "topk_dsa",
-        "ssar_recursive_double",
-        "ssar_split_allgather",
-        "gtopk",
-        "spardl",
-        "spardl_rsag",
-        "spardl_bsag",
-        "zen_balanced_parallelism",
-        "omnireduce_blocks",
-        "dsar_split_allgather",
-        "dsar_qsgd",
-        // A budget below the inputs' entries, so that the thresholds it
-        // estimates are reused (with more it re-estimates at every call).
-        "ok_topk:k=4000",
-    ] {
+    let registry = Registry::<f32>::builtin();
+    // A budget below the inputs' entries, so that the thresholds Ok-Topk
+    // estimates are reused (with more it re-estimates at every call).
+    let defaults = Defaults::k(NNZ as usize / 3).expect("a budget");
+    let promised = registry.entries().iter().filter(|e| e.warm());
+    for spec in promised.map(|e| e.name()) {
         let mut algo = registry.build(spec, defaults).expect("built");
         let mut out = sparse_coll::Reduced::default();
-        for _ in 0..3 {
+        for _ in 0..WARMUP {
             algo.allreduce_into(&mut t, &v, &mut out).expect("warm-up");
         }
         let before = CountingAlloc::asked();
@@ -285,13 +281,18 @@ fn warm(mut t: MpiTransport) {
 /// algorithm, on the transport and on a group.
 fn corrupt(mut t: MpiTransport, universe: &Universe) {
     let (r, p) = (t.rank(), t.size());
-    let registry = sparse_coll::Registry::<f32>::builtin();
+    let registry = Registry::<f32>::builtin();
     let mut cases = 0;
-    // Every algorithm on the transport, and some on a `Group` of
-    // every rank in reverse order, which must abandon the transport
-    // under it.
+    // Every algorithm on the transport, and on a `Group` of every rank in
+    // reverse order (which must abandon the transport under it) the
+    // registry's first lossless one and its first with a budget.
     let cases_of = algorithms(p).into_iter().map(|s| (s, false));
-    let grouped = ["topk_a", "spardl"].map(|s| (s.to_string(), true));
+    let entries = registry.entries();
+    let grouped = [
+        entries.iter().find(|e| e.lossless()),
+        entries.iter().find(|e| e.takes_budget()),
+    ]
+    .map(|e| (e.expect("such an entry").name().to_string(), true));
     for (spec, group) in cases_of.chain(grouped) {
         for victim in [0, p - 1] {
             for nth in 1.. {

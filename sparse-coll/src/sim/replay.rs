@@ -2,7 +2,7 @@
 //! the [module](super) doc for the model).
 
 use super::network::shown;
-use super::{Link, Network, Op, Route, Trace};
+use super::{Link, Network, Op, Route, SimRun, Trace};
 use sparse_core::{Error, Result};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -84,6 +84,16 @@ struct RankState {
     /// What it waits for, with the time its own send leaves by (an
     /// exchange returns when both are done).
     waiting: Option<(Wait, f64)>,
+}
+
+impl<T> SimRun<T> {
+    /// The simulated times of this run over `net` ([`replay`]).
+    ///
+    /// # Errors
+    /// As [`replay`].
+    pub fn timeline(&self, net: &dyn Network) -> Result<Timeline> {
+        replay(&self.traces, net)
+    }
 }
 
 /// Replays `traces` over `net`: a discrete-event simulation, events in

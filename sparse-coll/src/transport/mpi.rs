@@ -1,6 +1,6 @@
 //! The MPI transport (feature `mpi`): the same collectives over MPICH.
 
-use crate::{BufferPool, Traffic, TrafficCounter, Transport};
+use super::{Endpoint, EndpointState, Transport};
 use mpi::Tag;
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -19,7 +19,7 @@ const POISON: Tag = 0x5ca2;
 /// A [`Transport`] over an MPI communicator (usually `MPI_COMM_WORLD`).
 ///
 /// Messages of any length, zero included, travel as `MPI_BYTE`s (those
-/// of [`MAX_MESSAGE`] bytes or more in pieces, as MPI counts are `int`s); a
+/// of `MAX_MESSAGE` bytes (1 GiB) or more in pieces, as MPI counts are `int`s); a
 /// receive probes first (`MPI_Improbe`), so sizes need not be known in
 /// advance. [`Transport::exchange`] posts a non-blocking send, then
 /// receives, then waits on the send, so rings and shifts never deadlock.
@@ -52,8 +52,8 @@ const POISON: Tag = 0x5ca2;
 pub struct MpiTransport {
     /// Always `Some` but in `drop`, which leaks it after a failure.
     comm: Option<SimpleCommunicator>,
-    counter: TrafficCounter,
-    pool: BufferPool,
+    /// Its rank and size (the communicator's), traffic and buffer pool.
+    state: EndpointState,
     /// The ranks that have abandoned the transport, this one included
     /// once it has.
     abandoned: Vec<bool>,
@@ -62,7 +62,7 @@ pub struct MpiTransport {
     /// The copy a send is made from (one send is in flight at a time),
     /// kept across calls.
     outgoing: Vec<u8>,
-    /// The longest single MPI message ([`MAX_MESSAGE`]).
+    /// The longest single MPI message (`MAX_MESSAGE`, 1 GiB).
     max_message: usize,
 }
 
@@ -79,7 +79,7 @@ impl std::fmt::Debug for MpiTransport {
         f.debug_struct("MpiTransport")
             .field("rank", &self.comm().rank())
             .field("size", &self.comm().size())
-            .field("traffic", &self.counter.traffic())
+            .field("traffic", &self.traffic())
             .finish()
     }
 }
@@ -89,11 +89,10 @@ impl MpiTransport {
     /// of `comm` calls this together).
     pub fn new(comm: SimpleCommunicator) -> Self {
         let comm = comm.duplicate();
-        let ranks = comm.size() as usize;
+        let (rank, ranks) = (comm.rank() as usize, comm.size() as usize);
         Self {
             comm: Some(comm),
-            counter: TrafficCounter::default(),
-            pool: BufferPool::for_ranks(ranks),
+            state: EndpointState::new(rank, ranks),
             abandoned: vec![false; ranks],
             failed: None,
             outgoing: Vec::new(),
@@ -102,12 +101,12 @@ impl MpiTransport {
     }
 
     /// The same transport with messages split into pieces of `bytes`
-    /// instead of [`MAX_MESSAGE`], so that tests can send split messages
+    /// instead of `MAX_MESSAGE` (1 GiB), so that tests can send split messages
     /// without allocating gigabytes. Every rank must set the same length:
     /// a receiver reads pieces until one is shorter than its own.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for 0 or more than [`MAX_MESSAGE`].
+    /// [`Error::InvalidParameter`] for 0 or more than `MAX_MESSAGE` (1 GiB).
     #[cfg(feature = "testing")]
     pub fn with_max_message(mut self, bytes: usize) -> Result<Self> {
         if bytes == 0 || bytes > MAX_MESSAGE {
@@ -142,12 +141,9 @@ impl MpiTransport {
         }));
     }
 
+    /// `peer` as an MPI rank of the communicator.
     fn check_peer(&self, peer: usize) -> Result<i32> {
-        let size = self.comm().size() as usize;
-        if peer >= size {
-            return Err(Error::NoSuchRank { rank: peer, size });
-        }
-        Ok(peer as i32)
+        Ok(self.state.peer(peer)? as i32)
     }
 
     /// This rank's error once the transport has failed.
@@ -175,7 +171,7 @@ impl MpiTransport {
             self.failed.get_or_insert(from);
         }
         if self.failed.is_some() {
-            self.abandon();
+            self.close();
         }
         self.alive()
     }
@@ -185,7 +181,7 @@ impl MpiTransport {
     /// across calls is written over, not zeroed again) and receives in
     /// place. Fails instead when a rank abandons first.
     ///
-    /// A message of [`MAX_MESSAGE`] bytes or more arrives in pieces: they
+    /// A message of `MAX_MESSAGE` bytes (1 GiB) or more arrives in pieces: they
     /// are read one after the other until a shorter one.
     fn recv_raw(&mut self, from: i32, into: &mut Vec<u8>) -> Result<()> {
         use mpi::datatype::Equivalence;
@@ -213,7 +209,6 @@ impl MpiTransport {
                 break;
             }
         }
-        self.counter.received(total);
         Ok(())
     }
 
@@ -288,7 +283,6 @@ impl MpiTransport {
         });
         if sent {
             self.outgoing = copy;
-            self.counter.sent(data.len());
             then
         } else {
             std::mem::forget(copy);
@@ -297,7 +291,37 @@ impl MpiTransport {
     }
 }
 
-impl Transport for MpiTransport {
+impl Endpoint for MpiTransport {
+    fn state(&self) -> &EndpointState {
+        &self.state
+    }
+    fn state_mut(&mut self) -> &mut EndpointState {
+        &mut self.state
+    }
+    fn post(&mut self, to: usize, data: &[u8]) -> Result<()> {
+        let to = self.check_peer(to)?;
+        self.send_then(to, data, |_| Ok(()))
+    }
+    fn fetch(&mut self, from: usize) -> Result<Vec<u8>> {
+        let mut got = Vec::new();
+        self.fetch_into(from, &mut got)?;
+        Ok(got)
+    }
+    fn swap(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
+        let mut got = Vec::new();
+        self.swap_into(to, data, from, &mut got)?;
+        Ok(got)
+    }
+    /// Receives in place (`MpiTransport::recv_raw`).
+    fn fetch_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
+        let from = self.check_peer(from)?;
+        self.recv_raw(from, into)
+    }
+    /// Posts the send, receives in place, then waits on the send.
+    fn swap_into(&mut self, to: usize, data: &[u8], from: usize, into: &mut Vec<u8>) -> Result<()> {
+        let (to, from) = (self.check_peer(to)?, self.check_peer(from)?);
+        self.send_then(to, data, |t| t.recv_raw(from, into))
+    }
     /// `MPI_Allreduce` with `MPI_SUM`, after an entry agreement on the
     /// lengths and on `out`'s allocation ([`crate::agree_or_fail`], over
     /// this transport's messages, so it watches for failed peers: MPI's
@@ -311,7 +335,7 @@ impl Transport for MpiTransport {
     /// cannot see inside MPICH: the call counts one round and the bytes a
     /// ring moves (`2 (P - 1) / P` of the vector each way); the agreement
     /// is not counted.
-    fn allreduce_sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
+    fn sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
         use mpi::collective::{CommunicatorCollectives, SystemOperation};
         // The agreement is an entry round (its errors reach every rank
         // alike); nothing after it fails, so nothing needs abandoning.
@@ -323,9 +347,10 @@ impl Transport for MpiTransport {
                 what: "dense allreduce result",
                 bytes: 4 * x.len() as u64,
             });
-        let counted = t.counter.clone();
-        let agreed = crate::agree_or_fail(t, &[("dense allreduce length", x.len() as u64)], local);
-        t.counter = counted;
+        let counted = t.state.counter().clone();
+        let agreed =
+            super::agree::agree_or_fail(t, &[("dense allreduce length", x.len() as u64)], local);
+        *t.state.counter_mut() = counted;
         agreed?;
         out.resize(x.len(), 0.0);
         if p > 1 && !x.is_empty() {
@@ -337,9 +362,10 @@ impl Transport for MpiTransport {
                 t.comm().all_reduce_into(x, out, SystemOperation::sum());
             }
             let bytes = (2 * (p - 1) * 4 * x.len()).div_ceil(p);
-            t.counter.round();
-            t.counter.sent(bytes);
-            t.counter.received(bytes);
+            let counter = t.state.counter_mut();
+            counter.round();
+            counter.sent(bytes);
+            counter.received(bytes);
         } else {
             out.copy_from_slice(x);
         }
@@ -347,7 +373,7 @@ impl Transport for MpiTransport {
     }
     /// Sends every other rank an empty message on the abandon tag (once),
     /// and fails every later call.
-    fn abandon(&mut self) {
+    fn close(&mut self) {
         let me = self.comm().rank() as usize;
         self.failed.get_or_insert(me);
         if std::mem::replace(&mut self.abandoned[me], true) {
@@ -359,52 +385,6 @@ impl Transport for MpiTransport {
                 .process_at_rank(peer as i32)
                 .send_with_tag(&[0u8; 0][..], POISON);
         }
-    }
-    fn take_buffer(&mut self) -> Vec<u8> {
-        self.pool.take()
-    }
-    fn give_buffer(&mut self, buf: Vec<u8>) {
-        self.pool.give(buf);
-    }
-    fn rank(&self) -> usize {
-        self.comm().rank() as usize
-    }
-    fn size(&self) -> usize {
-        self.comm().size() as usize
-    }
-    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
-        let to = self.check_peer(to)?;
-        self.counter.round();
-        self.send_then(to, data, |_| Ok(()))
-    }
-    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
-        let mut got = Vec::new();
-        self.recv_into(from, &mut got)?;
-        Ok(got)
-    }
-    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
-        let mut got = Vec::new();
-        self.exchange_into(to, data, from, &mut got)?;
-        Ok(got)
-    }
-    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
-        let from = self.check_peer(from)?;
-        self.counter.round();
-        self.recv_raw(from, into)
-    }
-    fn exchange_into(
-        &mut self,
-        to: usize,
-        data: &[u8],
-        from: usize,
-        into: &mut Vec<u8>,
-    ) -> Result<()> {
-        let (to, from) = (self.check_peer(to)?, self.check_peer(from)?);
-        self.counter.round();
-        self.send_then(to, data, |t| t.recv_raw(from, into))
-    }
-    fn traffic(&self) -> Traffic {
-        self.counter.traffic()
     }
 }
 

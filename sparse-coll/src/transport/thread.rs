@@ -1,6 +1,6 @@
 //! The thread transport: P ranks as threads of one process.
 
-use crate::transport::{BufferPool, Traffic, TrafficCounter, Transport};
+use super::{Endpoint, EndpointState, Transport};
 use sparse_core::{Error, Result};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::Duration;
@@ -90,20 +90,17 @@ impl ThreadCluster {
             .zip(receivers)
             .enumerate()
             .map(|(rank, (tx, rx))| ThreadTransport {
-                rank,
-                size: p,
+                state: EndpointState::new(rank, p),
                 senders: tx,
                 receivers: rx
                     .into_iter()
                     .map(|r| r.expect("every link made"))
                     .collect(),
                 timeout: self.timeout,
-                counter: TrafficCounter::default(),
                 calls: 0,
                 fault: self.fault.filter(|&(r, _)| r == rank).map(|(_, s)| s),
                 failed: false,
                 abandoned: false,
-                pool: BufferPool::for_ranks(p),
                 synchronous: self.synchronous,
             })
             .collect()
@@ -126,7 +123,7 @@ impl ThreadCluster {
                 .map(|mut t| {
                     let (f, panics) = (&f, &panics);
                     scope.spawn(move || {
-                        let out = super::catch_rank(panics, t.rank, || f(&mut t));
+                        let out = super::catch_rank(panics, t.rank(), || f(&mut t));
                         // Dropping the transport closes this rank's links.
                         drop(t);
                         out
@@ -144,20 +141,17 @@ impl ThreadCluster {
 /// One rank's end of a [`ThreadCluster`].
 #[derive(Debug)]
 pub struct ThreadTransport {
-    rank: usize,
-    size: usize,
+    /// Its rank, traffic and buffer pool: sends copy into pooled buffers,
+    /// so messages travel in memory already mapped.
+    state: EndpointState,
     senders: Vec<Sender<Msg>>,
     receivers: Vec<Receiver<Msg>>,
     timeout: Duration,
-    counter: TrafficCounter,
     calls: u64,
     fault: Option<u64>,
     failed: bool,
     /// Whether [`Transport::abandon`] closed the links.
     abandoned: bool,
-    /// Buffers handed back by this rank's collectives; sends copy into
-    /// them, so messages travel in memory already mapped.
-    pool: BufferPool,
     /// Sends wait until received ([`ThreadCluster::synchronous`]).
     synchronous: bool,
 }
@@ -166,10 +160,11 @@ impl ThreadTransport {
     /// Counts a call and fires the injected fault when due; after a fault
     /// every call fails and the links are closed.
     fn step(&mut self) -> Result<()> {
+        let rank = self.rank();
         self.calls += 1;
         if self.abandoned {
             return Err(Error::Transport {
-                rank: self.rank,
+                rank,
                 detail: "abandoned after a failed collective".into(),
             });
         }
@@ -178,23 +173,18 @@ impl ThreadTransport {
             self.senders.clear();
             self.receivers.clear();
             return Err(Error::Injected {
-                rank: self.rank,
+                rank,
                 step: self.fault.unwrap_or(self.calls),
             });
         }
-        self.counter.round();
         Ok(())
-    }
-
-    fn check_peer(&self, peer: usize) -> Result<()> {
-        super::check_peer(peer, self.size)
     }
 
     /// Posts `data` to `to`; in synchronous mode returns where its
     /// receipt will be said ([`ThreadTransport::wait_received`]).
     fn send_raw(&mut self, to: usize, data: &[u8]) -> Result<Option<Receiver<()>>> {
-        self.check_peer(to)?;
-        let mut msg = self.pool.take_fitting(data.len());
+        self.state.peer(to)?;
+        let mut msg = self.state.pool().take_fitting(data.len());
         msg.clear();
         msg.extend_from_slice(data);
         let (ack, receipt) = if self.synchronous {
@@ -206,10 +196,9 @@ impl ThreadTransport {
         self.senders[to]
             .send((msg, ack))
             .map_err(|_| Error::PeerFailed {
-                rank: self.rank,
+                rank: self.state.rank(),
                 peer: to,
             })?;
-        self.counter.sent(data.len());
         Ok(receipt)
     }
 
@@ -226,26 +215,25 @@ impl ThreadTransport {
     fn wait_error(&self, peer: usize, e: RecvTimeoutError) -> Error {
         match e {
             RecvTimeoutError::Timeout => Error::Timeout {
-                rank: self.rank,
+                rank: self.state.rank(),
                 peer,
                 timeout_ms: self.timeout.as_millis() as u64,
             },
             RecvTimeoutError::Disconnected => Error::PeerFailed {
-                rank: self.rank,
+                rank: self.state.rank(),
                 peer,
             },
         }
     }
 
     fn recv_raw(&mut self, from: usize) -> Result<Vec<u8>> {
-        self.check_peer(from)?;
+        self.state.peer(from)?;
         match self.receivers[from].recv_timeout(self.timeout) {
             Ok((msg, ack)) => {
                 if let Some(ack) = ack {
                     // The sender may have given up waiting: nothing to say.
                     let _ = ack.send(());
                 }
-                self.counter.received(msg.len());
                 Ok(msg)
             }
             Err(e) => Err(self.wait_error(from, e)),
@@ -253,24 +241,26 @@ impl ThreadTransport {
     }
 }
 
-impl Transport for ThreadTransport {
-    fn rank(&self) -> usize {
-        self.rank
+impl Endpoint for ThreadTransport {
+    fn state(&self) -> &EndpointState {
+        &self.state
     }
-    fn size(&self) -> usize {
-        self.size
+    fn state_mut(&mut self) -> &mut EndpointState {
+        &mut self.state
     }
-    fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
-        self.step()?;
+    /// Refuses a call after a fault or [`Transport::abandon`], and fires
+    /// the injected fault when due.
+    fn begin(&mut self) -> Result<()> {
+        self.step()
+    }
+    fn post(&mut self, to: usize, data: &[u8]) -> Result<()> {
         let receipt = self.send_raw(to, data)?;
         self.wait_received(to, receipt)
     }
-    fn recv(&mut self, from: usize) -> Result<Vec<u8>> {
-        self.step()?;
+    fn fetch(&mut self, from: usize) -> Result<Vec<u8>> {
         self.recv_raw(from)
     }
-    fn exchange(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
-        self.step()?;
+    fn swap(&mut self, to: usize, data: &[u8], from: usize) -> Result<Vec<u8>> {
         // Channels are unbounded: sending first cannot block, so a ring of
         // exchanges never deadlocks. A synchronous send is waited for
         // after the receive, as the MPI transport waits on its `MPI_Isend`.
@@ -279,34 +269,9 @@ impl Transport for ThreadTransport {
         self.wait_received(to, receipt)?;
         Ok(got)
     }
-    fn recv_into(&mut self, from: usize, into: &mut Vec<u8>) -> Result<()> {
-        let got = self.recv(from)?;
-        self.pool.give(std::mem::replace(into, got));
-        Ok(())
-    }
-    fn exchange_into(
-        &mut self,
-        to: usize,
-        data: &[u8],
-        from: usize,
-        into: &mut Vec<u8>,
-    ) -> Result<()> {
-        let got = self.exchange(to, data, from)?;
-        self.pool.give(std::mem::replace(into, got));
-        Ok(())
-    }
-    fn take_buffer(&mut self) -> Vec<u8> {
-        self.pool.take()
-    }
-    fn give_buffer(&mut self, buf: Vec<u8>) {
-        self.pool.give(buf);
-    }
-    fn traffic(&self) -> Traffic {
-        self.counter.traffic()
-    }
     /// Closes this rank's links, as a failed rank's do: its peers' waits
     /// on it end with [`Error::PeerFailed`], and its own later calls fail.
-    fn abandon(&mut self) {
+    fn close(&mut self) {
         self.abandoned = true;
         self.senders.clear();
         self.receivers.clear();

@@ -10,7 +10,7 @@ use sparse_coll::Reduced;
 use sparse_coll::wire::WireValues;
 use sparse_core::encoding::Qsgd;
 use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
-use sparse_select::{RadixTopK, Selection, Selector, k_for_density};
+use sparse_select::{RadixTopK, Selection, Selector};
 use std::time::Instant;
 
 /// The factor that scales `g` down to an L2 norm of at most `max`, if it
@@ -25,7 +25,7 @@ pub(super) fn clip_factor<B: Backend<f32>>(
     Ok((norm > f64::from(max)).then(|| (f64::from(max) / norm) as f32))
 }
 
-/// A compressed layer's local work: compensate, select, quantize. Its
+/// A compressed layer's local work: compensate, select `k`, quantize. Its
 /// memory holds the compensated accumulator afterwards, with nothing taken
 /// out yet.
 pub(super) fn compress<B: Backend<f32>, S: Selector<B, f32>>(
@@ -33,10 +33,10 @@ pub(super) fn compress<B: Backend<f32>, S: Selector<B, f32>>(
     cfg: &Config,
     c: &mut Compressed<B, S>,
     g: &B::Buffer<f32>,
+    k: usize,
 ) -> Result<Outgoing<B>> {
     let n = b.len(g);
     c.memory.compensate(b, g)?;
-    let k = k_for_density(n, cfg.density)?;
     let quantized = cfg.quantized && !c.output;
     let sel = if quantized {
         // RedSync's alternation: the largest values, then the smallest.

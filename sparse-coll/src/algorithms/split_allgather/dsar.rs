@@ -7,7 +7,6 @@ use crate::Transport;
 use crate::dense::{Gathered, gather_bruck_framed};
 use crate::entry::Reduced;
 use crate::frame::{sum_parts, take_parts};
-use crate::transport::Traffic;
 use sparse_core::encoding::Reader;
 use sparse_core::qsgd::QsgdParams;
 use sparse_core::stats::{even_len, even_start};
@@ -147,7 +146,6 @@ pub(super) fn dsar_allgather<T: Transport + ?Sized, E: Element>(
     v: &SparseVec<E>,
     q: Option<QsgdParams>,
     frame: &mut DsarFrame,
-    start: Traffic,
     out: &mut Reduced<E>,
 ) -> Result<Result<()>> {
     let dim = v.dim();
@@ -245,7 +243,6 @@ pub(super) fn dsar_allgather<T: Transport + ?Sized, E: Element>(
     keep_rests(q.is_some(), (&mut ai, &mut av), lo as u32);
     out.result = SparseVec::new_unchecked(dim, result_i, result_v);
     out.dropped = SparseVec::new_unchecked(dim, ai, av);
-    out.traffic = t.traffic().since(&start);
     Ok(Ok(()))
 }
 

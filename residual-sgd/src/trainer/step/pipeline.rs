@@ -1,0 +1,469 @@
+//! The pipelined step (issue 44): layers come in as a backward pass
+//! produces them ([`Trainer::step_with`]; [`Trainer::step_overlapped`]
+//! for gradients in hand), each bucket's collective starts as soon as its
+//! last layer is in, and while it is in flight the producer thread goes on
+//! producing and selecting the next layers.
+//!
+//! The transport stays on the caller's thread (a [`Transport`] need not be
+//! `Send`), so the producer (the caller's backward pass and every layer's
+//! local work: compensation, selection, the global cut) runs on a scoped
+//! thread and hands each complete bucket over a channel. All or nothing
+//! holds as in [`Trainer::step_buffers`]: a producer that fails (a bad or
+//! missing gradient, a residual that overflowed, a backend error) sends
+//! empty selections for the buckets it has not finished, so every peer's
+//! collectives still complete, and its error reaches every rank in the
+//! results round, before anything is applied.
+
+use super::{Grad, LayerPrep, Outgoing, Ready, Received, dense_groups, prepare_layer, reduce_call};
+use crate::Config;
+use crate::trainer::{Layer, LayerReport, Part, StepReport, Trainer};
+use sparse_coll::Transport;
+use sparse_core::backend::{check_finite, check_finite_buffer};
+use sparse_core::{Backend, Error, Result, SparseVec};
+use sparse_select::Selector;
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// One collective call of a pipelined step: its bucket, its layers (list
+/// order) and how many of them are not in yet.
+struct Call {
+    bucket: usize,
+    layers: Vec<usize>,
+    missing: usize,
+    /// The bucket's budget where one is shared ([`crate::BucketBudget::Global`]).
+    global_k: Option<usize>,
+}
+
+/// Where a pipelined step's producer hands over each layer's gradient
+/// ([`Trainer::step_with`]): [`Feed::push`] a device buffer or
+/// [`Feed::push_host`] a host slice, every layer once, in any order
+/// (backward order, the reverse of the layer list, lets the first
+/// buckets start earliest). Each push runs the layer's local work on the
+/// producer's thread; a bucket whose last layer is in goes to its
+/// collective at once.
+pub struct Feed<'a, B: Backend<f32>, S> {
+    b: &'a B,
+    cfg: &'a Config,
+    p: f32,
+    layers: &'a mut [Layer<B, S>],
+    /// Per layer: the entries it selects and its call (None for dense).
+    ks: Vec<usize>,
+    call_of: Vec<Option<usize>>,
+    calls: Vec<Call>,
+    ready: Vec<Option<Ready<B>>>,
+    reports: Vec<Option<LayerReport>>,
+    select: Duration,
+    failed: Option<Error>,
+    tx: mpsc::Sender<(usize, Vec<Outgoing<B>>)>,
+}
+
+/// What the producer left when it finished: the dense layers' gradients,
+/// each layer's report, the time of the local work and its first error.
+struct Produced<B: Backend<f32>> {
+    ready: Vec<Option<Ready<B>>>,
+    reports: Vec<Option<LayerReport>>,
+    select: Duration,
+    failed: Option<Error>,
+}
+
+impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
+    /// Layer `layer`'s gradient in a backend buffer (only read).
+    ///
+    /// # Errors
+    /// A layer out of range or pushed twice, a gradient of another length,
+    /// NaN or infinity, the layer's local work's errors; after one error
+    /// every later push returns it. Any error fails the step on every
+    /// rank.
+    pub fn push(&mut self, layer: usize, g: &B::Buffer<f32>) -> Result<()> {
+        let out = self.take(layer, Grad::Borrowed(g), || check_finite_buffer(self.b, g));
+        self.note(out)
+    }
+
+    /// Layer `layer`'s gradient on the host (uploaded).
+    ///
+    /// # Errors
+    /// As [`Feed::push`].
+    pub fn push_host(&mut self, layer: usize, g: &[f32]) -> Result<()> {
+        let out = check_finite(g)
+            .and_then(|()| self.b.upload(g))
+            .and_then(|buf| self.take(layer, Grad::Owned(buf), || Ok(())));
+        self.note(out)
+    }
+
+    /// `out`, kept as the step's failure if it is the first.
+    fn note(&mut self, out: Result<()>) -> Result<()> {
+        if let (Err(e), None) = (&out, &self.failed) {
+            self.failed = Some(e.clone());
+        }
+        out
+    }
+
+    fn take(
+        &mut self,
+        l: usize,
+        g: Grad<'_, B>,
+        finite: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let n = self.layers.len();
+        let Some(layer) = self.layers.get(l) else {
+            return Err(Error::invalid(
+                "layer",
+                format!("{l} is not a layer: the trainer has {n}"),
+            ));
+        };
+        if self.reports[l].is_some() {
+            return Err(Error::invalid(
+                "layer",
+                format!("layer {l} ({}) pushed twice in one step", layer.spec.name),
+            ));
+        }
+        let got = self.b.len(g.get());
+        if got != layer.spec.len {
+            return Err(Error::LengthMismatch {
+                what: "layer gradient",
+                expected: layer.spec.len,
+                got,
+            });
+        }
+        finite()?;
+        let clock = Instant::now();
+        let env = LayerPrep {
+            b: self.b,
+            cfg: self.cfg,
+            p: self.p,
+            k: self.ks[l],
+        };
+        let (ready, report) = prepare_layer(&env, &mut self.layers[l], g)?;
+        self.select += clock.elapsed();
+        self.reports[l] = Some(report);
+        self.ready[l] = Some(ready);
+        if let Some(c) = self.call_of[l] {
+            self.calls[c].missing -= 1;
+            if self.calls[c].missing == 0 {
+                self.send(c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Call `c`'s layers' selections (cut to a shared budget), to its
+    /// collective.
+    fn send(&mut self, c: usize) -> Result<()> {
+        let mut outs = Vec::with_capacity(self.calls[c].layers.len());
+        for &l in &self.calls[c].layers {
+            match self.ready[l].take() {
+                Some(Ready::Compressed(o)) => outs.push(o),
+                _ => return Err(Error::invalid("layer", "prepared for another kind")),
+            }
+        }
+        if let Some(k) = self.calls[c].global_k {
+            let mut refs: Vec<&mut Outgoing<B>> = outs.iter_mut().collect();
+            super::cut_bucket(self.b, &mut refs, k)?;
+        }
+        // The receiver is gone only once the step has ended on its side.
+        let _ = self.tx.send((c, outs));
+        Ok(())
+    }
+
+    /// What is left once the producer returned `produced`: a layer never
+    /// pushed is an error.
+    fn finish(self, produced: Result<()>) -> Produced<B> {
+        let mut failed = self.failed.or(produced.err());
+        if failed.is_none()
+            && let Some(l) = self.reports.iter().position(Option::is_none)
+        {
+            failed = Some(Error::invalid(
+                "layer",
+                format!(
+                    "layer {l} ({}) was not pushed: a step takes every layer's gradient once",
+                    self.layers[l].spec.name
+                ),
+            ));
+        }
+        Produced {
+            ready: self.ready,
+            reports: self.reports,
+            select: self.select,
+            failed,
+        }
+    }
+}
+
+impl<B, S> Trainer<B, S>
+where
+    B: Backend<f32> + Sync,
+    S: Selector<B, f32> + Send,
+{
+    /// [`Trainer::step_buffers`], pipelined: the layers go in backward
+    /// order (the reverse of the layer list) through [`Trainer::step_with`],
+    /// so while a bucket's collective is in flight the next bucket is
+    /// selected. Bit for bit the result of [`Trainer::step_buffers`].
+    ///
+    /// # Errors
+    /// As [`Trainer::step_buffers`].
+    pub fn step_overlapped(
+        &mut self,
+        t: &mut dyn Transport,
+        grads: &[B::Buffer<f32>],
+    ) -> Result<StepReport> {
+        let n = self.layers.len();
+        self.step_with(t, |feed| {
+            if grads.len() != n {
+                return Err(Error::LengthMismatch {
+                    what: "gradients",
+                    expected: n,
+                    got: grads.len(),
+                });
+            }
+            (0..n).rev().try_for_each(|l| feed.push(l, &grads[l]))
+        })
+    }
+
+    /// One step whose gradients `produce` hands over layer by layer as it
+    /// computes them ([`Feed::push`]), on a thread of its own: a
+    /// framework's backward pass with a hook per parameter overlaps its
+    /// computation with the step's communication. Each bucket's collective
+    /// ([`Config::buckets`]; without buckets each compressed layer is one,
+    /// called in backward order) starts, on this thread, as soon as its
+    /// last layer is in; while it runs, the producer goes on. The dense
+    /// layers' allreduces follow the last bucket.
+    ///
+    /// The step is all or nothing on every rank, as
+    /// [`Trainer::step_buffers`]: nothing is applied until every rank
+    /// holds every result, checked, and the producer succeeded everywhere.
+    /// A producer's error (its own, or a push's) fails the step on every
+    /// rank with no weight moved and no residual lost; results are
+    /// checked while later buckets are in flight, but applied only after
+    /// the commit round, so no bucket's update is applied early.
+    ///
+    /// # Errors
+    /// As [`Trainer::step_buffers`]; the producer's errors; a layer not
+    /// pushed; [`Error::Panicked`] if the producer panicked.
+    pub fn step_with<F>(&mut self, t: &mut dyn Transport, produce: F) -> Result<StepReport>
+    where
+        F: for<'f> FnOnce(&mut Feed<'f, B, S>) -> Result<()> + Send,
+    {
+        self.enter(t, Ok(()))?;
+        let start = t.traffic();
+        let p = t.size() as f32;
+        let mut rep = StepReport::default();
+        let outcome = self.pipelined(t, produce, p, &mut rep);
+        self.settle(outcome)?;
+        rep.traffic = t.traffic().since(&start);
+        Ok(rep)
+    }
+
+    /// The calls of a pipelined step in the order they run: the buckets'
+    /// fill order, or without buckets each compressed layer in backward
+    /// order.
+    fn calls(&self) -> Vec<Call> {
+        let mut order: Vec<usize> = (0..self.buckets.len()).collect();
+        if self.cfg.buckets.is_none() {
+            order.reverse();
+        }
+        let global = self.global_budget();
+        order
+            .into_iter()
+            .map(|j| {
+                let b = &self.buckets[j];
+                Call {
+                    bucket: j,
+                    layers: b.layers.clone(),
+                    missing: b.layers.len(),
+                    global_k: (global && b.layers.len() > 1).then(|| self.cfg.density.k_for(b.len)),
+                }
+            })
+            .collect()
+    }
+
+    /// The pipelined step after its entry round: the producer on a scoped
+    /// thread, the collectives here, then the dense allreduces, the
+    /// commit round and the update. Returns the results' digest.
+    fn pipelined<F>(
+        &mut self,
+        t: &mut dyn Transport,
+        produce: F,
+        p: f32,
+        rep: &mut StepReport,
+    ) -> Result<u64>
+    where
+        F: for<'f> FnOnce(&mut Feed<'f, B, S>) -> Result<()> + Send,
+    {
+        let n = self.layers.len();
+        let calls = self.calls();
+        let mut call_of = vec![None; n];
+        for (c, call) in calls.iter().enumerate() {
+            for &l in &call.layers {
+                call_of[l] = Some(c);
+            }
+        }
+        let ks: Vec<usize> = (0..n)
+            .map(|l| self.select_k(l, self.layers[l].spec.len))
+            .collect();
+        let dims: Vec<usize> = self.layers.iter().map(|l| l.spec.len).collect();
+        let order: Vec<(usize, Vec<usize>)> =
+            calls.iter().map(|c| (c.bucket, c.layers.clone())).collect();
+        let (tx, rx) = mpsc::channel();
+        let Trainer {
+            b,
+            cfg,
+            layers,
+            buckets,
+            ..
+        } = self;
+        let feed = Feed {
+            b: &*b,
+            cfg: &*cfg,
+            p,
+            layers: &mut layers[..],
+            ks,
+            call_of,
+            calls,
+            ready: (0..n).map(|_| None).collect(),
+            reports: vec![None; n],
+            select: Duration::ZERO,
+            failed: None,
+            tx,
+        };
+        let mut received: Vec<Option<Received<B>>> = (0..n).map(|_| None).collect();
+        let (collectives, produced) = std::thread::scope(|s| {
+            let producer = s.spawn(move || {
+                let mut feed = feed;
+                let out = produce(&mut feed);
+                feed.finish(out)
+            });
+            let collectives = run_calls(t, buckets, &order, &dims, &rx, &mut received, rep);
+            let rank = t.rank();
+            let produced = producer.join().unwrap_or_else(|panic| Produced {
+                ready: Vec::new(),
+                reports: Vec::new(),
+                select: Duration::ZERO,
+                failed: Some(Error::Panicked {
+                    rank,
+                    message: format!(
+                        "in the step's producer: {}",
+                        panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_default()
+                    ),
+                }),
+            });
+            (collectives, produced)
+        });
+        collectives?;
+        rep.select += produced.select;
+        for (l, r) in produced.reports.iter().enumerate() {
+            let len = self.layers[l].spec.len;
+            rep.layers.push(r.unwrap_or(LayerReport {
+                compressed: matches!(self.layers[l].part, Part::Compressed(_)),
+                len,
+                sent: 0,
+            }));
+            rep.sent.push(SparseVec::zeros(len)?);
+            rep.dropped.push(SparseVec::zeros(len)?);
+        }
+        let dense = self.dense_calls(t, produced.ready, rep)?;
+        for (l, sum) in dense {
+            received[l] = Some(Received::Dense(sum));
+        }
+        let local = match produced.failed {
+            Some(e) => Err(e),
+            None => received
+                .into_iter()
+                .enumerate()
+                .map(|(l, r)| {
+                    r.ok_or_else(|| {
+                        Error::invalid("layer", format!("layer {l}: no reduced result"))
+                    })
+                })
+                .collect(),
+        };
+        self.commit(t, local, p, rep)
+    }
+
+    /// The dense layers' allreduces, fused as [`Config::fuse`] says, after
+    /// the buckets: every rank calls them with its layers' lengths, a
+    /// layer its producer did not deliver as zeros (its failure reaches
+    /// every rank in the commit round).
+    fn dense_calls(
+        &self,
+        t: &mut dyn Transport,
+        mut ready: Vec<Option<Ready<B>>>,
+        rep: &mut StepReport,
+    ) -> Result<Vec<(usize, Vec<f32>)>> {
+        let mut out = Vec::new();
+        for group in dense_groups(&self.layers, self.cfg.fusion) {
+            let mut fused = Vec::new();
+            for &l in &group {
+                match ready.get_mut(l).and_then(Option::take) {
+                    Some(Ready::Dense(g)) => fused.extend_from_slice(&g),
+                    _ => fused.resize(fused.len() + self.layers[l].spec.len, 0.0),
+                }
+            }
+            let clock = Instant::now();
+            let sum = t.allreduce_sum_f32(&fused)?;
+            rep.communicate += clock.elapsed();
+            let mut at = 0;
+            for &l in &group {
+                let len = self.layers[l].spec.len;
+                out.push((l, sum[at..at + len].to_vec()));
+                at += len;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The collectives of a pipelined step, in `order`, each as soon as the
+/// producer delivered its bucket (or, once the producer has stopped
+/// without it, on empty selections, so that peers complete theirs).
+fn run_calls<B: Backend<f32>>(
+    t: &mut dyn Transport,
+    buckets: &mut [super::super::Bucket],
+    order: &[(usize, Vec<usize>)],
+    dims: &[usize],
+    rx: &mpsc::Receiver<(usize, Vec<Outgoing<B>>)>,
+    received: &mut [Option<Received<B>>],
+    rep: &mut StepReport,
+) -> Result<()> {
+    let mut early: BTreeMap<usize, Vec<Outgoing<B>>> = BTreeMap::new();
+    let mut closed = false;
+    for (c, (j, layers)) in order.iter().enumerate() {
+        let outs = loop {
+            if let Some(o) = early.remove(&c) {
+                break Some(o);
+            }
+            if closed {
+                break None;
+            }
+            match rx.recv() {
+                Ok((i, o)) => {
+                    early.insert(i, o);
+                }
+                Err(_) => closed = true,
+            }
+        };
+        let sents: Vec<SparseVec<f32>> = match &outs {
+            Some(o) => o.iter().map(|o| o.sent.clone()).collect(),
+            None => layers
+                .iter()
+                .map(|&l| SparseVec::zeros(dims[l]))
+                .collect::<Result<_>>()?,
+        };
+        let clock = Instant::now();
+        let reds = reduce_call(t, &mut buckets[*j], &sents)?;
+        rep.communicate += clock.elapsed();
+        if let Some(outs) = outs {
+            for ((&l, out), red) in layers.iter().zip(outs).zip(reds) {
+                received[l] = Some(Received::Compressed(Box::new((out, red))));
+            }
+        }
+    }
+    Ok(())
+}
