@@ -35,6 +35,7 @@ def loads():
     return got
 
 
+by_p = {}
 alpha, beta = network(os.path.join(out, "calibrated.net"))
 load = loads()
 print(f"Rate {rate}; calibrated link: alpha {alpha * 1e6:.1f} us, {1e-9 / beta:.3f} GB/s "
@@ -80,6 +81,7 @@ for sim_path in sorted(glob.glob(os.path.join(out, "simulated_*.json"))):
                 continue
             e = (s - m) / m
             errs.append(abs(e))
+            by_p.setdefault(p, []).append(abs(e))
             print(f"| {label} | {p} | {m:.3f} | {s:.3f} | {100 * e:+.0f}% |")
     errs.sort()
     everything += errs
@@ -92,3 +94,8 @@ if everything:
     within = sum(e <= 0.30 for e in everything)
     print(f"All tables: median |error| {100 * everything[len(everything) // 2]:.0f}%, "
           f"{within} of {len(everything)} rows within 30%")
+    for p, errs in sorted(by_p.items()):
+        errs.sort()
+        within = sum(e <= 0.30 for e in errs)
+        print(f"- P = {p}: median |error| {100 * errs[len(errs) // 2]:.0f}%, "
+              f"{within} of {len(errs)} rows within 30%")
