@@ -355,11 +355,7 @@ fn run_allreduce(
     match transport {
         TransportKind::Threads => print_allreduce("threads", &allreduce::run_threads(a)?, json),
         #[cfg(feature = "mpi")]
-        TransportKind::Mpi => {
-            if let Some(rep) = allreduce::run_mpi(a)? {
-                print_allreduce("mpi", &rep, json);
-            }
-        }
+        TransportKind::Mpi => allreduce::run_mpi(a, |rep| print_allreduce("mpi", rep, json))?,
     }
     Ok(())
 }
