@@ -3,7 +3,7 @@
 
 use super::tiles;
 use crate::kernels::{ABS, REVERSED, SIGNED, cubes_for, gather, grid, order_code};
-use crate::{CubeBackend, CubeBuffer};
+use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::backend::{check_digit, check_k, check_segments};
 use sparse_core::{Digit, Extreme, KeyOrder, Result, SelectOps, Selected, abs_key};
@@ -69,14 +69,16 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
     fn gather(&self, x: &CubeBuffer<f32>, indices: &CubeBuffer<u32>) -> Result<CubeBuffer<f32>> {
         let out = self.uninit::<u32>(indices.len);
         if indices.len > 0 {
-            gather::launch_gather(
-                &self.client,
-                grid(cubes_for(indices.len)),
-                &x.bits(),
-                indices,
-                &out,
-                &self.fault(),
-            );
+            self.launch(Reads::Part, |c| {
+                gather::launch_gather(
+                    c,
+                    grid(cubes_for(indices.len)),
+                    &x.bits(),
+                    indices,
+                    &out,
+                    &self.fault(),
+                )
+            });
         }
         Ok(out.floats())
     }
