@@ -5,6 +5,7 @@
 //! Kernels that only move or order elements take their `u32` bit patterns
 //! ([`CubeBuffer::bits`]).
 
+mod air;
 mod buffer;
 mod codec;
 mod dense;

@@ -94,7 +94,7 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
     }
     fn topk_abs(&self, x: &CubeBuffer<f32>, k: usize) -> Result<Selected<Self, f32>> {
         check_k(k, x.len)?;
-        self.topk(x, ABS, &[0, x.len], &[k])
+        self.air_topk(x, ABS, k)
     }
     fn topk_signed(
         &self,
@@ -107,6 +107,6 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
             Extreme::Largest => SIGNED,
             Extreme::Smallest => REVERSED,
         };
-        self.topk(x, order, &[0, x.len], &[k])
+        self.air_topk(x, order, k)
     }
 }
