@@ -26,8 +26,9 @@
 //!    output in index order and gathers the values. These two read the
 //!    counts and the selected indices only.
 //!
-//! The state words (`st`, [`ST_WORDS`]) carry the walk between kernels;
-//! the host reads them back once, at the end, for the NaN count.
+//! The state words (`st`, [`ST_WORDS`], written by the host with the
+//! launches) carry the walk between kernels; the host reads them back
+//! once, at the end, for the NaN and infinity counts.
 
 use super::{ITEMS, TILE, UNITS, cube_exclusive_scan, is_nan, key_of};
 use crate::CubeBuffer;
@@ -47,8 +48,10 @@ pub(crate) const ST_KEY: usize = 3;
 pub(crate) const ST_TAKE: usize = 4;
 /// State word: NaNs found by the collection pass.
 pub(crate) const ST_NAN: usize = 5;
-/// State words, then the two 2048-bin histogram rows.
-pub(crate) const ST_WORDS: usize = 16;
+/// State word: infinities found by the collection pass.
+pub(crate) const ST_INF: usize = 6;
+/// State words.
+pub(crate) const ST_WORDS: usize = 8;
 /// Bins of the first two digits.
 pub(crate) const BINS: usize = 2048;
 /// Counters of the table: one per value of the low 21 bits.
@@ -60,7 +63,8 @@ pub(crate) const TABLE: usize = 1 << 21;
 #[cube(launch_unchecked)]
 pub(crate) fn air_histogram(
     x: &[u32],
-    st: &mut [Atomic<u32>],
+    st: &[u32],
+    hist: &mut [Atomic<u32>],
     table: &mut [Atomic<u32>],
     #[comptime] level: u32,
     #[comptime] order: u32,
@@ -77,8 +81,8 @@ pub(crate) fn air_histogram(
     let mut end = min(start + TILE, x.len());
     let mut want = 0u32;
     if comptime![level == 2] {
-        want = st[ST_PREFIX].load() >> 21u32;
-        if st[ST_DONE].load() != 0u32 {
+        want = st[ST_PREFIX] >> 21u32;
+        if st[ST_DONE] != 0u32 {
             end = start;
         }
     }
@@ -106,12 +110,12 @@ pub(crate) fn air_histogram(
         table[last as usize].fetch_add(run);
     }
     sync_cube();
-    let row = ST_WORDS + comptime![(level as usize - 1) * BINS];
+    let row = comptime![(level as usize - 1) * BINS];
     let mut b = unit;
     while b < BINS {
         let c = local[b].load();
         if c > 0u32 {
-            st[row + b].fetch_add(c);
+            hist[row + b].fetch_add(c);
         }
         b += UNITS as usize;
     }
@@ -120,7 +124,7 @@ pub(crate) fn air_histogram(
 /// The digit of the `bins` counters `h[base..base + bins]` that holds the
 /// `left`-th largest key, and how many keys lie in the digits above it,
 /// into `found[0]` and `found[1]` (both 0 if none does), for every unit
-/// (`h` is only read: mutable so that the state words can be passed).
+/// (`h` is only read; mutable as the kernels' buffers are).
 /// Every unit of the cube must call it: it synchronizes.
 #[cube]
 fn find_digit(
@@ -165,19 +169,25 @@ fn find_digit(
 /// third from the table's slice for it, which gives the k-th key and its
 /// quota. Nothing after the state is done.
 #[cube(launch_unchecked)]
-pub(crate) fn air_choose(st: &mut [u32], table: &mut [u32], k: u32, #[comptime] level: u32) {
+pub(crate) fn air_choose(
+    st: &mut [u32],
+    hist: &mut [u32],
+    table: &mut [u32],
+    k: u32,
+    #[comptime] level: u32,
+) {
     let mut found = Shared::<[u32]>::new_slice(2usize);
     let done = st[ST_DONE] != 0u32;
     sync_cube();
     if comptime![level == 1] {
-        find_digit(st, ST_WORDS, k, &mut found, BINS);
+        find_digit(hist, 0usize, k, &mut found, BINS);
         if UNIT_POS == 0 && !done {
             let d = found[0];
             let left = k - found[1];
             let lo = d << 21u32;
             st[ST_PREFIX] = lo;
             st[ST_LEFT] = left;
-            if st[ST_WORDS + d as usize] == left {
+            if hist[d as usize] == left {
                 // The bucket is taken whole: every key at or above its
                 // lowest key.
                 st[ST_DONE] = 1u32;
@@ -192,7 +202,7 @@ pub(crate) fn air_choose(st: &mut [u32], table: &mut [u32], k: u32, #[comptime] 
         }
     } else {
         let left = st[ST_LEFT];
-        find_digit(st, ST_WORDS + BINS, left, &mut found, BINS);
+        find_digit(hist, BINS, left, &mut found, BINS);
         let d2 = found[0] & 2047u32;
         let left2 = left - found[1];
         sync_cube();
@@ -207,8 +217,8 @@ pub(crate) fn air_choose(st: &mut [u32], table: &mut [u32], k: u32, #[comptime] 
 
 /// Pass 3: per tile, the indices of the keys above the k-th key (from the
 /// front of the tile's stretch of `tmp`) and of those equal to it (from
-/// the back), in index order; `counts[2 t..]` = (above, equal); NaNs into
-/// the state.
+/// the back), in index order; `counts[2 t..]` = (above, equal); NaNs and
+/// infinities into the state.
 #[cube(launch_unchecked)]
 pub(crate) fn air_collect(
     x: &[u32],
@@ -226,6 +236,7 @@ pub(crate) fn air_collect(
     let mut above = 0u32;
     let mut equal = 0u32;
     let mut nan = 0u32;
+    let mut inf = 0u32;
     for i in lo..hi {
         let bits = x[i];
         let k = key_of(bits, order);
@@ -237,6 +248,9 @@ pub(crate) fn air_collect(
         }
         if is_nan(bits) {
             nan += 1;
+        }
+        if (bits & 0x7fff_ffffu32) == 0x7f80_0000u32 {
+            inf += 1;
         }
     }
     let mut a = cube_exclusive_scan(above);
@@ -258,6 +272,9 @@ pub(crate) fn air_collect(
     }
     if nan > 0u32 {
         st[ST_NAN].fetch_add(nan);
+    }
+    if inf > 0u32 {
+        st[ST_INF].fetch_add(inf);
     }
 }
 
@@ -363,12 +380,13 @@ pub(crate) fn air_emit(
     }
 }
 
-/// The buffers of one top-k: the input's bits, the state (its words, then
-/// the two histogram rows), the table, the scratch, the tiles' counts and
-/// bases, and the output.
+/// The buffers of one top-k: the input's bits, the state words, the two
+/// histogram rows, the table, the scratch, the tiles' counts and bases, and
+/// the output.
 pub(crate) struct AirArgs<'a> {
     pub x: &'a CubeBuffer<u32>,
     pub st: &'a CubeBuffer<u32>,
+    pub hist: &'a CubeBuffer<u32>,
     pub table: &'a CubeBuffer<u32>,
     pub tmp: &'a CubeBuffer<u32>,
     pub counts: &'a CubeBuffer<u32>,
@@ -379,7 +397,7 @@ pub(crate) struct AirArgs<'a> {
 
 // SAFETY (every launcher below): each buffer argument covers exactly its
 // allocation (`CubeBuffer::arg`); the kernels index the input below its
-// length, the state below `ST_WORDS + 2 BINS`, the table below `TABLE`
+// length, the state below `ST_WORDS`, the rows below `2 BINS`, the table below `TABLE`
 // (a masked digit), the scratch below `tiles * TILE`, the counts and
 // bases below `2 tiles`, and check every output position against the
 // output's length.
@@ -394,6 +412,7 @@ pub(crate) fn launch_histogram(client: &Client, a: &AirArgs<'_>, level: u32, ord
             super::cube_dim(),
             a.x.arg(),
             a.st.arg(),
+            a.hist.arg(),
             a.table.arg(),
             level,
             order,
@@ -409,6 +428,7 @@ pub(crate) fn launch_choose(client: &Client, a: &AirArgs<'_>, k: u32, level: u32
             super::grid(1),
             super::cube_dim(),
             a.st.arg(),
+            a.hist.arg(),
             a.table.arg(),
             k,
             level,

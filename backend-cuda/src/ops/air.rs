@@ -4,7 +4,9 @@
 //! for the NaN count.
 
 use crate::kernels::TILE;
-use crate::kernels::air::{self, AirArgs, BINS, ST_DONE, ST_KEY, ST_NAN, ST_TAKE, ST_WORDS, TABLE};
+use crate::kernels::air::{
+    self, AirArgs, BINS, ST_DONE, ST_INF, ST_KEY, ST_NAN, ST_TAKE, ST_WORDS, TABLE,
+};
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::{Result, Selected};
@@ -15,38 +17,40 @@ impl<R: Runtime> CubeBackend<R> {
     ///
     /// Per call with `0 < k < n`: 9 launches (two clears, two histogram
     /// passes, two one-cube choices, the collection pass, the offsets and
-    /// the merge), 3 passes over `x`, 1 round trip; with `k = 0` or
-    /// `k = n`, the collection alone: 4 launches, 1 pass, 1 round trip.
+    /// the merge), 3 passes over `x`, 1 round trip (the state words, 32
+    /// bytes); with `k = n`, the collection, offsets and merge: 3
+    /// launches, 1 pass, 1 round trip; with `k = 0` the collection alone.
+    /// Also returns how many elements of `x` are infinite (counted on the
+    /// way, for [`sparse_core::SelectOps::topk_finite`]).
     pub(super) fn air_topk(
         &self,
         x: &CubeBuffer<f32>,
         order: u32,
         k: usize,
-    ) -> Result<Selected<Self, f32>> {
+    ) -> Result<(Selected<Self, f32>, u32)> {
         let n = x.len;
         if n == 0 {
-            return Ok(Selected {
+            let s = Selected {
                 indices: self.zeroed(0),
                 values: self.zeroed(0),
-            });
+            };
+            return Ok((s, 0));
         }
         let bits = x.bits();
         let tiles = n.div_ceil(TILE);
         let search = k > 0 && k < n;
-        let st = if search {
-            self.zeroed::<u32>(ST_WORDS + 2 * BINS)
-        } else {
-            // No search: every key (k = n) or none (k = 0); the collection
-            // still counts NaNs.
-            let mut words = vec![0u32; ST_WORDS];
+        // No search where every key (k = n) or none (k = 0) is taken: the
+        // collection still counts NaNs and infinities.
+        let mut words = [0u32; ST_WORDS];
+        if !search {
             words[ST_DONE] = 1;
             (words[ST_KEY], words[ST_TAKE]) = if k == 0 { (u32::MAX, 0) } else { (0, u32::MAX) };
-            self.put(&words)
-        };
-        let table = if search {
-            self.zeroed::<u32>(TABLE)
+        }
+        let st = self.put(&words);
+        let (hist, table) = if search {
+            (self.zeroed::<u32>(2 * BINS), self.zeroed::<u32>(TABLE))
         } else {
-            self.uninit::<u32>(1)
+            (self.uninit::<u32>(1), self.uninit::<u32>(1))
         };
         let tmp = self.uninit::<u32>(tiles * TILE);
         let counts = self.uninit::<u32>(2 * tiles);
@@ -56,6 +60,7 @@ impl<R: Runtime> CubeBackend<R> {
         let a = AirArgs {
             x: &bits,
             st: &st,
+            hist: &hist,
             table: &table,
             tmp: &tmp,
             counts: &counts,
@@ -79,9 +84,10 @@ impl<R: Runtime> CubeBackend<R> {
         if state[ST_NAN] > 0 {
             return Err(self.first_nan(&bits));
         }
-        Ok(Selected {
+        let s = Selected {
             indices: out_idx,
             values: out_val.floats(),
-        })
+        };
+        Ok((s, state[ST_INF]))
     }
 }
