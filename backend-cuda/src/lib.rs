@@ -26,10 +26,17 @@
 //!   counts, host offsets, a cube-wide scan and an in-order write). Integer
 //!   outputs (indices, counts, histograms, bitmaps, hash placements' sets)
 //!   equal the CPU reference exactly, ties included.
-//! - Exact top-k is an MSD radix select: four 8-bit digit histograms (one
-//!   launch each, every segment at once) find the k-th key and how many of
-//!   its copies fit, then one compaction takes them. SparDL's block and
-//!   SparCML's bucket top-k are the same kernels over many segments, except
+//! - Exact top-k of a whole buffer (`topk_abs`, `topk_signed`,
+//!   `topk_finite`) takes three passes over it and one host round trip,
+//!   after AIR top-k: two 11-bit digit histograms in shared memory merged
+//!   with global atomics, the digit chosen on the device by a one-cube
+//!   kernel, the last 10 bits from a table the second pass fills, then one
+//!   collection pass whose offsets are scanned on the device
+//!   (`docs/kernels.md`). SparDL's block and SparCML's bucket top-k
+//!   (`topk_abs_segmented`) are an MSD radix select: four 8-bit digit
+//!   histograms (one launch each, every segment at once) find each
+//!   segment's k-th key and how many of its copies fit, then one compaction
+//!   takes them, except
 //!   that where every segment holds at most 2,048 elements (SparCML's
 //!   buckets of 512) one cube per segment runs all four digits in shared
 //!   memory and returns its key: no histogram row per segment crosses to
@@ -69,20 +76,22 @@
 //! | `max_abs`, `mean_abs`, `sum_squares`, `count_above` | `20 T` | 1 |
 //! | `digit_histogram` | `4 (2^bits + 1)` | 1 |
 //! | `compact_above`, `compact_key` | `12 T` | 1 |
-//! | `topk_abs`, `topk_signed` (`0 < k < n`, `n > 2048`) | `4 * 1028 + 12 T` | 5 |
-//! | `topk_abs_segmented`, every segment at most 2,048 (and the two above for `n <= 2048`) | `4 + 8 S + 12 T` (`S` segments) | 3 |
+//! | `topk_abs`, `topk_signed`, `topk_finite` (any `n` and `k`) | 32 (the state words) | 1 |
+//! | `topk_abs_segmented`, every segment at most 2,048 | `4 + 8 S + 12 T` (`S` segments) | 3 |
 //! | `topk_abs_segmented`, longer segments | `4 * 1028 S + 12 T` | 5 |
-//! | any top-k with `k = 0` or `k = n` in every segment | `12 T` | 1 |
+//! | `topk_abs_segmented` with `k = 0` or `k = n` in every segment | `12 T` | 1 |
 //! | `bitmap_encode` | 4 | 1 |
 //! | `bitmap_decode` | `4 ceil(ceil(n / 32) / 4096)` | 1 |
 //! | `qsgd_quantize` | 4 | 1 |
 //! | `hash_partition` | `8 P (r1 + r2) + 4 (P + 1)`, plus `8` per element in the serial fallback | 2 to 3 |
 //! | `upload`, `zeros`, `gather`, `gather_indices`, `scatter_add`, `mask`, `axpy`, `scale`, `qsgd_dequantize` | 0 | 0 |
 //!
-//! So a small layer's exact top-k reads back about 4 KB of histograms
-//! whatever its size: in a small training step the primitives' readbacks
-//! can outweigh the selected pairs (42 KB against 5.6 KB of data was seen
-//! on the digits MLP), which is why they are counted apart.
+//! Before the three-pass top-k, a small layer's exact top-k read back about
+//! 4 KB of histograms whatever its size: in a small training step the
+//! primitives' readbacks could outweigh the selected pairs (42 KB against
+//! 5.6 KB of data was seen on the digits MLP), which is why they are
+//! counted apart. Launches, round trips and passes over the input are
+//! counted too ([`CubeBackend::work`], [`Work`]).
 //!
 //! ## Element types
 //! The kernels are written for `f32`, the type gradients travel in on every
