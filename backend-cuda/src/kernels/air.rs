@@ -280,11 +280,10 @@ pub(crate) fn air_collect(
 
 /// One cube: from the tiles' counts, `bases[2 t..]` = (output offset of
 /// tile `t`, how many of its equal keys are taken: the quota left after
-/// the tiles before it).
+/// the tiles before it); each unit scans `per` consecutive tiles.
 #[cube(launch_unchecked)]
-pub(crate) fn air_offsets(st: &[u32], counts: &[u32], bases: &mut [u32], tiles: u32) {
+pub(crate) fn air_offsets(st: &[u32], counts: &[u32], bases: &mut [u32], tiles: u32, per: u32) {
     let take = st[ST_TAKE];
-    let per = (tiles + UNITS - 1) / UNITS;
     let first = min(UNIT_POS * per, tiles);
     let last = min(first + per, tiles);
     let mut eq = 0u32;
@@ -465,6 +464,7 @@ pub(crate) fn launch_offsets(client: &Client, a: &AirArgs<'_>) {
             a.counts.arg(),
             a.bases.arg(),
             tiles as u32,
+            tiles.div_ceil(UNITS as usize) as u32,
         );
     }
 }
