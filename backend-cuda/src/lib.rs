@@ -26,10 +26,17 @@
 //!   counts, host offsets, a cube-wide scan and an in-order write). Integer
 //!   outputs (indices, counts, histograms, bitmaps, hash placements' sets)
 //!   equal the CPU reference exactly, ties included.
-//! - Exact top-k is an MSD radix select: four 8-bit digit histograms (one
-//!   launch each, every segment at once) find the k-th key and how many of
-//!   its copies fit, then one compaction takes them. SparDL's block and
-//!   SparCML's bucket top-k are the same kernels over many segments, except
+//! - Exact top-k of a whole buffer (`topk_abs`, `topk_signed`,
+//!   `topk_finite`) takes three passes over it and one host round trip,
+//!   after AIR top-k: two 11-bit digit histograms in shared memory merged
+//!   with global atomics, the digit chosen on the device by a one-cube
+//!   kernel, the last 10 bits from a table the second pass fills, then one
+//!   collection pass whose offsets are scanned on the device
+//!   (`docs/kernels.md`). SparDL's block and SparCML's bucket top-k
+//!   (`topk_abs_segmented`) are an MSD radix select: four 8-bit digit
+//!   histograms (one launch each, every segment at once) find each
+//!   segment's k-th key and how many of its copies fit, then one compaction
+//!   takes them, except
 //!   that where every segment holds at most 2,048 elements (SparCML's
 //!   buckets of 512) one cube per segment runs all four digits in shared
 //!   memory and returns its key: no histogram row per segment crosses to
@@ -69,20 +76,22 @@
 //! | `max_abs`, `mean_abs`, `sum_squares`, `count_above` | `20 T` | 1 |
 //! | `digit_histogram` | `4 (2^bits + 1)` | 1 |
 //! | `compact_above`, `compact_key` | `12 T` | 1 |
-//! | `topk_abs`, `topk_signed` (`0 < k < n`, `n > 2048`) | `4 * 1028 + 12 T` | 5 |
-//! | `topk_abs_segmented`, every segment at most 2,048 (and the two above for `n <= 2048`) | `4 + 8 S + 12 T` (`S` segments) | 3 |
+//! | `topk_abs`, `topk_signed`, `topk_finite` (any `n` and `k`) | 32 (the state words) | 1 |
+//! | `topk_abs_segmented`, every segment at most 2,048 | `4 + 8 S + 12 T` (`S` segments) | 3 |
 //! | `topk_abs_segmented`, longer segments | `4 * 1028 S + 12 T` | 5 |
-//! | any top-k with `k = 0` or `k = n` in every segment | `12 T` | 1 |
+//! | `topk_abs_segmented` with `k = 0` or `k = n` in every segment | `12 T` | 1 |
 //! | `bitmap_encode` | 4 | 1 |
 //! | `bitmap_decode` | `4 ceil(ceil(n / 32) / 4096)` | 1 |
 //! | `qsgd_quantize` | 4 | 1 |
 //! | `hash_partition` | `8 P (r1 + r2) + 4 (P + 1)`, plus `8` per element in the serial fallback | 2 to 3 |
 //! | `upload`, `zeros`, `gather`, `gather_indices`, `scatter_add`, `mask`, `axpy`, `scale`, `qsgd_dequantize` | 0 | 0 |
 //!
-//! So a small layer's exact top-k reads back about 4 KB of histograms
-//! whatever its size: in a small training step the primitives' readbacks
-//! can outweigh the selected pairs (42 KB against 5.6 KB of data was seen
-//! on the digits MLP), which is why they are counted apart.
+//! Before the three-pass top-k, a small layer's exact top-k read back about
+//! 4 KB of histograms whatever its size: in a small training step the
+//! primitives' readbacks could outweigh the selected pairs (42 KB against
+//! 5.6 KB of data was seen on the digits MLP), which is why they are
+//! counted apart. Launches, round trips and passes over the input are
+//! counted too ([`CubeBackend::work`], [`Work`]).
 //!
 //! ## Element types
 //! The kernels are written for `f32`, the type gradients travel in on every
@@ -234,19 +243,94 @@ impl Transfers {
     }
 }
 
-/// [`Transfers`] as atomic counters: bytes and calls of each kind.
+/// The device work a [`CubeBackend`] did since it was made: kernel
+/// launches, host round trips and passes over the input. A backend and its
+/// clones share one set of counters, as they share [`Transfers`]; per call,
+/// take the difference of two readings ([`Work::since`],
+/// [`CubeBackend::work_of`]).
+///
+/// - A *launch* is one kernel dispatched to the device (the backend's
+///   own setup, the four fault words a backend and each clone clear when
+///   made, is not counted).
+/// - A *round trip* is one readback the host waits on: every control
+///   readback ([`Transfers::control_reads`]) and every data download
+///   ([`Transfers::downloads`]).
+/// - A *pass* is a launch of a kernel that reads the whole input of the
+///   primitive that launched it (the array a selection or reduction is
+///   about, both operands of `axpy`). Each launch site declares what its
+///   kernel reads (`Reads::Whole` or `Reads::Part`), and a pass is a
+///   launch declared `Whole`; a kernel that may stop early on the device (the
+///   selection's passes once the k-th key is known) is counted as
+///   declared, so `passes` is an upper bound of what the device read.
+///
+/// `docs/kernels.md` lists every kernel's declaration and the counts per
+/// call of the selection primitives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Kernels launched.
+    pub launches: u64,
+    /// Readbacks the host waited on (control readbacks and downloads).
+    pub round_trips: u64,
+    /// Launches of kernels that read their primitive's whole input.
+    pub passes: u64,
+}
+
+impl Work {
+    /// The work done between `earlier` (a reading of the same backend or a
+    /// clone of it) and this reading; fields behind `earlier` give 0.
+    #[must_use]
+    pub fn since(&self, earlier: &Work) -> Work {
+        Work {
+            launches: self.launches.saturating_sub(earlier.launches),
+            round_trips: self.round_trips.saturating_sub(earlier.round_trips),
+            passes: self.passes.saturating_sub(earlier.passes),
+        }
+    }
+}
+
+/// What a kernel reads of the input of the primitive that launches it,
+/// declared at each launch site ([`Work::passes`] counts the `Whole`
+/// ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// Every element of the input (a pass).
+    Whole,
+    /// Less: a buffer derived from the input (histograms, per-tile counts,
+    /// the candidates of the k-th key's digit, the selected entries), the
+    /// entries a sparse list names, or nothing (a clear).
+    Part,
+}
+
+/// [`Transfers`] and [`Work`] as atomic counters: bytes and calls of each
+/// kind of transfer, launches, round trips and passes.
 #[derive(Default)]
 struct Counters {
     downloaded: [AtomicU64; 2],
     uploaded: [AtomicU64; 2],
     control_read: [AtomicU64; 2],
     control_written: [AtomicU64; 2],
+    launches: AtomicU64,
+    round_trips: AtomicU64,
+    passes: AtomicU64,
 }
 
 impl Counters {
     fn add(&self, c: &[AtomicU64; 2], bytes: usize) {
         c[0].fetch_add(bytes as u64, Ordering::Relaxed);
         c[1].fetch_add(1, Ordering::Relaxed);
+    }
+    fn launched(&self, reads: Reads) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        if reads == Reads::Whole {
+            self.passes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn work(&self) -> Work {
+        Work {
+            launches: self.launches.load(Ordering::Relaxed),
+            round_trips: self.round_trips.load(Ordering::Relaxed),
+            passes: self.passes.load(Ordering::Relaxed),
+        }
     }
     fn read(&self) -> Transfers {
         let get = |c: &[AtomicU64; 2]| (c[0].load(Ordering::Relaxed), c[1].load(Ordering::Relaxed));
@@ -324,6 +408,21 @@ impl<R: Runtime> CubeBackend<R> {
     /// device so far ([`Transfers`]: data and control, each way).
     pub fn transfers(&self) -> Transfers {
         self.counters.read()
+    }
+
+    /// The kernel launches, host round trips and passes over the input this
+    /// backend and its clones made so far ([`Work`]).
+    pub fn work(&self) -> Work {
+        self.counters.work()
+    }
+
+    /// `f`'s result and the [`Work`] done while it ran: one call's
+    /// launches, round trips and passes, where no clone on another thread
+    /// works meanwhile (the counters are shared).
+    pub fn work_of<T>(&self, f: impl FnOnce() -> T) -> (T, Work) {
+        let before = self.work();
+        let out = f();
+        (out, self.work().since(&before))
     }
 
     /// The backend on the runtime's default device.
@@ -413,7 +512,15 @@ impl<R: Runtime> CubeBackend<R> {
     /// A new buffer of `len` items, zeroed on the device (nothing
     /// crosses).
     fn zeroed<T>(&self, len: usize) -> CubeBuffer<T> {
+        self.counters.launched(Reads::Part);
         cleared(&self.client, len)
+    }
+
+    /// Launches a kernel (`launch` is handed the client), counted as a
+    /// launch and, where it reads the whole input, as a pass ([`Work`]).
+    pub(crate) fn launch(&self, reads: Reads, launch: impl FnOnce(&Client)) {
+        self.counters.launched(reads);
+        launch(&self.client);
     }
 
     /// A new buffer of `len` items whose contents the next kernel writes.
@@ -467,6 +574,7 @@ impl<R: Runtime> CubeBackend<R> {
             .read_one(buf.handle.clone())
             .map_err(|e| self.device_error(format!("{e:?}")))?;
         self.counters.add(counter, bytes.len());
+        self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
         let n = buf.len * std::mem::size_of::<T>();
         Ok(bytemuck::pod_collect_to_vec(&bytes[..n]))
     }

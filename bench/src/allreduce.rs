@@ -766,14 +766,22 @@ pub fn run_threads(a: &AllreduceArgs) -> Result<AllreduceReport> {
 /// runs it with `MPI_Barrier` between calls, then MPICH's own dense
 /// `MPI_Allreduce` on the same data as a baseline row (`mpi_allreduce`,
 /// whose traffic MPI does not expose), with the floors of [`Mpi`]. Rank 0
-/// returns the report; other ranks return `None`. `a.ranks` is ignored:
-/// the world size is the rank count.
+/// hands the report to `emit` before MPI is finalized, so that a hang in
+/// `MPI_Finalize` (UCX 1.13's TCP transport can stop progressing its
+/// endpoints before their final flush, openucx/ucx#8738; `MPIEXEC_TIMEOUT`
+/// then ends the job) loses no result. `a.ranks` is ignored: the world
+/// size is the rank count.
 ///
 /// # Errors
 /// MPI already initialized; invalid parameters; the algorithms' errors.
 #[cfg(feature = "mpi")]
-pub fn run_mpi(a: &AllreduceArgs) -> Result<Option<AllreduceReport>> {
-    run(a, &Mpi::init()?)
+pub fn run_mpi(a: &AllreduceArgs, emit: impl FnOnce(&AllreduceReport)) -> Result<()> {
+    let mpi = Mpi::init()?;
+    if let Some(rep) = run(a, &mpi)? {
+        emit(&rep);
+    }
+    drop(mpi);
+    Ok(())
 }
 
 #[cfg(test)]

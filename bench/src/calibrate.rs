@@ -21,7 +21,25 @@ pub struct CalibrateArgs {
     /// Time spent per size at least, milliseconds (small sizes repeat more).
     #[arg(long, default_value_t = 200)]
     pub min_ms: u64,
+    /// How the link is fitted to the ping-pong times.
+    #[arg(long, value_enum, default_value_t = Fit::Relative)]
+    pub fit: Fit,
 }
+
+/// How [`calibrate`] fits the alpha-beta link.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// Least squares in relative error over every size ([`fit`]): right
+    /// where the times lie on one line (MPICH's shared memory).
+    Relative,
+    /// The bandwidth of the large messages, the latency of the empty one
+    /// ([`fit_large`]): for a shaped link, whose token bucket lets small
+    /// messages through faster than the rate and bends the line.
+    Large,
+}
+
+/// The smallest message [`fit_large`] takes the bandwidth from: 1 MiB.
+pub const LARGE: usize = 1 << 20;
 
 /// One message size's measurements.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -101,14 +119,64 @@ pub fn fit(points: &[(usize, f64)]) -> Result<AlphaBeta> {
     AlphaBeta::new(alpha.max(0.0), 1.0 / beta)
 }
 
+/// The alpha-beta link of a shaped network: the time per byte is the
+/// least-squares slope (in absolute error) of the messages of [`LARGE`]
+/// bytes or more, where the rate holds however full the shaper's bucket
+/// was; the latency is the time of the smallest message.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] for a time that is not finite and positive,
+/// fewer than two distinct sizes of [`LARGE`] bytes or more (measure up
+/// to `--max-mib 4` at least), or a slope that is not positive.
+pub fn fit_large(points: &[(usize, f64)]) -> Result<AlphaBeta> {
+    if let Some(&(m, t)) = points.iter().find(|(_, t)| !(t.is_finite() && *t > 0.0)) {
+        return Err(Error::invalid(
+            "calibration",
+            format!("{t} s for {m} bytes"),
+        ));
+    }
+    let large: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|(m, _)| *m >= LARGE)
+        .map(|&(m, t)| (m as f64, t))
+        .collect();
+    let n = large.len() as f64;
+    let (mm, tm) = large
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (m, t)| (a + m / n, b + t / n));
+    let (cov, var) = large.iter().fold((0.0, 0.0), |(c, v), (m, t)| {
+        (c + (m - mm) * (t - tm), v + (m - mm) * (m - mm))
+    });
+    if var.is_nan() || var <= 0.0 {
+        return Err(Error::invalid(
+            "calibration",
+            format!(
+                "fewer than two distinct message sizes of {LARGE} bytes or more: measure up to --max-mib 4 at least"
+            ),
+        ));
+    }
+    let beta = cov / var;
+    if !(beta.is_finite() && beta > 0.0) {
+        return Err(Error::invalid(
+            "calibration",
+            format!("the large messages' time per byte is {beta} s: too noisy, run it again"),
+        ));
+    }
+    let smallest = points.iter().min_by_key(|(m, _)| *m).map_or(0.0, |p| p.1);
+    AlphaBeta::new(smallest, 1.0 / beta)
+}
+
 /// The calibration of `samples`: the fit of the ping-pong times (what the
 /// simulator's one message costs), with the exchanges' times beside them.
 ///
 /// # Errors
-/// As [`fit`].
-pub fn calibrate(samples: Vec<Sample>) -> Result<Calibration> {
+/// As [`fit`] or [`fit_large`].
+pub fn calibrate(samples: Vec<Sample>, how: Fit) -> Result<Calibration> {
     let points: Vec<(usize, f64)> = samples.iter().map(|s| (s.bytes, s.ping_pong)).collect();
-    let link = fit(&points)?;
+    let link = match how {
+        Fit::Relative => fit(&points)?,
+        Fit::Large => fit_large(&points)?,
+    };
     Ok(Calibration { samples, link })
 }
 
@@ -266,7 +334,7 @@ pub fn run_mpi(a: &CalibrateArgs) -> Result<(usize, Option<Calibration>)> {
     let mut t = sparse_coll::MpiTransport::new(world);
     let samples = measure(&mut t, a)?;
     universe.world().barrier();
-    Ok((size, samples.map(calibrate).transpose()?))
+    Ok((size, samples.map(|s| calibrate(s, a.fit)).transpose()?))
 }
 
 #[cfg(test)]
@@ -301,6 +369,41 @@ mod tests {
         let net = sparse_coll::sim::parse_network(&network_file(&c, 2)).unwrap();
         let route = net.route(0, 1);
         assert!((route.alpha - 3e-6).abs() < 1e-15 && (route.beta - 2e-10).abs() < 1e-22);
+    }
+
+    /// A shaped link (a token bucket of `b` bytes lets a message's first
+    /// `b` bytes through at once): `fit_large` recovers its rate, which
+    /// the relative fit overestimates by more than half, pulled by the
+    /// small messages that the bucket lets through.
+    #[test]
+    fn fit_large_recovers_a_shaped_links_rate() {
+        let (alpha, beta, bucket) = (10e-6, 8e-9, 62_500usize);
+        let shaped: Vec<(usize, f64)> = sizes(16)
+            .into_iter()
+            .map(|m| {
+                (
+                    m,
+                    alpha + m.saturating_sub(bucket) as f64 * beta + m as f64 * 2e-10,
+                )
+            })
+            .collect();
+        let large = fit_large(&shaped).unwrap();
+        assert!(
+            (large.beta() / (beta + 2e-10) - 1.0).abs() < 0.01,
+            "{large:?}"
+        );
+        assert!((large.alpha() - alpha).abs() < 1e-12, "{large:?}");
+        let relative = fit(&shaped).unwrap();
+        assert!(relative.beta() < 0.67 * beta, "{relative:?}");
+        // A straight line is recovered by both.
+        let link = AlphaBeta::new(3e-6, 5e9).unwrap();
+        let exact: Vec<(usize, f64)> = sizes(64).into_iter().map(|m| (m, model(link, m))).collect();
+        let got = fit_large(&exact).unwrap();
+        assert!((got.beta() / 2e-10 - 1.0).abs() < 1e-9 && (got.alpha() - 3e-6).abs() < 1e-15);
+        // Too few large sizes, or a bad time, are errors.
+        assert!(fit_large(&exact[..exact.len() - 5]).is_err());
+        assert!(fit_large(&[(0, 1e-6), (LARGE, f64::NAN), (4 * LARGE, 1e-3)]).is_err());
+        assert!(fit_large(&[(0, 1e-6), (LARGE, 2e-3), (4 * LARGE, 1e-3)]).is_err());
     }
 
     /// Too few sizes, a non-positive time and a decreasing fit are errors.

@@ -48,6 +48,35 @@ pub struct SelectRow {
     /// Median ms of copying the array, measured just before this row (the
     /// row's own floor: the machine's speed drifts over a run).
     pub copy_ms: f64,
+    /// The device work of the first call (the selection alone, not the
+    /// download of what it selected), where the backend counts it
+    /// ([`run_counted`]).
+    pub work: Option<CallWork>,
+}
+
+/// A kernel backend's counts of one call: kernel launches, host round
+/// trips (readbacks the host waits on) and passes over the input (kernels
+/// that read the whole array), as `backend_cuda::Work` counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallWork {
+    /// Kernels launched.
+    pub launches: u64,
+    /// Readbacks the host waited on.
+    pub round_trips: u64,
+    /// Kernels that read the whole input.
+    pub passes: u64,
+}
+
+impl CallWork {
+    /// The counts between `earlier` and this reading of cumulative counters.
+    #[must_use]
+    pub fn since(&self, earlier: &CallWork) -> CallWork {
+        CallWork {
+            launches: self.launches.saturating_sub(earlier.launches),
+            round_trips: self.round_trips.saturating_sub(earlier.round_trips),
+            passes: self.passes.saturating_sub(earlier.passes),
+        }
+    }
 }
 
 /// The result of a run: rows plus the baselines.
@@ -103,6 +132,19 @@ pub fn selectors<B: Backend<f32>>() -> Vec<Box<dyn Selector<B, f32>>> {
 /// # Errors
 /// Invalid parameters or backend errors.
 pub fn run<B: Backend<f32>>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
+    run_counted(b, a, None)
+}
+
+/// [`run`], with `work` reading the backend's cumulative counters
+/// ([`CallWork`]): each row then carries the counts of its first call.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_counted<B: Backend<f32>>(
+    b: &B,
+    a: &SelectArgs,
+    work: Option<&dyn Fn() -> CallWork>,
+) -> Result<SelectReport> {
     if !(a.density > 0.0 && a.density <= 1.0) {
         return Err(sparse_core::Error::invalid(
             "density",
@@ -137,7 +179,10 @@ pub fn run<B: Backend<f32>>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
         // selectors, the threshold reuse and the sampled threshold's draws,
         // would otherwise report whichever call came last).
         let copy_ms = copy();
-        let first = b.download(&s.select(b, &buf, k)?.indices)?;
+        let before = work.map(|w| w());
+        let sel = s.select(b, &buf, k)?;
+        let call = work.zip(before).map(|(w, before)| w().since(&before));
+        let first = b.download(&sel.indices)?;
         let recall = first.iter().filter(|&&i| in_exact[i as usize]).count() as f64 / k as f64;
         let t = time_fallible(a.min_time, || {
             s.select(b, &buf, k)
@@ -149,6 +194,7 @@ pub fn run<B: Backend<f32>>(b: &B, a: &SelectArgs) -> Result<SelectReport> {
             recall,
             ms: ms(t),
             copy_ms,
+            work: call,
         });
         bar.inc();
     }

@@ -6,7 +6,7 @@
 //! twice.
 
 use crate::{Selection, Selector, check_k, empty, selection};
-use sparse_core::backend::first_non_finite;
+use sparse_core::backend::{check_finite_buffer, first_non_finite};
 use sparse_core::topk::{narrowing_sample, sample_rank};
 use sparse_core::{Backend, Digit, Element, KeyOrder, Result, Selected};
 
@@ -271,16 +271,14 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for RadixTopK {
             x,
             (|| -> Result<Selection<B, E>> {
                 check_k(b, x, k)?;
-                // The magnitude order finds infinities in its first histogram; the
-                // signed orders and k = 0 (no histogram) check with one reduction.
-                if (k == 0 || self.order != KeyOrder::Abs) && b.max_abs(x)?.is_infinite() {
-                    return Err(first_non_finite(b, x));
-                }
                 if k == 0 {
+                    check_finite_buffer(b, x)?;
                     return empty(b);
                 }
-                let (s, _) = top_k(b, x, self.order, k, false)?;
-                Ok(selection(b, s, None))
+                // The backend's top-k under the selectors' contract (NaN and
+                // infinity rejected): on the kernels, three passes over `x`
+                // and one round trip; by default the primitives composed.
+                Ok(selection(b, b.topk_finite(x, self.order, k)?, None))
             })(),
         )
     }

@@ -22,6 +22,7 @@
     clippy::assign_op_pattern
 )]
 
+pub(crate) mod air;
 pub(crate) mod axpy;
 pub(crate) mod bitmap;
 pub(crate) mod compact;

@@ -1,7 +1,7 @@
 //! [`CodecOps`]: QSGD's quantization on the device.
 
 use crate::kernels::{cubes_for, grid, qsgd};
-use crate::{CubeBackend, CubeBuffer};
+use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::backend::check_len;
 use sparse_core::qsgd::QsgdParams;
@@ -23,31 +23,28 @@ impl<R: Runtime> CodecOps<f32> for CubeBackend<R> {
         let bad = self.zeroed::<u32>(1);
         let words = self.uninit::<u32>(nw);
         let bits = x.bits();
-        qsgd::launch_qsgd_scales(
-            &self.client,
-            grid(nb),
-            &bits,
-            p.bucket() as u32,
-            &scales,
-            &bad,
-        );
+        self.launch(Reads::Whole, |c| {
+            qsgd::launch_qsgd_scales(c, grid(nb), &bits, p.bucket() as u32, &scales, &bad)
+        });
         if self.get(&bad)?[0] > 0 {
             return Err(self.first_key_above(&bits, 0x7f7f_ffff));
         }
         let [key0, key1] = CounterRng::new(p.seed()).keys();
-        qsgd::launch_qsgd_codes(
-            &self.client,
-            grid(cubes_for(nw)),
-            x,
-            &scales.floats(),
-            &words,
-            p.bucket() as u32,
-            p.levels(),
-            key0,
-            key1,
-            counter_base,
-            p.bits(),
-        );
+        self.launch(Reads::Whole, |c| {
+            qsgd::launch_qsgd_codes(
+                c,
+                grid(cubes_for(nw)),
+                x,
+                &scales.floats(),
+                &words,
+                p.bucket() as u32,
+                p.levels(),
+                key0,
+                key1,
+                counter_base,
+                p.bits(),
+            )
+        });
         Ok((scales.floats(), words))
     }
     fn qsgd_dequantize(
@@ -61,16 +58,18 @@ impl<R: Runtime> CodecOps<f32> for CubeBackend<R> {
         check_len("qsgd words", p.words(n), words.len)?;
         let out = self.uninit::<f32>(n);
         if n > 0 {
-            qsgd::launch_qsgd_decode(
-                &self.client,
-                grid(cubes_for(n)),
-                words,
-                scales,
-                &out,
-                p.bucket() as u32,
-                p.levels(),
-                p.bits(),
-            );
+            self.launch(Reads::Whole, |c| {
+                qsgd::launch_qsgd_decode(
+                    c,
+                    grid(cubes_for(n)),
+                    words,
+                    scales,
+                    &out,
+                    p.bucket() as u32,
+                    p.levels(),
+                    p.bits(),
+                )
+            });
         }
         Ok(out)
     }

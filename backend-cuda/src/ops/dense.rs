@@ -2,7 +2,7 @@
 //! fault words.
 
 use crate::kernels::{axpy, cubes_for, grid, mask, scale, scatter};
-use crate::{CubeBackend, CubeBuffer};
+use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::backend::check_len;
 use sparse_core::{DenseOps, Result};
@@ -16,39 +16,47 @@ impl<R: Runtime> DenseOps<f32> for CubeBackend<R> {
     ) -> Result<()> {
         check_len("scatter_add indices vs values", indices.len, values.len)?;
         if indices.len > 0 {
-            scatter::launch_scatter_add(
-                &self.client,
-                grid(cubes_for(indices.len)),
-                dense,
-                indices,
-                values,
-                &self.fault(),
-            );
+            self.launch(Reads::Part, |c| {
+                scatter::launch_scatter_add(
+                    c,
+                    grid(cubes_for(indices.len)),
+                    dense,
+                    indices,
+                    values,
+                    &self.fault(),
+                )
+            });
         }
         Ok(())
     }
     fn mask(&self, dense: &mut CubeBuffer<f32>, indices: &CubeBuffer<u32>) -> Result<()> {
         if indices.len > 0 {
-            mask::launch_mask(
-                &self.client,
-                grid(cubes_for(indices.len)),
-                dense,
-                indices,
-                &self.fault(),
-            );
+            self.launch(Reads::Part, |c| {
+                mask::launch_mask(
+                    c,
+                    grid(cubes_for(indices.len)),
+                    dense,
+                    indices,
+                    &self.fault(),
+                )
+            });
         }
         Ok(())
     }
     fn axpy(&self, a: f32, x: &CubeBuffer<f32>, y: &mut CubeBuffer<f32>) -> Result<()> {
         check_len("axpy x vs y", y.len, x.len)?;
         if y.len > 0 {
-            axpy::launch_axpy(&self.client, grid(cubes_for(y.len)), a, x, y);
+            self.launch(Reads::Whole, |c| {
+                axpy::launch_axpy(c, grid(cubes_for(y.len)), a, x, y)
+            });
         }
         Ok(())
     }
     fn scale(&self, a: f32, x: &mut CubeBuffer<f32>) -> Result<()> {
         if x.len > 0 {
-            scale::launch_scale(&self.client, grid(cubes_for(x.len)), a, x);
+            self.launch(Reads::Whole, |c| {
+                scale::launch_scale(c, grid(cubes_for(x.len)), a, x)
+            });
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! [`HashOps`]: Zen's hierarchical hashing.
 
 use crate::kernels::{cubes_for, grid, hash};
-use crate::{CubeBackend, CubeBuffer};
+use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::backend::check_len;
 use sparse_core::{HashOps, HashPartitions, HierarchicalHash, Result};
@@ -54,46 +54,42 @@ impl<R: Runtime> CubeBackend<R> {
         if n > 0 {
             let count = grid(cubes_for(n));
             for f in 1..=h.rehash.len() as u32 {
-                hash::launch_hash_claim(
-                    &self.client,
-                    count.clone(),
-                    indices,
-                    &state,
-                    &slots,
-                    &tables,
-                    parts,
-                    r1,
-                    width as u32,
-                    f,
-                );
-                hash::launch_hash_confirm(
-                    &self.client,
-                    count.clone(),
-                    indices,
-                    &vals,
-                    &state,
-                    &slots,
-                    &tables,
-                    parts,
-                    r1,
-                    width as u32,
-                    f,
-                );
+                self.launch(Reads::Whole, |c| {
+                    hash::launch_hash_claim(
+                        c,
+                        count.clone(),
+                        indices,
+                        &state,
+                        &slots,
+                        &tables,
+                        parts,
+                        r1,
+                        width as u32,
+                        f,
+                    )
+                });
+                self.launch(Reads::Whole, |c| {
+                    hash::launch_hash_confirm(
+                        c,
+                        count.clone(),
+                        indices,
+                        &vals,
+                        &state,
+                        &slots,
+                        &tables,
+                        parts,
+                        r1,
+                        width as u32,
+                        f,
+                    )
+                });
             }
-            hash::launch_hash_serial(
-                &self.client,
-                count,
-                indices,
-                &vals,
-                &state,
-                &counters,
-                &slots,
-                &fallback,
-                &tables,
-                parts,
-                r1,
-                r2,
-            );
+            self.launch(Reads::Whole, |c| {
+                hash::launch_hash_serial(
+                    c, count, indices, &vals, &state, &counters, &slots, &fallback, &tables, parts,
+                    r1, r2,
+                )
+            });
         }
         Placed {
             slots,

@@ -1,7 +1,7 @@
 //! [`IndexOps`]: gathers of indices and the bitmap codec.
 
 use crate::kernels::{TILE, bitmap, cubes_for, gather, grid};
-use crate::{CubeBackend, CubeBuffer};
+use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::backend::check_len;
 use sparse_core::{IndexOps, Result};
@@ -14,14 +14,16 @@ impl<R: Runtime> IndexOps for CubeBackend<R> {
     ) -> Result<CubeBuffer<u32>> {
         let out = self.uninit::<u32>(positions.len);
         if positions.len > 0 {
-            gather::launch_gather(
-                &self.client,
-                grid(cubes_for(positions.len)),
-                src,
-                positions,
-                &out,
-                &self.fault(),
-            );
+            self.launch(Reads::Part, |c| {
+                gather::launch_gather(
+                    c,
+                    grid(cubes_for(positions.len)),
+                    src,
+                    positions,
+                    &out,
+                    &self.fault(),
+                )
+            });
         }
         Ok(out)
     }
@@ -39,15 +41,13 @@ impl<R: Runtime> IndexOps for CubeBackend<R> {
         let flags = self.zeroed::<u32>(len);
         let words = self.uninit::<u32>(nw);
         if indices.len > 0 {
-            bitmap::launch_bitmap_flags(
-                &self.client,
-                grid(cubes_for(indices.len)),
-                indices,
-                lo,
-                &flags,
-            );
+            self.launch(Reads::Whole, |c| {
+                bitmap::launch_bitmap_flags(c, grid(cubes_for(indices.len)), indices, lo, &flags)
+            });
         }
-        bitmap::launch_bitmap_pack(&self.client, grid(cubes_for(nw)), &flags, &words);
+        self.launch(Reads::Part, |c| {
+            bitmap::launch_bitmap_pack(c, grid(cubes_for(nw)), &flags, &words)
+        });
         Ok(words)
     }
     fn bitmap_decode(
@@ -62,7 +62,9 @@ impl<R: Runtime> IndexOps for CubeBackend<R> {
         }
         let nt = words.len.div_ceil(TILE);
         let counts = self.uninit::<u32>(nt);
-        bitmap::launch_bitmap_count(&self.client, grid(nt), words, len as u32, &counts);
+        self.launch(Reads::Whole, |c| {
+            bitmap::launch_bitmap_count(c, grid(nt), words, len as u32, &counts)
+        });
         let mut bases = Vec::with_capacity(nt);
         let mut total = 0u32;
         for c in self.get(&counts)? {
@@ -72,15 +74,9 @@ impl<R: Runtime> IndexOps for CubeBackend<R> {
         let out = self.uninit::<u32>(total as usize);
         if total > 0 {
             let bases = self.put(&bases);
-            bitmap::launch_bitmap_write(
-                &self.client,
-                grid(nt),
-                words,
-                len as u32,
-                lo,
-                &bases,
-                &out,
-            );
+            self.launch(Reads::Whole, |c| {
+                bitmap::launch_bitmap_write(c, grid(nt), words, len as u32, lo, &bases, &out)
+            });
         }
         Ok(out)
     }

@@ -5,6 +5,7 @@
 //! Kernels that only move or order elements take their `u32` bit patterns
 //! ([`CubeBuffer::bits`]).
 
+mod air;
 mod buffer;
 mod codec;
 mod dense;
@@ -15,7 +16,7 @@ mod reduce;
 mod select;
 
 use crate::kernels::{TILE, cubes_for, grid, outside, stats};
-use crate::{CubeBackend, CubeBuffer};
+use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::{Error, Result};
 
@@ -79,14 +80,16 @@ impl<R: Runtime> CubeBackend<R> {
         }
         let count = self.zeroed::<u32>(1);
         let len32 = len.min(u32::MAX as usize) as u32;
-        outside::launch_count_outside(
-            &self.client,
-            grid(cubes_for(indices.len)),
-            indices,
-            lo,
-            len32,
-            &count,
-        );
+        self.launch(Reads::Whole, |c| {
+            outside::launch_count_outside(
+                c,
+                grid(cubes_for(indices.len)),
+                indices,
+                lo,
+                len32,
+                &count,
+            )
+        });
         if self.get(&count)?[0] == 0 {
             return Ok(());
         }
@@ -114,7 +117,9 @@ impl<R: Runtime> CubeBackend<R> {
         }
         let cubes = x.len.div_ceil(TILE);
         let parts = self.uninit::<u32>(cubes * 5);
-        stats::launch_abs_stats(&self.client, grid(cubes), x, tkey, &parts);
+        self.launch(Reads::Whole, |c| {
+            stats::launch_abs_stats(c, grid(cubes), x, tkey, &parts)
+        });
         let mut nan = 0;
         for p in self.get(&parts)?.chunks(5) {
             st.max_key = st.max_key.max(p[0]);

@@ -4,7 +4,7 @@
 
 use super::tiles;
 use crate::kernels::{compact, count, grid, histogram, short};
-use crate::{CubeBackend, CubeBuffer};
+use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::{Result, Selected};
 
@@ -29,19 +29,21 @@ impl<R: Runtime> CubeBackend<R> {
         let segments = want.len() / 2;
         let hist = self.zeroed::<u32>(segments * (bins + 1));
         let want = self.put(want);
-        histogram::launch_digit_histogram(
-            &self.client,
-            grid(tiles.len / 3),
-            x,
-            tiles,
-            &want,
-            &hist,
-            hi_mask,
-            shift,
-            bins,
-            order,
-            bits > 11,
-        );
+        self.launch(Reads::Whole, |c| {
+            histogram::launch_digit_histogram(
+                c,
+                grid(tiles.len / 3),
+                x,
+                tiles,
+                &want,
+                &hist,
+                hi_mask,
+                shift,
+                bins,
+                order,
+                bits > 11,
+            )
+        });
         self.get(&hist)
     }
 
@@ -84,15 +86,9 @@ impl<R: Runtime> CubeBackend<R> {
             let segs = self.put(&segs);
             let out = self.uninit::<u32>(2 * live.len());
             let bad = self.zeroed::<u32>(1);
-            short::launch_short_topk_keys(
-                &self.client,
-                grid(live.len()),
-                x,
-                &segs,
-                &out,
-                &bad,
-                order,
-            );
+            self.launch(Reads::Whole, |c| {
+                short::launch_short_topk_keys(c, grid(live.len()), x, &segs, &out, &bad, order)
+            });
             if self.get(&bad)?[0] > 0 {
                 return Err(self.first_nan(x));
             }
@@ -152,15 +148,9 @@ impl<R: Runtime> CubeBackend<R> {
         let flat: Vec<u32> = keys.iter().flat_map(|&(k, t)| [k, t]).collect();
         let keys_b = self.put(&flat);
         let counts_b = self.zeroed::<u32>(nt * 3);
-        count::launch_count_keys(
-            &self.client,
-            grid(nt),
-            x,
-            &tiles_b,
-            &keys_b,
-            &counts_b,
-            order,
-        );
+        self.launch(Reads::Whole, |c| {
+            count::launch_count_keys(c, grid(nt), x, &tiles_b, &keys_b, &counts_b, order)
+        });
         let counts = self.get(&counts_b)?;
         if counts.chunks(3).any(|c| c[2] > 0) {
             return Err(self.first_nan(x));
@@ -183,17 +173,19 @@ impl<R: Runtime> CubeBackend<R> {
         let out_val = self.uninit::<u32>(total as usize);
         if total > 0 {
             let bases = self.put(&bases);
-            compact::launch_compact_keys(
-                &self.client,
-                grid(nt),
-                x,
-                &tiles_b,
-                &keys_b,
-                &bases,
-                &out_idx,
-                &out_val,
-                order,
-            );
+            self.launch(Reads::Whole, |c| {
+                compact::launch_compact_keys(
+                    c,
+                    grid(nt),
+                    x,
+                    &tiles_b,
+                    &keys_b,
+                    &bases,
+                    &out_idx,
+                    &out_val,
+                    order,
+                )
+            });
         }
         Ok((out_idx, out_val))
     }

@@ -3,9 +3,9 @@
 
 use super::tiles;
 use crate::kernels::{ABS, REVERSED, SIGNED, cubes_for, gather, grid, order_code};
-use crate::{CubeBackend, CubeBuffer};
+use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
-use sparse_core::backend::{check_digit, check_k, check_segments};
+use sparse_core::backend::{check_digit, check_k, check_segments, first_non_finite};
 use sparse_core::{Digit, Extreme, KeyOrder, Result, SelectOps, Selected, abs_key};
 
 impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
@@ -66,17 +66,34 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
         check_segments(offsets, ks, x.len)?;
         self.topk(x, ABS, offsets, ks)
     }
+    /// The top-k pass counts the infinities on the way: no check of its
+    /// own, still three passes and one round trip.
+    fn topk_finite(
+        &self,
+        x: &CubeBuffer<f32>,
+        order: KeyOrder,
+        k: usize,
+    ) -> Result<Selected<Self, f32>> {
+        check_k(k, x.len)?;
+        let (s, infinite) = self.air_topk(x, order_code(order), k)?;
+        if infinite > 0 {
+            return Err(first_non_finite(self, x));
+        }
+        Ok(s)
+    }
     fn gather(&self, x: &CubeBuffer<f32>, indices: &CubeBuffer<u32>) -> Result<CubeBuffer<f32>> {
         let out = self.uninit::<u32>(indices.len);
         if indices.len > 0 {
-            gather::launch_gather(
-                &self.client,
-                grid(cubes_for(indices.len)),
-                &x.bits(),
-                indices,
-                &out,
-                &self.fault(),
-            );
+            self.launch(Reads::Part, |c| {
+                gather::launch_gather(
+                    c,
+                    grid(cubes_for(indices.len)),
+                    &x.bits(),
+                    indices,
+                    &out,
+                    &self.fault(),
+                )
+            });
         }
         Ok(out.floats())
     }
@@ -92,7 +109,7 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
     }
     fn topk_abs(&self, x: &CubeBuffer<f32>, k: usize) -> Result<Selected<Self, f32>> {
         check_k(k, x.len)?;
-        self.topk(x, ABS, &[0, x.len], &[k])
+        Ok(self.air_topk(x, ABS, k)?.0)
     }
     fn topk_signed(
         &self,
@@ -105,6 +122,6 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
             Extreme::Largest => SIGNED,
             Extreme::Smallest => REVERSED,
         };
-        self.topk(x, order, &[0, x.len], &[k])
+        Ok(self.air_topk(x, order, k)?.0)
     }
 }

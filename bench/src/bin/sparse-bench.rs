@@ -132,6 +132,16 @@ enum BackendKind {
     Cuda,
 }
 
+/// A kernel backend's counters as the select report's.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn kernel_work(w: backend_cuda::Work) -> select::CallWork {
+    select::CallWork {
+        launches: w.launches,
+        round_trips: w.round_trips,
+        passes: w.passes,
+    }
+}
+
 /// The select report on the backend `kind` names, and the backend's name.
 fn select_on(
     kind: BackendKind,
@@ -149,14 +159,16 @@ fn select_on(
         #[cfg(feature = "wgpu")]
         BackendKind::Wgpu => {
             let b = backend_cuda::WgpuBackend::new_default()?;
-            Ok((select::run(&b, a)?, b.name()))
+            let work = || kernel_work(b.work());
+            Ok((select::run_counted(&b, a, Some(&work))?, b.name()))
         }
         #[cfg(not(feature = "wgpu"))]
         BackendKind::Wgpu => Err(missing("wgpu")),
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
             let b = backend_cuda::CudaBackend::new_default()?;
-            Ok((select::run(&b, a)?, b.name()))
+            let work = || kernel_work(b.work());
+            Ok((select::run_counted(&b, a, Some(&work))?, b.name()))
         }
         #[cfg(not(feature = "cuda"))]
         BackendKind::Cuda => Err(missing("cuda")),
@@ -355,11 +367,7 @@ fn run_allreduce(
     match transport {
         TransportKind::Threads => print_allreduce("threads", &allreduce::run_threads(a)?, json),
         #[cfg(feature = "mpi")]
-        TransportKind::Mpi => {
-            if let Some(rep) = allreduce::run_mpi(a)? {
-                print_allreduce("mpi", &rep, json);
-            }
-        }
+        TransportKind::Mpi => allreduce::run_mpi(a, |rep| print_allreduce("mpi", rep, json))?,
     }
     Ok(())
 }
@@ -574,6 +582,9 @@ fn run_select(backend: BackendKind, a: &SelectArgs, json: bool) -> sparse_core::
                 "copy_ms": r.copy_ms, "nth_ms": report.nth_ms, "read_ms": report.read_ms,
                 "vs_copy": r.ms / r.copy_ms, "vs_nth": r.ms / report.nth_ms,
                 "vs_read": r.ms / report.read_ms,
+                "launches": r.work.map(|w| w.launches),
+                "round_trips": r.work.map(|w| w.round_trips),
+                "passes": r.work.map(|w| w.passes),
             });
             bench::out!("{obj}");
         }

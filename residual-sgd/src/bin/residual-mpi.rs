@@ -11,7 +11,7 @@
 use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::{Config, LayerSpec, Rule, Trainer};
 use sparse_coll::dense::bruck_allgather;
-use sparse_coll::{Defaults, MpiTransport, Registry, ThreadCluster, Transport};
+use sparse_coll::{MpiTransport, Registry, ThreadCluster, Transport};
 use sparse_core::Result;
 use sparse_core::generate::Rng;
 use sparse_select::RadixTopK;

@@ -134,6 +134,46 @@ pub trait SelectOps<E: Element>: BufferOps {
     /// [`Error::KOutOfRange`](crate::Error::KOutOfRange) if `k > len`; [`Error::NonFinite`](crate::Error::NonFinite) on NaN.
     fn topk_signed(&self, x: &Self::Buffer<E>, k: usize, end: Extreme)
     -> Result<Selected<Self, E>>;
+    /// Exact top-k in `order` under the selectors' input contract: as
+    /// [`SelectOps::topk_abs`] ([`KeyOrder::Abs`]) or
+    /// [`SelectOps::topk_signed`] (largest for [`KeyOrder::Signed`],
+    /// smallest for [`KeyOrder::SignedReversed`]), except that an infinity
+    /// anywhere in `x` is [`Error::NonFinite`](crate::Error::NonFinite) too
+    /// (`sparse-select`'s `RadixTopK` calls it, and wraps it in
+    /// [`resolve_non_finite_in`](super::resolve_non_finite_in) so that the
+    /// index named is the first non-finite one).
+    ///
+    /// The default composes the primitives: the top-k, then one compaction
+    /// above the largest finite magnitude, of the selected values where
+    /// they hold every infinity (the magnitude order, `k > 0`), else of
+    /// `x`. A backend that sees every key in its top-k anyway (the kernels
+    /// of `backend-cuda`) may check on the way instead.
+    ///
+    /// # Errors
+    /// [`Error::KOutOfRange`](crate::Error::KOutOfRange) if `k > len`;
+    /// [`Error::NonFinite`](crate::Error::NonFinite) on NaN or infinity.
+    fn topk_finite(
+        &self,
+        x: &Self::Buffer<E>,
+        order: KeyOrder,
+        k: usize,
+    ) -> Result<Selected<Self, E>> {
+        let s = match order {
+            KeyOrder::Abs => self.topk_abs(x, k)?,
+            KeyOrder::Signed => self.topk_signed(x, k, Extreme::Largest)?,
+            KeyOrder::SignedReversed => self.topk_signed(x, k, Extreme::Smallest)?,
+        };
+        let probe = if order == KeyOrder::Abs && k > 0 {
+            &s.values
+        } else {
+            x
+        };
+        let infinite = self.compact_above(probe, E::max_value())?;
+        if self.len(&infinite.indices) > 0 {
+            return Err(super::first_non_finite(self, x));
+        }
+        Ok(s)
+    }
 }
 
 /// Checks a digit against the key width of `E`.

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The simulator against a real, bandwidth-limited network: network
+# namespaces joined by tbf-shaped veths (scripts/netns-cluster.sh), one MPI
+# rank each over UCX's TCP. Calibrates the link (sparse-bench calibrate at
+# P = 2), measures every registered algorithm and the dense baselines
+# (sparse-bench allreduce --transport mpi: medians of warm calls) at each P
+# of $PS, n of $NS and density of $DENSITIES, simulates the same calls over
+# the calibrated network file (sparse-bench scale --warm --compute-factor 1)
+# and prints the tables of bench/RESULTS.md: measured beside simulated, the
+# error of every row, the load of the machine (uptime) beside each table.
+#
+# Usage: sudo bash scripts/wire-bench.sh [OUTDIR]   (root: namespaces)
+# Environment (defaults in brackets):
+#   RATE       each link's rate, tc units [1gbit]
+#   PS         rank counts [2 3 4]
+#   NS         dimensions [1048576 4194304]
+#   DENSITIES  densities [0.001 0.01]
+#   REPS       timed warm calls per algorithm [5]
+#   FIT        calibrate's --fit [large: the bandwidth of the messages of
+#              1 MiB and more; tbf's bucket lets smaller ones through
+#              faster than the rate, and the relative fit, pulled by them,
+#              doubles the bandwidth]
+#   NICE       the ranks' scheduling priority (netns-cluster.sh --nice);
+#              empty for none [-20: MPICH's ranks poll, and on a busy machine
+#              a rank's wait for a core is what would be measured]
+#   BIN        a built sparse-bench (built with --features mpi when absent)
+#   JOB_TIMEOUT  seconds per allreduce job [300]
+# The tables regenerate from a clean checkout with this command (and the
+# same environment); the raw JSON lines stay in OUTDIR [target/wire-RATE].
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rate=${RATE:-1gbit}
+ps=${PS:-2 3 4}
+ns=${NS:-1048576 4194304}
+densities=${DENSITIES:-0.001 0.01}
+reps=${REPS:-5}
+fit=${FIT:-large}
+nice=${NICE--20}
+out=${1:-target/wire-$rate}
+mkdir -p "$out"
+if [ -z "${BIN:-}" ]; then
+    cargo build --release -q -p bench --bin sparse-bench --features mpi
+    # A copy, so that a build running beside this one cannot swap it.
+    cp "${CARGO_TARGET_DIR:-target}/release/sparse-bench" "$out/sparse-bench"
+    BIN=$out/sparse-bench
+fi
+cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" ${nice:+--nice "$nice"})
+
+echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
+"${cluster[@]}" --ranks 2 -- "$BIN" calibrate --max-mib 16 --fit "$fit" --out "$out/calibrated.net" | tee "$out/calibrate.txt"
+grep -q "world size 2" "$out/calibrate.txt" || { echo "wire-bench: calibrate did not run on 2 ranks" >&2; exit 1; }
+for n in $ns; do
+    for d in $densities; do
+        for p in $ps; do
+            f="$out/measured_${p}_${n}_${d}.json"
+            echo "n=$n density=$d P=$p: $(uptime)" | tee -a "$out/load.txt"
+            # Rank 0 prints before MPI_Finalize, which can hang on UCX's TCP
+            # (openucx/ucx#8738): a job whose output is complete (its last
+            # row, the overlap line, printed) and that has not ended 20 s
+            # later is stopped (the cluster script cleans up on TERM), and
+            # the output kept, with a warning.
+            rc=0
+            "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-300}" -- "$BIN" allreduce --transport mpi \
+                --n "$n" --density "$d" --reps "$reps" --json > "$f" &
+            job=$!
+            done_for=0
+            while kill -0 "$job" 2>/dev/null; do
+                if grep -q '"bench":"overlap"' "$f"; then done_for=$((done_for + 1)); fi
+                if [ "$done_for" -gt 20 ]; then kill -TERM "$job"; break; fi
+                sleep 1
+            done
+            wait "$job" || rc=$?
+            if [ "$rc" -ne 0 ]; then
+                grep -q '"algo":"mpi_allreduce"' "$f" || { echo "wire-bench: $f: the job failed (exit $rc)" >&2; exit 1; }
+                echo "wire-bench: $f: complete, but the job ended with exit $rc (a hang in MPI_Finalize?)" | tee -a "$out/load.txt" >&2
+            fi
+            grep -q "\"ranks\":$p[,}]" "$f" && ! grep -v "\"ranks\":$p[,}]" "$f" | grep -q '"bench":"allreduce"' \
+                || { echo "wire-bench: $f: the world size is not $p" >&2; exit 1; }
+        done
+        "$BIN" scale --ranks "$(echo $ps | tr ' ' ,)" --n "$n" --density "$d" --network "$out/calibrated.net" \
+            --compute-factor 1 --warm --json > "$out/simulated_${n}_${d}.json"
+    done
+done
+python3 scripts/wire-table.py "$out" "$rate (calibrate --fit $fit)"
