@@ -98,13 +98,13 @@ pub mod timeline;
 pub use bucket::{BucketRow, CostModel, Mode};
 use comm::comm_of;
 pub use comm::{Call, CommCache, CommTime, SimSettings, comm_time};
-pub use figure::{timeline_svg, write_timeline};
-pub use timeline::Timeline;
 pub use device::{
     APPLY_BYTES_PER_ENTRY, DEVICES, Device, MEASURED_TOPK, compensation_passes,
     dense_update_passes, device, device_note, device_phases, reduced_entries, topk_passes,
 };
+pub use figure::{timeline_svg, write_timeline};
 pub use output::{BUCKET_HEADER, HEADER, bucket_json_rows, bucket_table, json_rows, print, table};
+pub use timeline::Timeline;
 
 /// `sparse-bench step`'s flags.
 #[derive(Debug, Clone, PartialEq, clap::Args)]

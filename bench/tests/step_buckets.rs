@@ -123,7 +123,10 @@ fn a_three_layer_step_computed_by_hand() {
     assert_eq!(tl.step_ms(), 40.0);
     let plan = step::plan(&Run::Dense { momentum: false }, &m).unwrap();
     let b = bucket::buckets(&plan, cap, cap);
-    assert_eq!(b.iter().map(|b| b.layers.clone()).collect::<Vec<_>>(), [vec![2, 1], vec![0]]);
+    assert_eq!(
+        b.iter().map(|b| b.layers.clone()).collect::<Vec<_>>(),
+        [vec![2, 1], vec![0]]
+    );
     assert!(b.iter().all(|b| b.call == Call::Ring));
 }
 
@@ -171,14 +174,21 @@ fn the_overlapped_step_is_between_its_bounds() {
         for lane in [Lane::Device, Lane::Network] {
             let mut p: Vec<_> = over.on(lane).collect();
             p.sort_by(|a, b| a.start.total_cmp(&b.start));
-            assert!(p.windows(2).all(|w| w[0].end <= w[1].start + eps), "case {case}");
+            assert!(
+                p.windows(2).all(|w| w[0].end <= w[1].start + eps),
+                "case {case}"
+            );
         }
         for call in over.on(Lane::Network) {
             let j = call.bucket.unwrap();
-            let layer_done = c.forward_ms
-                + c.backward_ms[c.buckets[j].last_layer..].iter().sum::<f64>();
+            let layer_done =
+                c.forward_ms + c.backward_ms[c.buckets[j].last_layer..].iter().sum::<f64>();
             assert!(call.start >= layer_done - eps, "case {case}");
-            if let Some(sel) = over.phases.iter().find(|p| p.kind == Kind::Select && p.bucket == Some(j)) {
+            if let Some(sel) = over
+                .phases
+                .iter()
+                .find(|p| p.kind == Kind::Select && p.bucket == Some(j))
+            {
                 assert!(call.start >= sel.end - eps, "case {case}");
             }
         }
@@ -208,7 +218,12 @@ fn run(m: &ModelPreset, bucket_mib: f64) -> step::StepReport {
 }
 
 /// The bucketed row of `scheme` in `mode` at `ranks`.
-fn row<'a>(rep: &'a step::StepReport, ranks: usize, scheme: &str, mode: Mode) -> &'a bucket::BucketRow {
+fn row<'a>(
+    rep: &'a step::StepReport,
+    ranks: usize,
+    scheme: &str,
+    mode: Mode,
+) -> &'a bucket::BucketRow {
     rep.bucket_rows
         .iter()
         .find(|r| r.ranks == ranks && r.scheme == scheme && r.mode == mode)
@@ -253,7 +268,11 @@ fn per_layer_and_one_bucket_are_todays_steps() {
         ..StepArgs::new("test")
     };
     let rep = step::run(&m, &a).unwrap();
-    let today = rep.rows.iter().find(|r| r.scheme == "sparcml_topk_sgd").unwrap();
+    let today = rep
+        .rows
+        .iter()
+        .find(|r| r.scheme == "sparcml_topk_sgd")
+        .unwrap();
     let fused = row(&rep, 4, "sparcml_topk_sgd", Mode::Fused);
     assert_eq!(fused.calls, 3);
     assert!(close(fused.step_ms, today.step_ms), "{today:?} {fused:?}");
@@ -308,8 +327,15 @@ fn the_timeline_has_one_rectangle_per_phase() {
     let phases: usize = rep.timelines.iter().map(|t| t.phases.len()).sum();
     let drawn = boxes.keys().filter(|id| id.starts_with("phase-")).count();
     assert_eq!(drawn, phases);
-    assert_eq!(boxes.keys().filter(|id| id.starts_with("legend-")).count(), 5);
-    let max = rep.timelines.iter().map(Timeline::step_ms).fold(0.0, f64::max);
+    assert_eq!(
+        boxes.keys().filter(|id| id.starts_with("legend-")).count(),
+        5
+    );
+    let max = rep
+        .timelines
+        .iter()
+        .map(Timeline::step_ms)
+        .fold(0.0, f64::max);
     // Pixels per ms from the longest phase of all.
     let (r0, i0, p0) = rep
         .timelines
@@ -324,7 +350,10 @@ fn the_timeline_has_one_rectangle_per_phase() {
         for (i, p) in tl.phases.iter().enumerate() {
             let w = boxes[&format!("phase-{r}-{i}")];
             let want = ((p.end - p.start) * px_per_ms).max(0.5);
-            assert!((w - want).abs() <= 0.02 + 1e-3 * max, "{r} {i}: {w} px, {want} px");
+            assert!(
+                (w - want).abs() <= 0.02 + 1e-3 * max,
+                "{r} {i}: {w} px, {want} px"
+            );
         }
     }
 }

@@ -35,13 +35,13 @@
 //! reduced result's entries), a dense bucket's update is its dense update
 //! passes, on the `--device`.
 
+use super::RunPlan;
 use super::comm::{Call, CommCache};
 use super::device::{
     APPLY_BYTES_PER_ENTRY, Device, compensation_passes, dense_update_passes, reduced_entries,
     topk_passes,
 };
 use super::timeline::{self, BucketCost, StepCosts, Timeline};
-use super::RunPlan;
 use sparse_core::{Error, Result};
 
 /// How a run's step communicates.

@@ -117,7 +117,9 @@ fn lanes(s: &mut String, r: usize, tl: &Timeline, name: &str, y0: f64, x: &dyn F
     }
     for (i, p) in tl.phases.iter().enumerate() {
         let (cr, cg, cb) = fill(p);
-        let bucket = p.bucket.map_or(String::new(), |b| format!(" of bucket {b}"));
+        let bucket = p
+            .bucket
+            .map_or(String::new(), |b| format!(" of bucket {b}"));
         let _ = writeln!(
             s,
             "<rect id=\"phase-{r}-{i}\" x=\"{:.2}\" y=\"{}\" width=\"{:.2}\" height=\"{LANE_H}\" \

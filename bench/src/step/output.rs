@@ -1,5 +1,6 @@
 //! The report of `sparse-bench step`: its table ([`HEADER`], [`table`]),
-//! its JSON lines ([`json_rows`]) and both printed ([`print`]).
+//! the bucketed table ([`BUCKET_HEADER`], [`bucket_table`]), their JSON
+//! lines ([`json_rows`], [`bucket_json_rows`]) and all printed ([`print`]).
 
 use super::{RunPlan, StepReport, device_note, rule_name};
 
@@ -184,9 +185,11 @@ pub fn json_rows(rep: &StepReport) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Prints the report: a table with its header lines, or JSON lines (one
-/// object per run and rank count, `"kind": "step"`, then one per run with
-/// the layers kept dense, `"kind": "dense_layers"`).
+/// Prints the report: a table with its header lines, then the bucketed
+/// table ([`bucket_table`]), or JSON lines (one object per run and rank
+/// count, `"kind": "step"`, then one per run with the layers kept dense,
+/// `"kind": "dense_layers"`, then one per bucketed row, `"kind":
+/// "bucket_step"`).
 pub fn print(rep: &StepReport, json: bool) {
     if json {
         for obj in json_rows(rep) {

@@ -180,7 +180,13 @@ pub fn overlapped(c: &StepCosts) -> Result<Timeline> {
         for &j in buckets {
             if c.buckets[j].select_ms > 0.0 {
                 tl.push(Lane::Device, Kind::Backward, None, segment, t - segment);
-                t = tl.push(Lane::Device, Kind::Select, Some(j), t, c.buckets[j].select_ms);
+                t = tl.push(
+                    Lane::Device,
+                    Kind::Select,
+                    Some(j),
+                    t,
+                    c.buckets[j].select_ms,
+                );
                 segment = t;
             }
             ready[j] = t;
