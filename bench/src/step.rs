@@ -93,6 +93,7 @@ pub mod bucket;
 mod comm;
 pub mod device;
 mod figure;
+pub mod flops;
 mod output;
 pub mod timeline;
 pub use bucket::{BucketRow, CostModel, Mode};
@@ -357,6 +358,9 @@ pub struct StepReport {
     pub rows: Vec<StepRow>,
     /// The bucket cap, MiB (`--bucket-mib`).
     pub bucket_mib: f64,
+    /// What the backward pass is shared among the layers by
+    /// ([`flops::backward_shares`]): `"FLOPs"` or `"parameters"`.
+    pub backward_by: &'static str,
     /// One row per rank count, run and [`Mode`] ([`bucket`]).
     pub bucket_rows: Vec<BucketRow>,
     /// The rank count of [`StepReport::timelines`]: the largest of
@@ -491,11 +495,13 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
     let cap = bucket::cap_bytes(a.bucket_mib)?;
     let (mut rows, mut bucket_rows, mut timelines) = (Vec::new(), Vec::new(), Vec::new());
     let timeline_ranks = a.ranks.iter().copied().max().unwrap_or(1);
+    let shares = flops::backward_shares(model);
     for &ranks in &a.ranks {
         let mut comm = CommCache::new(&*net, sim_settings(a, ranks));
         rows.extend(rows_at(&mut comm, a, &plans, &local, compute.0, &device)?);
         let m = CostModel {
             compute_ms: compute.0,
+            backward_weights: shares.weights.clone(),
             device,
             ranks,
             overlap: a.overlap,
@@ -517,6 +523,7 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
         plans,
         rows,
         bucket_mib: a.bucket_mib,
+        backward_by: shares.by,
         bucket_rows,
         timeline_ranks,
         timelines,

@@ -370,3 +370,47 @@ fn collect(g: &resvg::usvg::Group, out: &mut std::collections::HashMap<String, f
         }
     }
 }
+
+/// The backward shares by FLOPs (`bench::step::flops`): each preset's
+/// per-layer FLOPs add up to the published figure (torchvision's GFLOPS,
+/// which count multiply-adds: ResNet-50 4.09, VGG-16 15.47, AlexNet 0.71;
+/// BERT-base the formula of `bench::models`, which leaves out the pooler,
+/// the biases and the layer norms, under 1%), within 2%; the LSTM's
+/// embedding is a lookup (no share); a model the architecture table does
+/// not know is shared by parameters.
+#[test]
+fn backward_shares_follow_the_architectures_flops() {
+    use bench::step::flops;
+    let total = |m: &ModelPreset| flops::layer_flops_all(m).unwrap().iter().sum::<f64>();
+    for (m, macs) in [
+        (bench::models::resnet50(), 4.09e9),
+        (bench::models::vgg16(), 15.47e9),
+        (bench::models::alexnet(), 0.71e9),
+    ] {
+        let got = total(&m);
+        assert!(
+            (got / (2.0 * macs) - 1.0).abs() < 0.02,
+            "{}: {got:.4e}",
+            m.name
+        );
+        assert_eq!(flops::backward_shares(&m).by, "FLOPs");
+    }
+    let bert = bench::models::bert_base();
+    let got = total(&bert);
+    let want = bert.forward_gflop * 1e9;
+    assert!(
+        got >= want && got / want - 1.0 < 0.02,
+        "{got:.4e} {want:.4e}"
+    );
+    let lstm = bench::models::lstm_ptb();
+    let w = flops::backward_shares(&lstm).weights;
+    assert_eq!(w[0], 0.0, "the embedding is a lookup");
+    assert_eq!(w[1], 2.0 * lstm.layers[1].len() as f64);
+    let t = tiny();
+    let s = flops::backward_shares(&t);
+    assert_eq!(s.by, "parameters");
+    assert_eq!(
+        s.weights,
+        t.layers.iter().map(|l| l.len() as f64).collect::<Vec<_>>()
+    );
+}

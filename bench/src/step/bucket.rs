@@ -28,8 +28,8 @@
 //!
 //! Costs ([`costs`]): the compute time is split 1 : 2 between forward and
 //! backward (the compute model's `3 x forward GFlop`), the backward time
-//! among the layers by their parameters (the presets carry a forward
-//! GFlop per sample for the whole model, not per layer). A compressed
+//! among the layers by their forward FLOPs where the architecture gives
+//! them, else by their parameters ([`super::flops`]). A compressed
 //! bucket's selection and update are [`super::device_phases`]'s formula
 //! at the bucket's dimension (compensation and radix top-k passes; the
 //! reduced result's entries), a dense bucket's update is its dense update
@@ -143,10 +143,13 @@ pub fn buckets_of(plan: &RunPlan, mode: Mode, cap: u64) -> Vec<Bucket> {
 }
 
 /// What the costs of a step depend on beside the buckets.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CostModel {
     /// Forward plus backward, ms.
     pub compute_ms: f64,
+    /// Each layer's weight in the backward pass, in the model's order
+    /// ([`super::flops::backward_shares`]).
+    pub backward_weights: Vec<f64>,
     /// The device of the selection and the update.
     pub device: Device,
     /// Ranks.
@@ -184,12 +187,28 @@ pub fn costs(
     m: &CostModel,
     comm: &mut CommCache,
 ) -> Result<StepCosts> {
-    let total: usize = plan.layers.iter().map(|l| l.spec.len).sum();
+    if m.backward_weights.len() != plan.layers.len() {
+        return Err(Error::invalid(
+            "backward_weights",
+            format!(
+                "{} weights for {} layers: give one per layer",
+                m.backward_weights.len(),
+                plan.layers.len()
+            ),
+        ));
+    }
+    let total: f64 = m.backward_weights.iter().sum();
     let backward = m.compute_ms * 2.0 / 3.0;
-    let backward_ms = plan
-        .layers
+    let backward_ms = m
+        .backward_weights
         .iter()
-        .map(|l| backward * l.spec.len as f64 / total.max(1) as f64)
+        .map(|w| {
+            if total > 0.0 {
+                backward * w / total
+            } else {
+                0.0
+            }
+        })
         .collect();
     let mut out = StepCosts {
         forward_ms: m.compute_ms / 3.0,

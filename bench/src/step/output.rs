@@ -59,6 +59,7 @@ pub fn bucket_json_rows(rep: &StepReport) -> Vec<serde_json::Value> {
                 "baseline": r.baseline,
                 "mode": r.mode.name(),
                 "bucket_mib": rep.bucket_mib,
+                "backward_by": rep.backward_by,
                 "calls": r.calls,
                 "device": rep.device.name,
                 "compute_ms": r.compute_ms,
@@ -84,9 +85,10 @@ fn print_buckets(rep: &StepReport) {
          per bucket, nothing overlapped; fused+overlap = each bucket's call started when its \
          last layer's backward (and its selection, on the device) is done, the calls one at a \
          time in that order; forward = compute / 3, backward = 2 compute / 3 shared among the \
-         layers by parameters; step = forward + max(backward and selections, last call) + \
+         layers by {}; step = forward + max(backward and selections, last call) + \
          update; speedup over DDP = the dense baseline's fused+overlap step over this one",
-        rep.bucket_mib
+        rep.bucket_mib,
+        rep.backward_by
     );
     crate::print_table(&BUCKET_HEADER, &bucket_table(rep));
 }
