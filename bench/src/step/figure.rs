@@ -81,14 +81,15 @@ pub fn timeline_svg(rep: &StepReport) -> String {
         s,
         "<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">one step of {} at P = {}, \
          fused+overlap, buckets of {} MiB, on the {}</text>\n<text x=\"{}\" y=\"42\" \
-         text-anchor=\"middle\">communication {}</text>",
+         text-anchor=\"middle\">communication {}; backward shared among the layers by {}</text>",
         w / 2.0,
         escape(&rep.model),
         rep.timeline_ranks,
         rep.bucket_mib,
         rep.device.name,
         w / 2.0,
-        escape(&rep.network)
+        escape(&rep.network),
+        rep.backward_by
     );
     for (r, (tl, plan)) in rep.timelines.iter().zip(&rep.plans).enumerate() {
         let y0 = TOP + run_h * r as f64;
