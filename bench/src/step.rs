@@ -49,7 +49,8 @@
 //! layers in buckets filled in backward order, one call per bucket, nothing
 //! overlapped) and `fused+overlap` (each bucket's call started when the
 //! backward pass has produced its last layer and the device has selected
-//! it, the calls queued on the network one at a time: [`timeline`]); the
+//! it, the calls queued on the network one at a time: [`timeline`]; the
+//! backward pass shared among the layers by their FLOPs, [`flops`]); the
 //! dense baseline is bucketed the same way, so its `fused+overlap` row is
 //! DDP's step. `--timeline FILE.svg` draws the `fused+overlap` step of
 //! every run at the largest rank count ([`write_timeline`]).
