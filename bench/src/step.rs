@@ -43,6 +43,18 @@
 //!   one ring allreduce of the whole model. A step's communication is the
 //!   sum of its calls.
 //!
+//! # Bucketed, as DDP runs it
+//! A second table ([`bucket`], `--bucket-mib`, default 25, DDP's) gives
+//! every run three rows: `per layer` (the step above), `fused` (the
+//! layers in buckets filled in backward order, one call per bucket, nothing
+//! overlapped) and `fused+overlap` (each bucket's call started when the
+//! backward pass has produced its last layer and the device has selected
+//! it, the calls queued on the network one at a time: [`timeline`]; the
+//! backward pass shared among the layers by their FLOPs, [`flops`]); the
+//! dense baseline is bucketed the same way, so its `fused+overlap` row is
+//! DDP's step. `--timeline FILE.svg` draws the `fused+overlap` step of
+//! every run at the largest rank count ([`write_timeline`]).
+//!
 //! # Scaling
 //! 128 ranks' copies of a 138M-parameter layer do not fit this machine,
 //! so a layer of `n > --max-dim` parameters is simulated at `n' =
@@ -63,12 +75,11 @@ use crate::models::{self, ModelPreset};
 use crate::train::{self, Family, Run, Scheme, TrainArgs};
 use backend_cpu::Cpu;
 use residual_sgd::{Config, KeptDense, LayerSpec, Trainer};
-use sparse_coll::sim::{self, Network};
+use sparse_coll::sim;
 use sparse_coll::{Defaults, Registry, ThreadCluster};
 use sparse_core::generate::ValueDist;
 use sparse_core::{Error, Result};
 use sparse_select::RadixTopK;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// RedSync's compress threshold (Sec. 5.4, `Config::new`'s default for
@@ -79,16 +90,23 @@ pub const REDSYNC_COMPRESS_THRESHOLD: usize = 128 << 10;
 /// The scale of the synthetic gradients' Student-t values.
 const GRADIENT_SCALE: f64 = 1e-3;
 
+pub mod bucket;
 mod comm;
 pub mod device;
+mod figure;
+pub mod flops;
 mod output;
+pub mod timeline;
+pub use bucket::{BucketRow, CostModel, Mode};
 use comm::comm_of;
-pub use comm::{Call, CommTime, SimSettings, comm_time};
+pub use comm::{Call, CommCache, CommTime, SimSettings, comm_time};
 pub use device::{
     APPLY_BYTES_PER_ENTRY, DEVICES, Device, MEASURED_TOPK, compensation_passes,
     dense_update_passes, device, device_note, device_phases, reduced_entries, topk_passes,
 };
-pub use output::{HEADER, json_rows, print, table};
+pub use figure::{timeline_svg, write_timeline};
+pub use output::{BUCKET_HEADER, HEADER, bucket_json_rows, bucket_table, json_rows, print, table};
+pub use timeline::Timeline;
 
 /// `sparse-bench step`'s flags.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -136,6 +154,16 @@ pub struct StepArgs {
     /// Seed of the gradients and the simulated inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Bucket cap, MiB, of the bucketed rows (`fused`, `fused+overlap`):
+    /// layers filled in backward order up to this size, one call per
+    /// bucket; 25 is PyTorch DDP's default; 0 puts each layer in a bucket
+    /// of its own.
+    #[arg(long, default_value_t = 25.0)]
+    pub bucket_mib: f64,
+    /// Write the timeline of one `fused+overlap` step of every run, at the
+    /// largest rank count, to this SVG file.
+    #[arg(long)]
+    pub timeline: Option<std::path::PathBuf>,
 }
 
 impl StepArgs {
@@ -153,6 +181,8 @@ impl StepArgs {
             schemes: Vec::new(),
             reps: 3,
             seed: 1,
+            bucket_mib: 25.0,
+            timeline: None,
         }
     }
 }
@@ -327,6 +357,19 @@ pub struct StepReport {
     pub plans: Vec<RunPlan>,
     /// One row per rank count and run.
     pub rows: Vec<StepRow>,
+    /// The bucket cap, MiB (`--bucket-mib`).
+    pub bucket_mib: f64,
+    /// What the backward pass is shared among the layers by
+    /// ([`flops::backward_shares`]): `"FLOPs"` or `"parameters"`.
+    pub backward_by: &'static str,
+    /// One row per rank count, run and [`Mode`] ([`bucket`]).
+    pub bucket_rows: Vec<BucketRow>,
+    /// The rank count of [`StepReport::timelines`]: the largest of
+    /// `--ranks`.
+    pub timeline_ranks: usize,
+    /// The `fused+overlap` step of each run (in `plans`' order) at
+    /// `timeline_ranks` ranks.
+    pub timelines: Vec<Timeline>,
     /// Wall time of the whole run.
     pub wall: Duration,
 }
@@ -450,11 +493,25 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
         progress.inc();
     }
     drop(grads);
-    let mut rows = Vec::new();
+    let cap = bucket::cap_bytes(a.bucket_mib)?;
+    let (mut rows, mut bucket_rows, mut timelines) = (Vec::new(), Vec::new(), Vec::new());
+    let timeline_ranks = a.ranks.iter().copied().max().unwrap_or(1);
+    let shares = flops::backward_shares(model);
     for &ranks in &a.ranks {
-        rows.extend(rows_at(
-            &*net, ranks, a, &plans, &local, compute.0, &device,
-        )?);
+        let mut comm = CommCache::new(&*net, sim_settings(a, ranks));
+        rows.extend(rows_at(&mut comm, a, &plans, &local, compute.0, &device)?);
+        let m = CostModel {
+            compute_ms: compute.0,
+            backward_weights: shares.weights.clone(),
+            device,
+            ranks,
+            overlap: a.overlap,
+        };
+        let (b, t) = bucket::bucket_rows(&plans, cap, &m, &mut comm)?;
+        bucket_rows.extend(b);
+        if ranks == timeline_ranks {
+            timelines = t;
+        }
         progress.inc();
     }
     progress.finish();
@@ -466,8 +523,24 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
         device,
         plans,
         rows,
+        bucket_mib: a.bucket_mib,
+        backward_by: shares.by,
+        bucket_rows,
+        timeline_ranks,
+        timelines,
         wall: start.elapsed(),
     })
+}
+
+/// The settings of `a`'s simulated calls at `ranks` ranks.
+fn sim_settings(a: &StepArgs, ranks: usize) -> SimSettings {
+    SimSettings {
+        ranks,
+        density: a.density,
+        overlap: a.overlap,
+        max_dim: a.max_dim,
+        seed: a.seed,
+    }
 }
 
 /// The rank counts and the overlap of `a`: rank counts of at least 1, an
@@ -482,7 +555,7 @@ fn check(a: &StepArgs) -> Result<()> {
             format!("{} not in [0, 1]", a.overlap),
         ));
     }
-    Ok(())
+    bucket::cap_bytes(a.bucket_mib).map(|_| ())
 }
 
 /// Forward plus backward, ms, and where it comes from: `--compute-ms`,
@@ -507,36 +580,20 @@ fn compute_ms(model: &ModelPreset, a: &StepArgs, device: &Device) -> Result<(f64
     })
 }
 
-/// The rows of every plan at `ranks` ranks: each plan's simulated
-/// communication over `net`, its device phases, `local` (its measured CPU
+/// The rows of every plan at `comm`'s rank count: each plan's simulated
+/// communication (`comm`), its device phases, `local` (its measured CPU
 /// phases) and `compute` ms, and its speedups over its dense baseline
 /// (the baselines come first in `plans`).
 fn rows_at(
-    net: &dyn Network,
-    ranks: usize,
+    comm: &mut CommCache,
     a: &StepArgs,
     plans: &[RunPlan],
     local: &[(f64, f64)],
     compute: f64,
     device: &Device,
 ) -> Result<Vec<StepRow>> {
-    let s = SimSettings {
-        ranks,
-        density: a.density,
-        overlap: a.overlap,
-        max_dim: a.max_dim,
-        seed: a.seed,
-    };
-    // Layers of the same dimension and collective take the same time.
-    let mut cache: HashMap<(Call, usize), CommTime> = HashMap::new();
-    let mut time = |call: Call, n: usize| -> Result<CommTime> {
-        if let Some(t) = cache.get(&(call, n)) {
-            return Ok(*t);
-        }
-        let t = comm_time(net, call, n, &s)?;
-        cache.insert((call, n), t);
-        Ok(t)
-    };
+    let ranks = comm.settings().ranks;
+    let mut time = |call: Call, n: usize| comm.time(call, n);
     let mut ranks_rows: Vec<StepRow> = Vec::new();
     for (p, &(cpu_select_ms, cpu_update_ms)) in plans.iter().zip(local) {
         let (sparse, dense, scaled, max_scale) = comm_of(p, &mut time)?;

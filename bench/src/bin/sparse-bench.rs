@@ -51,8 +51,10 @@ enum Command {
     Calibrate(bench::calibrate::CalibrateArgs),
     /// One training step of a paper's model (ResNet-50, VGG-16, AlexNet,
     /// RedSync's PTB LSTM, BERT-base): every residual optimizer against
-    /// dense allreduce per rank count, select and update measured here,
-    /// communication simulated on a preset network; speedup over dense.
+    /// dense allreduce per rank count, select and update modelled on a
+    /// device, communication simulated on a preset network; speedup over
+    /// dense; per layer, in buckets, and in buckets overlapped with the
+    /// backward pass as DDP runs it (--bucket-mib, --timeline).
     Step(bench::step::StepArgs),
 }
 
@@ -789,6 +791,10 @@ fn print_train(
 }
 
 fn run_step(a: &bench::step::StepArgs, json: bool) -> sparse_core::Result<()> {
-    bench::step::print(&bench::step::run_named(a)?, json);
+    let rep = bench::step::run_named(a)?;
+    bench::step::print(&rep, json);
+    if let Some(path) = &a.timeline {
+        bench::step::write_timeline(&rep, path)?;
+    }
     Ok(())
 }

@@ -8,6 +8,7 @@ use sparse_coll::sim::{self, Network, Route};
 use sparse_coll::{Defaults, Registry, SimCluster, Transport, dense};
 use sparse_core::generate::{GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
+use std::collections::HashMap;
 
 /// What a simulated call is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,14 +81,25 @@ pub struct SimSettings {
 /// [`Error::InvalidParameter`] for `n == 0` or `s.max_dim < 2`; the
 /// generator's, the collective's and the replay's errors.
 pub fn comm_time(net: &dyn Network, call: Call, n: usize, s: &SimSettings) -> Result<CommTime> {
-    if n == 0 || s.max_dim < 2 {
+    scaled(n, s.max_dim, &mut |dim| simulate(net, call, dim, s))
+}
+
+/// A call's time at `n` from `sim` (a call's time and bandwidth part at a
+/// dimension), simulated at `min(n, max_dim)` and scaled as
+/// [`comm_time`] says.
+fn scaled(
+    n: usize,
+    max_dim: usize,
+    sim: &mut dyn FnMut(usize) -> Result<(f64, f64)>,
+) -> Result<CommTime> {
+    if n == 0 || max_dim < 2 {
         return Err(Error::invalid(
             "dimension",
             "layers must have a parameter and --max-dim must be at least 2",
         ));
     }
-    let sim_dim = n.min(s.max_dim);
-    let (at_sim_dim, bandwidth) = simulate(net, call, sim_dim, s)?;
+    let sim_dim = n.min(max_dim);
+    let (at_sim_dim, bandwidth) = sim(sim_dim)?;
     if sim_dim == n {
         return Ok(CommTime {
             sim_dim,
@@ -98,7 +110,7 @@ pub fn comm_time(net: &dyn Network, call: Call, n: usize, s: &SimSettings) -> Re
             seconds: at_sim_dim,
         });
     }
-    let (_, half) = simulate(net, call, sim_dim / 2, s)?;
+    let (_, half) = sim(sim_dim / 2)?;
     let proportional = (2.0 * (bandwidth - half)).clamp(0.0, bandwidth);
     let scale = n as f64 / sim_dim as f64;
     Ok(CommTime {
@@ -109,6 +121,46 @@ pub fn comm_time(net: &dyn Network, call: Call, n: usize, s: &SimSettings) -> Re
         proportional,
         seconds: at_sim_dim + (scale - 1.0) * proportional,
     })
+}
+
+/// [`comm_time`] over one network and one rank count, each simulation
+/// (a call at a simulated dimension) run once: the layers and buckets
+/// above `--max-dim` share the simulations at `max_dim` and `max_dim / 2`.
+/// The times are those of [`comm_time`] (the simulation is deterministic).
+pub struct CommCache<'a> {
+    net: &'a dyn Network,
+    settings: SimSettings,
+    sims: HashMap<(Call, usize), (f64, f64)>,
+}
+
+impl<'a> CommCache<'a> {
+    /// No simulation run yet.
+    pub fn new(net: &'a dyn Network, settings: SimSettings) -> Self {
+        Self {
+            net,
+            settings,
+            sims: HashMap::new(),
+        }
+    }
+    /// The settings of the simulated calls.
+    pub fn settings(&self) -> &SimSettings {
+        &self.settings
+    }
+    /// `call` at `n` parameters, as [`comm_time`].
+    ///
+    /// # Errors
+    /// As [`comm_time`].
+    pub fn time(&mut self, call: Call, n: usize) -> Result<CommTime> {
+        let (net, s, sims) = (self.net, self.settings, &mut self.sims);
+        scaled(n, s.max_dim, &mut |dim| {
+            if let Some(r) = sims.get(&(call, dim)) {
+                return Ok(*r);
+            }
+            let r = simulate(net, call, dim, &s)?;
+            sims.insert((call, dim), r);
+            Ok(r)
+        })
+    }
 }
 
 /// `call` at dimension `dim` on `s.ranks` simulated ranks: its time over

@@ -1,7 +1,97 @@
 //! The report of `sparse-bench step`: its table ([`HEADER`], [`table`]),
-//! its JSON lines ([`json_rows`]) and both printed ([`print`]).
+//! the bucketed table ([`BUCKET_HEADER`], [`bucket_table`]), their JSON
+//! lines ([`json_rows`], [`bucket_json_rows`]) and all printed ([`print`]).
 
 use super::{RunPlan, StepReport, device_note, rule_name};
+
+/// The bucketed table's column names ([`bucket_table`]): every phase on
+/// the device, communication simulated.
+pub const BUCKET_HEADER: [&str; 13] = [
+    "model",
+    "P",
+    "scheme",
+    "mode",
+    "calls",
+    "compute ms (model)",
+    "select ms (device)",
+    "update ms (device)",
+    "comm ms (sim)",
+    "exposed comm ms",
+    "step ms",
+    "speedup (same mode)",
+    "speedup over DDP",
+];
+
+/// The bucketed rows ([`super::bucket`]), in [`BUCKET_HEADER`]'s order.
+pub fn bucket_table(rep: &StepReport) -> Vec<Vec<String>> {
+    rep.bucket_rows
+        .iter()
+        .map(|r| {
+            vec![
+                rep.model.clone(),
+                r.ranks.to_string(),
+                r.scheme.clone(),
+                r.mode.name().to_string(),
+                r.calls.to_string(),
+                format!("{:.1}", r.compute_ms),
+                format!("{:.3}", r.select_ms),
+                format!("{:.3}", r.update_ms),
+                format!("{:.2}", r.comm_ms),
+                format!("{:.2}", r.exposed_comm_ms),
+                format!("{:.1}", r.step_ms),
+                format!("{:.2}x", r.speedup),
+                format!("{:.2}x", r.speedup_vs_ddp),
+            ]
+        })
+        .collect()
+}
+
+/// One JSON object per bucketed row (`"kind": "bucket_step"`).
+pub fn bucket_json_rows(rep: &StepReport) -> Vec<serde_json::Value> {
+    rep.bucket_rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "kind": "bucket_step",
+                "model": rep.model,
+                "ranks": r.ranks,
+                "scheme": r.scheme,
+                "baseline": r.baseline,
+                "mode": r.mode.name(),
+                "bucket_mib": rep.bucket_mib,
+                "backward_by": rep.backward_by,
+                "calls": r.calls,
+                "device": rep.device.name,
+                "compute_ms": r.compute_ms,
+                "device_select_ms": r.select_ms,
+                "device_update_ms": r.update_ms,
+                "comm_ms": r.comm_ms,
+                "exposed_comm_ms": r.exposed_comm_ms,
+                "step_ms": r.step_ms,
+                "speedup": r.speedup,
+                "speedup_vs_ddp": r.speedup_vs_ddp,
+                "comm": rep.network,
+            })
+        })
+        .collect()
+}
+
+/// Prints the bucketed table with its header lines.
+fn print_buckets(rep: &StepReport) {
+    crate::out!(
+        "# bucketed step (as DDP runs it): buckets of at most {} MiB filled in backward \
+         order, compressed layers and layers kept dense apart; per layer = the table above's \
+         step (one call per compressed layer, the dense layers in one ring); fused = one call \
+         per bucket, nothing overlapped; fused+overlap = each bucket's call started when its \
+         last layer's backward (and its selection, on the device) is done, the calls one at a \
+         time in that order; forward = compute / 3, backward = 2 compute / 3 shared among the \
+         layers by {}; step = forward + max(backward and selections, last call) + \
+         update; speedup over DDP = the dense baseline's fused+overlap step over this one",
+        rep.bucket_mib,
+        rep.backward_by
+    );
+    crate::print_table(&BUCKET_HEADER, &bucket_table(rep));
+}
 
 /// The table's column names: the headline columns (device) first, then
 /// this CPU's measured select and update and their speedup, labelled.
@@ -97,9 +187,11 @@ pub fn json_rows(rep: &StepReport) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Prints the report: a table with its header lines, or JSON lines (one
-/// object per run and rank count, `"kind": "step"`, then one per run with
-/// the layers kept dense, `"kind": "dense_layers"`).
+/// Prints the report: a table with its header lines, then the bucketed
+/// table ([`bucket_table`]), or JSON lines (one object per run and rank
+/// count, `"kind": "step"`, then one per run with the layers kept dense,
+/// `"kind": "dense_layers"`, then one per bucketed row, `"kind":
+/// "bucket_step"`).
 pub fn print(rep: &StepReport, json: bool) {
     if json {
         for obj in json_rows(rep) {
@@ -107,6 +199,9 @@ pub fn print(rep: &StepReport, json: bool) {
         }
         for p in &rep.plans {
             crate::out!("{}", dense_layers_json(rep, p));
+        }
+        for obj in bucket_json_rows(rep) {
+            crate::out!("{obj}");
         }
         return;
     }
@@ -150,6 +245,7 @@ pub fn print(rep: &StepReport, json: bool) {
         "# scaled: a layer above --max-dim is simulated at --max-dim and its bandwidth \
          part scaled by n / max-dim (the factor shown); the fused dense call likewise"
     );
+    print_buckets(rep);
 }
 
 /// The layers `p` keeps dense, as a JSON object (`"kind": "dense_layers"`).
