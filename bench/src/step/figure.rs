@@ -60,7 +60,9 @@ fn tick_step(max: f64) -> f64 {
         .unwrap_or(10.0 * pow)
 }
 
-/// The timeline of `rep` as SVG text (the [module](self) doc).
+/// The timeline of `rep` as SVG text: per run a device lane and a network
+/// lane, one `<rect>` per phase (forward, backward, each bucket's
+/// selection and call, update), the layout of this module's doc.
 pub fn timeline_svg(rep: &StepReport) -> String {
     let max = rep
         .timelines
