@@ -274,14 +274,8 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                         }
                     }
                 }
-                let clock = Instant::now();
-                let sum = t.allreduce_sum_f32(&fused)?;
-                rep.communicate += clock.elapsed();
-                let mut at = 0;
-                for m in group {
-                    let len = self.layers[m].spec.len;
-                    received[m] = Some(Received::Dense(sum[at..at + len].to_vec()));
-                    at += len;
+                for (m, sum) in self.dense_call(t, &group, &fused, rep)? {
+                    received[m] = Some(Received::Dense(sum));
                 }
             }
         }
@@ -291,16 +285,38 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             .collect()
     }
 
+    /// One dense group's fused allreduce of `fused` (its layers' gradients
+    /// laid end to end): each layer's share of the sum.
+    fn dense_call(
+        &self,
+        t: &mut dyn Transport,
+        group: &[usize],
+        fused: &[f32],
+        rep: &mut StepReport,
+    ) -> Result<Vec<(usize, Vec<f32>)>> {
+        let clock = Instant::now();
+        let sum = t.allreduce_sum_f32(fused)?;
+        rep.communicate += clock.elapsed();
+        let mut at = 0;
+        Ok(group
+            .iter()
+            .map(|&l| {
+                let len = self.layers[l].spec.len;
+                at += len;
+                (l, sum[at - len..at].to_vec())
+            })
+            .collect())
+    }
+
     /// With a global bucket budget ([`crate::BucketBudget::Global`]), each
     /// fused bucket keeps the `K` largest of its layers' candidates, `K`
     /// the density's share of the bucket; what a layer does not keep stays
     /// in its memory (its selection is cut to what it keeps).
     fn cut_to_budgets(&self, ready: &mut [Ready<B>]) -> Result<()> {
-        if !self.global_budget() {
-            return Ok(());
-        }
-        for bucket in self.buckets.iter().filter(|b| b.layers.len() > 1) {
-            let k = self.cfg.density.k_for(bucket.len);
+        for (j, bucket) in self.buckets.iter().enumerate() {
+            let Some(k) = self.shared_budget(j) else {
+                continue;
+            };
             let mut outs: Vec<&mut Outgoing<B>> = Vec::with_capacity(bucket.layers.len());
             for (l, r) in ready.iter_mut().enumerate() {
                 if let (true, Ready::Compressed(out)) = (bucket.layers.contains(&l), r) {
@@ -312,24 +328,27 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         Ok(())
     }
 
-    /// Whether buckets share one budget ([`crate::BucketBudget::Global`]).
-    fn global_budget(&self) -> bool {
-        self.cfg
+    /// Bucket `j`'s one budget, where its layers share one
+    /// ([`crate::BucketBudget::Global`], several layers): the density's
+    /// share of the bucket.
+    fn shared_budget(&self, j: usize) -> Option<usize> {
+        let global = self
+            .cfg
             .buckets
-            .is_some_and(|b| b.budget_rule() == crate::BucketBudget::Global)
+            .is_some_and(|b| b.budget_rule() == crate::BucketBudget::Global);
+        let bucket = &self.buckets[j];
+        (global && bucket.layers.len() > 1).then(|| self.cfg.density.k_for(bucket.len))
     }
 
     /// The entries layer `l` selects: its density's share, or under a
     /// global bucket budget up to its bucket's (the candidates the bucket
     /// keeps its largest of).
     fn select_k(&self, l: usize, n: usize) -> usize {
-        match &self.layers[l].part {
-            Part::Compressed(c) if self.global_budget() => {
-                let bucket = &self.buckets[c.bucket];
-                self.cfg.density.k_for(bucket.len).min(n)
-            }
-            _ => self.cfg.density.k_for(n),
-        }
+        let shared = match &self.layers[l].part {
+            Part::Compressed(c) => self.shared_budget(c.bucket),
+            Part::Dense { .. } => None,
+        };
+        shared.map_or_else(|| self.cfg.density.k_for(n), |k| k.min(n))
     }
 
     /// Checks every layer's reduced result before anything is applied: a

@@ -265,7 +265,6 @@ where
         if self.cfg.buckets.is_none() {
             order.reverse();
         }
-        let global = self.global_budget();
         order
             .into_iter()
             .map(|j| {
@@ -274,7 +273,7 @@ where
                     bucket: j,
                     layers: b.layers.clone(),
                     missing: b.layers.len(),
-                    global_k: (global && b.layers.len() > 1).then(|| self.cfg.density.k_for(b.len)),
+                    global_k: self.shared_budget(j),
                 }
             })
             .collect()
@@ -406,15 +405,7 @@ where
                     _ => fused.resize(fused.len() + self.layers[l].spec.len, 0.0),
                 }
             }
-            let clock = Instant::now();
-            let sum = t.allreduce_sum_f32(&fused)?;
-            rep.communicate += clock.elapsed();
-            let mut at = 0;
-            for &l in &group {
-                let len = self.layers[l].spec.len;
-                out.push((l, sum[at..at + len].to_vec()));
-                at += len;
-            }
+            out.extend(self.dense_call(t, &group, &fused, rep)?);
         }
         Ok(out)
     }
