@@ -305,8 +305,8 @@ fn close(got: f64, want: f64) -> bool {
 /// Patterns with a closed-form time on a full-bisection network (alpha 20
 /// us, 2^30 B/s, m = 1 MB): a chain of 3 messages, 3 (alpha + m beta); an
 /// incast of 3 messages into one rank's link, alpha + 3 m beta with eager
-/// sends (under bandwidth sharing all three finish then; under FIFO the
-/// last does), 3 (alpha + m beta) in SMPI's rendezvous; exchanges in
+/// sends (both engines share the link: all three finish then, each at a
+/// third of the bandwidth), 3 (alpha + m beta) in SMPI's rendezvous; exchanges in
 /// pairs, alpha + m beta. SimGrid adds its 16-byte envelope to `m`.
 #[test]
 fn smpirun_replays_closed_form_patterns_in_their_alpha_beta_time() {
@@ -415,17 +415,18 @@ fn smpirun_shares_a_nodes_nic_as_the_simulator_does() {
     assert!(close(sg, want), "within: SimGrid {sg}, closed form {want}");
 }
 
-/// Where the two differ, in closed form: on nodes of 8, each rank of node
-/// 0 sends `m` to its peer on node 1, which sends `m` back once it has it.
-/// The simulator's NIC serves the 8 messages one after the other, so the
-/// k-th arrives at `alpha + k m beta` and its reply leaves then: the last
-/// reply is home at `2 alpha + 9 m beta`. SimGrid shares the NIC among the
-/// 8 flows (as a NIC interleaves the packets of 8 processes), so all
-/// arrive at `alpha + 8 m beta` and the replies, sharing node 1's NIC, at
-/// `2 alpha + 16 m beta`: dependent rounds across a shared NIC pipeline
-/// under FIFO and not under sharing (`bench/RESULTS.md`, SimGrid).
+/// Dependent rounds across a shared NIC, in closed form: on nodes of 8,
+/// each rank of node 0 sends `m` to its peer on node 1, which sends `m`
+/// back once it has it. Both engines share node 0's NIC among the 8 flows
+/// (as a NIC interleaves the packets of 8 processes): each moves at 1/8 of
+/// the bandwidth, so all 8 arrive at `alpha + 8 m beta`, and the 8
+/// replies, sharing node 1's NIC likewise, at `2 alpha + 16 m beta`. A
+/// FIFO NIC (the simulator before it shared links) served the messages one
+/// after the other, so the k-th arrived at `alpha + k m beta` and its reply
+/// left then: the last was home at `2 alpha + 9 m beta`, pipelining the
+/// rounds (`bench/RESULTS.md`, SimGrid).
 #[test]
-fn a_shared_nic_pipelines_under_fifo_and_not_under_sharing() {
+fn a_shared_nic_does_not_pipeline_dependent_rounds() {
     let net = two_level(8);
     let m = 1_000_000usize;
     let traces: Vec<Trace> = (0..16)
@@ -453,7 +454,7 @@ fn a_shared_nic_pipelines_under_fifo_and_not_under_sharing() {
         return;
     };
     let (m, beta) = (m as f64, 1.0 / GIB);
-    let want = 2.0 * 2e-5 + 9.0 * m * beta;
+    let want = 2.0 * 2e-5 + 16.0 * m * beta;
     assert!(close(ours, want), "simulator {ours}, closed form {want}");
     let want = 2.0 * 2e-5 + 16.0 * (m + ENVELOPE) * beta;
     assert!(close(sg, want), "SimGrid {sg}, closed form {want}");

@@ -34,6 +34,7 @@
 //! Every figure computed here is simulated: print it with
 //! [`Timeline::label`], which names the network model.
 
+mod flows;
 mod network;
 mod replay;
 pub mod smpi;

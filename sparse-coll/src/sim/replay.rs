@@ -2,7 +2,8 @@
 //! the [module](super) doc for the model).
 
 use super::network::shown;
-use super::{Link, Network, Op, Route, SimRun, Trace};
+use super::flows::{Changed, Flows};
+use super::{Network, Op, Route, SimRun, Trace};
 use sparse_core::{Error, Result};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -46,22 +47,26 @@ fn key(t: f64) -> u64 {
 /// What the replay schedules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    /// A message's head reaches its incoming link (before ranks run at the
-    /// same time, so that a rank that receives then sees it).
-    Arrive(usize),
+    /// A message's flow ends: its last byte has left its sender (before
+    /// anything else at the same time, so that flows starting then share
+    /// the links with the ones still moving only). Stale unless the
+    /// generation is its flow's current one.
+    Left(usize, u32),
+    /// A message has finished arriving (before ranks run at the same time,
+    /// so that a rank that receives then sees it).
+    Arrived(usize),
     /// A rank runs its next op.
     Run(usize),
 }
 
-/// A message in flight.
+/// A message sent.
 #[derive(Debug, Clone, Copy)]
 struct Message {
+    from: usize,
     to: usize,
     bytes: usize,
     route: Route,
-    /// When it has left its outgoing link.
-    left: f64,
-    /// When it has finished arriving; `None` until its arrival is replayed.
+    /// When it has finished arriving; `None` until its flow has ended.
     done: Option<f64>,
     /// Whether its receiver waits for it.
     claimed: bool,
@@ -81,9 +86,12 @@ enum Wait {
 struct RankState {
     pc: usize,
     clock: f64,
-    /// What it waits for, with the time its own send leaves by (an
-    /// exchange returns when both are done).
-    waiting: Option<(Wait, f64)>,
+    /// Its own message of the op under way, until it has left.
+    sending: Option<usize>,
+    /// The message the op under way receives, until it has arrived.
+    waiting: Option<Wait>,
+    /// When the op under way is done, of what is known yet.
+    ready: f64,
 }
 
 impl<T> SimRun<T> {
@@ -97,8 +105,9 @@ impl<T> SimRun<T> {
 }
 
 /// Replays `traces` over `net`: a discrete-event simulation, events in
-/// order of time, ties by kind and then by rank or message number, each
-/// link a FIFO server (see the [module](super) doc for the model).
+/// order of time, ties by kind and then by rank or message number, the
+/// messages moving at a time sharing their links' bandwidth max-min fairly
+/// (see the [module](super) doc for the model).
 ///
 /// # Errors
 /// [`Error::NoSuchRank`] if a trace names a rank outside the traces;
@@ -129,7 +138,7 @@ struct Replay<'a> {
     /// Messages sent from `.0` to `.1` that no receive has claimed, in
     /// order.
     unclaimed: HashMap<(usize, usize), VecDeque<usize>>,
-    free: HashMap<Link, f64>,
+    flows: Flows,
     events: BinaryHeap<Reverse<(u64, Event)>>,
 }
 
@@ -144,7 +153,7 @@ impl<'a> Replay<'a> {
             marks: vec![Vec::new(); p],
             messages: Vec::new(),
             unclaimed: HashMap::new(),
-            free: HashMap::new(),
+            flows: Flows::default(),
             events,
         }
     }
@@ -153,7 +162,21 @@ impl<'a> Replay<'a> {
         while let Some(Reverse((at, event))) = self.events.pop() {
             let now = f64::from_bits(at);
             match event {
-                Event::Arrive(m) => self.arrive(m, now)?,
+                Event::Left(m, generation) => {
+                    // Stale: its flow has ended, or its share changed since.
+                    if self.messages[m].done.is_some() {
+                        continue;
+                    }
+                    if self.flows.moving(m) {
+                        if !self.flows.current(m, generation) {
+                            continue;
+                        }
+                        let changed = self.flows.end(m, now);
+                        self.reschedule(changed);
+                    }
+                    self.left(m, now)?;
+                }
+                Event::Arrived(m) => self.arrived(m, now),
                 Event::Run(r) => self.step(r, now)?,
             }
         }
@@ -199,20 +222,22 @@ impl<'a> Replay<'a> {
         self.events.push(Reverse((key(at), event)));
     }
 
+    /// Schedules the new finishes of flows whose share changed (the
+    /// finishes scheduled before are stale by their generation).
+    fn reschedule(&mut self, changed: Vec<Changed>) {
+        for (m, finish, generation) in changed {
+            self.schedule(finish, Event::Left(m, generation));
+        }
+    }
+
     /// Runs rank `r`'s ops from time `now` until one makes it wait or
     /// schedules its next op later.
     fn step(&mut self, r: usize, now: f64) -> Result<()> {
         let rs = &mut self.ranks[r];
         rs.clock = rs.clock.max(now);
-        if let Some((Wait::Message(m), left)) = rs.waiting {
-            // Woken by its message's arrival.
-            rs.waiting = None;
-            let done = self.messages[m].done.unwrap_or(now);
-            rs.clock = rs.clock.max(done).max(left);
-            rs.pc += 1;
-        }
         while let Some(&op) = self.traces[r].get(self.ranks[r].pc) {
             let clock = self.ranks[r].clock;
+            self.ranks[r].ready = clock;
             match op {
                 Op::Mark => {
                     self.marks[r].push(clock);
@@ -228,46 +253,52 @@ impl<'a> Replay<'a> {
                             ),
                         ));
                     }
-                    self.ranks[r].clock = timed(clock + secs, || {
+                    self.ranks[r].ready = timed(clock + secs, || {
                         format!(
                             "rank {r}'s clock at {} s plus computation of {} s",
                             shown(clock),
                             shown(secs)
                         )
                     })?;
-                    self.ranks[r].pc += 1;
                 }
                 Op::Send { to, bytes } => {
                     self.check(to)?;
-                    self.ranks[r].clock = self.send(r, to, bytes, clock)?;
-                    self.ranks[r].pc += 1;
+                    self.send(r, to, bytes, clock)?;
                 }
                 Op::Recv { from } => {
                     self.check(from)?;
-                    self.receive(r, from, clock);
+                    self.receive(r, from);
                 }
                 Op::Exchange { to, bytes, from } => {
                     self.check(to)?;
                     self.check(from)?;
-                    let left = self.send(r, to, bytes, clock)?;
-                    self.receive(r, from, left);
+                    self.send(r, to, bytes, clock)?;
+                    self.receive(r, from);
                 }
             }
-            // The rank's next op runs in time order with the other ranks'
-            // (unless it now waits: its message's arrival wakes it).
-            if self.ranks[r].waiting.is_none() {
-                let at = self.ranks[r].clock;
-                self.schedule(at, Event::Run(r));
-            }
+            // Done now, or when its message has left or arrived: then its
+            // next op runs in time order with the other ranks'.
+            self.finish_op(r);
             return Ok(());
         }
         Ok(())
     }
 
-    /// Puts a message from `r` to `to` on its outgoing link at `now`;
-    /// returns when it has left. A receiver already waiting for the next
-    /// message from `r` claims it.
-    fn send(&mut self, r: usize, to: usize, bytes: usize, now: f64) -> Result<f64> {
+    /// Ends rank `r`'s op under way if it waits for nothing more, and
+    /// schedules its next op at the time it ended.
+    fn finish_op(&mut self, r: usize) {
+        let rs = &mut self.ranks[r];
+        if rs.sending.is_none() && rs.waiting.is_none() {
+            rs.clock = rs.clock.max(rs.ready);
+            rs.pc += 1;
+            let at = rs.clock;
+            self.schedule(at, Event::Run(r));
+        }
+    }
+
+    /// Starts the flow of a message from `r` to `to` at `now`. A receiver
+    /// already waiting for the next message from `r` claims it.
+    fn send(&mut self, r: usize, to: usize, bytes: usize, now: f64) -> Result<()> {
         let route = self.net.route(r, to);
         let valid = |x: f64| x.is_finite() && x >= 0.0;
         if !(valid(route.alpha) && valid(route.beta)) {
@@ -279,22 +310,19 @@ impl<'a> Replay<'a> {
                 ),
             ));
         }
-        let link = self.free.entry(route.out).or_insert(0.0);
-        let start = now.max(*link);
         let what = || {
             format!(
                 "rank {r}'s message of {bytes} B to rank {to} sent at {} s",
-                shown(start)
+                shown(now)
             )
         };
-        let left = timed(start + bytes as f64 * route.beta, what)?;
-        timed(start + route.alpha, what)?;
-        *link = left;
+        let work = bytes as f64 * route.beta;
+        timed(now + work, what)?;
+        timed(now + route.alpha, what)?;
         let m = self.messages.len();
-        let waiting = &mut self.ranks[to].waiting;
-        let claimed = match *waiting {
-            Some((Wait::Next(from), their_left)) if from == r => {
-                *waiting = Some((Wait::Message(m), their_left));
+        let claimed = match self.ranks[to].waiting {
+            Some(Wait::Next(from)) if from == r => {
+                self.ranks[to].waiting = Some(Wait::Message(m));
                 true
             }
             _ => {
@@ -303,21 +331,27 @@ impl<'a> Replay<'a> {
             }
         };
         self.messages.push(Message {
+            from: r,
             to,
             bytes,
             route,
-            left,
             done: None,
             claimed,
         });
-        self.schedule(start + route.alpha, Event::Arrive(m));
-        Ok(left)
+        self.ranks[r].sending = Some(m);
+        if work > 0.0 {
+            let changed = self.flows.start(m, route.out, route.into, now, work);
+            self.reschedule(changed);
+        } else {
+            // Nothing to move: it has left at once.
+            self.schedule(now, Event::Left(m, 0));
+        }
+        Ok(())
     }
 
-    /// Rank `r` receives its next message from `from`; its own send, if
-    /// any, has left at `left`. It goes on at once if that message has
-    /// arrived, else it waits.
-    fn receive(&mut self, r: usize, from: usize, left: f64) {
+    /// Rank `r` receives its next message from `from`. It goes on once
+    /// that message has arrived.
+    fn receive(&mut self, r: usize, from: usize) {
         let next = self
             .unclaimed
             .get_mut(&(from, r))
@@ -325,40 +359,51 @@ impl<'a> Replay<'a> {
         let rs = &mut self.ranks[r];
         match next {
             Some(m) => match self.messages[m].done {
-                Some(done) => {
-                    rs.clock = rs.clock.max(left).max(done);
-                    rs.pc += 1;
-                }
+                Some(done) => rs.ready = rs.ready.max(done),
                 None => {
                     self.messages[m].claimed = true;
-                    rs.waiting = Some((Wait::Message(m), left));
+                    rs.waiting = Some(Wait::Message(m));
                 }
             },
-            None => rs.waiting = Some((Wait::Next(from), left)),
+            None => rs.waiting = Some(Wait::Next(from)),
         }
     }
 
-    /// A message's head reaches its incoming link at `now`: it occupies the
-    /// link once the link is free, and wakes its receiver if it waits.
-    fn arrive(&mut self, m: usize, now: f64) -> Result<()> {
+    /// Message `m`'s last byte has left its sender at `now`: its sender's
+    /// send is done, and it finishes arriving `alpha` later.
+    fn left(&mut self, m: usize, now: f64) -> Result<()> {
         let msg = self.messages[m];
-        let link = self.free.entry(msg.route.into).or_insert(0.0);
-        let begin = now.max(*link);
-        let done = timed(
-            (begin + msg.bytes as f64 * msg.route.beta).max(msg.left + msg.route.alpha),
-            || {
-                format!(
-                    "the arrival at rank {} of {} B from {begin} s",
-                    msg.to, msg.bytes
-                )
-            },
-        )?;
-        *link = done;
+        let done = timed(now + msg.route.alpha, || {
+            format!(
+                "the arrival at rank {} of {} B from rank {} that left at {} s",
+                msg.to,
+                msg.bytes,
+                msg.from,
+                shown(now)
+            )
+        })?;
         self.messages[m].done = Some(done);
         if msg.claimed {
-            self.schedule(done, Event::Run(msg.to));
+            self.schedule(done, Event::Arrived(m));
+        }
+        let sender = &mut self.ranks[msg.from];
+        if sender.sending == Some(m) {
+            sender.sending = None;
+            sender.ready = sender.ready.max(now);
+            self.finish_op(msg.from);
         }
         Ok(())
+    }
+
+    /// Message `m`, which its receiver waits for, has arrived at `now`.
+    fn arrived(&mut self, m: usize, now: f64) {
+        let to = self.messages[m].to;
+        let rs = &mut self.ranks[to];
+        if rs.waiting == Some(Wait::Message(m)) {
+            rs.waiting = None;
+            rs.ready = rs.ready.max(now);
+            self.finish_op(to);
+        }
     }
 }
 
