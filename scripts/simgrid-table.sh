@@ -2,8 +2,9 @@
 # Regenerates bench/RESULTS.md's SimGrid tables: every registered algorithm
 # at each rank count (n = 2^20, density 0.1%), on 25gbe and nvlink8-25gbe,
 # timed by sparse_coll::sim and replayed by SimGrid (`sparse-bench scale
-# --engine simgrid`) under SMPI configured as plain alpha-beta and under
-# SMPI's defaults on the network's equivalent platform; and (on 25gbe's
+# --engine simgrid`) under SMPI configured as plain alpha-beta (and, on
+# nvlink8-25gbe, the same with eager sends) and under SMPI's defaults on
+# the network's equivalent platform; and (on 25gbe's
 # links, alpha-beta) on fat trees of racks of 16 without and with 4:1
 # oversubscription between racks and on a balanced dragonfly. Rank counts in order, smallest first,
 # so that an interrupted run has the small ones.
@@ -40,10 +41,11 @@ run() {
     mv "$f.part" "$f"
 }
 for p in ${ranks//,/ }; do
-    for net in 25gbe nvlink8-25gbe; do
-        for algo in $algos; do
-            run "$net" "$p" "$algo" "" --smpi-model alpha-beta,default
-        done
+    for algo in $algos; do
+        run 25gbe "$p" "$algo" "" --smpi-model alpha-beta,default
+        # Two levels: also SMPI's eager sends (see RESULTS: rendezvous
+        # makes a send across the NIC wait for its latency).
+        run nvlink8-25gbe "$p" "$algo" "" --smpi-model alpha-beta,alpha-beta-eager,default
     done
     # Platforms the simulator does not have, on 25gbe's links (alpha-beta).
     for algo in $algos; do
@@ -77,8 +79,10 @@ for net in ("25gbe", "nvlink8-25gbe"):
     if not keys:
         continue
     extra = net == "25gbe"
-    head = ["algorithm", "P", "sim ms", "SimGrid alpha-beta ms", "sim vs it",
-            "SimGrid default ms", "sim vs it"]
+    head = ["algorithm", "P", "sim ms", "SimGrid alpha-beta ms", "sim vs it"]
+    if not extra:
+        head += ["SimGrid alpha-beta-eager ms", "sim vs it"]
+    head += ["SimGrid default ms", "sim vs it"]
     if extra:
         head += ["fat tree 1:1 ms", "fat tree 4:1 ms", "dragonfly ms"]
     head += ["replay wall s"]
@@ -94,9 +98,13 @@ for net in ("25gbe", "nvlink8-25gbe"):
             continue
         get = lambda m, t: (c.get((m, t)) or (None, 0.0))
         ab, d = get("alpha-beta", "same"), get("default", "same")
-        line = [k[2], str(k[1]), ms(c.get("sim")), ms(ab[0]), vs(c.get("sim"), ab[0]),
-                ms(d[0]), vs(c.get("sim"), d[0])]
+        line = [k[2], str(k[1]), ms(c.get("sim")), ms(ab[0]), vs(c.get("sim"), ab[0])]
         walls = [ab[1], d[1]]
+        if not extra:
+            e = get("alpha-beta-eager", "same")
+            line += [ms(e[0]), vs(c.get("sim"), e[0])]
+            walls.append(e[1])
+        line += [ms(d[0]), vs(c.get("sim"), d[0])]
         if extra:
             ft1, ft = get("alpha-beta", "fat-tree-1to1"), get("alpha-beta", "fat-tree-4to1")
             df = get("alpha-beta", "dragonfly")

@@ -12,24 +12,33 @@
 //!    each rank's [`Trace`]: its sends, receives and exchanges with their
 //!    sizes and peers, its marks, and, where asked, its local computation;
 //! 2. [`replay`] runs a discrete-event simulation of the traces over a
-//!    network: events in order of simulated time (ties broken by rank), each
-//!    link a FIFO server. Its times are a deterministic function of the
-//!    traces, and the traces of a deterministic program do not depend on the
-//!    thread schedule: with computation off, the same inputs give the same
-//!    times bit for bit. A run's traces can be replayed over other networks
-//!    without running the code again.
+//!    network: events in order of simulated time (ties broken by rank), the
+//!    messages that cross a link at the same time sharing its bandwidth.
+//!    Its times are a deterministic function of the traces, and the traces
+//!    of a deterministic program do not depend on the thread schedule:
+//!    with computation off, the same inputs give the same times bit for
+//!    bit. A run's traces can be replayed over other networks without
+//!    running the code again.
 //!
 //! # The model of a message
 //! A message of `m` bytes from rank `a` to rank `b` takes the [`Route`]
 //! the network gives: a latency `alpha`, a time per byte `beta`, the link it
-//! leaves by and the link it arrives by. It enters its outgoing link when
-//! the link is free (`start`), occupies it for `m beta`, reaches the
-//! incoming link `alpha` after `start`, and occupies that one for `m beta`
-//! once it is free, finishing no sooner than `alpha` after it left the
-//! outgoing link. A send returns when its message has left (`MPI_Send` of
-//! a buffered message); a receive returns when its message has finished
-//! arriving; an exchange returns when both are done. So one message alone
-//! takes `alpha + m beta`, and messages that share a link queue on it.
+//! leaves by and the link it arrives by. From its send on, it is a flow over
+//! both links at once, and the flows on a link share its bandwidth
+//! max-min fairly (progressive filling, recomputed whenever a flow starts
+//! or ends: SimGrid's flow model with its correction factors at 1, as
+//! SimGrid's `CM02` network model computes it): `k` flows alone on a link
+//! move at `1 / (k beta)` bytes a second each, and a flow held back on
+//! another link leaves the rest of this one to the others. A send returns
+//! when its message's last byte has left (`MPI_Send` of a buffered
+//! message); the message has finished arriving `alpha` later (a receive
+//! returns then); an exchange returns when both are done. So one message
+//! alone takes `alpha + m beta` (its send returns after `m beta`), as
+//! before links were shared, and messages that never share a link keep
+//! the times of the alpha-beta model exactly. SimGrid counts the latency
+//! before the bytes instead of after; with one latency per link (every
+//! preset), that shifts every flow on a link by the same `alpha` and
+//! changes no share.
 //!
 //! Every figure computed here is simulated: print it with
 //! [`Timeline::label`], which names the network model.

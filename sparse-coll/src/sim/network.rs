@@ -5,7 +5,8 @@ use sparse_core::{Error, Result};
 use std::fmt;
 use std::path::Path;
 
-/// A link that carries one message at a time (a FIFO server).
+/// A link; the messages that cross it at the same time share its
+/// bandwidth max-min fairly (see the [module](super) doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Link {
     /// A rank's own outgoing port.
@@ -146,7 +147,8 @@ impl Network for FullBisection {
 
 /// Two levels: nodes of `ranks_per_node` consecutive ranks; within a node
 /// each rank has its own ports (NVLink through a switch, or PCIe), across
-/// nodes the node's NIC carries every message of its ranks, one at a time.
+/// nodes the node's NIC carries every message of its ranks, sharing its
+/// bandwidth among the ones that cross it at the same time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TwoLevel {
     name: String,

@@ -36,17 +36,23 @@
 //! [`SmpiModel::Default`] keeps SMPI's defaults.
 //!
 //! # What differs between the models with alpha-beta settings
-//! SimGrid shares a link's bandwidth among the flows on it (max-min
-//! fairness); the simulator serves a link's messages one at a time in
-//! order of arrival (FIFO). One message alone costs `alpha + m beta` in
-//! both; messages that share a link all finish by the same time in both
-//! when they start together, but under FIFO the first finishes earlier.
-//! In rendezvous a message waits for its receive: an incast that the
-//! receiver takes in order is served one message after the other, latency
-//! included, where the simulator's eager messages queue behind each other.
+//! Both share a link's bandwidth among the flows on it (max-min fairness,
+//! recomputed at every start and end of a flow), so one message alone
+//! costs `alpha + m beta` in both, and `k` messages that start together
+//! on one link all finish `alpha + k m beta` after. SimGrid counts a
+//! message's latency before its bytes, the simulator after; with one
+//! latency per link this shifts every flow of a link alike and changes no
+//! share. The send differs: in rendezvous a message waits for its receive
+//! (an incast that the receiver takes in order is served one message after
+//! the other, latency included, where the simulator's messages move from
+//! their sends on and share the link) and the send completes when it has
+//! arrived, `alpha` after the simulator's send returns. Where a rank's
+//! send crosses a link of larger latency than its receive (a node's NIC
+//! against NVLink), it waits for that latency under rendezvous and not in
+//! the simulator, whose times there lie near [`SmpiModel::AlphaBetaEager`].
 //! On the two-level platform, ranks of a node talk over the host's
 //! loopback, which SimGrid does not share at all (`FATPIPE`) where the
-//! simulator queues each rank's messages on its own ports.
+//! simulator shares each rank's own ports among its messages.
 
 mod platform;
 mod run;
