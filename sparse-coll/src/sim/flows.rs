@@ -116,7 +116,9 @@ impl Flows {
 
     /// Whether `generation` is the current one of message `m`'s flow.
     pub(super) fn current(&self, m: usize, generation: u32) -> bool {
-        self.flows.get(&m).is_some_and(|f| f.generation == generation)
+        self.flows
+            .get(&m)
+            .is_some_and(|f| f.generation == generation)
     }
 
     fn link(&mut self, link: Link) -> usize {

@@ -1,8 +1,8 @@
 //! The replay of traces over a network: a discrete-event simulation (see
 //! the [module](super) doc for the model).
 
-use super::network::shown;
 use super::flows::{Changed, Flows};
+use super::network::shown;
 use super::{Network, Op, Route, SimRun, Trace};
 use sparse_core::{Error, Result};
 use std::cmp::Reverse;
