@@ -29,6 +29,62 @@
 use super::Link;
 use std::collections::{HashMap, HashSet};
 
+/// A token bucket in front of a link ([`super::Bucket`]) in the units of
+/// the shares: seconds of work at the link's rate.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tank {
+    /// Its size: the bucket's bytes times the rate's time per byte.
+    depth: f64,
+    /// The peak's capacity in shares of the rate (the wire's bandwidth
+    /// over the rate), at least 1.
+    peak: f64,
+    /// The tokens held at `at`.
+    tokens: f64,
+    /// When `tokens` was last brought up to date.
+    at: f64,
+    /// The sum of its flows' shares since `at`.
+    usage: f64,
+    /// Bumped at each new time of running dry, so that one scheduled
+    /// before is known to be stale.
+    generation: u32,
+}
+
+impl Tank {
+    /// A full bucket of `bytes` before a wire of `peak_bytes_per_s`, on a
+    /// link of `beta` seconds per byte.
+    pub(super) fn new(bucket: super::Bucket, beta: f64) -> Self {
+        let depth = bucket.bytes() * beta;
+        Self {
+            depth,
+            peak: (bucket.peak_bytes_per_s() * beta).max(1.0),
+            tokens: depth,
+            at: 0.0,
+            usage: 0.0,
+            generation: 0,
+        }
+    }
+    /// The tokens at `now`: what `usage` under or over the rate has added
+    /// or drained since `at`. A bucket within a billionth of its size of
+    /// empty is empty (so that rounding cannot keep it at the peak).
+    fn settle(&mut self, now: f64) {
+        let t = self.tokens + (1.0 - self.usage) * (now - self.at).max(0.0);
+        self.tokens = if t <= self.depth * 1e-9 {
+            0.0
+        } else {
+            t.min(self.depth)
+        };
+        self.at = now;
+    }
+    /// The share of its link's rate it lets through now.
+    fn capacity(&self) -> f64 {
+        if self.tokens > 0.0 { self.peak } else { 1.0 }
+    }
+}
+
+/// A link's bucket that runs dry: the link, when, and the generation
+/// that time carries.
+pub(super) type Drained = (usize, f64, u32);
+
 /// One flow: a message moving over its links.
 #[derive(Debug, Clone)]
 struct Flow {
@@ -62,6 +118,10 @@ pub(super) struct Flows {
     /// Scratch: each link's place in the component being recomputed
     /// (`usize::MAX` outside it).
     local: Vec<usize>,
+    /// Each link's token bucket, where a shaper is in front of it.
+    tanks: Vec<Option<Tank>>,
+    /// Buckets that will run dry, found since the replay last took them.
+    drains: Vec<Drained>,
 }
 
 impl Flows {
@@ -71,13 +131,13 @@ impl Flows {
     pub(super) fn start(
         &mut self,
         m: usize,
-        out: Link,
-        into: Link,
+        (out, into): (Link, Link),
+        tanks: [Option<Tank>; 2],
         now: f64,
         work: f64,
     ) -> Vec<Changed> {
-        let a = self.link(out);
-        let b = (into != out).then(|| self.link(into));
+        let a = self.link(out, tanks[0]);
+        let b = (into != out).then(|| self.link(into, tanks[1]));
         for l in [Some(a), b].into_iter().flatten() {
             self.on_link[l].push(m);
         }
@@ -121,14 +181,32 @@ impl Flows {
             .is_some_and(|f| f.generation == generation)
     }
 
-    fn link(&mut self, link: Link) -> usize {
+    /// The index of `link`, registered (with its bucket, full) the first
+    /// time it is seen.
+    fn link(&mut self, link: Link, tank: Option<Tank>) -> usize {
         let n = self.on_link.len();
         let i = *self.index.entry(link).or_insert(n);
         if i == n {
             self.on_link.push(Vec::new());
             self.local.push(usize::MAX);
+            self.tanks.push(tank);
         }
         i
+    }
+
+    /// Takes the times at which buckets run dry found since the last call.
+    pub(super) fn take_drains(&mut self) -> Vec<Drained> {
+        std::mem::take(&mut self.drains)
+    }
+
+    /// Link `l`'s bucket runs dry at `now` (stale unless `generation` is
+    /// its current one): its flows fall back to the rate. Returns the
+    /// flows whose finish changed.
+    pub(super) fn drained(&mut self, l: usize, now: f64, generation: u32) -> Vec<Changed> {
+        match self.tanks.get(l).copied().flatten() {
+            Some(t) if t.generation == generation => self.reshare(&[Some(l)], now),
+            _ => Vec::new(),
+        }
     }
 
     /// The links and flows of the component of the links `seeds`: links
@@ -167,8 +245,18 @@ impl Flows {
     /// progressive filling; returns the flows whose finish changed.
     fn reshare(&mut self, seeds: &[Option<usize>], now: f64) -> Vec<Changed> {
         let (links, flows) = self.component(seeds);
-        // Each link's time left to give and its flows without a share yet.
-        let mut left = vec![1.0f64; links.len()];
+        // Each link's time left to give (its bucket's peak while it holds
+        // tokens) and its flows without a share yet.
+        let mut left: Vec<f64> = links
+            .iter()
+            .map(|&l| match &mut self.tanks[l] {
+                Some(t) => {
+                    t.settle(now);
+                    t.capacity()
+                }
+                None => 1.0,
+            })
+            .collect();
         let mut open: Vec<usize> = links.iter().map(|&l| self.on_link[l].len()).collect();
         let mut share: HashMap<usize, f64> = HashMap::with_capacity(flows.len());
         let mut unfixed = flows.len();
@@ -198,6 +286,7 @@ impl Flows {
         for &l in &links {
             self.local[l] = usize::MAX;
         }
+        self.fill_tanks(&links, &share, now);
         let mut changed = Vec::new();
         for f in flows {
             let new = share[&f].max(f64::MIN_POSITIVE);
@@ -219,6 +308,25 @@ impl Flows {
     }
 }
 
+impl Flows {
+    /// Each bucket of `links`: its usage under the new shares, and when it
+    /// runs dry where it drains.
+    fn fill_tanks(&mut self, links: &[usize], share: &HashMap<usize, f64>, now: f64) {
+        for &l in links {
+            let usage: f64 = self.on_link[l].iter().map(|f| share[f]).sum();
+            let Some(t) = &mut self.tanks[l] else {
+                continue;
+            };
+            t.usage = usage;
+            t.generation = t.generation.wrapping_add(1);
+            if t.tokens > 0.0 && usage > 1.0 {
+                let dry = now + t.tokens / (usage - 1.0);
+                self.drains.push((l, dry, t.generation));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,7 +337,7 @@ mod tests {
     fn flows_on_one_link_share_it_equally() {
         let mut f = Flows::default();
         for k in 0..4usize {
-            f.start(k, Link::RankOut(k), Link::RankIn(9), 0.0, 1.0);
+            f.start(k, (Link::RankOut(k), Link::RankIn(9)), [None; 2], 0.0, 1.0);
         }
         for k in 0..4usize {
             assert_eq!(f.flows[&k].share, 0.25);
@@ -249,10 +357,10 @@ mod tests {
         let mut f = Flows::default();
         let x = Link::NodeOut(0);
         let y = Link::NodeIn(1);
-        f.start(0, x, Link::NodeIn(0), 0.0, 1.0);
-        f.start(1, x, y, 0.0, 1.0);
-        f.start(2, Link::NodeOut(2), y, 0.0, 1.0);
-        f.start(3, Link::NodeOut(3), y, 0.0, 1.0);
+        f.start(0, (x, Link::NodeIn(0)), [None; 2], 0.0, 1.0);
+        f.start(1, (x, y), [None; 2], 0.0, 1.0);
+        f.start(2, (Link::NodeOut(2), y), [None; 2], 0.0, 1.0);
+        f.start(3, (Link::NodeOut(3), y), [None; 2], 0.0, 1.0);
         let s = |m: usize| f.flows[&m].share;
         assert!((s(1) - 1.0 / 3.0).abs() < 1e-15);
         assert!((s(0) - 2.0 / 3.0).abs() < 1e-15);

@@ -50,7 +50,7 @@ pub mod smpi;
 
 pub use crate::transport::sim::{Compute, MAX_RANKS, Op, SimCluster, SimRun, SimTransport, Trace};
 pub use network::{
-    AlphaBeta, FullBisection, Link, MAX_NETWORK_FILE, Network, PRESETS, Route, TwoLevel,
+    AlphaBeta, Bucket, FullBisection, Link, MAX_NETWORK_FILE, Network, PRESETS, Route, TwoLevel,
     full_bisection_file, network, parse_network, preset, read_network,
 };
 pub use replay::{Timeline, replay};

@@ -39,6 +39,61 @@ pub trait Network: Send + Sync + fmt::Debug {
     fn label(&self) -> String;
     /// The route of a message from `from` to `to`.
     fn route(&self, from: usize, to: usize) -> Route;
+    /// The token bucket that shapes `link`, if one does (a Linux `tbf`
+    /// shaper): none by default.
+    fn bucket(&self, _link: Link) -> Option<Bucket> {
+        None
+    }
+}
+
+/// A token bucket in front of a link, as Linux's `tbf` shapes one: the
+/// link's bandwidth (its [`AlphaBeta`]) is the rate tokens arrive at, up
+/// to `bytes` of them; while the bucket holds tokens the link carries up
+/// to `peak_bytes_per_s` (the wire under the shaper), and the bytes above
+/// the rate drain the bucket; empty, the link carries the rate. A message
+/// that finds the bucket full passes its first part at the peak: what a
+/// shaped link does to messages of kilobytes after a pause.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bucket {
+    bytes: f64,
+    peak: f64,
+}
+
+impl Bucket {
+    /// A bucket of `bytes` in front of a wire of `peak_bytes_per_s`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] named `bucket_bytes` for a size that is
+    /// not finite and positive, `peak_bytes_per_s` for a peak that is not.
+    pub fn new(bytes: f64, peak_bytes_per_s: f64) -> Result<Self> {
+        if !(bytes.is_finite() && bytes > 0.0) {
+            return Err(Error::invalid(
+                "bucket_bytes",
+                format!("{} is not a finite size above 0", shown(bytes)),
+            ));
+        }
+        if !(peak_bytes_per_s.is_finite() && peak_bytes_per_s > 0.0) {
+            return Err(Error::invalid(
+                "peak_bytes_per_s",
+                format!(
+                    "{} is not a finite bandwidth above 0",
+                    shown(peak_bytes_per_s)
+                ),
+            ));
+        }
+        Ok(Self {
+            bytes,
+            peak: peak_bytes_per_s,
+        })
+    }
+    /// Its size, bytes.
+    pub fn bytes(&self) -> f64 {
+        self.bytes
+    }
+    /// The wire's bandwidth under it, bytes a second.
+    pub fn peak_bytes_per_s(&self) -> f64 {
+        self.peak
+    }
 }
 
 /// Latency and bandwidth of one kind of link, checked: both finite,
@@ -119,6 +174,7 @@ pub(super) fn shown(x: f64) -> String {
 pub struct FullBisection {
     name: String,
     link: AlphaBeta,
+    bucket: Option<Bucket>,
 }
 
 impl FullBisection {
@@ -127,13 +183,37 @@ impl FullBisection {
         Self {
             name: name.into(),
             link,
+            bucket: None,
         }
+    }
+
+    /// The same network with `bucket` shaping every rank's port in both
+    /// directions (as `scripts/netns-cluster.sh` shapes each veth pair).
+    /// A bucket whose peak is not above the link's bandwidth changes
+    /// nothing.
+    pub fn with_bucket(mut self, bucket: Bucket) -> Self {
+        self.bucket = Some(bucket);
+        self
     }
 }
 
 impl Network for FullBisection {
     fn label(&self) -> String {
-        format!("{}: full bisection, {}", self.name, self.link.describe())
+        let bucket = self.bucket.map_or(String::new(), |b| {
+            format!(
+                ", token bucket {} B at {:.3} GB/s",
+                shown(b.bytes),
+                b.peak * 1e-9
+            )
+        });
+        format!(
+            "{}: full bisection, {}{bucket}",
+            self.name,
+            self.link.describe()
+        )
+    }
+    fn bucket(&self, _link: Link) -> Option<Bucket> {
+        self.bucket
     }
     fn route(&self, from: usize, to: usize) -> Route {
         Route {
@@ -284,6 +364,10 @@ pub const MAX_NETWORK_FILE: u64 = 64 * 1024;
 /// bytes_per_s = 4.8e9
 /// ```
 ///
+/// A full-bisection file may add a token bucket in front of every port
+/// ([`Bucket`], a `tbf` shaper): `bucket_bytes` and `peak_bytes_per_s`
+/// (the wire under the shaper), both or neither.
+///
 /// A two-level file has `model = two_level`, `ranks_per_node` and
 /// `intra_alpha_s`, `intra_bytes_per_s`, `inter_alpha_s`,
 /// `inter_bytes_per_s` instead.
@@ -343,10 +427,36 @@ pub fn parse_network(text: &str) -> Result<Box<dyn Network>> {
     };
     let name = get("name").map_or("file", |(_, v, _)| *v).to_string();
     let (net, keys): (Box<dyn Network>, &[&str]) = match text_of("model")? {
-        "full_bisection" => (
-            Box::new(FullBisection::new(name, link("")?)),
-            &["name", "model", "alpha_s", "bytes_per_s"],
-        ),
+        "full_bisection" => {
+            let mut net = FullBisection::new(name, link("")?);
+            match (get("bucket_bytes"), get("peak_bytes_per_s")) {
+                (None, None) => {}
+                (Some(_), Some(_)) => {
+                    let bucket = Bucket::new(num("bucket_bytes")?, num("peak_bytes_per_s")?)
+                        .map_err(|e| refused("", e))?;
+                    net = net.with_bucket(bucket);
+                }
+                (Some((k, _, line)), None) | (None, Some((k, _, line))) => {
+                    return Err(bad(
+                        *line,
+                        format!(
+                            "{k} needs its pair: a bucket is bucket_bytes and peak_bytes_per_s"
+                        ),
+                    ));
+                }
+            }
+            (
+                Box::new(net),
+                &[
+                    "name",
+                    "model",
+                    "alpha_s",
+                    "bytes_per_s",
+                    "bucket_bytes",
+                    "peak_bytes_per_s",
+                ],
+            )
+        }
         "two_level" => {
             let (_, v, line) = get("ranks_per_node")
                 .ok_or_else(|| Error::invalid("network file", "no ranks_per_node"))?;

@@ -1,7 +1,7 @@
 //! The replay of traces over a network: a discrete-event simulation (see
 //! the [module](super) doc for the model).
 
-use super::flows::{Changed, Flows};
+use super::flows::{Changed, Flows, Tank};
 use super::network::shown;
 use super::{Network, Op, Route, SimRun, Trace};
 use sparse_core::{Error, Result};
@@ -52,6 +52,9 @@ enum Event {
     /// the links with the ones still moving only). Stale unless the
     /// generation is its flow's current one.
     Left(usize, u32),
+    /// A link's token bucket runs dry (stale unless the generation is its
+    /// current one): its flows fall back to its rate.
+    Drained(usize, u32),
     /// A message has finished arriving (before ranks run at the same time,
     /// so that a rank that receives then sees it).
     Arrived(usize),
@@ -176,6 +179,10 @@ impl<'a> Replay<'a> {
                     }
                     self.left(m, now)?;
                 }
+                Event::Drained(l, generation) => {
+                    let changed = self.flows.drained(l, now, generation);
+                    self.reschedule(changed);
+                }
                 Event::Arrived(m) => self.arrived(m, now),
                 Event::Run(r) => self.step(r, now)?,
             }
@@ -227,6 +234,9 @@ impl<'a> Replay<'a> {
     fn reschedule(&mut self, changed: Vec<Changed>) {
         for (m, finish, generation) in changed {
             self.schedule(finish, Event::Left(m, generation));
+        }
+        for (l, dry, generation) in self.flows.take_drains() {
+            self.schedule(dry, Event::Drained(l, generation));
         }
     }
 
@@ -340,7 +350,11 @@ impl<'a> Replay<'a> {
         });
         self.ranks[r].sending = Some(m);
         if work > 0.0 {
-            let changed = self.flows.start(m, route.out, route.into, now, work);
+            let tanks = [route.out, route.into]
+                .map(|l| self.net.bucket(l).map(|b| Tank::new(b, route.beta)));
+            let changed = self
+                .flows
+                .start(m, (route.out, route.into), tanks, now, work);
             self.reschedule(changed);
         } else {
             // Nothing to move: it has left at once.
