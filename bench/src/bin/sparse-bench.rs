@@ -656,7 +656,11 @@ fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
     }
     let model = c.args.model(train_set.shape)?;
     let names: Vec<String> = model.layers().into_iter().map(|l| l.name).collect();
-    let Some((summaries, name)) = train_on(c, &runs, &train_set, &test_set)? else {
+    // `_mpi` finalizes MPI when dropped, after rank 0 has printed:
+    // MPICH over UCX's TCP can hang in `MPI_Finalize` (openucx/ucx#8738),
+    // and the rows are out by then.
+    let (out, _mpi) = train_on(c, &runs, &train_set, &test_set)?;
+    let Some((summaries, name)) = out else {
         return Ok(()); // not rank 0
     };
     let rows = output::rows(&summaries, &names);
@@ -680,7 +684,10 @@ fn train_on(
     runs: &[bench::train::Run],
     train_set: &bench::train::data::Set,
     test_set: &bench::train::data::Set,
-) -> sparse_core::Result<Option<(Vec<bench::train::run::Summary>, &'static str)>> {
+) -> sparse_core::Result<(
+    Option<(Vec<bench::train::run::Summary>, &'static str)>,
+    Box<dyn std::any::Any>,
+)> {
     use bench::train::{self, run};
     let last = c.first_seed.checked_add(c.seeds - 1).ok_or_else(|| {
         sparse_core::Error::invalid("--first-seed, --seeds", "the last seed overflows u64")
@@ -703,7 +710,7 @@ fn train_on(
             bar.into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .finish();
-            Ok(Some((s, "threads")))
+            Ok((Some((s, "threads")), Box::new(())))
         }
         #[cfg(feature = "mpi")]
         TransportKind::Mpi => {
@@ -740,7 +747,8 @@ fn train_on(
             bar.into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .finish();
-            Ok((rank == 0).then_some((s, "mpi")))
+            drop(t);
+            Ok(((rank == 0).then_some((s, "mpi")), Box::new(universe)))
         }
     }
 }
