@@ -11,12 +11,14 @@
 #   -n, --ranks P       namespaces and ranks, 2 to 64 (default 2)
 #   -r, --rate RATE     each link's rate, tc's units (1gbit, 10gbit, 500mbit)
 #                       or "none" for unshaped veths (default 1gbit)
-#   --burst BYTES       tbf's bucket (default: 0.5 ms at the rate, at least
+#   --burst BYTES       tbf's bucket (default: 2 ms at the rate, at least
 #                       16 KiB). A message that finds the bucket full passes
 #                       its first BYTES at the veth's own speed: the smaller
 #                       the bucket, the closer to a NIC that serialises every
 #                       byte at the rate, but each refill is a timer and
-#                       softirq, late on a loaded machine (see docs/mpi.md)
+#                       softirq, and a timer served later than the bucket
+#                       lasts loses rate: with 0.5 ms, three ranks in a ring
+#                       on 2 cores got 40% of 1 Gb/s (bench/RESULTS.md)
 #   --limit BYTES       tbf's queue (default: 2 x the burst, at least 4 MiB)
 #   --nice N            run each rank's scheduling group at nice N (-20 to
 #                       19; the rank's autogroup, as Hydra starts each rank
@@ -26,6 +28,11 @@
 #                       its peer spins, and that wait (4 to 100 ms here), not
 #                       the network, is what the job measures. -20 takes the
 #                       cores from everything else while the job runs
+#   --wait WAIT         how the ranks' MpiTransport waits (SPARSE_MPI_WAIT:
+#                       spin, sleep or sleep:MICROSECONDS; default sleep:20us
+#                       where ranks outnumber this machine's cores, else
+#                       spin): polling ranks on shared cores wait for each
+#                       other's time slices; sleeping ones give the core up
 #   --mtu BYTES         the veths' MTU (default 1500)
 #   --timeout S         MPIEXEC_TIMEOUT of the job (default 600)
 #   --stats FILE        write each rank's veth counters of the job to FILE:
@@ -71,6 +78,7 @@ mtu=1500
 timeout=600
 stats=""
 nice=""
+wait_mode=""
 quiet=0
 npos=0
 
@@ -115,6 +123,7 @@ while [ $# -gt 0 ]; do
         --timeout) timeout=${2:?}; shift 2 ;;
         --stats) stats=${2:?}; shift 2 ;;
         --nice) nice=${2:?}; shift 2 ;;
+        --wait) wait_mode=${2:?}; shift 2 ;;
         -q | --quiet) quiet=1; shift ;;
         --clean) clean_stale; exit 0 ;;
         -h | --help) usage ;;
@@ -137,11 +146,16 @@ done
 [[ $timeout =~ ^[0-9]+$ ]] && [ "$timeout" -ge 1 ] || fail "--timeout $timeout: give whole seconds, at least 1"
 [ -z "$nice" ] || { [[ $nice =~ ^-?[0-9]+$ ]] && [ "$nice" -ge -20 ] && [ "$nice" -le 19 ]; } \
     || fail "--nice $nice: give -20 to 19"
+if [ -z "$wait_mode" ]; then
+    wait_mode=spin
+    [ "$ranks" -le "$(nproc)" ] || wait_mode=sleep:20us
+fi
+[[ $wait_mode =~ ^(spin|sleep|sleep:[0-9]+(us)?)$ ]] || fail "--wait $wait_mode: give spin, sleep or sleep:MICROSECONDS"
 [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 1280 ] && [ "$mtu" -le 65535 ] || fail "--mtu $mtu: give 1280 to 65535"
 if [ "$rate" != none ]; then
     bps=$(rate_bps "$rate") || fail "--rate $rate: give a tc rate such as 1gbit, 10gbit, 500mbit, or none"
     [ "$bps" -gt 0 ] || fail "--rate $rate: the rate must be positive"
-    [ -n "$burst" ] || burst=$((bps / 8 / 2000 > 16384 ? bps / 8 / 2000 : 16384))
+    [ -n "$burst" ] || burst=$((bps / 8 / 500 > 16384 ? bps / 8 / 500 : 16384))
     [ -n "$limit" ] || limit=$((2 * burst > 4194304 ? 2 * burst : 4194304))
     [[ $burst =~ ^[0-9]+$ && $limit =~ ^[0-9]+$ ]] || fail "--burst and --limit are bytes (whole numbers)"
     [ "$burst" -ge "$mtu" ] || fail "--burst $burst is below the MTU ($mtu): tbf would drop every full packet"
@@ -245,11 +259,11 @@ fi
 cmd=(mpiexec)
 for ((i = 0; i < ranks; i++)); do
     [ "$i" -eq 0 ] || cmd+=(:)
-    cmd+=(-n 1 -env UCX_NET_DEVICES "${prefix}v$i" ip netns exec "${prefix}ns$i" "${prio[@]}" "$@")
+    cmd+=(-n 1 -env UCX_NET_DEVICES "${prefix}v$i" -env SPARSE_MPI_WAIT "$wait_mode" ip netns exec "${prefix}ns$i" "${prio[@]}" "$@")
 done
 shaping="unshaped"
 [ "$rate" = none ] || shaping="tbf rate $rate burst $burst limit $limit, both directions"
-say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu${nice:+; ranks at nice $nice}"
+say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu${nice:+; ranks at nice $nice}; wait $wait_mode"
 before=$(counters)
 "${cmd[@]}" &
 job=$!

@@ -331,7 +331,7 @@ pub fn run_mpi(a: &CalibrateArgs) -> Result<(usize, Option<Calibration>)> {
     sparse_coll::MpiTransport::abort_on_panic();
     let world = universe.world();
     let size = world.size() as usize;
-    let mut t = sparse_coll::MpiTransport::new(world);
+    let mut t = sparse_coll::MpiTransport::new(world).with_wait(sparse_coll::MpiWait::from_env()?);
     let samples = measure(&mut t, a)?;
     universe.world().barrier();
     Ok((size, samples.map(|s| calibrate(s, a.fit)).transpose()?))

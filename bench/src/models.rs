@@ -103,20 +103,115 @@ pub fn presets() -> Vec<ModelPreset> {
     vec![resnet50(), vgg16(), alexnet(), lstm_ptb(), bert_base()]
 }
 
-/// The preset `name` ([`NAMES`]).
+/// The networks `sparse-bench train` trains on Fashion-MNIST, by name
+/// (`fashion_mlp`, `fashion_cnn`), so that `sparse-bench step` can predict
+/// the steps that `train` measures. A `:hidden=N` suffix sets the hidden
+/// layer's units (train's `--hidden`; default 256 and 64, train's own).
+pub const TRAIN_NAMES: [&str; 2] = ["fashion_mlp", "fashion_cnn"];
+
+/// The preset `name` ([`NAMES`], or one of [`TRAIN_NAMES`] with an
+/// optional `:hidden=N`).
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] for an unknown name, listing the known ones.
+/// [`Error::InvalidParameter`] for an unknown name, listing the known ones,
+/// or a hidden size that is not a whole number of at least 1.
 pub fn preset(name: &str) -> Result<ModelPreset> {
+    let (base, hidden) = match name.split_once(":hidden=") {
+        Some((base, h)) => match h.parse::<usize>() {
+            Ok(h) if h >= 1 => (base, Some(h)),
+            _ => {
+                return Err(Error::invalid(
+                    "model",
+                    format!("{name:?}: hidden= takes a whole number of units, at least 1"),
+                ));
+            }
+        },
+        None => (name, None),
+    };
+    match base {
+        "fashion_mlp" => return Ok(fashion_mlp(hidden.unwrap_or(256))),
+        "fashion_cnn" => return Ok(fashion_cnn(hidden.unwrap_or(64))),
+        _ => {}
+    }
     presets()
         .into_iter()
         .find(|m| m.name == name)
         .ok_or_else(|| {
             Error::invalid(
                 "model",
-                format!("{name:?} is not one of {}", NAMES.join(", ")),
+                format!(
+                    "{name:?} is not one of {}, {} (with an optional :hidden=N)",
+                    NAMES.join(", "),
+                    TRAIN_NAMES.join(", ")
+                ),
             )
         })
+}
+
+/// Fashion-MNIST's image side and classes.
+const FASHION_SIDE: usize = 28;
+const FASHION_CLASSES: usize = 10;
+
+/// A burn `Linear` (`weight [in, out]`, `bias [out]`): burn's layout.
+fn burn_linear(name: &str, inp: usize, out: usize) -> [Layer; 2] {
+    [
+        Layer::new(format!("{name}.weight"), &[inp, out]),
+        Layer::new(format!("{name}.bias"), &[out]),
+    ]
+}
+
+/// `sparse-bench train --model mlp` on Fashion-MNIST: 784 -> `hidden` ->
+/// 10, burn's parameter names and shapes. Forward: 2 flops per
+/// multiply-add; batch: train's default.
+pub fn fashion_mlp(hidden: usize) -> ModelPreset {
+    let features = FASHION_SIDE * FASHION_SIDE;
+    let mut layers = burn_linear("fc1", features, hidden).to_vec();
+    layers.extend(burn_linear("fc2", hidden, FASHION_CLASSES));
+    ModelPreset {
+        name: "fashion_mlp",
+        published_total: features * hidden + hidden + hidden * FASHION_CLASSES + FASHION_CLASSES,
+        layers,
+        source: "sparse-bench train --model mlp (bench/src/train/model.rs); the count is                  the architecture's, and a test checks the layers against burn's module",
+        forward_gflop: 2.0 * (features * hidden + hidden * FASHION_CLASSES) as f64 / 1e9,
+        batch: crate::train::TrainArgs::default().batch,
+    }
+}
+
+/// `sparse-bench train --model cnn` on Fashion-MNIST: two 5x5
+/// convolutions (16 and 32 channels, padded, each followed by a 2x2
+/// pooling), then 32 x 7 x 7 -> `hidden` -> 10; burn's names and shapes.
+pub fn fashion_cnn(hidden: usize) -> ModelPreset {
+    let [c1, c2] = crate::train::model::CNN_CHANNELS;
+    let k = crate::train::model::CNN_KERNEL;
+    let side = FASHION_SIDE;
+    let flat = c2 * (side / 4) * (side / 4);
+    let mut layers = vec![
+        Layer::new("conv1.weight", &[c1, 1, k, k]),
+        Layer::new("conv1.bias", &[c1]),
+        Layer::new("conv2.weight", &[c2, c1, k, k]),
+        Layer::new("conv2.bias", &[c2]),
+    ];
+    layers.extend(burn_linear("fc1", flat, hidden));
+    layers.extend(burn_linear("fc2", hidden, FASHION_CLASSES));
+    let macs = side * side * c1 * k * k
+        + (side / 2) * (side / 2) * c2 * c1 * k * k
+        + flat * hidden
+        + hidden * FASHION_CLASSES;
+    ModelPreset {
+        name: "fashion_cnn",
+        published_total: c1 * k * k
+            + c1
+            + c2 * c1 * k * k
+            + c2
+            + flat * hidden
+            + hidden
+            + hidden * FASHION_CLASSES
+            + FASHION_CLASSES,
+        layers,
+        source: "sparse-bench train --model cnn (bench/src/train/model.rs); the count is                  the architecture's, and a test checks the layers against burn's module",
+        forward_gflop: 2.0 * macs as f64 / 1e9,
+        batch: crate::train::TrainArgs::default().batch,
+    }
 }
 
 /// A conv weight `[out, in, k, k]` without bias.
@@ -394,6 +489,38 @@ mod tests {
         assert_eq!(v.layers[26].shape, vec![4096, 25088]);
         assert_eq!(bert_base().layers.len(), 5 + 12 * 16 + 2);
         assert!((bert_base().forward_gflop - 22.35).abs() < 0.01);
+    }
+
+    /// The train presets are the layers burn's modules give the trainer
+    /// (names, sizes and dimensions), and their counts the ones train's
+    /// documentation states (203,530 and 114,314 at the defaults).
+    #[test]
+    fn train_presets_are_burns_modules() {
+        use crate::train::model::{Kind, Model};
+        for (kind, name, hidden) in [
+            (Kind::Mlp, "fashion_mlp", 256),
+            (Kind::Mlp, "fashion_mlp:hidden=1024", 1024),
+            (Kind::Cnn, "fashion_cnn", 64),
+            (Kind::Cnn, "fashion_cnn:hidden=7", 7),
+        ] {
+            let p = preset(name).unwrap();
+            let burn = Model::new(kind, [28, 28], hidden).unwrap().layers();
+            assert_eq!(p.specs(), burn, "{name}");
+            assert_eq!(p.total(), p.published_total, "{name}");
+        }
+        assert_eq!(preset("fashion_mlp").unwrap().total(), 203_530);
+        assert_eq!(preset("fashion_cnn").unwrap().total(), 114_314);
+        for bad in [
+            "fashion_mlp:hidden=0",
+            "fashion_cnn:hidden=x",
+            "fashion_rnn",
+        ] {
+            let e = preset(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("hidden") || e.contains("fashion_mlp"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -111,14 +111,16 @@ pub use timeline::Timeline;
 /// `sparse-bench step`'s flags.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct StepArgs {
-    /// The model: resnet50, vgg16, alexnet, lstm_ptb or bert_base.
+    /// The model: resnet50, vgg16, alexnet, lstm_ptb or bert_base, or
+    /// train's Fashion-MNIST networks fashion_mlp and fashion_cnn (with an
+    /// optional `:hidden=N`).
     #[arg(long)]
     pub model: String,
     /// Rank counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128])]
     pub ranks: Vec<usize>,
     /// The simulated network (1gbe, 10gbe, 25gbe, ib100, nvlink8-25gbe,
-    /// nvlink8-ib100).
+    /// nvlink8-ib100), or a network file (`sparse-bench calibrate --out`).
     #[arg(long, default_value = "25gbe")]
     pub network: String,
     /// Density of every compressed layer's sent set, in (0, 1].
@@ -477,7 +479,7 @@ pub fn run_named(a: &StepArgs) -> Result<StepReport> {
 /// As [`run_named`].
 pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
     let start = Instant::now();
-    let net = sim::preset(&a.network)?;
+    let net = sim::network(&a.network)?;
     check(a)?;
     let device = device(&a.device)?;
     let compute = compute_ms(model, a, &device)?;

@@ -140,6 +140,7 @@ pub use transport::group::{Group, Members};
 pub use transport::mpi::MpiTransport;
 pub use transport::sim::{SimCluster, SimTransport};
 pub use transport::thread::{ThreadCluster, ThreadTransport};
+pub use transport::wait::{MPI_WAIT_ENV, MpiWait};
 pub use transport::{
     BufferPool, Endpoint, EndpointState, Intercept, Intercepting, Traffic, TrafficCounter,
     Transport, guard,

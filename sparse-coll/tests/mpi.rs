@@ -8,8 +8,15 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 fn mpiexec(n: usize, mode: &str, timeout_s: u64) -> Output {
+    mpiexec_waiting(n, mode, timeout_s, "spin")
+}
+
+/// As [`mpiexec`], the ranks' transports waiting as `wait` says
+/// (`SPARSE_MPI_WAIT`, which Hydra hands every rank).
+fn mpiexec_waiting(n: usize, mode: &str, timeout_s: u64, wait: &str) -> Output {
     Command::new("mpiexec")
         .env("MPIEXEC_TIMEOUT", timeout_s.to_string())
+        .env("SPARSE_MPI_WAIT", wait)
         .args(["-n", &n.to_string(), env!("CARGO_BIN_EXE_mpi-suite"), mode])
         .output()
         .expect("mpiexec runs (install mpich)")
@@ -83,4 +90,32 @@ fn a_corrupt_message_fails_every_rank_without_a_hang_under_mpi() {
     for n in [2usize, 3, 4, 5] {
         check_ok(n, "corrupt", &mpiexec(n, "corrupt", 300));
     }
+}
+
+/// The sleeping wait (for more ranks than cores) changes when a rank
+/// notices a message, never what it receives: the suite's exact results,
+/// the point-to-point and non-blocking calls (their progress thread
+/// sleeps too), the dense `MPI_Iallreduce` path, failures reaching every
+/// rank from inside a sleeping wait, and warm calls that allocate
+/// nothing, on more ranks than this machine has cores.
+#[test]
+fn the_sleeping_wait_changes_no_result() {
+    for n in [3usize, 4] {
+        for mode in ["suite", "p2p", "nonblocking", "disagree", "warm", "corrupt"] {
+            check_ok(n, mode, &mpiexec_waiting(n, mode, 300, "sleep:20us"));
+        }
+    }
+}
+
+/// A wait that does not parse stops the job with the variable's name and
+/// the forms it takes, instead of running with a wait nobody asked for.
+#[test]
+fn a_wait_that_does_not_parse_stops_the_job() {
+    let out = mpiexec_waiting(2, "p2p", 60, "sleep:2ms");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("SPARSE_MPI_WAIT") && stderr.contains("sleep:MICROSECONDS"),
+        "{stderr}"
+    );
 }

@@ -157,9 +157,9 @@ mod mpi_launch {
     use crate::allreduce::{
         AllreduceReport, AllreduceRow, Oracle, RankTimes, Setup, max_err, slowest,
     };
-    use mpi::collective::{CommunicatorCollectives, SystemOperation};
+    use mpi::collective::SystemOperation;
     use mpi::topology::Communicator;
-    use sparse_coll::{MpiTransport, Transport};
+    use sparse_coll::{MpiTransport, MpiWait, Transport};
     use sparse_core::{Error, Result, SparseVec};
     use std::time::{Duration, Instant};
 
@@ -212,7 +212,7 @@ mod mpi_launch {
             &self,
             job: &(dyn Fn(&mut Self::T, &mut Self::Hooks) -> Result<(R, Vec<u8>)> + Sync),
         ) -> Result<Option<Gathered<R, Self::Hooks>>> {
-            let mut t = MpiTransport::new(self.universe.world());
+            let mut t = MpiTransport::new(self.universe.world()).with_wait(MpiWait::from_env()?);
             let mut hooks = MpiHooks::default();
             let (mine, bytes) = job(&mut t, &mut hooks)?;
             let all = sparse_coll::dense::bruck_allgather(&mut t, &bytes)?;
@@ -243,29 +243,27 @@ mod mpi_launch {
         }
 
         fn barrier(&mut self, t: &mut MpiTransport) -> Result<()> {
-            t.comm().barrier();
+            t.barrier();
             Ok(())
         }
 
         fn floor(&mut self, t: &mut MpiTransport, recv: u64) -> Result<Option<[Duration; 2]>> {
             let p = t.size();
             let mut share = [0u64];
-            t.comm().all_reduce_into(
+            t.all_reduce_into(
                 &[recv.div_ceil((p as u64 - 1).max(1))],
                 &mut share[..],
                 SystemOperation::max(),
             );
             self.own.resize(share[0] as usize, 0u8);
             self.own_gathered.resize(self.own.len() * p, 0u8);
-            t.comm().barrier();
+            t.barrier();
             let start = Instant::now();
-            t.comm()
-                .all_gather_into(&self.own[..], &mut self.own_gathered[..]);
+            t.all_gather_into(&self.own[..], &mut self.own_gathered[..]);
             let own_time = start.elapsed();
-            t.comm().barrier();
+            t.barrier();
             let start = Instant::now();
-            t.comm()
-                .all_gather_into(&self.pairs[..], &mut self.gathered[..]);
+            t.all_gather_into(&self.pairs[..], &mut self.gathered[..]);
             Ok(Some([own_time, start.elapsed()]))
         }
 
@@ -277,14 +275,12 @@ mod mpi_launch {
         ) -> Result<Vec<Vec<Duration>>> {
             let dense_in = v.to_dense();
             self.sum = vec![0.0f32; dense_in.len()];
-            t.comm()
-                .all_reduce_into(&dense_in[..], &mut self.sum[..], SystemOperation::sum());
+            t.all_reduce_into(&dense_in[..], &mut self.sum[..], SystemOperation::sum());
             let mut times = Vec::with_capacity(reps);
             for _ in 0..reps {
-                t.comm().barrier();
+                t.barrier();
                 let start = Instant::now();
-                t.comm()
-                    .all_reduce_into(&dense_in[..], &mut self.sum[..], SystemOperation::sum());
+                t.all_reduce_into(&dense_in[..], &mut self.sum[..], SystemOperation::sum());
                 times.push(start.elapsed());
             }
             Ok(vec![times])

@@ -656,7 +656,11 @@ fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
     }
     let model = c.args.model(train_set.shape)?;
     let names: Vec<String> = model.layers().into_iter().map(|l| l.name).collect();
-    let Some((summaries, name)) = train_on(c, &runs, &train_set, &test_set)? else {
+    // `_mpi` finalizes MPI when dropped, after rank 0 has printed:
+    // MPICH over UCX's TCP can hang in `MPI_Finalize` (openucx/ucx#8738),
+    // and the rows are out by then.
+    let (out, _mpi) = train_on(c, &runs, &train_set, &test_set)?;
+    let Some((summaries, name)) = out else {
         return Ok(()); // not rank 0
     };
     let rows = output::rows(&summaries, &names);
@@ -680,7 +684,10 @@ fn train_on(
     runs: &[bench::train::Run],
     train_set: &bench::train::data::Set,
     test_set: &bench::train::data::Set,
-) -> sparse_core::Result<Option<(Vec<bench::train::run::Summary>, &'static str)>> {
+) -> sparse_core::Result<(
+    Option<(Vec<bench::train::run::Summary>, &'static str)>,
+    Box<dyn std::any::Any>,
+)> {
     use bench::train::{self, run};
     let last = c.first_seed.checked_add(c.seeds - 1).ok_or_else(|| {
         sparse_core::Error::invalid("--first-seed, --seeds", "the last seed overflows u64")
@@ -703,7 +710,7 @@ fn train_on(
             bar.into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .finish();
-            Ok(Some((s, "threads")))
+            Ok((Some((s, "threads")), Box::new(())))
         }
         #[cfg(feature = "mpi")]
         TransportKind::Mpi => {
@@ -712,7 +719,8 @@ fn train_on(
                 detail: "MPI was already initialized".into(),
             })?;
             sparse_coll::MpiTransport::abort_on_panic();
-            let mut t = sparse_coll::MpiTransport::new(universe.world());
+            let mut t = sparse_coll::MpiTransport::new(universe.world())
+                .with_wait(sparse_coll::MpiWait::from_env()?);
             let rank = sparse_coll::Transport::rank(&t);
             let p = sparse_coll::Transport::size(&t);
             let steps = train::steps_per_epoch(train_set.len() / p, c.args.batch);
@@ -739,7 +747,8 @@ fn train_on(
             bar.into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .finish();
-            Ok((rank == 0).then_some((s, "mpi")))
+            drop(t);
+            Ok(((rank == 0).then_some((s, "mpi")), Box::new(universe)))
         }
     }
 }

@@ -65,7 +65,8 @@ fn train(t: &mut dyn Transport, rule: Rule, spec: &str) -> Result<Vec<u64>> {
 fn main() {
     let universe = mpi::initialize().expect("MPI initializes once");
     MpiTransport::abort_on_panic();
-    let mut t = MpiTransport::new(universe.world());
+    let mut t = MpiTransport::new(universe.world())
+        .with_wait(sparse_coll::MpiWait::from_env().expect("SPARSE_MPI_WAIT parses"));
     let (r, p) = (t.rank(), t.size());
     if r == 0 {
         println!("world size {p}");

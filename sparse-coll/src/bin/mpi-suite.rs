@@ -63,7 +63,8 @@ fn main() {
         "MPI provides only {level:?}"
     );
     MpiTransport::abort_on_panic();
-    let t = MpiTransport::new(universe.world());
+    let t = MpiTransport::new(universe.world())
+        .with_wait(sparse_coll::MpiWait::from_env().expect("SPARSE_MPI_WAIT parses"));
     if t.rank() == 0 {
         println!("world size {}", t.size());
     }
@@ -162,6 +163,7 @@ fn p2p(mut t: MpiTransport, universe: &Universe) {
     // of 1 GiB or more are): lengths around multiples of a piece,
     // counted as one message each.
     let mut pieces = MpiTransport::new(universe.world())
+        .with_wait(t.wait())
         .with_max_message(1000)
         .expect("a piece length");
     let before = pieces.traffic();
@@ -298,7 +300,7 @@ fn corrupt(mut t: MpiTransport, universe: &Universe) {
             for nth in 1.. {
                 // A fresh transport per case: a failed call
                 // abandons its transport on every rank.
-                let mut fresh = MpiTransport::new(universe.world());
+                let mut fresh = MpiTransport::new(universe.world()).with_wait(t.wait());
                 let mine = if group {
                     let mut g = sparse_coll::Group::new(&mut fresh, (0..p).rev().collect())
                         .expect("every rank is a member");

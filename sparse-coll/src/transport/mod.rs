@@ -15,6 +15,7 @@ pub(crate) mod mpi;
 pub(crate) mod ring;
 pub(crate) mod sim;
 pub(crate) mod thread;
+pub(crate) mod wait;
 
 mod cluster;
 mod endpoint;

@@ -1,8 +1,11 @@
 //! The MPI transport (feature `mpi`): the same collectives over MPICH.
 
+use super::wait::MpiWait;
 use super::{Endpoint, EndpointState, Transport};
 use mpi::Tag;
-use mpi::point_to_point::{Destination, Source};
+use mpi::collective::CommunicatorCollectives;
+use mpi::point_to_point::{Destination, Source, Status};
+use mpi::request::{Request, Scope};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use sparse_core::{Error, Result};
 
@@ -64,6 +67,8 @@ pub struct MpiTransport {
     outgoing: Vec<u8>,
     /// The longest single MPI message (`MAX_MESSAGE`, 1 GiB).
     max_message: usize,
+    /// How the waits poll ([`MpiTransport::with_wait`]).
+    wait: MpiWait,
 }
 
 /// The longest message sent as one MPI message (1 GiB). MPI counts are
@@ -97,6 +102,89 @@ impl MpiTransport {
             failed: None,
             outgoing: Vec::new(),
             max_message: MAX_MESSAGE,
+            wait: MpiWait::Spin,
+        }
+    }
+
+    /// The same transport waiting as `wait` says ([`MpiWait`]: polling
+    /// without pause, the default, or sleeping between polls where ranks
+    /// outnumber cores). Each rank may choose its own; it changes only
+    /// when a rank notices a message, never what it receives.
+    pub fn with_wait(mut self, wait: MpiWait) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// How this transport waits.
+    pub fn wait(&self) -> MpiWait {
+        self.wait
+    }
+
+    /// Completes `req` (an MPI request of the caller's, on this
+    /// transport's communicator or another), polling as
+    /// [`MpiTransport::wait`] says: `MPI_Wait` under [`MpiWait::Spin`],
+    /// `MPI_Test` and a pause under [`MpiWait::Sleep`]. It does not watch
+    /// for abandoning peers: MPI's own collectives cannot be left part
+    /// way, so only requests that complete are the caller's to wait on.
+    pub fn complete<'a, D: ?Sized, S: Scope<'a>>(&self, req: Request<'a, D, S>) -> Status {
+        if self.wait == MpiWait::Spin {
+            return req.wait();
+        }
+        let mut req = req;
+        let mut polls = 0;
+        loop {
+            match req.test() {
+                Ok(status) => return status,
+                Err(r) => req = r,
+            }
+            self.wait.idle(&mut polls);
+        }
+    }
+
+    /// `MPI_Allreduce` on this transport's communicator, waiting as
+    /// [`MpiTransport::wait`] says: the blocking call under
+    /// [`MpiWait::Spin`], `MPI_Iallreduce` and [`MpiTransport::complete`]
+    /// under [`MpiWait::Sleep`] (MPICH may then choose another algorithm
+    /// than for the blocking call; it reduces in one fixed order either
+    /// way).
+    pub fn all_reduce_into<S, R, O>(&self, x: &S, out: &mut R, op: O)
+    where
+        S: ?Sized + mpi::datatype::Buffer,
+        R: ?Sized + mpi::datatype::BufferMut,
+        O: mpi::collective::Operation,
+    {
+        match self.wait {
+            MpiWait::Spin => self.comm().all_reduce_into(x, out, op),
+            MpiWait::Sleep(_) => mpi::request::scope(|sc| {
+                self.complete(self.comm().immediate_all_reduce_into(sc, x, out, op));
+            }),
+        }
+    }
+
+    /// `MPI_Allgather` on this transport's communicator, waiting as
+    /// [`MpiTransport::all_reduce_into`] does.
+    pub fn all_gather_into<S, R>(&self, x: &S, out: &mut R)
+    where
+        S: ?Sized + mpi::datatype::Buffer,
+        R: ?Sized + mpi::datatype::BufferMut,
+    {
+        match self.wait {
+            MpiWait::Spin => self.comm().all_gather_into(x, out),
+            MpiWait::Sleep(_) => mpi::request::scope(|sc| {
+                self.complete(self.comm().immediate_all_gather_into(sc, x, out));
+            }),
+        }
+    }
+
+    /// `MPI_Barrier` on this transport's communicator, waiting as
+    /// [`MpiTransport::wait`] says (`MPI_Ibarrier` and
+    /// [`MpiTransport::complete`] under [`MpiWait::Sleep`]).
+    pub fn barrier(&self) {
+        match self.wait {
+            MpiWait::Spin => self.comm().barrier(),
+            MpiWait::Sleep(_) => {
+                self.complete(self.comm().immediate_barrier());
+            }
         }
     }
 
@@ -187,6 +275,7 @@ impl MpiTransport {
         use mpi::datatype::Equivalence;
         self.alive()?;
         let mut total = 0;
+        let mut polls = 0;
         loop {
             let (msg, status) = loop {
                 if let Some(got) = self
@@ -197,6 +286,7 @@ impl MpiTransport {
                     break got;
                 }
                 self.watch()?;
+                self.wait.idle(&mut polls);
             };
             // A piece is at most `max_message` bytes, so its count fits.
             let len = usize::try_from(status.count(u8::equivalent_datatype()))
@@ -252,6 +342,7 @@ impl MpiTransport {
                 })
                 .collect();
             let then = then(self);
+            let mut polls = 0;
             loop {
                 for slot in &mut reqs {
                     if let Some(Err(req)) = slot.take().map(|req| req.test()) {
@@ -279,6 +370,7 @@ impl MpiTransport {
                     }
                     return (false, then);
                 }
+                self.wait.idle(&mut polls);
             }
         });
         if sent {
@@ -336,7 +428,7 @@ impl Endpoint for MpiTransport {
     /// ring moves (`2 (P - 1) / P` of the vector each way); the agreement
     /// is not counted.
     fn sum_f32_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
-        use mpi::collective::{CommunicatorCollectives, SystemOperation};
+        use mpi::collective::SystemOperation;
         // The agreement is an entry round (its errors reach every rank
         // alike); nothing after it fails, so nothing needs abandoning.
         let t = &mut *self;
@@ -359,7 +451,7 @@ impl Endpoint for MpiTransport {
             // agreed on the length).
             let slice = (t.max_message / 4).max(1);
             for (x, out) in x.chunks(slice).zip(out.chunks_mut(slice)) {
-                t.comm().all_reduce_into(x, out, SystemOperation::sum());
+                t.all_reduce_into(x, out, SystemOperation::sum());
             }
             let bytes = (2 * (p - 1) * 4 * x.len()).div_ceil(p);
             let counter = t.state.counter_mut();

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Training steps across a shaped network: `sparse-bench train` of the
+# Fashion-MNIST MLP and CNN over MPI across network namespaces
+# (scripts/netns-cluster.sh, one rank each), per layer, fused (one
+# collective per bucket) and fused and pipelined, with the dense baseline
+# of each run; then `sparse-bench step` over the link calibrated in the
+# same run predicts each measured step from its own local phases (forward
+# and backward, selection, update: measured by train) plus the simulated
+# communication. Prints the table of bench/RESULTS.md (issue 44, item 5).
+# DGC runs without its warm-up (--warmup 0), at the density the simulated
+# step assumes.
+#
+# Usage: sudo bash scripts/train-wire.sh [OUTDIR]   (root: namespaces)
+# Environment (defaults in brackets):
+#   RATE        each link's rate, tc units [1gbit]
+#   PS          rank counts [2 3 4]
+#   MODELS      train's --model values [mlp cnn]
+#   DENSITY     the schemes' density [0.01]
+#   IMAGES      --train-images, per run [2000]
+#   BUCKET_MIB  the fused runs' bucket cap [25]
+#   NICE        the ranks' nice (netns-cluster.sh --nice) [-20]
+#   BIN         a built sparse-bench (built with --features mpi when absent)
+#   JOB_TIMEOUT seconds per train job [600]
+# netns-cluster.sh makes the ranks sleep between polls where they
+# outnumber the cores (--wait); the raw JSON lines stay in OUTDIR
+# [target/train-wire-RATE].
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rate=${RATE:-1gbit}
+ps=${PS:-2 3 4}
+models=${MODELS:-mlp cnn}
+density=${DENSITY:-0.01}
+images=${IMAGES:-2000}
+bucket=${BUCKET_MIB:-25}
+nice=${NICE--20}
+out=${1:-target/train-wire-$rate}
+mkdir -p "$out"
+[ -d /usr/share/datasets/fashion-mnist ] || {
+    echo "train-wire: Fashion-MNIST is missing: apt-get install dataset-fashion-mnist" >&2
+    exit 1
+}
+if [ -z "${BIN:-}" ]; then
+    cargo build --release -q -p bench --bin sparse-bench --features mpi
+    cp "${CARGO_TARGET_DIR:-target}/release/sparse-bench" "$out/sparse-bench"
+    BIN=$out/sparse-bench
+fi
+cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" ${nice:+--nice "$nice"})
+
+# Runs a train job on P ranks into FILE. Rank 0 prints its rows before
+# MPI_Finalize, which can hang on UCX's TCP (openucx/ucx#8738): a job
+# whose output has stopped growing for 20 s after its rows is stopped
+# (the cluster script cleans up on TERM) and its output kept.
+train_job() { # FILE P ARGS...
+    local f=$1 p=$2 job size still=0 rc=0
+    shift 2
+    "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-600}" -- "$BIN" train "$@" > "$f" &
+    job=$!
+    size=-1
+    while kill -0 "$job" 2>/dev/null; do
+        if grep -q '"bench":"train"' "$f" && [ "$(stat -c %s "$f")" = "$size" ]; then
+            still=$((still + 1))
+        else
+            still=0
+        fi
+        size=$(stat -c %s "$f")
+        if [ "$still" -gt 20 ]; then kill -TERM "$job"; break; fi
+        sleep 1
+    done
+    wait "$job" || rc=$?
+    grep -q '"bench":"train"' "$f" || { echo "train-wire: $f: no rows (exit $rc)" >&2; exit 1; }
+    [ "$rc" -eq 0 ] || echo "train-wire: $f: complete, but the job ended with exit $rc (a hang in MPI_Finalize?)" | tee -a "$out/load.txt" >&2
+    ! grep '"bench":"train"' "$f" | grep -vq "\"ranks\":$p," \
+        || { echo "train-wire: $f: the world size is not $p" >&2; exit 1; }
+}
+
+echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
+"${cluster[@]}" --ranks 2 -- "$BIN" calibrate --max-mib 16 --fit large --out "$out/calibrated.net" | tee "$out/calibrate.txt"
+grep -q "world size 2" "$out/calibrate.txt" || { echo "train-wire: calibrate did not run on 2 ranks" >&2; exit 1; }
+for model in $models; do
+    for p in $ps; do
+        for mode in layer fused pipelined; do
+            extra=()
+            [ "$mode" = layer ] || extra+=(--bucket-mib "$bucket")
+            [ "$mode" = pipelined ] && extra+=(--pipelined)
+            f="$out/train_${model}_${p}_${mode}.json"
+            echo "$model P=$p $mode: $(uptime)" | tee -a "$out/load.txt"
+            train_job "$f" "$p" --transport mpi --data fashion-mnist --model "$model" --epochs 1 \
+                --train-images "$images" --density "$density" --warmup 0 --seeds 1 --json "${extra[@]}"
+        done
+        # The simulated communication of the same step over the same link.
+        "$BIN" step --model "fashion_$model" --ranks "$p" --network "$out/calibrated.net" \
+            --density "$density" --bucket-mib "$bucket" --json > "$out/step_${model}_${p}.json"
+    done
+done
+python3 scripts/train-wire-table.py "$out" "$rate" "$bucket"

@@ -1,0 +1,155 @@
+//! How an MPI rank waits for a peer: [`MpiWait`].
+
+use sparse_core::{Error, Result};
+use std::time::Duration;
+
+/// The environment variable [`MpiWait::from_env`] reads.
+pub const MPI_WAIT_ENV: &str = "SPARSE_MPI_WAIT";
+
+/// How [`crate::MpiTransport`] waits for a message to arrive or a send to
+/// complete (and, with [`crate::MpiTransport::barrier`] and its dense
+/// calls, for MPICH's own collectives).
+///
+/// MPICH's ranks poll: ch4 has no blocking wait. Where every rank has a
+/// core of its own that is the fastest wait there is, and the default.
+/// Where ranks outnumber cores (a test cluster of network namespaces on a
+/// small machine, an oversubscribed node) a polling rank holds a core
+/// its peer needs in order to answer, and each message then waits for
+/// the scheduler's time slice (milliseconds, where the network needs
+/// microseconds). [`MpiWait::Sleep`] gives the core up between polls.
+///
+/// Parsed from text (`"spin"`, `"sleep"`, `"sleep:20us"`) by
+/// [`str::parse`], as [`MpiWait::from_env`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MpiWait {
+    /// Poll without pause, as MPICH does.
+    #[default]
+    Spin,
+    /// Poll [`MpiWait::SPIN_POLLS`] times, then sleep this long after each
+    /// poll that finds nothing. The sleeping thread's timer slack is set
+    /// to 1 ns (`PR_SET_TIMERSLACK`), so that a sleep lasts the pause
+    /// and not Linux's default slack of 50 us on top. A message that
+    /// arrives during a sleep waits for its end: a call costs up to one
+    /// pause per message it waits for; the data itself keeps flowing,
+    /// as the kernel's TCP receives into the socket meanwhile.
+    Sleep(Duration),
+}
+
+impl MpiWait {
+    /// The polls without pause before [`MpiWait::Sleep`] starts sleeping,
+    /// so that a message that is already on its way costs no sleep.
+    pub const SPIN_POLLS: u32 = 64;
+
+    /// [`MpiWait::Sleep`]'s pause where the text gives none.
+    pub const DEFAULT_PAUSE: Duration = Duration::from_micros(20);
+
+    /// The wait named by the environment variable `SPARSE_MPI_WAIT`
+    /// ([`MPI_WAIT_ENV`]), [`MpiWait::Spin`] where it is unset or empty.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a value that does not parse.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(MPI_WAIT_ENV) {
+            Ok(v) if !v.trim().is_empty() => v.parse(),
+            _ => Ok(Self::Spin),
+        }
+    }
+
+    /// Called after each poll that found nothing: `polls` counts them
+    /// within one wait (the caller starts it at 0).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn idle(self, polls: &mut u32) {
+        let Self::Sleep(pause) = self else {
+            std::hint::spin_loop();
+            return;
+        };
+        *polls = polls.saturating_add(1);
+        if *polls < Self::SPIN_POLLS {
+            std::hint::spin_loop();
+            return;
+        }
+        if *polls == Self::SPIN_POLLS {
+            // SAFETY: prctl(PR_SET_TIMERSLACK) takes an unsigned long and
+            // changes only the calling thread's timer slack.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+            }
+        }
+        std::thread::sleep(pause);
+    }
+}
+
+impl std::fmt::Display for MpiWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Spin => write!(f, "spin"),
+            Self::Sleep(d) => write!(f, "sleep:{}us", d.as_micros()),
+        }
+    }
+}
+
+impl std::str::FromStr for MpiWait {
+    type Err = Error;
+
+    /// `spin`, `sleep` (a pause of [`MpiWait::DEFAULT_PAUSE`]) or
+    /// `sleep:N` / `sleep:Nus` (N microseconds, 1 to 1,000,000).
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = |why: &str| {
+            Error::invalid(
+                MPI_WAIT_ENV,
+                format!("{s:?}: {why}; use spin, sleep or sleep:MICROSECONDS (e.g. sleep:20us)"),
+            )
+        };
+        let s = s.trim();
+        match s.split_once(':') {
+            None if s == "spin" => Ok(Self::Spin),
+            None if s == "sleep" => Ok(Self::Sleep(Self::DEFAULT_PAUSE)),
+            None => Err(bad("not a wait")),
+            Some(("sleep", us)) => {
+                let us = us.trim().strip_suffix("us").unwrap_or(us.trim());
+                match us.parse::<u64>() {
+                    Ok(n @ 1..=1_000_000) => Ok(Self::Sleep(Duration::from_micros(n))),
+                    Ok(_) => Err(bad("the pause is 1 to 1,000,000 microseconds")),
+                    Err(_) => Err(bad("the pause is a whole number of microseconds")),
+                }
+            }
+            Some(_) => Err(bad("not a wait")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints() {
+        assert_eq!("spin".parse::<MpiWait>().unwrap(), MpiWait::Spin);
+        assert_eq!(
+            "sleep".parse::<MpiWait>().unwrap(),
+            MpiWait::Sleep(MpiWait::DEFAULT_PAUSE)
+        );
+        for text in ["sleep:20us", "sleep:20", " sleep:20us "] {
+            assert_eq!(
+                text.parse::<MpiWait>().unwrap(),
+                MpiWait::Sleep(Duration::from_micros(20))
+            );
+        }
+        for w in [MpiWait::Spin, MpiWait::Sleep(Duration::from_micros(7))] {
+            assert_eq!(w.to_string().parse::<MpiWait>().unwrap(), w);
+        }
+        for bad in [
+            "",
+            "poll",
+            "sleep:",
+            "sleep:0",
+            "sleep:-3",
+            "sleep:2ms",
+            "spin:3",
+        ] {
+            let e = bad.parse::<MpiWait>().unwrap_err();
+            assert!(e.to_string().contains("sleep:MICROSECONDS"), "{bad:?}: {e}");
+        }
+    }
+}
