@@ -37,6 +37,10 @@
 #   --timeout S         MPIEXEC_TIMEOUT of the job (default 600)
 #   --stats FILE        write each rank's veth counters of the job to FILE:
 #                       lines "rank R tx_bytes N rx_bytes N"
+#   --shaping FILE      write the shaper's settings to FILE (lines
+#                       "rate_bps N", "burst_bytes N", "limit_bytes N";
+#                       nothing but "rate none" unshaped), for a model of
+#                       the link (scripts/wire-calibrate.sh)
 #   -q, --quiet         print only the job's output and errors
 #   --clean             remove what dead runs of this script left behind
 #                       (after a `kill -9` of the script itself), then exit
@@ -77,6 +81,7 @@ limit=""
 mtu=1500
 timeout=600
 stats=""
+shaping_file=""
 nice=""
 wait_mode=""
 quiet=0
@@ -122,6 +127,7 @@ while [ $# -gt 0 ]; do
         --mtu) mtu=${2:?}; shift 2 ;;
         --timeout) timeout=${2:?}; shift 2 ;;
         --stats) stats=${2:?}; shift 2 ;;
+        --shaping) shaping_file=${2:?}; shift 2 ;;
         --nice) nice=${2:?}; shift 2 ;;
         --wait) wait_mode=${2:?}; shift 2 ;;
         -q | --quiet) quiet=1; shift ;;
@@ -263,6 +269,13 @@ for ((i = 0; i < ranks; i++)); do
 done
 shaping="unshaped"
 [ "$rate" = none ] || shaping="tbf rate $rate burst $burst limit $limit, both directions"
+if [ -n "$shaping_file" ]; then
+    if [ "$rate" = none ]; then
+        echo "rate none" > "$shaping_file"
+    else
+        printf 'rate_bps %s\nburst_bytes %s\nlimit_bytes %s\n' "$bps" "$burst" "$limit" > "$shaping_file"
+    fi
+fi
 say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu${nice:+; ranks at nice $nice}; wait $wait_mode"
 before=$(counters)
 "${cmd[@]}" &

@@ -74,8 +74,7 @@ train_job() { # FILE P ARGS...
 }
 
 echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
-"${cluster[@]}" --ranks 2 -- "$BIN" calibrate --max-mib 16 --fit large --out "$out/calibrated.net" | tee "$out/calibrate.txt"
-grep -q "world size 2" "$out/calibrate.txt" || { echo "train-wire: calibrate did not run on 2 ranks" >&2; exit 1; }
+bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" ${nice:+--nice "$nice"}
 for model in $models; do
     for p in $ps; do
         for mode in layer fused pipelined; do

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The simulator against a real, bandwidth-limited network: network
 # namespaces joined by tbf-shaped veths (scripts/netns-cluster.sh), one MPI
-# rank each over UCX's TCP. Calibrates the link (sparse-bench calibrate at
-# P = 2), measures every registered algorithm and the dense baselines
+# rank each over UCX's TCP. Calibrates the link (scripts/wire-calibrate.sh:
+# sparse-bench calibrate at P = 2, shaped and unshaped, and the shaper's
+# bucket), measures every registered algorithm and the dense baselines
 # (sparse-bench allreduce --transport mpi: medians of warm calls) at each P
 # of $PS, n of $NS and density of $DENSITIES, simulates the same calls over
 # the calibrated network file (sparse-bench scale --warm --compute-factor 1)
@@ -47,8 +48,7 @@ fi
 cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" ${nice:+--nice "$nice"})
 
 echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
-"${cluster[@]}" --ranks 2 -- "$BIN" calibrate --max-mib 16 --fit "$fit" --out "$out/calibrated.net" | tee "$out/calibrate.txt"
-grep -q "world size 2" "$out/calibrate.txt" || { echo "wire-bench: calibrate did not run on 2 ranks" >&2; exit 1; }
+bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" ${nice:+--nice "$nice"}
 for n in $ns; do
     for d in $densities; do
         for p in $ps; do
