@@ -19,6 +19,7 @@
 #   IMAGES      --train-images, per run [2000]
 #   BUCKET_MIB  the fused runs' bucket cap [25]
 #   NICE        the ranks' nice (netns-cluster.sh --nice) [-20]
+#   MODEL_BUCKET  fit: the shaper's bucket in the model (scripts/wire-calibrate.sh)
 #   BIN         a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT seconds per train job [600]
 # netns-cluster.sh makes the ranks sleep between polls where they

@@ -24,6 +24,7 @@
 #   NICE       the ranks' scheduling priority (netns-cluster.sh --nice);
 #              empty for none [-20: MPICH's ranks poll, and on a busy machine
 #              a rank's wait for a core is what would be measured]
+#   MODEL_BUCKET  fit: the shaper's bucket in the model (scripts/wire-calibrate.sh)
 #   BIN        a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT  seconds per allreduce job [300]
 # The tables regenerate from a clean checkout with this command (and the
