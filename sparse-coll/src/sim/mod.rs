@@ -40,6 +40,13 @@
 //! preset), that shifts every flow on a link by the same `alpha` and
 //! changes no share.
 //!
+//! A link may have a token bucket in front of it ([`Bucket`], from
+//! [`Network::bucket`]: a Linux `tbf` shaper): while the bucket holds
+//! tokens the link carries up to the bucket's peak, and its flows' bytes
+//! above the rate drain it; dry, the link carries its rate, and the
+//! bucket refills at the rate while the link carries less. The shares are
+//! recomputed when a bucket runs dry, as when a flow starts or ends.
+//!
 //! Every figure computed here is simulated: print it with
 //! [`Timeline::label`], which names the network model.
 
