@@ -6,9 +6,9 @@ use std::time::Duration;
 /// The environment variable [`MpiWait::from_env`] reads.
 pub const MPI_WAIT_ENV: &str = "SPARSE_MPI_WAIT";
 
-/// How [`crate::MpiTransport`] waits for a message to arrive or a send to
-/// complete (and, with [`crate::MpiTransport::barrier`] and its dense
-/// calls, for MPICH's own collectives).
+/// How `MpiTransport` (feature `mpi`) waits for a message to arrive or a
+/// send to complete (and, with its `barrier` and its dense calls, for
+/// MPICH's own collectives).
 ///
 /// MPICH's ranks poll: ch4 has no blocking wait. Where every rank has a
 /// core of its own that is the fastest wait there is, and the default.
