@@ -64,7 +64,8 @@ pub(crate) const TABLE: usize = 1 << 21;
 /// k (exact top-k, ties to the lower index).
 pub(crate) const TAKE_FIT: u32 = 0;
 /// Tie rule: every copy of the k-th key (every element at least the k-th
-/// largest).
+/// largest); the k-th key itself is always found (no early stop), as the
+/// caller returns it.
 pub(crate) const TAKE_ALL: u32 = 1;
 /// Tie rule: no copy of the k-th key (every element strictly above it);
 /// the k-th key itself is always found (no early stop), as a threshold
@@ -178,8 +179,8 @@ fn find_digit(
     sync_cube();
 }
 
-/// One cube: level 1 chooses the first digit from row 1 (and, unless the
-/// tie `rule` is [`TAKE_NONE`], stops early if its bucket is taken whole);
+/// One cube: level 1 chooses the first digit from row 1 (and, with the
+/// tie `rule` [`TAKE_FIT`], stops early if its bucket is taken whole);
 /// level 2 the second from row 2 and the third from the table's slice for
 /// it, which gives the k-th key and, by `rule`, how many of its copies are
 /// taken. Nothing after the state is done.
@@ -203,11 +204,10 @@ pub(crate) fn air_choose(
             let lo = d << 21u32;
             st[ST_PREFIX] = lo;
             st[ST_LEFT] = left;
-            if comptime![rule != TAKE_NONE] {
+            if comptime![rule == TAKE_FIT] {
                 if hist[d as usize] == left {
                     // The bucket is taken whole: every key at or above
-                    // its lowest key (all copies of the k-th key are in
-                    // it, so both rules agree).
+                    // its lowest key.
                     st[ST_DONE] = 1u32;
                     if lo > 0u32 {
                         st[ST_KEY] = lo - 1u32;

@@ -86,6 +86,9 @@ impl<R: Runtime> CubeBackend<R> {
             let segs = self.put(&segs);
             let out = self.uninit::<u32>(2 * live.len());
             let bad = self.zeroed::<u32>(1);
+            // No values in this mode: a word of their own (a buffer bound
+            // twice as writable is invalid on some runtimes).
+            let unused = self.uninit::<u32>(1);
             self.launch(Reads::Whole, |c| {
                 short::launch_short_topk(
                     c,
@@ -93,7 +96,7 @@ impl<R: Runtime> CubeBackend<R> {
                     x,
                     &segs,
                     &out,
-                    &out,
+                    &unused,
                     &bad,
                     order,
                     false,
