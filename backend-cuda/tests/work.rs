@@ -389,3 +389,99 @@ fn segmented_topk_equals_the_cpu_on_every_path() {
         }
     }
 }
+
+/// Error feedback fused into the selection (`accumulate_topk`): plain
+/// accumulation and RGC's momentum correction on dyadic inputs (every sum
+/// exact), at every k from 0 to n: the selection, the residual and the
+/// momentum after it equal the CPU's bit for bit; the residual before
+/// the selection is the residual after it plus the selection, exactly
+/// (what a failed step restores by scatter-adding the selection back);
+/// at most 3 passes over the arrays and one round trip per call, where
+/// the accumulation (1 pass, 3 with momentum) then the top-k (3) then the
+/// take-out took 4 to 6.
+#[test]
+fn error_feedback_fused_into_the_selection_takes_three_passes() {
+    use sparse_core::{DenseOps, Feedback};
+    let b = wgpu();
+    let mut s = 0x2545_f491u32;
+    let mut dyadic = move || {
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        ((s % 257) as f32 - 128.0) / 16.0
+    };
+    for n in [1usize, 5000, 3 * 4096 + 17] {
+        let g: Vec<f32> = (0..n).map(|_| dyadic()).collect();
+        let u0: Vec<f32> = (0..n).map(|_| dyadic()).collect();
+        for (name, v0) in [
+            ("dyadic", (0..n).map(|_| dyadic()).collect::<Vec<f32>>()),
+            ("all equal", vec![0.25f32; n]),
+        ] {
+            for k in [0, 1, n / 3, n.saturating_sub(1), n] {
+                for momentum in [false, true] {
+                    let what = format!("{name}, n = {n}, k = {k}, momentum {momentum}");
+                    // The accumulated residual, exactly (dyadic: no rounding).
+                    let u1: Vec<f32> = u0.iter().zip(&g).map(|(u, g)| u * 0.5 + g).collect();
+                    let acc: Vec<f32> = if momentum {
+                        v0.iter().zip(&u1).map(|(v, u)| v + u).collect()
+                    } else {
+                        v0.iter().zip(&g).map(|(v, g)| v + 0.25 * g).collect()
+                    };
+                    let (mut v, gd, mut u) = (
+                        b.upload(&v0).unwrap(),
+                        b.upload(&g).unwrap(),
+                        b.upload(&u0).unwrap(),
+                    );
+                    let (sel, w) = b.work_of(|| {
+                        let fb = if momentum {
+                            Feedback::Momentum { u: &mut u, m: 0.5 }
+                        } else {
+                            Feedback::Plain { gain: 0.25 }
+                        };
+                        b.accumulate_topk(&mut v, &gd, fb, k).unwrap()
+                    });
+                    assert!(w.passes <= 3 && w.round_trips <= 1, "{what}: {w:?}");
+                    let (mut cv, mut cu) = (v0.clone(), u0.clone());
+                    let fb = if momentum {
+                        Feedback::Momentum { u: &mut cu, m: 0.5 }
+                    } else {
+                        Feedback::Plain { gain: 0.25 }
+                    };
+                    let want = Cpu.accumulate_topk(&mut cv, &g, fb, k).unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    let (idx, val) = (
+                        b.download(&sel.indices).unwrap(),
+                        b.download(&sel.values).unwrap(),
+                    );
+                    assert_eq!(idx, want.indices, "{what}: indices");
+                    assert_eq!(bits(&val), bits(&want.values), "{what}: values");
+                    assert_eq!(
+                        bits(&b.download(&v).unwrap()),
+                        bits(&cv),
+                        "{what}: residual"
+                    );
+                    if momentum {
+                        assert_eq!(bits(&b.download(&u).unwrap()), bits(&cu), "{what}: u");
+                        assert_eq!(bits(&cu), bits(&u1), "{what}: u, exactly");
+                    }
+                    // The selection is the top k of the accumulated residual
+                    // (the CPU's brute-force oracle), taken out whole.
+                    assert_eq!(Cpu.topk_abs(&acc, k).unwrap().indices, idx, "{what}");
+                    let mut back = cv.clone();
+                    for (&i, &x) in idx.iter().zip(&val) {
+                        assert_eq!(back[i as usize].to_bits(), 0, "{what}: {i} taken out");
+                        back[i as usize] += x;
+                    }
+                    assert_eq!(bits(&back), bits(&acc), "{what}: conservation");
+                    // A failed step restores it on the device: 0 + value.
+                    b.scatter_add(&mut v, &sel.indices, &sel.values).unwrap();
+                    assert_eq!(
+                        bits(&b.download(&v).unwrap()),
+                        bits(&acc),
+                        "{what}: restored"
+                    );
+                }
+            }
+        }
+    }
+}

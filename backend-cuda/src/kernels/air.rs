@@ -370,15 +370,17 @@ fn below(tmp: &[u32], from: usize, len: u32, i: u32, #[comptime] back: bool) -> 
 
 /// Per tile: its keys above the k-th key and the first `q` equal to it,
 /// merged in index order into the output at the tile's offset, with their
-/// values.
+/// values; with `zero`, each selected element of the input becomes `+0.0`
+/// once its value is out (the residual's entries taken out).
 #[cube(launch_unchecked)]
 pub(crate) fn air_emit(
-    x: &[u32],
+    x: &mut [u32],
     tmp: &[u32],
     counts: &[u32],
     bases: &[u32],
     out_idx: &mut [u32],
     out_val: &mut [u32],
+    #[comptime] zero: bool,
 ) {
     let tile = CUBE_POS;
     if tile < counts.len() / 2 {
@@ -394,6 +396,9 @@ pub(crate) fn air_emit(
             if pos < out_idx.len() {
                 out_idx[pos] = i;
                 out_val[pos] = x[i as usize];
+                if comptime![zero] {
+                    x[i as usize] = 0u32;
+                }
             }
             j += UNITS;
         }
@@ -404,6 +409,9 @@ pub(crate) fn air_emit(
             if pos < out_idx.len() {
                 out_idx[pos] = i;
                 out_val[pos] = x[i as usize];
+                if comptime![zero] {
+                    x[i as usize] = 0u32;
+                }
             }
             r += UNITS;
         }
@@ -501,8 +509,9 @@ pub(crate) fn launch_offsets(client: &Client, a: &AirArgs<'_>) {
     }
 }
 
-/// Launches [`air_emit`] over the input's tiles.
-pub(crate) fn launch_emit(client: &Client, a: &AirArgs<'_>) {
+/// Launches [`air_emit`] over the input's tiles (with `zero`, taking the
+/// selected elements out of the input).
+pub(crate) fn launch_emit(client: &Client, a: &AirArgs<'_>, zero: bool) {
     let tiles = a.x.len.div_ceil(TILE);
     unsafe {
         air_emit::launch_unchecked(
@@ -515,6 +524,7 @@ pub(crate) fn launch_emit(client: &Client, a: &AirArgs<'_>) {
             a.bases.arg(),
             a.out_idx.arg(),
             a.out_val.arg(),
+            zero,
         );
     }
 }

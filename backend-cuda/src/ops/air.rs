@@ -6,11 +6,11 @@
 //! and every element strictly above the k-th largest key of another
 //! buffer (DGC's sample): the tie rules of [`air::air_choose`].
 
-use crate::kernels::TILE;
 use crate::kernels::air::{
     self, AirArgs, BINS, ST_COUNT, ST_DONE, ST_INF, ST_KEY, ST_NAN, ST_TAKE, ST_WORDS, TABLE,
     TAKE_FIT,
 };
+use crate::kernels::{ABS, TILE, feedback};
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::{Error, Result, Selected};
@@ -24,6 +24,10 @@ pub(super) struct Search<'a> {
     pub reads: Reads,
     pub k: usize,
     pub rule: u32,
+    /// The histogram rows with the first digit counted already (by the
+    /// error feedback's pass), so that the search starts at the first
+    /// choice.
+    pub counted: Option<&'a CubeBuffer<u32>>,
 }
 
 /// What a collection found, read back in the call's one round trip.
@@ -67,9 +71,51 @@ impl<R: Runtime> CubeBackend<R> {
             reads: Reads::Whole,
             k,
             rule: TAKE_FIT,
+            counted: None,
         };
         let (s, found) = self.air_select(&bits, order, &search)?;
         Ok((s, found.infinite))
+    }
+
+    /// Error feedback fused with the exact top-k by magnitude
+    /// ([`sparse_core::SelectOps::accumulate_topk`]): the accumulation and
+    /// the first digit's histogram in one pass (`kernels/feedback.rs`),
+    /// then the top-k's second histogram pass and its collection, one round
+    /// trip, and the merge, which zeroes the selected entries of `v`: 3
+    /// passes over `v` for `0 < k < n` (2 with `k` 0 or `n`). Lengths and
+    /// `k` are checked by the caller; `u` is the momentum and its factor.
+    pub(super) fn air_feedback(
+        &self,
+        v: &CubeBuffer<f32>,
+        g: &CubeBuffer<f32>,
+        u: Option<(&CubeBuffer<f32>, f32)>,
+        gain: f32,
+        k: usize,
+    ) -> Result<Selected<Self, f32>> {
+        if v.len == 0 {
+            return Ok(Selected {
+                indices: self.zeroed(0),
+                values: self.zeroed(0),
+            });
+        }
+        let hist = self.zeroed::<u32>(2 * BINS);
+        // Without a momentum, a word of its own in its place (a buffer
+        // bound twice as writable is invalid on some runtimes).
+        let unused = self.uninit::<f32>(1);
+        let (um, m) = u.unwrap_or((&unused, 0.0));
+        self.launch(Reads::Whole, |c| {
+            feedback::launch_feedback_histogram(c, v, g, um, &hist, gain, m, u.is_some())
+        });
+        let bits = v.bits();
+        let search = Search {
+            input: &bits,
+            reads: Reads::Whole,
+            k,
+            rule: TAKE_FIT,
+            counted: Some(&hist),
+        };
+        let c = self.air_collect(&bits, ABS, &search)?;
+        self.air_emit_into(&bits, &c, true)
     }
 
     /// The selection of `x` that `search` defines, in index order: the
@@ -113,7 +159,11 @@ impl<R: Runtime> CubeBackend<R> {
         }
         let st = self.put(&words);
         let (hist, table) = if searching {
-            (self.zeroed::<u32>(2 * BINS), self.zeroed::<u32>(TABLE))
+            let hist = match search.counted {
+                Some(h) => h.share(),
+                None => self.zeroed::<u32>(2 * BINS),
+            };
+            (hist, self.zeroed::<u32>(TABLE))
         } else {
             (self.uninit::<u32>(1), self.uninit::<u32>(1))
         };
@@ -136,7 +186,9 @@ impl<R: Runtime> CubeBackend<R> {
             let a = on(search.input);
             let kk = k as u32;
             for level in [1, 2] {
-                self.launch(search.reads, |c| air::launch_histogram(c, &a, level, order));
+                if level == 2 || search.counted.is_none() {
+                    self.launch(search.reads, |c| air::launch_histogram(c, &a, level, order));
+                }
                 self.launch(Reads::Part, |c| {
                     air::launch_choose(c, &a, kk, level, search.rule)
                 });
@@ -186,6 +238,17 @@ impl<R: Runtime> CubeBackend<R> {
         x: &CubeBuffer<u32>,
         c: &Collected,
     ) -> Result<Selected<Self, f32>> {
+        self.air_emit_into(x, c, false)
+    }
+
+    /// [`CubeBackend::air_emit`], and with `zero` the selected elements of
+    /// `x` set to `+0.0` once their values are out.
+    fn air_emit_into(
+        &self,
+        x: &CubeBuffer<u32>,
+        c: &Collected,
+        zero: bool,
+    ) -> Result<Selected<Self, f32>> {
         let out_idx = self.uninit::<u32>(c.found.count);
         let out_val = self.uninit::<u32>(c.found.count);
         if c.found.count > 0 {
@@ -200,7 +263,7 @@ impl<R: Runtime> CubeBackend<R> {
                 out_idx: &out_idx,
                 out_val: &out_val,
             };
-            self.launch(Reads::Part, |cl| air::launch_emit(cl, &a));
+            self.launch(Reads::Part, |cl| air::launch_emit(cl, &a, zero));
         }
         Ok(Selected {
             indices: out_idx,

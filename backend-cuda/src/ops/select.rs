@@ -7,8 +7,11 @@ use crate::kernels::air::{TAKE_ALL, TAKE_NONE};
 use crate::kernels::{ABS, REVERSED, SIGNED, cubes_for, gather, grid, order_code};
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
+use sparse_core::backend::check_len;
 use sparse_core::backend::{check_digit, check_k, check_rank, check_segments, first_non_finite};
-use sparse_core::{Above, Digit, Error, Extreme, KeyOrder, Result, SelectOps, Selected, abs_key};
+use sparse_core::{
+    Above, Digit, Error, Extreme, Feedback, KeyOrder, Result, SelectOps, Selected, abs_key,
+};
 
 impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
     fn digit_histogram(&self, x: &CubeBuffer<f32>, order: KeyOrder, d: Digit) -> Result<Vec<u32>> {
@@ -105,6 +108,7 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
             reads: Reads::Whole,
             k,
             rule: TAKE_ALL,
+            counted: None,
         };
         let (s, found) = self.air_select(&bits, order_code(order), &search)?;
         Ok((s, u64::from(found.key)))
@@ -127,6 +131,7 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
             reads: Reads::Part,
             k: rank,
             rule: TAKE_NONE,
+            counted: None,
         };
         let c = self.air_collect(&bits, ABS, &search)?;
         if c.found.infinite > 0 {
@@ -143,6 +148,35 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
             count,
             selected,
         })
+    }
+    /// On the device: the accumulation and the first digit's histogram in
+    /// one pass, the top-k's second histogram and collection passes, one
+    /// round trip, and the merge that zeroes the selected entries.
+    fn accumulate_topk(
+        &self,
+        v: &mut CubeBuffer<f32>,
+        g: &CubeBuffer<f32>,
+        feedback: Feedback<'_, Self, f32>,
+        k: usize,
+    ) -> Result<Selected<Self, f32>> {
+        check_len(
+            "accumulate_topk: gradient g against residual v",
+            v.len,
+            g.len,
+        )?;
+        let (u, gain) = match feedback {
+            Feedback::Plain { gain } => (None, gain),
+            Feedback::Momentum { u, m } => {
+                check_len(
+                    "accumulate_topk: momentum u against residual v",
+                    v.len,
+                    u.len,
+                )?;
+                (Some((&*u, m)), 1.0)
+            }
+        };
+        check_k(k, v.len)?;
+        self.air_feedback(v, g, u, gain, k)
     }
     fn gather(&self, x: &CubeBuffer<f32>, indices: &CubeBuffer<u32>) -> Result<CubeBuffer<f32>> {
         let out = self.uninit::<u32>(indices.len);

@@ -1,6 +1,6 @@
 //! [`SelectOps`]: selection primitives, their keys and digits.
 
-use super::{BufferOps, Scalar};
+use super::{BufferOps, DenseOps, Scalar};
 use crate::{Element, Error, Result};
 
 /// Which end of the signed order a signed top-k takes.
@@ -31,6 +31,24 @@ pub struct Above<B: BufferOps + ?Sized, E: Scalar> {
     /// Those elements, in index order, where `count` is at most the cap;
     /// `None` past it.
     pub selected: Option<Selected<B, E>>,
+}
+
+/// How [`SelectOps::accumulate_topk`] folds a gradient `g` into a
+/// residual `v` (error feedback).
+pub enum Feedback<'a, B: BufferOps + ?Sized, E: Scalar> {
+    /// `v += gain g` (SparCML's top-k SGD: `gain = lr`; RGC without
+    /// momentum: 1).
+    Plain {
+        /// The gradient's factor.
+        gain: E,
+    },
+    /// RedSync's momentum correction: `u = m u + g; v += u`.
+    Momentum {
+        /// The momentum `u`, updated in place.
+        u: &'a mut B::Buffer<E>,
+        /// The momentum factor `m`.
+        m: E,
+    },
 }
 
 /// Which order-preserving key of an element a key primitive uses.
@@ -223,6 +241,45 @@ pub trait SelectOps<E: Element>: BufferOps {
             selected: (count <= cap).then_some(passed),
         })
     }
+    /// Error feedback fused with the exact top-k by magnitude: folds `g`
+    /// into the residual `v` as `feedback` says, selects the exact top k of
+    /// the updated `v` (ties to the lower index, in index order) and takes
+    /// them out of it: their entries of `v` become `+0.0`, and the
+    /// selection holds their values from before. So `v` before the
+    /// selection equals `v` after it plus the selection, exactly (a failed
+    /// step restores it by scatter-adding the selection back: `0 + value`).
+    ///
+    /// [`accumulate_topk_composed`] composes it from the primitives
+    /// (`axpy`, `scale`, `topk_abs`, `mask`: `backend-cpu` calls it);
+    /// `backend-cuda` accumulates and counts the first digit's histogram
+    /// in one pass, three passes over `v` in all and one round trip. The
+    /// accumulation rounds as `axpy` does (a backend may fuse the multiply
+    /// and the add: exact on dyadic inputs either way). The default, for a
+    /// backend that has not chosen, is [`Error::Unsupported`]: it may
+    /// call [`accumulate_topk_composed`].
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`](crate::Error::LengthMismatch) if `g` or
+    /// `u` is not as long as `v`; [`Error::KOutOfRange`](crate::Error::KOutOfRange)
+    /// if `k > len` (both before anything changes);
+    /// [`Error::NonFinite`](crate::Error::NonFinite) if the updated `v`
+    /// holds NaN: then `v` (and `u`) hold the accumulation and nothing is
+    /// taken out.
+    fn accumulate_topk(
+        &self,
+        v: &mut Self::Buffer<E>,
+        g: &Self::Buffer<E>,
+        feedback: Feedback<'_, Self, E>,
+        k: usize,
+    ) -> Result<Selected<Self, E>> {
+        let _ = (v, g, feedback, k);
+        Err(Error::Unsupported {
+            backend: self.name(),
+            what: "accumulate_topk (error feedback fused into the top-k): implement it, \
+                   or call sparse_core::backend::accumulate_topk_composed"
+                .into(),
+        })
+    }
     /// Exact top-k in `order` under the selectors' input contract: as
     /// [`SelectOps::topk_abs`] ([`KeyOrder::Abs`]) or
     /// [`SelectOps::topk_signed`] (largest for [`KeyOrder::Signed`],
@@ -263,6 +320,50 @@ pub trait SelectOps<E: Element>: BufferOps {
         }
         Ok(s)
     }
+}
+
+/// [`SelectOps::accumulate_topk`] composed from the primitives: the
+/// accumulation (`axpy`, and `scale` for the momentum), `topk_abs`, then
+/// `mask` at the selected indices. The reference `backend-cpu` uses.
+///
+/// # Errors
+/// As [`SelectOps::accumulate_topk`].
+pub fn accumulate_topk_composed<B, E>(
+    b: &B,
+    v: &mut B::Buffer<E>,
+    g: &B::Buffer<E>,
+    feedback: Feedback<'_, B, E>,
+    k: usize,
+) -> Result<Selected<B, E>>
+where
+    B: SelectOps<E> + DenseOps<E>,
+    E: Element,
+{
+    let n = b.len(v);
+    crate::checks::check_len(
+        "accumulate_topk: gradient g against residual v",
+        n,
+        b.len(g),
+    )?;
+    if let Feedback::Momentum { u, .. } = &feedback {
+        crate::checks::check_len(
+            "accumulate_topk: momentum u against residual v",
+            n,
+            b.len(*u),
+        )?;
+    }
+    crate::checks::check_k(k, n)?;
+    match feedback {
+        Feedback::Plain { gain } => b.axpy(gain, g, v)?,
+        Feedback::Momentum { u, m } => {
+            b.scale(m, u)?;
+            b.axpy(E::one(), g, u)?;
+            b.axpy(E::one(), u, v)?;
+        }
+    }
+    let s = b.topk_abs(v, k)?;
+    b.mask(v, &s.indices)?;
+    Ok(s)
 }
 
 /// The smallest key in `order` of the values of a device buffer (0 if
