@@ -79,7 +79,7 @@
 //! | `max_abs`, `mean_abs`, `sum_squares`, `count_above` | `20 T` | 1 |
 //! | `digit_histogram` | `4 (2^bits + 1)` | 1 |
 //! | `compact_above`, `compact_key` | `12 T` | 1 |
-//! | `topk_abs`, `topk_signed`, `topk_finite`, `topk_ties`, `compact_above_kth_of` (any `n` and `k`) | 32 (the state words) | 1 |
+//! | `topk_abs`, `topk_signed`, `topk_finite`, `topk_ties`, `compact_above_kth_of`, `accumulate_topk` (any `n` and `k`) | 32 (the state words) | 1 |
 //! | `topk_abs_segmented`, every segment at most 2,048 | 4 (the NaN count) | 1 |
 //! | `topk_abs_segmented`, a segment longer, but every one with `0 < k < len` at most 2,048 | `4 + 8 S + 12 T` (`S` segments) | 3 |
 //! | `topk_abs_segmented`, longer segments | `4 * 1028 S + 12 T` | 5 |

@@ -241,6 +241,14 @@ fn control_readbacks_are_bounded_per_call() {
         for sel in ties {
             assert_eq!(reads(sel), (32, 1), "{what}, k = {k}");
         }
+        // Error feedback fused into the top-k: the same, once.
+        let g = b.upload(&x).unwrap();
+        let fused = || {
+            let mut v = b.zeros::<f32>(n).unwrap();
+            let fb = sparse_core::Feedback::Plain { gain: 0.5 };
+            drop(b.accumulate_topk(&mut v, &g, fb, k).unwrap());
+        };
+        assert_eq!(reads(&fused), (32, 1), "{what}, k = {k}");
         // Bucket top-k (segments of 512, and of at most 2,048): one NaN
         // word, whatever the number of buckets.
         let s = n / 512;
