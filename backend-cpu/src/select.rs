@@ -5,7 +5,7 @@ use crate::keys::{self, Word, by_width};
 use crate::{Cpu, check_indices, check_nan_fast, first_nan, nan_error};
 use sparse_core::backend::{check_digit, check_k, check_segments};
 use sparse_core::{
-    Digit, Element, Extreme, KeyOrder, Result, SelectOps, Selected, abs_key, signed_key,
+    Digit, Element, Extreme, Feedback, KeyOrder, Result, SelectOps, Selected, abs_key, signed_key,
 };
 
 /// The NaN test of a magnitude top-k, fused into the selection: a NaN's
@@ -137,6 +137,17 @@ impl<E: Element> SelectOps<E> for Cpu {
         }
         nan_in_top(&out.values, x)?;
         Ok(out)
+    }
+    /// The composition of the primitives: the reference the kernels'
+    /// fused pass is diffed against.
+    fn accumulate_topk(
+        &self,
+        v: &mut Vec<E>,
+        g: &Vec<E>,
+        feedback: Feedback<'_, Self, E>,
+        k: usize,
+    ) -> Result<Selected<Self, E>> {
+        sparse_core::backend::accumulate_topk_composed(self, v, g, feedback, k)
     }
     fn gather(&self, x: &Vec<E>, indices: &Vec<u32>) -> Result<Vec<E>> {
         check_indices(indices, x.len())?;

@@ -32,15 +32,18 @@
 //!   with global atomics, the digit chosen on the device by a one-cube
 //!   kernel, the last 10 bits from a table the second pass fills, then one
 //!   collection pass whose offsets are scanned on the device
-//!   (`docs/kernels.md`). SparDL's block and SparCML's bucket top-k
-//!   (`topk_abs_segmented`) are an MSD radix select: four 8-bit digit
-//!   histograms (one launch each, every segment at once) find each
-//!   segment's k-th key and how many of its copies fit, then one compaction
-//!   takes them, except
-//!   that where every segment holds at most 2,048 elements (SparCML's
-//!   buckets of 512) one cube per segment runs all four digits in shared
-//!   memory and returns its key: no histogram row per segment crosses to
-//!   the host.
+//!   (`docs/kernels.md`). The same kernels take every element at least the
+//!   k-th largest (`topk_ties`, the threshold selectors' exact fallback)
+//!   and every element above the k-th largest key of a sample
+//!   (`compact_above_kth_of`, DGC's sampled threshold, the key found from
+//!   the sample on the device: one pass over the input). SparDL's block
+//!   and SparCML's bucket top-k (`topk_abs_segmented`) are an MSD radix
+//!   select: where every segment holds at most 2,048 elements (SparCML's
+//!   buckets of 512) one cube per segment runs all four 8-bit digits in
+//!   shared memory and writes its top k at the sum of the ks before it,
+//!   one launch and one pass in all; longer segments take four digit
+//!   histograms (one launch each, every segment at once) read back to the
+//!   host, then one compaction.
 //! - QSGD's codes equal the CPU's bit for bit on every device: the one
 //!   product whose rounding decides a level is kept out of reach of the
 //!   device compiler's multiply-add contraction (NVRTC contracts by
@@ -76,10 +79,11 @@
 //! | `max_abs`, `mean_abs`, `sum_squares`, `count_above` | `20 T` | 1 |
 //! | `digit_histogram` | `4 (2^bits + 1)` | 1 |
 //! | `compact_above`, `compact_key` | `12 T` | 1 |
-//! | `topk_abs`, `topk_signed`, `topk_finite` (any `n` and `k`) | 32 (the state words) | 1 |
-//! | `topk_abs_segmented`, every segment at most 2,048 | `4 + 8 S + 12 T` (`S` segments) | 3 |
+//! | `topk_abs`, `topk_signed`, `topk_finite`, `topk_ties`, `compact_above_kth_of`, `accumulate_topk` (any `n` and `k`) | 32 (the state words) | 1 |
+//! | `topk_abs_segmented`, every segment at most 2,048 | 4 (the NaN count) | 1 |
+//! | `topk_abs_segmented`, a segment longer, but every one with `0 < k < len` at most 2,048 | `4 + 8 S + 12 T` (`S` segments) | 3 |
 //! | `topk_abs_segmented`, longer segments | `4 * 1028 S + 12 T` | 5 |
-//! | `topk_abs_segmented` with `k = 0` or `k = n` in every segment | `12 T` | 1 |
+//! | `topk_abs_segmented`, a segment longer than 2,048 and `k = 0` or `k = n` in every segment | `12 T` | 1 |
 //! | `bitmap_encode` | 4 | 1 |
 //! | `bitmap_decode` | `4 ceil(ceil(n / 32) / 4096)` | 1 |
 //! | `qsgd_quantize` | 4 | 1 |

@@ -49,8 +49,8 @@ pub mod testing;
 pub mod topk;
 
 pub use backend::{
-    Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, HashOps, HashPartitions, IndexOps,
-    KeyOrder, ReduceOps, Scalar, SelectOps, Selected,
+    Above, Backend, BufferOps, CodecOps, DenseOps, Digit, Extreme, Feedback, HashOps,
+    HashPartitions, IndexOps, KeyOrder, ReduceOps, Scalar, SelectOps, Selected,
 };
 pub use budget::{Budget, Density};
 pub use element::{Element, abs_key, exact_difference, signed_key};

@@ -1,8 +1,8 @@
 //! Threshold-based selection: RedSync's threshold binary search (Alg. 3),
 //! its reuse across iterations (Alg. 5), and DGC's sampled threshold.
 
-use crate::radix::{in_input, refine, top_k};
-use crate::{Selection, Selector, check_k, empty, kth_key, selection, stats, to_threshold};
+use crate::radix::in_input;
+use crate::{Selection, Selector, check_k, empty, selection, stats, to_threshold};
 use sparse_core::backend::{check_finite_buffer, first_non_finite};
 use sparse_core::state::{Scope, State};
 use sparse_core::{Backend, CounterRng, Element, Error, KeyOrder, Result};
@@ -10,13 +10,15 @@ use sparse_core::{Backend, CounterRng, Element, Error, KeyOrder, Result};
 /// The exact fallback: every element whose magnitude is at least the k-th
 /// largest. It holds at least k elements, at most 2k unless ties at the
 /// k-th magnitude make that impossible, and then it is the fewest elements
-/// above any threshold that still holds k.
+/// above any threshold that still holds k. One backend primitive
+/// ([`sparse_core::SelectOps::topk_ties`]: on `backend-cuda` three passes
+/// and one round trip).
 fn at_least_kth<B: Backend<E>, E: Element>(
     b: &B,
     x: &B::Buffer<E>,
     k: usize,
 ) -> Result<Selection<B, E>> {
-    let (s, key) = top_k(b, x, KeyOrder::Abs, k, true)?;
+    let (s, key) = b.topk_ties(x, KeyOrder::Abs, k)?;
     // Every selected |x| is >= the k-th magnitude v; the largest
     // representable value below v is a strict threshold.
     let t = if key == 0 {
@@ -268,10 +270,13 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for ThresholdReuse<E> {
 /// 1` for the expected rank `e = k m / n` of the k-th largest (DGC takes
 /// `e` itself, so that half the calls pass fewer than k). If more than 2k
 /// elements pass it, the top k of those are selected exactly (DGC's second
-/// selection on the already-selected set); if fewer than k pass, the exact
-/// fallback of [`ThresholdBinarySearch`] runs. Cost: one compaction (which
-/// also finds NaN and infinity), and work on the sample and on the elements
-/// that passed.
+/// selection on the already-selected set, which is the exact top k of the
+/// input); if fewer than k pass, the exact fallback of
+/// [`ThresholdBinarySearch`] runs. Cost: one compaction (which also finds
+/// NaN and infinity) and work on the sample
+/// ([`sparse_core::SelectOps::compact_above_kth_of`]), plus an exact
+/// top-k where the threshold missed. On `backend-cuda`: one pass over the
+/// input and one host round trip, two round trips where it missed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SampledThreshold {
     /// Sampled fraction of the input (DGC: 0.1% to 1%), in `(0, 1]`.
@@ -374,28 +379,25 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for SampledThreshold {
                 // exact fallback runs) in about 2% of calls, not in half of them.
                 let expected = (k as f64 * m as f64 / n as f64).max(1.0);
                 let ks = ((expected + 2.0 * expected.sqrt()).ceil() as usize + 1).min(m);
-                let (key, _) =
-                    kth_key(b, &sample, KeyOrder::Abs, ks).map_err(|e| in_input(b, x, e))?;
-                // Strictly above the sampled k-th magnitude: one compaction, whose
-                // length is the count. The input's finiteness is checked on the
-                // way, not in a pass of its own: the compaction fails on a NaN, and
-                // every infinity is above the (finite) threshold, so among the
-                // elements that passed.
-                let t = E::from_bits_u64(key);
-                let passed = b.compact_above(x, t)?;
-                if b.max_abs(&passed.values)?.is_infinite() {
-                    return Err(first_non_finite(b, x));
-                }
-                let c = b.len(&passed.indices);
-                if c > 2 * k {
-                    // DGC's second selection, among the elements that passed only.
-                    self.reselections += 1;
-                    let (s, _) = refine(b, &passed, KeyOrder::Abs, k, false)?;
-                    return Ok(selection(b, s, None));
-                }
-                if c < k {
-                    return at_least_kth(b, x, k);
-                }
+                // Strictly above the sampled k-th magnitude, kept where at most
+                // 2k pass: one backend primitive, which checks the input's
+                // finiteness on the way (on `backend-cuda` the key stays on the
+                // device: one pass over `x`, one round trip).
+                let above = b
+                    .compact_above_kth_of(x, &sample, ks, k.saturating_mul(2))
+                    .map_err(|e| in_input(b, x, e))?;
+                let t = E::from_bits_u64(above.key);
+                let passed = match above.selected {
+                    Some(passed) if above.count >= k => passed,
+                    Some(_) => return at_least_kth(b, x, k),
+                    None => {
+                        // DGC's second selection: the top k of those that passed,
+                        // which are the top k of `x` (every element that passed is
+                        // above every one that did not).
+                        self.reselections += 1;
+                        return Ok(selection(b, b.topk_abs(x, k)?, None));
+                    }
+                };
                 Ok(selection(b, passed, Some(t.to_f64_exact())))
             })(),
         )

@@ -50,12 +50,27 @@ pub(crate) const ST_TAKE: usize = 4;
 pub(crate) const ST_NAN: usize = 5;
 /// State word: infinities found by the collection pass.
 pub(crate) const ST_INF: usize = 6;
+/// State word: how many elements the collection selects (above
+/// [`ST_KEY`] plus the quota of its copies), written by [`air_offsets`].
+pub(crate) const ST_COUNT: usize = 7;
 /// State words.
 pub(crate) const ST_WORDS: usize = 8;
 /// Bins of the first two digits.
 pub(crate) const BINS: usize = 2048;
 /// Counters of the table: one per value of the low 21 bits.
 pub(crate) const TABLE: usize = 1 << 21;
+
+/// Tie rule of [`air_choose`]: the copies of the k-th key that fit the top
+/// k (exact top-k, ties to the lower index).
+pub(crate) const TAKE_FIT: u32 = 0;
+/// Tie rule: every copy of the k-th key (every element at least the k-th
+/// largest); the k-th key itself is always found (no early stop), as the
+/// caller returns it.
+pub(crate) const TAKE_ALL: u32 = 1;
+/// Tie rule: no copy of the k-th key (every element strictly above it);
+/// the k-th key itself is always found (no early stop), as a threshold
+/// must be.
+pub(crate) const TAKE_NONE: u32 = 2;
 
 /// Level 1: the first digit of every key of the cube's tile. Level 2: for
 /// the keys whose first digit is the chosen one, the second digit (row 2)
@@ -164,10 +179,11 @@ fn find_digit(
     sync_cube();
 }
 
-/// One cube: level 1 chooses the first digit from row 1 (and stops early
-/// if its bucket is taken whole); level 2 the second from row 2 and the
-/// third from the table's slice for it, which gives the k-th key and its
-/// quota. Nothing after the state is done.
+/// One cube: level 1 chooses the first digit from row 1 (and, with the
+/// tie `rule` [`TAKE_FIT`], stops early if its bucket is taken whole);
+/// level 2 the second from row 2 and the third from the table's slice for
+/// it, which gives the k-th key and, by `rule`, how many of its copies are
+/// taken. Nothing after the state is done.
 #[cube(launch_unchecked)]
 pub(crate) fn air_choose(
     st: &mut [u32],
@@ -175,6 +191,7 @@ pub(crate) fn air_choose(
     table: &mut [u32],
     k: u32,
     #[comptime] level: u32,
+    #[comptime] rule: u32,
 ) {
     let mut found = Shared::<[u32]>::new_slice(2usize);
     let done = st[ST_DONE] != 0u32;
@@ -187,16 +204,18 @@ pub(crate) fn air_choose(
             let lo = d << 21u32;
             st[ST_PREFIX] = lo;
             st[ST_LEFT] = left;
-            if hist[d as usize] == left {
-                // The bucket is taken whole: every key at or above its
-                // lowest key.
-                st[ST_DONE] = 1u32;
-                if lo > 0u32 {
-                    st[ST_KEY] = lo - 1u32;
-                    st[ST_TAKE] = 0u32;
-                } else {
-                    st[ST_KEY] = 0u32;
-                    st[ST_TAKE] = u32::MAX;
+            if comptime![rule == TAKE_FIT] {
+                if hist[d as usize] == left {
+                    // The bucket is taken whole: every key at or above
+                    // its lowest key.
+                    st[ST_DONE] = 1u32;
+                    if lo > 0u32 {
+                        st[ST_KEY] = lo - 1u32;
+                        st[ST_TAKE] = 0u32;
+                    } else {
+                        st[ST_KEY] = 0u32;
+                        st[ST_TAKE] = u32::MAX;
+                    }
                 }
             }
         }
@@ -209,7 +228,14 @@ pub(crate) fn air_choose(
         find_digit(table, (d2 as usize) * 1024, left2, &mut found, 1024usize);
         if UNIT_POS == 0 && !done {
             st[ST_KEY] = st[ST_PREFIX] | (d2 << 10u32) | found[0];
-            st[ST_TAKE] = left2 - found[1];
+            let mut take = left2 - found[1];
+            if comptime![rule == TAKE_ALL] {
+                take = u32::MAX;
+            }
+            if comptime![rule == TAKE_NONE] {
+                take = 0u32;
+            }
+            st[ST_TAKE] = take;
             st[ST_DONE] = 1u32;
         }
     }
@@ -280,9 +306,10 @@ pub(crate) fn air_collect(
 
 /// One cube: from the tiles' counts, `bases[2 t..]` = (output offset of
 /// tile `t`, how many of its equal keys are taken: the quota left after
-/// the tiles before it); each unit scans `per` consecutive tiles.
+/// the tiles before it), and the total into [`ST_COUNT`]; each unit scans
+/// `per` consecutive tiles.
 #[cube(launch_unchecked)]
-pub(crate) fn air_offsets(st: &[u32], counts: &[u32], bases: &mut [u32], tiles: u32, per: u32) {
+pub(crate) fn air_offsets(st: &mut [u32], counts: &[u32], bases: &mut [u32], tiles: u32, per: u32) {
     let take = st[ST_TAKE];
     let first = min(UNIT_POS * per, tiles);
     let last = min(first + per, tiles);
@@ -314,6 +341,10 @@ pub(crate) fn air_offsets(st: &[u32], counts: &[u32], bases: &mut [u32], tiles: 
         bases[t as usize * 2 + 1] = q;
         base += counts[t as usize * 2] + q;
     }
+    // The last unit's tiles (none, if they ran out) end the output.
+    if UNIT_POS == UNITS - 1 {
+        st[ST_COUNT] = base;
+    }
 }
 
 /// How many of the `len` increasing indices in `tmp` (from `from`, every
@@ -339,15 +370,17 @@ fn below(tmp: &[u32], from: usize, len: u32, i: u32, #[comptime] back: bool) -> 
 
 /// Per tile: its keys above the k-th key and the first `q` equal to it,
 /// merged in index order into the output at the tile's offset, with their
-/// values.
+/// values; with `zero`, each selected element of the input becomes `+0.0`
+/// once its value is out (the residual's entries taken out).
 #[cube(launch_unchecked)]
 pub(crate) fn air_emit(
-    x: &[u32],
+    x: &mut [u32],
     tmp: &[u32],
     counts: &[u32],
     bases: &[u32],
     out_idx: &mut [u32],
     out_val: &mut [u32],
+    #[comptime] zero: bool,
 ) {
     let tile = CUBE_POS;
     if tile < counts.len() / 2 {
@@ -363,6 +396,9 @@ pub(crate) fn air_emit(
             if pos < out_idx.len() {
                 out_idx[pos] = i;
                 out_val[pos] = x[i as usize];
+                if comptime![zero] {
+                    x[i as usize] = 0u32;
+                }
             }
             j += UNITS;
         }
@@ -373,6 +409,9 @@ pub(crate) fn air_emit(
             if pos < out_idx.len() {
                 out_idx[pos] = i;
                 out_val[pos] = x[i as usize];
+                if comptime![zero] {
+                    x[i as usize] = 0u32;
+                }
             }
             r += UNITS;
         }
@@ -420,7 +459,7 @@ pub(crate) fn launch_histogram(client: &Client, a: &AirArgs<'_>, level: u32, ord
 }
 
 /// Launches [`air_choose`] on one cube.
-pub(crate) fn launch_choose(client: &Client, a: &AirArgs<'_>, k: u32, level: u32) {
+pub(crate) fn launch_choose(client: &Client, a: &AirArgs<'_>, k: u32, level: u32, rule: u32) {
     unsafe {
         air_choose::launch_unchecked(
             client,
@@ -431,6 +470,7 @@ pub(crate) fn launch_choose(client: &Client, a: &AirArgs<'_>, k: u32, level: u32
             a.table.arg(),
             k,
             level,
+            rule,
         );
     }
 }
@@ -469,8 +509,9 @@ pub(crate) fn launch_offsets(client: &Client, a: &AirArgs<'_>) {
     }
 }
 
-/// Launches [`air_emit`] over the input's tiles.
-pub(crate) fn launch_emit(client: &Client, a: &AirArgs<'_>) {
+/// Launches [`air_emit`] over the input's tiles (with `zero`, taking the
+/// selected elements out of the input).
+pub(crate) fn launch_emit(client: &Client, a: &AirArgs<'_>, zero: bool) {
     let tiles = a.x.len.div_ceil(TILE);
     unsafe {
         air_emit::launch_unchecked(
@@ -483,6 +524,7 @@ pub(crate) fn launch_emit(client: &Client, a: &AirArgs<'_>) {
             a.bases.arg(),
             a.out_idx.arg(),
             a.out_val.arg(),
+            zero,
         );
     }
 }

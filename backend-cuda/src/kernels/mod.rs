@@ -27,6 +27,7 @@ pub(crate) mod axpy;
 pub(crate) mod bitmap;
 pub(crate) mod compact;
 pub(crate) mod count;
+pub(crate) mod feedback;
 pub(crate) mod fill;
 pub(crate) mod gather;
 pub(crate) mod hash;

@@ -1,7 +1,9 @@
-//! The top-k keys of many short segments in one launch (SparCML's buckets
-//! of 512): one cube per segment holds the segment's keys in shared memory
+//! The top-k of many short segments in one launch (SparCML's buckets of
+//! 512): one cube per segment holds the segment's keys in shared memory
 //! and runs the whole MSD radix select there, four 8-bit digits, so that no
-//! histogram leaves the chip. The multi-segment select of
+//! histogram leaves the chip; then (`emit`) it writes the segment's top k
+//! at the output offset its caller gave it (the sum of the ks before it),
+//! so the whole bucket top-k is one launch and one pass. The multi-segment select of
 //! [`super::histogram`] reads back one row of 257 counts per segment and
 //! digit; with 2^15 buckets that was 34 MB a digit, and bucket top-k of
 //! 2^24 elements took 450 ms on an H100 where block top-k took 0.8 ms.
@@ -16,32 +18,42 @@ use cubecl::prelude::*;
 /// WGSL guarantees.
 pub(crate) const SHORT: usize = 2048;
 
-/// `segs[3 j..]` = (start, end, k) of segment `j`, with `0 < k < end -
-/// start <= SHORT`. Writes `out[2 j..]` = (the k-th largest key of the
-/// segment in `order`, how many of its copies the top k take), as
-/// [`crate::ops`]'s `radix` derives them from the histograms, and counts
-/// the NaNs of every segment in `bad[0]`.
+/// Without `emit`: `segs[3 j..]` = (start, end, k) of segment `j`, with
+/// `0 < k < end - start <= SHORT`; writes `out[2 j..]` = (the k-th largest
+/// key of the segment in `order`, how many of its copies the top k take),
+/// as [`crate::ops`]'s `radix` derives them from the histograms.
+///
+/// With `emit`: `segs[4 j..]` = (start, end, k, base) of segment `j`, with
+/// `0 <= k <= end - start <= SHORT` and `base` the number of elements the
+/// segments before it select; writes the segment's top k, in index order,
+/// to `out[base..base + k]` (indices) and `vals` (their bit patterns):
+/// the whole bucket top-k in this one launch.
+///
+/// Either way counts the NaNs of every segment in `bad[0]`.
 #[cube(launch_unchecked)]
-pub(crate) fn short_topk_keys(
+pub(crate) fn short_topk(
     x: &[u32],
     segs: &[u32],
     out: &mut [u32],
+    vals: &mut [u32],
     bad: &mut [Atomic<u32>],
     #[comptime] order: u32,
+    #[comptime] emit: bool,
 ) {
     let mut keys = Shared::<[u32]>::new_slice(SHORT);
     let hist = Shared::<[Atomic<u32>]>::new_slice(UNITS as usize);
     let mut state = Shared::<[u32]>::new_slice(2usize);
+    let stride = comptime![if emit { 4usize } else { 3usize }];
     let u = UNIT_POS as usize;
     let s = CUBE_POS;
-    let valid = s < segs.len() / 3;
+    let valid = s < segs.len() / stride;
     let mut start = 0usize;
     let mut len = 0usize;
     let mut k = 0u32;
     if valid {
-        start = segs[s * 3] as usize;
-        len = segs[s * 3 + 1] as usize - start;
-        k = segs[s * 3 + 2];
+        start = segs[s * stride] as usize;
+        len = segs[s * stride + 1] as usize - start;
+        k = segs[s * stride + 2];
     }
     let mut nan = 0u32;
     let mut i = u;
@@ -94,37 +106,117 @@ pub(crate) fn short_topk_keys(
         }
         sync_cube();
     }
-    if valid && u == 0 {
-        out[s * 2] = state[0];
-        out[s * 2 + 1] = state[1];
+    if comptime![emit] {
+        let mut base = 0u32;
+        if valid {
+            base = segs[s * stride + 3];
+        }
+        emit_top(x, &keys, start, len, k, state[0], state[1], base, out, vals);
+    } else {
+        if valid && u == 0 {
+            out[s * 2] = state[0];
+            out[s * 2 + 1] = state[1];
+        }
     }
 }
 
-/// Launches [`short_topk_keys`] on `cubes` cubes of [`super::UNITS`] units.
-pub(crate) fn launch_short_topk_keys(
+/// The segment's keys above `key` and the first `take` equal to it (none
+/// if `k = 0`), in index order, from `out[base]` on: each unit writes its
+/// [`PER`] consecutive keys at the place two cube-wide scans give it.
+/// Every unit of the cube must call it: it synchronizes.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn emit_top(
+    x: &[u32],
+    keys: &Shared<[u32]>,
+    start: usize,
+    len: usize,
+    k: u32,
+    key: u32,
+    take: u32,
+    base: u32,
+    out: &mut [u32],
+    vals: &mut [u32],
+) {
+    // With k = 0 the walk above chose nothing: no key is above u32::MAX
+    // (a NaN's magnitude key is below it), and no copy of it is taken.
+    let key = select(k == 0u32, u32::MAX, key);
+    let take = select(k == 0u32, 0u32, take);
+    let lo = min(UNIT_POS as usize * PER, len);
+    let hi = min(lo + PER, len);
+    let mut above = 0u32;
+    let mut equal = 0u32;
+    for i in lo..hi {
+        let kk = keys[i];
+        if kk > key {
+            above += 1;
+        }
+        if kk == key {
+            equal += 1;
+        }
+    }
+    let rank = cube_exclusive_scan(equal);
+    let mut taken = 0u32;
+    if take > rank {
+        taken = min(take - rank, equal);
+    }
+    let mut at = base + cube_exclusive_scan(above + taken);
+    let mut r = rank;
+    for i in lo..hi {
+        let kk = keys[i];
+        let mut keep = kk > key;
+        if kk == key {
+            keep = r < take;
+            r += 1;
+        }
+        if keep {
+            if (at as usize) < out.len() {
+                out[at as usize] = (start + i) as u32;
+                vals[at as usize] = x[start + i];
+            }
+            at += 1;
+        }
+    }
+}
+
+/// Keys each unit emits in [`emit_top`]: a segment's [`SHORT`] over the
+/// cube's units.
+const PER: usize = SHORT / UNITS as usize;
+
+/// Launches [`short_topk`] on `cubes` cubes of [`super::UNITS`] units:
+/// with `emit` the selection itself into `out` and `vals`, otherwise each
+/// segment's key and quota into `out` (`vals` unused).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_short_topk(
     client: &Client,
     cubes: CubeCount,
     x: &CubeBuffer<u32>,
     segs: &CubeBuffer<u32>,
     out: &CubeBuffer<u32>,
+    vals: &CubeBuffer<u32>,
     bad: &CubeBuffer<u32>,
     order: u32,
+    emit: bool,
 ) {
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`); the kernel reads `x` only inside the segments
-    // its caller derived from `x`'s length, each at most `SHORT` long, and
-    // writes `out` at `2 j` and `2 j + 1` for the segments `j` of `segs`,
-    // for which `out` has room.
+    // its caller derived from `x`'s length, each at most `SHORT` long;
+    // without `emit` it writes `out` at `2 j` and `2 j + 1` for the
+    // segments `j` of `segs`, for which `out` has room, and with `emit` it
+    // checks every output position against `out`'s length (`vals` is as
+    // long).
     unsafe {
-        short_topk_keys::launch_unchecked(
+        short_topk::launch_unchecked(
             client,
             cubes,
             super::cube_dim(),
             x.arg(),
             segs.arg(),
             out.arg(),
+            vals.arg(),
             bad.arg(),
             order,
+            emit,
         );
     }
 }

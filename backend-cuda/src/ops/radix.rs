@@ -86,8 +86,21 @@ impl<R: Runtime> CubeBackend<R> {
             let segs = self.put(&segs);
             let out = self.uninit::<u32>(2 * live.len());
             let bad = self.zeroed::<u32>(1);
+            // No values in this mode: a word of their own (a buffer bound
+            // twice as writable is invalid on some runtimes).
+            let unused = self.uninit::<u32>(1);
             self.launch(Reads::Whole, |c| {
-                short::launch_short_topk_keys(c, grid(live.len()), x, &segs, &out, &bad, order)
+                short::launch_short_topk(
+                    c,
+                    grid(live.len()),
+                    x,
+                    &segs,
+                    &out,
+                    &unused,
+                    &bad,
+                    order,
+                    false,
+                )
             });
             if self.get(&bad)?[0] > 0 {
                 return Err(self.first_nan(x));
@@ -199,11 +212,62 @@ impl<R: Runtime> CubeBackend<R> {
         ks: &[usize],
     ) -> Result<Selected<Self, f32>> {
         let bits = x.bits();
+        if offsets.windows(2).all(|w| w[1] - w[0] <= short::SHORT) {
+            return self.short_topk(&bits, order, offsets, ks);
+        }
         let keys = self.radix(&bits, order, offsets, ks)?;
         let (indices, values) = self.compact(&bits, order, offsets, &keys)?;
         Ok(Selected {
             indices,
             values: values.floats(),
+        })
+    }
+
+    /// Exact top-k of segments of at most [`short::SHORT`] elements each
+    /// (SparCML's buckets): one cube per segment selects in shared memory
+    /// and writes its top k at the sum of the ks before it, so the call is
+    /// one launch over the input (one pass) and one round trip (the NaN
+    /// count), whatever the segments' number.
+    fn short_topk(
+        &self,
+        x: &CubeBuffer<u32>,
+        order: u32,
+        offsets: &[usize],
+        ks: &[usize],
+    ) -> Result<Selected<Self, f32>> {
+        let total: usize = ks.iter().sum();
+        let out_idx = self.uninit::<u32>(total);
+        let out_val = self.uninit::<u32>(total);
+        let segments = ks.len();
+        if segments > 0 && x.len > 0 {
+            let mut segs = Vec::with_capacity(4 * segments);
+            let mut base = 0u32;
+            for (s, &k) in ks.iter().enumerate() {
+                segs.extend([offsets[s] as u32, offsets[s + 1] as u32, k as u32, base]);
+                base += k as u32;
+            }
+            let segs = self.put(&segs);
+            let bad = self.zeroed::<u32>(1);
+            self.launch(Reads::Whole, |c| {
+                short::launch_short_topk(
+                    c,
+                    grid(segments),
+                    x,
+                    &segs,
+                    &out_idx,
+                    &out_val,
+                    &bad,
+                    order,
+                    true,
+                )
+            });
+            if self.get(&bad)?[0] > 0 {
+                return Err(self.first_nan(x));
+            }
+        }
+        Ok(Selected {
+            indices: out_idx,
+            values: out_val.floats(),
         })
     }
 

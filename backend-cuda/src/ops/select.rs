@@ -1,12 +1,17 @@
 //! [`SelectOps`]: histograms, compaction and exact top-k over the radix
 //! engine (`radix.rs`).
 
+use super::air::Search;
 use super::tiles;
+use crate::kernels::air::{TAKE_ALL, TAKE_NONE};
 use crate::kernels::{ABS, REVERSED, SIGNED, cubes_for, gather, grid, order_code};
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
-use sparse_core::backend::{check_digit, check_k, check_segments, first_non_finite};
-use sparse_core::{Digit, Extreme, KeyOrder, Result, SelectOps, Selected, abs_key};
+use sparse_core::backend::check_len;
+use sparse_core::backend::{check_digit, check_k, check_rank, check_segments, first_non_finite};
+use sparse_core::{
+    Above, Digit, Error, Extreme, Feedback, KeyOrder, Result, SelectOps, Selected, abs_key,
+};
 
 impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
     fn digit_histogram(&self, x: &CubeBuffer<f32>, order: KeyOrder, d: Digit) -> Result<Vec<u32>> {
@@ -80,6 +85,98 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
             return Err(first_non_finite(self, x));
         }
         Ok(s)
+    }
+    /// On the device: the search of the exact top-k with every copy of
+    /// the k-th key taken, the selection's length read back with the
+    /// state words: three passes, one round trip.
+    fn topk_ties(
+        &self,
+        x: &CubeBuffer<f32>,
+        order: KeyOrder,
+        k: usize,
+    ) -> Result<(Selected<Self, f32>, u64)> {
+        check_k(k, x.len)?;
+        if k == 0 {
+            return Err(Error::invalid(
+                "k",
+                "topk_ties takes every element at least the k-th largest: k must be at least 1",
+            ));
+        }
+        let bits = x.bits();
+        let search = Search {
+            input: &bits,
+            reads: Reads::Whole,
+            k,
+            rule: TAKE_ALL,
+            counted: None,
+        };
+        let (s, found) = self.air_select(&bits, order_code(order), &search)?;
+        Ok((s, u64::from(found.key)))
+    }
+    /// On the device: the sample's key found by the top-k's search (over
+    /// the sample: no pass over `x`), then one collection pass over `x`
+    /// strictly above it that counts NaNs and infinities too, one round
+    /// trip (the state words), and the merge where the count fits `cap`.
+    fn compact_above_kth_of(
+        &self,
+        x: &CubeBuffer<f32>,
+        sample: &CubeBuffer<f32>,
+        rank: usize,
+        cap: usize,
+    ) -> Result<Above<Self, f32>> {
+        check_rank(rank, sample.len)?;
+        let (bits, sample) = (x.bits(), sample.bits());
+        let search = Search {
+            input: &sample,
+            reads: Reads::Part,
+            k: rank,
+            rule: TAKE_NONE,
+            counted: None,
+        };
+        let c = self.air_collect(&bits, ABS, &search)?;
+        if c.found.infinite > 0 {
+            return Err(first_non_finite(self, x));
+        }
+        let count = c.found.count;
+        let selected = if count <= cap {
+            Some(self.air_emit(&bits, &c)?)
+        } else {
+            None
+        };
+        Ok(Above {
+            key: u64::from(c.found.key),
+            count,
+            selected,
+        })
+    }
+    /// On the device: the accumulation and the first digit's histogram in
+    /// one pass, the top-k's second histogram and collection passes, one
+    /// round trip, and the merge that zeroes the selected entries.
+    fn accumulate_topk(
+        &self,
+        v: &mut CubeBuffer<f32>,
+        g: &CubeBuffer<f32>,
+        feedback: Feedback<'_, Self, f32>,
+        k: usize,
+    ) -> Result<Selected<Self, f32>> {
+        check_len(
+            "accumulate_topk: gradient g against residual v",
+            v.len,
+            g.len,
+        )?;
+        let (u, gain) = match feedback {
+            Feedback::Plain { gain } => (None, gain),
+            Feedback::Momentum { u, m } => {
+                check_len(
+                    "accumulate_topk: momentum u against residual v",
+                    v.len,
+                    u.len,
+                )?;
+                (Some((&*u, m)), 1.0)
+            }
+        };
+        check_k(k, v.len)?;
+        self.air_feedback(v, g, u, gain, k)
     }
     fn gather(&self, x: &CubeBuffer<f32>, indices: &CubeBuffer<u32>) -> Result<CubeBuffer<f32>> {
         let out = self.uninit::<u32>(indices.len);

@@ -54,7 +54,10 @@ pub use finite::{
 pub use hash::HashOps;
 pub use index::IndexOps;
 pub use reduce::ReduceOps;
-pub use select::{Digit, Extreme, KeyOrder, SelectOps, Selected, check_digit};
+pub use select::{
+    Above, Digit, Extreme, Feedback, KeyOrder, SelectOps, Selected, accumulate_topk_composed,
+    check_digit, check_rank,
+};
 
 use crate::Element;
 

@@ -1,6 +1,6 @@
 //! [`SelectOps`]: selection primitives, their keys and digits.
 
-use super::{BufferOps, Scalar};
+use super::{BufferOps, DenseOps, Scalar};
 use crate::{Element, Error, Result};
 
 /// Which end of the signed order a signed top-k takes.
@@ -18,6 +18,37 @@ pub struct Selected<B: BufferOps + ?Sized, E: Scalar> {
     pub indices: B::Buffer<u32>,
     /// `x[indices[j]]`.
     pub values: B::Buffer<E>,
+}
+
+/// What [`SelectOps::compact_above_kth_of`] found: DGC's sampled
+/// threshold and the elements above it.
+pub struct Above<B: BufferOps + ?Sized, E: Scalar> {
+    /// The threshold: the `rank`-th largest magnitude key
+    /// ([`crate::abs_key`]) of the sample.
+    pub key: u64,
+    /// How many elements of the input have a magnitude key above it.
+    pub count: usize,
+    /// Those elements, in index order, where `count` is at most the cap;
+    /// `None` past it.
+    pub selected: Option<Selected<B, E>>,
+}
+
+/// How [`SelectOps::accumulate_topk`] folds a gradient `g` into a
+/// residual `v` (error feedback).
+pub enum Feedback<'a, B: BufferOps + ?Sized, E: Scalar> {
+    /// `v += gain g` (SparCML's top-k SGD: `gain = lr`; RGC without
+    /// momentum: 1).
+    Plain {
+        /// The gradient's factor.
+        gain: E,
+    },
+    /// RedSync's momentum correction: `u = m u + g; v += u`.
+    Momentum {
+        /// The momentum `u`, updated in place.
+        u: &'a mut B::Buffer<E>,
+        /// The momentum factor `m`.
+        m: E,
+    },
 }
 
 /// Which order-preserving key of an element a key primitive uses.
@@ -134,6 +165,121 @@ pub trait SelectOps<E: Element>: BufferOps {
     /// [`Error::KOutOfRange`](crate::Error::KOutOfRange) if `k > len`; [`Error::NonFinite`](crate::Error::NonFinite) on NaN.
     fn topk_signed(&self, x: &Self::Buffer<E>, k: usize, end: Extreme)
     -> Result<Selected<Self, E>>;
+    /// Every element whose key in `order` is at least the k-th largest
+    /// (the exact top k and every other copy of the k-th key), in index
+    /// order, and that key: the exact fallback of the threshold selectors
+    /// (`sparse-select`), which takes ties whole. `1 <= k <= len`.
+    ///
+    /// The default composes the primitives: the top k, the smallest of
+    /// their keys (a download of the k values), then one compaction. A
+    /// backend may find the key on the device (`backend-cuda`: three
+    /// passes and one round trip).
+    ///
+    /// # Errors
+    /// [`Error::KOutOfRange`](crate::Error::KOutOfRange) if `k > len`;
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) if
+    /// `k == 0`; [`Error::NonFinite`](crate::Error::NonFinite) on NaN
+    /// (infinities are ordinary keys).
+    fn topk_ties(
+        &self,
+        x: &Self::Buffer<E>,
+        order: KeyOrder,
+        k: usize,
+    ) -> Result<(Selected<Self, E>, u64)> {
+        crate::checks::check_k(k, self.len(x))?;
+        if k == 0 {
+            return Err(Error::invalid(
+                "k",
+                "topk_ties takes every element at least the k-th largest: k must be at least 1",
+            ));
+        }
+        let top = match order {
+            KeyOrder::Abs => self.topk_abs(x, k)?,
+            KeyOrder::Signed => self.topk_signed(x, k, Extreme::Largest)?,
+            KeyOrder::SignedReversed => self.topk_signed(x, k, Extreme::Smallest)?,
+        };
+        let key = smallest_key(self, &top.values, order)?;
+        Ok((self.compact_key(x, order, key, usize::MAX)?, key))
+    }
+    /// DGC's sampled threshold applied: the `rank`-th largest magnitude
+    /// key of `sample` (`1 <= rank <= sample's length`), and every element
+    /// of `x` whose magnitude key is strictly above it, in index order,
+    /// returned where there are at most `cap` of them ([`Above`]). Under
+    /// the selectors' input contract: NaN or infinity in `x` or `sample`
+    /// is [`Error::NonFinite`](crate::Error::NonFinite) (the index named
+    /// may be the sample's; `sparse-select` names the input's first).
+    ///
+    /// The default composes the primitives: the sample's top `rank`, the
+    /// smallest of their keys (a download of `rank` values), one
+    /// compaction of `x`, and one of the elements that passed above the
+    /// largest finite magnitude. A backend may keep the key on the device
+    /// (`backend-cuda`: one pass over `x`, one round trip).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) for a
+    /// rank outside the sample; [`Error::NonFinite`](crate::Error::NonFinite).
+    fn compact_above_kth_of(
+        &self,
+        x: &Self::Buffer<E>,
+        sample: &Self::Buffer<E>,
+        rank: usize,
+        cap: usize,
+    ) -> Result<Above<Self, E>> {
+        check_rank(rank, self.len(sample))?;
+        let top = self.topk_finite(sample, KeyOrder::Abs, rank)?;
+        let key = smallest_key(self, &top.values, KeyOrder::Abs)?;
+        let passed = self.compact_key(x, KeyOrder::Abs, key, 0)?;
+        // Every infinity is above the (finite) key: among those passed.
+        let infinite = self.compact_above(&passed.values, E::max_value())?;
+        if self.len(&infinite.indices) > 0 {
+            return Err(super::first_non_finite(self, x));
+        }
+        let count = self.len(&passed.indices);
+        Ok(Above {
+            key,
+            count,
+            selected: (count <= cap).then_some(passed),
+        })
+    }
+    /// Error feedback fused with the exact top-k by magnitude: folds `g`
+    /// into the residual `v` as `feedback` says, selects the exact top k of
+    /// the updated `v` (ties to the lower index, in index order) and takes
+    /// them out of it: their entries of `v` become `+0.0`, and the
+    /// selection holds their values from before. So `v` before the
+    /// selection equals `v` after it plus the selection, exactly (a failed
+    /// step restores it by scatter-adding the selection back: `0 + value`).
+    ///
+    /// [`accumulate_topk_composed`] composes it from the primitives
+    /// (`axpy`, `scale`, `topk_abs`, `mask`: `backend-cpu` calls it);
+    /// `backend-cuda` accumulates and counts the first digit's histogram
+    /// in one pass, three passes over `v` in all and one round trip. The
+    /// accumulation rounds as `axpy` does (a backend may fuse the multiply
+    /// and the add: exact on dyadic inputs either way). The default, for a
+    /// backend that has not chosen, is [`Error::Unsupported`]: it may
+    /// call [`accumulate_topk_composed`].
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`](crate::Error::LengthMismatch) if `g` or
+    /// `u` is not as long as `v`; [`Error::KOutOfRange`](crate::Error::KOutOfRange)
+    /// if `k > len` (both before anything changes);
+    /// [`Error::NonFinite`](crate::Error::NonFinite) if the updated `v`
+    /// holds NaN: then `v` (and `u`) hold the accumulation and nothing is
+    /// taken out.
+    fn accumulate_topk(
+        &self,
+        v: &mut Self::Buffer<E>,
+        g: &Self::Buffer<E>,
+        feedback: Feedback<'_, Self, E>,
+        k: usize,
+    ) -> Result<Selected<Self, E>> {
+        let _ = (v, g, feedback, k);
+        Err(Error::Unsupported {
+            backend: self.name(),
+            what: "accumulate_topk (error feedback fused into the top-k): implement it, \
+                   or call sparse_core::backend::accumulate_topk_composed"
+                .into(),
+        })
+    }
     /// Exact top-k in `order` under the selectors' input contract: as
     /// [`SelectOps::topk_abs`] ([`KeyOrder::Abs`]) or
     /// [`SelectOps::topk_signed`] (largest for [`KeyOrder::Signed`],
@@ -174,6 +320,78 @@ pub trait SelectOps<E: Element>: BufferOps {
         }
         Ok(s)
     }
+}
+
+/// [`SelectOps::accumulate_topk`] composed from the primitives: the
+/// accumulation (`axpy`, and `scale` for the momentum), `topk_abs`, then
+/// `mask` at the selected indices. The reference `backend-cpu` uses.
+///
+/// # Errors
+/// As [`SelectOps::accumulate_topk`].
+pub fn accumulate_topk_composed<B, E>(
+    b: &B,
+    v: &mut B::Buffer<E>,
+    g: &B::Buffer<E>,
+    feedback: Feedback<'_, B, E>,
+    k: usize,
+) -> Result<Selected<B, E>>
+where
+    B: SelectOps<E> + DenseOps<E>,
+    E: Element,
+{
+    let n = b.len(v);
+    crate::checks::check_len(
+        "accumulate_topk: gradient g against residual v",
+        n,
+        b.len(g),
+    )?;
+    if let Feedback::Momentum { u, .. } = &feedback {
+        crate::checks::check_len(
+            "accumulate_topk: momentum u against residual v",
+            n,
+            b.len(*u),
+        )?;
+    }
+    crate::checks::check_k(k, n)?;
+    match feedback {
+        Feedback::Plain { gain } => b.axpy(gain, g, v)?,
+        Feedback::Momentum { u, m } => {
+            b.scale(m, u)?;
+            b.axpy(E::one(), g, u)?;
+            b.axpy(E::one(), u, v)?;
+        }
+    }
+    let s = b.topk_abs(v, k)?;
+    b.mask(v, &s.indices)?;
+    Ok(s)
+}
+
+/// The smallest key in `order` of the values of a device buffer (0 if
+/// empty): one download.
+fn smallest_key<B, E>(b: &B, values: &B::Buffer<E>, order: KeyOrder) -> Result<u64>
+where
+    B: BufferOps + ?Sized,
+    E: Element,
+{
+    Ok(b.download(values)?
+        .into_iter()
+        .map(|v| order.key(v))
+        .min()
+        .unwrap_or(0))
+}
+
+/// Checks a rank `1 <= rank <= len` within a sample of `len` elements.
+///
+/// # Errors
+/// [`Error::InvalidParameter`](crate::Error::InvalidParameter).
+pub fn check_rank(rank: usize, len: usize) -> Result<()> {
+    if rank == 0 || rank > len {
+        return Err(Error::invalid(
+            "rank",
+            format!("{rank} is not within the sample of {len} elements: pass 1 to {len}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a digit against the key width of `E`.
