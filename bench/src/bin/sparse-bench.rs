@@ -679,15 +679,20 @@ fn run_train(c: &TrainCli, json: bool) -> sparse_core::Result<()> {
 
 /// Runs `runs` on `c.transport` with a progress bar; on rank 0 returns the
 /// summaries and the transport's name, elsewhere `None`.
+/// Rank 0's summaries and the transport's name (`None` on other ranks),
+/// and what must outlive the printing (MPI's universe: dropping it
+/// finalizes MPI).
+type TrainOut = (
+    Option<(Vec<bench::train::run::Summary>, &'static str)>,
+    Box<dyn std::any::Any>,
+);
+
 fn train_on(
     c: &TrainCli,
     runs: &[bench::train::Run],
     train_set: &bench::train::data::Set,
     test_set: &bench::train::data::Set,
-) -> sparse_core::Result<(
-    Option<(Vec<bench::train::run::Summary>, &'static str)>,
-    Box<dyn std::any::Any>,
-)> {
+) -> sparse_core::Result<TrainOut> {
     use bench::train::{self, run};
     let last = c.first_seed.checked_add(c.seeds - 1).ok_or_else(|| {
         sparse_core::Error::invalid("--first-seed, --seeds", "the last seed overflows u64")
