@@ -168,6 +168,8 @@
 pub mod bucket;
 #[cfg(feature = "burn")]
 pub mod burn;
+#[cfg(any(feature = "burn-wgpu", feature = "burn-cuda"))]
+pub mod burn_device;
 pub mod checkpoint;
 mod config;
 mod layer;
