@@ -84,7 +84,7 @@ fn loss(net: &Net, device: &Device, rank: usize, step: usize) -> Tensor<1> {
 }
 
 /// Top-k SGD at density 1/4 over TopkA (lossless), biases dense.
-fn trainer<B: Backend<f32>>(b: B, net: &Net) -> Result<Trainer<B, RadixTopK>> {
+fn trainer<B: Backend<f32> + 'static>(b: B, net: &Net) -> Result<Trainer<B, RadixTopK>> {
     let layers = residual_sgd::burn::layers(net);
     let lens: Vec<usize> = layers.iter().map(|l| l.len).collect();
     let cfg = Config::new(0.25, 0.25, Rule::TopK)?
@@ -177,9 +177,9 @@ fn same_memory(net: &Net, grads: &burn::tensor::Gradients, g: &[backend_cuda::Cu
 
 #[test]
 fn wgpu_steps_equal_the_cpu_steps_bit_for_bit_and_move_only_the_selected_pairs() {
-    let cpu = ThreadCluster::new(RANKS).run(on_cpu);
-    let gpu = ThreadCluster::new(RANKS).run(on_wgpu);
-    let probe = ThreadCluster::new(RANKS).run(uploaded_copies);
+    let cpu = ThreadCluster::new(RANKS).run(|t| on_cpu(t));
+    let gpu = ThreadCluster::new(RANKS).run(|t| on_wgpu(t));
+    let probe = ThreadCluster::new(RANKS).run(|t| uploaded_copies(t));
     for (r, ((c, g), p)) in cpu.into_iter().zip(gpu).zip(probe).enumerate() {
         let c = c.expect("cpu run");
         let (g, moved) = g.expect("wgpu run: install mesa-vulkan-drivers without a GPU");
