@@ -159,9 +159,14 @@ impl<R: BurnRuntime> OnDevice<R> {
         }
     }
 
-    /// `t`'s memory as a buffer: a row-major `f32` tensor as it lies,
-    /// another after a cast or a copy on the device.
-    fn buffer<const D: usize>(&self, t: Tensor<D>) -> Result<CubeBuffer<f32>> {
+    /// A float tensor on this device as a buffer of the backend, in
+    /// row-major order: a row-major `f32` tensor's own memory as it lies,
+    /// another's after a cast (another float type) or a copy (a strided
+    /// or broadcast view) on the device; nothing crosses to the host.
+    ///
+    /// # Errors
+    /// [`Error::Device`] for a tensor on another device or backend.
+    pub fn tensor_buffer<const D: usize>(&self, t: Tensor<D>) -> Result<CubeBuffer<f32>> {
         let len = t.shape().num_elements();
         let t = if t.dtype() == DType::F32 {
             t
@@ -268,7 +273,7 @@ impl<R: BurnRuntime> ModuleVisitor for Grads<'_, R> {
         let t = param.val();
         let len = t.shape().num_elements();
         let b = match t.grad(self.grads) {
-            Some(g) => self.on.buffer(g),
+            Some(g) => self.on.tensor_buffer(g),
             // A parameter the loss does not reach has a zero gradient.
             None => self.on.backend.zeros::<f32>(len),
         };

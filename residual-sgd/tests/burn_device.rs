@@ -235,3 +235,34 @@ fn uploaded_copies(t: &mut dyn Transport) -> Result<Vec<(Transfers, Work)>> {
     drop(gpu);
     Ok(out)
 }
+
+/// A gradient burn hands as a strided view or in another float type
+/// becomes a row-major `f32` buffer on the device: the values equal the
+/// transposition done on the host, and `f16` (where the device has it)
+/// comes back exactly on values `f16` holds.
+#[test]
+fn strided_and_half_tensors_become_row_major_f32_buffers() {
+    let device = Device::wgpu(Default::default());
+    let gpu = OnDevice::<Wgpu>::new(&device).expect("wgpu device");
+    let b = gpu.backend();
+    let (r, c) = (3usize, 5usize);
+    let x: Vec<f32> = (0..r * c).map(|i| i as f32 / 4.0 - 2.0).collect();
+    let t = Tensor::<2>::from_data(TensorData::new(x.clone(), [r, c]), &device);
+    let plain = gpu.tensor_buffer(t.clone()).unwrap();
+    assert_eq!(b.download(&plain).unwrap(), x);
+    let tt = gpu.tensor_buffer(t.clone().transpose()).unwrap();
+    let want: Vec<f32> = (0..c).flat_map(|j| (0..r).map(move |i| (i, j))).map(|(i, j)| x[i * c + j]).collect();
+    assert_eq!(b.download(&tt).unwrap(), want, "the transposed view, row-major");
+    if device.supports_dtype(burn::tensor::DType::F16) {
+        let h = gpu.tensor_buffer(t.cast(burn::tensor::DType::F16)).unwrap();
+        assert_eq!(b.download(&h).unwrap(), x, "f16 cast back to f32 on the device");
+    } else {
+        println!("this wgpu device has no f16: the cast path is not exercised");
+    }
+    // A tensor of burn's CPU backend is an error naming the device, not a
+    // host trip.
+    let flex = Tensor::<2>::from_data(TensorData::new(x, [r, c]), &Device::flex());
+    let e = gpu.tensor_buffer(flex).unwrap_err();
+    assert!(e.to_string().contains("cubecl"), "{e}");
+    assert!(OnDevice::<Wgpu>::new(&Device::flex()).is_err());
+}
