@@ -789,29 +789,53 @@ fn device_wgpu_trains_as_device_cpu() {
         sparse_coll::ThreadCluster::new(2)
             .run(|t| train::train_rank(t, run, a, &train_set, &test_set, &|| {}))
             .into_iter()
-            .map(|r| r.expect("wgpu run: install mesa-vulkan-drivers without a GPU").weights)
+            .map(|r| {
+                r.expect("wgpu run: install mesa-vulkan-drivers without a GPU")
+                    .weights
+            })
             .collect()
     };
     let gpu = TrainArgs {
         device: TrainDevice::Wgpu,
         ..a.clone()
     };
-    let mut runs = plan(&train::schemes_named(&["redsync_rgc".into()]).unwrap(), &[0.05]);
+    let mut runs = plan(
+        &train::schemes_named(&["redsync_rgc".into()]).unwrap(),
+        &[0.05],
+    );
     runs.push(Run::Dense { momentum: true });
     for run in &runs {
         let (cpu, dev) = (weights(run, &a), weights(run, &gpu));
         assert_eq!(dev[0], dev[1], "{}: ranks differ on wgpu", run.name());
-        let bound = if matches!(run, Run::Dense { .. }) { 1e-5 } else { 1e-4 };
+        let bound = if matches!(run, Run::Dense { .. }) {
+            1e-5
+        } else {
+            1e-4
+        };
         let mut worst = 0f32;
         for (c, d) in cpu[0].iter().flatten().zip(dev[0].iter().flatten()) {
             worst = worst.max((c - d).abs());
         }
-        assert!(worst <= bound, "{}: wgpu off the cpu by {worst}", run.name());
-        assert_ne!(cpu[0], train::model::Model::mlp(FEATURES, 32).init(a.seed), "{}: no step", run.name());
+        assert!(
+            worst <= bound,
+            "{}: wgpu off the cpu by {worst}",
+            run.name()
+        );
+        assert_ne!(
+            cpu[0],
+            train::model::Model::mlp(FEATURES, 32).init(a.seed),
+            "{}: no step",
+            run.name()
+        );
         let piped = TrainArgs {
             pipelined: true,
             ..gpu.clone()
         };
-        assert_eq!(weights(run, &piped), dev, "{}: pipelined on wgpu", run.name());
+        assert_eq!(
+            weights(run, &piped),
+            dev,
+            "{}: pipelined on wgpu",
+            run.name()
+        );
     }
 }

@@ -187,15 +187,13 @@ impl<R: BurnRuntime> OnDevice<R> {
 
     /// The cubecl tensor of `t`, checked to be on this device.
     fn primitive<const D: usize>(&self, t: Tensor<D>) -> Result<CubeTensor> {
-        let p = t
-            .try_into_primitive::<Cube>()
-            .map_err(|e| Error::Device {
-                backend: "burn",
-                detail: format!(
-                    "a gradient is not a cubecl tensor ({e:?}): build the model on {:?}",
-                    self.device
-                ),
-            })?;
+        let p = t.try_into_primitive::<Cube>().map_err(|e| Error::Device {
+            backend: "burn",
+            detail: format!(
+                "a gradient is not a cubecl tensor ({e:?}): build the model on {:?}",
+                self.device
+            ),
+        })?;
         if p.device != self.device {
             return Err(Error::Device {
                 backend: "burn",

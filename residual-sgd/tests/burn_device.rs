@@ -54,7 +54,8 @@ impl Net {
 
 /// A deterministic value in `{-1, 0, 1}` (inputs, loss weights).
 fn trit(seed: u64, i: usize) -> f32 {
-    let h = (seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let h =
+        (seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     ((h >> 40) % 3) as f32 - 1.0
 }
 
@@ -131,7 +132,8 @@ fn on_wgpu(t: &mut dyn Transport) -> Result<(Steps, Vec<[(Transfers, Work); 3]>)
     net = gpu.load(net, &tr.weight_buffers())?;
     let (mut out, mut moved) = (Vec::new(), Vec::new());
     let mark = |b: &WgpuBackend| (b.transfers(), b.work());
-    let since = |b: &WgpuBackend, m: (Transfers, Work)| (b.transfers().since(&m.0), b.work().since(&m.1));
+    let since =
+        |b: &WgpuBackend, m: (Transfers, Work)| (b.transfers().since(&m.0), b.work().since(&m.1));
     for s in 0..STEPS {
         let grads = loss(&net, &device, t.rank(), s).backward();
         let m0 = mark(&b);
@@ -148,7 +150,10 @@ fn on_wgpu(t: &mut dyn Transport) -> Result<(Steps, Vec<[(Transfers, Work); 3]>)
         let sel = rep.sent.iter().map(|v| v.indices().to_vec()).collect();
         out.push((sel, bits(tr.weights()?)));
         // The module holds the trainer's weights now.
-        assert_eq!(bits(residual_sgd::burn::weights(&net)?), bits(tr.weights()?));
+        assert_eq!(
+            bits(residual_sgd::burn::weights(&net)?),
+            bits(tr.weights()?)
+        );
     }
     Ok((out, moved))
 }
@@ -158,9 +163,15 @@ fn on_wgpu(t: &mut dyn Transport) -> Result<(Steps, Vec<[(Transfers, Work); 3]>)
 fn same_memory(net: &Net, grads: &burn::tensor::Gradients, g: &[backend_cuda::CubeBuffer<f32>]) {
     let ts = [
         net.fc1.weight.val().grad(grads),
-        net.fc1.bias.as_ref().and_then(|b| b.val().grad(grads).map(|t| t.reshape([1, HIDDEN]))),
+        net.fc1
+            .bias
+            .as_ref()
+            .and_then(|b| b.val().grad(grads).map(|t| t.reshape([1, HIDDEN]))),
         net.fc2.weight.val().grad(grads),
-        net.fc2.bias.as_ref().and_then(|b| b.val().grad(grads).map(|t| t.reshape([1, OUT]))),
+        net.fc2
+            .bias
+            .as_ref()
+            .and_then(|b| b.val().grad(grads).map(|t| t.reshape([1, OUT]))),
     ];
     assert_eq!(ts.len(), g.len());
     for (l, (t, buf)) in ts.into_iter().zip(g).enumerate() {
@@ -171,7 +182,11 @@ fn same_memory(net: &Net, grads: &burn::tensor::Gradients, g: &[backend_cuda::Cu
         let id = |h: &burn_cubecl::cubecl::server::Handle| {
             (format!("{:?}", h.memory), h.offset_start, h.offset_end)
         };
-        assert_eq!(id(&p.handle), id(buf.handle()), "layer {l}: not burn's memory");
+        assert_eq!(
+            id(&p.handle),
+            id(buf.handle()),
+            "layer {l}: not burn's memory"
+        );
     }
 }
 
@@ -191,10 +206,22 @@ fn wgpu_steps_equal_the_cpu_steps_bit_for_bit_and_move_only_the_selected_pairs()
         }
         for (s, [take, step, load]) in moved.into_iter().enumerate() {
             let none = (Transfers::default(), Work::default());
-            assert_eq!(take.0, none.0, "rank {r} step {s}: taking the gradients moved data");
-            assert_eq!(take.1.round_trips, 0, "rank {r} step {s}: taking the gradients");
-            assert_eq!(load.0, none.0, "rank {r} step {s}: loading the weights moved data");
-            assert_eq!(load.1.round_trips, 0, "rank {r} step {s}: loading the weights");
+            assert_eq!(
+                take.0, none.0,
+                "rank {r} step {s}: taking the gradients moved data"
+            );
+            assert_eq!(
+                take.1.round_trips, 0,
+                "rank {r} step {s}: taking the gradients"
+            );
+            assert_eq!(
+                load.0, none.0,
+                "rank {r} step {s}: loading the weights moved data"
+            );
+            assert_eq!(
+                load.1.round_trips, 0,
+                "rank {r} step {s}: loading the weights"
+            );
             // The step on burn's memory moves what the step on uploaded
             // copies of the same gradients moves (apart from the uploads):
             // the selected pairs and the dense layers, nothing more.
@@ -215,21 +242,35 @@ fn uploaded_copies(t: &mut dyn Transport) -> Result<Vec<(Transfers, Work)>> {
     let mut net = Net::new(&device);
     let other = WgpuBackend::new_default()?;
     let mut tr = trainer(other.clone(), &net)?;
-    let lens: Vec<usize> = residual_sgd::burn::layers(&net).iter().map(|l| l.len).collect();
+    let lens: Vec<usize> = residual_sgd::burn::layers(&net)
+        .iter()
+        .map(|l| l.len)
+        .collect();
     let compressed = tr.compressed();
     let mut out = Vec::new();
     for s in 0..STEPS {
         net = residual_sgd::burn::load(net, &tr.weights()?)?;
-        let host = residual_sgd::burn::gradients(&net, &loss(&net, &device, t.rank(), s).backward())?;
-        let bufs: Vec<_> = host.iter().map(|g| other.upload(g)).collect::<Result<_>>()?;
+        let host =
+            residual_sgd::burn::gradients(&net, &loss(&net, &device, t.rank(), s).backward())?;
+        let bufs: Vec<_> = host
+            .iter()
+            .map(|g| other.upload(g))
+            .collect::<Result<_>>()?;
         let (t0, w0) = (other.transfers(), other.work());
         let rep = tr.step_buffers(t, &bufs)?;
         let moved = (other.transfers().since(&t0), other.work().since(&w0));
         let mut data = 0;
         for (l, &n) in lens.iter().enumerate() {
-            data += if compressed[l] { 8 * rep.sent[l].nnz() } else { 4 * n };
+            data += if compressed[l] {
+                8 * rep.sent[l].nnz()
+            } else {
+                4 * n
+            };
         }
-        assert_eq!(moved.0.downloaded, data as u64, "step {s}: pairs and dense layers");
+        assert_eq!(
+            moved.0.downloaded, data as u64,
+            "step {s}: pairs and dense layers"
+        );
         out.push(moved);
     }
     drop(gpu);
@@ -251,11 +292,22 @@ fn strided_and_half_tensors_become_row_major_f32_buffers() {
     let plain = gpu.tensor_buffer(t.clone()).unwrap();
     assert_eq!(b.download(&plain).unwrap(), x);
     let tt = gpu.tensor_buffer(t.clone().transpose()).unwrap();
-    let want: Vec<f32> = (0..c).flat_map(|j| (0..r).map(move |i| (i, j))).map(|(i, j)| x[i * c + j]).collect();
-    assert_eq!(b.download(&tt).unwrap(), want, "the transposed view, row-major");
+    let want: Vec<f32> = (0..c)
+        .flat_map(|j| (0..r).map(move |i| (i, j)))
+        .map(|(i, j)| x[i * c + j])
+        .collect();
+    assert_eq!(
+        b.download(&tt).unwrap(),
+        want,
+        "the transposed view, row-major"
+    );
     if device.supports_dtype(burn::tensor::DType::F16) {
         let h = gpu.tensor_buffer(t.cast(burn::tensor::DType::F16)).unwrap();
-        assert_eq!(b.download(&h).unwrap(), x, "f16 cast back to f32 on the device");
+        assert_eq!(
+            b.download(&h).unwrap(),
+            x,
+            "f16 cast back to f32 on the device"
+        );
     } else {
         println!("this wgpu device has no f16: the cast path is not exercised");
     }

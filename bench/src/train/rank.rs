@@ -251,7 +251,12 @@ trait Place<B: Backend<f32>> {
 struct Host;
 
 impl Place<Cpu> for Host {
-    fn grads(&self, model: &Model, tr: &Trainer<Cpu, RadixTopK>, batch: &Set) -> Result<Grads<Cpu>> {
+    fn grads(
+        &self,
+        model: &Model,
+        tr: &Trainer<Cpu, RadixTopK>,
+        batch: &Set,
+    ) -> Result<Grads<Cpu>> {
         let w = tr.weights()?;
         Ok(Grads::Host(model.loss_and_grads(&w, batch)?.1))
     }
@@ -407,7 +412,9 @@ impl<'a, B: Backend<f32> + Sync + 'static, P: Place<B>> RankLoop<'a, B, P> {
         // Pipelined: backward order, the last layer's gradient first.
         let rep: StepReport = match (&grads, a.pipelined) {
             (Grads::Host(g), true) => self.tr.step_with(t, |feed| {
-                (0..g.len()).rev().try_for_each(|l| feed.push_host(l, &g[l]))
+                (0..g.len())
+                    .rev()
+                    .try_for_each(|l| feed.push_host(l, &g[l]))
             })?,
             (Grads::Host(g), false) => self.tr.step(t, g)?,
             (Grads::Device(g), true) => self.tr.step_with(t, |feed| {
