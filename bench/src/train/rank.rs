@@ -234,6 +234,7 @@ fn sparsity(c: &[f64]) -> Sparsity {
 
 /// A step's gradients: host vectors (burn's CPU backend) or buffers of
 /// the optimizer's backend over the device memory burn computed them in.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
 enum Grads<B: Backend<f32>> {
     Host(Vec<Vec<f32>>),
     Device(Vec<B::Buffer<f32>>),
