@@ -123,7 +123,11 @@ fn on_cpu(t: &mut dyn Transport) -> Result<Steps> {
 
 /// The device path: burn's wgpu backend, gradients and weights on the
 /// device; per step also what moved between host and device in each part.
-fn on_wgpu(t: &mut dyn Transport) -> Result<(Steps, Vec<[(Transfers, Work); 3]>)> {
+/// Per step, what moved in taking the gradients, in the step and in
+/// loading the weights.
+type Moved = Vec<[(Transfers, Work); 3]>;
+
+fn on_wgpu(t: &mut dyn Transport) -> Result<(Steps, Moved)> {
     let device = Device::wgpu(Default::default()).autodiff();
     let gpu = OnDevice::<Wgpu>::new(&device)?;
     let b = gpu.backend().clone();
