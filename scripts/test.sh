@@ -329,6 +329,29 @@ for r in rows:
 print(f"train under mpiexec -n 2: {len(rows)} rows, identical weights, above chance")
 PY
 
+# Training on the device (--device wgpu: burn's wgpu backend and the
+# optimizer's wgpu kernels sharing the device's memory; lavapipe here), on
+# threads and under mpiexec -n 2 with a wgpu device per process: identical
+# weights, accuracy above chance. bench/tests/train.rs compares it with
+# --device cpu; residual-sgd/tests/burn_device.rs counts its transfers.
+dev_args=(train --device wgpu --epochs 2 --hidden 32 --density 0.05 --scheme redsync_rgc --json)
+for launch in "" "mpiexec -n 2"; do
+    if [ -n "$launch" ]; then
+        dev_rows=$(MPIEXEC_TIMEOUT=300 $launch "$bin/sparse-bench" "${dev_args[@]}" --transport mpi)
+    else
+        dev_rows=$("$bin/sparse-bench" "${dev_args[@]}" --ranks 2)
+    fi
+    python3 - "$dev_rows" "${launch:-threads}" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
+assert len(rows) == 2, len(rows)
+for r in rows:
+    assert r["bench"] == "train" and r["ranks"] == 2 and r["identical_weights"], r
+    assert r["final_test_acc"] > 0.5, (r["scheme"], r["final_test_acc"])
+print(f"train --device wgpu ({sys.argv[2]}): {len(rows)} rows, identical weights, above chance")
+PY
+done
+
 # Durable training under MPI (issue 32). For every scheme, on 2, 3 and 4
 # processes: 1 epoch with checkpoints every 7 steps (not a divisor of an
 # epoch; the two newest kept), then a new mpiexec job resumed to 2

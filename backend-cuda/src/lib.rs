@@ -472,6 +472,47 @@ impl<T> CubeBuffer<T> {
     }
 }
 
+impl<T> CubeBuffer<T> {
+    /// The cubecl handle of the buffer's memory (to hand it to another
+    /// cubecl user on the same client without a copy, as a burn tensor).
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+}
+
+impl<R: Runtime> CubeBackend<R> {
+    /// A buffer of `len` items over `handle`'s memory, as it lies (no copy,
+    /// nothing crosses): memory another cubecl user allocated on this
+    /// backend's client, such as a burn tensor on burn's wgpu or cuda
+    /// backend on the same device, handed to the primitives. The items are
+    /// the first `len` of the handle's bytes (after its offset), read as
+    /// `T`.
+    ///
+    /// # Errors
+    /// [`Error::Device`] if the handle belongs to another device's client
+    /// (memory coordinates of another device mean nothing here);
+    /// [`Error::LengthMismatch`] if it holds fewer bytes than `len` items
+    /// take (in whole 32-bit words, at least one).
+    pub fn buffer_from_handle<T>(&self, handle: Handle, len: usize) -> Result<CubeBuffer<T>> {
+        if handle.service != self.client.service_id() {
+            return Err(self.device_error(
+                "the handle belongs to another device's client: allocate it on this \
+                 backend's device (CubeBackend::client)",
+            ));
+        }
+        let need = words_for::<T>(len) * 4;
+        let have = usize::try_from(handle.size_in_used()).unwrap_or(usize::MAX);
+        if have < need {
+            return Err(Error::LengthMismatch {
+                what: "device handle bytes",
+                expected: need,
+                got: have,
+            });
+        }
+        Ok(CubeBuffer::new(handle, len))
+    }
+}
+
 impl CubeBuffer<f32> {
     /// The elements' bit patterns, for the kernels that only compare keys
     /// or move elements (the same memory).

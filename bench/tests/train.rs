@@ -764,3 +764,78 @@ fn buckets_and_pipelining_train_as_the_plain_step() {
     };
     assert!(bad.bucket_bytes().is_err());
 }
+
+/// `--device wgpu` (burn's wgpu backend and the optimizer's wgpu kernels
+/// sharing the device's memory; lavapipe without a GPU) against
+/// `--device cpu` on the digits MLP, two ranks, 128 training images (four
+/// steps): the dense momentum-SGD run and RedSync's RGC over TopkA at 5%.
+/// Bit-for-bit equality is not possible: burn's matmuls and softmax sum
+/// in another order on the device (and lavapipe's `exp` is not the CPU's),
+/// so each gradient differs from the CPU's in its last bits; the weights
+/// agree within `1e-5` (dense) and `1e-4` (sparse; a near-tie in the
+/// top-k could send another coordinate, which the bound would catch) in
+/// absolute terms, every rank holds the same weights, and the
+/// `--pipelined` device step trains bit for bit as the plain one.
+#[cfg(feature = "wgpu")]
+#[test]
+fn device_wgpu_trains_as_device_cpu() {
+    use bench::train::TrainDevice;
+    let (train_set, test_set) = data::split().unwrap();
+    let a = TrainArgs {
+        train_images: Some(128),
+        ..args(1)
+    };
+    let weights = |run: &Run, a: &TrainArgs| -> Vec<Vec<Vec<f32>>> {
+        sparse_coll::ThreadCluster::new(2)
+            .run(|t| train::train_rank(t, run, a, &train_set, &test_set, &|| {}))
+            .into_iter()
+            .map(|r| {
+                r.expect("wgpu run: install mesa-vulkan-drivers without a GPU")
+                    .weights
+            })
+            .collect()
+    };
+    let gpu = TrainArgs {
+        device: TrainDevice::Wgpu,
+        ..a.clone()
+    };
+    let mut runs = plan(
+        &train::schemes_named(&["redsync_rgc".into()]).unwrap(),
+        &[0.05],
+    );
+    runs.push(Run::Dense { momentum: true });
+    for run in &runs {
+        let (cpu, dev) = (weights(run, &a), weights(run, &gpu));
+        assert_eq!(dev[0], dev[1], "{}: ranks differ on wgpu", run.name());
+        let bound = if matches!(run, Run::Dense { .. }) {
+            1e-5
+        } else {
+            1e-4
+        };
+        let mut worst = 0f32;
+        for (c, d) in cpu[0].iter().flatten().zip(dev[0].iter().flatten()) {
+            worst = worst.max((c - d).abs());
+        }
+        assert!(
+            worst <= bound,
+            "{}: wgpu off the cpu by {worst}",
+            run.name()
+        );
+        assert_ne!(
+            cpu[0],
+            train::model::Model::mlp(FEATURES, 32).init(a.seed),
+            "{}: no step",
+            run.name()
+        );
+        let piped = TrainArgs {
+            pipelined: true,
+            ..gpu.clone()
+        };
+        assert_eq!(
+            weights(run, &piped),
+            dev,
+            "{}: pipelined on wgpu",
+            run.name()
+        );
+    }
+}

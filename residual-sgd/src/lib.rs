@@ -77,7 +77,11 @@
 //! user's own memory. [`Trainer::step_buffers`] takes the gradients in the
 //! backend's buffers, where a model on the same device computed them, and
 //! the weights stay there ([`Trainer::weight_buffers`]); [`Trainer::step`]
-//! is the host convenience that uploads them first. The finite check
+//! is the host convenience that uploads them first; a burn model on
+//! burn's wgpu or cuda backend hands its gradients over that way without
+//! a copy (`residual_sgd::burn_device`, features `burn-wgpu` and
+//! `burn-cuda`: burn's cubecl tensors and `backend-cuda`'s buffers share
+//! one client and its memory). The finite check
 //! ([`sparse_core::backend::check_finite_buffer`]), clipping
 //! ([`sparse_core::ReduceOps::sum_squares`]), compensation, selection,
 //! masking and the update run on the backend; what crosses to the host is
@@ -168,6 +172,8 @@
 pub mod bucket;
 #[cfg(feature = "burn")]
 pub mod burn;
+#[cfg(any(feature = "burn-wgpu", feature = "burn-cuda"))]
+pub mod burn_device;
 pub mod checkpoint;
 mod config;
 mod layer;

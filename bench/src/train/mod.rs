@@ -162,6 +162,34 @@ impl Run {
     }
 }
 
+/// Where `sparse-bench train` computes gradients and keeps the weights
+/// (`--device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TrainDevice {
+    /// burn's `Flex` CPU backend, the optimizer on `backend-cpu`: the
+    /// gradients go through host vectors.
+    #[default]
+    Cpu,
+    /// burn's wgpu backend (any Vulkan, Metal or DX12 device; Mesa's
+    /// lavapipe without a GPU), the optimizer on `backend-cuda`'s wgpu
+    /// kernels over the same device memory: only the selected pairs and
+    /// the dense layers cross to the host. Needs the `wgpu` feature (a
+    /// default).
+    Wgpu,
+    /// The same on burn's CUDA backend (the `cuda` feature).
+    Cuda,
+}
+
+impl std::fmt::Display for TrainDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TrainDevice::Cpu => "cpu",
+            TrainDevice::Wgpu => "wgpu",
+            TrainDevice::Cuda => "cuda",
+        })
+    }
+}
+
 /// The settings of a training run (`sparse-bench train`'s optimizer
 /// flags; their defaults are [`TrainArgs::default`]'s).
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -256,6 +284,11 @@ pub struct TrainArgs {
     /// layer is in, while the next layers are selected.
     #[arg(long)]
     pub pipelined: bool,
+    /// Where gradients are computed and the weights kept: `cpu` (burn's
+    /// CPU backend), `wgpu` or `cuda` (burn's GPU backends, the optimizer's
+    /// kernels on the same device; gradients and weights never leave it).
+    #[arg(long, value_enum, default_value_t = TrainDevice::Cpu)]
+    pub device: TrainDevice,
     /// Fault injection on threads: this rank fails before its step
     /// `--fail-at-step` (counted from the start of the run), as a lost
     /// rank would; every other rank then fails too.
@@ -293,6 +326,7 @@ impl Default for TrainArgs {
             bucket_mib: 0.0,
             global_budget: false,
             pipelined: false,
+            device: TrainDevice::Cpu,
             fail_rank: None,
             fail_at_step: None,
             seed: 1,
@@ -343,6 +377,13 @@ impl TrainArgs {
     /// As [`Model::new`].
     pub fn model(&self, shape: [usize; 2]) -> Result<Model> {
         Model::new(self.model, shape, self.hidden())
+    }
+    /// [`TrainArgs::model`] on burn's `device`.
+    ///
+    /// # Errors
+    /// As [`Model::new`].
+    pub fn model_on(&self, shape: [usize; 2], device: burn::tensor::Device) -> Result<Model> {
+        Model::on(self.model, shape, self.hidden(), device)
     }
 }
 

@@ -1,10 +1,12 @@
-//! The models of `sparse-bench train` as `burn` modules on the `Flex` CPU
-//! backend with autodiff: an MLP (`input -> hidden -> 10`, ReLU) and a CNN
-//! (two 5x5 convolutions with ReLU and 2x2 max pooling, then a hidden
-//! fully connected layer and the 10-way output), both with softmax
-//! cross-entropy. The weights live outside the model, as flat `f32`
+//! The models of `sparse-bench train` as `burn` modules with autodiff, on
+//! the `Flex` CPU backend or (`--device wgpu|cuda`) burn's GPU backends:
+//! an MLP (`input -> hidden -> 10`, ReLU) and a CNN (two 5x5 convolutions
+//! with ReLU and 2x2 max pooling, then a hidden fully connected layer and
+//! the 10-way output), both with softmax cross-entropy. The weights live outside the model, as flat `f32`
 //! buffers owned by the optimizer: each step loads them into the module
-//! and takes the gradients out, both through `residual_sgd::burn`.
+//! and takes the gradients out, through `residual_sgd::burn` on the CPU
+//! (host vectors) and `residual_sgd::burn_device` on a GPU (device
+//! buffers, [`Model::device_grads`]).
 
 use super::data::{CLASSES, Set};
 use burn::module::Module;
@@ -128,6 +130,15 @@ impl Model {
     /// [`Error::InvalidParameter`] for a zero size, or a CNN whose image
     /// sides are not multiples of 4 (two 2x2 poolings).
     pub fn new(kind: Kind, shape: [usize; 2], hidden: usize) -> Result<Self> {
+        Self::on(kind, shape, hidden, Device::flex().autodiff())
+    }
+
+    /// [`Model::new`] on burn's `device` (with autodiff): `Flex` on the
+    /// CPU, or a wgpu or cuda device for [`Model::device_grads`].
+    ///
+    /// # Errors
+    /// As [`Model::new`].
+    pub fn on(kind: Kind, shape: [usize; 2], hidden: usize, device: Device) -> Result<Self> {
         let features = shape[0] * shape[1];
         if features == 0 || hidden == 0 {
             return Err(Error::invalid(
@@ -135,7 +146,6 @@ impl Model {
                 "image and hidden sizes must be at least 1",
             ));
         }
-        let device = Device::flex().autodiff();
         let [c1, c2] = CNN_CHANNELS;
         let k = CNN_KERNEL;
         let (net, fan_in) = match kind {
@@ -271,6 +281,40 @@ impl Model {
         let grads = loss.backward();
         let g = net.gradients(&grads)?;
         Ok((scalar(loss)?, g))
+    }
+
+    /// The gradients of the mean softmax cross-entropy of `set` at the
+    /// weights `w` (a trainer's weight buffers on the model's device), as
+    /// buffers over the gradients' device memory: the weights go into the
+    /// module and the gradients come out without a trip through the host
+    /// (`residual_sgd::burn_device`). Waits for the device to finish the
+    /// backward pass, so that a caller's clock times it.
+    ///
+    /// # Errors
+    /// As [`Model::loss_and_grads`]; [`Error::Device`] for a model on
+    /// another device than `on`'s.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    pub fn device_grads<R: residual_sgd::burn_device::BurnRuntime>(
+        &self,
+        on: &residual_sgd::burn_device::OnDevice<R>,
+        w: &[&backend_cuda::CubeBuffer<f32>],
+        set: &Set,
+    ) -> Result<Vec<backend_cuda::CubeBuffer<f32>>> {
+        let net = match &self.net {
+            Net::Mlp(m) => Net::Mlp(Box::new(on.load((**m).clone(), w)?)),
+            Net::Cnn(c) => Net::Cnn(Box::new(on.load((**c).clone(), w)?)),
+        };
+        let logits = self.logits(&net, set)?;
+        let grads = cross_entropy(logits, set, &self.device).backward();
+        let g = match &net {
+            Net::Mlp(m) => on.gradients(&**m, &grads),
+            Net::Cnn(c) => on.gradients(&**c, &grads),
+        }?;
+        self.device.sync().map_err(|e| Error::Device {
+            backend: "burn",
+            detail: format!("the backward pass failed on the device: {e:?}"),
+        })?;
+        Ok(g)
     }
 
     /// Mean cross-entropy and accuracy of `w` on `set`, in chunks of at

@@ -6,23 +6,28 @@ use super::data::{self, Set};
 use super::model::Model;
 use super::{
     Family, LayerUse, PROBES_PER_EPOCH, RankRun, Run, Sparsity, TRAIN_LOSS_IMAGES, TrainArgs,
-    config, durable, layer_collective, order_seed, shard, steps_per_epoch, weight_hash,
+    TrainDevice, config, durable, layer_collective, order_seed, shard, steps_per_epoch,
+    weight_hash,
 };
 use backend_cpu::Cpu;
 use residual_sgd::{LayerSpec, StepReport, Trainer, dgc_density};
 use sparse_coll::{Defaults, Registry, SparseAllreduce, Transport, agree_or_fail};
-use sparse_core::{Error, Result};
+use sparse_core::{Backend, Error, Result};
 use sparse_select::RadixTopK;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Trains one rank: every rank of `t` calls it with the same arguments.
-/// `on_step` is called after each step (progress).
+/// `on_step` is called after each step (progress). On `--device cpu` the
+/// model runs on burn's CPU backend and the optimizer on `backend-cpu`; on
+/// `wgpu` or `cuda` both run on the device, sharing its memory
+/// ([`Model::device_grads`]).
 ///
 /// # Errors
 /// Invalid settings, the model's, the optimizer's and the collectives'
-/// errors (on every rank).
+/// errors (on every rank); [`Error::Device`] where the device is missing
+/// or this build lacks its feature.
 pub fn train_rank(
     t: &mut dyn Transport,
     run: &Run,
@@ -31,7 +36,82 @@ pub fn train_rank(
     test: &Set,
     on_step: &(dyn Fn() + Sync),
 ) -> Result<RankRun> {
-    let mut r = RankLoop::new(t, run, a, train)?;
+    let job = Job {
+        run,
+        a,
+        train,
+        test,
+        on_step,
+    };
+    match a.device {
+        TrainDevice::Cpu => {
+            let model = a.model(train.shape)?;
+            train_on(t, &job, model, Cpu, Host)
+        }
+        #[cfg(feature = "wgpu")]
+        TrainDevice::Wgpu => on_gpu::<residual_sgd::burn_device::WgpuRuntime>(
+            t,
+            &job,
+            burn::tensor::Device::wgpu(Default::default()),
+        ),
+        #[cfg(feature = "cuda")]
+        TrainDevice::Cuda => {
+            on_gpu::<residual_sgd::burn_device::CudaRuntime>(t, &job, burn::tensor::Device::cuda(0))
+        }
+        #[allow(unreachable_patterns)]
+        d => {
+            let local = Err(Error::Device {
+                backend: "burn",
+                detail: format!(
+                    "--device {d}: this sparse-bench was built without the `{d}` feature; \
+                     rebuild with `--features {d}`"
+                ),
+            });
+            agree_or_fail(t, &[("device", 1)], local).map(|()| RankRun::default())
+        }
+    }
+}
+
+/// What every rank trains: the run, its settings and the data.
+struct Job<'a> {
+    run: &'a Run,
+    a: &'a TrainArgs,
+    train: &'a Set,
+    test: &'a Set,
+    on_step: &'a (dyn Fn() + Sync),
+}
+
+/// [`train_rank`] on burn's `device` of runtime `R` (with autodiff), the
+/// optimizer's kernels on the same client; a device missing on any rank
+/// is an error on every rank.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn on_gpu<R: residual_sgd::burn_device::BurnRuntime>(
+    t: &mut dyn Transport,
+    job: &Job<'_>,
+    device: burn::tensor::Device,
+) -> Result<RankRun> {
+    let device = device.autodiff();
+    let on = residual_sgd::burn_device::OnDevice::<R>::new(&device);
+    let local = on.as_ref().map(drop).map_err(|e| Error::Device {
+        backend: "burn",
+        detail: e.to_string(),
+    });
+    agree_or_fail(t, &[("device", 1)], local)?;
+    let on = on?;
+    let model = job.a.model_on(job.train.shape, device)?;
+    train_on(t, job, model, on.backend().clone(), on)
+}
+
+/// [`train_rank`] with the optimizer on `b`, gradients from `place`.
+fn train_on<B: Backend<f32> + Sync + 'static, P: Place<B>>(
+    t: &mut dyn Transport,
+    job: &Job<'_>,
+    model: Model,
+    b: B,
+    place: P,
+) -> Result<RankRun> {
+    let (run, a, train, test, on_step) = (job.run, job.a, job.train, job.test, job.on_step);
+    let mut r = RankLoop::new(t, run, a, train, (model, b, place))?;
     let loss_set = train.range(0..train.len().min(TRAIN_LOSS_IMAGES));
     if let Some(dir) = resume_dir(t, run, a)? {
         r.resume(t, &dir)?;
@@ -152,13 +232,62 @@ fn sparsity(c: &[f64]) -> Sparsity {
     }
 }
 
+/// A step's gradients: host vectors (burn's CPU backend) or buffers of
+/// the optimizer's backend over the device memory burn computed them in.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+enum Grads<B: Backend<f32>> {
+    Host(Vec<Vec<f32>>),
+    Device(Vec<B::Buffer<f32>>),
+}
+
+/// Where a rank's gradients are computed (`--device`): at the trainer's
+/// weights, on a batch.
+trait Place<B: Backend<f32>> {
+    /// The gradients of `batch`'s loss under `model` at `tr`'s weights.
+    fn grads(&self, model: &Model, tr: &Trainer<B, RadixTopK>, batch: &Set) -> Result<Grads<B>>;
+}
+
+/// burn's CPU backend: the weights downloaded (a copy), the gradients
+/// taken out as host vectors.
+struct Host;
+
+impl Place<Cpu> for Host {
+    fn grads(
+        &self,
+        model: &Model,
+        tr: &Trainer<Cpu, RadixTopK>,
+        batch: &Set,
+    ) -> Result<Grads<Cpu>> {
+        let w = tr.weights()?;
+        Ok(Grads::Host(model.loss_and_grads(&w, batch)?.1))
+    }
+}
+
+/// burn's GPU backends: the trainer's weight buffers copied into the
+/// module and the gradients handed over on the device.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl<R: residual_sgd::burn_device::BurnRuntime> Place<backend_cuda::CubeBackend<R>>
+    for residual_sgd::burn_device::OnDevice<R>
+{
+    fn grads(
+        &self,
+        model: &Model,
+        tr: &Trainer<backend_cuda::CubeBackend<R>, RadixTopK>,
+        batch: &Set,
+    ) -> Result<Grads<backend_cuda::CubeBackend<R>>> {
+        let g = model.device_grads(self, &tr.weight_buffers(), batch)?;
+        Ok(Grads::Device(g))
+    }
+}
+
 /// A rank's run under way: what it trains (the run's settings, the model,
 /// the optimizer, this rank's shard), where it stands, and what it has
 /// recorded.
-struct RankLoop<'a> {
+struct RankLoop<'a, B: Backend<f32>, P> {
     a: &'a TrainArgs,
     model: Model,
-    tr: Trainer<Cpu, RadixTopK>,
+    tr: Trainer<B, RadixTopK>,
+    place: P,
     mine: Set,
     /// Steps per epoch.
     steps: usize,
@@ -173,10 +302,17 @@ struct RankLoop<'a> {
     out: RankRun,
 }
 
-impl<'a> RankLoop<'a> {
+impl<'a, B: Backend<f32> + Sync + 'static, P: Place<B>> RankLoop<'a, B, P> {
     /// The run at its start, its arguments checked (the same on every
-    /// rank: an error on all of them).
-    fn new(t: &dyn Transport, run: &'a Run, a: &'a TrainArgs, train: &Set) -> Result<Self> {
+    /// rank: an error on all of them), `model` trained by a trainer on `b`
+    /// with gradients from `place`.
+    fn new(
+        t: &dyn Transport,
+        run: &'a Run,
+        a: &'a TrainArgs,
+        train: &Set,
+        (model, b, place): (Model, B, P),
+    ) -> Result<Self> {
         let (p, rank) = (t.size(), t.rank());
         if a.batch == 0 || a.hidden() == 0 {
             return Err(Error::invalid("batch, hidden", "must be at least 1"));
@@ -189,8 +325,7 @@ impl<'a> RankLoop<'a> {
                 format!("{r} is not a rank of {p}"),
             ));
         }
-        let model = a.model(train.shape)?;
-        let tr = trainer(run, a, &model)?;
+        let tr = trainer(b, run, a, &model)?;
         let layers = model.layers().len();
         let mine = shard(train, rank, p);
         let steps = steps_per_epoch(mine.len(), a.batch);
@@ -212,6 +347,7 @@ impl<'a> RankLoop<'a> {
             a,
             model,
             tr,
+            place,
             mine,
             steps,
             probe_every: steps.div_ceil(PROBES_PER_EPOCH),
@@ -271,19 +407,21 @@ impl<'a> RankLoop<'a> {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let rows = &order[s * a.batch..(s + 1) * a.batch];
         let batch = self.mine.rows(rows);
-        let w = self.tr.weights()?;
         let clock = std::time::Instant::now();
-        let (_, grads) = self.model.loss_and_grads(&w, &batch)?;
+        let grads = self.place.grads(&self.model, &self.tr, &batch)?;
         let grad = clock.elapsed();
-        let rep: StepReport = if a.pipelined {
-            // Backward order: the last layer's gradient first.
-            self.tr.step_with(t, |feed| {
-                (0..grads.len())
+        // Pipelined: backward order, the last layer's gradient first.
+        let rep: StepReport = match (&grads, a.pipelined) {
+            (Grads::Host(g), true) => self.tr.step_with(t, |feed| {
+                (0..g.len())
                     .rev()
-                    .try_for_each(|l| feed.push_host(l, &grads[l]))
-            })?
-        } else {
-            self.tr.step(t, &grads)?
+                    .try_for_each(|l| feed.push_host(l, &g[l]))
+            })?,
+            (Grads::Host(g), false) => self.tr.step(t, g)?,
+            (Grads::Device(g), true) => self.tr.step_with(t, |feed| {
+                (0..g.len()).rev().try_for_each(|l| feed.push(l, &g[l]))
+            })?,
+            (Grads::Device(g), false) => self.tr.step_buffers(t, g)?,
         };
         self.out.bytes_sent.push(rep.traffic.bytes_sent);
         self.out
@@ -293,7 +431,16 @@ impl<'a> RankLoop<'a> {
             *acc += l.density();
         }
         if s.is_multiple_of(self.probe_every) {
-            probe(t, &grads, &rep, &mut self.acc.stats)?;
+            // On a device the probe's gradients are downloaded, outside
+            // the timed step and its counted transfers.
+            let host = match grads {
+                Grads::Host(g) => g,
+                Grads::Device(g) => g
+                    .iter()
+                    .map(|b| self.tr.backend().download(b))
+                    .collect::<Result<_>>()?,
+            };
+            probe(t, &host, &rep, &mut self.acc.stats)?;
             self.acc.probes += 1;
         }
         let pos = &mut self.pos;
@@ -406,10 +553,15 @@ fn resume_dir(t: &mut dyn Transport, run: &Run, a: &TrainArgs) -> Result<Option<
     Ok(resume_dir)
 }
 
-/// The optimizer of `run` for `model`: RadixTopK selection and each
+/// The optimizer of `run` for `model` on `b`: RadixTopK selection and each
 /// layer's collective (TopkA for the dense runs and for the output layer
 /// of RedSync's quantized mode), from the initial weights of `a.seed`.
-fn trainer(run: &Run, a: &TrainArgs, model: &Model) -> Result<Trainer<Cpu, RadixTopK>> {
+fn trainer<B: Backend<f32> + 'static>(
+    b: B,
+    run: &Run,
+    a: &TrainArgs,
+    model: &Model,
+) -> Result<Trainer<B, RadixTopK>> {
     let layers = model.layers();
     let cfg = config(run, a)?;
     // The collectives keep the settings' budget (the density is given once).
@@ -420,7 +572,7 @@ fn trainer(run: &Run, a: &TrainArgs, model: &Model) -> Result<Trainer<Cpu, Radix
         Registry::builtin().build(spec, defaults)
     };
     let w0 = model.init(a.seed);
-    Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)
+    Trainer::new(b, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)
 }
 
 /// How each layer of `run` goes: dense and why, or compressed at the
