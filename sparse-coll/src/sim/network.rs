@@ -353,6 +353,16 @@ pub fn preset(name: &str) -> Result<Box<dyn Network>> {
 /// The largest network file [`read_network`] reads.
 pub const MAX_NETWORK_FILE: u64 = 64 * 1024;
 
+/// The keys of a full-bisection network file.
+const FULL_BISECTION_KEYS: &[&str] = &[
+    "name",
+    "model",
+    "alpha_s",
+    "bytes_per_s",
+    "bucket_bytes",
+    "peak_bytes_per_s",
+];
+
 /// A network file: `key = value` lines (`#` starts a comment), the model
 /// and its constants, as `sparse-bench calibrate` writes it:
 ///
@@ -428,34 +438,19 @@ pub fn parse_network(text: &str) -> Result<Box<dyn Network>> {
     let name = get("name").map_or("file", |(_, v, _)| *v).to_string();
     let (net, keys): (Box<dyn Network>, &[&str]) = match text_of("model")? {
         "full_bisection" => {
-            let mut net = FullBisection::new(name, link("")?);
-            match (get("bucket_bytes"), get("peak_bytes_per_s")) {
-                (None, None) => {}
-                (Some(_), Some(_)) => {
-                    let bucket = Bucket::new(num("bucket_bytes")?, num("peak_bytes_per_s")?)
-                        .map_err(|e| refused("", e))?;
-                    net = net.with_bucket(bucket);
-                }
+            let net = FullBisection::new(name, link("")?);
+            let net = match (get("bucket_bytes"), get("peak_bytes_per_s")) {
+                (None, None) => net,
+                (Some(_), Some(_)) => net.with_bucket(
+                    Bucket::new(num("bucket_bytes")?, num("peak_bytes_per_s")?)
+                        .map_err(|e| refused("", e))?,
+                ),
                 (Some((k, _, line)), None) | (None, Some((k, _, line))) => {
-                    return Err(bad(
-                        *line,
-                        format!(
-                            "{k} needs its pair: a bucket is bucket_bytes and peak_bytes_per_s"
-                        ),
-                    ));
+                    let why = "needs its pair: a bucket is bucket_bytes and peak_bytes_per_s";
+                    return Err(bad(*line, format!("{k} {why}")));
                 }
-            }
-            (
-                Box::new(net),
-                &[
-                    "name",
-                    "model",
-                    "alpha_s",
-                    "bytes_per_s",
-                    "bucket_bytes",
-                    "peak_bytes_per_s",
-                ],
-            )
+            };
+            (Box::new(net), FULL_BISECTION_KEYS)
         }
         "two_level" => {
             let (_, v, line) = get("ranks_per_node")
