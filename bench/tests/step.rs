@@ -12,14 +12,17 @@ use sparse_coll::sim;
 
 /// A layer of `2^18` simulated whole against the same layer simulated at
 /// `2^14` (scale 16) and scaled, for every collective of the schemes and
-/// the ring, at 8 ranks on Gigabit Ethernet, density 1%: within 5%.
+/// the ring, at 8 ranks on Gigabit Ethernet, density 1%: within 8%.
 ///
-/// Why 5%: the proportional part is fitted from the bandwidth parts at
+/// Why 8%: the proportional part is fitted from the bandwidth parts at
 /// `2^14` and `2^13` (see `bench::step`), so headers, length prefixes and
 /// the entry round's words stay out of what is scaled; what remains is the
 /// sums' and the encodings' sizes, which depend on the random indices
-/// drawn at each dimension (the same-sign-mean encoding's most: 1.9% when
-/// this was written; the ring and TopkA under 0.1%). The bandwidth part is
+/// drawn at each dimension (the same-sign-mean encoding's most: 1.9% with
+/// FIFO links; the ring and TopkA under 0.1%), and, since links are shared
+/// max-min, which messages overlap on a link: their start times keep the
+/// unscaled latencies, so at `2^14` messages overlap differently than at
+/// `2^18` (the same-sign-mean encoding: 5.8% when links became shared). The bandwidth part is
 /// checked to be at least 30% of each call's time, so the comparison is
 /// not decided by the latency alone.
 #[test]
@@ -59,7 +62,7 @@ fn scaling_agrees_with_an_unscaled_run() {
             err * 100.0
         );
         assert!(
-            err < 0.05,
+            err < 0.08,
             "{call:?}: scaled {} s, whole {} s ({:.1}%)",
             scaled.seconds,
             whole.seconds,
