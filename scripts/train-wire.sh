@@ -45,29 +45,17 @@ if [ -z "${BIN:-}" ]; then
     cp "${CARGO_TARGET_DIR:-target}/release/sparse-bench" "$out/sparse-bench"
     BIN=$out/sparse-bench
 fi
+. scripts/wire-job.sh
 cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" ${nice:+--nice "$nice"})
 
-# Runs a train job on P ranks into FILE. Rank 0 prints its rows before
-# MPI_Finalize, which can hang on UCX's TCP (openucx/ucx#8738): a job
-# whose output has stopped growing for 20 s after its rows is stopped
-# (the cluster script cleans up on TERM) and its output kept.
+# Runs a train job on P ranks into FILE, its rows kept where the job
+# hangs in MPI_Finalize (scripts/wire-job.sh).
 train_job() { # FILE P ARGS...
-    local f=$1 p=$2 job size still=0 rc=0
+    local f=$1 p=$2 rc
     shift 2
-    "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-600}" -- "$BIN" train "$@" > "$f" &
-    job=$!
-    size=-1
-    while kill -0 "$job" 2>/dev/null; do
-        if grep -q '"bench":"train"' "$f" && [ "$(stat -c %s "$f")" = "$size" ]; then
-            still=$((still + 1))
-        else
-            still=0
-        fi
-        size=$(stat -c %s "$f")
-        if [ "$still" -gt 20 ]; then kill -TERM "$job"; break; fi
-        sleep 1
-    done
-    wait "$job" || rc=$?
+    wire_job "$f" '"bench":"train"' -- "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-600}" -- \
+        "$BIN" train "$@"
+    rc=$wire_rc
     grep -q '"bench":"train"' "$f" || { echo "train-wire: $f: no rows (exit $rc)" >&2; exit 1; }
     [ "$rc" -eq 0 ] || echo "train-wire: $f: complete, but the job ended with exit $rc (a hang in MPI_Finalize?)" | tee -a "$out/load.txt" >&2
     ! grep '"bench":"train"' "$f" | grep -vq "\"ranks\":$p," \

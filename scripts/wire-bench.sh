@@ -46,6 +46,7 @@ if [ -z "${BIN:-}" ]; then
     cp "${CARGO_TARGET_DIR:-target}/release/sparse-bench" "$out/sparse-bench"
     BIN=$out/sparse-bench
 fi
+. scripts/wire-job.sh
 cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" ${nice:+--nice "$nice"})
 
 echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
@@ -55,22 +56,11 @@ for n in $ns; do
         for p in $ps; do
             f="$out/measured_${p}_${n}_${d}.json"
             echo "n=$n density=$d P=$p: $(uptime)" | tee -a "$out/load.txt"
-            # Rank 0 prints before MPI_Finalize, which can hang on UCX's TCP
-            # (openucx/ucx#8738): a job whose output is complete (its last
-            # row, the overlap line, printed) and that has not ended 20 s
-            # later is stopped (the cluster script cleans up on TERM), and
-            # the output kept, with a warning.
-            rc=0
-            "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-300}" -- "$BIN" allreduce --transport mpi \
-                --n "$n" --density "$d" --reps "$reps" --json > "$f" &
-            job=$!
-            done_for=0
-            while kill -0 "$job" 2>/dev/null; do
-                if grep -q '"bench":"overlap"' "$f"; then done_for=$((done_for + 1)); fi
-                if [ "$done_for" -gt 20 ]; then kill -TERM "$job"; break; fi
-                sleep 1
-            done
-            wait "$job" || rc=$?
+            # A job whose last row (the overlap line) is out and that hangs
+            # in MPI_Finalize is stopped, its output kept (scripts/wire-job.sh).
+            wire_job "$f" '"bench":"overlap"' -- "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-300}" -- \
+                "$BIN" allreduce --transport mpi --n "$n" --density "$d" --reps "$reps" --json
+            rc=$wire_rc
             if [ "$rc" -ne 0 ]; then
                 grep -q '"algo":"mpi_allreduce"' "$f" || { echo "wire-bench: $f: the job failed (exit $rc)" >&2; exit 1; }
                 echo "wire-bench: $f: complete, but the job ended with exit $rc (a hang in MPI_Finalize?)" | tee -a "$out/load.txt" >&2
