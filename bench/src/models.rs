@@ -152,12 +152,10 @@ pub fn preset(name: &str) -> Result<ModelPreset> {
 const FASHION_SIDE: usize = 28;
 const FASHION_CLASSES: usize = 10;
 
-/// A burn `Linear` (`weight [in, out]`, `bias [out]`): burn's layout.
+/// A burn `Linear`: `weight [in, out]` (burn's layout, the transpose of
+/// PyTorch's) and `bias [out]`.
 fn burn_linear(name: &str, inp: usize, out: usize) -> [Layer; 2] {
-    [
-        Layer::new(format!("{name}.weight"), &[inp, out]),
-        Layer::new(format!("{name}.bias"), &[out]),
-    ]
+    weight_bias(name, &[inp, out], out)
 }
 
 /// `sparse-bench train --model mlp` on Fashion-MNIST: 784 -> `hidden` ->
