@@ -114,15 +114,15 @@ pub const TRAIN_NAMES: [&str; 2] = ["fashion_mlp", "fashion_cnn"];
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] for an unknown name, listing the known ones,
-/// or a hidden size that is not a whole number of at least 1.
+/// or a hidden size that is not a whole number from 1 to [`MAX_HIDDEN`].
 pub fn preset(name: &str) -> Result<ModelPreset> {
     let (base, hidden) = match name.split_once(":hidden=") {
         Some((base, h)) => match h.parse::<usize>() {
-            Ok(h) if h >= 1 => (base, Some(h)),
+            Ok(h) if (1..=MAX_HIDDEN).contains(&h) => (base, Some(h)),
             _ => {
                 return Err(Error::invalid(
                     "model",
-                    format!("{name:?}: hidden= takes a whole number of units, at least 1"),
+                    format!("{name:?}: hidden= takes a whole number of units, 1 to {MAX_HIDDEN}"),
                 ));
             }
         },
@@ -147,6 +147,10 @@ pub fn preset(name: &str) -> Result<ModelPreset> {
             )
         })
 }
+
+/// The most hidden units `:hidden=N` takes (2^24: an MLP of 13 billion
+/// parameters; the counts stay far from overflowing).
+pub const MAX_HIDDEN: usize = 1 << 24;
 
 /// Fashion-MNIST's image side and classes.
 const FASHION_SIDE: usize = 28;
