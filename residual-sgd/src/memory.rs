@@ -4,8 +4,9 @@
 //! and puts back whatever quantization or the collective cut.
 
 use crate::Rule;
+use sparse_core::backend::Feedback;
 use sparse_core::state::{Scope, State};
-use sparse_core::{Backend, Error, Result, SparseVec};
+use sparse_core::{Backend, Error, Result, Selected, SparseVec};
 
 /// The memory of one compressed layer, replaceable
 /// ([`crate::Trainer::with_memory`]). Everything lives in backend buffers.
@@ -21,6 +22,43 @@ pub trait Memory<B: Backend<f32>>: Send {
     /// # Errors
     /// Backend errors.
     fn compensate(&mut self, b: &B, g: &B::Buffer<f32>) -> Result<()>;
+    /// Compensation fused with the exact top-k by magnitude: folds `g` in
+    /// as [`Memory::compensate`] does, selects the exact top `k` of the
+    /// accumulator ([`sparse_core::SelectOps::topk_abs`]'s order and tie
+    /// rule) and takes them out of it: their entries become `+0.0` and
+    /// the selection holds their values from before
+    /// ([`sparse_core::SelectOps::accumulate_topk`]: on `backend-cuda`
+    /// three passes over the accumulator and one round trip, where the
+    /// separate calls take four to six passes).
+    ///
+    /// The trainer calls it for a layer whose selector is the exact top-k
+    /// by magnitude ([`sparse_select::Selector::exact_topk_abs`]) and
+    /// `k > 0`, in place of [`Memory::compensate`] and the selector, and
+    /// then [`Memory::remove`] as usual once the step succeeded (a
+    /// momentum's factor masking happens there; the accumulator's entries
+    /// are zero already). Where the step fails, or a global bucket budget
+    /// keeps fewer of the entries, the trainer scatter-adds the selection
+    /// back into [`Memory::accumulator_mut`] (`+0 + value`: exact, but
+    /// for a `-0.0` entry, which comes back as `+0.0`).
+    ///
+    /// `Ok(None)` where this memory or the backend cannot fuse (the
+    /// default; a backend whose `accumulate_topk` is
+    /// [`Error::Unsupported`]): then nothing has changed and the trainer
+    /// compensates, selects and removes in separate calls. A memory that
+    /// fuses must leave exactly the state those calls would.
+    ///
+    /// # Errors
+    /// Backend errors; [`Error::NonFinite`] if the accumulator holds NaN
+    /// (it holds the compensated gradient then, nothing taken out).
+    fn compensate_topk(
+        &mut self,
+        b: &B,
+        g: &B::Buffer<f32>,
+        k: usize,
+    ) -> Result<Option<Selected<B, f32>>> {
+        let _ = (b, g, k);
+        Ok(None)
+    }
     /// The accumulator the compressor selects from (the residual `V`).
     fn accumulator(&self) -> &B::Buffer<f32>;
     /// The accumulator, to change in place (SparDL's paper collection
@@ -76,6 +114,16 @@ pub trait Memory<B: Backend<f32>>: Send {
     }
 }
 
+/// A fused selection, or `None` where the backend does not fuse
+/// ([`Error::Unsupported`], returned before anything changes).
+fn fused<B: Backend<f32>>(out: Result<Selected<B, f32>>) -> Result<Option<Selected<B, f32>>> {
+    match out {
+        Ok(s) => Ok(Some(s)),
+        Err(Error::Unsupported { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Checks that the saved values `v` (the entry `what`) are finite.
 ///
 /// # Errors
@@ -123,6 +171,15 @@ impl<B: Backend<f32>> Residual<B> {
 impl<B: Backend<f32>> Memory<B> for Residual<B> {
     fn compensate(&mut self, b: &B, g: &B::Buffer<f32>) -> Result<()> {
         b.axpy(self.gain, g, &mut self.v)
+    }
+    fn compensate_topk(
+        &mut self,
+        b: &B,
+        g: &B::Buffer<f32>,
+        k: usize,
+    ) -> Result<Option<Selected<B, f32>>> {
+        let feedback = Feedback::Plain { gain: self.gain };
+        fused(b.accumulate_topk(&mut self.v, g, feedback, k))
     }
     fn accumulator(&self) -> &B::Buffer<f32> {
         &self.v
@@ -175,6 +232,24 @@ impl<B: Backend<f32>> Memory<B> for Momentum<B> {
             b.axpy(1.0, g, &mut self.u)?;
             b.axpy(1.0, &self.u, &mut self.v)
         }
+    }
+    /// The classical form only (`U = m U + G; V += U`, which
+    /// [`Feedback::Momentum`] computes); Nesterov's form compensates and
+    /// selects in separate calls.
+    fn compensate_topk(
+        &mut self,
+        b: &B,
+        g: &B::Buffer<f32>,
+        k: usize,
+    ) -> Result<Option<Selected<B, f32>>> {
+        if self.nesterov {
+            return Ok(None);
+        }
+        let feedback = Feedback::Momentum {
+            u: &mut self.u,
+            m: self.momentum,
+        };
+        fused(b.accumulate_topk(&mut self.v, g, feedback, k))
     }
     fn accumulator(&self) -> &B::Buffer<f32> {
         &self.v

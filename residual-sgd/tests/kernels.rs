@@ -28,6 +28,16 @@ type Steps = Vec<Step>;
 fn trainer<B: Backend<f32> + Send + Sync + Clone + 'static>(
     b: B,
 ) -> sparse_core::Result<Trainer<B, RadixTopK>> {
+    trainer_fusing(b, true)
+}
+
+/// [`trainer`], its memories fusing the feedback into the selection
+/// where `fuse` (the default memories), else making the separate calls
+/// ([`Separate`]).
+fn trainer_fusing<B: Backend<f32> + Send + Sync + Clone + 'static>(
+    b: B,
+    fuse: bool,
+) -> sparse_core::Result<Trainer<B, RadixTopK>> {
     let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
     let rule = Rule::Rgc {
         momentum: 0.5,
@@ -36,13 +46,17 @@ fn trainer<B: Backend<f32> + Send + Sync + Clone + 'static>(
         factor_masking: true,
     };
     let cfg = Config::new(0.5, 0.01, rule)?.compress_threshold(1024);
-    Trainer::new(
+    Trainer::with_memory(
         b,
         cfg,
         LayerSpec::matrices(&SIZES),
         &w0,
         RadixTopK::magnitude(),
         |_| Registry::builtin().build("topk_a", Defaults::lossless()),
+        |b, l| {
+            let m = residual_sgd::memory::for_rule(b, rule, 0.5, l.len)?;
+            Ok(if fuse { m } else { Box::new(Separate(m)) })
+        },
     )
 }
 
@@ -288,5 +302,82 @@ impl<B: Backend<f32>> Stepper for Trainer<B, RadixTopK> {
         let rep = self.step(t, g)?;
         let sel = rep.sent.iter().map(|s| s.indices().to_vec()).collect();
         Ok((sel, self.residuals()?, self.weights()?))
+    }
+}
+
+/// A memory that never fuses (its `compensate_topk` is the default,
+/// `None`): the separate calls, the oracle of the fused ones.
+struct Separate<B: Backend<f32>>(Box<dyn residual_sgd::Memory<B>>);
+
+impl<B: Backend<f32>> residual_sgd::Memory<B> for Separate<B> {
+    fn compensate(&mut self, b: &B, g: &B::Buffer<f32>) -> sparse_core::Result<()> {
+        self.0.compensate(b, g)
+    }
+    fn accumulator(&self) -> &B::Buffer<f32> {
+        self.0.accumulator()
+    }
+    fn accumulator_mut(&mut self) -> &mut B::Buffer<f32> {
+        self.0.accumulator_mut()
+    }
+    fn remove(&mut self, b: &B, indices: &B::Buffer<u32>) -> sparse_core::Result<()> {
+        self.0.remove(b, indices)
+    }
+    fn restore(&mut self, b: &B, back: &sparse_core::SparseVec<f32>) -> sparse_core::Result<()> {
+        self.0.restore(b, back)
+    }
+    fn save_state(&self, b: &B) -> sparse_core::Result<sparse_core::state::State> {
+        self.0.save_state(b)
+    }
+    fn load_state(&mut self, b: &B, s: &sparse_core::state::State) -> sparse_core::Result<()> {
+        self.0.load_state(b, s)
+    }
+}
+
+/// Error feedback fused into the selection on the kernels (issue 43,
+/// item 2): [`trainer`]'s RGC momentum step (`u = m u + g; v += u`, factor masking)
+/// over a 3,000-entry compressed layer reads the residual three times
+/// where the separate calls read it six (the momentum's scale and two
+/// axpys, then the top-k's three passes), with the same round trips
+/// and the same weights, residuals and momenta bit for bit (dyadic
+/// inputs). Counted by `CubeBackend::work` over whole steps: the rest of
+/// a step (the finite checks, the dense layer) is the same in both.
+#[test]
+fn fused_feedback_reads_the_residual_three_times_not_six() {
+    use backend_cuda::{WgpuBackend, Work};
+    use sparse_core::BufferOps as _;
+
+    let out = ThreadCluster::new(1).run(|t| {
+        let mut runs: Vec<(Vec<Work>, Vec<sparse_core::state::State>)> = Vec::new();
+        for fuse in [true, false] {
+            let gpu = WgpuBackend::new_default()?;
+            let kept = gpu.clone();
+            let mut tr = trainer_fusing(gpu, fuse)?;
+            let (mut works, mut states) = (Vec::new(), Vec::new());
+            for g in grads(5, true).iter().take(4) {
+                let bufs: Vec<_> = g
+                    .iter()
+                    .map(|x| tr.backend().upload(x))
+                    .collect::<sparse_core::Result<_>>()?;
+                let before = kept.work();
+                tr.step_buffers(t, &bufs)?;
+                works.push(kept.work().since(&before));
+                states.push(tr.save_state()?);
+            }
+            runs.push((works, states));
+        }
+        Ok(runs)
+    });
+    let runs = out.into_iter().next().unwrap().unwrap();
+    let ((fused, fused_states), (separate, separate_states)) = (&runs[0], &runs[1]);
+    for (s, (f, p)) in fused_states.iter().zip(separate_states).enumerate() {
+        assert!(f == p, "step {s}: the training state differs, bit for bit");
+    }
+    for (s, (f, p)) in fused.iter().zip(separate).enumerate() {
+        assert_eq!(f.passes + 3, p.passes, "step {s}: {f:?} against {p:?}");
+        assert_eq!(
+            f.round_trips, p.round_trips,
+            "step {s}: {f:?} against {p:?}"
+        );
+        assert!(f.launches < p.launches, "step {s}: {f:?} against {p:?}");
     }
 }

@@ -130,6 +130,16 @@ pub trait Selector<B: Backend<E>, E: Element> {
     /// [`Error::KOutOfRange`](sparse_core::Error::KOutOfRange) if `k > len`; [`Error::NonFinite`](sparse_core::Error::NonFinite) on NaN or
     /// infinity; backend errors.
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>>;
+    /// Whether [`Selector::select`] is the exact top-k by magnitude of
+    /// sparse-core's contract ([`sparse_core::SelectOps::topk_abs`]: ties
+    /// to the lower index, in index order) with nothing else kept or
+    /// changed, so that a caller which accumulates into the input just
+    /// before selecting may fuse the two
+    /// ([`sparse_core::SelectOps::accumulate_topk`]; `residual-sgd`'s
+    /// trainer does). The default, `false`, never fuses.
+    fn exact_topk_abs(&self) -> bool {
+        false
+    }
     /// What this selector keeps across calls, as data
     /// ([`sparse_core::state`]), so that a fresh selector given it by
     /// [`Selector::load_state`] makes the same next selections as this one.
@@ -161,6 +171,9 @@ impl<B: Backend<E>, E: Element, S: Selector<B, E> + ?Sized> Selector<B, E> for B
     }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
         (**self).select(b, x, k)
+    }
+    fn exact_topk_abs(&self) -> bool {
+        (**self).exact_topk_abs()
     }
     fn save_state(&self) -> Result<State> {
         (**self).save_state()

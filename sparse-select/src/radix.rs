@@ -265,6 +265,10 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for RadixTopK {
             KeyOrder::SignedReversed => "radix_lowk_signed".into(),
         }
     }
+    /// In magnitude order: `select` is `topk_finite` by magnitude.
+    fn exact_topk_abs(&self) -> bool {
+        self.order == KeyOrder::Abs
+    }
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
         sparse_core::backend::resolve_non_finite_in(
             b,

@@ -6,7 +6,7 @@
 use crate::memory::{self, Memory};
 use crate::{Config, LayerSpec};
 use sparse_coll::{Defaults, Registry, SparseAllreduce};
-use sparse_core::{Backend, Error, Result};
+use sparse_core::{Backend, Error, Result, Selected};
 use sparse_select::Selector;
 
 mod report;
@@ -30,6 +30,10 @@ struct Compressed<B: Backend<f32>, S> {
     /// The output layer (the last of more than one dimension), never
     /// quantized.
     output: bool,
+    /// What this step's fused selection ([`Memory::compensate_topk`]) took
+    /// out of the memory and no rank has committed yet: put back if the
+    /// step fails. `None` between steps.
+    taken: Option<Selected<B, f32>>,
 }
 
 /// Compressed layers that one collective call reduces per step: a single
@@ -265,6 +269,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                     top: true,
                     steps: 0,
                     output: Some(l) == last,
+                    taken: None,
                 })
             } else {
                 Part::Dense {

@@ -121,7 +121,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 Ok(())
             })
             .and_then(|()| self.cut_to_budgets(&mut ready));
-        agree_or_fail(t, &[("step", 1)], prepared)?;
+        if let Err(e) = agree_or_fail(t, &[("step", 1)], prepared) {
+            self.put_back()?;
+            return Err(e);
+        }
         // From here a failure on one rank only (a memory's or the backend's
         // error) abandons the transport, so that no peer waits on this rank
         // in a collective (each collective guards its own body, and the
@@ -191,9 +194,26 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 for bucket in &mut self.buckets {
                     bucket.comm.reset();
                 }
+                self.put_back()?;
                 Err(e)
             }
         }
+    }
+
+    /// A failed step's fused selections ([`Compressed::taken`]) back into
+    /// their memories, scatter-added (`+0 + value`, exact), so that every
+    /// memory holds what the separate calls would have left: its
+    /// compensated accumulator, nothing taken out.
+    fn put_back(&mut self) -> Result<()> {
+        for layer in &mut self.layers {
+            if let Part::Compressed(c) = &mut layer.part
+                && let Some(t) = c.taken.take()
+            {
+                self.b
+                    .scatter_add(c.memory.accumulator_mut(), &t.indices, &t.values)?;
+            }
+        }
+        Ok(())
     }
 
     /// The commit round and the update, once the step's collectives ran:
@@ -545,7 +565,9 @@ enum Ready<B: Backend<f32>> {
 /// memory, what it sends, and what quantization removed from that (not
 /// [`sparse_core::Selected`], the selector's output it is made from).
 struct Outgoing<B: Backend<f32>> {
-    indices: B::Buffer<u32>,
+    /// The positions to take out at the update; `None` where the memory's
+    /// fused selection took them out already ([`Compressed::taken`]).
+    indices: Option<B::Buffer<u32>>,
     sent: SparseVec<f32>,
     remainder: Option<SparseVec<f32>>,
     quantized: bool,
@@ -666,7 +688,7 @@ fn cut_bucket<B: Backend<f32>>(b: &B, outs: &mut [&mut Outgoing<B>], k: usize) -
                 out.sent.values()[at]
             })
             .collect();
-        out.indices = b.upload(&kept)?;
+        out.indices = Some(b.upload(&kept)?);
         out.sent = SparseVec::new(out.sent.dim(), kept, values)?;
     }
     Ok(())

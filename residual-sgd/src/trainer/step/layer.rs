@@ -9,7 +9,7 @@ use crate::{Collection, Config, Rule};
 use sparse_coll::Reduced;
 use sparse_coll::wire::WireValues;
 use sparse_core::encoding::Qsgd;
-use sparse_core::{Backend, Error, KeyOrder, Result, SparseVec};
+use sparse_core::{Backend, Error, KeyOrder, Result, Selected, SparseVec};
 use sparse_select::{RadixTopK, Selection, Selector};
 use std::time::Instant;
 
@@ -36,8 +36,15 @@ pub(super) fn compress<B: Backend<f32>, S: Selector<B, f32>>(
     k: usize,
 ) -> Result<Outgoing<B>> {
     let n = b.len(g);
-    c.memory.compensate(b, g)?;
     let quantized = cfg.quantized && !c.output;
+    if !quantized
+        && k > 0
+        && c.selector.exact_topk_abs()
+        && let Some(sel) = c.memory.compensate_topk(b, g, k)?
+    {
+        return fused(b, cfg, c, sel, n);
+    }
+    c.memory.compensate(b, g)?;
     let sel = if quantized {
         // RedSync's alternation: the largest values, then the smallest.
         let order = if c.top {
@@ -63,8 +70,56 @@ pub(super) fn compress<B: Backend<f32>, S: Selector<B, f32>>(
         let (q, rest) = WireValues::same_sign_mean().split_exact(&sent)?;
         sent = q;
         Some(rest)
-    } else if let Some((params, feedback)) = cfg.qsgd {
-        let seed = params.seed() ^ c.steps.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    } else {
+        qsgd(cfg, c.steps, &mut sent)?
+    };
+    Ok(Outgoing {
+        indices: Some(sel.indices),
+        sent,
+        remainder,
+        quantized,
+    })
+}
+
+/// A compressed layer's local work after its memory compensated and
+/// selected in one ([`crate::Memory::compensate_topk`]): the selection
+/// kept in the layer as taken (put back if the step fails), its pairs
+/// downloaded, an infinity among them (the accumulator overflowed) an
+/// error naming its index, then QSGD as in [`compress`].
+fn fused<B: Backend<f32>, S>(
+    b: &B,
+    cfg: &Config,
+    c: &mut Compressed<B, S>,
+    sel: Selected<B, f32>,
+    n: usize,
+) -> Result<Outgoing<B>> {
+    let taken = c.taken.insert(sel);
+    let mut sent = SparseVec::new(n, b.download(&taken.indices)?, b.download(&taken.values)?)?;
+    // The selection holds every infinity of the accumulator where it holds
+    // fewer than `k` (the largest magnitudes), else the first `k` of them
+    // (the tie rule): its first is the accumulator's first.
+    if let Some(at) = sent.values().iter().position(|x| !x.is_finite()) {
+        return Err(Error::NonFinite {
+            index: sent.indices()[at] as usize,
+        });
+    }
+    let remainder = qsgd(cfg, c.steps, &mut sent)?;
+    Ok(Outgoing {
+        indices: None,
+        sent,
+        remainder,
+        quantized: false,
+    })
+}
+
+/// QSGD's codes for `sent` where the settings ask for them: `sent`
+/// becomes what the codec carries, and the exact remainder is returned
+/// where it goes back into the memory (without feedback it is lost, as in
+/// SparCML's listing).
+fn qsgd(cfg: &Config, steps: u64, sent: &mut SparseVec<f32>) -> Result<Option<SparseVec<f32>>> {
+    let n = sent.dim();
+    Ok(if let Some((params, feedback)) = cfg.qsgd {
+        let seed = params.seed() ^ steps.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let mut bytes = Vec::new();
         let rest = Qsgd(params.with_seed(seed)).encode_with_remainder(sent.values(), &mut bytes)?;
         let decoded: Vec<f32> = sent
@@ -74,16 +129,10 @@ pub(super) fn compress<B: Backend<f32>, S: Selector<B, f32>>(
             .map(|(&x, &r)| x - r)
             .collect();
         let rest = SparseVec::new(n, sent.indices().to_vec(), rest)?;
-        sent = SparseVec::new(n, sent.indices().to_vec(), decoded)?;
+        *sent = SparseVec::new(n, sent.indices().to_vec(), decoded)?;
         feedback.then_some(rest)
     } else {
         None
-    };
-    Ok(Outgoing {
-        indices: sel.indices,
-        sent,
-        remainder,
-        quantized,
     })
 }
 
@@ -112,8 +161,25 @@ pub(super) fn compressed_apply<B: Backend<f32>, S: Selector<B, f32>>(
     let clock = Instant::now();
     // Taken from the memory only once every layer's collective has
     // succeeded on every rank: a failed step leaves every selection in
-    // its memory, not lost.
-    c.memory.remove(b, &indices)?;
+    // its memory, not lost. A fused selection is out already: where a
+    // global budget kept fewer of its entries, it goes back whole first
+    // and the kept ones leave as in the separate calls; either way the
+    // memory's `remove` runs (a momentum's masking).
+    match (c.taken.take(), indices) {
+        (Some(taken), None) => c.memory.remove(b, &taken.indices)?,
+        (taken, Some(kept)) => {
+            if let Some(t) = taken {
+                b.scatter_add(c.memory.accumulator_mut(), &t.indices, &t.values)?;
+            }
+            c.memory.remove(b, &kept)?;
+        }
+        (None, None) => {
+            return Err(Error::invalid(
+                "layer",
+                "a fused selection whose layer holds none",
+            ));
+        }
+    }
     if quantized {
         c.top = !c.top;
     }
