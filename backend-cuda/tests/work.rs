@@ -360,18 +360,21 @@ fn bucket_topk_and_sampled_threshold_near_2_pow_22() {
 
 /// Segmented top-k on every path of the kernels, against the CPU: all
 /// segments short (one launch), short selecting segments beside a long one
-/// taken whole or not at all (the keys of the short ones found on chip,
-/// then a compaction), and long segments (the histogram walk).
+/// taken whole or not at all (the short kernel beside the collection), a
+/// long one selecting (the segmented select) and a single segment (the
+/// whole-buffer top-k).
 #[test]
 fn segmented_topk_equals_the_cpu_on_every_path() {
     let b = wgpu();
     let n = 3 * 4096 + 17;
     for (name, x) in inputs(n) {
-        let cases: [(Vec<usize>, Vec<usize>); 4] = [
+        let cases: [(Vec<usize>, Vec<usize>); 6] = [
             (vec![0, 512, 1024, 3072, n], vec![7, 0, 2048, 0]),
             (vec![0, 3000, 3512, n], vec![0, 5, n - 3512]),
             (vec![0, 3000, 3512, n], vec![3000, 511, 0]),
             (vec![0, 5000, n], vec![17, n - 5000 - 1]),
+            (vec![0, 3000, 3512, n], vec![1500, 5, 4000]),
+            (vec![0, n], vec![n / 3]),
         ];
         for (offsets, ks) in cases {
             let what = format!("{name}, {offsets:?}, {ks:?}");
@@ -483,5 +486,131 @@ fn error_feedback_fused_into_the_selection_takes_three_passes() {
                 }
             }
         }
+    }
+}
+
+/// `topk_abs_segmented` on the kernels with its work, against the CPU's:
+/// the same indices and values, bit for bit.
+fn segmented_both(
+    b: &WgpuBackend,
+    buf: &<WgpuBackend as BufferOps>::Buffer<f32>,
+    x: &[f32],
+    offsets: &[usize],
+    ks: &[usize],
+    what: &str,
+) -> Work {
+    let (got, w) = b.work_of(|| b.topk_abs_segmented(buf, offsets, ks).unwrap());
+    let want = Cpu.topk_abs_segmented(&x.to_vec(), offsets, ks).unwrap();
+    assert_eq!(b.download(&got.indices).unwrap(), want.indices, "{what}");
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&b.download(&got.values).unwrap()),
+        bits(&want.values),
+        "{what}: values"
+    );
+    w
+}
+
+/// The k patterns of a segmented call over segments of `lens`: none, all,
+/// one each, SparDL's shares at 0.1% of `n`, and a mix of 0, 1, a third,
+/// all but one and all.
+fn k_patterns(lens: &[usize], shares: Vec<usize>) -> Vec<(&'static str, Vec<usize>)> {
+    vec![
+        ("k = 0", vec![0; lens.len()]),
+        ("k = len", lens.to_vec()),
+        ("k = 1", lens.iter().map(|&l| l.min(1)).collect()),
+        ("shares", shares),
+        (
+            "mixed",
+            lens.iter()
+                .enumerate()
+                .map(|(j, &l)| match j % 5 {
+                    0 => 0,
+                    1 => l.min(1),
+                    2 => l / 3,
+                    3 => l.saturating_sub(1),
+                    _ => l,
+                })
+                .collect(),
+        ),
+    ]
+}
+
+/// SparDL's block top-k (P blocks of n/P at P = 3, 7, 64) near 2^16 and
+/// 2^20 elements, on adversarial inputs, for every k pattern: one host
+/// round trip and at most four passes per call (blocks of at most 2,048:
+/// one pass), each selection the CPU's. The histogram walk this replaced
+/// read four digit histograms back to the host, then counted and
+/// compacted: 6 passes, 5 round trips.
+#[test]
+fn block_topk_over_long_segments_takes_one_round_trip() {
+    use sparse_select::BlockTopK;
+    let b = wgpu();
+    for n in [(1 << 16) + 5, (1 << 20) - 3] {
+        for (name, x) in inputs(n) {
+            let buf = b.upload(&x).unwrap();
+            for p in [3usize, 7, 64] {
+                let (offsets, shares) = BlockTopK { blocks: p }.plan(n, n / 1000).unwrap();
+                let lens: Vec<usize> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
+                for (kname, ks) in k_patterns(&lens, shares) {
+                    let what = format!("{name}, n = {n}, P = {p}, {kname}");
+                    let w = segmented_both(&b, &buf, &x, &offsets, &ks, &what);
+                    assert!(
+                        w.round_trips <= 1 && w.passes <= 4 && w.launches <= 12,
+                        "{what}: {w:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Many segments of different lengths in one call: empty ones, short ones
+/// (at most 2,048, selected on chip) and long ones around the tile size,
+/// every k pattern, on adversarial inputs: one round trip and at most four
+/// passes, the CPU's selection.
+#[test]
+fn segmented_topk_over_mixed_lengths_takes_one_round_trip() {
+    let lens = [
+        0usize, 1, 2049, 2, 4096, 0, 4097, 2048, 3, 10_000, 511, 8192, 2050, 1, 40_000, 5,
+    ];
+    let mut offsets = vec![0usize];
+    for l in lens {
+        offsets.push(offsets.last().unwrap() + l);
+    }
+    let n = *offsets.last().unwrap();
+    let b = wgpu();
+    for (name, x) in inputs(n) {
+        let buf = b.upload(&x).unwrap();
+        let shares = lens.iter().map(|&l| l / 100).collect();
+        for (kname, ks) in k_patterns(&lens, shares) {
+            let what = format!("{name}, {kname}");
+            let w = segmented_both(&b, &buf, &x, &offsets, &ks, &what);
+            assert!(
+                w.round_trips <= 1 && w.passes <= 4 && w.launches <= 12,
+                "{what}: {w:?}"
+            );
+        }
+    }
+}
+
+/// A NaN anywhere, in a long selecting segment, a short one or one
+/// selecting nothing, is the error naming the first NaN, as on the CPU.
+#[test]
+fn segmented_topk_reports_the_first_nan() {
+    let b = wgpu();
+    let n = 3 * 4096 + 17;
+    let offsets = [0, 5000, 5100, 6000, n];
+    let ks = [40, 7, 0, 1000];
+    for at in [[4999, 6500], [5050, 7000], [5500, 9000], [8000, 12000]] {
+        let mut x: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
+        for i in at {
+            x[i] = f32::NAN;
+        }
+        let buf = b.upload(&x).unwrap();
+        let got = b.topk_abs_segmented(&buf, &offsets, &ks).err();
+        assert_eq!(got, Some(Error::NonFinite { index: at[0] }), "{at:?}");
+        let want = Cpu.topk_abs_segmented(&x, &offsets, &ks).err();
+        assert_eq!(got, want, "{at:?}");
     }
 }
