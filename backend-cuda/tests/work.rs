@@ -614,3 +614,33 @@ fn segmented_topk_reports_the_first_nan() {
         assert_eq!(got, want, "{at:?}");
     }
 }
+
+/// SparDL's block top-k and SparCML's bucket top-k over buckets longer
+/// than 2,048 near 2^22 elements at 0.1% and 1%, as selectors (their
+/// finiteness check included: one reduction): two round trips and five
+/// passes per call at most, where the histogram walk took six round trips
+/// and seven passes; each selection the CPU's.
+#[test]
+fn block_and_long_bucket_selectors_near_2_pow_22() {
+    use sparse_select::BlockTopK;
+    let b = wgpu();
+    let n = (1 << 22) - 3;
+    for (name, x) in inputs(n) {
+        for k in [n / 1000, n / 100] {
+            for p in [3, 7, 64] {
+                let what = format!("block P = {p}, {name}, k = {k}");
+                if let Some(w) = select_both(&b, &BlockTopK { blocks: p }, &x, k, &what) {
+                    assert!(w.round_trips <= 2 && w.passes <= 5, "{what}: {w:?}");
+                }
+            }
+            let what = format!("bucket 4096, {name}, k = {k}");
+            let s = BucketTopK {
+                bucket: 4096,
+                per_bucket: None,
+            };
+            if let Some(w) = select_both(&b, &s, &x, k, &what) {
+                assert!(w.round_trips <= 2 && w.passes <= 5, "{what}: {w:?}");
+            }
+        }
+    }
+}
