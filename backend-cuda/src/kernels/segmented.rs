@@ -283,6 +283,8 @@ pub(crate) fn seg_collect(
 /// the segment's tiles before it); a selection whose length is not the
 /// segment's k counts in `g[G_MISMATCH]`. Each unit scans consecutive
 /// tiles.
+// `div_ceil` is host Rust; the device language has the division.
+#[allow(clippy::manual_div_ceil)]
 #[cube(launch_unchecked)]
 pub(crate) fn seg_offsets(
     seg: &[u32],

@@ -177,7 +177,6 @@ impl<R: Runtime> CubeBackend<R> {
                     &out_val,
                     &g,
                     order,
-                    true,
                 )
             });
         }
@@ -278,7 +277,6 @@ impl<R: Runtime> CubeBackend<R> {
                     &out_val,
                     &bad,
                     order,
-                    true,
                 )
             });
             if self.get(&bad)?[0] > 0 {
