@@ -644,3 +644,44 @@ fn block_and_long_bucket_selectors_near_2_pow_22() {
         }
     }
 }
+
+/// Two magnitudes that differ first in the digit of level 1, 2 or 3 of the
+/// segmented select (key bits 31..21, 20..10, 9..0), with each segment's
+/// k the count of the larger (the chosen bucket taken whole: the early
+/// stop of levels 1 and 2) and one either side of it: the CPU's selection.
+#[test]
+fn segmented_topk_stops_early_at_every_level() {
+    let b = wgpu();
+    let lens = [2049usize, 5000, 3, 4096 * 3 + 1, 700];
+    let mut offsets = vec![0usize];
+    for l in lens {
+        offsets.push(offsets.last().unwrap() + l);
+    }
+    let n = *offsets.last().unwrap();
+    for bit in [21u32, 10, 0] {
+        let (lo, hi) = (1.0f32, f32::from_bits(1.0f32.to_bits() + (1 << bit)));
+        let x: Vec<f32> = (0..n)
+            .map(|i| match i % 7 {
+                0 | 3 => -hi,
+                5 => hi,
+                1 => -lo,
+                _ => lo,
+            })
+            .collect();
+        let buf = b.upload(&x).unwrap();
+        let larger: Vec<usize> = offsets
+            .windows(2)
+            .map(|w| x[w[0]..w[1]].iter().filter(|v| v.abs() == hi).count())
+            .collect();
+        for shift in [-1i64, 0, 1] {
+            let ks: Vec<usize> = larger
+                .iter()
+                .zip(&lens)
+                .map(|(&c, &l)| (c as i64 + shift).clamp(0, l as i64) as usize)
+                .collect();
+            let what = format!("bit {bit}, ks {ks:?}");
+            let w = segmented_both(&b, &buf, &x, &offsets, &ks, &what);
+            assert!(w.round_trips <= 1 && w.passes <= 4, "{what}: {w:?}");
+        }
+    }
+}
