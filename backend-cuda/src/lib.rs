@@ -37,13 +37,16 @@
 //!   and every element above the k-th largest key of a sample
 //!   (`compact_above_kth_of`, DGC's sampled threshold, the key found from
 //!   the sample on the device: one pass over the input). SparDL's block
-//!   and SparCML's bucket top-k (`topk_abs_segmented`) are an MSD radix
-//!   select: where every segment holds at most 2,048 elements (SparCML's
-//!   buckets of 512) one cube per segment runs all four 8-bit digits in
-//!   shared memory and writes its top k at the sum of the ks before it,
-//!   one launch and one pass in all; longer segments take four digit
-//!   histograms (one launch each, every segment at once) read back to the
-//!   host, then one compaction.
+//!   and SparCML's bucket top-k (`topk_abs_segmented`) select on the
+//!   device too, each segment's output at the sum of the ks before it,
+//!   one round trip per call: where every segment holds at most 2,048
+//!   elements (SparCML's buckets of 512) one cube per segment runs all
+//!   four 8-bit digits in shared memory, one launch and one pass in all;
+//!   a single segment is the whole-buffer top-k (three passes); otherwise
+//!   the same select with a segment dimension (`kernels/segmented.rs`):
+//!   three digit histograms, each into its segment's row, each followed
+//!   by a choice kernel with one cube per segment, then the collection,
+//!   per-segment offsets and merge: four passes.
 //! - QSGD's codes equal the CPU's bit for bit on every device: the one
 //!   product whose rounding decides a level is kept out of reach of the
 //!   device compiler's multiply-add contraction (NVRTC contracts by
@@ -81,9 +84,8 @@
 //! | `compact_above`, `compact_key` | `12 T` | 1 |
 //! | `topk_abs`, `topk_signed`, `topk_finite`, `topk_ties`, `compact_above_kth_of`, `accumulate_topk` (any `n` and `k`) | 32 (the state words) | 1 |
 //! | `topk_abs_segmented`, every segment at most 2,048 | 4 (the NaN count) | 1 |
-//! | `topk_abs_segmented`, a segment longer, but every one with `0 < k < len` at most 2,048 | `4 + 8 S + 12 T` (`S` segments) | 3 |
-//! | `topk_abs_segmented`, longer segments | `4 * 1028 S + 12 T` | 5 |
-//! | `topk_abs_segmented`, a segment longer than 2,048 and `k = 0` or `k = n` in every segment | `12 T` | 1 |
+//! | `topk_abs_segmented`, one segment, longer | 32 (the state words) | 1 |
+//! | `topk_abs_segmented`, several segments, one longer (any ks) | 8 (the NaN and fault counts) | 1 |
 //! | `bitmap_encode` | 4 | 1 |
 //! | `bitmap_decode` | `4 ceil(ceil(n / 32) / 4096)` | 1 |
 //! | `qsgd_quantize` | 4 | 1 |

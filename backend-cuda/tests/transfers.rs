@@ -262,6 +262,36 @@ fn control_readbacks_are_bounded_per_call() {
                 "{what}, {s} buckets"
             );
         }
+        // Block top-k (SparDL's P blocks, longer than 2,048 past the first
+        // n): the whole select on the device, the two global words (NaN
+        // and fault counts) read back once, whatever P and the ks; one
+        // block is the whole-buffer top-k (its eight state words).
+        let long = |len: usize| len > 2048;
+        for p in [1usize, 3, 7, 64] {
+            let offsets: Vec<usize> = (0..=p).map(|j| j * n / p).collect();
+            let lens: Vec<usize> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
+            let want = if !lens.iter().copied().any(long) {
+                (4, 1)
+            } else if p == 1 {
+                (32, 1)
+            } else {
+                (8, 1)
+            };
+            let patterns = [
+                lens.iter().map(|&l| l.min(5)).collect::<Vec<_>>(),
+                vec![0; p],
+                lens.clone(),
+                lens.iter().map(|&l| l / 3).collect(),
+            ];
+            for ks in patterns {
+                assert_eq!(
+                    reads(&|| drop(b.topk_abs_segmented(&buf, &offsets, &ks).unwrap())),
+                    want,
+                    "{what}, P = {p}, ks {:?}",
+                    &ks[..ks.len().min(4)]
+                );
+            }
+        }
         // Kernels over device memory only.
         let idx = b
             .upload(&(0..k as u32).map(|i| i * 7 % n as u32).collect::<Vec<_>>())

@@ -360,18 +360,21 @@ fn bucket_topk_and_sampled_threshold_near_2_pow_22() {
 
 /// Segmented top-k on every path of the kernels, against the CPU: all
 /// segments short (one launch), short selecting segments beside a long one
-/// taken whole or not at all (the keys of the short ones found on chip,
-/// then a compaction), and long segments (the histogram walk).
+/// taken whole or not at all (the short kernel beside the collection), a
+/// long one selecting (the segmented select) and a single segment (the
+/// whole-buffer top-k).
 #[test]
 fn segmented_topk_equals_the_cpu_on_every_path() {
     let b = wgpu();
     let n = 3 * 4096 + 17;
     for (name, x) in inputs(n) {
-        let cases: [(Vec<usize>, Vec<usize>); 4] = [
+        let cases: [(Vec<usize>, Vec<usize>); 6] = [
             (vec![0, 512, 1024, 3072, n], vec![7, 0, 2048, 0]),
             (vec![0, 3000, 3512, n], vec![0, 5, n - 3512]),
             (vec![0, 3000, 3512, n], vec![3000, 511, 0]),
             (vec![0, 5000, n], vec![17, n - 5000 - 1]),
+            (vec![0, 3000, 3512, n], vec![1500, 5, 4000]),
+            (vec![0, n], vec![n / 3]),
         ];
         for (offsets, ks) in cases {
             let what = format!("{name}, {offsets:?}, {ks:?}");
@@ -482,6 +485,203 @@ fn error_feedback_fused_into_the_selection_takes_three_passes() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// `topk_abs_segmented` on the kernels with its work, against the CPU's:
+/// the same indices and values, bit for bit.
+fn segmented_both(
+    b: &WgpuBackend,
+    buf: &<WgpuBackend as BufferOps>::Buffer<f32>,
+    x: &[f32],
+    offsets: &[usize],
+    ks: &[usize],
+    what: &str,
+) -> Work {
+    let (got, w) = b.work_of(|| b.topk_abs_segmented(buf, offsets, ks).unwrap());
+    let want = Cpu.topk_abs_segmented(&x.to_vec(), offsets, ks).unwrap();
+    assert_eq!(b.download(&got.indices).unwrap(), want.indices, "{what}");
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&b.download(&got.values).unwrap()),
+        bits(&want.values),
+        "{what}: values"
+    );
+    w
+}
+
+/// The k patterns of a segmented call over segments of `lens`: none, all,
+/// one each, SparDL's shares at 0.1% of `n`, and a mix of 0, 1, a third,
+/// all but one and all.
+fn k_patterns(lens: &[usize], shares: Vec<usize>) -> Vec<(&'static str, Vec<usize>)> {
+    vec![
+        ("k = 0", vec![0; lens.len()]),
+        ("k = len", lens.to_vec()),
+        ("k = 1", lens.iter().map(|&l| l.min(1)).collect()),
+        ("shares", shares),
+        (
+            "mixed",
+            lens.iter()
+                .enumerate()
+                .map(|(j, &l)| match j % 5 {
+                    0 => 0,
+                    1 => l.min(1),
+                    2 => l / 3,
+                    3 => l.saturating_sub(1),
+                    _ => l,
+                })
+                .collect(),
+        ),
+    ]
+}
+
+/// SparDL's block top-k (P blocks of n/P at P = 3, 7, 64) near 2^16 and
+/// 2^20 elements, on adversarial inputs, for every k pattern: one host
+/// round trip and at most four passes per call (blocks of at most 2,048:
+/// one pass), each selection the CPU's. The histogram walk this replaced
+/// read four digit histograms back to the host, then counted and
+/// compacted: 6 passes, 5 round trips.
+#[test]
+fn block_topk_over_long_segments_takes_one_round_trip() {
+    use sparse_select::BlockTopK;
+    let b = wgpu();
+    for n in [(1 << 16) + 5, (1 << 20) - 3] {
+        for (name, x) in inputs(n) {
+            let buf = b.upload(&x).unwrap();
+            for p in [3usize, 7, 64] {
+                let (offsets, shares) = BlockTopK { blocks: p }.plan(n, n / 1000).unwrap();
+                let lens: Vec<usize> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
+                for (kname, ks) in k_patterns(&lens, shares) {
+                    let what = format!("{name}, n = {n}, P = {p}, {kname}");
+                    let w = segmented_both(&b, &buf, &x, &offsets, &ks, &what);
+                    assert!(
+                        w.round_trips <= 1 && w.passes <= 4 && w.launches <= 12,
+                        "{what}: {w:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Many segments of different lengths in one call: empty ones, short ones
+/// (at most 2,048, selected on chip) and long ones around the tile size,
+/// every k pattern, on adversarial inputs: one round trip and at most four
+/// passes, the CPU's selection.
+#[test]
+fn segmented_topk_over_mixed_lengths_takes_one_round_trip() {
+    let lens = [
+        0usize, 1, 2049, 2, 4096, 0, 4097, 2048, 3, 10_000, 511, 8192, 2050, 1, 40_000, 5,
+    ];
+    let mut offsets = vec![0usize];
+    for l in lens {
+        offsets.push(offsets.last().unwrap() + l);
+    }
+    let n = *offsets.last().unwrap();
+    let b = wgpu();
+    for (name, x) in inputs(n) {
+        let buf = b.upload(&x).unwrap();
+        let shares = lens.iter().map(|&l| l / 100).collect();
+        for (kname, ks) in k_patterns(&lens, shares) {
+            let what = format!("{name}, {kname}");
+            let w = segmented_both(&b, &buf, &x, &offsets, &ks, &what);
+            assert!(
+                w.round_trips <= 1 && w.passes <= 4 && w.launches <= 12,
+                "{what}: {w:?}"
+            );
+        }
+    }
+}
+
+/// A NaN anywhere, in a long selecting segment, a short one or one
+/// selecting nothing, is the error naming the first NaN, as on the CPU.
+#[test]
+fn segmented_topk_reports_the_first_nan() {
+    let b = wgpu();
+    let n = 3 * 4096 + 17;
+    let offsets = [0, 5000, 5100, 6000, n];
+    let ks = [40, 7, 0, 1000];
+    for at in [[4999, 6500], [5050, 7000], [5500, 9000], [8000, 12000]] {
+        let mut x: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
+        for i in at {
+            x[i] = f32::NAN;
+        }
+        let buf = b.upload(&x).unwrap();
+        let got = b.topk_abs_segmented(&buf, &offsets, &ks).err();
+        assert_eq!(got, Some(Error::NonFinite { index: at[0] }), "{at:?}");
+        let want = Cpu.topk_abs_segmented(&x, &offsets, &ks).err();
+        assert_eq!(got, want, "{at:?}");
+    }
+}
+
+/// SparDL's block top-k and SparCML's bucket top-k over buckets longer
+/// than 2,048 near 2^22 elements at 0.1% and 1%, as selectors (their
+/// finiteness check included: one reduction): two round trips and five
+/// passes per call at most, where the histogram walk took six round trips
+/// and seven passes; each selection the CPU's.
+#[test]
+fn block_and_long_bucket_selectors_near_2_pow_22() {
+    use sparse_select::BlockTopK;
+    let b = wgpu();
+    let n = (1 << 22) - 3;
+    for (name, x) in inputs(n) {
+        for k in [n / 1000, n / 100] {
+            for p in [3, 7, 64] {
+                let what = format!("block P = {p}, {name}, k = {k}");
+                if let Some(w) = select_both(&b, &BlockTopK { blocks: p }, &x, k, &what) {
+                    assert!(w.round_trips <= 2 && w.passes <= 5, "{what}: {w:?}");
+                }
+            }
+            let what = format!("bucket 4096, {name}, k = {k}");
+            let s = BucketTopK {
+                bucket: 4096,
+                per_bucket: None,
+            };
+            if let Some(w) = select_both(&b, &s, &x, k, &what) {
+                assert!(w.round_trips <= 2 && w.passes <= 5, "{what}: {w:?}");
+            }
+        }
+    }
+}
+
+/// Two magnitudes that differ first in the digit of level 1, 2 or 3 of the
+/// segmented select (key bits 31..21, 20..10, 9..0), with each segment's
+/// k the count of the larger (the chosen bucket taken whole: the early
+/// stop of levels 1 and 2) and one either side of it: the CPU's selection.
+#[test]
+fn segmented_topk_stops_early_at_every_level() {
+    let b = wgpu();
+    let lens = [2049usize, 5000, 3, 4096 * 3 + 1, 700];
+    let mut offsets = vec![0usize];
+    for l in lens {
+        offsets.push(offsets.last().unwrap() + l);
+    }
+    let n = *offsets.last().unwrap();
+    for bit in [21u32, 10, 0] {
+        let (lo, hi) = (1.0f32, f32::from_bits(1.0f32.to_bits() + (1 << bit)));
+        let x: Vec<f32> = (0..n)
+            .map(|i| match i % 7 {
+                0 | 3 => -hi,
+                5 => hi,
+                1 => -lo,
+                _ => lo,
+            })
+            .collect();
+        let buf = b.upload(&x).unwrap();
+        let larger: Vec<usize> = offsets
+            .windows(2)
+            .map(|w| x[w[0]..w[1]].iter().filter(|v| v.abs() == hi).count())
+            .collect();
+        for shift in [-1i64, 0, 1] {
+            let ks: Vec<usize> = larger
+                .iter()
+                .zip(&lens)
+                .map(|(&c, &l)| (c as i64 + shift).clamp(0, l as i64) as usize)
+                .collect();
+            let what = format!("bit {bit}, ks {ks:?}");
+            let w = segmented_both(&b, &buf, &x, &offsets, &ks, &what);
+            assert!(w.round_trips <= 1 && w.passes <= 4, "{what}: {w:?}");
         }
     }
 }

@@ -142,7 +142,7 @@ pub(crate) fn air_histogram(
 /// (`h` is only read; mutable as the kernels' buffers are).
 /// Every unit of the cube must call it: it synchronizes.
 #[cube]
-fn find_digit(
+pub(crate) fn find_digit(
     h: &mut [u32],
     base: usize,
     left: u32,
@@ -350,7 +350,7 @@ pub(crate) fn air_offsets(st: &mut [u32], counts: &[u32], bases: &mut [u32], til
 /// How many of the `len` increasing indices in `tmp` (from `from`, every
 /// `step`-th word: 1 forward, or backwards with `back`) are below `i`.
 #[cube]
-fn below(tmp: &[u32], from: usize, len: u32, i: u32, #[comptime] back: bool) -> u32 {
+pub(crate) fn below(tmp: &[u32], from: usize, len: u32, i: u32, #[comptime] back: bool) -> u32 {
     let mut lo = 0u32;
     let mut hi = len;
     while lo < hi {

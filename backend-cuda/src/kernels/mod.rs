@@ -37,6 +37,7 @@ pub(crate) mod outside;
 pub(crate) mod qsgd;
 pub(crate) mod scale;
 pub(crate) mod scatter;
+pub(crate) mod segmented;
 pub(crate) mod short;
 pub(crate) mod stats;
 

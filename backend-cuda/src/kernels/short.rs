@@ -1,12 +1,13 @@
 //! The top-k of many short segments in one launch (SparCML's buckets of
 //! 512): one cube per segment holds the segment's keys in shared memory
 //! and runs the whole MSD radix select there, four 8-bit digits, so that no
-//! histogram leaves the chip; then (`emit`) it writes the segment's top k
-//! at the output offset its caller gave it (the sum of the ks before it),
-//! so the whole bucket top-k is one launch and one pass. The multi-segment select of
-//! [`super::histogram`] reads back one row of 257 counts per segment and
-//! digit; with 2^15 buckets that was 34 MB a digit, and bucket top-k of
-//! 2^24 elements took 450 ms on an H100 where block top-k took 0.8 ms.
+//! histogram leaves the chip; then it writes the segment's top k at the
+//! output offset its caller gave it (the sum of the ks before it), so the
+//! whole bucket top-k is one launch and one pass. The multi-segment select
+//! this replaced read back one row of 257 counts per segment and digit;
+//! with 2^15 buckets that was 34 MB a digit, and bucket top-k of 2^24
+//! elements took 450 ms on an H100 where block top-k took 0.8 ms. Beside
+//! longer segments (`segmented.rs`) it takes the short ones that select.
 
 use super::{UNITS, cube_exclusive_scan, is_nan, key_of};
 use crate::CubeBuffer;
@@ -18,18 +19,12 @@ use cubecl::prelude::*;
 /// WGSL guarantees.
 pub(crate) const SHORT: usize = 2048;
 
-/// Without `emit`: `segs[3 j..]` = (start, end, k) of segment `j`, with
-/// `0 < k < end - start <= SHORT`; writes `out[2 j..]` = (the k-th largest
-/// key of the segment in `order`, how many of its copies the top k take),
-/// as [`crate::ops`]'s `radix` derives them from the histograms.
-///
-/// With `emit`: `segs[4 j..]` = (start, end, k, base) of segment `j`, with
+/// `segs[4 j..]` = (start, end, k, base) of segment `j`, with
 /// `0 <= k <= end - start <= SHORT` and `base` the number of elements the
 /// segments before it select; writes the segment's top k, in index order,
 /// to `out[base..base + k]` (indices) and `vals` (their bit patterns):
-/// the whole bucket top-k in this one launch.
-///
-/// Either way counts the NaNs of every segment in `bad[0]`.
+/// the whole bucket top-k in this one launch. Counts the NaNs of every
+/// segment in `bad[0]`.
 #[cube(launch_unchecked)]
 pub(crate) fn short_topk(
     x: &[u32],
@@ -38,12 +33,11 @@ pub(crate) fn short_topk(
     vals: &mut [u32],
     bad: &mut [Atomic<u32>],
     #[comptime] order: u32,
-    #[comptime] emit: bool,
 ) {
     let mut keys = Shared::<[u32]>::new_slice(SHORT);
     let hist = Shared::<[Atomic<u32>]>::new_slice(UNITS as usize);
     let mut state = Shared::<[u32]>::new_slice(2usize);
-    let stride = comptime![if emit { 4usize } else { 3usize }];
+    let stride = 4usize;
     let u = UNIT_POS as usize;
     let s = CUBE_POS;
     let valid = s < segs.len() / stride;
@@ -106,18 +100,11 @@ pub(crate) fn short_topk(
         }
         sync_cube();
     }
-    if comptime![emit] {
-        let mut base = 0u32;
-        if valid {
-            base = segs[s * stride + 3];
-        }
-        emit_top(x, &keys, start, len, k, state[0], state[1], base, out, vals);
-    } else {
-        if valid && u == 0 {
-            out[s * 2] = state[0];
-            out[s * 2 + 1] = state[1];
-        }
+    let mut base = 0u32;
+    if valid {
+        base = segs[s * stride + 3];
     }
+    emit_top(x, &keys, start, len, k, state[0], state[1], base, out, vals);
 }
 
 /// The segment's keys above `key` and the first `take` equal to it (none
@@ -184,8 +171,7 @@ fn emit_top(
 const PER: usize = SHORT / UNITS as usize;
 
 /// Launches [`short_topk`] on `cubes` cubes of [`super::UNITS`] units:
-/// with `emit` the selection itself into `out` and `vals`, otherwise each
-/// segment's key and quota into `out` (`vals` unused).
+/// the selection into `out` (indices) and `vals` (bit patterns).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_short_topk(
     client: &Client,
@@ -196,15 +182,12 @@ pub(crate) fn launch_short_topk(
     vals: &CubeBuffer<u32>,
     bad: &CubeBuffer<u32>,
     order: u32,
-    emit: bool,
 ) {
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`); the kernel reads `x` only inside the segments
-    // its caller derived from `x`'s length, each at most `SHORT` long;
-    // without `emit` it writes `out` at `2 j` and `2 j + 1` for the
-    // segments `j` of `segs`, for which `out` has room, and with `emit` it
-    // checks every output position against `out`'s length (`vals` is as
-    // long).
+    // its caller derived from `x`'s length, each at most `SHORT` long,
+    // and checks every output position against `out`'s length (`vals` is
+    // as long).
     unsafe {
         short_topk::launch_unchecked(
             client,
@@ -216,7 +199,6 @@ pub(crate) fn launch_short_topk(
             vals.arg(),
             bad.arg(),
             order,
-            emit,
         );
     }
 }

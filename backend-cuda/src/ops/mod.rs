@@ -1,7 +1,8 @@
 //! The `Backend` traits over the kernels, for `f32` elements (the kernels'
 //! type), one ops trait per file as burn's backends do: argument checks,
 //! launches and the small host steps between launches (offsets from
-//! per-tile counts, the radix walk over digit histograms, in `radix.rs`).
+//! per-tile counts; the segments' layout of the segmented top-k, in
+//! `radix.rs`).
 //! Kernels that only move or order elements take their `u32` bit patterns
 //! ([`CubeBuffer::bits`]).
 

@@ -1,15 +1,21 @@
-//! The select engine the selection primitives share: one digit's
-//! histogram per segment, the MSD radix walk to each segment's k-th key, and
-//! the two-pass compaction that takes the keys above it and its tie quota.
+//! The segmented top-k (SparDL's block and SparCML's bucket top-k) over
+//! its three engines (short segments on chip, one segment by the
+//! whole-buffer top-k, the segmented select on the device), and what
+//! `digit_histogram` and the compactions share: one digit's histogram per
+//! segment and the two-pass compaction that takes the keys above a key and
+//! its tie quota.
 
+use super::air::Search;
 use super::tiles;
-use crate::kernels::{compact, count, grid, histogram, short};
+use crate::kernels::air::TAKE_FIT;
+use crate::kernels::segmented::{
+    self, BINS, G_MISMATCH, G_NAN, G_WORDS, SG_BASE, SG_DONE, SG_K, SG_KEY, SG_ROW, SG_T0, SG_T1,
+    SG_TAKE, SG_WORDS, SegArgs,
+};
+use crate::kernels::{TILE, compact, count, grid, histogram, short};
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
-use sparse_core::{Result, Selected};
-
-/// Radix digits of the select: 8 bits from the top of the 32-bit key.
-const DIGIT: u32 = 8;
+use sparse_core::{Error, Result, Selected};
 
 impl<R: Runtime> CubeBackend<R> {
     /// One digit's histogram per segment over `tiles`: rows of `2^bits + 1`
@@ -45,102 +51,6 @@ impl<R: Runtime> CubeBackend<R> {
             )
         });
         self.get(&hist)
-    }
-
-    /// Per segment, the k-th largest key and how many of its copies the top
-    /// k take (MSD radix select, every segment in the same launches).
-    pub(super) fn radix(
-        &self,
-        x: &CubeBuffer<u32>,
-        order: u32,
-        offsets: &[usize],
-        ks: &[usize],
-    ) -> Result<Vec<(u32, u32)>> {
-        let mut keys = vec![(0u32, 0u32); ks.len()];
-        let mut active = vec![false; ks.len()];
-        let mut left = vec![0u32; ks.len()];
-        let mut prefix = vec![0u32; ks.len()];
-        for (s, &k) in ks.iter().enumerate() {
-            let len = offsets[s + 1] - offsets[s];
-            if k == 0 {
-                // No key is above u32::MAX, and no non-NaN key equals it.
-                keys[s] = (u32::MAX, 0);
-            } else if k == len {
-                keys[s] = (0, u32::MAX);
-            } else {
-                active[s] = true;
-                left[s] = k as u32;
-            }
-        }
-        if !active.contains(&true) {
-            return Ok(keys);
-        }
-        if (0..ks.len()).all(|s| !active[s] || offsets[s + 1] - offsets[s] <= short::SHORT) {
-            // Short segments (buckets): the whole select on chip, one
-            // launch and one readback of two words a segment.
-            let live: Vec<usize> = (0..ks.len()).filter(|&s| active[s]).collect();
-            let segs: Vec<u32> = live
-                .iter()
-                .flat_map(|&s| [offsets[s] as u32, offsets[s + 1] as u32, left[s]])
-                .collect();
-            let segs = self.put(&segs);
-            let out = self.uninit::<u32>(2 * live.len());
-            let bad = self.zeroed::<u32>(1);
-            // No values in this mode: a word of their own (a buffer bound
-            // twice as writable is invalid on some runtimes).
-            let unused = self.uninit::<u32>(1);
-            self.launch(Reads::Whole, |c| {
-                short::launch_short_topk(
-                    c,
-                    grid(live.len()),
-                    x,
-                    &segs,
-                    &out,
-                    &unused,
-                    &bad,
-                    order,
-                    false,
-                )
-            });
-            if self.get(&bad)?[0] > 0 {
-                return Err(self.first_nan(x));
-            }
-            let got = self.get(&out)?;
-            for (j, &s) in live.iter().enumerate() {
-                keys[s] = (got[2 * j], got[2 * j + 1]);
-            }
-            return Ok(keys);
-        }
-        let tiles = self.put(&tiles(offsets, |s| active[s]));
-        let row = (1usize << DIGIT) + 1;
-        for pass in 0..32 / DIGIT {
-            let shift = 32 - DIGIT * (pass + 1);
-            let top = shift + DIGIT;
-            let hi_mask = if top >= 32 { 0 } else { u32::MAX << top };
-            let want: Vec<u32> = (0..ks.len())
-                .flat_map(|s| {
-                    let w = if top >= 32 { 0 } else { prefix[s] << top };
-                    [u32::from(active[s]), w]
-                })
-                .collect();
-            let hist = self.histogram(x, &tiles, &want, hi_mask, shift, DIGIT, order)?;
-            if hist.chunks(row).any(|r| r[row - 1] > 0) {
-                return Err(self.first_nan(x));
-            }
-            for s in (0..ks.len()).filter(|&s| active[s]) {
-                let h = &hist[s * row..(s + 1) * row - 1];
-                let mut d = h.len() - 1;
-                while h[d] < left[s] && d > 0 {
-                    left[s] -= h[d];
-                    d -= 1;
-                }
-                prefix[s] = (prefix[s] << DIGIT) | d as u32;
-            }
-        }
-        for s in (0..ks.len()).filter(|&s| active[s]) {
-            keys[s] = (prefix[s], left[s]);
-        }
-        Ok(keys)
     }
 
     /// Per segment `s`, every element whose key is above `keys[s].0` plus
@@ -203,7 +113,12 @@ impl<R: Runtime> CubeBackend<R> {
         Ok((out_idx, out_val))
     }
 
-    /// Exact top-k of each segment by key, in index order.
+    /// Exact top-k of each segment by key, in index order, segment after
+    /// segment: where every segment holds at most [`short::SHORT`]
+    /// elements, one launch ([`CubeBackend::short_topk`]); a single
+    /// segment, the whole-buffer top-k (`air.rs`: 3 passes); otherwise the
+    /// segmented select ([`CubeBackend::segmented_topk`]: 4 passes). One
+    /// round trip each.
     pub(super) fn topk(
         &self,
         x: &CubeBuffer<f32>,
@@ -215,11 +130,115 @@ impl<R: Runtime> CubeBackend<R> {
         if offsets.windows(2).all(|w| w[1] - w[0] <= short::SHORT) {
             return self.short_topk(&bits, order, offsets, ks);
         }
-        let keys = self.radix(&bits, order, offsets, ks)?;
-        let (indices, values) = self.compact(&bits, order, offsets, &keys)?;
+        if ks.len() == 1 {
+            let search = Search {
+                input: &bits,
+                reads: Reads::Whole,
+                k: ks[0],
+                rule: TAKE_FIT,
+                counted: None,
+            };
+            return Ok(self.air_select(&bits, order, &search)?.0);
+        }
+        self.segmented_topk(&bits, order, offsets, ks)
+    }
+
+    /// Exact top-k of each segment where some are longer than
+    /// [`short::SHORT`], the radix select on the device
+    /// (`kernels/segmented.rs`): the short segments that select (`0 < k <
+    /// len`) in one launch of the short kernel (reading those segments
+    /// only), the long ones by three histogram levels and their one-cube-
+    /// per-segment choices, then every other segment with them through
+    /// one collection pass, the per-segment offsets and the merge, each
+    /// segment's output at the sum of the ks before it. 4 passes over the
+    /// input, 1 round trip (the two global words: NaNs and a kernel
+    /// fault's count, 8 bytes); 11 launches with the short kernel, 9
+    /// without selecting long segments (no histogram).
+    pub(super) fn segmented_topk(
+        &self,
+        x: &CubeBuffer<u32>,
+        order: u32,
+        offsets: &[usize],
+        ks: &[usize],
+    ) -> Result<Selected<Self, f32>> {
+        let plan = SegPlan::new(offsets, ks)?;
+        let out_idx = self.uninit::<u32>(plan.total);
+        let out_val = self.uninit::<u32>(plan.total);
+        let g = self.zeroed::<u32>(G_WORDS);
+        if !plan.short.is_empty() {
+            let segs = self.put(&plan.short);
+            self.launch(Reads::Part, |c| {
+                short::launch_short_topk(
+                    c,
+                    grid(plan.short.len() / 4),
+                    x,
+                    &segs,
+                    &out_idx,
+                    &out_val,
+                    &g,
+                    order,
+                )
+            });
+        }
+        let seg = self.put(&plan.seg);
+        let hist_tiles = self.put(&plan.hist_tiles);
+        let rows = self.put(&plan.rows);
+        let tiles = self.put(&plan.tiles);
+        let segs = self.put(&plan.segs);
+        let hist = if plan.rows.is_empty() {
+            self.uninit::<u32>(1)
+        } else {
+            self.zeroed::<u32>(plan.rows.len() * BINS)
+        };
+        let nt = plan.tiles.len() / 3;
+        let a = SegArgs {
+            x,
+            seg: &seg,
+            hist_tiles: &hist_tiles,
+            hist: &hist,
+            rows: &rows,
+            tiles: &tiles,
+            segs: &segs,
+            tmp: &self.uninit::<u32>(x.len),
+            counts: &self.uninit::<u32>(2 * nt.max(1)),
+            bases: &self.uninit::<u32>(2 * nt.max(1)),
+            g: &g,
+            out_idx: &out_idx,
+            out_val: &out_val,
+        };
+        if !plan.rows.is_empty() {
+            for level in 1..=3 {
+                self.launch(Reads::Whole, |c| {
+                    segmented::launch_histogram(c, &a, level, order)
+                });
+                self.launch(Reads::Part, |c| segmented::launch_choose(c, &a, level));
+            }
+        }
+        if nt > 0 {
+            self.launch(Reads::Whole, |c| segmented::launch_collect(c, &a, order));
+            self.launch(Reads::Part, |c| segmented::launch_offsets(c, &a));
+            if plan.total > 0 {
+                self.launch(Reads::Part, |c| segmented::launch_emit(c, &a));
+            }
+        }
+        let words = self.get(&g)?;
+        if words[G_NAN] > 0 {
+            return Err(self.first_nan(x));
+        }
+        if words[G_MISMATCH] > 0 {
+            return Err(Error::Device {
+                backend: self.name,
+                detail: format!(
+                    "a segmented top-k over {} segments found {} whose selection's length \
+                     is not its k: a kernel fault; report it with the device",
+                    ks.len(),
+                    words[G_MISMATCH]
+                ),
+            });
+        }
         Ok(Selected {
-            indices,
-            values: values.floats(),
+            indices: out_idx,
+            values: out_val.floats(),
         })
     }
 
@@ -258,7 +277,6 @@ impl<R: Runtime> CubeBackend<R> {
                     &out_val,
                     &bad,
                     order,
-                    true,
                 )
             });
             if self.get(&bad)?[0] > 0 {
@@ -284,5 +302,97 @@ impl<R: Runtime> CubeBackend<R> {
             indices,
             values: values.floats(),
         })
+    }
+}
+
+/// What the host lays out for [`CubeBackend::segmented_topk`]: the
+/// segments' records, the short selecting segments for the short kernel,
+/// the tiles and rows of the long selecting ones, and the tiles and
+/// segments of the collection (every segment but the short selecting
+/// ones).
+struct SegPlan {
+    /// [`SG_WORDS`] words a segment.
+    seg: Vec<u32>,
+    /// `(start, end, k, base)` of each short selecting segment.
+    short: Vec<u32>,
+    /// `(start, end, segment)` of each tile of the long selecting segments.
+    hist_tiles: Vec<u32>,
+    /// The segment of each histogram row.
+    rows: Vec<u32>,
+    /// `(start, end, segment)` of each tile of the collection.
+    tiles: Vec<u32>,
+    /// The non-empty segments of the collection.
+    segs: Vec<u32>,
+    /// Elements selected: the sum of the ks.
+    total: usize,
+}
+
+impl SegPlan {
+    /// The layout of `offsets` and `ks` (checked by the caller), or
+    /// [`Error::InvalidParameter`] where an offset or the selection does
+    /// not fit the kernels' 32-bit words.
+    fn new(offsets: &[usize], ks: &[usize]) -> Result<Self> {
+        let n = *offsets.last().unwrap_or(&0);
+        let total: usize = ks.iter().sum();
+        if n > u32::MAX as usize || ks.len() > (u32::MAX as usize) / SG_WORDS {
+            return Err(Error::invalid(
+                "offsets",
+                format!(
+                    "{n} elements in {} segments: the kernels address at most 2^32 - 1 \
+                     elements and 2^32 / {SG_WORDS} segments; split the call",
+                    ks.len()
+                ),
+            ));
+        }
+        let mut p = SegPlan {
+            seg: vec![0; ks.len() * SG_WORDS],
+            short: Vec::new(),
+            hist_tiles: Vec::new(),
+            rows: Vec::new(),
+            tiles: Vec::new(),
+            segs: Vec::new(),
+            total,
+        };
+        let mut base = 0u32;
+        for (s, &k) in ks.iter().enumerate() {
+            let (a, b) = (offsets[s], offsets[s + 1]);
+            let len = b - a;
+            let w = &mut p.seg[s * SG_WORDS..(s + 1) * SG_WORDS];
+            w[SG_K] = k as u32;
+            w[SG_BASE] = base;
+            let selecting = k > 0 && k < len;
+            if selecting && len <= short::SHORT {
+                p.short.extend([a as u32, b as u32, k as u32, base]);
+            } else {
+                if selecting {
+                    w[SG_ROW] = p.rows.len() as u32;
+                    p.rows.push(s as u32);
+                    push_tiles(&mut p.hist_tiles, a, b, s);
+                } else {
+                    // k = 0: no key is above u32::MAX, no non-NaN key
+                    // equals it; k = len: every key is at least 0.
+                    w[SG_DONE] = 1;
+                    (w[SG_KEY], w[SG_TAKE]) = if k == 0 { (u32::MAX, 0) } else { (0, u32::MAX) };
+                }
+                w[SG_T0] = (p.tiles.len() / 3) as u32;
+                push_tiles(&mut p.tiles, a, b, s);
+                w[SG_T1] = (p.tiles.len() / 3) as u32;
+                if len > 0 {
+                    p.segs.push(s as u32);
+                }
+            }
+            base += k as u32;
+        }
+        Ok(p)
+    }
+}
+
+/// Appends `(start, end, s)` for each tile of `a..b`.
+fn push_tiles(out: &mut Vec<u32>, a: usize, b: usize, s: usize) {
+    let mut start = a;
+    while start < b {
+        let end = (start + TILE).min(b);
+        out.extend([start as u32, end as u32, s as u32]);
+        start = end;
     }
 }
