@@ -8,7 +8,9 @@
 //! replay does, or the time that shows where the two differ.
 
 use sparse_coll::sim::smpi::{self, Platform, SmpiModel};
-use sparse_coll::sim::{AlphaBeta, FullBisection, Link, Network, Op, Route, Trace, TwoLevel};
+use sparse_coll::sim::{
+    AlphaBeta, FullBisection, Link, Network, Op, Rendezvous, Route, Trace, TwoLevel,
+};
 use sparse_coll::{Registry, SimCluster, Traffic, Transport, testing};
 use sparse_core::{Error, Result};
 use std::collections::HashMap;
@@ -458,6 +460,151 @@ fn a_shared_nic_does_not_pipeline_dependent_rounds() {
     assert!(close(ours, want), "simulator {ours}, closed form {want}");
     let want = 2.0 * 2e-5 + 16.0 * (m + ENVELOPE) * beta;
     assert!(close(sg, want), "SimGrid {sg}, closed form {want}");
+}
+
+/// The simulator's rendezvous ([`Rendezvous`]: a message moves once its
+/// receive is posted, its send completes when it has arrived) against
+/// closed forms and SMPI's rendezvous (the alpha-beta settings, every
+/// send in rendezvous). The incast, whose receiver takes its messages in
+/// order, is served one message after another, latency included: 3
+/// (alpha + m beta), where eager sends take alpha + 3 m beta. On two
+/// levels (nodes of 2), two rounds of a shift by one, where ranks 1 and 3
+/// send across the NIC (alpha 20 us) and receive within their node
+/// (4 us), m = 1,000 B: eager, rank 1's first round ends when its
+/// receive has arrived (4 us + m intra beta, its send has long left), so
+/// its second message arrives at that plus 20 us + m beta; in
+/// rendezvous the first round ends when its send has arrived, and two
+/// rounds take 2 (20 us + m beta). The simulator's closed forms are
+/// checked with or without SimGrid.
+#[test]
+fn rendezvous_sends_replay_as_smpis_rendezvous() {
+    let (alpha, beta, m) = (2e-5, 1.0 / GIB, 1_000_000usize);
+    let incast: Vec<Trace> = (0..4)
+        .map(|r| match r {
+            0 => (1..4).map(|from| Op::Recv { from }).collect(),
+            _ => vec![Op::Send { to: 0, bytes: m }],
+        })
+        .collect();
+    let net = Rendezvous::new(Box::new(full(alpha)), 0);
+    let ours = sparse_coll::sim::replay(&incast, &net).unwrap().makespan();
+    let mf = m as f64;
+    assert!(
+        close(ours, 3.0 * (alpha + mf * beta)),
+        "incast in rendezvous: simulator {ours}"
+    );
+    let eager = sparse_coll::sim::replay(&incast, &full(alpha))
+        .unwrap()
+        .makespan();
+    assert!(
+        close(eager, alpha + 3.0 * mf * beta),
+        "incast eager: {eager}"
+    );
+    // Above the threshold only: messages of m B stay eager at m + 1.
+    let above = Rendezvous::new(Box::new(full(alpha)), m + 1);
+    let t = sparse_coll::sim::replay(&incast, &above)
+        .unwrap()
+        .makespan();
+    assert!(close(t, eager), "incast below the threshold: {t}");
+    if let Some((sg, _)) = both("incast-rdv-sim", &incast, &net) {
+        assert!(
+            close(sg, 3.0 * (alpha + (mf + ENVELOPE) * beta)),
+            "SimGrid {sg}"
+        );
+    }
+
+    let m = 1000usize;
+    let shift: Vec<Trace> = (0..4)
+        .map(|r| {
+            let op = Op::Exchange {
+                to: (r + 1) % 4,
+                bytes: m,
+                from: (r + 3) % 4,
+            };
+            vec![op, op]
+        })
+        .collect();
+    let (a_in, a_out, b_in, b_out) = (4e-6, 2e-5, 1.0 / (16.0 * GIB), 1.0 / GIB);
+    let eager_form = |m: f64| (m * b_out).max(a_in + m * b_in) + a_out + m * b_out;
+    let rendezvous_form = |m: f64| 2.0 * (a_out + m * b_out);
+    let mf = m as f64;
+    let eager = sparse_coll::sim::replay(&shift, &two_level(2))
+        .unwrap()
+        .makespan();
+    assert!(close(eager, eager_form(mf)), "shift eager: {eager}");
+    let net = Rendezvous::new(Box::new(two_level(2)), 0);
+    let ours = sparse_coll::sim::replay(&shift, &net).unwrap().makespan();
+    assert!(
+        close(ours, rendezvous_form(mf)),
+        "shift in rendezvous: simulator {ours}, closed form {}",
+        rendezvous_form(mf)
+    );
+    if let Some((sg, _)) = both("shift-rdv", &shift, &net) {
+        let want = rendezvous_form(mf + ENVELOPE);
+        assert!(close(sg, want), "shift: SimGrid {sg}, closed form {want}");
+    }
+    if let Some((sg, _)) = both_under("shift-eager", &shift, &net, SmpiModel::AlphaBetaEager) {
+        let want = eager_form(mf + ENVELOPE);
+        assert!(
+            close(sg, want),
+            "shift: SimGrid eager {sg}, closed form {want}"
+        );
+    }
+}
+
+/// Two ranks that send to each other before receiving: eager, both sends
+/// are buffered and the replay ends; in rendezvous each send waits for a
+/// receive that comes after the other's send: a deadlock, as under MPI,
+/// which the replay names.
+#[test]
+fn blocking_sends_to_each_other_deadlock_in_rendezvous() {
+    let traces: Vec<Trace> = (0..2)
+        .map(|r| {
+            vec![
+                Op::Send {
+                    to: 1 - r,
+                    bytes: 8,
+                },
+                Op::Recv { from: 1 - r },
+            ]
+        })
+        .collect();
+    assert!(sparse_coll::sim::replay(&traces, &full(1e-6)).is_ok());
+    let net = Rendezvous::new(Box::new(full(1e-6)), 0);
+    match sparse_coll::sim::replay(&traces, &net) {
+        Err(Error::InvalidParameter { reason, .. }) => {
+            assert!(reason.contains("deadlock"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Above the threshold only, they pass.
+    let net = Rendezvous::new(Box::new(full(1e-6)), 9);
+    assert!(sparse_coll::sim::replay(&traces, &net).is_ok());
+}
+
+/// `network`'s spec takes `:rendezvous` and `:rendezvous=BYTES` after a
+/// preset or a file, and names what it refuses.
+#[test]
+fn a_network_spec_puts_sends_in_rendezvous() {
+    let net = sparse_coll::sim::network("nvlink8-25gbe:rendezvous").unwrap();
+    assert_eq!(net.rendezvous_bytes(), Some(0));
+    assert!(net.label().contains("rendezvous"), "{}", net.label());
+    let net = sparse_coll::sim::network("25gbe:rendezvous=65536").unwrap();
+    assert_eq!(net.rendezvous_bytes(), Some(65536));
+    assert_eq!(
+        sparse_coll::sim::network("25gbe")
+            .unwrap()
+            .rendezvous_bytes(),
+        None
+    );
+    for bad in ["25gbe:rendezvous=x", "25gbe:rendezvousx", "nope:rendezvous"] {
+        assert!(
+            matches!(
+                sparse_coll::sim::network(bad),
+                Err(Error::InvalidParameter { .. })
+            ),
+            "{bad}"
+        );
+    }
 }
 
 /// Per rank, from the written trace text alone: bytes and messages sent

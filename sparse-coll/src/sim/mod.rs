@@ -57,7 +57,7 @@ pub mod smpi;
 
 pub use crate::transport::sim::{Compute, MAX_RANKS, Op, SimCluster, SimRun, SimTransport, Trace};
 pub use network::{
-    AlphaBeta, Bucket, FullBisection, Link, MAX_NETWORK_FILE, Network, PRESETS, Route, TwoLevel,
-    full_bisection_file, network, parse_network, preset, read_network,
+    AlphaBeta, Bucket, FullBisection, Link, MAX_NETWORK_FILE, Network, PRESETS, Rendezvous, Route,
+    TwoLevel, full_bisection_file, network, parse_network, preset, read_network,
 };
 pub use replay::{Timeline, replay};

@@ -44,6 +44,57 @@ pub trait Network: Send + Sync + fmt::Debug {
     fn bucket(&self, _link: Link) -> Option<Bucket> {
         None
     }
+    /// The size from which a send is in rendezvous ([`Rendezvous`]): its
+    /// message moves once its receive is posted and the send completes
+    /// when the message has arrived. Smaller sends, and every send where
+    /// this is `None` (the default), are eager: the message moves at once
+    /// and the send completes when its last byte has left.
+    fn rendezvous_bytes(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// A network whose sends of at least `from_bytes` follow MPI's rendezvous
+/// protocol (SMPI's, with `smpi/send-is-detached-thresh` at `from_bytes`):
+/// the message starts to move only once the receiver has posted its
+/// receive, and the send completes when the message has arrived, not
+/// when its last byte has left. Routes and buckets are the inner
+/// network's. At `from_bytes = 0` every send is in rendezvous, as in the
+/// alpha-beta column of `bench/RESULTS.md`'s SimGrid tables.
+///
+/// Blocking sends that eager buffering lets pass can deadlock in
+/// rendezvous (two ranks that send to each other before receiving), as
+/// in MPI: the replay then names the ranks that wait.
+#[derive(Debug)]
+pub struct Rendezvous {
+    inner: Box<dyn Network>,
+    from_bytes: usize,
+}
+
+impl Rendezvous {
+    /// `inner` with its sends of at least `from_bytes` in rendezvous.
+    pub fn new(inner: Box<dyn Network>, from_bytes: usize) -> Self {
+        Self { inner, from_bytes }
+    }
+}
+
+impl Network for Rendezvous {
+    fn label(&self) -> String {
+        format!(
+            "{}; sends of {} B and more in rendezvous",
+            self.inner.label(),
+            self.from_bytes
+        )
+    }
+    fn route(&self, from: usize, to: usize) -> Route {
+        self.inner.route(from, to)
+    }
+    fn bucket(&self, link: Link) -> Option<Bucket> {
+        self.inner.bucket(link)
+    }
+    fn rendezvous_bytes(&self) -> Option<usize> {
+        Some(self.from_bytes)
+    }
 }
 
 /// A token bucket in front of a link, as Linux's `tbf` shapes one: the
@@ -596,13 +647,36 @@ fn read_regular(path: &Path, max: u64) -> std::result::Result<String, String> {
 }
 
 /// The network `spec` names: a preset ([`PRESETS`]) or, where it names
-/// none, the path of a network file ([`read_network`]).
+/// none, the path of a network file ([`read_network`]); either followed
+/// by `:rendezvous` (every send in rendezvous) or `:rendezvous=BYTES`
+/// (sends of at least `BYTES`), which wraps it in [`Rendezvous`].
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] named `network`: neither a preset nor an
 /// existing path (the error lists the presets and says no file was
-/// found); [`read_network`]'s errors for a path that exists.
+/// found), or a rendezvous size that is not a count;
+/// [`read_network`]'s errors for a path that exists.
 pub fn network(spec: &str) -> Result<Box<dyn Network>> {
+    if let Some((base, option)) = spec.rsplit_once(':')
+        && let Some(rest) = option.strip_prefix("rendezvous")
+    {
+        let from_bytes = match rest.strip_prefix('=') {
+            None if rest.is_empty() => 0,
+            Some(n) => n.parse::<usize>().map_err(|_| {
+                Error::invalid(
+                    "network",
+                    format!("{spec:?}: rendezvous={n} is not a size in bytes"),
+                )
+            })?,
+            None => {
+                return Err(Error::invalid(
+                    "network",
+                    format!("{spec:?}: write :rendezvous or :rendezvous=BYTES"),
+                ));
+            }
+        };
+        return Ok(Box::new(Rendezvous::new(network(base)?, from_bytes)));
+    }
     if PRESETS.iter().any(|(n, _)| *n == spec) {
         return preset(spec);
     }

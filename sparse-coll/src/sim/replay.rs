@@ -73,6 +73,12 @@ struct Message {
     done: Option<f64>,
     /// Whether its receiver waits for it.
     claimed: bool,
+    /// Sent in rendezvous ([`Network::rendezvous_bytes`]): it moves once
+    /// its receive is posted, and its send is done when it has arrived.
+    rendezvous: bool,
+    /// Whether its flow has started (a rendezvous message's waits for its
+    /// receive).
+    started: bool,
 }
 
 /// What a waiting rank waits for.
@@ -195,11 +201,20 @@ impl<'a> Replay<'a> {
             .iter()
             .filter(|(_, q)| !q.is_empty())
             .min_by_key(|(link, _)| **link);
+        // In rendezvous a send waits for its receive: blocking sends that
+        // eager buffering lets pass may deadlock instead.
+        let deadlock = match self.net.rendezvous_bytes() {
+            Some(b) => format!(
+                " (or, with sends of {b} B and more in rendezvous, ranks that send to each \
+                 other before receiving deadlock, as under MPI)"
+            ),
+            None => String::new(),
+        };
         if let Some((&(from, to), q)) = unreceived {
             return Err(Error::invalid(
                 "traces",
                 format!(
-                    "{} messages from rank {from} to rank {to} are never received",
+                    "{} messages from rank {from} to rank {to} are never received{deadlock}",
                     q.len()
                 ),
             ));
@@ -209,7 +224,7 @@ impl<'a> Replay<'a> {
         } else {
             Err(Error::invalid(
                 "traces",
-                format!("ranks {stuck:?} wait for messages that no rank sent"),
+                format!("ranks {stuck:?} wait for messages that no rank sent{deadlock}"),
             ))
         }
     }
@@ -277,13 +292,13 @@ impl<'a> Replay<'a> {
                 }
                 Op::Recv { from } => {
                     self.check(from)?;
-                    self.receive(r, from);
+                    self.receive(r, from)?;
                 }
                 Op::Exchange { to, bytes, from } => {
                     self.check(to)?;
                     self.check(from)?;
                     self.send(r, to, bytes, clock)?;
-                    self.receive(r, from);
+                    self.receive(r, from)?;
                 }
             }
             // Done now, or when its message has left or arrived: then its
@@ -306,8 +321,9 @@ impl<'a> Replay<'a> {
         }
     }
 
-    /// Starts the flow of a message from `r` to `to` at `now`. A receiver
-    /// already waiting for the next message from `r` claims it.
+    /// Sends a message from `r` to `to` at `now`. A receiver already
+    /// waiting for the next message from `r` claims it. Its flow starts
+    /// now, or for a message in rendezvous once its receive claims it.
     fn send(&mut self, r: usize, to: usize, bytes: usize, now: f64) -> Result<()> {
         let route = self.net.route(r, to);
         let valid = |x: f64| x.is_finite() && x >= 0.0;
@@ -320,15 +336,7 @@ impl<'a> Replay<'a> {
                 ),
             ));
         }
-        let what = || {
-            format!(
-                "rank {r}'s message of {bytes} B to rank {to} sent at {} s",
-                shown(now)
-            )
-        };
-        let work = bytes as f64 * route.beta;
-        timed(now + work, what)?;
-        timed(now + route.alpha, what)?;
+        let rendezvous = self.net.rendezvous_bytes().is_some_and(|t| bytes >= t);
         let m = self.messages.len();
         let claimed = match self.ranks[to].waiting {
             Some(Wait::Next(from)) if from == r => {
@@ -347,8 +355,35 @@ impl<'a> Replay<'a> {
             route,
             done: None,
             claimed,
+            rendezvous,
+            started: false,
         });
         self.ranks[r].sending = Some(m);
+        if claimed || !rendezvous {
+            self.start(m, now)?;
+        }
+        Ok(())
+    }
+
+    /// Starts message `m`'s flow at `now`.
+    fn start(&mut self, m: usize, now: f64) -> Result<()> {
+        let Message {
+            from,
+            to,
+            bytes,
+            route,
+            ..
+        } = self.messages[m];
+        let what = || {
+            format!(
+                "rank {from}'s message of {bytes} B to rank {to} moving from {} s",
+                shown(now)
+            )
+        };
+        let work = bytes as f64 * route.beta;
+        timed(now + work, what)?;
+        timed(now + route.alpha, what)?;
+        self.messages[m].started = true;
         if work > 0.0 {
             let tanks = [route.out, route.into]
                 .map(|l| self.net.bucket(l).map(|b| Tank::new(b, route.beta)));
@@ -364,8 +399,9 @@ impl<'a> Replay<'a> {
     }
 
     /// Rank `r` receives its next message from `from`. It goes on once
-    /// that message has arrived.
-    fn receive(&mut self, r: usize, from: usize) {
+    /// that message has arrived; a message in rendezvous that waited for
+    /// this receive starts to move now.
+    fn receive(&mut self, r: usize, from: usize) -> Result<()> {
         let next = self
             .unclaimed
             .get_mut(&(from, r))
@@ -377,14 +413,20 @@ impl<'a> Replay<'a> {
                 None => {
                     self.messages[m].claimed = true;
                     rs.waiting = Some(Wait::Message(m));
+                    if !self.messages[m].started {
+                        let now = rs.clock;
+                        self.start(m, now)?;
+                    }
                 }
             },
             None => rs.waiting = Some(Wait::Next(from)),
         }
+        Ok(())
     }
 
-    /// Message `m`'s last byte has left its sender at `now`: its sender's
-    /// send is done, and it finishes arriving `alpha` later.
+    /// Message `m`'s last byte has left its sender at `now`: it finishes
+    /// arriving `alpha` later, and its sender's send is done now (eager)
+    /// or then (rendezvous).
     fn left(&mut self, m: usize, now: f64) -> Result<()> {
         let msg = self.messages[m];
         let done = timed(now + msg.route.alpha, || {
@@ -403,7 +445,10 @@ impl<'a> Replay<'a> {
         let sender = &mut self.ranks[msg.from];
         if sender.sending == Some(m) {
             sender.sending = None;
-            sender.ready = sender.ready.max(now);
+            // Eager: done when its last byte has left; rendezvous: when
+            // it has arrived.
+            let end = if msg.rendezvous { done } else { now };
+            sender.ready = sender.ready.max(end);
             self.finish_op(msg.from);
         }
         Ok(())
