@@ -2,7 +2,8 @@
 # The GPU checks of backend-cuda, run on a machine with an NVIDIA GPU and
 # CUDA 13's NVRTC but no Rust toolchain: the backend and selector suites and
 # the differential tests on CUDA, and `sparse-bench select --backend cuda`
-# at 2^24 and 2^26 elements (then the CPU backend at 2^24 on the same host).
+# at 2^24 and 2^26 elements (then the CPU backend at 2^24 on the same host),
+# and `sparse-bench train --device cuda` with its per-phase times.
 # Outputs go to $OUT (default ./gpu-out). Build and pack the binaries where
 # cargo is (CUDARC_CUDA_VERSION pins the CUDA version that cudarc's loader
 # names, here 13.0, the GPU machine's):
@@ -44,5 +45,11 @@ for n in 16777216 67108864; do for d in 0.01 0.001; do
 done; done
 echo "== $((SECONDS-t0)) s" | tee -a "$OUT"/select.txt
 timeout -k 5 35 .gpu/sparse-bench select --backend cpu --n 16777216 --density 0.001 --min-ms 100 2>&1 | tee "$OUT"/select_cpu.txt
+# The training step on the device (issue 43, item 4): burn's cuda backend
+# and the optimizer's kernels on one cubecl client, the digits MLP with a
+# 1,024-unit hidden layer, 2 ranks on threads, about 280 steps per scheme,
+# the per-phase times (grad, select, comm, apply, step) against dense's.
+timeout -k 5 240 .gpu/sparse-bench train --device cuda --epochs 12 --hidden 1024 --batch 32 --ranks 2 2>&1 | tee "$OUT"/train.txt
+echo "== $((SECONDS-t0)) s" | tee -a "$OUT"/train.txt
 echo "== total $((SECONDS-t0)) s"
 grep -c "skipped: no CUDA device" "$OUT"/differential.txt "$OUT"/suite.txt

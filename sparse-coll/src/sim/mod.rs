@@ -40,6 +40,14 @@
 //! preset), that shifts every flow on a link by the same `alpha` and
 //! changes no share.
 //!
+//! That is an eager send. A network may put sends in rendezvous instead
+//! ([`Rendezvous`], MPI's protocol above its eager limit, SMPI's): the
+//! message starts to move only once its receive is posted, and the send
+//! returns when the message has arrived. So an incast that its receiver
+//! takes in order is served one message after another, latency included,
+//! and a rank whose send crosses a slower link than its receive waits for
+//! the slower latency.
+//!
 //! A link may have a token bucket in front of it ([`Bucket`], from
 //! [`Network::bucket`]: a Linux `tbf` shaper): while the bucket holds
 //! tokens the link carries up to the bucket's peak, and its flows' bytes
