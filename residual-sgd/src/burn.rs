@@ -187,14 +187,24 @@ pub fn load<M: Module>(m: M, weights: &[Vec<f32>]) -> Result<M> {
         error: None,
     };
     let m = m.map(&mut l);
-    if let Some(e) = l.error {
+    loaded(m, l.next, l.error, weights.len())
+}
+
+/// A module a weight loader mapped (here and in `burn_device`): its
+/// error where it failed, or one where the `given` weights were not the
+/// `taken` that the parameters took.
+///
+/// # Errors
+/// The loader's `error`; [`Error::LengthMismatch`] for weights left over.
+pub(crate) fn loaded<M>(m: M, taken: usize, error: Option<Error>, given: usize) -> Result<M> {
+    if let Some(e) = error {
         return Err(e);
     }
-    if l.next != weights.len() {
+    if taken != given {
         return Err(Error::LengthMismatch {
             what: "burn parameters",
-            expected: l.next,
-            got: weights.len(),
+            expected: taken,
+            got: given,
         });
     }
     Ok(m)

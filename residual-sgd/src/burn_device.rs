@@ -222,17 +222,7 @@ impl<R: BurnRuntime> OnDevice<R> {
             error: None,
         };
         let m = m.map(&mut l);
-        if let Some(e) = l.error {
-            return Err(e);
-        }
-        if l.next != weights.len() {
-            return Err(Error::LengthMismatch {
-                what: "burn parameters",
-                expected: l.next,
-                got: weights.len(),
-            });
-        }
-        Ok(m)
+        crate::burn::loaded(m, l.next, l.error, weights.len())
     }
 
     /// A tensor of `shape` holding a device copy of `w`, tracked by

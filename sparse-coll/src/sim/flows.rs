@@ -306,9 +306,7 @@ impl Flows {
         }
         changed
     }
-}
 
-impl Flows {
     /// Each bucket of `links`: its usage under the new shares, and when it
     /// runs dry where it drains.
     fn fill_tanks(&mut self, links: &[usize], share: &HashMap<usize, f64>, now: f64) {
