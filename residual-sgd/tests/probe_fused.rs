@@ -1,0 +1,558 @@
+//! Hostile review of issue 43's fused error feedback (commit 9470353),
+//! through the public API only. The oracle everywhere: the same trainer
+//! whose memories never fuse (their `compensate_topk` left at the
+//! default), driven with the same inputs and failures; the weights,
+//! residuals, training state and errors must agree bit for bit.
+
+use backend_cpu::Cpu;
+use rand::{Rng as _, SeedableRng as _};
+use residual_sgd::memory::for_rule;
+use residual_sgd::{BucketBudget, Buckets, Config, LayerSpec, Memory, Rule, Trainer};
+use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
+use sparse_core::state::State;
+use sparse_core::testing::Rng;
+use sparse_core::{Backend, Error, Result, Selected, SparseVec};
+use sparse_select::{RadixTopK, Selector};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// How a wrapped memory answers `compensate_topk`.
+#[derive(Clone, Copy, PartialEq)]
+enum Fuse {
+    /// Never: the default, the trainer makes the separate calls.
+    Never,
+    /// As the inner memory does.
+    Inner,
+    /// Fuses, then hands back a selection with an index past the layer.
+    Corrupt,
+}
+
+struct Wrapped<B: Backend<f32>>(Box<dyn Memory<B>>, Fuse, Arc<AtomicUsize>);
+
+impl<B: Backend<f32>> Memory<B> for Wrapped<B> {
+    fn compensate(&mut self, b: &B, g: &B::Buffer<f32>) -> Result<()> {
+        self.0.compensate(b, g)
+    }
+    fn compensate_topk(
+        &mut self,
+        b: &B,
+        g: &B::Buffer<f32>,
+        k: usize,
+    ) -> Result<Option<Selected<B, f32>>> {
+        match self.1 {
+            Fuse::Never => Ok(None),
+            Fuse::Inner => {
+                let out = self.0.compensate_topk(b, g, k)?;
+                if out.is_some() {
+                    self.2.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(out)
+            }
+            Fuse::Corrupt => {
+                let Some(s) = self.0.compensate_topk(b, g, k)? else {
+                    return Ok(None);
+                };
+                let n = b.len(self.0.accumulator()) as u32;
+                let mut idx = b.download(&s.indices)?;
+                let last = idx.len() - 1;
+                idx[last] = n + 7;
+                Ok(Some(Selected {
+                    indices: b.upload(&idx)?,
+                    values: s.values,
+                }))
+            }
+        }
+    }
+    fn accumulator(&self) -> &B::Buffer<f32> {
+        self.0.accumulator()
+    }
+    fn accumulator_mut(&mut self) -> &mut B::Buffer<f32> {
+        self.0.accumulator_mut()
+    }
+    fn remove(&mut self, b: &B, indices: &B::Buffer<u32>) -> Result<()> {
+        self.0.remove(b, indices)
+    }
+    fn restore(&mut self, b: &B, back: &SparseVec<f32>) -> Result<()> {
+        self.0.restore(b, back)
+    }
+    fn save_state(&self, b: &B) -> Result<State> {
+        self.0.save_state(b)
+    }
+    fn load_state(&mut self, b: &B, s: &State) -> Result<()> {
+        self.0.load_state(b, s)
+    }
+}
+
+fn rgc(momentum: f32, nesterov: bool, factor_masking: bool) -> Rule {
+    Rule::Rgc {
+        momentum,
+        nesterov,
+        weight_decay: 0.0,
+        factor_masking,
+    }
+}
+
+/// A trainer over `sizes` whose layer memories answer as `fuse(l)` says
+/// (fusions counted in `count`).
+fn build<B, S>(
+    b: B,
+    cfg: Config,
+    sizes: &[usize],
+    spec: &str,
+    sel: S,
+    fuse: impl Fn(usize) -> Fuse,
+    count: &Arc<AtomicUsize>,
+) -> Result<Trainer<B, S>>
+where
+    B: Backend<f32> + Clone + 'static,
+    S: Selector<B, f32> + Clone,
+{
+    let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.5; n]).collect();
+    let (rule, lr) = (cfg.rule(), cfg.lr());
+    let mut l = 0;
+    Trainer::with_memory(
+        b,
+        cfg,
+        LayerSpec::matrices(sizes),
+        &w0,
+        sel,
+        |_| Registry::builtin().build(spec, Defaults::density(0.05)?),
+        |b, layer| {
+            let m = for_rule(b, rule, lr, layer.len)?;
+            let f = fuse(l);
+            l += 1;
+            Ok(Box::new(Wrapped(m, f, count.clone())))
+        },
+    )
+}
+
+fn cpu(cfg: Config, sizes: &[usize], spec: &str, fuse: Fuse) -> Result<Trainer<Cpu, RadixTopK>> {
+    let count = Arc::new(AtomicUsize::new(0));
+    build(Cpu, cfg, sizes, spec, RadixTopK::magnitude(), |_| fuse, &count)
+}
+
+fn bits(w: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    w.iter()
+        .map(|l| l.iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+/// Everything a trainer holds, as comparable data.
+type Snap = (Vec<Vec<u32>>, Vec<Vec<u32>>, State);
+
+fn snap<B: Backend<f32>, S: Selector<B, f32>>(tr: &Trainer<B, S>) -> Result<Snap> {
+    Ok((
+        bits(&tr.weights()?),
+        bits(&tr.residuals()?),
+        tr.save_state()?,
+    ))
+}
+
+/// Non-dyadic gradients (uniform, scaled).
+fn random(sizes: &[usize], rng: &mut Rng, scale: f32) -> Vec<Vec<f32>> {
+    sizes
+        .iter()
+        .map(|&n| (0..n).map(|_| (rng.random::<f32>() - 0.5) * scale).collect())
+        .collect()
+}
+
+fn err_text<T>(r: &Result<T>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+const SIZES: [usize; 3] = [300, 120, 64];
+
+/// Rounding: learning rates and momenta that make every product inexact
+/// (the suite's own test uses dyadic values, where a fused multiply-add or
+/// a different operation order changes nothing).
+#[test]
+fn inexact_values_bit_for_bit() {
+    let out = ThreadCluster::new(3).run(|t| {
+        for (rule, lr) in [
+            (Rule::TopK, 0.1f32),
+            (rgc(0.9, false, true), 0.03),
+            (rgc(0.9, false, false), 0.07),
+        ] {
+            for pipelined in [false, true] {
+                let cfg = Config::new(lr, 0.05, rule)?.compress_threshold(0);
+                let mut a = cpu(cfg, &SIZES, "topk_a", Fuse::Inner)?;
+                let mut b = cpu(cfg, &SIZES, "topk_a", Fuse::Never)?;
+                let mut rng = Rng::seed_from_u64(11 + t.rank() as u64);
+                for s in 0..6 {
+                    let g = random(&SIZES, &mut rng, 1.3);
+                    let (ra, rb) = if pipelined {
+                        (a.step_overlapped(t, &g), b.step_overlapped(t, &g))
+                    } else {
+                        (a.step(t, &g), b.step(t, &g))
+                    };
+                    let (ra, rb) = (ra?, rb?);
+                    assert_eq!(ra.sent, rb.sent, "{rule:?} step {s}: sent");
+                    assert_eq!(ra.dropped, rb.dropped, "{rule:?} step {s}: dropped");
+                    assert_eq!(snap(&a)?, snap(&b)?, "{rule:?} p {pipelined} step {s}");
+                }
+            }
+        }
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.unwrap());
+}
+
+/// Accumulators that overflow (huge gradients, top-k SGD with a huge
+/// learning rate, RGC's momentum): the same error (the first non-finite
+/// index) and the same state at every step, on one rank and on two.
+#[test]
+fn overflowing_accumulators_fail_as_the_separate_path() {
+    for p in [1usize, 2] {
+        for (rule, lr) in [
+            (rgc(0.9, false, false), 1.0f32),
+            (rgc(0.9, false, true), 1.0),
+            (Rule::TopK, 1e30),
+        ] {
+            let out = ThreadCluster::new(p).run(|t| {
+                let sizes = [8usize, 5];
+                let cfg = Config::new(lr, 0.25, rule)?.compress_threshold(0);
+                let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
+                let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
+                let mut rng = Rng::seed_from_u64(3);
+                let pick = [3.4e38f32, -3.4e38, 1e38, -1e38, 2e10, -2e10, 0.0, 1.0];
+                for s in 0..40 {
+                    let g: Vec<Vec<f32>> = sizes
+                        .iter()
+                        .map(|&n| (0..n).map(|_| pick[rng.random_range(0..8)]).collect())
+                        .collect();
+                    let (ra, rb) = (a.step(t, &g), b.step(t, &g));
+                    assert_eq!(err_text(&ra), err_text(&rb), "{rule:?} p {p} step {s}");
+                    assert_eq!(
+                        bits(&a.residuals()?),
+                        bits(&b.residuals()?),
+                        "{rule:?} p {p} step {s}: residuals"
+                    );
+                    assert_eq!(bits(&a.weights()?), bits(&b.weights()?), "step {s}");
+                }
+                Ok(())
+            });
+            out.into_iter().for_each(|r| r.unwrap());
+        }
+    }
+}
+
+/// An accumulator holding an infinity at a lower index and a NaN at a
+/// higher one (RGC's momentum, built step by step on one layer of two):
+/// the separate path names the first non-finite index (0); the fused one
+/// must too.
+#[test]
+fn infinity_before_nan_names_the_first_non_finite() {
+    let out = ThreadCluster::new(1).run(|t| {
+        let cfg = Config::new(1.0, 0.5, rgc(0.9, false, false))?.compress_threshold(0);
+        let sizes = [2usize];
+        let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
+        let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
+        let steps: [[f32; 2]; 4] = [
+            [3.4e38, 3.0e38],
+            [3.4e38, 0.0],
+            [0.0, -3.4e38],
+            [0.0, -3.4e38],
+        ];
+        for (s, g) in steps.iter().enumerate() {
+            let g = vec![g.to_vec()];
+            let (ra, rb) = (a.step(t, &g), b.step(t, &g));
+            assert_eq!(err_text(&ra), err_text(&rb), "step {s}");
+        }
+        let v = a.residuals()?;
+        assert!(v[0][0].is_infinite() && v[0][1].is_nan(), "setup: {v:?}");
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.unwrap());
+}
+
+/// A fault injected at every transport call of the second step, on each
+/// rank in turn: the fused and the separate trainers fail alike and hold
+/// the same state after it (and after a reload into fresh trainers and
+/// two more steps).
+#[test]
+fn injected_faults_lose_nothing() {
+    let cfgs = || -> Result<Vec<Config>> {
+        let base = Config::new(0.07, 0.05, rgc(0.9, false, true))?.compress_threshold(0);
+        Ok(vec![
+            base,
+            base.buckets(Buckets::new(4 * 500)?.budget(BucketBudget::Global))?,
+        ])
+    };
+    for (ci, cfg) in cfgs().unwrap().into_iter().enumerate() {
+        for pipelined in [false, true] {
+            for rank in 0..3 {
+                for nth in (1..60u64).step_by(2) {
+                    let run = |fuse| {
+                        ThreadCluster::new(3)
+                            .timeout(std::time::Duration::from_secs(2))
+                            .fault(rank, nth)
+                            .run(move |t| -> Result<(String, Snap)> {
+                                let mut tr = cpu(cfg, &SIZES, "ok_topk", fuse)?;
+                                let mut rng = Rng::seed_from_u64(5 + t.rank() as u64);
+                                let mut last = String::new();
+                                for _ in 0..4 {
+                                    let g = random(&SIZES, &mut rng, 0.9);
+                                    let r = if pipelined {
+                                        tr.step_overlapped(t, &g)
+                                    } else {
+                                        tr.step(t, &g)
+                                    };
+                                    if r.is_err() {
+                                        last = err_text(&r);
+                                        break;
+                                    }
+                                }
+                                Ok((last, snap(&tr)?))
+                            })
+                    };
+                    let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
+                    for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
+                        let ctx = format!("cfg {ci} pipelined {pipelined} fault {rank}@{nth} rank {r}");
+                        let (x, y) = (x.unwrap(), y.unwrap());
+                        assert_eq!(x.1, y.1, "{ctx}: state ({} / {})", x.0, y.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `step_with` producers that fail after pushing some layers, push a
+/// layer twice, push a layer that does not exist, leave one out, or
+/// panic: every rank fails and the state is the separate path's; the next
+/// steps agree too.
+#[test]
+fn failing_producers_lose_nothing() {
+    let base = Config::new(0.07, 0.05, rgc(0.9, false, false))
+        .unwrap()
+        .compress_threshold(0);
+    let cfgs = [
+        base,
+        base.buckets(Buckets::new(4 * 500).unwrap()).unwrap(),
+        base.buckets(Buckets::new(4 * 500).unwrap().budget(BucketBudget::Global))
+            .unwrap(),
+    ];
+    for (ci, cfg) in cfgs.into_iter().enumerate() {
+        for how in 0..5 {
+            let run = |fuse| {
+                ThreadCluster::new(3).run(move |t| -> Result<(Vec<String>, Snap)> {
+                    let mut tr = cpu(cfg, &SIZES, "topk_a", fuse)?;
+                    let mut rng = Rng::seed_from_u64(9 + t.rank() as u64);
+                    let mut errs = Vec::new();
+                    for s in 0..4 {
+                        let g = random(&SIZES, &mut rng, 0.9);
+                        let bad = s == 1 && t.rank() == 1;
+                        let r = tr.step_with(t, |feed| {
+                            for l in (0..SIZES.len()).rev() {
+                                if bad && l == 0 {
+                                    match how {
+                                        0 => return Err(Error::invalid("probe", "producer fails")),
+                                        1 => feed.push_host(1, &g[1])?,
+                                        2 => feed.push_host(9, &g[0])?,
+                                        3 => return Ok(()),
+                                        _ => panic!("producer panics"),
+                                    }
+                                }
+                                feed.push_host(l, &g[l])?;
+                            }
+                            Ok(())
+                        });
+                        errs.push(err_text(&r));
+                    }
+                    Ok((errs, snap(&tr)?))
+                })
+            };
+            let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
+            for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
+                let (x, y) = (x.unwrap(), y.unwrap());
+                assert_ne!(x.0[1], "ok", "cfg {ci} how {how} rank {r}: step 1 must fail");
+                assert_eq!(x.0, y.0, "cfg {ci} how {how} rank {r}: errors");
+                assert_eq!(x.1, y.1, "cfg {ci} how {how} rank {r}: state");
+            }
+        }
+    }
+}
+
+/// A checkpoint saved after a failed step (an overflowing result on one
+/// rank), loaded into fresh trainers that then train on: the fused and
+/// the separate runs agree at every step.
+#[test]
+fn checkpoint_after_failed_step_reloads_alike() {
+    let cfg = Config::new(0.07, 0.05, rgc(0.9, false, true))
+        .unwrap()
+        .compress_threshold(0);
+    let run = |fuse| {
+        ThreadCluster::new(3).run(move |t| -> Result<Vec<Snap>> {
+            let mut tr = cpu(cfg, &SIZES, "spardl", fuse)?;
+            let mut rng = Rng::seed_from_u64(21 + t.rank() as u64);
+            let mut out = Vec::new();
+            for s in 0..3 {
+                let g = random(&SIZES, &mut rng, 0.9);
+                let fail = s == 1 && t.rank() == 2;
+                // Step 1 fails on every rank: rank 2's producer errs once
+                // every layer is in (and its buckets were reduced).
+                let r = tr.step_with(t, |feed| {
+                    for l in (0..SIZES.len()).rev() {
+                        feed.push_host(l, &g[l])?;
+                    }
+                    if fail {
+                        return Err(Error::invalid("probe", "producer fails"));
+                    }
+                    Ok(())
+                });
+                assert_eq!(r.is_err(), s == 1, "step {s}: {}", err_text(&r));
+            }
+            out.push(snap(&tr)?);
+            let st = tr.save_state()?;
+            let mut fresh = cpu(cfg, &SIZES, "spardl", fuse)?;
+            fresh.load_state(t, &st)?;
+            for _ in 0..3 {
+                let g = random(&SIZES, &mut rng, 0.9);
+                fresh.step(t, &g)?;
+                out.push(snap(&fresh)?);
+            }
+            Ok(out)
+        })
+    };
+    let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
+    for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
+        assert_eq!(x.unwrap(), y.unwrap(), "rank {r}");
+    }
+}
+
+/// Density changed between steps (k from 0.05 n to n and back), tiny
+/// layers (n = 1, 2), zero and negative-zero gradients.
+#[test]
+fn density_changes_and_tiny_layers() {
+    let sizes = [1usize, 2, 300, 1];
+    for rule in [Rule::TopK, rgc(0.9, false, true), rgc(0.5, false, false)] {
+        let out = ThreadCluster::new(2).run(|t| {
+            let cfg = Config::new(0.1, 0.05, rule)?.compress_threshold(0);
+            let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
+            let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
+            let mut rng = Rng::seed_from_u64(1 + t.rank() as u64);
+            for (s, d) in [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5].into_iter().enumerate() {
+                a.set_density(d)?;
+                b.set_density(d)?;
+                let mut g = random(&sizes, &mut rng, 2.0);
+                if s % 2 == 1 {
+                    for l in &mut g {
+                        for (i, x) in l.iter_mut().enumerate() {
+                            if i % 3 == 0 {
+                                *x = if i % 2 == 0 { -0.0 } else { 0.0 };
+                            }
+                        }
+                    }
+                }
+                let (ra, rb) = (a.step(t, &g), b.step(t, &g));
+                assert_eq!(err_text(&ra), err_text(&rb), "{rule:?} step {s}");
+                assert_eq!(snap(&a)?, snap(&b)?, "{rule:?} step {s} density {d}");
+            }
+            Ok(())
+        });
+        out.into_iter().for_each(|r| r.unwrap());
+    }
+}
+
+/// Nesterov's momentum must not fuse; a boxed RadixTopK must.
+#[test]
+fn nesterov_never_fuses_and_boxed_radix_does() {
+    let out = ThreadCluster::new(2).run(|t| {
+        let cfg = Config::new(0.1, 0.05, rgc(0.9, true, false))?.compress_threshold(0);
+        let count = Arc::new(AtomicUsize::new(0));
+        let mut a = build(Cpu, cfg, &SIZES, "topk_a", RadixTopK::magnitude(), |_| Fuse::Inner, &count)?;
+        let mut b = cpu(cfg, &SIZES, "topk_a", Fuse::Never)?;
+        let mut rng = Rng::seed_from_u64(4 + t.rank() as u64);
+        for _ in 0..3 {
+            let g = random(&SIZES, &mut rng, 1.0);
+            a.step(t, &g)?;
+            b.step(t, &g)?;
+            assert_eq!(snap(&a)?, snap(&b)?);
+        }
+        assert_eq!(count.load(Ordering::Relaxed), 0, "nesterov fused");
+
+        let cfg = Config::new(0.1, 0.05, rgc(0.9, false, true))?.compress_threshold(0);
+        let count = Arc::new(AtomicUsize::new(0));
+        let (rule, lr) = (cfg.rule(), cfg.lr());
+        let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
+        let mk = |fuse: Fuse| {
+            let c = count.clone();
+            Trainer::<Cpu, Box<dyn Selector<Cpu, f32> + Send>>::with_parts(
+                Cpu,
+                cfg,
+                LayerSpec::matrices(&SIZES),
+                &w0,
+                |_| Ok(Box::new(RadixTopK::magnitude()) as Box<dyn Selector<Cpu, f32> + Send>),
+                |_| Registry::builtin().build("topk_a", Defaults::density(0.05)?),
+                move |b, l| Ok(Box::new(Wrapped(for_rule(b, rule, lr, l.len)?, fuse, c.clone())) as Box<dyn Memory<Cpu>>),
+            )
+        };
+        let mut a = mk(Fuse::Inner)?;
+        let mut b = mk(Fuse::Never)?;
+        for _ in 0..3 {
+            let g = random(&SIZES, &mut rng, 1.0);
+            a.step(t, &g)?;
+            b.step(t, &g)?;
+            assert_eq!(snap(&a)?, snap(&b)?);
+        }
+        assert_eq!(count.load(Ordering::Relaxed), 3 * SIZES.len(), "boxed radix");
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.unwrap());
+}
+
+/// A user memory that fuses badly (an index past its layer) on the first
+/// layer, with the pipelined step (layers in backward order, so the
+/// later layers fused before it): the step fails on every rank, without
+/// a panic, and the other layers' residuals are those of the separate
+/// path (their selections put back).
+#[test]
+fn a_bad_fusing_memory_loses_no_other_layer() {
+    let cfg = Config::new(0.07, 0.05, rgc(0.9, false, false))
+        .unwrap()
+        .compress_threshold(0);
+    for pipelined in [false, true] {
+        let out = ThreadCluster::new(2).run(|t| {
+            let count = Arc::new(AtomicUsize::new(0));
+            let bad_layer = if pipelined { 0 } else { SIZES.len() - 1 };
+            let fuse = |l| if l == bad_layer { Fuse::Corrupt } else { Fuse::Inner };
+            let mut a = build(Cpu, cfg, &SIZES, "topk_a", RadixTopK::magnitude(), fuse, &count)?;
+            let mut b = cpu(cfg, &SIZES, "topk_a", Fuse::Never)?;
+            let mut rng = Rng::seed_from_u64(2 + t.rank() as u64);
+            let g = random(&SIZES, &mut rng, 1.0);
+            let ra = if pipelined {
+                a.step_overlapped(t, &g)
+            } else {
+                a.step(t, &g)
+            };
+            assert!(ra.is_err(), "a corrupt fused selection must fail the step");
+            // The oracle: the separate trainer after a step that fails
+            // once every layer is compensated (its producer's error).
+            let rb = b.step_with(t, |feed| {
+                for l in (0..SIZES.len()).rev() {
+                    feed.push_host(l, &g[l])?;
+                }
+                Err(Error::invalid("probe", "fail after every push"))
+            });
+            assert!(rb.is_err());
+            let (va, vb) = (bits(&a.residuals()?), bits(&b.residuals()?));
+            for l in 0..SIZES.len() {
+                if l != bad_layer {
+                    assert_eq!(va[l], vb[l], "pipelined {pipelined}: layer {l}'s residual");
+                }
+            }
+            Ok(())
+        });
+        out.into_iter().for_each(|r| r.unwrap());
+    }
+}
+
+/// Reached through `Transport` only to keep the import used in every
+/// configuration.
+#[allow(dead_code)]
+fn rank(t: &dyn Transport) -> usize {
+    t.rank()
+}
