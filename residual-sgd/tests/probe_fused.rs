@@ -128,7 +128,15 @@ where
 
 fn cpu(cfg: Config, sizes: &[usize], spec: &str, fuse: Fuse) -> Result<Trainer<Cpu, RadixTopK>> {
     let count = Arc::new(AtomicUsize::new(0));
-    build(Cpu, cfg, sizes, spec, RadixTopK::magnitude(), |_| fuse, &count)
+    build(
+        Cpu,
+        cfg,
+        sizes,
+        spec,
+        RadixTopK::magnitude(),
+        |_| fuse,
+        &count,
+    )
 }
 
 fn bits(w: &[Vec<f32>]) -> Vec<Vec<u32>> {
@@ -152,7 +160,11 @@ fn snap<B: Backend<f32>, S: Selector<B, f32>>(tr: &Trainer<B, S>) -> Result<Snap
 fn random(sizes: &[usize], rng: &mut Rng, scale: f32) -> Vec<Vec<f32>> {
     sizes
         .iter()
-        .map(|&n| (0..n).map(|_| (rng.random::<f32>() - 0.5) * scale).collect())
+        .map(|&n| {
+            (0..n)
+                .map(|_| (rng.random::<f32>() - 0.5) * scale)
+                .collect()
+        })
         .collect()
 }
 
@@ -310,7 +322,8 @@ fn injected_faults_lose_nothing() {
                     };
                     let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
                     for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
-                        let ctx = format!("cfg {ci} pipelined {pipelined} fault {rank}@{nth} rank {r}");
+                        let ctx =
+                            format!("cfg {ci} pipelined {pipelined} fault {rank}@{nth} rank {r}");
                         let (x, y) = (x.unwrap(), y.unwrap());
                         assert_eq!(x.1, y.1, "{ctx}: state ({} / {})", x.0, y.0);
                     }
@@ -368,7 +381,10 @@ fn failing_producers_lose_nothing() {
             let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
             for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
                 let (x, y) = (x.unwrap(), y.unwrap());
-                assert_ne!(x.0[1], "ok", "cfg {ci} how {how} rank {r}: step 1 must fail");
+                assert_ne!(
+                    x.0[1], "ok",
+                    "cfg {ci} how {how} rank {r}: step 1 must fail"
+                );
                 assert_eq!(x.0, y.0, "cfg {ci} how {how} rank {r}: errors");
                 assert_eq!(x.1, y.1, "cfg {ci} how {how} rank {r}: state");
             }
@@ -434,7 +450,10 @@ fn density_changes_and_tiny_layers() {
             let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
             let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
             let mut rng = Rng::seed_from_u64(1 + t.rank() as u64);
-            for (s, d) in [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5].into_iter().enumerate() {
+            for (s, d) in [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5]
+                .into_iter()
+                .enumerate()
+            {
                 a.set_density(d)?;
                 b.set_density(d)?;
                 let mut g = random(&sizes, &mut rng, 2.0);
@@ -463,7 +482,15 @@ fn nesterov_never_fuses_and_boxed_radix_does() {
     let out = ThreadCluster::new(2).run(|t| {
         let cfg = Config::new(0.1, 0.05, rgc(0.9, true, false))?.compress_threshold(0);
         let count = Arc::new(AtomicUsize::new(0));
-        let mut a = build(Cpu, cfg, &SIZES, "topk_a", RadixTopK::magnitude(), |_| Fuse::Inner, &count)?;
+        let mut a = build(
+            Cpu,
+            cfg,
+            &SIZES,
+            "topk_a",
+            RadixTopK::magnitude(),
+            |_| Fuse::Inner,
+            &count,
+        )?;
         let mut b = cpu(cfg, &SIZES, "topk_a", Fuse::Never)?;
         let mut rng = Rng::seed_from_u64(4 + t.rank() as u64);
         for _ in 0..3 {
@@ -487,7 +514,12 @@ fn nesterov_never_fuses_and_boxed_radix_does() {
                 &w0,
                 |_| Ok(Box::new(RadixTopK::magnitude()) as Box<dyn Selector<Cpu, f32> + Send>),
                 |_| Registry::builtin().build("topk_a", Defaults::density(0.05)?),
-                move |b, l| Ok(Box::new(Wrapped(for_rule(b, rule, lr, l.len)?, fuse, c.clone())) as Box<dyn Memory<Cpu>>),
+                move |b, l| {
+                    Ok(
+                        Box::new(Wrapped(for_rule(b, rule, lr, l.len)?, fuse, c.clone()))
+                            as Box<dyn Memory<Cpu>>,
+                    )
+                },
             )
         };
         let mut a = mk(Fuse::Inner)?;
@@ -498,7 +530,11 @@ fn nesterov_never_fuses_and_boxed_radix_does() {
             b.step(t, &g)?;
             assert_eq!(snap(&a)?, snap(&b)?);
         }
-        assert_eq!(count.load(Ordering::Relaxed), 3 * SIZES.len(), "boxed radix");
+        assert_eq!(
+            count.load(Ordering::Relaxed),
+            3 * SIZES.len(),
+            "boxed radix"
+        );
         Ok(())
     });
     out.into_iter().for_each(|r| r.unwrap());
@@ -518,8 +554,22 @@ fn a_bad_fusing_memory_loses_no_other_layer() {
         let out = ThreadCluster::new(2).run(|t| {
             let count = Arc::new(AtomicUsize::new(0));
             let bad_layer = if pipelined { 0 } else { SIZES.len() - 1 };
-            let fuse = |l| if l == bad_layer { Fuse::Corrupt } else { Fuse::Inner };
-            let mut a = build(Cpu, cfg, &SIZES, "topk_a", RadixTopK::magnitude(), fuse, &count)?;
+            let fuse = |l| {
+                if l == bad_layer {
+                    Fuse::Corrupt
+                } else {
+                    Fuse::Inner
+                }
+            };
+            let mut a = build(
+                Cpu,
+                cfg,
+                &SIZES,
+                "topk_a",
+                RadixTopK::magnitude(),
+                fuse,
+                &count,
+            )?;
             let mut b = cpu(cfg, &SIZES, "topk_a", Fuse::Never)?;
             let mut rng = Rng::seed_from_u64(2 + t.rank() as u64);
             let g = random(&SIZES, &mut rng, 1.0);
