@@ -7,7 +7,7 @@
 use backend_cpu::Cpu;
 use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::memory::for_rule;
-use residual_sgd::{BucketBudget, Buckets, Config, LayerSpec, Memory, Rule, Trainer};
+use residual_sgd::{BucketBudget, Buckets, Collection, Config, LayerSpec, Memory, Rule, Trainer};
 use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
 use sparse_core::state::State;
 use sparse_core::testing::Rng;
@@ -177,34 +177,134 @@ fn err_text<T>(r: &Result<T>) -> String {
 
 const SIZES: [usize; 3] = [300, 120, 64];
 
+/// Steps a fusing and a non-fusing trainer on backend `be` side by side
+/// with inexact gradients: the reports' pairs, the errors, the weights,
+/// residuals and training state agree bit for bit at every step.
+#[allow(clippy::too_many_arguments)]
+fn side_by_side<B>(
+    t: &mut dyn Transport,
+    be: &B,
+    cfg: Config,
+    sizes: &[usize],
+    spec: &str,
+    pipelined: bool,
+    steps: usize,
+    scale: f32,
+) -> Result<()>
+where
+    B: Backend<f32> + Clone + Sync + 'static,
+{
+    let count = Arc::new(AtomicUsize::new(0));
+    let mk = |f| build(be.clone(), cfg, sizes, spec, RadixTopK::magnitude(), move |_| f, &count);
+    let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
+    let mut rng = Rng::seed_from_u64(11 + t.rank() as u64);
+    for s in 0..steps {
+        let g = random(sizes, &mut rng, scale);
+        let (ra, rb) = if pipelined {
+            let bufs = g.iter().map(|g| be.upload(g)).collect::<Result<Vec<_>>>()?;
+            (a.step_overlapped(t, &bufs), b.step_overlapped(t, &bufs))
+        } else {
+            (a.step(t, &g), b.step(t, &g))
+        };
+        let ctx = format!("{:?} {spec} pipelined {pipelined} step {s}", cfg.rule());
+        assert_eq!(err_text(&ra), err_text(&rb), "{ctx}");
+        if let (Ok(ra), Ok(rb)) = (ra, rb) {
+            assert_eq!(ra.sent, rb.sent, "{ctx}: sent");
+            assert_eq!(ra.dropped, rb.dropped, "{ctx}: dropped");
+        }
+        assert_eq!(bits(&a.weights()?), bits(&b.weights()?), "{ctx}: weights");
+        assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?), "{ctx}: residuals");
+        assert_eq!(a.save_state()?, b.save_state()?, "{ctx}: state");
+    }
+    assert!(count.load(Ordering::Relaxed) > 0, "never fused");
+    Ok(())
+}
+
+/// Every setting worth crossing with inexact values: the rules, both
+/// collections, QSGD, buckets with both budgets.
+fn settings() -> Result<Vec<Config>> {
+    let mut out = Vec::new();
+    for (rule, lr) in [
+        (Rule::TopK, 0.1f32),
+        (rgc(0.9, false, true), 0.03),
+        (rgc(0.9, false, false), 0.07),
+    ] {
+        let base = Config::new(lr, 0.05, rule)?.compress_threshold(0);
+        out.push(base);
+        out.push(base.collection(Collection::Paper));
+        out.push(base.buckets(Buckets::new(4 * 500)?)?);
+        out.push(base.buckets(Buckets::new(4 * 500)?.budget(BucketBudget::Global))?);
+        if rule == Rule::TopK {
+            out.push(base.qsgd(4, 64, true)?);
+        }
+    }
+    Ok(out)
+}
+
 /// Rounding: learning rates and momenta that make every product inexact
 /// (the suite's own test uses dyadic values, where a fused multiply-add or
 /// a different operation order changes nothing).
 #[test]
 fn inexact_values_bit_for_bit() {
+    let cfgs = settings().unwrap();
     let out = ThreadCluster::new(3).run(|t| {
-        for (rule, lr) in [
-            (Rule::TopK, 0.1f32),
-            (rgc(0.9, false, true), 0.03),
-            (rgc(0.9, false, false), 0.07),
-        ] {
-            for pipelined in [false, true] {
-                let cfg = Config::new(lr, 0.05, rule)?.compress_threshold(0);
-                let mut a = cpu(cfg, &SIZES, "topk_a", Fuse::Inner)?;
-                let mut b = cpu(cfg, &SIZES, "topk_a", Fuse::Never)?;
-                let mut rng = Rng::seed_from_u64(11 + t.rank() as u64);
-                for s in 0..6 {
-                    let g = random(&SIZES, &mut rng, 1.3);
-                    let (ra, rb) = if pipelined {
-                        (a.step_overlapped(t, &g), b.step_overlapped(t, &g))
-                    } else {
-                        (a.step(t, &g), b.step(t, &g))
-                    };
-                    let (ra, rb) = (ra?, rb?);
-                    assert_eq!(ra.sent, rb.sent, "{rule:?} step {s}: sent");
-                    assert_eq!(ra.dropped, rb.dropped, "{rule:?} step {s}: dropped");
-                    assert_eq!(snap(&a)?, snap(&b)?, "{rule:?} p {pipelined} step {s}");
+        for cfg in &cfgs {
+            for spec in ["topk_a", "spardl", "ok_topk"] {
+                for pipelined in [false, true] {
+                    side_by_side(t, &Cpu, *cfg, &SIZES, spec, pipelined, 5, 1.3)?;
                 }
+            }
+        }
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.unwrap());
+}
+
+/// The same on the kernel backend (wgpu; lavapipe without a GPU), where
+/// `accumulate_topk` is a kernel of its own: layers past the short
+/// kernel's 2,048 and below it.
+#[test]
+fn wgpu_inexact_values_bit_for_bit() {
+    let cfgs = settings().unwrap();
+    let sizes = [5000usize, 300, 64];
+    let out = ThreadCluster::new(2).run(|t| {
+        let gpu = backend_cuda::WgpuBackend::new_default()?;
+        for cfg in &cfgs {
+            for pipelined in [false, true] {
+                side_by_side(t, &gpu, *cfg, &sizes, "topk_a", pipelined, 4, 1.3)?;
+            }
+        }
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.unwrap());
+}
+
+/// Overflow on the kernel backend: the same errors and states as its
+/// separate calls (huge gradients, RGC's momentum, a huge learning rate).
+#[test]
+fn wgpu_overflow_fails_as_the_separate_path() {
+    let out = ThreadCluster::new(1).run(|t| {
+        let gpu = backend_cuda::WgpuBackend::new_default()?;
+        for (rule, lr) in [(rgc(0.9, false, false), 1.0f32), (Rule::TopK, 1e30)] {
+            let cfg = Config::new(lr, 0.5, rule)?.compress_threshold(0);
+            side_by_side(t, &gpu, cfg, &[2], "topk_a", false, 1, 1.0)?;
+            let count = Arc::new(AtomicUsize::new(0));
+            let mk = |f| build(gpu.clone(), cfg, &[3000, 2], "topk_a", RadixTopK::magnitude(), move |_| f, &count);
+            let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
+            let steps: [[f32; 2]; 4] = [
+                [3.4e38, 3.0e38],
+                [3.4e38, 0.0],
+                [0.0, -3.4e38],
+                [0.0, -3.4e38],
+            ];
+            for (s, g2) in steps.iter().enumerate() {
+                let mut big = vec![0.25f32; 3000];
+                big[2998] = g2[0];
+                big[2999] = g2[1];
+                let g = vec![big, vec![0.5, -0.5]];
+                let (ra, rb) = (a.step(t, &g), b.step(t, &g));
+                assert_eq!(err_text(&ra), err_text(&rb), "{rule:?} step {s}");
+                assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?), "{rule:?} step {s}");
             }
         }
         Ok(())
@@ -293,6 +393,7 @@ fn injected_faults_lose_nothing() {
             base.buckets(Buckets::new(4 * 500)?.budget(BucketBudget::Global))?,
         ])
     };
+    let mut failed = 0;
     for (ci, cfg) in cfgs().unwrap().into_iter().enumerate() {
         for pipelined in [false, true] {
             for rank in 0..3 {
@@ -316,6 +417,7 @@ fn injected_faults_lose_nothing() {
                                         last = err_text(&r);
                                         break;
                                     }
+                                    last = "ok".into();
                                 }
                                 Ok((last, snap(&tr)?))
                             })
@@ -325,12 +427,18 @@ fn injected_faults_lose_nothing() {
                         let ctx =
                             format!("cfg {ci} pipelined {pipelined} fault {rank}@{nth} rank {r}");
                         let (x, y) = (x.unwrap(), y.unwrap());
+                        // Which peer a rank finds gone first is timing's.
+                        assert_eq!(x.0 == "ok", y.0 == "ok", "{ctx}: {} / {}", x.0, y.0);
                         assert_eq!(x.1, y.1, "{ctx}: state ({} / {})", x.0, y.0);
+                        failed += usize::from(x.0 != "ok");
                     }
                 }
             }
         }
     }
+    // The faults did hit steps (every fault past the run's last call
+    // leaves it whole).
+    assert!(failed > 100, "only {failed} rank runs failed");
 }
 
 /// `step_with` producers that fail after pushing some layers, push a
