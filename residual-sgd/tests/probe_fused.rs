@@ -25,6 +25,10 @@ enum Fuse {
     Inner,
     /// Fuses, then hands back a selection with an index past the layer.
     Corrupt,
+    /// As `Inner`, but `remove` fails (a backend error at the update).
+    InnerBadRemove,
+    /// As `Never`, but `remove` fails.
+    NeverBadRemove,
 }
 
 struct Wrapped<B: Backend<f32>>(Box<dyn Memory<B>>, Fuse, Arc<AtomicUsize>);
@@ -40,8 +44,8 @@ impl<B: Backend<f32>> Memory<B> for Wrapped<B> {
         k: usize,
     ) -> Result<Option<Selected<B, f32>>> {
         match self.1 {
-            Fuse::Never => Ok(None),
-            Fuse::Inner => {
+            Fuse::Never | Fuse::NeverBadRemove => Ok(None),
+            Fuse::Inner | Fuse::InnerBadRemove => {
                 let out = self.0.compensate_topk(b, g, k)?;
                 if out.is_some() {
                     self.2.fetch_add(1, Ordering::Relaxed);
@@ -70,6 +74,9 @@ impl<B: Backend<f32>> Memory<B> for Wrapped<B> {
         self.0.accumulator_mut()
     }
     fn remove(&mut self, b: &B, indices: &B::Buffer<u32>) -> Result<()> {
+        if matches!(self.1, Fuse::InnerBadRemove | Fuse::NeverBadRemove) {
+            return Err(Error::invalid("probe", "remove fails"));
+        }
         self.0.remove(b, indices)
     }
     fn restore(&mut self, b: &B, back: &SparseVec<f32>) -> Result<()> {
@@ -713,4 +720,28 @@ fn a_bad_fusing_memory_loses_no_other_layer() {
 #[allow(dead_code)]
 fn rank(t: &dyn Transport) -> usize {
     t.rank()
+}
+
+/// A memory whose `remove` fails at the update (a backend error on one
+/// rank): the step fails, and the selection must stay in the memory as
+/// with the separate calls (whose `remove` never ran). The fused path
+/// takes `Compressed::taken` before calling `remove`, so its selection is
+/// neither in the memory nor put back.
+#[test]
+fn a_failing_remove_loses_no_fused_selection() {
+    let cfg = Config::new(0.07, 0.05, rgc(0.9, false, false))
+        .unwrap()
+        .compress_threshold(0);
+    let out = ThreadCluster::new(1).run(|t| {
+        let sizes = [300usize];
+        let mut a = cpu(cfg, &sizes, "topk_a", Fuse::InnerBadRemove)?;
+        let mut b = cpu(cfg, &sizes, "topk_a", Fuse::NeverBadRemove)?;
+        let mut rng = Rng::seed_from_u64(8);
+        let g = random(&sizes, &mut rng, 1.0);
+        let (ra, rb) = (a.step(t, &g), b.step(t, &g));
+        assert!(ra.is_err() && rb.is_err(), "{} / {}", err_text(&ra), err_text(&rb));
+        assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?), "residual after the failed update");
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.unwrap());
 }
