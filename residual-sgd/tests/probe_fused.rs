@@ -745,3 +745,61 @@ fn a_failing_remove_loses_no_fused_selection() {
     });
     out.into_iter().for_each(|r| r.unwrap());
 }
+
+/// `s` with every `+0.0` of every `f32` entry named "v" (the residuals)
+/// turned into `-0.0`.
+fn negate_zeros(s: &State) -> Result<State> {
+    let entries = s
+        .entries()
+        .map(|(name, scope, t)| {
+            let t = match t {
+                sparse_core::state::Tensor::F32(v) if name == "v" => sparse_core::state::Tensor::F32(
+                    v.iter().map(|&x| if x == 0.0 { -0.0 } else { x }).collect(),
+                ),
+                other => other.clone(),
+            };
+            (name.to_string(), scope, t)
+        })
+        .collect();
+    let children = s
+        .children()
+        .map(|(n, c)| Ok((n.to_string(), negate_zeros(c)?)))
+        .collect::<Result<Vec<_>>>()?;
+    State::from_parts(s.kind(), s.version(), entries, children)
+}
+
+/// A residual holding `-0.0` (a checkpoint's, loaded bit for bit) and a
+/// `-0.0` gradient there, at density 1 (every entry selected), in a step
+/// that fails: the separate calls leave `-0.0`, the fused selection is
+/// put back as `+0 + -0 = +0.0`. The memory docs admit it; the commit
+/// claims the state bit for bit.
+#[test]
+fn negative_zero_residual_after_a_failed_step() {
+    let cfg = Config::new(0.5, 1.0, Rule::TopK)
+        .unwrap()
+        .compress_threshold(0);
+    let out = ThreadCluster::new(1).run(|t| {
+        let sizes = [16usize];
+        let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
+        let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
+        let g = vec![(0..16).map(|i| i as f32 - 7.5).collect::<Vec<f32>>()];
+        a.step(t, &g)?;
+        b.step(t, &g)?;
+        let st = negate_zeros(&a.save_state()?)?;
+        a.load_state(t, &st)?;
+        b.load_state(t, &st)?;
+        assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?));
+        assert!(a.residuals()?[0].iter().all(|x| x.to_bits() == (-0.0f32).to_bits()));
+        let g = vec![vec![-0.0f32; 16]];
+        for tr in [&mut a, &mut b] {
+            let r = tr.step_with(t, |feed| {
+                feed.push_host(0, &g[0])?;
+                Err(Error::invalid("probe", "producer fails"))
+            });
+            assert!(r.is_err());
+        }
+        assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?), "residual signs");
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.unwrap());
+}
