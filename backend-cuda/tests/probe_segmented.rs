@@ -358,3 +358,117 @@ fn block_and_bucket_selectors_equal_the_cpu() {
         }
     }
 }
+
+/// Keys equal in their high digits (31..21, or 31..10) and random below,
+/// with exact ties straddling the k-th: every digit level of the device
+/// select decides, with many segments past 2,048 at once.
+#[test]
+fn digit_level_ties_over_many_long_segments() {
+    let b = wgpu();
+    let mut rng = Rng::seed_from_u64(1234);
+    for (level, mask) in [(0u32, (1u32 << 21) - 1), (1, (1 << 10) - 1), (2, 3), (3, 0)] {
+        let base = 1.0f32.to_bits() & !((1u32 << 21) - 1);
+        let segs = 300;
+        let lens: Vec<usize> = (0..segs).map(|i| 2049 + (i * 37) % 3000).collect();
+        let mut offsets = vec![0usize];
+        for l in &lens {
+            offsets.push(offsets.last().unwrap() + l);
+        }
+        let n = *offsets.last().unwrap();
+        let x: Vec<f32> = (0..n)
+            .map(|_| {
+                let v = f32::from_bits(base | (rng.next() as u32 & mask));
+                if rng.coin() { -v } else { v }
+            })
+            .collect();
+        let ks: Vec<usize> = lens.iter().map(|&l| pick_k(l, &mut rng)).collect();
+        check(&b, &x, &offsets, &ks, &format!("level {level}, n {n}"));
+    }
+}
+
+/// One very long segment (2^20 + 3) and long ones beside short ones, each
+/// value family, random k.
+#[test]
+fn very_long_segments() {
+    let b = wgpu();
+    let mut rng = Rng::seed_from_u64(77);
+    for family in 0..7 {
+        let lens = [5usize, (1 << 20) + 3, 0, 70_000, 2048, 2049];
+        let mut offsets = vec![0usize];
+        for l in lens {
+            offsets.push(offsets.last().unwrap() + l);
+        }
+        let n = *offsets.last().unwrap();
+        let x = values(family, n, &mut rng);
+        let ks: Vec<usize> = lens.iter().map(|&l| pick_k(l, &mut rng)).collect();
+        check(&b, &x, &offsets, &ks, &format!("family {family} ks {ks:?}"));
+    }
+}
+
+/// Many random layouts (seeds), each a fresh mix of everything above.
+#[test]
+fn random_layouts_many_seeds() {
+    let b = wgpu();
+    for seed in 0..60u64 {
+        let mut rng = Rng::seed_from_u64(seed);
+        let segs = rng.below(1, 200) as usize;
+        let lens: Vec<usize> = (0..segs).map(|_| pick_len(&mut rng, true)).collect();
+        let mut offsets = vec![0usize];
+        for l in &lens {
+            offsets.push(offsets.last().unwrap() + l);
+        }
+        let n = *offsets.last().unwrap();
+        let ks: Vec<usize> = lens.iter().map(|&l| pick_k(l, &mut rng)).collect();
+        let family = rng.below(0, 7) as usize;
+        let x = values(family, n, &mut rng);
+        check(&b, &x, &offsets, &ks, &format!("seed {seed} family {family}"));
+    }
+}
+
+/// More than 65,535 segments (the grid's first dimension): short
+/// selecting ones beside a long one (the short kernel's launch), ones
+/// taken whole or not at all (the collection's tiles and segments), and
+/// all short (the short-only path).
+#[test]
+fn more_segments_than_one_grid_dimension() {
+    let b = wgpu();
+    let mut rng = Rng::seed_from_u64(65_536);
+    let many = 70_001usize;
+    type Layout = (Vec<usize>, Vec<usize>);
+    let layouts: Vec<(&str, Layout)> = vec![
+        (
+            "short selecting + long",
+            (
+                (0..many).map(|_| 3).chain([3000]).collect(),
+                (0..many).map(|i| 1 + i % 2).chain([10]).collect(),
+            ),
+        ),
+        (
+            "whole or none + long",
+            (
+                (0..many).map(|i| 1 + i % 3).chain([3000]).collect(),
+                (0..many).map(|i| if i % 2 == 0 { 0 } else { 1 + i % 3 }).chain([10]).collect(),
+            ),
+        ),
+        (
+            "long first, then short selecting",
+            (
+                [5000].into_iter().chain((0..many).map(|_| 4)).collect(),
+                [4999].into_iter().chain((0..many).map(|i| 1 + i % 3)).collect(),
+            ),
+        ),
+        (
+            "all short",
+            ((0..many).map(|_| 5).collect(), (0..many).map(|i| i % 6).collect()),
+        ),
+    ];
+    for (name, (lens, ks)) in layouts {
+        let mut offsets = vec![0usize];
+        for l in &lens {
+            offsets.push(offsets.last().unwrap() + l);
+        }
+        let n = *offsets.last().unwrap();
+        let x = values(0, n, &mut rng);
+        check(&b, &x, &offsets, &ks, name);
+    }
+}
