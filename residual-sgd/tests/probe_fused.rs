@@ -803,3 +803,150 @@ fn negative_zero_residual_after_a_failed_step() {
     });
     out.into_iter().for_each(|r| r.unwrap());
 }
+
+/// A collective that lies on rank `rank` at its `at`-th call: a result
+/// value changed, an index past the layer, a NaN, an extra dropped entry
+/// (valid: taken back as residual), or an error on that rank alone.
+struct Liar {
+    inner: Box<dyn sparse_coll::SparseAllreduce<f32>>,
+    rank: usize,
+    at: usize,
+    calls: usize,
+    how: u8,
+}
+
+impl sparse_coll::SparseAllreduce<f32> for Liar {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn lossless(&self) -> bool {
+        self.inner.lossless()
+    }
+    fn cost(&self, prof: &sparse_coll::Profile) -> sparse_core::cost::Cost {
+        self.inner.cost(prof)
+    }
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+    fn save_state(&self) -> Result<State> {
+        self.inner.save_state()
+    }
+    fn load_state(&mut self, s: &State) -> Result<()> {
+        self.inner.load_state(s)
+    }
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<sparse_coll::Entered> {
+        self.inner.enter(t, v)
+    }
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<f32>,
+        entered: sparse_coll::Entered,
+        out: &mut sparse_coll::Reduced<f32>,
+    ) -> Result<()> {
+        self.calls += 1;
+        self.inner.body(t, v, entered, out)?;
+        if t.rank() != self.rank || self.calls != self.at {
+            return Ok(());
+        }
+        let dim = out.result.dim();
+        let (mut idx, mut val) = (out.result.indices().to_vec(), out.result.values().to_vec());
+        match self.how {
+            0 if !val.is_empty() => val[0] += 1.0,
+            1 => {
+                idx.push(dim as u32 + 3);
+                val.push(1.0);
+            }
+            2 if !val.is_empty() => val[0] = f32::NAN,
+            3 => {
+                let free = (0..dim as u32).find(|i| !out.dropped.indices().contains(i) && !v.indices().contains(i));
+                if let Some(i) = free {
+                    let mut d: Vec<(u32, f32)> = out
+                        .dropped
+                        .indices()
+                        .iter()
+                        .copied()
+                        .zip(out.dropped.values().iter().copied())
+                        .chain([(i, 0.375)])
+                        .collect();
+                    d.sort_by_key(|p| p.0);
+                    out.dropped = SparseVec::new(
+                        dim,
+                        d.iter().map(|p| p.0).collect(),
+                        d.iter().map(|p| p.1).collect(),
+                    )?;
+                }
+                return Ok(());
+            }
+            _ => return Err(Error::invalid("probe", "the collective fails on this rank")),
+        }
+        // Built unchecked where it is out of range: the trainer must catch it.
+        out.result = SparseVec::new(dim, idx.clone(), val.clone()).unwrap_or_else(|_| {
+            SparseVec::new(dim + 4, idx, val).expect("probe: widened result")
+        });
+        Ok(())
+    }
+}
+
+/// Collectives that lie on one rank at the second step's call of one
+/// layer: the fused and the separate trainers end every step alike (ok or
+/// failed) with the same state on every rank.
+#[test]
+fn lying_collectives_lose_nothing() {
+    let base = Config::new(0.07, 0.05, rgc(0.9, false, true))
+        .unwrap()
+        .compress_threshold(0);
+    let cfgs = [
+        base,
+        base.buckets(Buckets::new(4 * 500).unwrap().budget(BucketBudget::Global))
+            .unwrap(),
+    ];
+    for (ci, cfg) in cfgs.into_iter().enumerate() {
+        for pipelined in [false, true] {
+            for how in 0..5u8 {
+                let run = |fuse| {
+                    ThreadCluster::new(3).run(move |t| -> Result<(Vec<bool>, Snap)> {
+                        let (rule, lr) = (cfg.rule(), cfg.lr());
+                        let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
+                        let mut tr = Trainer::with_memory(
+                            Cpu,
+                            cfg,
+                            LayerSpec::matrices(&SIZES),
+                            &w0,
+                            RadixTopK::magnitude(),
+                            |_| {
+                                Ok(Box::new(Liar {
+                                    inner: Registry::builtin().build("topk_a", Defaults::density(0.05)?)?,
+                                    rank: 1,
+                                    at: 2,
+                                    calls: 0,
+                                    how,
+                                }) as Box<dyn sparse_coll::SparseAllreduce<f32>>)
+                            },
+                            |b, l| {
+                                let m = for_rule(b, rule, lr, l.len)?;
+                                Ok(Box::new(Wrapped(m, fuse, Arc::new(AtomicUsize::new(0)))) as Box<dyn Memory<Cpu>>)
+                            },
+                        )?;
+                        let mut rng = Rng::seed_from_u64(31 + t.rank() as u64);
+                        let mut oks = Vec::new();
+                        for _ in 0..4 {
+                            let g = random(&SIZES, &mut rng, 0.9);
+                            let r = if pipelined { tr.step_overlapped(t, &g) } else { tr.step(t, &g) };
+                            oks.push(r.is_ok());
+                        }
+                        Ok((oks, snap(&tr)?))
+                    })
+                };
+                let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
+                for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
+                    let ctx = format!("cfg {ci} pipelined {pipelined} how {how} rank {r}");
+                    let (x, y) = (x.unwrap(), y.unwrap());
+                    assert_eq!(x.0, y.0, "{ctx}: outcomes");
+                    assert_eq!(x.0[1], how == 3, "{ctx}: the lie fails the step unless valid");
+                    assert_eq!(x.1, y.1, "{ctx}: state");
+                }
+            }
+        }
+    }
+}
