@@ -272,90 +272,65 @@ fn block_and_bucket_selectors_equal_the_cpu() {
             let x = values(family, n, &mut rng);
             let buf = b.upload(&x).unwrap();
             for k in [0usize, 1, 7, n / 100, n / 3, n] {
-                let sels: Vec<(
-                    String,
-                    Box<
-                        dyn Fn() -> (
-                            Box<dyn Selector<WgpuBackend, f32>>,
-                            Box<dyn Selector<Cpu, f32>>,
-                        ),
-                    >,
-                )> = vec![
-                    (
-                        "block 2".into(),
-                        Box::new(|| {
-                            (
-                                Box::new(BlockTopK { blocks: 2 }) as _,
-                                Box::new(BlockTopK { blocks: 2 }) as _,
-                            )
-                        }),
-                    ),
-                    (
-                        "block 7".into(),
-                        Box::new(|| {
-                            (
-                                Box::new(BlockTopK { blocks: 7 }) as _,
-                                Box::new(BlockTopK { blocks: 7 }) as _,
-                            )
-                        }),
-                    ),
-                    (
-                        "bucket 4096".into(),
-                        Box::new(|| {
-                            let s = BucketTopK {
-                                bucket: 4096,
-                                per_bucket: None,
-                            };
-                            (Box::new(s.clone()) as _, Box::new(s) as _)
-                        }),
-                    ),
-                    (
-                        "bucket 2049 keep 2049".into(),
-                        Box::new(|| {
-                            let s = BucketTopK {
-                                bucket: 2049,
-                                per_bucket: Some(2049),
-                            };
-                            (Box::new(s.clone()) as _, Box::new(s) as _)
-                        }),
-                    ),
-                    (
-                        "bucket 3000 keep 1".into(),
-                        Box::new(|| {
-                            let s = BucketTopK {
-                                bucket: 3000,
-                                per_bucket: Some(1),
-                            };
-                            (Box::new(s.clone()) as _, Box::new(s) as _)
-                        }),
-                    ),
-                ];
-                for (name, mk) in sels {
-                    let what = format!("{name}, family {family}, n {n}, k {k}");
-                    let (mut sg, mut sc) = mk();
-                    let got = sg.select(&b, &buf, k);
-                    let want = sc.select(&Cpu, &x, k);
-                    match (got, want) {
-                        (Ok(g), Ok(w)) => {
-                            assert_eq!(b.download(&g.indices).unwrap(), w.indices, "{what}");
-                            assert_eq!(
-                                bits(&b.download(&g.values).unwrap()),
-                                bits(&w.values),
-                                "{what}"
-                            );
-                            assert_eq!(g.count, w.count, "{what}: count");
-                            assert_eq!(g.threshold, w.threshold, "{what}: threshold");
-                        }
-                        (Err(g), Err(w)) => assert_eq!(g, w, "{what}"),
-                        (g, w) => panic!(
-                            "{what}: {:?} vs {:?}",
-                            g.map(|s| s.count),
-                            w.map(|s| s.count)
-                        ),
-                    }
+                let what = format!("family {family}, n {n}, k {k}");
+                for blocks in [2, 7] {
+                    both(
+                        &b,
+                        BlockTopK { blocks },
+                        &x,
+                        &buf,
+                        k,
+                        &format!("block {blocks}, {what}"),
+                    );
+                }
+                for (bucket, per_bucket) in [(4096, None), (2049, Some(2049)), (3000, Some(1))] {
+                    let s = BucketTopK { bucket, per_bucket };
+                    both(
+                        &b,
+                        s,
+                        &x,
+                        &buf,
+                        k,
+                        &format!("bucket {bucket} {per_bucket:?}, {what}"),
+                    );
                 }
             }
         }
+    }
+}
+
+/// Selector `s` on the kernels and on the CPU: the same selection, or
+/// the same error.
+fn both<S>(
+    b: &WgpuBackend,
+    s: S,
+    x: &[f32],
+    buf: &<WgpuBackend as sparse_core::BufferOps>::Buffer<f32>,
+    k: usize,
+    what: &str,
+) where
+    S: Selector<WgpuBackend, f32> + Selector<Cpu, f32> + Copy,
+{
+    let (mut sg, mut sc) = (s, s);
+    let got = sg.select(b, buf, k);
+    let want = sc.select(&Cpu, &x.to_vec(), k);
+    match (got, want) {
+        (Ok(g), Ok(w)) => {
+            assert_eq!(b.download(&g.indices).unwrap(), w.indices, "{what}");
+            assert_eq!(
+                bits(&b.download(&g.values).unwrap()),
+                bits(&w.values),
+                "{what}"
+            );
+            assert_eq!(g.count, w.count, "{what}: count");
+            assert_eq!(g.threshold, w.threshold, "{what}: threshold");
+        }
+        (Err(g), Err(w)) => assert_eq!(g, w, "{what}"),
+        (g, w) => panic!(
+            "{what}: {:?} vs {:?}",
+            g.map(|s| s.count),
+            w.map(|s| s.count)
+        ),
     }
 }
 
@@ -421,7 +396,13 @@ fn random_layouts_many_seeds() {
         let ks: Vec<usize> = lens.iter().map(|&l| pick_k(l, &mut rng)).collect();
         let family = rng.below(0, 7) as usize;
         let x = values(family, n, &mut rng);
-        check(&b, &x, &offsets, &ks, &format!("seed {seed} family {family}"));
+        check(
+            &b,
+            &x,
+            &offsets,
+            &ks,
+            &format!("seed {seed} family {family}"),
+        );
     }
 }
 
@@ -447,19 +428,28 @@ fn more_segments_than_one_grid_dimension() {
             "whole or none + long",
             (
                 (0..many).map(|i| 1 + i % 3).chain([3000]).collect(),
-                (0..many).map(|i| if i % 2 == 0 { 0 } else { 1 + i % 3 }).chain([10]).collect(),
+                (0..many)
+                    .map(|i| if i % 2 == 0 { 0 } else { 1 + i % 3 })
+                    .chain([10])
+                    .collect(),
             ),
         ),
         (
             "long first, then short selecting",
             (
                 [5000].into_iter().chain((0..many).map(|_| 4)).collect(),
-                [4999].into_iter().chain((0..many).map(|i| 1 + i % 3)).collect(),
+                [4999]
+                    .into_iter()
+                    .chain((0..many).map(|i| 1 + i % 3))
+                    .collect(),
             ),
         ),
         (
             "all short",
-            ((0..many).map(|_| 5).collect(), (0..many).map(|i| i % 6).collect()),
+            (
+                (0..many).map(|_| 5).collect(),
+                (0..many).map(|i| i % 6).collect(),
+            ),
         ),
     ];
     for (name, (lens, ks)) in layouts {

@@ -202,7 +202,17 @@ where
     B: Backend<f32> + Clone + Sync + 'static,
 {
     let count = Arc::new(AtomicUsize::new(0));
-    let mk = |f| build(be.clone(), cfg, sizes, spec, RadixTopK::magnitude(), move |_| f, &count);
+    let mk = |f| {
+        build(
+            be.clone(),
+            cfg,
+            sizes,
+            spec,
+            RadixTopK::magnitude(),
+            move |_| f,
+            &count,
+        )
+    };
     let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
     let mut rng = Rng::seed_from_u64(11 + t.rank() as u64);
     for s in 0..steps {
@@ -220,7 +230,11 @@ where
             assert_eq!(ra.dropped, rb.dropped, "{ctx}: dropped");
         }
         assert_eq!(bits(&a.weights()?), bits(&b.weights()?), "{ctx}: weights");
-        assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?), "{ctx}: residuals");
+        assert_eq!(
+            bits(&a.residuals()?),
+            bits(&b.residuals()?),
+            "{ctx}: residuals"
+        );
         assert_eq!(a.save_state()?, b.save_state()?, "{ctx}: state");
     }
     assert!(count.load(Ordering::Relaxed) > 0, "never fused");
@@ -296,7 +310,17 @@ fn wgpu_overflow_fails_as_the_separate_path() {
             let cfg = Config::new(lr, 0.5, rule)?.compress_threshold(0);
             side_by_side(t, &gpu, cfg, &[2], "topk_a", false, 1, 1.0)?;
             let count = Arc::new(AtomicUsize::new(0));
-            let mk = |f| build(gpu.clone(), cfg, &[3000, 2], "topk_a", RadixTopK::magnitude(), move |_| f, &count);
+            let mk = |f| {
+                build(
+                    gpu.clone(),
+                    cfg,
+                    &[3000, 2],
+                    "topk_a",
+                    RadixTopK::magnitude(),
+                    move |_| f,
+                    &count,
+                )
+            };
             let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
             let steps: [[f32; 2]; 4] = [
                 [3.4e38, 3.0e38],
@@ -311,7 +335,11 @@ fn wgpu_overflow_fails_as_the_separate_path() {
                 let g = vec![big, vec![0.5, -0.5]];
                 let (ra, rb) = (a.step(t, &g), b.step(t, &g));
                 assert_eq!(err_text(&ra), err_text(&rb), "{rule:?} step {s}");
-                assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?), "{rule:?} step {s}");
+                assert_eq!(
+                    bits(&a.residuals()?),
+                    bits(&b.residuals()?),
+                    "{rule:?} step {s}"
+                );
             }
         }
         Ok(())
@@ -739,8 +767,17 @@ fn a_failing_remove_loses_no_fused_selection() {
         let mut rng = Rng::seed_from_u64(8);
         let g = random(&sizes, &mut rng, 1.0);
         let (ra, rb) = (a.step(t, &g), b.step(t, &g));
-        assert!(ra.is_err() && rb.is_err(), "{} / {}", err_text(&ra), err_text(&rb));
-        assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?), "residual after the failed update");
+        assert!(
+            ra.is_err() && rb.is_err(),
+            "{} / {}",
+            err_text(&ra),
+            err_text(&rb)
+        );
+        assert_eq!(
+            bits(&a.residuals()?),
+            bits(&b.residuals()?),
+            "residual after the failed update"
+        );
         Ok(())
     });
     out.into_iter().for_each(|r| r.unwrap());
@@ -753,9 +790,11 @@ fn negate_zeros(s: &State) -> Result<State> {
         .entries()
         .map(|(name, scope, t)| {
             let t = match t {
-                sparse_core::state::Tensor::F32(v) if name == "v" => sparse_core::state::Tensor::F32(
-                    v.iter().map(|&x| if x == 0.0 { -0.0 } else { x }).collect(),
-                ),
+                sparse_core::state::Tensor::F32(v) if name == "v" => {
+                    sparse_core::state::Tensor::F32(
+                        v.iter().map(|&x| if x == 0.0 { -0.0 } else { x }).collect(),
+                    )
+                }
                 other => other.clone(),
             };
             (name.to_string(), scope, t)
@@ -789,8 +828,12 @@ fn negative_zero_residual_after_a_failed_step() {
         a.load_state(t, &st)?;
         b.load_state(t, &st)?;
         assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?));
-        assert!(a.residuals()?[0].iter().all(|x| x.to_bits() == (-0.0f32).to_bits()));
-        let g = vec![vec![-0.0f32; 16]];
+        assert!(
+            a.residuals()?[0]
+                .iter()
+                .all(|x| x.to_bits() == (-0.0f32).to_bits())
+        );
+        let g = [vec![-0.0f32; 16]];
         for tr in [&mut a, &mut b] {
             let r = tr.step_with(t, |feed| {
                 feed.push_host(0, &g[0])?;
@@ -798,7 +841,11 @@ fn negative_zero_residual_after_a_failed_step() {
             });
             assert!(r.is_err());
         }
-        assert_eq!(bits(&a.residuals()?), bits(&b.residuals()?), "residual signs");
+        assert_eq!(
+            bits(&a.residuals()?),
+            bits(&b.residuals()?),
+            "residual signs"
+        );
         Ok(())
     });
     out.into_iter().for_each(|r| r.unwrap());
@@ -859,7 +906,8 @@ impl sparse_coll::SparseAllreduce<f32> for Liar {
             }
             2 if !val.is_empty() => val[0] = f32::NAN,
             3 => {
-                let free = (0..dim as u32).find(|i| !out.dropped.indices().contains(i) && !v.indices().contains(i));
+                let free = (0..dim as u32)
+                    .find(|i| !out.dropped.indices().contains(i) && !v.indices().contains(i));
                 if let Some(i) = free {
                     let mut d: Vec<(u32, f32)> = out
                         .dropped
@@ -881,9 +929,8 @@ impl sparse_coll::SparseAllreduce<f32> for Liar {
             _ => return Err(Error::invalid("probe", "the collective fails on this rank")),
         }
         // Built unchecked where it is out of range: the trainer must catch it.
-        out.result = SparseVec::new(dim, idx.clone(), val.clone()).unwrap_or_else(|_| {
-            SparseVec::new(dim + 4, idx, val).expect("probe: widened result")
-        });
+        out.result = SparseVec::new(dim, idx.clone(), val.clone())
+            .unwrap_or_else(|_| SparseVec::new(dim + 4, idx, val).expect("probe: widened result"));
         Ok(())
     }
 }
@@ -916,23 +963,30 @@ fn lying_collectives_lose_nothing() {
                             RadixTopK::magnitude(),
                             |_| {
                                 Ok(Box::new(Liar {
-                                    inner: Registry::builtin().build("topk_a", Defaults::density(0.05)?)?,
+                                    inner: Registry::builtin()
+                                        .build("topk_a", Defaults::density(0.05)?)?,
                                     rank: 1,
                                     at: 2,
                                     calls: 0,
                                     how,
-                                }) as Box<dyn sparse_coll::SparseAllreduce<f32>>)
+                                })
+                                    as Box<dyn sparse_coll::SparseAllreduce<f32>>)
                             },
                             |b, l| {
                                 let m = for_rule(b, rule, lr, l.len)?;
-                                Ok(Box::new(Wrapped(m, fuse, Arc::new(AtomicUsize::new(0)))) as Box<dyn Memory<Cpu>>)
+                                Ok(Box::new(Wrapped(m, fuse, Arc::new(AtomicUsize::new(0))))
+                                    as Box<dyn Memory<Cpu>>)
                             },
                         )?;
                         let mut rng = Rng::seed_from_u64(31 + t.rank() as u64);
                         let mut oks = Vec::new();
                         for _ in 0..4 {
                             let g = random(&SIZES, &mut rng, 0.9);
-                            let r = if pipelined { tr.step_overlapped(t, &g) } else { tr.step(t, &g) };
+                            let r = if pipelined {
+                                tr.step_overlapped(t, &g)
+                            } else {
+                                tr.step(t, &g)
+                            };
                             oks.push(r.is_ok());
                         }
                         Ok((oks, snap(&tr)?))
@@ -943,7 +997,11 @@ fn lying_collectives_lose_nothing() {
                     let ctx = format!("cfg {ci} pipelined {pipelined} how {how} rank {r}");
                     let (x, y) = (x.unwrap(), y.unwrap());
                     assert_eq!(x.0, y.0, "{ctx}: outcomes");
-                    assert_eq!(x.0[1], how == 3, "{ctx}: the lie fails the step unless valid");
+                    assert_eq!(
+                        x.0[1],
+                        how == 3,
+                        "{ctx}: the lie fails the step unless valid"
+                    );
                     assert_eq!(x.1, y.1, "{ctx}: state");
                 }
             }
