@@ -423,9 +423,12 @@ fn infinity_before_nan_names_the_first_non_finite() {
 fn injected_faults_lose_nothing() {
     let cfgs = || -> Result<Vec<Config>> {
         let base = Config::new(0.07, 0.05, rgc(0.9, false, true))?.compress_threshold(0);
+        let topk = Config::new(0.1, 0.05, Rule::TopK)?.compress_threshold(0);
         Ok(vec![
             base,
             base.buckets(Buckets::new(4 * 500)?.budget(BucketBudget::Global))?,
+            base.collection(Collection::Paper),
+            topk.qsgd(4, 64, true)?,
         ])
     };
     let mut failed = 0;
@@ -492,7 +495,7 @@ fn failing_producers_lose_nothing() {
             .unwrap(),
     ];
     for (ci, cfg) in cfgs.into_iter().enumerate() {
-        for how in 0..5 {
+        for how in 0..7 {
             let run = |fuse| {
                 ThreadCluster::new(3).run(move |t| -> Result<(Vec<String>, Snap)> {
                     let mut tr = cpu(cfg, &SIZES, "topk_a", fuse)?;
@@ -509,7 +512,16 @@ fn failing_producers_lose_nothing() {
                                         1 => feed.push_host(1, &g[1])?,
                                         2 => feed.push_host(9, &g[0])?,
                                         3 => return Ok(()),
-                                        _ => panic!("producer panics"),
+                                        4 => panic!("producer panics"),
+                                        5 => {
+                                            let mut bad = g[0].clone();
+                                            bad[3] = f32::NAN;
+                                            feed.push_host(0, &bad)?;
+                                        }
+                                        _ => {
+                                            feed.push_host(0, &g[0])?;
+                                            panic!("producer panics after every push");
+                                        }
                                     }
                                 }
                                 feed.push_host(l, &g[l])?;
@@ -588,34 +600,44 @@ fn checkpoint_after_failed_step_reloads_alike() {
 fn density_changes_and_tiny_layers() {
     let sizes = [1usize, 2, 300, 1];
     for rule in [Rule::TopK, rgc(0.9, false, true), rgc(0.5, false, false)] {
-        let out = ThreadCluster::new(2).run(|t| {
-            let cfg = Config::new(0.1, 0.05, rule)?.compress_threshold(0);
-            let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
-            let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
-            let mut rng = Rng::seed_from_u64(1 + t.rank() as u64);
-            for (s, d) in [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5]
-                .into_iter()
-                .enumerate()
-            {
-                a.set_density(d)?;
-                b.set_density(d)?;
-                let mut g = random(&sizes, &mut rng, 2.0);
-                if s % 2 == 1 {
-                    for l in &mut g {
-                        for (i, x) in l.iter_mut().enumerate() {
-                            if i % 3 == 0 {
-                                *x = if i % 2 == 0 { -0.0 } else { 0.0 };
+        for (variant, pipelined) in [(0, false), (0, true), (1, false), (1, true)] {
+            let out = ThreadCluster::new(2).run(|t| {
+                let mut cfg = Config::new(0.1, 0.05, rule)?.compress_threshold(0);
+                if variant == 1 {
+                    cfg = cfg.buckets(Buckets::new(4 * 200)?.budget(BucketBudget::Global))?;
+                }
+                let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
+                let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
+                let mut rng = Rng::seed_from_u64(1 + t.rank() as u64);
+                for (s, d) in [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5]
+                    .into_iter()
+                    .enumerate()
+                {
+                    a.set_density(d)?;
+                    b.set_density(d)?;
+                    let mut g = random(&sizes, &mut rng, 2.0);
+                    if s % 2 == 1 {
+                        for l in &mut g {
+                            for (i, x) in l.iter_mut().enumerate() {
+                                if i % 3 == 0 {
+                                    *x = if i % 2 == 0 { -0.0 } else { 0.0 };
+                                }
                             }
                         }
                     }
+                    let (ra, rb) = if pipelined {
+                        (a.step_overlapped(t, &g), b.step_overlapped(t, &g))
+                    } else {
+                        (a.step(t, &g), b.step(t, &g))
+                    };
+                    let ctx = format!("{rule:?} variant {variant} pipelined {pipelined} step {s}");
+                    assert_eq!(err_text(&ra), err_text(&rb), "{ctx}");
+                    assert_eq!(snap(&a)?, snap(&b)?, "{ctx} density {d}");
                 }
-                let (ra, rb) = (a.step(t, &g), b.step(t, &g));
-                assert_eq!(err_text(&ra), err_text(&rb), "{rule:?} step {s}");
-                assert_eq!(snap(&a)?, snap(&b)?, "{rule:?} step {s} density {d}");
-            }
-            Ok(())
-        });
-        out.into_iter().for_each(|r| r.unwrap());
+                Ok(())
+            });
+            out.into_iter().for_each(|r| r.unwrap());
+        }
     }
 }
 
