@@ -364,6 +364,7 @@ fn overflowing_accumulators_fail_as_the_separate_path() {
                 let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
                 let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
                 let mut rng = Rng::seed_from_u64(3);
+                let mut wrong = Vec::new();
                 let pick = [3.4e38f32, -3.4e38, 1e38, -1e38, 2e10, -2e10, 0.0, 1.0];
                 for s in 0..40 {
                     let g: Vec<Vec<f32>> = sizes
@@ -371,14 +372,23 @@ fn overflowing_accumulators_fail_as_the_separate_path() {
                         .map(|&n| (0..n).map(|_| pick[rng.random_range(0..8)]).collect())
                         .collect();
                     let (ra, rb) = (a.step(t, &g), b.step(t, &g));
-                    assert_eq!(err_text(&ra), err_text(&rb), "{rule:?} p {p} step {s}");
+                    if err_text(&ra) != err_text(&rb) {
+                        wrong.push(format!("step {s}: {} / {}", err_text(&ra), err_text(&rb)));
+                    }
                     assert_eq!(
                         bits(&a.residuals()?),
                         bits(&b.residuals()?),
                         "{rule:?} p {p} step {s}: residuals"
                     );
                     assert_eq!(bits(&a.weights()?), bits(&b.weights()?), "step {s}");
+                    assert_eq!(
+                        state_bits(&a.save_state()?, ""),
+                        state_bits(&b.save_state()?, ""),
+                        "{rule:?} p {p} step {s}: state"
+                    );
                 }
+                // The state held at every step; the errors named must too.
+                assert!(wrong.is_empty(), "{rule:?} p {p}: errors (fused / separate): {wrong:?}");
                 Ok(())
             });
             out.into_iter().for_each(|r| r.unwrap());
@@ -1029,4 +1039,25 @@ fn lying_collectives_lose_nothing() {
             }
         }
     }
+}
+
+/// Every entry of `s` (and its parts), path-named, as bits: `State`'s
+/// own `==` compares `f32`s by value, so a NaN never equals itself.
+fn state_bits(s: &State, at: &str) -> Vec<(String, Vec<u64>)> {
+    use sparse_core::state::Tensor;
+    let mut out: Vec<(String, Vec<u64>)> = s
+        .entries()
+        .map(|(name, _, t)| {
+            let v = match t {
+                Tensor::F32(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
+                Tensor::U32(v) => v.iter().map(|&x| u64::from(x)).collect(),
+                Tensor::U64(v) => v.clone(),
+            };
+            (format!("{at}/{name}"), v)
+        })
+        .collect();
+    for (name, c) in s.children() {
+        out.extend(state_bits(c, &format!("{at}/{name}")));
+    }
+    out
 }
