@@ -388,7 +388,10 @@ fn overflowing_accumulators_fail_as_the_separate_path() {
                     );
                 }
                 // The state held at every step; the errors named must too.
-                assert!(wrong.is_empty(), "{rule:?} p {p}: errors (fused / separate): {wrong:?}");
+                assert!(
+                    wrong.is_empty(),
+                    "{rule:?} p {p}: errors (fused / separate): {wrong:?}"
+                );
                 Ok(())
             });
             out.into_iter().for_each(|r| r.unwrap());
@@ -1060,4 +1063,60 @@ fn state_bits(s: &State, at: &str) -> Vec<(String, Vec<u64>)> {
         out.extend(state_bits(c, &format!("{at}/{name}")));
     }
     out
+}
+
+/// On the kernel backend: a producer that fails once every layer is in
+/// (its buckets reduced) on one rank, then steps that succeed: the fused
+/// selections go back by the kernels' scatter-add exactly as the separate
+/// calls leave them.
+#[test]
+fn wgpu_failed_steps_lose_nothing() {
+    let base = Config::new(0.07, 0.05, rgc(0.9, false, true))
+        .unwrap()
+        .compress_threshold(0);
+    let cfgs = [
+        base,
+        base.buckets(Buckets::new(4 * 3000).unwrap().budget(BucketBudget::Global))
+            .unwrap(),
+    ];
+    let sizes = [5000usize, 300, 64];
+    let out = ThreadCluster::new(2).run(|t| {
+        let gpu = backend_cuda::WgpuBackend::new_default()?;
+        for (ci, cfg) in cfgs.iter().enumerate() {
+            let count = Arc::new(AtomicUsize::new(0));
+            let mk = |f| {
+                build(
+                    gpu.clone(),
+                    *cfg,
+                    &sizes,
+                    "topk_a",
+                    RadixTopK::magnitude(),
+                    move |_| f,
+                    &count,
+                )
+            };
+            let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
+            let mut rng = Rng::seed_from_u64(3 + t.rank() as u64);
+            for s in 0..4 {
+                let g = random(&sizes, &mut rng, 1.1);
+                let fail = s % 2 == 0 && t.rank() == 1;
+                for tr in [&mut a, &mut b] {
+                    let r = tr.step_with(t, |feed| {
+                        for l in (0..sizes.len()).rev() {
+                            feed.push_host(l, &g[l])?;
+                        }
+                        if fail {
+                            return Err(Error::invalid("probe", "producer fails"));
+                        }
+                        Ok(())
+                    });
+                    assert_eq!(r.is_err(), s % 2 == 0, "cfg {ci} step {s}");
+                }
+                assert_eq!(snap(&a)?, snap(&b)?, "cfg {ci} step {s}");
+            }
+            assert!(count.load(Ordering::Relaxed) > 0);
+        }
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.unwrap());
 }
