@@ -258,7 +258,23 @@ fn settings() -> Result<Vec<Config>> {
         if rule == Rule::TopK {
             out.push(base.qsgd(4, 64, true)?);
         }
+        out.push(base.clip(0.7)?);
     }
+    // Weight decay and plain RGC (momentum 0: a residual of gain 1).
+    out.push(
+        Config::new(
+            0.05,
+            0.05,
+            Rule::Rgc {
+                momentum: 0.9,
+                nesterov: false,
+                weight_decay: 0.01,
+                factor_masking: true,
+            },
+        )?
+        .compress_threshold(0),
+    );
+    out.push(Config::new(0.05, 0.05, rgc(0.0, false, false))?.compress_threshold(0));
     Ok(out)
 }
 
