@@ -1136,3 +1136,68 @@ fn wgpu_failed_steps_lose_nothing() {
     });
     out.into_iter().for_each(|r| r.unwrap());
 }
+
+/// On the kernel backend: density changed between steps (k up to n),
+/// tiny layers (n = 1, 2) beside one past 2,048, signed-zero gradients.
+#[test]
+fn wgpu_density_changes_and_tiny_layers() {
+    let sizes = [1usize, 2, 3000, 1];
+    let out = ThreadCluster::new(2).run(|t| {
+        let gpu = backend_cuda::WgpuBackend::new_default()?;
+        for rule in [Rule::TopK, rgc(0.9, false, true), rgc(0.5, false, false)] {
+            for pipelined in [false, true] {
+                let cfg = Config::new(0.1, 0.05, rule)?.compress_threshold(0);
+                let count = Arc::new(AtomicUsize::new(0));
+                let mk = |f| {
+                    build(
+                        gpu.clone(),
+                        cfg,
+                        &sizes,
+                        "topk_a",
+                        RadixTopK::magnitude(),
+                        move |_| f,
+                        &count,
+                    )
+                };
+                let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
+                let mut rng = Rng::seed_from_u64(1 + t.rank() as u64);
+                for (s, d) in [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5]
+                    .into_iter()
+                    .enumerate()
+                {
+                    a.set_density(d)?;
+                    b.set_density(d)?;
+                    let mut g = random(&sizes, &mut rng, 2.0);
+                    if s % 2 == 1 {
+                        for l in &mut g {
+                            for (i, x) in l.iter_mut().enumerate() {
+                                if i % 3 == 0 {
+                                    *x = if i % 2 == 0 { -0.0 } else { 0.0 };
+                                }
+                            }
+                        }
+                    }
+                    let (ra, rb) = if pipelined {
+                        let up = |g: &Vec<Vec<f32>>| {
+                            g.iter()
+                                .map(|g| sparse_core::BufferOps::upload(&gpu, g))
+                                .collect::<Result<Vec<_>>>()
+                        };
+                        (
+                            a.step_overlapped(t, &up(&g)?),
+                            b.step_overlapped(t, &up(&g)?),
+                        )
+                    } else {
+                        (a.step(t, &g), b.step(t, &g))
+                    };
+                    let ctx = format!("{rule:?} pipelined {pipelined} step {s} density {d}");
+                    assert_eq!(err_text(&ra), err_text(&rb), "{ctx}");
+                    assert_eq!(snap(&a)?, snap(&b)?, "{ctx}");
+                }
+                assert!(count.load(Ordering::Relaxed) > 0);
+            }
+        }
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.unwrap());
+}
