@@ -462,3 +462,71 @@ fn more_segments_than_one_grid_dimension() {
         check(&b, &x, &offsets, &ks, name);
     }
 }
+
+/// Layouts that select nothing or everything: every k 0 (an empty
+/// output) or every k the segment's length, over long and short
+/// segments, with NaN in a segment that selects nothing; repeated calls
+/// on one backend (buffers reused).
+#[test]
+fn nothing_or_everything_selected() {
+    let b = wgpu();
+    let mut rng = Rng::seed_from_u64(0);
+    let lens = [2049usize, 0, 3, 4096, 2048, 1, 7000];
+    let mut offsets = vec![0usize];
+    for l in lens {
+        offsets.push(offsets.last().unwrap() + l);
+    }
+    let n = *offsets.last().unwrap();
+    for rep in 0..3 {
+        for family in 0..7 {
+            let mut x = values(family, n, &mut rng);
+            let none = vec![0usize; lens.len()];
+            let all = lens.to_vec();
+            check(
+                &b,
+                &x,
+                &offsets,
+                &none,
+                &format!("rep {rep} family {family}: none"),
+            );
+            check(
+                &b,
+                &x,
+                &offsets,
+                &all,
+                &format!("rep {rep} family {family}: all"),
+            );
+            let mixed: Vec<usize> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| if i % 2 == 0 { 0 } else { l })
+                .collect();
+            check(
+                &b,
+                &x,
+                &offsets,
+                &mixed,
+                &format!("rep {rep} family {family}: mixed"),
+            );
+            x[rng.below(0, n as i64) as usize] = f32::NAN;
+            check(
+                &b,
+                &x,
+                &offsets,
+                &none,
+                &format!("rep {rep} family {family}: none, NaN"),
+            );
+            check(
+                &b,
+                &x,
+                &offsets,
+                &all,
+                &format!("rep {rep} family {family}: all, NaN"),
+            );
+        }
+    }
+    // An empty input: no segments, and empty segments only.
+    let e: Vec<f32> = Vec::new();
+    check(&b, &e, &[0], &[], "no segments");
+    check(&b, &e, &[0, 0, 0], &[0, 0], "empty segments");
+}
