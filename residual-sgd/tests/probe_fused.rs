@@ -1201,3 +1201,83 @@ fn wgpu_density_changes_and_tiny_layers() {
     });
     out.into_iter().for_each(|r| r.unwrap());
 }
+
+/// Layers whose selectors differ (the exact top-k by magnitude, which
+/// fuses, beside SparDL's block top-k, which does not) in one bucket
+/// under a global budget, plain and pipelined, with a failed step: the
+/// fused layers' state is the separate calls'.
+#[test]
+fn mixed_selectors_in_one_globally_budgeted_bucket() {
+    type Dyn = Box<dyn Selector<Cpu, f32> + Send>;
+    let sizes = [300usize, 120, 64, 200];
+    let cfg = Config::new(0.07, 0.05, rgc(0.9, false, true))
+        .unwrap()
+        .compress_threshold(0)
+        .buckets(Buckets::new(4 * 1000).unwrap().budget(BucketBudget::Global))
+        .unwrap();
+    for pipelined in [false, true] {
+        let out = ThreadCluster::new(2).run(|t| {
+            let count = Arc::new(AtomicUsize::new(0));
+            let (rule, lr) = (cfg.rule(), cfg.lr());
+            let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.5; n]).collect();
+            let mk = |fuse: Fuse| {
+                let c = count.clone();
+                let mut l = 0;
+                Trainer::<Cpu, Dyn>::with_parts(
+                    Cpu,
+                    cfg,
+                    LayerSpec::matrices(&sizes),
+                    &w0,
+                    move |_| {
+                        l += 1;
+                        Ok(if l % 2 == 1 {
+                            Box::new(RadixTopK::magnitude()) as Dyn
+                        } else {
+                            Box::new(sparse_select::BlockTopK { blocks: 3 }) as Dyn
+                        })
+                    },
+                    |_| Registry::builtin().build("topk_a", Defaults::density(0.05)?),
+                    move |b, l| {
+                        Ok(
+                            Box::new(Wrapped(for_rule(b, rule, lr, l.len)?, fuse, c.clone()))
+                                as Box<dyn Memory<Cpu>>,
+                        )
+                    },
+                )
+            };
+            let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
+            let mut rng = Rng::seed_from_u64(6 + t.rank() as u64);
+            for s in 0..5 {
+                let g = random(&sizes, &mut rng, 1.2);
+                let fail = s == 2 && t.rank() == 0;
+                for tr in [&mut a, &mut b] {
+                    let r = if pipelined {
+                        tr.step_with(t, |feed| {
+                            for l in (0..sizes.len()).rev() {
+                                feed.push_host(l, &g[l])?;
+                            }
+                            if fail {
+                                return Err(Error::invalid("probe", "producer fails"));
+                            }
+                            Ok(())
+                        })
+                    } else if s == 2 {
+                        // A NaN on one rank: the entry round fails everywhere.
+                        let mut g = g.clone();
+                        if t.rank() == 0 {
+                            g[1][0] = f32::NAN;
+                        }
+                        tr.step(t, &g)
+                    } else {
+                        tr.step(t, &g)
+                    };
+                    assert_eq!(r.is_err(), s == 2, "pipelined {pipelined} step {s}");
+                }
+                assert_eq!(snap(&a)?, snap(&b)?, "pipelined {pipelined} step {s}");
+            }
+            assert!(count.load(Ordering::Relaxed) > 0);
+            Ok(())
+        });
+        out.into_iter().for_each(|r| r.unwrap());
+    }
+}
