@@ -40,8 +40,19 @@ run() {
         >"$f.part" 2>"$f.err" || tail -n 1 "$f.err" >&2
     mv "$f.part" "$f"
 }
+# The simulator alone with its sends in rendezvous, as SMPI's alpha-beta
+# model sends them (sparse_coll::sim::Rendezvous).
+run_sim() {
+    local f="$out/$1_P$2_$3.json"
+    [ -s "$f" ] && return
+    "$bin" scale --network "$1" --ranks "$2" --algo "$3" --json >"$f.part" 2>"$f.err" ||
+        tail -n 1 "$f.err" >&2
+    mv "$f.part" "$f"
+}
 for p in ${ranks//,/ }; do
     for algo in $algos; do
+        run_sim 25gbe:rendezvous "$p" "$algo"
+        run_sim nvlink8-25gbe:rendezvous "$p" "$algo"
         run 25gbe "$p" "$algo" "" --smpi-model alpha-beta,default
         # Two levels: also SMPI's eager sends (see RESULTS: rendezvous
         # makes a send across the NIC wait for its latency).
@@ -60,6 +71,13 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     p, algo = rest.split("_", 1)
     extra_run = algo.endswith(("_topologies", "_ft1"))
     algo = algo.removesuffix("_topologies").removesuffix("_ft1")
+    if net.endswith(":rendezvous"):
+        cell = rows.setdefault((net.removesuffix(":rendezvous"), int(p), algo), {})
+        for line in open(path):
+            r = json.loads(line)
+            if r.get("kind") == "scale":
+                cell["rdv"] = r["sim_ms"]
+        continue
     cell = rows.setdefault((net, int(p), algo), {})
     err = path[:-5] + ".json.err"
     if os.path.exists(err) and "mem-cap-gib" in open(err).read():
@@ -80,6 +98,7 @@ for net in ("25gbe", "nvlink8-25gbe"):
         continue
     extra = net == "25gbe"
     head = ["algorithm", "P", "sim ms", "SimGrid alpha-beta ms", "sim vs it"]
+    head += ["sim rendezvous ms", "vs alpha-beta"]
     if not extra:
         head += ["SimGrid alpha-beta-eager ms", "sim vs it"]
     head += ["SimGrid default ms", "sim vs it"]
@@ -99,6 +118,7 @@ for net in ("25gbe", "nvlink8-25gbe"):
         get = lambda m, t: (c.get((m, t)) or (None, 0.0))
         ab, d = get("alpha-beta", "same"), get("default", "same")
         line = [k[2], str(k[1]), ms(c.get("sim")), ms(ab[0]), vs(c.get("sim"), ab[0])]
+        line += [ms(c.get("rdv")), vs(c.get("rdv"), ab[0])]
         walls = [ab[1], d[1]]
         if not extra:
             e = get("alpha-beta-eager", "same")

@@ -122,8 +122,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             })
             .and_then(|()| self.cut_to_budgets(&mut ready));
         if let Err(e) = agree_or_fail(t, &[("step", 1)], prepared) {
-            self.put_back()?;
-            return Err(e);
+            return Err(self.put_back(e));
         }
         // From here a failure on one rank only (a memory's or the backend's
         // error) abandons the transport, so that no peer waits on this rank
@@ -194,26 +193,41 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 for bucket in &mut self.buckets {
                     bucket.comm.reset();
                 }
-                self.put_back()?;
-                Err(e)
+                Err(self.put_back(e))
             }
         }
     }
 
-    /// A failed step's fused selections ([`Compressed::taken`]) back into
-    /// their memories, scatter-added (`+0 + value`, exact), so that every
-    /// memory holds what the separate calls would have left: its
-    /// compensated accumulator, nothing taken out.
-    fn put_back(&mut self) -> Result<()> {
-        for layer in &mut self.layers {
+    /// A step that failed with `e`: its fused selections
+    /// ([`Compressed::taken`]) back into their memories, scatter-added
+    /// (`+0 + value`, exact), so that every memory holds what the
+    /// separate calls would have left: its compensated accumulator,
+    /// nothing taken out. Every layer is put back even where one fails;
+    /// the error is `e`, or where a layer could not be put back an
+    /// [`Error::Corrupt`] naming both.
+    fn put_back(&mut self, e: Error) -> Error {
+        let mut failed = None;
+        for (l, layer) in self.layers.iter_mut().enumerate() {
             if let Part::Compressed(c) = &mut layer.part
                 && let Some(t) = c.taken.take()
+                && let Err(why) =
+                    self.b
+                        .scatter_add(c.memory.accumulator_mut(), &t.indices, &t.values)
             {
-                self.b
-                    .scatter_add(c.memory.accumulator_mut(), &t.indices, &t.values)?;
+                failed.get_or_insert((l, why));
             }
         }
-        Ok(())
+        match failed {
+            None => e,
+            Some((l, why)) => Error::corrupt(
+                "training state",
+                format!(
+                    "the step failed ({e}), and putting layer {l}'s selection back into its \
+                     memory failed too ({why}): this rank's residuals are not those before the \
+                     step; load a checkpoint"
+                ),
+            ),
+        }
     }
 
     /// The commit round and the update, once the step's collectives ran:

@@ -8,6 +8,7 @@ use crate::trainer::{Compressed, Layer, Part, StepReport};
 use crate::{Collection, Config, Rule};
 use sparse_coll::Reduced;
 use sparse_coll::wire::WireValues;
+use sparse_core::backend::resolve_non_finite_in;
 use sparse_core::encoding::Qsgd;
 use sparse_core::{Backend, Error, KeyOrder, Result, Selected, SparseVec};
 use sparse_select::{RadixTopK, Selection, Selector};
@@ -37,12 +38,13 @@ pub(super) fn compress<B: Backend<f32>, S: Selector<B, f32>>(
 ) -> Result<Outgoing<B>> {
     let n = b.len(g);
     let quantized = cfg.quantized && !c.output;
-    if !quantized
-        && k > 0
-        && c.selector.exact_topk_abs()
-        && let Some(sel) = c.memory.compensate_topk(b, g, k)?
-    {
-        return fused(b, cfg, c, sel, n);
+    if !quantized && k > 0 && c.selector.exact_topk_abs() {
+        // A NaN is named as the separate calls name it: the first
+        // non-finite entry (an infinity before it included).
+        let out = c.memory.compensate_topk(b, g, k);
+        if let Some(sel) = resolve_non_finite_in(b, c.memory.accumulator(), out)? {
+            return fused(b, cfg, c, sel, n);
+        }
     }
     c.memory.compensate(b, g)?;
     let sel = if quantized {
@@ -165,11 +167,17 @@ pub(super) fn compressed_apply<B: Backend<f32>, S: Selector<B, f32>>(
     // global budget kept fewer of its entries, it goes back whole first
     // and the kept ones leave as in the separate calls; either way the
     // memory's `remove` runs (a momentum's masking).
-    match (c.taken.take(), indices) {
-        (Some(taken), None) => c.memory.remove(b, &taken.indices)?,
+    // The selection stays in `taken` until it is back or removed, so
+    // that a failure here is put back with the step's others.
+    match (&c.taken, indices) {
+        (Some(taken), None) => {
+            c.memory.remove(b, &taken.indices)?;
+            c.taken = None;
+        }
         (taken, Some(kept)) => {
             if let Some(t) = taken {
                 b.scatter_add(c.memory.accumulator_mut(), &t.indices, &t.values)?;
+                c.taken = None;
             }
             c.memory.remove(b, &kept)?;
         }
