@@ -32,7 +32,9 @@
 #                       spin, sleep or sleep:MICROSECONDS; default sleep:20us
 #                       where ranks outnumber this machine's cores, else
 #                       spin): polling ranks on shared cores wait for each
-#                       other's time slices; sleeping ones give the core up
+#                       other's time slices; sleeping ones give the core up,
+#                       and send eagerly (UCX_RNDV_THRESH=inf unless set:
+#                       a rendezvous handshake waits for the peer's poll)
 #   --mtu BYTES         the veths' MTU (default 1500)
 #   --timeout S         MPIEXEC_TIMEOUT of the job (default 600)
 #   --stats FILE        write each rank's veth counters of the job to FILE:
@@ -255,6 +257,16 @@ counters() { # prints "tx rx" of every rank's veth, one line per rank
 
 # --- The job --------------------------------------------------------------
 export UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1 MPIEXEC_TIMEOUT="$timeout"
+# Sleeping ranks (more ranks than cores) send every message eagerly: UCX
+# over TCP sends MPICH's messages from 8 KiB on in rendezvous, whose
+# handshakes each wait for the peer's next poll, and a sleeping rank on a
+# shared core polls late (P = 3 at 100 Mb/s, n = 2^20 at 1%: TopkA 24.9 ms
+# in rendezvous, 14.4 ms eager, 14.7 ms simulated; at P = 2 with spinning
+# ranks the two are the same: bench/RESULTS.md). UCX_RNDV_THRESH set by
+# the caller wins.
+if [ "$wait_mode" != spin ] && [ -z "${UCX_RNDV_THRESH:-}" ]; then
+    export UCX_RNDV_THRESH=inf
+fi
 # With --nice, each rank first sets its session's autogroup (Hydra's proxy
 # starts every rank in a session of its own), or its own nice value where
 # the kernel has no autogroups, then becomes the command.
@@ -276,7 +288,7 @@ if [ -n "$shaping_file" ]; then
         printf 'rate_bps %s\nburst_bytes %s\nlimit_bytes %s\n' "$bps" "$burst" "$limit" > "$shaping_file"
     fi
 fi
-say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu${nice:+; ranks at nice $nice}; wait $wait_mode"
+say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu${nice:+; ranks at nice $nice}; wait $wait_mode${UCX_RNDV_THRESH:+; UCX_RNDV_THRESH=$UCX_RNDV_THRESH}"
 before=$(counters)
 "${cmd[@]}" &
 job=$!
