@@ -5,8 +5,9 @@ file), the error of every row, per n and density; the load beside each.
 
 Usage: python3 scripts/wire-table.py OUTDIR RATE
 The dense rows (the ring, MPI_Allreduce) are not in `scale`: their
-simulated time is the ring's alpha-beta formula on the calibrated link,
-2 (P - 1) (alpha + 4 n / P beta), computed here."""
+simulated time is computed here on the calibrated link, the ring's
+alpha-beta formula, 2 (P - 1) (alpha + 4 n / P beta), and MPICH's
+algorithm's for MPI_Allreduce (`rabenseifner`)."""
 import glob
 import json
 import os
@@ -33,6 +34,26 @@ def loads():
         if m:
             got[(int(m[1]), m[2], int(m[3]))] = m[4]
     return got
+
+
+def ring(p, n):
+    """The ring allreduce of n floats: 2 (P - 1) (alpha + 4 n / P beta), ms."""
+    return 2 * (p - 1) * (alpha + 4 * n / p * beta) * 1e3
+
+
+def rabenseifner(p, n):
+    """MPICH's MPI_Allreduce of n floats at these sizes (above its 2 KiB
+    short-message limit, n at least the largest power of two pof2 <= P):
+    reduce-scatter by recursive halving and allgather by recursive
+    doubling among pof2 ranks, 2 lg pof2 alpha + 2 (pof2 - 1) / pof2 4 n
+    beta; where P is not a power of two, P - pof2 ranks first send their
+    whole vector to a partner and get the whole result back, 2 (alpha +
+    4 n beta) more (MPIR_Allreduce_intra_reduce_scatter_allgather), ms."""
+    pof2 = 1 << (p.bit_length() - 1)
+    t = 2 * (pof2.bit_length() - 1) * alpha + 2 * (pof2 - 1) / pof2 * 4 * n * beta
+    if pof2 != p:
+        t += 2 * (alpha + 4 * n * beta)
+    return t * 1e3
 
 
 by_p = {}
@@ -71,9 +92,12 @@ for sim_path in sorted(glob.glob(os.path.join(out, "simulated_*.json"))):
             if (a, p) not in meas:
                 continue
             m = meas[(a, p)]
-            if a in ("dense_ring", "mpi_allreduce"):
-                s = 2 * (p - 1) * (alpha + 4 * n / p * beta) * 1e3
+            if a == "dense_ring":
+                s = ring(p, n)
                 label = f"`{a}` (ring formula)"
+            elif a == "mpi_allreduce":
+                s = rabenseifner(p, n)
+                label = f"`{a}` (MPICH's formula)"
             elif (a, p) in sim:
                 s = sim[(a, p)]
                 label = f"`{a}`"
