@@ -313,6 +313,29 @@ pub(crate) fn air_offsets(st: &mut [u32], counts: &[u32], bases: &mut [u32], til
     let take = st[ST_TAKE];
     let first = min(UNIT_POS * per, tiles);
     let last = min(first + per, tiles);
+    let base = tile_bases(counts, bases, first, last, take, 0u32);
+    // The last unit's tiles (none, if they ran out) end the output.
+    if UNIT_POS == UNITS - 1 {
+        st[ST_COUNT] = base;
+    }
+}
+
+/// The scan of [`air_offsets`] and the segmented select's offsets: each
+/// unit of the cube holds the consecutive tiles `first..last` (in unit
+/// order), `take` equal keys are taken in all; `bases[2 t..]` = (`start`
+/// plus the output offset of tile `t`, how many of its equal keys are
+/// taken). Returns the offset after the unit's last tile, without
+/// `start` (the last unit's: the output's length). Every unit of the cube
+/// must call it: it synchronizes.
+#[cube]
+pub(crate) fn tile_bases(
+    counts: &[u32],
+    bases: &mut [u32],
+    first: u32,
+    last: u32,
+    take: u32,
+    start: u32,
+) -> u32 {
     let mut eq = 0u32;
     for t in first..last {
         eq += counts[t as usize * 2 + 1];
@@ -337,14 +360,11 @@ pub(crate) fn air_offsets(st: &mut [u32], counts: &[u32], bases: &mut [u32], til
             q = min(take - eq_before, e);
         }
         eq_before += e;
-        bases[t as usize * 2] = base;
+        bases[t as usize * 2] = start + base;
         bases[t as usize * 2 + 1] = q;
         base += counts[t as usize * 2] + q;
     }
-    // The last unit's tiles (none, if they ran out) end the output.
-    if UNIT_POS == UNITS - 1 {
-        st[ST_COUNT] = base;
-    }
+    base
 }
 
 /// How many of the `len` increasing indices in `tmp` (from `from`, every

@@ -32,7 +32,7 @@
 //! one per segment would not fit, so the last digit costs a third
 //! histogram pass, and a call takes four passes.
 
-use super::air::{below, find_digit};
+use super::air::{below, find_digit, tile_bases};
 use super::{ITEMS, UNITS, cube_exclusive_scan, is_nan, key_of};
 use crate::CubeBuffer;
 use cubecl::client::Client;
@@ -311,34 +311,7 @@ pub(crate) fn seg_offsets(
     let per = (t1 - t0 + UNITS - 1u32) / UNITS;
     let first = min(t0 + UNIT_POS * per, t1);
     let last = min(first + per, t1);
-    let mut eq = 0u32;
-    for t in first..last {
-        eq += counts[t as usize * 2 + 1];
-    }
-    let mut eq_before = cube_exclusive_scan(eq);
-    let mut out = 0u32;
-    for t in first..last {
-        let e = counts[t as usize * 2 + 1];
-        let mut q = 0u32;
-        if take > eq_before {
-            q = min(take - eq_before, e);
-        }
-        eq_before += e;
-        out += counts[t as usize * 2] + q;
-    }
-    let mut base = cube_exclusive_scan(out);
-    eq_before = cube_exclusive_scan(eq);
-    for t in first..last {
-        let e = counts[t as usize * 2 + 1];
-        let mut q = 0u32;
-        if take > eq_before {
-            q = min(take - eq_before, e);
-        }
-        eq_before += e;
-        bases[t as usize * 2] = start + base;
-        bases[t as usize * 2 + 1] = q;
-        base += counts[t as usize * 2] + q;
-    }
+    let base = tile_bases(counts, bases, first, last, take, start);
     // The last unit's tiles (none, if they ran out) end the segment.
     if UNIT_POS == UNITS - 1 && valid && base != k {
         g[G_MISMATCH].fetch_add(1u32);
