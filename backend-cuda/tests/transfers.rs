@@ -306,6 +306,15 @@ fn control_readbacks_are_bounded_per_call() {
         let mut dense = b.upload(&x).unwrap();
         let none = |f: &dyn Fn()| assert_eq!(reads(f), (0, 0), "{what}");
         none(&|| drop(b.gather(&buf, &idx).unwrap()));
+        // The sample's positions are drawn on the device: nothing written.
+        let before = b.transfers();
+        none(&|| drop(b.gather_sampled(&buf, 5, k.max(1)).unwrap()));
+        let t = b.transfers().since(&before);
+        assert_eq!(
+            (t.uploads, t.control_writes),
+            (0, 0),
+            "{what}: gather_sampled wrote"
+        );
         let pos = b.upload(&(0..k as u32).rev().collect::<Vec<_>>()).unwrap();
         none(&|| drop(b.gather_indices(&idx, &pos).unwrap()));
         none(&|| drop(b.axpy(0.5, &buf, &mut b.upload(&x).unwrap())));

@@ -91,20 +91,18 @@ impl BucketTopK {
     /// # Errors
     /// [`Error::InvalidParameter`] if `bucket == 0`.
     pub fn plan(&self, n: usize, k: usize) -> Result<(Vec<usize>, Vec<usize>)> {
-        if self.bucket == 0 {
-            return Err(Error::invalid("bucket", "must be at least 1"));
-        }
-        let per = self.per_bucket.unwrap_or_else(|| {
+        sparse_core::backend::bucket_plan(n, self.bucket, self.per(n, k))
+    }
+    /// Elements each bucket gives for `k` of `n`: `per_bucket`, or `k`
+    /// spread over the buckets, rounded up.
+    fn per(&self, n: usize, k: usize) -> usize {
+        self.per_bucket.unwrap_or_else(|| {
             if n == 0 {
                 0
             } else {
                 (k * self.bucket).div_ceil(n)
             }
-        });
-        let mut offsets: Vec<usize> = (0..n).step_by(self.bucket).collect();
-        offsets.push(n);
-        let ks = offsets.windows(2).map(|w| per.min(w[1] - w[0])).collect();
-        Ok((offsets, ks))
+        })
     }
 }
 
@@ -112,7 +110,16 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for BucketTopK {
     fn name(&self) -> String {
         format!("bucket_topk({})", self.bucket)
     }
+    /// The backend's [`sparse_core::SelectOps::topk_abs_buckets`]: on `backend-cuda`
+    /// the buckets' bounds are computed on the device, no offsets laid out
+    /// on the host.
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
-        segmented(b, x, k, |n, k| self.plan(n, k))
+        if self.bucket == 0 {
+            return Err(Error::invalid("bucket", "must be at least 1"));
+        }
+        let n = check_k(b, x, k)?;
+        check_finite_buffer(b, x)?;
+        let per = self.per(n, k);
+        Ok(selection(b, b.topk_abs_buckets(x, self.bucket, per)?, None))
     }
 }

@@ -5,7 +5,7 @@ use crate::radix::in_input;
 use crate::{Selection, Selector, check_k, empty, selection, stats, to_threshold};
 use sparse_core::backend::{check_finite_buffer, first_non_finite};
 use sparse_core::state::{Scope, State};
-use sparse_core::{Backend, CounterRng, Element, Error, KeyOrder, Result};
+use sparse_core::{Backend, Element, Error, KeyOrder, Result};
 
 /// The exact fallback: every element whose magnitude is at least the k-th
 /// largest. It holds at least k elements, at most 2k unless ties at the
@@ -364,16 +364,12 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for SampledThreshold {
                 let m = ((self.rate * n as f64).ceil() as usize)
                     .max(self.min_sample)
                     .min(n);
-                let rng = CounterRng::new(self.seed);
+                // The sample's positions are drawn where the backend
+                // gathers (on the device for `backend-cuda`: no host work
+                // of m draws and a sort, no upload).
+                let seed = self.seed;
                 self.seed = self.seed.wrapping_add(1);
-                let mut positions: Vec<u32> = (0..m as u32)
-                    .map(|j| ((rng.u32_at(j) as u64 * n as u64) >> 32) as u32)
-                    .collect();
-                // In increasing order the gather streams through memory instead of
-                // waiting on a cache miss per draw (the sample, a multiset, and so
-                // the threshold are the same).
-                positions.sort_unstable();
-                let sample = b.gather(x, &b.upload(&positions)?)?;
+                let sample = b.gather_sampled(x, seed, m)?;
                 // The expected rank of the k-th largest in the sample, plus two of
                 // its standard deviations and one: fewer than k then pass (and the
                 // exact fallback runs) in about 2% of calls, not in half of them.

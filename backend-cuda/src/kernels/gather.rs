@@ -1,7 +1,9 @@
 //! `out[j] = x[indices[j]]`. An index at or past `len` gives 0 and is
-//! recorded in the backend's fault words ([`super::record_fault`]).
+//! recorded in the backend's fault words ([`super::record_fault`]). And
+//! the sample of [`sparse_core::SelectOps::gather_sampled`], its positions
+//! drawn in the kernel.
 
-use super::record_fault;
+use super::{counter_u32, mul_hi, record_fault};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
@@ -48,6 +50,44 @@ pub(crate) fn launch_gather(
             out.arg(),
             x.len as u32,
             fault.arg(),
+        );
+    }
+}
+
+/// `out[j] = x[(counter_u32(j) * len) >> 32]`: the positions of
+/// [`sparse_core::backend::sample_position`], drawn where they are read
+/// (always inside `x`: `len >= 1`).
+#[cube(launch_unchecked)]
+pub(crate) fn gather_sampled(x: &[u32], out: &mut [u32], len: u32, key0: u32, key1: u32) {
+    let j = ABSOLUTE_POS;
+    if j < out.len() {
+        let p = mul_hi(counter_u32(j as u32, key0, key1), len);
+        out[j] = x[p as usize];
+    }
+}
+
+/// Launches [`gather_sampled`] on `cubes` cubes of [`super::UNITS`] units.
+pub(crate) fn launch_gather_sampled(
+    client: &Client,
+    cubes: CubeCount,
+    x: &CubeBuffer<u32>,
+    out: &CubeBuffer<u32>,
+    keys: [u32; 2],
+) {
+    // SAFETY: every buffer argument covers exactly its allocation
+    // (`CubeBuffer::arg`); each position is below `x.len` (the high word
+    // of `draw * len` with `draw < 2^32`), and the kernel bounds `j` by
+    // `out`'s length.
+    unsafe {
+        gather_sampled::launch_unchecked(
+            client,
+            cubes,
+            super::cube_dim(),
+            x.arg(),
+            out.arg(),
+            x.len as u32,
+            keys[0],
+            keys[1],
         );
     }
 }

@@ -93,6 +93,38 @@ pub(crate) fn record_fault(fault: &mut [Atomic<u32>], j: u32, i: u32, len: u32) 
     fault[3].fetch_max(len);
 }
 
+/// [`sparse_core::mix32`].
+#[cube]
+fn mix32(v: u32) -> u32 {
+    let mut x = v;
+    x ^= x >> 16u32;
+    x *= 0x7feb_352du32;
+    x ^= x >> 15u32;
+    x *= 0x846c_a68bu32;
+    x ^= x >> 16u32;
+    x
+}
+
+/// [`sparse_core::CounterRng::u32_at`] of counter `c` under the keys
+/// [`sparse_core::CounterRng::keys`].
+#[cube]
+pub(crate) fn counter_u32(c: u32, key0: u32, key1: u32) -> u32 {
+    mix32(mix32(c ^ key0) + key1)
+}
+
+/// The high word of the 64-bit product `a * b`, in 32-bit arithmetic
+/// (WGSL has no 64-bit integers): from the four 16-bit partial products.
+#[cube]
+pub(crate) fn mul_hi(a: u32, b: u32) -> u32 {
+    let (a0, a1) = (a & 0xffffu32, a >> 16u32);
+    let (b0, b1) = (b & 0xffffu32, b >> 16u32);
+    let p00 = a0 * b0;
+    let p01 = a0 * b1;
+    let p10 = a1 * b0;
+    let mid = (p00 >> 16u32) + (p01 & 0xffffu32) + (p10 & 0xffffu32);
+    a1 * b1 + (p01 >> 16u32) + (p10 >> 16u32) + (mid >> 16u32)
+}
+
 /// Whether an `f32` bit pattern is NaN.
 #[cube]
 pub(crate) fn is_nan(bits: u32) -> bool {

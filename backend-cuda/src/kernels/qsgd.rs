@@ -4,22 +4,10 @@
 //! order. That generator, not a `rand` one, is used on the host so that these
 //! kernels reproduce its draws bit for bit.
 
-use super::{UNITS, cube_reduce};
+use super::{UNITS, counter_u32, cube_reduce};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
-
-/// [`sparse_core::mix32`].
-#[cube]
-fn mix32(v: u32) -> u32 {
-    let mut x = v;
-    x ^= x >> 16u32;
-    x *= 0x7feb_352du32;
-    x ^= x >> 15u32;
-    x *= 0x846c_a68bu32;
-    x ^= x >> 16u32;
-    x
-}
 
 /// One cube per bucket: `scales[b]` = the bits of `max |x|` over bucket `b`;
 /// `bad[0]` counts the non-finite values.
@@ -88,7 +76,7 @@ pub(crate) fn qsgd_codes(
             if j < x.len() {
                 let v = x[j];
                 let s = scales[j / bucket as usize];
-                let h = mix32(mix32((counter_base + j as u32) ^ key0) + key1);
+                let h = counter_u32(counter_base + j as u32, key0, key1);
                 let u = f32::cast_from(h >> 8u32) * 5.960_464_5e-8f32;
                 let mut code = 0u32;
                 if s > 0.0f32 && v != 0.0f32 {

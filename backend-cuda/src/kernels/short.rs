@@ -203,5 +203,47 @@ pub(crate) fn launch_short_topk(
     }
 }
 
+/// The records of [`short_topk`] for equal buckets (SparCML's):
+/// `segs[4 j..]` = bucket `j`'s `(start, end, k, base)` over `len`
+/// elements, `k = min(per, end - start)`; every bucket before `j` is full,
+/// so `base = j * min(per, bucket)`. Laid out on the device: nothing is
+/// built on the host or uploaded.
+#[cube(launch_unchecked)]
+pub(crate) fn bucket_segs(segs: &mut [u32], len: u32, bucket: u32, per: u32) {
+    let j = ABSOLUTE_POS;
+    if j < segs.len() / 4 {
+        let start = j as u32 * bucket;
+        let end = min(start + min(bucket, len - start), len);
+        segs[j * 4] = start;
+        segs[j * 4 + 1] = end;
+        segs[j * 4 + 2] = min(per, end - start);
+        segs[j * 4 + 3] = j as u32 * min(per, bucket);
+    }
+}
+
+/// Launches [`bucket_segs`] for `segs.len / 4` buckets.
+pub(crate) fn launch_bucket_segs(
+    client: &Client,
+    segs: &CubeBuffer<u32>,
+    len: u32,
+    bucket: u32,
+    per: u32,
+) {
+    // SAFETY: `segs` covers exactly its allocation and the kernel writes
+    // only the records below `segs.len / 4`; its caller made that the
+    // number of buckets of `len`, so `start < len`.
+    unsafe {
+        bucket_segs::launch_unchecked(
+            client,
+            super::grid(super::cubes_for(segs.len / 4)),
+            super::cube_dim(),
+            segs.arg(),
+            len,
+            bucket,
+            per,
+        );
+    }
+}
+
 // One unit per histogram bin.
 const _: () = assert!(UNITS == 256);

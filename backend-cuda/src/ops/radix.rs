@@ -255,24 +255,67 @@ impl<R: Runtime> CubeBackend<R> {
         ks: &[usize],
     ) -> Result<Selected<Self, f32>> {
         let total: usize = ks.iter().sum();
+        let segments = ks.len();
+        let mut segs = Vec::with_capacity(4 * segments);
+        let mut base = 0u32;
+        for (s, &k) in ks.iter().enumerate() {
+            segs.extend([offsets[s] as u32, offsets[s + 1] as u32, k as u32, base]);
+            base += k as u32;
+        }
+        let segs = if segments > 0 && x.len > 0 {
+            self.put(&segs)
+        } else {
+            self.uninit::<u32>(0)
+        };
+        self.short_topk_on(x, order, &segs, total)
+    }
+
+    /// [`CubeBackend::short_topk`] over equal buckets (`bucket` at most
+    /// [`short::SHORT`], `min(per, length)` from each), their records laid
+    /// out by a kernel ([`short::bucket_segs`]): no host loop over the
+    /// buckets, nothing uploaded. Two launches, one pass over `x`, one
+    /// round trip.
+    pub(super) fn bucket_topk(
+        &self,
+        x: &CubeBuffer<u32>,
+        order: u32,
+        bucket: usize,
+        per: usize,
+    ) -> Result<Selected<Self, f32>> {
+        let n = x.len;
+        let (full, last) = (n / bucket, n % bucket);
+        let per_full = per.min(bucket);
+        let total = full * per_full + per.min(last);
+        let buckets = n.div_ceil(bucket);
+        let segs = self.uninit::<u32>(4 * buckets);
+        if buckets > 0 {
+            self.launch(Reads::Part, |c| {
+                short::launch_bucket_segs(c, &segs, n as u32, bucket as u32, per_full as u32)
+            });
+        }
+        self.short_topk_on(x, order, &segs, total)
+    }
+
+    /// [`short::short_topk`] over the records `segs` (four words a
+    /// segment, on the device) selecting `total` in all.
+    fn short_topk_on(
+        &self,
+        x: &CubeBuffer<u32>,
+        order: u32,
+        segs: &CubeBuffer<u32>,
+        total: usize,
+    ) -> Result<Selected<Self, f32>> {
         let out_idx = self.uninit::<u32>(total);
         let out_val = self.uninit::<u32>(total);
-        let segments = ks.len();
+        let segments = segs.len / 4;
         if segments > 0 && x.len > 0 {
-            let mut segs = Vec::with_capacity(4 * segments);
-            let mut base = 0u32;
-            for (s, &k) in ks.iter().enumerate() {
-                segs.extend([offsets[s] as u32, offsets[s + 1] as u32, k as u32, base]);
-                base += k as u32;
-            }
-            let segs = self.put(&segs);
             let bad = self.zeroed::<u32>(1);
             self.launch(Reads::Whole, |c| {
                 short::launch_short_topk(
                     c,
                     grid(segments),
                     x,
-                    &segs,
+                    segs,
                     &out_idx,
                     &out_val,
                     &bad,

@@ -4,11 +4,13 @@
 use super::air::Search;
 use super::tiles;
 use crate::kernels::air::{TAKE_ALL, TAKE_NONE};
-use crate::kernels::{ABS, REVERSED, SIGNED, cubes_for, gather, grid, order_code};
+use crate::kernels::{ABS, REVERSED, SIGNED, cubes_for, gather, grid, order_code, short};
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::backend::check_len;
-use sparse_core::backend::{check_digit, check_k, check_rank, check_segments, first_non_finite};
+use sparse_core::backend::{
+    bucket_plan, check_digit, check_k, check_rank, check_sample, check_segments, first_non_finite,
+};
 use sparse_core::{
     Above, Digit, Error, Extreme, Feedback, KeyOrder, Result, SelectOps, Selected, abs_key,
 };
@@ -70,6 +72,24 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
     ) -> Result<Selected<Self, f32>> {
         check_segments(offsets, ks, x.len)?;
         self.topk(x, ABS, offsets, ks)
+    }
+    /// On the device where buckets hold at most 2,048: their bounds laid
+    /// out by a kernel, then the short select (one pass, one round trip,
+    /// nothing uploaded); longer buckets as any segments.
+    fn topk_abs_buckets(
+        &self,
+        x: &CubeBuffer<f32>,
+        bucket: usize,
+        per: usize,
+    ) -> Result<Selected<Self, f32>> {
+        if bucket == 0 {
+            return Err(Error::invalid("bucket", "must be at least 1"));
+        }
+        if bucket > short::SHORT || u32::try_from(x.len).is_err() {
+            let (offsets, ks) = bucket_plan(x.len, bucket, per)?;
+            return self.topk_abs_segmented(x, &offsets, &ks);
+        }
+        self.bucket_topk(&x.bits(), ABS, bucket, per)
     }
     /// The top-k pass counts the infinities on the way: no check of its
     /// own, still three passes and one round trip.
@@ -190,6 +210,19 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
                     &out,
                     &self.fault(),
                 )
+            });
+        }
+        Ok(out.floats())
+    }
+    /// On the device: the positions drawn in the gather kernel (one
+    /// launch, no upload), in `j`'s order.
+    fn gather_sampled(&self, x: &CubeBuffer<f32>, seed: u64, m: usize) -> Result<CubeBuffer<f32>> {
+        check_sample(x.len, m)?;
+        let out = self.uninit::<u32>(m);
+        if m > 0 {
+            let keys = sparse_core::CounterRng::new(seed).keys();
+            self.launch(Reads::Part, |c| {
+                gather::launch_gather_sampled(c, grid(cubes_for(m)), &x.bits(), &out, keys)
             });
         }
         Ok(out.floats())

@@ -56,7 +56,7 @@ pub use index::IndexOps;
 pub use reduce::ReduceOps;
 pub use select::{
     Above, Digit, Extreme, Feedback, KeyOrder, SelectOps, Selected, accumulate_topk_composed,
-    check_digit, check_rank,
+    bucket_plan, check_digit, check_rank, check_sample, sample_position,
 };
 
 use crate::Element;

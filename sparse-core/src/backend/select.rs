@@ -142,12 +142,59 @@ pub trait SelectOps<E: Element>: BufferOps {
         offsets: &[usize],
         ks: &[usize],
     ) -> Result<Selected<Self, E>>;
+    /// [`SelectOps::topk_abs_segmented`] over equal buckets: bucket `j`
+    /// is `j * bucket..min((j + 1) * bucket, len)` and gives its exact top
+    /// `min(per, its length)` by magnitude (ties to the lower index), all
+    /// in index order (SparCML's bucket top-k), without a list of offsets.
+    ///
+    /// The default lays the offsets and ks out on the host and calls
+    /// [`SelectOps::topk_abs_segmented`]; `backend-cuda` computes each
+    /// bucket's bounds on the device (buckets of at most 2,048: nothing
+    /// built on the host, nothing uploaded).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) if
+    /// `bucket == 0`; [`Error::NonFinite`](crate::Error::NonFinite) on NaN.
+    fn topk_abs_buckets(
+        &self,
+        x: &Self::Buffer<E>,
+        bucket: usize,
+        per: usize,
+    ) -> Result<Selected<Self, E>> {
+        let (offsets, ks) = bucket_plan(self.len(x), bucket, per)?;
+        self.topk_abs_segmented(x, &offsets, &ks)
+    }
     /// `x[indices[j]]` for every `j` (sampling).
     ///
     /// # Errors
     /// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) for an index past `x`, from this call or
     /// from the next download (as [`DenseOps::scatter_add`](super::DenseOps::scatter_add)).
     fn gather(&self, x: &Self::Buffer<E>, indices: &Self::Buffer<u32>) -> Result<Self::Buffer<E>>;
+    /// A sample of `m` elements of `x` drawn with replacement: `x[p_j]`
+    /// for `j` in `0..m`, `p_j = (rng.u32_at(j) * len) >> 32` (the high
+    /// word of a 64-bit product) with `rng = CounterRng::new(seed)`
+    /// ([`crate::CounterRng`]). The promise is the multiset: the order is
+    /// the backend's (DGC's sampled threshold reads only the sample's
+    /// `k`-th largest).
+    ///
+    /// The default draws the positions on the host, sorts them (a gather
+    /// in increasing order streams through memory on a CPU) and calls
+    /// [`SelectOps::gather`]; `backend-cuda` draws them in the gather
+    /// kernel: no host work, no upload.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) where
+    /// `x` is empty and `m > 0`, or `len` or `m` exceeds `u32::MAX`
+    /// (positions are `u32`).
+    fn gather_sampled(&self, x: &Self::Buffer<E>, seed: u64, m: usize) -> Result<Self::Buffer<E>> {
+        let n = check_sample(self.len(x), m)?;
+        let rng = crate::CounterRng::new(seed);
+        let mut positions: Vec<u32> = (0..m as u32)
+            .map(|j| sample_position(rng.u32_at(j), n))
+            .collect();
+        positions.sort_unstable();
+        self.gather(x, &self.upload(&positions)?)
+    }
     /// Stream compaction: every `i` with `|x_i| > t`, in index order.
     ///
     /// # Errors
@@ -407,4 +454,50 @@ pub fn check_digit<E: Element>(d: Digit) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Position `(draw * n) >> 32` of [`SelectOps::gather_sampled`]: uniform
+/// over `0..n` up to the 32-bit draw's granularity.
+#[inline]
+pub fn sample_position(draw: u32, n: u32) -> u32 {
+    ((u64::from(draw) * u64::from(n)) >> 32) as u32
+}
+
+/// [`SelectOps::gather_sampled`]'s checks: `len` and `m` fit `u32`, and an
+/// empty input gives an empty sample only. Returns `len` as `u32`.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] otherwise.
+pub fn check_sample(len: usize, m: usize) -> Result<u32> {
+    let n = u32::try_from(len).map_err(|_| {
+        Error::invalid(
+            "gather_sampled",
+            format!("{len} elements: more than u32::MAX"),
+        )
+    })?;
+    if u32::try_from(m).is_err() || (n == 0 && m > 0) {
+        return Err(Error::invalid(
+            "gather_sampled",
+            format!(
+                "a sample of {m} from {len} elements (at most u32::MAX, and none from nothing)"
+            ),
+        ));
+    }
+    Ok(n)
+}
+
+/// The offsets and ks of [`SelectOps::topk_abs_buckets`] over `len`
+/// elements: buckets of `bucket` (the last shorter), `min(per, length)`
+/// from each.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] if `bucket == 0`.
+pub fn bucket_plan(len: usize, bucket: usize, per: usize) -> Result<(Vec<usize>, Vec<usize>)> {
+    if bucket == 0 {
+        return Err(Error::invalid("bucket", "must be at least 1"));
+    }
+    let mut offsets: Vec<usize> = (0..len).step_by(bucket).collect();
+    offsets.push(len);
+    let ks = offsets.windows(2).map(|w| per.min(w[1] - w[0])).collect();
+    Ok((offsets, ks))
 }

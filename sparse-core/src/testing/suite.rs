@@ -763,6 +763,72 @@ pub fn topk_segmented<B: Backend<E>, E: Element>(b: &B) {
     }
 }
 
+/// Bucket top-k equals the per-bucket sorting oracle: buckets that divide
+/// the input and that do not (a short last bucket), of one element, of
+/// the kernels' shared-memory limit (2,048) and beyond it, and longer than
+/// the input; `per` of 0, 1, more than a bucket holds; a NaN is
+/// `NonFinite`, a bucket of 0 `InvalidParameter`.
+pub fn topk_buckets<B: Backend<E>, E: Element>(b: &B) {
+    let mut cases = inputs(19);
+    let mut rng = Rng::seed_from_u64(20);
+    cases.push((
+        "ties n=10000".into(),
+        (0..10_000)
+            .map(|_| rng.random_range(0..7) as f64 - 3.0)
+            .collect(),
+    ));
+    cases.push((
+        "normal n=70001".into(),
+        dense_values::<f64>(70_001, ValueDist::Normal { std: 1.0 }, 21),
+    ));
+    for (name, raw) in cases {
+        let x: Vec<E> = convert(&raw);
+        let n = x.len();
+        let keys: Vec<u64> = x.iter().map(|&v| abs_key(v)).collect();
+        let buf = b.upload(&x).unwrap();
+        for bucket in [1usize, 3, 512, 2047, 2048, 2049, 5000] {
+            for per in [0usize, 1, 5, 3000] {
+                let mut want = Vec::new();
+                let mut start = 0;
+                while start < n {
+                    let end = (start + bucket).min(n);
+                    want.extend(
+                        oracle_topk(&keys[start..end], per.min(end - start))
+                            .into_iter()
+                            .map(|i| i + start as u32),
+                    );
+                    start = end;
+                }
+                let sel = b.topk_abs_buckets(&buf, bucket, per).unwrap();
+                check_selected(
+                    b,
+                    sel,
+                    &x,
+                    &want,
+                    &format!("{name} bucket={bucket} per={per}"),
+                );
+            }
+        }
+        assert!(matches!(
+            b.topk_abs_buckets(&buf, 0, 1),
+            Err(Error::InvalidParameter { .. })
+        ));
+    }
+    let mut x: Vec<E> = convert(&dense_values::<f64>(
+        5000,
+        ValueDist::Normal { std: 1.0 },
+        22,
+    ));
+    x[4321] = E::from_f64_nearest(f64::NAN);
+    let buf = b.upload(&x).unwrap();
+    for bucket in [512usize, 3000] {
+        assert!(matches!(
+            b.topk_abs_buckets(&buf, bucket, 2),
+            Err(Error::NonFinite { index: 4321 })
+        ));
+    }
+}
+
 /// 300 seeded positions below 1000 (with repeats) for the gather checks.
 fn gather_positions() -> Vec<u32> {
     let mut rng = Rng::seed_from_u64(4);
@@ -791,6 +857,46 @@ pub fn gather<B: Backend<E>, E: Element>(b: &B) {
         })
     ));
     assert!(b.download(&x).is_ok(), "the fault is reported once");
+}
+
+/// The sample of `gather_sampled` is, as a multiset, `x` at the positions
+/// `(u32_at(j) * n) >> 32` of the counter generator (computed here in
+/// 64-bit arithmetic, the definition), for lengths that are and are not
+/// powers of two, one element, a sample larger than its input and
+/// another seed; an empty input gives only an empty sample.
+pub fn gather_sampled<B: Backend<E>, E: Element>(b: &B) {
+    for (n, m, seed) in [
+        (1usize, 5usize, 1u64),
+        (1000, 300, 7),
+        (1000, 3000, 8),
+        ((1 << 20) + 3, 40_961, u64::MAX),
+        (1 << 22, 100_000, 0x5eed),
+    ] {
+        let x: Vec<E> = dense_values(n, ValueDist::Normal { std: 1.0 }, seed);
+        let rng = crate::CounterRng::new(seed);
+        let mut want: Vec<u64> = (0..m as u32)
+            .map(|j| x[((u64::from(rng.u32_at(j)) * n as u64) >> 32) as usize].to_bits_u64())
+            .collect();
+        let got = b.gather_sampled(&b.upload(&x).unwrap(), seed, m).unwrap();
+        let mut got: Vec<u64> = b
+            .download(&got)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits_u64())
+            .collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        assert!(
+            got == want,
+            "gather_sampled n = {n}, m = {m}, seed {seed}: another multiset"
+        );
+    }
+    let empty = b.upload::<E>(&[]).unwrap();
+    assert_eq!(b.len(&b.gather_sampled(&empty, 1, 0).unwrap()), 0);
+    assert!(matches!(
+        b.gather_sampled(&empty, 1, 1),
+        Err(Error::InvalidParameter { .. })
+    ));
 }
 
 /// Gather of indices returns `src[i]` for each position and rejects
