@@ -607,6 +607,38 @@ impl<R: Runtime> CubeBackend<R> {
         self.read(buf, &self.counters.control_read)
     }
 
+    /// The items of several control buffers, on the host, in one round
+    /// trip (one readback of all of them).
+    fn get_many<T: bytemuck::Pod>(&self, bufs: &[&CubeBuffer<T>]) -> Result<Vec<Vec<T>>> {
+        let live: Vec<_> = bufs.iter().filter(|b| b.len > 0).collect();
+        if live.is_empty() {
+            return Ok(bufs.iter().map(|_| Vec::new()).collect());
+        }
+        let mut bytes = self
+            .client
+            .read(live.iter().map(|b| b.handle.clone()).collect())
+            .map_err(|e| self.device_error(format!("{e:?}")))?
+            .into_iter();
+        self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
+        let mut out = Vec::with_capacity(bufs.len());
+        let mut read = 0;
+        for b in bufs {
+            if b.len == 0 {
+                out.push(Vec::new());
+                continue;
+            }
+            let got = bytes
+                .next()
+                .ok_or_else(|| self.device_error("a readback returned fewer buffers than asked"))?;
+            read += got.len();
+            let n = b.len * std::mem::size_of::<T>();
+            out.push(bytemuck::pod_collect_to_vec(&got[..n]));
+        }
+        // One readback, however many buffers it brought.
+        self.counters.add(&self.counters.control_read, read);
+        Ok(out)
+    }
+
     /// The items of a buffer, on the host, counted in `counter`.
     fn read<T: bytemuck::Pod>(
         &self,

@@ -148,7 +148,7 @@ fn cpu_and_kernels_agree_step_by_step() {
 #[test]
 fn a_step_moves_only_the_selected_pairs_and_the_dense_layers() {
     use backend_cuda::{Transfers, WgpuBackend};
-    use sparse_core::backend::check_finite_buffer;
+    use sparse_core::backend::check_finite_buffers;
     use sparse_core::{BufferOps as _, DenseOps as _};
     use sparse_select::{Selector as _, k_for_density};
 
@@ -183,15 +183,18 @@ fn a_step_moves_only_the_selected_pairs_and_the_dense_layers() {
                     f()?;
                     Ok(probe.transfers().since(&before))
                 };
-            let mut checks = Transfers::default();
-            for x in &g {
-                let x = probe.upload(x)?;
-                let c = alone(&|| check_finite_buffer(&probe, &x))?;
-                checks.control_read += c.control_read;
-                checks.control_reads += c.control_reads;
-                checks.control_written += c.control_written;
-                checks.control_writes += c.control_writes;
-            }
+            // Every layer's finite check answered in one readback.
+            let xs: Vec<_> = g
+                .iter()
+                .map(|x| probe.upload(x))
+                .collect::<sparse_core::Result<_>>()?;
+            let checks = alone(&|| check_finite_buffers(&probe, &xs.iter().collect::<Vec<_>>()))?;
+            assert_eq!(
+                checks.control_reads,
+                1,
+                "the finite checks of {} layers",
+                xs.len()
+            );
             let mut acc = probe.upload(&v)?;
             probe.axpy(lr, &probe.upload(&g[0])?, &mut acc)?;
             let select = alone(&|| RadixTopK::magnitude().select(&probe, &acc, k).map(drop))?;

@@ -106,6 +106,31 @@ impl<R: Runtime> CubeBackend<R> {
         })
     }
 
+    /// Whether each buffer holds only finite values: one stats reduction
+    /// per buffer, one readback of all their partial results.
+    pub(super) fn finite_each(&self, xs: &[&CubeBuffer<u32>]) -> Result<Vec<bool>> {
+        let parts: Vec<CubeBuffer<u32>> = xs
+            .iter()
+            .map(|x| {
+                let cubes = x.len.div_ceil(TILE);
+                let parts = self.uninit::<u32>(cubes * 5);
+                if cubes > 0 {
+                    self.launch(Reads::Whole, |c| {
+                        stats::launch_abs_stats(c, grid(cubes), x, u32::MAX, &parts)
+                    });
+                }
+                parts
+            })
+            .collect();
+        let host = self.get_many(&parts.iter().collect::<Vec<_>>())?;
+        // NaN counted apart (word 2); an infinity's magnitude key is the
+        // largest a finite value cannot reach.
+        Ok(host
+            .iter()
+            .map(|p| p.chunks(5).all(|c| c[2] == 0 && c[0] < 0x7f80_0000))
+            .collect())
+    }
+
     pub(super) fn stats(&self, x: &CubeBuffer<u32>, tkey: u32) -> Result<Stats> {
         let mut st = Stats {
             max_key: 0,

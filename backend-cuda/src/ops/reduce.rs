@@ -9,6 +9,11 @@ impl<R: Runtime> ReduceOps<f32> for CubeBackend<R> {
         let st = self.stats(&x.bits(), u32::MAX)?;
         Ok(f32::from_bits(st.max_key))
     }
+    /// One reduction per buffer and one round trip for all of them.
+    fn finite_each(&self, xs: &[&CubeBuffer<f32>]) -> Result<Vec<bool>> {
+        let bits: Vec<CubeBuffer<u32>> = xs.iter().map(|x| x.bits()).collect();
+        CubeBackend::finite_each(self, &bits.iter().collect::<Vec<_>>())
+    }
     fn mean_abs(&self, x: &CubeBuffer<f32>) -> Result<f64> {
         let st = self.stats(&x.bits(), u32::MAX)?;
         Ok(if x.len == 0 {

@@ -7,7 +7,7 @@ use super::state::readable;
 use super::{Bucket, Layer, LayerReport, Part, StepReport, Trainer};
 use crate::{Config, Rule};
 use sparse_coll::{Reduced, Transport, agree, agree_or_fail};
-use sparse_core::backend::{check_finite, check_finite_buffer};
+use sparse_core::backend::{check_finite, check_finite_buffers};
 use sparse_core::{Backend, Error, Result, SparseVec};
 use sparse_select::Selector;
 use std::time::Instant;
@@ -494,12 +494,11 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     }
 
     /// The gradient buffers' number and lengths, and NaN or infinity with
-    /// one reduction per layer on the backend.
+    /// one reduction per layer on the backend, answered together
+    /// ([`check_finite_buffers`]: one round trip on `backend-cuda`).
     fn check_buffers(&self, grads: &[B::Buffer<f32>]) -> Result<()> {
         self.check_lengths(grads.iter().map(|g| self.b.len(g)))?;
-        grads
-            .iter()
-            .try_for_each(|g| check_finite_buffer(&self.b, g))
+        check_finite_buffers(&self.b, &grads.iter().collect::<Vec<_>>())
     }
 
     /// The host gradients' number and lengths, and NaN or infinity.

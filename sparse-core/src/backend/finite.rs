@@ -25,6 +25,36 @@ where
     }
 }
 
+/// [`check_finite_buffer`] of every buffer of `xs`, in order, with the
+/// reductions of all of them answered together
+/// ([`ReduceOps::finite_each`]: one round trip on `backend-cuda`); only
+/// the first buffer that is not finite is looked into, and its error is
+/// [`check_finite_buffer`]'s, so the result is the calls' in order.
+///
+/// # Errors
+/// As [`check_finite_buffer`] for the first buffer that fails it;
+/// [`Error::Device`] where the backend's answers disagree (a buffer
+/// reported not finite that its own check then passes).
+pub fn check_finite_buffers<B, E>(b: &B, xs: &[&B::Buffer<E>]) -> Result<()>
+where
+    B: ReduceOps<E> + SelectOps<E> + ?Sized,
+    E: Element,
+{
+    let finite = b.finite_each(xs)?;
+    let Some(i) = finite.iter().position(|f| !f) else {
+        return Ok(());
+    };
+    check_finite_buffer(b, xs[i])?;
+    Err(Error::Device {
+        backend: "finite check",
+        detail: format!(
+            "buffer {i} of {} was reported not finite, and its own check passed it: \
+             the backend's reductions disagree",
+            xs.len()
+        ),
+    })
+}
+
 /// The [`Error::NonFinite`](crate::Error::NonFinite) naming the first non-finite element of a
 /// buffer known to hold one (the slow path of [`check_finite_buffer`]):
 /// the backends' NaN check names the first NaN

@@ -49,7 +49,8 @@ pub use buffer::{BufferOps, Scalar};
 pub use codec::CodecOps;
 pub use dense::DenseOps;
 pub use finite::{
-    check_finite_buffer, first_non_finite, resolve_non_finite, resolve_non_finite_in,
+    check_finite_buffer, check_finite_buffers, first_non_finite, resolve_non_finite,
+    resolve_non_finite_in,
 };
 pub use hash::HashOps;
 pub use index::IndexOps;

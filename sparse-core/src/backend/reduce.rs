@@ -49,4 +49,22 @@ pub trait ReduceOps<E: Element>: BufferOps {
     fn count_above_each(&self, x: &Self::Buffer<E>, ts: &[E]) -> Result<Vec<usize>> {
         ts.iter().map(|&t| self.count_above(x, t)).collect()
     }
+    /// Whether each buffer of `xs` holds only finite values (no NaN, no
+    /// infinity; an empty buffer does), in order: the finite checks of a
+    /// step's gradients, which a backend may answer with one round trip
+    /// for all of them (`backend-cuda` does: one reduction per buffer,
+    /// one readback of all their partial results). The default makes one
+    /// [`ReduceOps::max_abs`] call per buffer.
+    ///
+    /// # Errors
+    /// The backend's errors (a NaN or infinity is `false`, not an error).
+    fn finite_each(&self, xs: &[&Self::Buffer<E>]) -> Result<Vec<bool>> {
+        xs.iter()
+            .map(|x| match self.max_abs(x) {
+                Ok(m) => Ok(m.is_finite()),
+                Err(crate::Error::NonFinite { .. }) => Ok(false),
+                Err(e) => Err(e),
+            })
+            .collect()
+    }
 }

@@ -42,7 +42,7 @@ macro_rules! backend_test_suite {
                 reductions, count_above, compact_above, topk_abs, topk_signed, topk_pinned_ties,
                 errors, scatter_add_and_mask, axpy_and_scale, hash_partition,
                 hash_partition_forced_collisions, qsgd, large_topk, digit_histogram, compact_key,
-                topk_segmented, topk_buckets, gather, gather_sampled);
+                topk_segmented, topk_buckets, gather, gather_sampled, finite_each);
         )+
     };
     (@index $make:expr; $($name:ident),* $(,)?) => {

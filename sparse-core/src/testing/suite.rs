@@ -829,6 +829,43 @@ pub fn topk_buckets<B: Backend<E>, E: Element>(b: &B) {
     }
 }
 
+/// `finite_each` says of each buffer, in order, what the host sees:
+/// empty, finite (subnormal and the largest finite included), a NaN or
+/// an infinity of either sign at the first, a middle and the last
+/// position, across the kernels' tiles of 4,096, the same buffer twice.
+pub fn finite_each<B: Backend<E>, E: Element>(b: &B) {
+    let base: Vec<f64> = dense_values(10_000, ValueDist::Normal { std: 1.0 }, 23);
+    let mut cases: Vec<Vec<E>> = vec![Vec::new(), convert(&base), convert(&[1e-42, -0.0, 0.0])];
+    cases.push(vec![E::max_value(); 5]);
+    for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        for at in [0usize, 4095, 4096, 9_999] {
+            let mut x = base.clone();
+            x[at] = bad;
+            cases.push(convert(&x));
+        }
+    }
+    let want: Vec<bool> = cases
+        .iter()
+        .map(|x| x.iter().all(|v| v.to_f64_exact().is_finite()))
+        .collect();
+    let bufs: Vec<B::Buffer<E>> = cases.iter().map(|x| b.upload(x).unwrap()).collect();
+    let mut refs: Vec<&B::Buffer<E>> = bufs.iter().collect();
+    assert_eq!(b.finite_each(&refs).unwrap(), want);
+    refs.push(&bufs[5]);
+    refs.push(&bufs[1]);
+    let mut twice = want.clone();
+    twice.extend([want[5], want[1]]);
+    assert_eq!(b.finite_each(&refs).unwrap(), twice);
+    assert_eq!(b.finite_each(&[]).unwrap(), Vec::<bool>::new());
+    // The checks over all of them name what the first failing buffer's
+    // own check names.
+    let first_bad = want.iter().position(|f| !f).unwrap();
+    let one = crate::backend::check_finite_buffer(b, &bufs[first_bad]).unwrap_err();
+    let all = crate::backend::check_finite_buffers(b, &refs).unwrap_err();
+    assert_eq!(format!("{one:?}"), format!("{all:?}"));
+    assert!(crate::backend::check_finite_buffers(b, &refs[..first_bad]).is_ok());
+}
+
 /// 300 seeded positions below 1000 (with repeats) for the gather checks.
 fn gather_positions() -> Vec<u32> {
     let mut rng = Rng::seed_from_u64(4);
