@@ -94,13 +94,17 @@ impl BucketTopK {
         sparse_core::backend::bucket_plan(n, self.bucket, self.per(n, k))
     }
     /// Elements each bucket gives for `k` of `n`: `per_bucket`, or `k`
-    /// spread over the buckets, rounded up.
+    /// spread over the buckets, rounded up. In 128 bits: `k * bucket`
+    /// overflows `usize` for a bucket past `usize::MAX / k` (a bucket
+    /// longer than the input is one bucket: the top k); the quotient is at
+    /// most `bucket` where `k <= n`, and saturates otherwise.
     fn per(&self, n: usize, k: usize) -> usize {
         self.per_bucket.unwrap_or_else(|| {
             if n == 0 {
                 0
             } else {
-                (k * self.bucket).div_ceil(n)
+                let per = (k as u128 * self.bucket as u128).div_ceil(n as u128);
+                usize::try_from(per).unwrap_or(usize::MAX)
             }
         })
     }
