@@ -116,11 +116,9 @@ impl<B: Backend<E>, E: Element> Selector<B, E> for BucketTopK {
     }
     /// The backend's [`sparse_core::SelectOps::topk_abs_buckets`]: on `backend-cuda`
     /// the buckets' bounds are computed on the device, no offsets laid out
-    /// on the host.
+    /// on the host. A bucket of 0 is the primitive's `InvalidParameter`,
+    /// after the input's checks, as before.
     fn select(&mut self, b: &B, x: &B::Buffer<E>, k: usize) -> Result<Selection<B, E>> {
-        if self.bucket == 0 {
-            return Err(Error::invalid("bucket", "must be at least 1"));
-        }
         let n = check_k(b, x, k)?;
         check_finite_buffer(b, x)?;
         let per = self.per(n, k);
