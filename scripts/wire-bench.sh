@@ -6,7 +6,10 @@
 # bucket), measures every registered algorithm and the dense baselines
 # (sparse-bench allreduce --transport mpi: medians of warm calls) at each P
 # of $PS, n of $NS and density of $DENSITIES, simulates the same calls over
-# the calibrated network file (sparse-bench scale --warm --compute-factor 1)
+# the calibrated network file (sparse-bench scale --warm --compute-factor 1
+# --reps REPS --floors: the benchmark's loop, barriers and floors included,
+# so that a shaper's bucket in the model starts each call where the
+# measured one did)
 # and prints the tables of bench/RESULTS.md: measured beside simulated, the
 # error of every row, the load of the machine (uptime) beside each table.
 #
@@ -24,7 +27,13 @@
 #   NICE       the ranks' scheduling priority (netns-cluster.sh --nice);
 #              empty for none [-20: MPICH's ranks poll, and on a busy machine
 #              a rank's wait for a core is what would be measured]
-#   MODEL_BUCKET  fit: the shaper's bucket in the model (scripts/wire-calibrate.sh)
+#   MODEL_BUCKET  the shaper's bucket in the model (scripts/wire-calibrate.sh):
+#              veth (the bucket, at the veth's unshaped speed while it
+#              holds tokens), fit (older) or none [veth]
+#   GAP_MS     idle milliseconds before each timed call, measured
+#              (allreduce --gap-ms) and simulated (scale --gap-ms) alike: at
+#              least the bucket's refill time, so that each call starts
+#              from a full bucket [0]
 #   BIN        a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT  seconds per allreduce job [300]
 # The tables regenerate from a clean checkout with this command (and the
@@ -38,6 +47,8 @@ densities=${DENSITIES:-0.001 0.01}
 reps=${REPS:-5}
 fit=${FIT:-large}
 nice=${NICE--20}
+gap=${GAP_MS:-0}
+export MODEL_BUCKET=${MODEL_BUCKET:-veth}
 out=${1:-target/wire-$rate}
 mkdir -p "$out"
 if [ -z "${BIN:-}" ]; then
@@ -59,7 +70,7 @@ for n in $ns; do
             # A job whose last row (the overlap line) is out and that hangs
             # in MPI_Finalize is stopped, its output kept (scripts/wire-job.sh).
             wire_job "$f" '"bench":"overlap"' -- "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-300}" -- \
-                "$BIN" allreduce --transport mpi --n "$n" --density "$d" --reps "$reps" --json
+                "$BIN" allreduce --transport mpi --n "$n" --density "$d" --reps "$reps" --gap-ms "$gap" --json
             rc=$wire_rc
             if [ "$rc" -ne 0 ]; then
                 grep -q '"algo":"mpi_allreduce"' "$f" || { echo "wire-bench: $f: the job failed (exit $rc)" >&2; exit 1; }
@@ -69,7 +80,7 @@ for n in $ns; do
                 || { echo "wire-bench: $f: the world size is not $p" >&2; exit 1; }
         done
         "$BIN" scale --ranks "$(echo $ps | tr ' ' ,)" --n "$n" --density "$d" --network "$out/calibrated.net" \
-            --compute-factor 1 --warm --json > "$out/simulated_${n}_${d}.json"
+            --compute-factor 1 --warm --gap-ms "$gap" --reps "$reps" --floors --json > "$out/simulated_${n}_${d}.json"
     done
 done
-python3 scripts/wire-table.py "$out" "$rate (calibrate --fit $fit)"
+python3 scripts/wire-table.py "$out" "$rate (calibrate --fit $fit; model bucket $MODEL_BUCKET; gap $gap ms)"

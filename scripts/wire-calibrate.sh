@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
 # The model of a shaped link between network namespaces, for the
 # simulator: `sparse-bench calibrate` at P = 2 on the shaped link (the rate
-# and latency, `--fit large`: messages of 1 MiB and more), and the
-# shaper's bucket (scripts/netns-cluster.sh --shaping) as the file's
+# and latency, `--fit large`: messages of 1 MiB and more), and, where asked,
+# the shaper's bucket (scripts/netns-cluster.sh --shaping) as the file's
 # `bucket_bytes` and `peak_bytes_per_s` (sparse_coll::sim::Bucket): a tbf
-# bucket lets a message's first bytes through faster than the rate after
-# a pause. The peak is fitted to the same ping-pong's messages that fit in
-# the bucket (least squares of their time after the latency, through the
-# origin): what the bucket gives TCP's messages here, about twice the rate,
-# not the veth's own speed (1.1 GB/s unshaped for 16 MiB), which messages
-# of kilobytes never reach.
+# bucket lets a message through faster than the rate while it holds tokens.
 #
-# The bucket is added where MODEL_BUCKET=fit is in the environment (default: a
-# plain alpha-beta link). It helps at 1 Gb/s and hurts at 100 Mb/s: a
-# ping-pong's messages within the bucket move at twice the rate, an
-# exchange's (both directions at once, what the collectives do) at the
-# rate (bench/RESULTS.md, "A token bucket in the model").
+# MODEL_BUCKET (default none: a plain alpha-beta link):
+#   veth  the bucket with the veth's own speed as its peak: a second
+#         calibration on the same namespaces unshaped (--rate none), its
+#         bandwidth (`--fit large`). What a tbf does: while tokens last,
+#         packets leave at the wire's speed. Right where each timed call
+#         starts from a full bucket (`sparse-bench allreduce --gap-ms`,
+#         scripts/wire-bench.sh's GAP_MS): in a loop of calls without a
+#         pause the bucket holds what the previous calls and their floors
+#         left, which the replay of one call does not know
+#         (bench/RESULTS.md, "The shaper's bucket, modelled").
+#   fit   the peak fitted to the shaped ping-pong's messages that fit in
+#         the bucket (least squares of their time after the latency, through
+#         the origin): about twice the rate, what a ping-pong loop's steady
+#         state gets (each bucket refills while the peer answers), kept to
+#         reproduce the older tables.
 #
 # Usage: sudo bash scripts/wire-calibrate.sh OUTDIR BIN CLUSTER_ARGS...
 #   (FIT in the environment: the shaped calibration's --fit [large];
-#   MODEL_BUCKET: fit or none [none])
+#   MODEL_BUCKET: veth, fit or none [none])
 #   OUTDIR        gets calibrated.net (the model), calibrate.txt (the
-#                 calibration's output) and shaping.txt
+#                 calibration's output), shaping.txt, and with
+#                 MODEL_BUCKET=veth peak.txt (the unshaped calibration)
 #   BIN           a sparse-bench built with --features mpi
 #   CLUSTER_ARGS  scripts/netns-cluster.sh's options (--rate, --nice, ...)
 set -euo pipefail
@@ -33,7 +39,23 @@ cluster=(bash scripts/netns-cluster.sh -q "$@")
 "${cluster[@]}" --ranks 2 --shaping "$out/shaping.txt" -- \
     "$bin" calibrate --max-mib 16 --fit "${FIT:-large}" --out "$out/calibrated.net" | tee "$out/calibrate.txt"
 grep -q "world size 2" "$out/calibrate.txt" || { echo "wire-calibrate: calibrate did not run on 2 ranks" >&2; exit 1; }
-if [ "${MODEL_BUCKET:-none}" = fit ] && ! grep -q '^rate none' "$out/shaping.txt"; then
+model_bucket=${MODEL_BUCKET:-none}
+case $model_bucket in none|fit|veth) ;; *) echo "wire-calibrate: MODEL_BUCKET=$model_bucket: give none, fit or veth" >&2; exit 2 ;; esac
+if [ "$model_bucket" = veth ] && ! grep -q '^rate none' "$out/shaping.txt"; then
+    burst=$(awk '$1 == "burst_bytes" {print $2}' "$out/shaping.txt")
+    # The same namespaces and options, unshaped (the last --rate wins).
+    "${cluster[@]}" --ranks 2 --rate none -- \
+        "$bin" calibrate --max-mib 16 --fit large --out "$out/peak.net" | tee "$out/peak.txt"
+    grep -q "world size 2" "$out/peak.txt" || { echo "wire-calibrate: the unshaped calibrate did not run on 2 ranks" >&2; exit 1; }
+    peak=$(awk '$1 == "bytes_per_s" {print $3}' "$out/peak.net")
+    [ -n "$peak" ] && [ -n "$burst" ] || { echo "wire-calibrate: no bandwidth in $out/peak.net or no burst in $out/shaping.txt" >&2; exit 1; }
+    {
+        echo "# tbf's bucket (netns-cluster.sh) and the veth's own speed (unshaped calibrate, $out/peak.txt)"
+        echo "bucket_bytes = $burst"
+        echo "peak_bytes_per_s = $peak"
+    } >> "$out/calibrated.net"
+fi
+if [ "$model_bucket" = fit ] && ! grep -q '^rate none' "$out/shaping.txt"; then
     burst=$(awk '$1 == "burst_bytes" {print $2}' "$out/shaping.txt")
     peak=$(awk -v burst="$burst" '
         $1 == "fit:" { done = 1 }

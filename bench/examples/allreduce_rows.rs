@@ -16,6 +16,7 @@ fn main() -> Result<()> {
         algos: vec!["topk_a".into(), "spardl:k=50".into()],
         seed: 1,
         reps: 1,
+        gap_ms: 0.0,
     };
     let rep = run_threads(&a)?;
     assert_eq!(rep.rows.len(), 2);

@@ -44,6 +44,14 @@ pub struct AllreduceArgs {
     /// Timed calls per algorithm, after one untimed warm-up call.
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
+    /// Idle milliseconds before each timed call (before its barrier), as a
+    /// training step's computation leaves the network idle between calls:
+    /// on a link shaped by a token bucket (`tc`'s `tbf`), time for the
+    /// bucket to refill, so that every call starts from the same state
+    /// rather than from what the previous call and its floor left. 0 (none)
+    /// by default.
+    #[arg(long, default_value_t = 0.0, value_name = "MS")]
+    pub gap_ms: f64,
 }
 
 /// `--algo`'s long help: every registered algorithm with its parameters.
@@ -160,6 +168,8 @@ pub struct Setup {
     pub profile: Profile,
     /// Timed calls per algorithm.
     pub reps: usize,
+    /// Idle time before each timed call (`--gap-ms`).
+    pub gap: Duration,
 }
 
 impl Setup {
@@ -168,6 +178,12 @@ impl Setup {
     /// # Errors
     /// Invalid parameters, an unknown algorithm.
     pub fn new(a: &AllreduceArgs) -> Result<Self> {
+        if !(a.gap_ms.is_finite() && (0.0..=60_000.0).contains(&a.gap_ms)) {
+            return Err(Error::invalid(
+                "gap_ms",
+                format!("--gap-ms {} is not a time from 0 to 60000 ms", a.gap_ms),
+            ));
+        }
         let ins = inputs(a)?;
         let k = ins[0].nnz().max(1);
         let algos = selection(a, k)?;
@@ -180,6 +196,7 @@ impl Setup {
             oracle,
             profile,
             reps: a.reps,
+            gap: Duration::from_secs_f64(a.gap_ms / 1e3),
         })
     }
 }
@@ -212,6 +229,7 @@ pub fn run_rank<T: Transport + Send>(
         let (mut model, mut paper) = (runner.cost(profile), runner.paper_cost(profile));
         for _ in 0..s.reps {
             (model, paper) = (runner.cost(profile), runner.paper_cost(profile));
+            idle(s.gap);
             hooks.barrier(t)?;
             let start = Instant::now();
             runner.allreduce_into(t, v, &mut reduced)?;
@@ -229,16 +247,25 @@ pub fn run_rank<T: Transport + Send>(
             floors,
         });
     }
-    let (dense_times, dense_traffic) = run_dense_ring(t, v, s.reps, hooks)?;
+    let (dense_times, dense_traffic) = run_dense_ring(t, v, s.reps, s.gap, hooks)?;
     Ok((out, dense_times, dense_traffic))
 }
 
+/// Sleeps `gap` (nothing where it is zero): the idle time before a timed
+/// call ([`Setup::gap`]).
+pub fn idle(gap: Duration) {
+    if !gap.is_zero() {
+        std::thread::sleep(gap);
+    }
+}
+
 /// The dense ring allreduce on `v`'s dense form: one untimed call (whose
-/// traffic is returned), then `reps` timed calls.
+/// traffic is returned), then `reps` timed calls, each after `gap` idle.
 fn run_dense_ring<T: Transport + Send>(
     t: &mut T,
     v: &SparseVec<f32>,
     reps: usize,
+    gap: Duration,
     hooks: &mut dyn RankHooks<T>,
 ) -> Result<(Vec<Duration>, Traffic)> {
     let dense_in = v.to_dense();
@@ -249,6 +276,7 @@ fn run_dense_ring<T: Transport + Send>(
     let dense_traffic = t.traffic().since(&before);
     let mut dense_times = Vec::with_capacity(reps);
     for _ in 0..reps {
+        idle(gap);
         hooks.barrier(t)?;
         let start = Instant::now();
         dense::ring_allreduce_into(t, &dense_in, &mut sum)?;

@@ -5,7 +5,9 @@
 //! is simulated and says so, with the network's label.
 
 use sparse_coll::sim::{self, Compute, Network, SimCluster, Trace};
-use sparse_coll::{Auto, Defaults, Profile, Registry, SparseAllreduce, Traffic, Transport};
+use sparse_coll::{
+    Auto, Defaults, Profile, Registry, SimTransport, SparseAllreduce, Traffic, Transport,
+};
 use sparse_core::generate::{GradientPool, GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
 use std::path::PathBuf;
@@ -65,6 +67,26 @@ pub struct ScaleArgs {
     /// timed.
     #[arg(long)]
     pub warm: bool,
+    /// Simulated idle milliseconds on every rank before the timed call, as
+    /// `sparse-bench allreduce --gap-ms` pauses before each of its timed
+    /// calls: a link's token bucket refills meanwhile. 0 (none) by default.
+    #[arg(long, default_value_t = 0.0, value_name = "MS")]
+    pub gap_ms: f64,
+    /// Timed calls per algorithm, one after the other on the same links
+    /// (a token bucket keeps what the previous call left); the row is the
+    /// median over them of the slowest rank's time, as `sparse-bench
+    /// allreduce` reports its `--reps`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub reps: u64,
+    /// Replay `sparse-bench allreduce --transport mpi`'s loop around each
+    /// timed call too: a barrier before it (dissemination, zero-byte
+    /// messages) and its two floors after it (an allgather of the bytes
+    /// the call received, and one of the input's pairs; recursive doubling
+    /// for a power of two of ranks, Bruck's otherwise, as MPICH chooses for
+    /// short messages). On a shaped link they drain the bucket that the
+    /// next call starts from.
+    #[arg(long)]
+    pub floors: bool,
     /// SimGrid as the referee: `--traces`, `--engine simgrid` and their
     /// settings ([`referee`]).
     #[command(flatten)]
@@ -365,6 +387,67 @@ pub fn run_one(
     run_one_with(spec, pool, n, net, Compute::Off, false)
 }
 
+/// How [`run_one_traced`] times a call: what runs before and around it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// A first call, not timed.
+    pub warm: bool,
+    /// Simulated idle seconds on every rank before each timed call.
+    pub gap: f64,
+    /// Timed calls (at least one); the row's time is the median of their
+    /// slowest rank's times.
+    pub reps: usize,
+    /// `sparse-bench allreduce --transport mpi`'s barrier before each timed
+    /// call and its floors after it (`--floors`).
+    pub floors: bool,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            warm: false,
+            gap: 0.0,
+            reps: 1,
+            floors: false,
+        }
+    }
+}
+
+/// A dissemination barrier of zero-byte exchanges (`ceil(lg P)` rounds),
+/// as MPICH's `MPI_Barrier`.
+fn barrier(t: &mut SimTransport) -> Result<()> {
+    let (p, r) = (t.size(), t.rank());
+    let mut d = 1;
+    while d < p {
+        t.exchange((r + d) % p, &[], (r + p - d) % p)?;
+        d *= 2;
+    }
+    Ok(())
+}
+
+/// `sparse-bench allreduce`'s floors after a call that received `recv`
+/// bytes on this rank: an allgather of `recv / (P - 1)` bytes per rank,
+/// then one of `pairs` bytes per rank, each after a barrier (as
+/// `MpiHooks::floor` times them); recursive doubling for a power of two,
+/// Bruck's otherwise (MPICH's choices for short messages).
+fn floors(t: &mut SimTransport, recv: u64, pairs: usize) -> Result<()> {
+    let p = t.size();
+    if p < 2 {
+        return Ok(());
+    }
+    let share = usize::try_from(recv.div_ceil(p as u64 - 1)).unwrap_or(usize::MAX);
+    for bytes in [share, pairs] {
+        let block = vec![0u8; bytes];
+        barrier(t)?;
+        if p.is_power_of_two() {
+            sparse_coll::dense::recursive_doubling_allgather(t, &block)?;
+        } else {
+            sparse_coll::dense::bruck_allgather(t, &block)?;
+        }
+    }
+    Ok(())
+}
+
 /// [`run_one`] with local computation counted as `compute` says and, where
 /// `warm`, a first call made before the timed one.
 ///
@@ -378,20 +461,27 @@ pub fn run_one_with(
     compute: Compute,
     warm: bool,
 ) -> Result<(ScaleRow, Vec<Traffic>)> {
-    run_one_traced(spec, pool, n, net, compute, warm, false).map(|(row, traffic, _)| (row, traffic))
+    let timing = Timing {
+        warm,
+        ..Timing::default()
+    };
+    run_one_traced(spec, pool, n, net, compute, timing, false)
+        .map(|(row, traffic, _)| (row, traffic))
 }
 
-/// [`run_one_with`], also returning the ranks' traces where `keep`.
+/// [`run_one`] timed as `timing` says (idle time before each timed call by
+/// [`SimTransport::idle`], the row's time the median over the timed calls),
+/// also returning the ranks' traces where `keep`.
 ///
 /// # Errors
-/// As [`run_one`].
+/// As [`run_one`]; a negative or non-finite `timing.gap`.
 pub fn run_one_traced(
     spec: &str,
     pool: &GradientPool,
     n: usize,
     net: &dyn Network,
     compute: Compute,
-    warm: bool,
+    timing: Timing,
     keep: bool,
 ) -> Result<(ScaleRow, Vec<Traffic>, Option<Vec<Trace>>)> {
     let p = pool.ranks();
@@ -404,22 +494,36 @@ pub fn run_one_traced(
     let lossless = model.lossless();
     let mem_estimate = memory_estimate(&*model, &prof);
     drop(model);
+    // The pairs' floor: 8 bytes (index and value) per entry of the
+    // largest input, as `MpiHooks` pads it.
+    let pair_bytes = 8 * prof.k_max;
     reset_peak_rss();
     let start = Instant::now();
     let run = SimCluster::new(p)?.compute(compute).run(|t| {
         let v: SparseVec<f32> = pool.rank(t.rank())?;
         let mut algo = registry.build(spec, defaults)?;
-        if warm {
+        if timing.warm {
             algo.allreduce(t, &v)?;
         }
-        t.mark();
-        let red = algo.allreduce(t, &v)?;
-        t.mark();
-        Ok(RankOut {
-            traffic: red.total(),
-            call: red.traffic,
-            nnz: red.result.nnz(),
-        })
+        let mut out = None;
+        for _ in 0..timing.reps.max(1) {
+            t.idle(timing.gap)?;
+            if timing.floors {
+                barrier(t)?;
+            }
+            t.mark();
+            let red = algo.allreduce(t, &v)?;
+            t.mark();
+            if timing.floors {
+                floors(t, red.traffic.bytes_recv, pair_bytes)?;
+            }
+            out = Some(RankOut {
+                traffic: red.total(),
+                call: red.traffic,
+                nnz: red.result.nnz(),
+            });
+        }
+        out.ok_or_else(|| Error::invalid("reps", "no timed call"))
     })?;
     let wall = start.elapsed();
     let peak_rss = peak_rss();
@@ -431,7 +535,11 @@ pub fn run_one_traced(
         }
     }
     let timeline = run.timeline(net)?;
-    let sim_s = timeline.span(0).unwrap_or(0.0);
+    let mut spans: Vec<f64> = (0..timing.reps.max(1))
+        .filter_map(|i| timeline.span(2 * i))
+        .collect();
+    spans.sort_by(f64::total_cmp);
+    let sim_s = spans.get(spans.len() / 2).copied().unwrap_or(0.0);
     let traces = keep.then_some(run.traces);
     let traffic: Vec<Traffic> = outs.iter().map(|o| o.traffic).collect();
     let busiest = *traffic
@@ -512,6 +620,18 @@ pub fn run_with(a: &ScaleArgs, mut done: impl FnMut(&ScaleRow)) -> Result<ScaleR
         Some(f) if f.is_finite() && f >= 0.0 => Compute::Measured { factor: f },
         Some(f) => return Err(Error::invalid("compute-factor", format!("{f}"))),
     };
+    if !(a.gap_ms.is_finite() && (0.0..=60_000.0).contains(&a.gap_ms)) {
+        return Err(Error::invalid(
+            "gap_ms",
+            format!("--gap-ms {} is not a time from 0 to 60000 ms", a.gap_ms),
+        ));
+    }
+    let timing = Timing {
+        warm: a.warm,
+        gap: a.gap_ms / 1e3,
+        reps: usize::try_from(a.reps).unwrap_or(1).max(1),
+        floors: a.floors,
+    };
     let net = sim::network(&a.network)?;
     let registry = Registry::<f32>::builtin();
     let algos = selection(a);
@@ -531,7 +651,7 @@ pub fn run_with(a: &ScaleArgs, mut done: impl FnMut(&ScaleRow)) -> Result<ScaleR
         let first = report.rows.len();
         for algo in &algos {
             let keep = judge.is_some();
-            let (row, _, traces) = run_one_traced(algo, &pool, a.n, &*net, compute, a.warm, keep)?;
+            let (row, _, traces) = run_one_traced(algo, &pool, a.n, &*net, compute, timing, keep)?;
             done(&row);
             report.rows.push(row);
             if let (Some(r), Some(traces)) = (&judge, traces) {

@@ -20,6 +20,9 @@ fn args(ranks: Vec<usize>) -> ScaleArgs {
         svg: None,
         compute_factor: None,
         warm: false,
+        gap_ms: 0.0,
+        reps: 1,
+        floors: false,
         simgrid: Default::default(),
     }
 }
@@ -318,4 +321,71 @@ fn the_memory_cap_comes_from_meminfo_or_the_flag() {
             "{bad}"
         );
     }
+}
+
+/// The benchmark's loop in the model (`--reps`, `--floors`, `--gap-ms`):
+/// on a link whose token bucket the calls and their floors drain, later
+/// calls are slower than the first; a pause long enough to refill the
+/// bucket before each call gives every call the first one's time; on a
+/// link without a bucket the calls of a stateless algorithm all take the
+/// same time, floors or not. Communication only, so times are exact
+/// functions of the inputs.
+#[test]
+fn the_benchmark_loop_drains_and_a_pause_refills_the_bucket() {
+    let dir = std::env::temp_dir().join(format!("scale-loop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // 100 Mb/s after a 20 KB bucket at 1 GB/s: topk_a's exchange at P = 2,
+    // n = 2^16 and 1% (655 pairs, 5 KB) and its floors drain it in a few
+    // calls.
+    let shaped = dir.join("shaped.net");
+    std::fs::write(
+        &shaped,
+        "name = shaped\nmodel = full_bisection\nalpha_s = 1e-5\nbytes_per_s = 1.25e7\n\
+         bucket_bytes = 20000\npeak_bytes_per_s = 1e9\n",
+    )
+    .unwrap();
+    let plain = dir.join("plain.net");
+    std::fs::write(
+        &plain,
+        "name = plain\nmodel = full_bisection\nalpha_s = 1e-5\nbytes_per_s = 1.25e7\n",
+    )
+    .unwrap();
+    let time = |net: &std::path::Path, reps: u64, floors: bool, gap_ms: f64| {
+        let mut a = args(vec![2]);
+        a.n = 1 << 16;
+        a.algos = vec!["topk_a".into()];
+        a.network = net.display().to_string();
+        a.warm = true;
+        (a.reps, a.floors, a.gap_ms) = (reps, floors, gap_ms);
+        let rep = scale::run(&a).unwrap();
+        assert_eq!(rep.rows.len(), 1);
+        rep.rows[0].sim_s
+    };
+    // The warm call leaves the bucket partly drained; the first timed call
+    // after a full refill is the reference.
+    let fresh = time(&shaped, 1, false, 1000.0);
+    let drained = time(&shaped, 9, true, 0.0);
+    assert!(
+        drained > 1.5 * fresh,
+        "drained {drained} s, fresh {fresh} s"
+    );
+    let refilled = time(&shaped, 9, true, 1000.0);
+    assert!(
+        (refilled - fresh).abs() <= 1e-9 * fresh,
+        "refilled {refilled} s, fresh {fresh} s"
+    );
+    // Without a bucket nothing carries over from call to call.
+    let one = time(&plain, 1, false, 0.0);
+    for (reps, floors) in [(5, false), (5, true)] {
+        let t = time(&plain, reps, floors, 0.0);
+        assert!(
+            (t - one).abs() <= 1e-9 * one,
+            "{reps} reps, floors {floors}: {t} s against {one} s"
+        );
+    }
+    // A negative or absurd pause is refused.
+    let mut a = args(vec![2]);
+    a.gap_ms = -1.0;
+    assert!(scale::run(&a).is_err());
+    std::fs::remove_dir_all(&dir).ok();
 }

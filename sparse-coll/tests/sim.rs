@@ -330,3 +330,50 @@ fn network_files_round_trip_and_reject_bad_lines() {
     let e = sparse_coll::sim::network("/nonexistent/net.txt").unwrap_err();
     assert!(e.to_string().contains("file not found"), "{e}");
 }
+
+/// `SimTransport::idle` records its time as computation (a bad time is an
+/// error), and a mark between two calls does not count the CPU time
+/// before it twice: the computation recorded never exceeds the wall time
+/// it was measured in.
+#[test]
+fn idle_is_recorded_and_marks_do_not_count_twice() {
+    use sparse_coll::sim::Compute;
+    let run = SimCluster::new(2)
+        .unwrap()
+        .compute(Compute::Measured { factor: 1.0 })
+        .run(|t| {
+            let start = std::time::Instant::now();
+            let mut x = 0u64;
+            while start.elapsed() < std::time::Duration::from_millis(20) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            t.mark();
+            t.mark();
+            t.mark();
+            let wall = start.elapsed().as_secs_f64();
+            t.exchange(1 - t.rank(), &[1], 1 - t.rank())?;
+            assert!(t.idle(-1.0).is_err() && t.idle(f64::NAN).is_err());
+            t.idle(0.5)?;
+            Ok(wall)
+        })
+        .unwrap();
+    for (r, (res, trace)) in run.results.iter().zip(&run.traces).enumerate() {
+        let wall = *res.as_ref().unwrap();
+        let before: f64 = trace
+            .iter()
+            .take_while(|op| !matches!(op, Op::Exchange { .. }))
+            .filter_map(|op| {
+                if let Op::Compute(s) = *op {
+                    Some(s)
+                } else {
+                    None
+                }
+            })
+            .sum();
+        assert!(
+            before > 0.0 && before <= wall + 1e-3,
+            "rank {r}: {before} s computed in {wall} s"
+        );
+        assert!(trace.contains(&Op::Compute(0.5)), "rank {r}: {trace:?}");
+    }
+}

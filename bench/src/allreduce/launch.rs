@@ -234,12 +234,15 @@ mod mpi_launch {
         gathered: Vec<u8>,
         /// The last `MPI_Allreduce`'s sum.
         sum: Vec<f32>,
+        /// Idle time before each timed call ([`Setup::gap`]).
+        gap: Duration,
     }
 
     impl RankHooks<MpiTransport> for MpiHooks {
         fn prepare(&mut self, s: &Setup) {
             self.pairs = vec![0u8; 8 * s.profile.k_max];
             self.gathered = vec![0u8; self.pairs.len() * s.profile.p];
+            self.gap = s.gap;
         }
 
         fn barrier(&mut self, t: &mut MpiTransport) -> Result<()> {
@@ -278,6 +281,7 @@ mod mpi_launch {
             t.all_reduce_into(&dense_in[..], &mut self.sum[..], SystemOperation::sum());
             let mut times = Vec::with_capacity(reps);
             for _ in 0..reps {
+                crate::allreduce::idle(self.gap);
                 t.barrier();
                 let start = Instant::now();
                 t.all_reduce_into(&dense_in[..], &mut self.sum[..], SystemOperation::sum());

@@ -335,6 +335,7 @@ fn run_default(json: bool) -> sparse_core::Result<()> {
             algos: Vec::new(),
             seed: 1,
             reps: 3,
+            gap_ms: 0.0,
         },
         json,
     )?;

@@ -276,7 +276,32 @@ impl SimTransport {
         self.trace.push(Op::Mark);
     }
 
-    /// Records the computation since the last call, where measured.
+    /// Idles this rank for `secs` simulated seconds (a training step's
+    /// computation between calls, a benchmark's pause before a timed call):
+    /// recorded as computation, whatever [`Compute`] says, after the
+    /// computation measured since the last call. A link's token bucket
+    /// refills meanwhile. Nothing for zero; a negative or non-finite time
+    /// is an error.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a negative or non-finite `secs`.
+    pub fn idle(&mut self, secs: f64) -> Result<()> {
+        if !(secs.is_finite() && secs >= 0.0) {
+            return Err(Error::invalid(
+                "secs",
+                format!("an idle time of {secs} s is not a finite, non-negative time"),
+            ));
+        }
+        self.computed();
+        if secs > 0.0 {
+            self.trace.push(Op::Compute(secs));
+        }
+        Ok(())
+    }
+
+    /// Records the computation since the last call or record, where
+    /// measured, and starts the next measure here (so that a mark between
+    /// two calls does not count the time before it twice).
     fn computed(&mut self) {
         if let Compute::Measured { factor } = self.compute
             && let (Some(then), Some(now)) = (self.cpu_mark, thread_cpu_time())
@@ -285,6 +310,7 @@ impl SimTransport {
             if secs > 0.0 {
                 self.trace.push(Op::Compute(secs));
             }
+            self.cpu_mark = Some(now);
         }
     }
 
