@@ -34,6 +34,10 @@
 #              (allreduce --gap-ms) and simulated (scale --gap-ms) alike: at
 #              least the bucket's refill time, so that each call starts
 #              from a full bucket [0]
+#   SETTLE_MS  idle milliseconds before each algorithm's first call
+#              (allreduce --settle-ms): the bucket refills, so that each
+#              algorithm starts from a full bucket as its simulation does,
+#              not from what the algorithms before it left [10]
 #   BIN        a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT  seconds per allreduce job [300]
 # The tables regenerate from a clean checkout with this command (and the
@@ -48,6 +52,7 @@ reps=${REPS:-5}
 fit=${FIT:-large}
 nice=${NICE--20}
 gap=${GAP_MS:-0}
+settle=${SETTLE_MS:-10}
 export MODEL_BUCKET=${MODEL_BUCKET:-veth}
 out=${1:-target/wire-$rate}
 mkdir -p "$out"
@@ -70,7 +75,7 @@ for n in $ns; do
             # A job whose last row (the overlap line) is out and that hangs
             # in MPI_Finalize is stopped, its output kept (scripts/wire-job.sh).
             wire_job "$f" '"bench":"overlap"' -- "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-300}" -- \
-                "$BIN" allreduce --transport mpi --n "$n" --density "$d" --reps "$reps" --gap-ms "$gap" --json
+                "$BIN" allreduce --transport mpi --n "$n" --density "$d" --reps "$reps" --gap-ms "$gap" --settle-ms "$settle" --json
             rc=$wire_rc
             if [ "$rc" -ne 0 ]; then
                 grep -q '"algo":"mpi_allreduce"' "$f" || { echo "wire-bench: $f: the job failed (exit $rc)" >&2; exit 1; }
@@ -83,4 +88,4 @@ for n in $ns; do
             --compute-factor 1 --warm --gap-ms "$gap" --reps "$reps" --floors --json > "$out/simulated_${n}_${d}.json"
     done
 done
-python3 scripts/wire-table.py "$out" "$rate (calibrate --fit $fit; model bucket $MODEL_BUCKET; gap $gap ms)"
+python3 scripts/wire-table.py "$out" "$rate (calibrate --fit $fit; model bucket $MODEL_BUCKET; gap $gap ms; settle $settle ms)"

@@ -17,6 +17,7 @@ fn main() -> Result<()> {
         seed: 1,
         reps: 1,
         gap_ms: 0.0,
+        settle_ms: 0.0,
     };
     let rep = run_threads(&a)?;
     assert_eq!(rep.rows.len(), 2);

@@ -52,6 +52,13 @@ pub struct AllreduceArgs {
     /// by default.
     #[arg(long, default_value_t = 0.0, value_name = "MS")]
     pub gap_ms: f64,
+    /// Idle milliseconds before each algorithm's (and each baseline's)
+    /// untimed first call, then a barrier: on a shaped link the bucket
+    /// refills, so that an algorithm's calls do not start from what the
+    /// algorithms before it left (the simulator replays each from a full
+    /// bucket). 0 (none) by default.
+    #[arg(long, default_value_t = 0.0, value_name = "MS")]
+    pub settle_ms: f64,
 }
 
 /// `--algo`'s long help: every registered algorithm with its parameters.
@@ -170,6 +177,8 @@ pub struct Setup {
     pub reps: usize,
     /// Idle time before each timed call (`--gap-ms`).
     pub gap: Duration,
+    /// Idle time before each algorithm's first call (`--settle-ms`).
+    pub settle: Duration,
 }
 
 impl Setup {
@@ -178,11 +187,16 @@ impl Setup {
     /// # Errors
     /// Invalid parameters, an unknown algorithm.
     pub fn new(a: &AllreduceArgs) -> Result<Self> {
-        if !(a.gap_ms.is_finite() && (0.0..=60_000.0).contains(&a.gap_ms)) {
-            return Err(Error::invalid(
-                "gap_ms",
-                format!("--gap-ms {} is not a time from 0 to 60000 ms", a.gap_ms),
-            ));
+        for (name, ms) in [("gap_ms", a.gap_ms), ("settle_ms", a.settle_ms)] {
+            if !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)) {
+                return Err(Error::invalid(
+                    name,
+                    format!(
+                        "--{} {ms} is not a time from 0 to 60000 ms",
+                        name.replace('_', "-")
+                    ),
+                ));
+            }
         }
         let ins = inputs(a)?;
         let k = ins[0].nnz().max(1);
@@ -197,6 +211,7 @@ impl Setup {
             profile,
             reps: a.reps,
             gap: Duration::from_secs_f64(a.gap_ms / 1e3),
+            settle: Duration::from_secs_f64(a.settle_ms / 1e3),
         })
     }
 }
@@ -223,6 +238,7 @@ pub fn run_rank<T: Transport + Send>(
         // One outcome kept across the calls (`allreduce_into`), as a
         // training loop keeps it: the timed calls reuse its allocations.
         let mut reduced = Reduced::default();
+        settle(t, s.settle, hooks)?;
         runner.allreduce_into(t, v, &mut reduced)?;
         let mut times = Vec::with_capacity(s.reps);
         let mut floors = Vec::new();
@@ -247,7 +263,7 @@ pub fn run_rank<T: Transport + Send>(
             floors,
         });
     }
-    let (dense_times, dense_traffic) = run_dense_ring(t, v, s.reps, s.gap, hooks)?;
+    let (dense_times, dense_traffic) = run_dense_ring(t, v, s, hooks)?;
     Ok((out, dense_times, dense_traffic))
 }
 
@@ -259,16 +275,31 @@ pub fn idle(gap: Duration) {
     }
 }
 
+/// Where `settle` is not zero: sleeps it, then the hooks' barrier (before
+/// an algorithm's first call, [`Setup::settle`]).
+///
+/// # Errors
+/// The barrier's.
+pub fn settle<T>(t: &mut T, settle: Duration, hooks: &mut dyn RankHooks<T>) -> Result<()> {
+    if !settle.is_zero() {
+        idle(settle);
+        hooks.barrier(t)?;
+    }
+    Ok(())
+}
+
 /// The dense ring allreduce on `v`'s dense form: one untimed call (whose
-/// traffic is returned), then `reps` timed calls, each after `gap` idle.
+/// traffic is returned, after `s.settle`), then `s.reps` timed calls, each
+/// after `s.gap` idle.
 fn run_dense_ring<T: Transport + Send>(
     t: &mut T,
     v: &SparseVec<f32>,
-    reps: usize,
-    gap: Duration,
+    s: &Setup,
     hooks: &mut dyn RankHooks<T>,
 ) -> Result<(Vec<Duration>, Traffic)> {
+    let (reps, gap) = (s.reps, s.gap);
     let dense_in = v.to_dense();
+    idle(s.settle);
     hooks.barrier(t)?;
     let before = t.traffic();
     let mut sum = Vec::new();

@@ -15,6 +15,7 @@ fn rows_match_the_collectives_and_the_oracle() {
             seed: 7,
             reps: 1,
             gap_ms: 0.0,
+            settle_ms: 0.0,
         };
         let rep = run_threads(&a).unwrap();
         let registry = Registry::<f32>::builtin();
@@ -57,6 +58,7 @@ fn rows_match_the_collectives_and_the_oracle() {
         seed: 1,
         reps: 1,
         gap_ms: 0.0,
+        settle_ms: 0.0,
     };
     assert!(run_threads(&bad).is_err());
 }
@@ -78,6 +80,7 @@ fn the_auto_row_shows_its_choice_and_that_choices_model_bytes() {
         seed: 3,
         reps: 2,
         gap_ms: 0.0,
+        settle_ms: 0.0,
     };
     let rep = run_threads(&a).unwrap();
     let row = &rep.rows[0];

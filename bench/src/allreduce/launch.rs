@@ -236,6 +236,8 @@ mod mpi_launch {
         sum: Vec<f32>,
         /// Idle time before each timed call ([`Setup::gap`]).
         gap: Duration,
+        /// Idle time before the first call ([`Setup::settle`]).
+        settle: Duration,
     }
 
     impl RankHooks<MpiTransport> for MpiHooks {
@@ -243,6 +245,7 @@ mod mpi_launch {
             self.pairs = vec![0u8; 8 * s.profile.k_max];
             self.gathered = vec![0u8; self.pairs.len() * s.profile.p];
             self.gap = s.gap;
+            self.settle = s.settle;
         }
 
         fn barrier(&mut self, t: &mut MpiTransport) -> Result<()> {
@@ -278,6 +281,10 @@ mod mpi_launch {
         ) -> Result<Vec<Vec<Duration>>> {
             let dense_in = v.to_dense();
             self.sum = vec![0.0f32; dense_in.len()];
+            if !self.settle.is_zero() {
+                crate::allreduce::idle(self.settle);
+                t.barrier();
+            }
             t.all_reduce_into(&dense_in[..], &mut self.sum[..], SystemOperation::sum());
             let mut times = Vec::with_capacity(reps);
             for _ in 0..reps {

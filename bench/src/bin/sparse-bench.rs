@@ -336,6 +336,7 @@ fn run_default(json: bool) -> sparse_core::Result<()> {
             seed: 1,
             reps: 3,
             gap_ms: 0.0,
+            settle_ms: 0.0,
         },
         json,
     )?;
