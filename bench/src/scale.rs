@@ -75,8 +75,9 @@ pub struct ScaleArgs {
     /// Timed calls per algorithm, one after the other on the same links
     /// (a token bucket keeps what the previous call left); the row is the
     /// median over them of the slowest rank's time, as `sparse-bench
-    /// allreduce` reports its `--reps`.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    /// allreduce` reports its `--reps`. SimGrid's referee (`--traces`,
+    /// `--engine simgrid`) replays the first of them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub reps: u64,
     /// Replay `sparse-bench allreduce --transport mpi`'s loop around each
     /// timed call too: a barrier before it (dissemination, zero-byte
