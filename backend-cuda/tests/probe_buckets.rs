@@ -7,6 +7,10 @@
 //! over both backends; and the counters (`work`, `transfers`).
 #![cfg(feature = "wgpu")]
 
+mod common;
+
+use common::{bits, same_selection, wgpu};
+
 use backend_cpu::Cpu;
 use backend_cuda::{Transfers, WgpuBackend};
 use sparse_core::{BufferOps as _, CounterRng, Error, SelectOps as _};
@@ -31,14 +35,6 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-}
-
-fn wgpu() -> WgpuBackend {
-    WgpuBackend::new_default().expect("no wgpu device: install mesa-vulkan-drivers")
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|v| v.to_bits()).collect()
 }
 
 // ---------------------------------------------------------------------
@@ -490,40 +486,6 @@ fn buckets_nan_anywhere_names_the_first() {
 // The selectors over both backends
 // ---------------------------------------------------------------------
 
-/// Selector `s` on the kernels and on the CPU: the same selection, or the
-/// same error.
-fn both<S>(b: &WgpuBackend, s: &S, x: &[f32], k: usize, what: &str) -> Result<usize, Error>
-where
-    S: Selector<WgpuBackend, f32> + Selector<Cpu, f32> + Clone,
-{
-    let (mut sg, mut sc) = (s.clone(), s.clone());
-    let buf = b.upload(x).unwrap();
-    let got = sg.select(b, &buf, k);
-    let want = sc.select(&Cpu, &x.to_vec(), k);
-    match (got, want) {
-        (Ok(g), Ok(w)) => {
-            assert_eq!(b.download(&g.indices).unwrap(), w.indices, "{what}");
-            assert_eq!(
-                bits(&b.download(&g.values).unwrap()),
-                bits(&w.values),
-                "{what}"
-            );
-            assert_eq!(g.count, w.count, "{what}: count");
-            assert_eq!(g.threshold, w.threshold, "{what}: threshold");
-            Ok(w.count)
-        }
-        (Err(g), Err(w)) => {
-            assert_eq!(g, w, "{what}");
-            Err(w)
-        }
-        (g, w) => panic!(
-            "{what}: {:?} vs {:?}",
-            g.map(|s| s.count),
-            w.map(|s| s.count)
-        ),
-    }
-}
-
 /// `BucketTopK` with `per_bucket` `None` and `Some` (0, 1, the bucket,
 /// huge) equal on both backends and to the oracle over the per it
 /// derives; infinities are `NonFinite` naming the first non-finite index
@@ -546,7 +508,7 @@ fn bucket_selector_equal_on_both_backends() {
                     for k in ks {
                         let s = BucketTopK { bucket, per_bucket };
                         let what = format!("n {n}, family {family}, {s:?}, k {k}");
-                        let count = both(&b, &s, &x, k, &what).unwrap();
+                        let count = same_selection(&b, &s, &x, k, &what).unwrap();
                         let per = per_bucket.unwrap_or((k * bucket).div_ceil(n));
                         assert_eq!(count, buckets_oracle(&x, bucket, per).0.len(), "{what}");
                     }
@@ -562,14 +524,14 @@ fn bucket_selector_equal_on_both_backends() {
             bucket,
             per_bucket: None,
         };
-        let e = both(&b, &s, &x, 10, &format!("inf last, bucket {bucket}"));
+        let e = same_selection(&b, &s, &x, 10, &format!("inf last, bucket {bucket}"));
         assert_eq!(e, Err(Error::NonFinite { index: n - 1 }));
         x[bucket + 3] = f32::NAN;
         x[bucket] = f32::NEG_INFINITY;
-        let e = both(&b, &s, &x, 10, &format!("-inf, NaN, inf, bucket {bucket}"));
+        let e = same_selection(&b, &s, &x, 10, &format!("-inf, NaN, inf, bucket {bucket}"));
         assert_eq!(e, Err(Error::NonFinite { index: bucket }));
         x[bucket - 1] = -f32::NAN;
-        let e = both(&b, &s, &x, 10, &format!("NaN first, bucket {bucket}"));
+        let e = same_selection(&b, &s, &x, 10, &format!("NaN first, bucket {bucket}"));
         assert_eq!(e, Err(Error::NonFinite { index: bucket - 1 }));
     }
 }
@@ -590,7 +552,7 @@ fn bucket_selector_huge_bucket_derives_per_without_overflow() {
                 per_bucket: None,
             };
             let what = format!("bucket {bucket}, k {k}");
-            let count = both(&b, &s, &x, k, &what).unwrap();
+            let count = same_selection(&b, &s, &x, k, &what).unwrap();
             // One bucket (the whole input) giving ceil(k * bucket / n),
             // at least k and at most n.
             let per = (k as u128 * bucket as u128).div_ceil(n as u128);

@@ -5,10 +5,14 @@
 //! block and bucket selectors over both backends.
 #![cfg(feature = "wgpu")]
 
+mod common;
+
+use common::{bits, same_selection, wgpu};
+
 use backend_cpu::Cpu;
 use backend_cuda::WgpuBackend;
 use sparse_core::{BufferOps as _, SelectOps as _};
-use sparse_select::{BlockTopK, BucketTopK, Selector};
+use sparse_select::{BlockTopK, BucketTopK};
 
 /// A small deterministic generator (splitmix64): the crate has no rand.
 struct Rng(u64);
@@ -35,14 +39,6 @@ impl Rng {
     fn below(&mut self, lo: i64, hi: i64) -> i64 {
         lo + (self.next() % (hi - lo) as u64) as i64
     }
-}
-
-fn wgpu() -> WgpuBackend {
-    WgpuBackend::new_default().expect("no wgpu device: install mesa-vulkan-drivers")
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|v| v.to_bits()).collect()
 }
 
 /// The kernels' answer and the CPU's: equal, errors included.
@@ -270,67 +266,19 @@ fn block_and_bucket_selectors_equal_the_cpu() {
     for family in [0usize, 1, 2, 3, 6] {
         for n in [4096usize, 2049 * 3, 20000] {
             let x = values(family, n, &mut rng);
-            let buf = b.upload(&x).unwrap();
             for k in [0usize, 1, 7, n / 100, n / 3, n] {
                 let what = format!("family {family}, n {n}, k {k}");
                 for blocks in [2, 7] {
-                    both(
-                        &b,
-                        BlockTopK { blocks },
-                        &x,
-                        &buf,
-                        k,
-                        &format!("block {blocks}, {what}"),
-                    );
+                    let s = BlockTopK { blocks };
+                    let _ = same_selection(&b, &s, &x, k, &format!("block {blocks}, {what}"));
                 }
                 for (bucket, per_bucket) in [(4096, None), (2049, Some(2049)), (3000, Some(1))] {
                     let s = BucketTopK { bucket, per_bucket };
-                    both(
-                        &b,
-                        s,
-                        &x,
-                        &buf,
-                        k,
-                        &format!("bucket {bucket} {per_bucket:?}, {what}"),
-                    );
+                    let what = format!("bucket {bucket} {per_bucket:?}, {what}");
+                    let _ = same_selection(&b, &s, &x, k, &what);
                 }
             }
         }
-    }
-}
-
-/// Selector `s` on the kernels and on the CPU: the same selection, or
-/// the same error.
-fn both<S>(
-    b: &WgpuBackend,
-    s: S,
-    x: &[f32],
-    buf: &<WgpuBackend as sparse_core::BufferOps>::Buffer<f32>,
-    k: usize,
-    what: &str,
-) where
-    S: Selector<WgpuBackend, f32> + Selector<Cpu, f32> + Copy,
-{
-    let (mut sg, mut sc) = (s, s);
-    let got = sg.select(b, buf, k);
-    let want = sc.select(&Cpu, &x.to_vec(), k);
-    match (got, want) {
-        (Ok(g), Ok(w)) => {
-            assert_eq!(b.download(&g.indices).unwrap(), w.indices, "{what}");
-            assert_eq!(
-                bits(&b.download(&g.values).unwrap()),
-                bits(&w.values),
-                "{what}"
-            );
-            assert_eq!(g.count, w.count, "{what}: count");
-            assert_eq!(g.threshold, w.threshold, "{what}: threshold");
-        }
-        (Err(g), Err(w)) => assert_eq!(g, w, "{what}"),
-        (g, w) => panic!(
-            "{what}: {:?} vs {:?}",
-            g.map(|s| s.count),
-            w.map(|s| s.count)
-        ),
     }
 }
 

@@ -109,19 +109,8 @@ impl<R: Runtime> CubeBackend<R> {
     /// Whether each buffer holds only finite values: one stats reduction
     /// per buffer, one readback of all their partial results.
     pub(super) fn finite_each(&self, xs: &[&CubeBuffer<u32>]) -> Result<Vec<bool>> {
-        let parts: Vec<CubeBuffer<u32>> = xs
-            .iter()
-            .map(|x| {
-                let cubes = x.len.div_ceil(TILE);
-                let parts = self.uninit::<u32>(cubes * 5);
-                if cubes > 0 {
-                    self.launch(Reads::Whole, |c| {
-                        stats::launch_abs_stats(c, grid(cubes), x, u32::MAX, &parts)
-                    });
-                }
-                parts
-            })
-            .collect();
+        let parts: Vec<CubeBuffer<u32>> =
+            xs.iter().map(|x| self.stats_parts(x, u32::MAX)).collect();
         let host = self.get_many(&parts.iter().collect::<Vec<_>>())?;
         // NaN counted apart (word 2); an infinity's magnitude key is the
         // largest a finite value cannot reach.
@@ -129,6 +118,20 @@ impl<R: Runtime> CubeBackend<R> {
             .iter()
             .map(|p| p.chunks(5).all(|c| c[2] == 0 && c[0] < 0x7f80_0000))
             .collect())
+    }
+
+    /// The stats kernel's partial results over `x`: five words per tile
+    /// (largest magnitude key, count above `tkey`, NaN count, sum, sum of
+    /// squares); nothing launched for an empty `x`.
+    fn stats_parts(&self, x: &CubeBuffer<u32>, tkey: u32) -> CubeBuffer<u32> {
+        let cubes = x.len.div_ceil(TILE);
+        let parts = self.uninit::<u32>(cubes * 5);
+        if cubes > 0 {
+            self.launch(Reads::Whole, |c| {
+                stats::launch_abs_stats(c, grid(cubes), x, tkey, &parts)
+            });
+        }
+        parts
     }
 
     pub(super) fn stats(&self, x: &CubeBuffer<u32>, tkey: u32) -> Result<Stats> {
@@ -141,11 +144,7 @@ impl<R: Runtime> CubeBackend<R> {
         if x.len == 0 {
             return Ok(st);
         }
-        let cubes = x.len.div_ceil(TILE);
-        let parts = self.uninit::<u32>(cubes * 5);
-        self.launch(Reads::Whole, |c| {
-            stats::launch_abs_stats(c, grid(cubes), x, tkey, &parts)
-        });
+        let parts = self.stats_parts(x, tkey);
         let mut nan = 0;
         for p in self.get(&parts)?.chunks(5) {
             st.max_key = st.max_key.max(p[0]);

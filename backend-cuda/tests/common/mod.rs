@@ -19,3 +19,55 @@ pub fn cuda() -> Option<backend_cuda::CudaBackend> {
         }
     }
 }
+
+/// Values as their bits, to compare them exactly (NaN and -0 included).
+#[allow(dead_code)]
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|v| v.to_bits()).collect()
+}
+
+/// Selector `s` on the kernels and on backend-cpu (a fresh clone of it on
+/// each): the same selection bit for bit (indices, values, count,
+/// threshold) or the same error. Returns the count, or the error.
+#[cfg(feature = "wgpu")]
+#[allow(dead_code)]
+pub fn same_selection<S>(
+    b: &backend_cuda::WgpuBackend,
+    s: &S,
+    x: &[f32],
+    k: usize,
+    what: &str,
+) -> Result<usize, sparse_core::Error>
+where
+    S: sparse_select::Selector<backend_cuda::WgpuBackend, f32>
+        + sparse_select::Selector<backend_cpu::Cpu, f32>
+        + Clone,
+{
+    use sparse_core::BufferOps as _;
+    let (mut sg, mut sc) = (s.clone(), s.clone());
+    let buf = b.upload(x).unwrap();
+    let got = sg.select(b, &buf, k);
+    let want = sc.select(&backend_cpu::Cpu, &x.to_vec(), k);
+    match (got, want) {
+        (Ok(g), Ok(w)) => {
+            assert_eq!(b.download(&g.indices).unwrap(), w.indices, "{what}");
+            assert_eq!(
+                bits(&b.download(&g.values).unwrap()),
+                bits(&w.values),
+                "{what}"
+            );
+            assert_eq!(g.count, w.count, "{what}: count");
+            assert_eq!(g.threshold, w.threshold, "{what}: threshold");
+            Ok(w.count)
+        }
+        (Err(g), Err(w)) => {
+            assert_eq!(g, w, "{what}");
+            Err(w)
+        }
+        (g, w) => panic!(
+            "{what}: {:?} vs {:?}",
+            g.map(|s| s.count),
+            w.map(|s| s.count)
+        ),
+    }
+}
