@@ -41,35 +41,33 @@ cluster=(bash scripts/netns-cluster.sh -q "$@")
 grep -q "world size 2" "$out/calibrate.txt" || { echo "wire-calibrate: calibrate did not run on 2 ranks" >&2; exit 1; }
 model_bucket=${MODEL_BUCKET:-none}
 case $model_bucket in none|fit|veth) ;; *) echo "wire-calibrate: MODEL_BUCKET=$model_bucket: give none, fit or veth" >&2; exit 2 ;; esac
-if [ "$model_bucket" = veth ] && ! grep -q '^rate none' "$out/shaping.txt"; then
+if [ "$model_bucket" != none ] && ! grep -q '^rate none' "$out/shaping.txt"; then
     burst=$(awk '$1 == "burst_bytes" {print $2}' "$out/shaping.txt")
-    # The same namespaces and options, unshaped (the last --rate wins).
-    "${cluster[@]}" --ranks 2 --rate none -- \
-        "$bin" calibrate --max-mib 16 --fit large --out "$out/peak.net" | tee "$out/peak.txt"
-    grep -q "world size 2" "$out/peak.txt" || { echo "wire-calibrate: the unshaped calibrate did not run on 2 ranks" >&2; exit 1; }
-    peak=$(awk '$1 == "bytes_per_s" {print $3}' "$out/peak.net")
-    [ -n "$peak" ] && [ -n "$burst" ] || { echo "wire-calibrate: no bandwidth in $out/peak.net or no burst in $out/shaping.txt" >&2; exit 1; }
+    [ -n "$burst" ] || { echo "wire-calibrate: no burst in $out/shaping.txt" >&2; exit 1; }
+    if [ "$model_bucket" = veth ]; then
+        # The same namespaces and options, unshaped (the last --rate wins).
+        "${cluster[@]}" --ranks 2 --rate none -- \
+            "$bin" calibrate --max-mib 16 --fit large --out "$out/peak.net" | tee "$out/peak.txt"
+        grep -q "world size 2" "$out/peak.txt" || { echo "wire-calibrate: the unshaped calibrate did not run on 2 ranks" >&2; exit 1; }
+        peak=$(awk '$1 == "bytes_per_s" {print $3}' "$out/peak.net")
+        [ -n "$peak" ] || { echo "wire-calibrate: no bandwidth in $out/peak.net" >&2; exit 1; }
+        why="the veth's own speed (unshaped calibrate, $out/peak.txt)"
+    else
+        peak=$(awk -v burst="$burst" '
+            $1 == "fit:" { done = 1 }
+            !done && $1 ~ /^[0-9]+$/ && NF >= 4 {
+                if ($1 == 0) alpha = $2
+                else if ($1 <= burst) { b[++n] = $1; t[n] = $2 }
+            }
+            END {
+                for (i = 1; i <= n; i++) { sbt += b[i] * (t[i] - alpha) * 1e-6; sbb += b[i] * b[i] }
+                if (n > 0 && sbt > 0) printf "%.6e\n", sbb / sbt
+            }' "$out/calibrate.txt")
+        [ -n "$peak" ] || { echo "wire-calibrate: no message within the bucket to fit its peak" >&2; exit 1; }
+        why="the bandwidth of the ping-pong's messages within it"
+    fi
     {
-        echo "# tbf's bucket (netns-cluster.sh) and the veth's own speed (unshaped calibrate, $out/peak.txt)"
-        echo "bucket_bytes = $burst"
-        echo "peak_bytes_per_s = $peak"
-    } >> "$out/calibrated.net"
-fi
-if [ "$model_bucket" = fit ] && ! grep -q '^rate none' "$out/shaping.txt"; then
-    burst=$(awk '$1 == "burst_bytes" {print $2}' "$out/shaping.txt")
-    peak=$(awk -v burst="$burst" '
-        $1 == "fit:" { done = 1 }
-        !done && $1 ~ /^[0-9]+$/ && NF >= 4 {
-            if ($1 == 0) alpha = $2
-            else if ($1 <= burst) { b[++n] = $1; t[n] = $2 }
-        }
-        END {
-            for (i = 1; i <= n; i++) { sbt += b[i] * (t[i] - alpha) * 1e-6; sbb += b[i] * b[i] }
-            if (n > 0 && sbt > 0) printf "%.6e\n", sbb / sbt
-        }' "$out/calibrate.txt")
-    [ -n "$peak" ] && [ -n "$burst" ] || { echo "wire-calibrate: no message within the bucket to fit its peak" >&2; exit 1; }
-    {
-        echo "# tbf's bucket (netns-cluster.sh) and the bandwidth of the ping-pong's messages within it"
+        echo "# tbf's bucket (netns-cluster.sh) and $why"
         echo "bucket_bytes = $burst"
         echo "peak_bytes_per_s = $peak"
     } >> "$out/calibrated.net"

@@ -187,17 +187,8 @@ impl Setup {
     /// # Errors
     /// Invalid parameters, an unknown algorithm.
     pub fn new(a: &AllreduceArgs) -> Result<Self> {
-        for (name, ms) in [("gap_ms", a.gap_ms), ("settle_ms", a.settle_ms)] {
-            if !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)) {
-                return Err(Error::invalid(
-                    name,
-                    format!(
-                        "--{} {ms} is not a time from 0 to 60000 ms",
-                        name.replace('_', "-")
-                    ),
-                ));
-            }
-        }
+        let gap = pause("gap_ms", a.gap_ms)?;
+        let settle = pause("settle_ms", a.settle_ms)?;
         let ins = inputs(a)?;
         let k = ins[0].nnz().max(1);
         let algos = selection(a, k)?;
@@ -210,8 +201,8 @@ impl Setup {
             oracle,
             profile,
             reps: a.reps,
-            gap: Duration::from_secs_f64(a.gap_ms / 1e3),
-            settle: Duration::from_secs_f64(a.settle_ms / 1e3),
+            gap,
+            settle,
         })
     }
 }
@@ -265,6 +256,25 @@ pub fn run_rank<T: Transport + Send>(
     }
     let (dense_times, dense_traffic) = run_dense_ring(t, v, s, hooks)?;
     Ok((out, dense_times, dense_traffic))
+}
+
+/// A pause flag's milliseconds (`--gap-ms`, `--settle-ms`, also
+/// `sparse-bench scale`'s) as a duration, checked once.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] named `name` for a time that is not finite
+/// or outside 0 to 60,000 ms.
+pub fn pause(name: &'static str, ms: f64) -> Result<Duration> {
+    if !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)) {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "--{} {ms} is not a time from 0 to 60000 ms",
+                name.replace('_', "-")
+            ),
+        ));
+    }
+    Ok(Duration::from_secs_f64(ms / 1e3))
 }
 
 /// Sleeps `gap` (nothing where it is zero): the idle time before a timed

@@ -281,10 +281,8 @@ mod mpi_launch {
         ) -> Result<Vec<Vec<Duration>>> {
             let dense_in = v.to_dense();
             self.sum = vec![0.0f32; dense_in.len()];
-            if !self.settle.is_zero() {
-                crate::allreduce::idle(self.settle);
-                t.barrier();
-            }
+            let settle = self.settle;
+            crate::allreduce::settle(t, settle, self)?;
             t.all_reduce_into(&dense_in[..], &mut self.sum[..], SystemOperation::sum());
             let mut times = Vec::with_capacity(reps);
             for _ in 0..reps {
