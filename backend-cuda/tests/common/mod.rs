@@ -10,6 +10,7 @@ pub fn wgpu() -> backend_cuda::WgpuBackend {
 /// `new_default` probes first, as opening a client on a missing device
 /// would panic.
 #[cfg(feature = "cuda")]
+#[allow(dead_code)]
 pub fn cuda() -> Option<backend_cuda::CudaBackend> {
     match backend_cuda::CudaBackend::new_default() {
         Ok(b) => Some(b),
