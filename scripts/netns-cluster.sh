@@ -20,6 +20,23 @@
 #                       lasts loses rate: with 0.5 ms, three ranks in a ring
 #                       on 2 cores got 40% of 1 Gb/s (bench/RESULTS.md)
 #   --limit BYTES       tbf's queue (default: 2 x the burst, at least 4 MiB)
+#   --queue acks-first|fifo
+#                       the order of that queue (default acks-first): pure
+#                       TCP acknowledgements (IPv4 TCP packets under 64
+#                       bytes) leave before queued data, the rest in
+#                       arrival order (an htb of two classes, by priority,
+#                       under the tbf, which still shapes both). A rank's
+#                       port queue carries the data coming to it and the
+#                       acknowledgements of the data it sends; where two
+#                       ranks send to one at once (a shifted exchange whose
+#                       ranks drift a round apart), data fills the 4 MiB
+#                       queue, 335 ms at 100 Mb/s where a switch's port
+#                       buffer holds well under a millisecond at its rate,
+#                       and the receiver's own sends wait on acknowledgements
+#                       stuck behind it (1 MB shifted exchanges at P = 4, 100
+#                       Mb/s: 555-694 ms fifo, 503-515 acks-first, 505
+#                       alpha-beta; bench/RESULTS.md). fifo: one queue, as
+#                       tbf alone
 #   --nice N            run each rank's scheduling group at nice N (-20 to
 #                       19; the rank's autogroup, as Hydra starts each rank
 #                       in a session of its own; plain nice where the kernel
@@ -38,9 +55,12 @@
 #   --mtu BYTES         the veths' MTU (default 1500)
 #   --timeout S         MPIEXEC_TIMEOUT of the job (default 600)
 #   --stats FILE        write each rank's veth counters of the job to FILE:
-#                       lines "rank R tx_bytes N rx_bytes N"
+#                       lines "rank R tx_bytes N rx_bytes N
+#                       acks_first_packets N" (the last: packets both its
+#                       queues sent acknowledgements first; 0 with --queue
+#                       fifo or unshaped)
 #   --shaping FILE      write the shaper's settings to FILE (lines
-#                       "rate_bps N", "burst_bytes N", "limit_bytes N";
+#                       "rate_bps N", "burst_bytes N", "limit_bytes N", "queue Q";
 #                       nothing but "rate none" unshaped), for a model of
 #                       the link (scripts/wire-calibrate.sh)
 #   -q, --quiet         print only the job's output and errors
@@ -80,6 +100,7 @@ ranks=2
 rate=1gbit
 burst=""
 limit=""
+queue=acks-first
 mtu=1500
 timeout=600
 stats=""
@@ -126,6 +147,7 @@ while [ $# -gt 0 ]; do
         -r | --rate) rate=${2:?}; shift 2 ;;
         --burst) burst=${2:?}; shift 2 ;;
         --limit) limit=${2:?}; shift 2 ;;
+        --queue) queue=${2:?}; shift 2 ;;
         --mtu) mtu=${2:?}; shift 2 ;;
         --timeout) timeout=${2:?}; shift 2 ;;
         --stats) stats=${2:?}; shift 2 ;;
@@ -159,6 +181,7 @@ if [ -z "$wait_mode" ]; then
     [ "$ranks" -le "$(nproc)" ] || wait_mode=sleep:20us
 fi
 [[ $wait_mode =~ ^(spin|sleep|sleep:[0-9]+(us)?)$ ]] || fail "--wait $wait_mode: give spin, sleep or sleep:MICROSECONDS"
+[[ $queue =~ ^(acks-first|fifo)$ ]] || fail "--queue $queue: give acks-first or fifo"
 [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 1280 ] && [ "$mtu" -le 65535 ] || fail "--mtu $mtu: give 1280 to 65535"
 if [ "$rate" != none ]; then
     bps=$(rate_bps "$rate") || fail "--rate $rate: give a tc rate such as 1gbit, 10gbit, 500mbit, or none"
@@ -217,8 +240,23 @@ mkns() {
 shape() { # NS DEV: tbf on DEV's egress
     [ "$rate" = none ] && return 0
     local err
-    err=$(ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst "$burst" limit "$limit" 2>&1) \
+    err=$(ip netns exec "$1" tc qdisc replace dev "$2" root handle 1: tbf rate "$rate" burst "$burst" limit "$limit" 2>&1) \
         || fail "cannot shape $2 with tbf (rate $rate burst $burst limit $limit): $err (is the sch_tbf module available?)"
+    [ "$queue" = fifo ] && return 0
+    # Under the tbf, an htb that only orders (its classes' rates are far
+    # above any tbf rate): class 10:1 (priority 0) for pure acknowledgements,
+    # 10:2 for the rest, each a byte FIFO of the tbf's limit. u32 matches
+    # IPv4 TCP (protocol 6) whose total length is under 64 bytes (the
+    # headers and options of an acknowledgement without data).
+    local tcq=(ip netns exec "$1" tc)
+    err=$({ "${tcq[@]}" qdisc add dev "$2" parent 1:1 handle 10: htb default 2 \
+        && "${tcq[@]}" class add dev "$2" parent 10: classid 10:1 htb rate 100gbit quantum 65536 prio 0 \
+        && "${tcq[@]}" class add dev "$2" parent 10: classid 10:2 htb rate 100gbit quantum 65536 prio 1 \
+        && "${tcq[@]}" qdisc add dev "$2" parent 10:1 handle 11: bfifo limit "$limit" \
+        && "${tcq[@]}" qdisc add dev "$2" parent 10:2 handle 12: bfifo limit "$limit" \
+        && "${tcq[@]}" filter add dev "$2" parent 10: protocol ip prio 1 u32 \
+            match ip protocol 6 0xff match u16 0x0000 0xffc0 at 2 flowid 10:1; } 2>&1) \
+        || fail "cannot order $2's queue acknowledgements first (htb and u32 under the tbf): $err (--queue fifo does without)"
 }
 mkns "$sw"
 err=$(ip -n "$sw" link add "$br" type bridge 2>&1) || fail "cannot make bridge $br: $err (is the bridge module available?)"
@@ -248,10 +286,18 @@ for ((i = 1; i < ranks; i++)); do
     [ "$ok" -eq 1 ] || fail "rank $i's namespace cannot reach 198.18.0.1 through the bridge"
 done
 
-counters() { # prints "tx rx" of every rank's veth, one line per rank
+acks_first() { # NS DEV: packets its queue sent acknowledgements first
+    if [ "$rate" = none ] || [ "$queue" = fifo ]; then
+        echo 0
+    else
+        ip netns exec "$1" tc -s class show dev "$2" classid 10:1 | awk '$1 == "Sent" {n = $4} END {print n + 0}'
+    fi
+}
+counters() { # prints "tx rx acks" of every rank's veth, one line per rank
     for ((i = 0; i < ranks; i++)); do
         echo "$(ip netns exec "${prefix}ns$i" cat "/sys/class/net/${prefix}v$i/statistics/tx_bytes" \
-            "/sys/class/net/${prefix}v$i/statistics/rx_bytes" | tr '\n' ' ')"
+            "/sys/class/net/${prefix}v$i/statistics/rx_bytes" | tr '\n' ' ')" \
+            $(($(acks_first "${prefix}ns$i" "${prefix}v$i") + $(acks_first "$sw" "${prefix}p$i")))
     done
 }
 
@@ -280,12 +326,12 @@ for ((i = 0; i < ranks; i++)); do
     cmd+=(-n 1 -env UCX_NET_DEVICES "${prefix}v$i" -env SPARSE_MPI_WAIT "$wait_mode" ip netns exec "${prefix}ns$i" "${prio[@]}" "$@")
 done
 shaping="unshaped"
-[ "$rate" = none ] || shaping="tbf rate $rate burst $burst limit $limit, both directions"
+[ "$rate" = none ] || shaping="tbf rate $rate burst $burst limit $limit, queue $queue, both directions"
 if [ -n "$shaping_file" ]; then
     if [ "$rate" = none ]; then
         echo "rate none" > "$shaping_file"
     else
-        printf 'rate_bps %s\nburst_bytes %s\nlimit_bytes %s\n' "$bps" "$burst" "$limit" > "$shaping_file"
+        printf 'rate_bps %s\nburst_bytes %s\nlimit_bytes %s\nqueue %s\n' "$bps" "$burst" "$limit" "$queue" > "$shaping_file"
     fi
 fi
 say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu${nice:+; ranks at nice $nice}; wait $wait_mode${UCX_RNDV_THRESH:+; UCX_RNDV_THRESH=$UCX_RNDV_THRESH}"
@@ -299,9 +345,9 @@ set -e
 job=""
 after=$(counters)
 paste <(echo "$before") <(echo "$after") | awk -v q="$quiet" -v f="$stats" -v p="$prog" '{
-    tx = $3 - $1; rx = $4 - $2
-    if (q != 1) printf "%s: rank %d sent %d bytes and received %d bytes through its veth\n", p, NR - 1, tx, rx > "/dev/stderr"
-    if (f != "") printf "rank %d tx_bytes %d rx_bytes %d\n", NR - 1, tx, rx > f
+    tx = $4 - $1; rx = $5 - $2; acks = $6 - $3
+    if (q != 1) printf "%s: rank %d sent %d bytes and received %d bytes through its veth (%d packets acknowledgements first)\n", p, NR - 1, tx, rx, acks > "/dev/stderr"
+    if (f != "") printf "rank %d tx_bytes %d rx_bytes %d acks_first_packets %d\n", NR - 1, tx, rx, acks > f
 }'
 [ "$rc" -eq 0 ] || say "the job failed (mpiexec exit status $rc)"
 exit "$rc"

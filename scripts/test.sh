@@ -307,7 +307,9 @@ stats = [line.split() for line in open(f"{d}/stats")]
 assert len(stats) == 2, stats
 for s in stats:
     assert int(s[3]) >= netns["topk_a"]["bytes_recv_max"] and int(s[5]) > 0, s
-print("topk_a and spardl across two namespaces equal the thread transport's results; veths carried the bytes")
+    # The default queue (--queue acks-first) classified acknowledgements.
+    assert s[6] == "acks_first_packets" and int(s[7]) > 0, s
+print("topk_a and spardl across two namespaces equal the thread transport's results; veths carried the bytes, acknowledgements first")
 PY
     rm -rf "$out_dir"
     left=$(ip netns list | grep "^spc-$cluster-" || true)

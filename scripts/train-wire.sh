@@ -19,6 +19,7 @@
 #   IMAGES      --train-images, per run [2000]
 #   BUCKET_MIB  the fused runs' bucket cap [25]
 #   NICE        the ranks' nice (netns-cluster.sh --nice) [-20]
+#   QUEUE       the port queues' order (netns-cluster.sh --queue) [acks-first]
 #   MODEL_BUCKET  fit: the shaper's bucket in the model (scripts/wire-calibrate.sh)
 #   BIN         a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT seconds per train job [600]
@@ -34,6 +35,7 @@ density=${DENSITY:-0.01}
 images=${IMAGES:-2000}
 bucket=${BUCKET_MIB:-25}
 nice=${NICE--20}
+queue=${QUEUE:-acks-first}
 out=${1:-target/train-wire-$rate}
 mkdir -p "$out"
 [ -d /usr/share/datasets/fashion-mnist ] || {
@@ -46,7 +48,7 @@ if [ -z "${BIN:-}" ]; then
     BIN=$out/sparse-bench
 fi
 . scripts/wire-job.sh
-cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" ${nice:+--nice "$nice"})
+cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"})
 
 # Runs a train job on P ranks into FILE, its rows kept where the job
 # hangs in MPI_Finalize (scripts/wire-job.sh).
@@ -63,7 +65,7 @@ train_job() { # FILE P ARGS...
 }
 
 echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
-bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" ${nice:+--nice "$nice"}
+bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"}
 for model in $models; do
     for p in $ps; do
         for mode in layer fused pipelined; do

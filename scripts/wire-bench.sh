@@ -34,6 +34,8 @@
 #              (allreduce --gap-ms) and simulated (scale --gap-ms) alike: at
 #              least the bucket's refill time, so that each call starts
 #              from a full bucket [0]
+#   QUEUE      the port queues' order (netns-cluster.sh --queue): acks-first
+#              (pure TCP acknowledgements ahead of data) or fifo [acks-first]
 #   SETTLE_MS  idle milliseconds before each algorithm's first call
 #              (allreduce --settle-ms): the bucket refills, so that each
 #              algorithm starts from a full bucket as its simulation does,
@@ -53,6 +55,7 @@ fit=${FIT:-large}
 nice=${NICE--20}
 gap=${GAP_MS:-0}
 settle=${SETTLE_MS:-10}
+queue=${QUEUE:-acks-first}
 export MODEL_BUCKET=${MODEL_BUCKET:-veth}
 out=${1:-target/wire-$rate}
 mkdir -p "$out"
@@ -63,10 +66,10 @@ if [ -z "${BIN:-}" ]; then
     BIN=$out/sparse-bench
 fi
 . scripts/wire-job.sh
-cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" ${nice:+--nice "$nice"})
+cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"})
 
 echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
-bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" ${nice:+--nice "$nice"}
+bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"}
 for n in $ns; do
     for d in $densities; do
         for p in $ps; do
@@ -88,4 +91,4 @@ for n in $ns; do
             --compute-factor 1 --warm --gap-ms "$gap" --reps "$reps" --floors --json > "$out/simulated_${n}_${d}.json"
     done
 done
-python3 scripts/wire-table.py "$out" "$rate (calibrate --fit $fit; model bucket $MODEL_BUCKET; gap $gap ms; settle $settle ms)"
+python3 scripts/wire-table.py "$out" "$rate (calibrate --fit $fit; model bucket $MODEL_BUCKET; gap $gap ms; settle $settle ms; queue $queue)"
