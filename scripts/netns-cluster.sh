@@ -34,7 +34,7 @@
 #                       buffer holds well under a millisecond at its rate,
 #                       and the receiver's own sends wait on acknowledgements
 #                       stuck behind it (1 MB shifted exchanges at P = 4, 100
-#                       Mb/s: 555-694 ms fifo, 503-515 acks-first, 505
+#                       Mb/s: 555-756 ms fifo, 503-515 acks-first, 505
 #                       alpha-beta; bench/RESULTS.md). fifo: one queue, as
 #                       tbf alone
 #   --nice N            run each rank's scheduling group at nice N (-20 to
