@@ -78,8 +78,10 @@ for model in $models; do
                 --train-images "$images" --density "$density" --warmup 0 --seeds 1 --json "${extra[@]}"
         done
         # The simulated communication of the same step over the same link.
+        # MPICH's allreduce for the dense layers, as train --transport mpi
+        # runs them (not the ring where P is not a power of two).
         "$BIN" step --model "fashion_$model" --ranks "$p" --network "$out/calibrated.net" \
-            --density "$density" --bucket-mib "$bucket" --json > "$out/step_${model}_${p}.json"
+            --density "$density" --bucket-mib "$bucket" --dense mpich --json > "$out/step_${model}_${p}.json"
     done
 done
 python3 scripts/train-wire-table.py "$out" "$rate" "$bucket"

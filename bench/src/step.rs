@@ -39,9 +39,11 @@
 //!   of their indices ([`GradientSpec`](sparse_core::generate::GradientSpec)).
 //!   The layers go one call each, one after the other, as RedSync communicates per layer; the dense layers
 //!   of a scheme (those its keep-dense rules keep dense) go in one fused
-//!   ring allreduce, as RedSync fuses small layers; the dense baseline is
-//!   one ring allreduce of the whole model. A step's communication is the
-//!   sum of its calls.
+//!   dense allreduce, as RedSync fuses small layers; the dense baseline is
+//!   one dense allreduce of the whole model. The dense allreduce is the
+//!   ring, or MPICH's with `--dense mpich` ([`DenseAlgo`]: what `train
+//!   --transport mpi` runs). A step's communication is the sum of its
+//!   calls.
 //!
 //! # Bucketed, as DDP runs it
 //! A second table ([`bucket`], `--bucket-mib`, default 25, DDP's) gives
@@ -102,7 +104,7 @@ mod output;
 pub mod timeline;
 pub use bucket::{BucketRow, CostModel, Mode};
 use comm::comm_of;
-pub use comm::{Call, CommCache, CommTime, SimSettings, comm_time};
+pub use comm::{Call, CommCache, CommTime, DenseAlgo, SimSettings, comm_time};
 pub use device::{
     APPLY_BYTES_PER_ENTRY, DEVICES, Device, MEASURED_TOPK, compensation_passes,
     dense_update_passes, device, device_note, device_phases, reduced_entries, topk_passes,
@@ -169,6 +171,11 @@ pub struct StepArgs {
     /// largest rank count, to this SVG file.
     #[arg(long)]
     pub timeline: Option<std::path::PathBuf>,
+    /// The dense allreduce (the baseline and the layers kept dense): ring,
+    /// or mpich (MPICH's `MPI_Allreduce`, what `train --transport mpi`
+    /// runs; it differs from the ring where P is not a power of two).
+    #[arg(long, value_enum, default_value_t = DenseAlgo::Ring)]
+    pub dense: DenseAlgo,
 }
 
 impl StepArgs {
@@ -188,6 +195,7 @@ impl StepArgs {
             seed: 1,
             bucket_mib: 25.0,
             timeline: None,
+            dense: DenseAlgo::Ring,
         }
     }
 }
@@ -545,6 +553,7 @@ fn sim_settings(a: &StepArgs, ranks: usize) -> SimSettings {
         overlap: a.overlap,
         max_dim: a.max_dim,
         seed: a.seed,
+        dense: a.dense,
     }
 }
 

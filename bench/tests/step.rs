@@ -1,12 +1,13 @@
 //! `sparse-bench step`: the scaled simulation agrees with an unscaled one,
 //! a step of a small model gives every scheme a finite speedup and the
 //! dense baseline the ring allreduce's closed form, and the keep-dense
-//! rules are RedSync's threshold and DGC's dimensions; the device phases
+//! rules are RedSync's threshold and DGC's dimensions; `--dense mpich` is
+//! MPICH's allreduce's closed form at any P; the device phases
 //! are the passes-over-memory formula, and the headline columns say they
 //! are modelled on the device, the CPU's measured ones apart.
 
 use bench::models::{self, Layer, ModelPreset};
-use bench::step::{self, Call, SimSettings, StepArgs};
+use bench::step::{self, Call, DenseAlgo, SimSettings, StepArgs};
 use bench::train::{Family, Run};
 use sparse_coll::sim;
 
@@ -35,9 +36,10 @@ fn scaling_agrees_with_an_unscaled_run() {
         overlap: 0.2,
         max_dim,
         seed: 3,
+        dense: DenseAlgo::Ring,
     };
     let calls = [
-        Call::Ring,
+        Call::Dense,
         Call::Sparse("topk_a"),
         Call::Sparse("topk_a:values=ssmean"),
         Call::Sparse("ssar_recursive_double"),
@@ -148,6 +150,69 @@ fn a_small_model_steps_every_scheme() {
             // The two compressed layers, scaled from 4096; the fused
             // dense layers (2,048 or fewer parameters) simulated whole.
             assert_eq!(r.scaled_calls, 2, "{r:?}");
+        }
+    }
+}
+
+/// `--dense mpich` simulates MPICH's `MPI_Allreduce` (Rabenseifner's,
+/// with MPICH's fold where P is not a power of two): at a power of two its
+/// time is the closed form `2 lg P alpha + 2 (P - 1) / P 4 n beta` (the
+/// ring's bytes in fewer rounds); elsewhere (`p'` the largest power of two
+/// below P) the same among `p'` ranks plus `2 (alpha + 4 n beta)` for the
+/// fold and its return (`scripts/wire-table.py`'s formula), and at most
+/// the partners' early reduce-scatter bytes more, `(p' - 1) / p' 4 n beta`,
+/// which share the folded rank's link with the fold; more than 1.5x the
+/// ring's time there.
+#[test]
+fn dense_mpich_is_mpichs_allreduce_closed_form() {
+    let net = sim::preset("25gbe").unwrap();
+    let route = net.route(0, 1);
+    // Divisible by every P below, so that the ring's blocks are even.
+    let n = 105usize << 12;
+    for ranks in [2usize, 3, 4, 5, 6, 7, 8] {
+        let settings = |dense| SimSettings {
+            ranks,
+            density: 0.01,
+            overlap: 0.0,
+            max_dim: 1 << 20,
+            seed: 1,
+            dense,
+        };
+        let mpich = step::comm_time(&*net, Call::Dense, n, &settings(DenseAlgo::Mpich)).unwrap();
+        let ring = step::comm_time(&*net, Call::Dense, n, &settings(DenseAlgo::Ring)).unwrap();
+        let pof2 = 1usize << (usize::BITS - 1 - ranks.leading_zeros());
+        let (pp, p, nb) = (pof2 as f64, ranks as f64, 4.0 * n as f64);
+        let mut want = 2.0 * pp.log2() * route.alpha + 2.0 * (pp - 1.0) / pp * nb * route.beta;
+        if pof2 != ranks {
+            want += 2.0 * (route.alpha + nb * route.beta);
+        }
+        let ring_want = 2.0 * (p - 1.0) * (route.alpha + nb / p * route.beta);
+        if pof2 == ranks {
+            assert!(
+                (mpich.seconds - want).abs() <= 1e-9 * want,
+                "P = {ranks}: {} s != {want} s",
+                mpich.seconds
+            );
+        } else {
+            // The unfolded partners' reduce-scatter messages, sent before
+            // the fold is in, share the folded rank's link with it (links
+            // are shared max-min): a delay of at most their bytes.
+            let most = want + (pp - 1.0) / pp * nb * route.beta;
+            assert!(
+                mpich.seconds >= want * (1.0 - 1e-9) && mpich.seconds <= most * (1.0 + 1e-9),
+                "P = {ranks}: {} s not in [{want}, {most}] s",
+                mpich.seconds
+            );
+        }
+        assert!(
+            (ring.seconds - ring_want).abs() <= 1e-9 * ring_want,
+            "P = {ranks}: ring"
+        );
+        if pof2 != ranks {
+            assert!(
+                mpich.seconds > 1.5 * ring.seconds,
+                "P = {ranks}: the fold costs"
+            );
         }
     }
 }

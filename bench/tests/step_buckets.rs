@@ -127,7 +127,7 @@ fn a_three_layer_step_computed_by_hand() {
         b.iter().map(|b| b.layers.clone()).collect::<Vec<_>>(),
         [vec![2, 1], vec![0]]
     );
-    assert!(b.iter().all(|b| b.call == Call::Ring));
+    assert!(b.iter().all(|b| b.call == Call::Dense));
 }
 
 /// Random steps (1 to 40 layers, 1 to 12 buckets, costs from 0 to 10 ms):

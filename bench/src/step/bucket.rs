@@ -6,8 +6,8 @@
 //!
 //! Three modes per run ([`Mode`]):
 //! - **per layer**: today's step (the headline table's `step ms`): one
-//!   call per compressed layer and the layers kept dense in one ring
-//!   (the dense baseline: one ring of the whole model), nothing
+//!   call per compressed layer and the layers kept dense in one dense
+//!   allreduce (the dense baseline: one of the whole model), nothing
 //!   overlapped;
 //! - **fused**: the buckets of `--bucket-mib`, one call each, nothing
 //!   overlapped;
@@ -24,7 +24,7 @@
 //! in a bucket of its own. A compressed bucket is one call of its
 //! collective at the bucket's dimension (the layers' index spaces end to
 //! end, each rank's input at the run's density); a dense bucket is one
-//! ring allreduce. Its time is [`super::comm_time`]'s at that dimension.
+//! dense allreduce (`--dense`). Its time is [`super::comm_time`]'s at that dimension.
 //!
 //! Costs ([`costs`]): the compute time is split 1 : 2 between forward and
 //! backward (the compute model's `3 x forward GFlop`), the backward time
@@ -47,7 +47,7 @@ use sparse_core::{Error, Result};
 /// How a run's step communicates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
-    /// One call per compressed layer, the dense layers in one ring, one
+    /// One call per compressed layer, the dense layers in one dense allreduce, one
     /// after the other (today's `step ms`).
     PerLayer,
     /// One call per bucket, one after the other.
@@ -72,7 +72,7 @@ impl Mode {
 /// One bucket: layers of one kind filled in backward order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bucket {
-    /// Its call: the compressed layers' collective, or the ring.
+    /// Its call: the compressed layers' collective, or the dense allreduce.
     pub call: Call,
     /// Its layers (indices in the model's order), in backward order: the
     /// last is the one whose backward makes the bucket ready.
@@ -112,7 +112,7 @@ pub fn buckets(plan: &RunPlan, sparse_cap: u64, dense_cap: u64) -> Vec<Bucket> {
     for (i, l) in plan.layers.iter().enumerate().rev() {
         let (call, cap, open) = match l.kept_dense {
             None => (Call::Sparse(l.collective), sparse_cap, &mut sparse),
-            Some(_) => (Call::Ring, dense_cap, &mut dense),
+            Some(_) => (Call::Dense, dense_cap, &mut dense),
         };
         let bytes = |len: usize| 4 * len as u64;
         if let Some(b) = open.take_if(|b| b.call != call || bytes(b.len + l.spec.len) > cap) {
@@ -165,7 +165,7 @@ pub fn bucket_device_ms(plan: &RunPlan, b: &Bucket, m: &CostModel) -> (f64, f64)
     let bytes = 4.0 * n as f64;
     let density = plan.run.density();
     let (select, update) = match b.call {
-        Call::Ring => (0.0, dense_update_passes(&plan.run) * bytes),
+        Call::Dense => (0.0, dense_update_passes(&plan.run) * bytes),
         Call::Sparse(_) => (
             (compensation_passes(&plan.run) + topk_passes(n, density)) * bytes,
             APPLY_BYTES_PER_ENTRY * reduced_entries(n, density, m.ranks, m.overlap),

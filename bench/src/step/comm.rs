@@ -16,8 +16,29 @@ pub enum Call {
     /// A sparse allreduce by registry name, each rank's input of the
     /// step's density.
     Sparse(&'static str),
-    /// The dense ring allreduce ([`dense::ring_allreduce`]).
+    /// The dense allreduce of the layers kept dense (and of the dense
+    /// baseline): [`SimSettings::dense`]'s algorithm.
+    Dense,
+}
+
+/// The dense allreduce a simulated step assumes (`sparse-bench step
+/// --dense`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum)]
+pub enum DenseAlgo {
+    /// The ring ([`dense::ring_allreduce`]): `2 (P - 1)` rounds of `n / P`
+    /// elements, at any `P`.
+    #[default]
     Ring,
+    /// MPICH's `MPI_Allreduce` at these sizes
+    /// ([`dense::rabenseifner_allreduce`]): recursive halving and doubling
+    /// among the largest power of two `p' <= P` of ranks, the other `P - p'`
+    /// first folding their whole vector into a partner and getting the
+    /// result back (at `P = 3`: `3 n` elements a rank against the ring's
+    /// `4 n / 3`; the partners' first reduce-scatter messages, sent at
+    /// once, share the folded rank's link with the fold and add up to
+    /// `(p' - 1) / p'` of its time more). What the trainer's dense layers cost under
+    /// `--transport mpi`.
+    Mpich,
 }
 
 /// A call's simulated time at a layer's dimension.
@@ -69,6 +90,8 @@ pub struct SimSettings {
     pub max_dim: usize,
     /// Seed of the inputs.
     pub seed: u64,
+    /// The dense allreduce ([`Call::Dense`]).
+    pub dense: DenseAlgo,
 }
 
 /// `call` on `s.ranks` simulated ranks for a layer of `n` parameters over
@@ -169,11 +192,14 @@ impl<'a> CommCache<'a> {
 fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Result<(f64, f64)> {
     let cluster = SimCluster::new(s.ranks)?;
     let run = match call {
-        Call::Ring => {
+        Call::Dense => {
             let x = vec![1.0f32; dim];
             cluster.run(|t| {
                 t.mark();
-                dense::ring_allreduce(t, &x)?;
+                match s.dense {
+                    DenseAlgo::Ring => dense::ring_allreduce(t, &x)?,
+                    DenseAlgo::Mpich => dense::rabenseifner_allreduce(t, &x)?,
+                };
                 t.mark();
                 Ok(())
             })?
@@ -218,7 +244,7 @@ fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Resul
 }
 
 /// The simulated communication of `plan`, ms: its compressed layers'
-/// calls and its dense layers' fused ring, with the calls scaled and the
+/// calls and its dense layers' fused allreduce, with the calls scaled and the
 /// largest scale factor. `time` gives a call's time at a dimension.
 pub(super) fn comm_of(
     plan: &RunPlan,
@@ -237,7 +263,7 @@ pub(super) fn comm_of(
     }
     let dense_len = plan.dense_len();
     let dense = if dense_len > 0 {
-        count(&time(Call::Ring, dense_len)?)
+        count(&time(Call::Dense, dense_len)?)
     } else {
         0.0
     };
