@@ -24,7 +24,8 @@
 //! in a bucket of its own. A compressed bucket is one call of its
 //! collective at the bucket's dimension (the layers' index spaces end to
 //! end, each rank's input at the run's density); a dense bucket is one
-//! dense allreduce (`--dense`). Its time is [`super::comm_time`]'s at that dimension.
+//! dense allreduce (`--dense`). Its time is [`super::comm_time`]'s at that
+//! dimension.
 //!
 //! Costs ([`costs`]): the compute time is split 1 : 2 between forward and
 //! backward (the compute model's `3 x forward GFlop`), the backward time
@@ -47,8 +48,8 @@ use sparse_core::{Error, Result};
 /// How a run's step communicates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
-    /// One call per compressed layer, the dense layers in one dense allreduce, one
-    /// after the other (today's `step ms`).
+    /// One call per compressed layer, the dense layers in one dense
+    /// allreduce, one after the other (today's `step ms`).
     PerLayer,
     /// One call per bucket, one after the other.
     Fused,

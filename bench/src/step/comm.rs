@@ -36,8 +36,10 @@ pub enum DenseAlgo {
     /// result back (at `P = 3`: `3 n` elements a rank against the ring's
     /// `4 n / 3`; the partners' first reduce-scatter messages, sent at
     /// once, share the folded rank's link with the fold and add up to
-    /// `(p' - 1) / p'` of its time more). What the trainer's dense layers cost under
-    /// `--transport mpi`.
+    /// `(p' - 1) / p'` of the whole vector's transfer time more). What the
+    /// trainer's dense layers cost under `--transport mpi`. MPICH's switch
+    /// to recursive doubling below 2 KiB is not modelled: a small dense
+    /// bucket is simulated as Rabenseifner's too.
     Mpich,
 }
 
