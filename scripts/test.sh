@@ -259,6 +259,11 @@ out_dir=$(mktemp -d)
 MPIEXEC_TIMEOUT=120 mpiexec -n 2 "$bin/sparse-bench" calibrate --max-mib 1 --min-ms 20 --out "$out_dir/net" \
     | tee "$out_dir/log" | tail -1
 grep -q "world size 2" "$out_dir/log"
+# At 3 ranks the shift among all of them gives the latency (--latency shift).
+MPIEXEC_TIMEOUT=120 mpiexec -n 3 "$bin/sparse-bench" calibrate --max-mib 1 --min-ms 20 --latency shift \
+    --out "$out_dir/net3" > "$out_dir/log3"
+grep -q "world size 3: .*shift among all 3" "$out_dir/log3"
+awk -v a="$(awk '$1 == 0 {print $4 * 1e-6}' "$out_dir/log3")" '$1 == "alpha_s" {d = $3 - a; exit !(d < 1e-9 && d > -1e-9)}' "$out_dir/net3"
 "$bin/sparse-bench" scale --ranks 4 --n 20000 --density 0.01 --algo topk_a --network "$out_dir/net" --json \
     | grep -q '"network":"calibrated: full bisection'
 rm -rf "$out_dir"

@@ -4,6 +4,14 @@ namespaces beside the simulator's prediction of each.
 
 Usage: train-wire-table.py OUTDIR RATE BUCKET_MIB
 
+Where OUTDIR/calibrated.net models the shaper's bucket (train-wire.sh's
+MODEL_BUCKET) and STEP_BIN names a sparse-bench, each row's communication
+is simulated again with the bucket at the level the row's own local phases
+refill (`bucket_level_bytes`: tokens come at the link's rate while the
+rank computes, up to the bucket's size; a step's calls drain them): the
+steady state of a training loop, where a simulation from a full bucket
+would be a step after a pause. DENSITY (0.01) is the runs' density.
+
 Measured: `sparse-bench train --transport mpi` (medians over the run's
 steps; one seed). Predicted: the same run's measured local phases (forward
 and backward, selection, update) plus the communication `sparse-bench step`
@@ -15,6 +23,7 @@ import glob
 import json
 import os
 import statistics
+import subprocess
 import sys
 
 out, rate, bucket = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -24,6 +33,61 @@ MODES = [("layer", "per layer"), ("fused", "fused"), ("pipelined", "fused")]
 def rows(path):
     with open(path) as f:
         return [json.loads(l) for l in f if l.startswith("{")]
+
+
+def network(path):
+    """The key = value lines of a network file."""
+    kv = {}
+    with open(path) as f:
+        for line in f:
+            line = line.split("#")[0].strip()
+            if "=" in line:
+                k, v = line.split("=", 1)
+                kv[k.strip()] = v.strip()
+    return kv
+
+
+LEVELS = {}
+
+
+def levelled():
+    """Whether rows are simulated at their levels: the calibrated link has
+    a bucket and STEP_BIN is given."""
+    kv = network(os.path.join(out, "calibrated.net"))
+    return "bucket_bytes" in kv and bool(os.environ.get("STEP_BIN"))
+
+
+def at_level(model, p, local_ms):
+    """The simulated rows of `step` for (model, P) over the calibrated link
+    whose bucket starts with what `local_ms` of idle link refills, or None
+    where the link has no bucket or no STEP_BIN is given."""
+    net_file = os.path.join(out, "calibrated.net")
+    kv = network(net_file)
+    if not levelled():
+        return None
+    depth, rate = float(kv["bucket_bytes"]), float(kv["bytes_per_s"])
+    # To 100 bytes: rows whose levels differ by less share a simulation.
+    level = round(min(depth, rate * local_ms * 1e-3), -2)
+    key = (model, p, level)
+    if key not in LEVELS:
+        os.makedirs(os.path.join(out, "levels"), exist_ok=True)
+        path = os.path.join(out, "levels", f"{int(level)}.net")
+        with open(net_file) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.rstrip("\n") + f"\nbucket_level_bytes = {level:.0f}\n")
+        res = subprocess.run(
+            [os.environ["STEP_BIN"], "step", "--model", f"fashion_{model}", "--ranks", p,
+             "--network", path, "--density", os.environ.get("DENSITY", "0.01"),
+             "--bucket-mib", bucket, "--dense", "mpich", "--json"],
+            capture_output=True, text=True, check=True,
+        )
+        LEVELS[key] = {
+            (r["scheme"], r["mode"]): r
+            for r in map(json.loads, res.stdout.splitlines())
+            if r.get("kind") == "bucket_step"
+        }
+    return LEVELS[key]
 
 
 def main():
@@ -45,6 +109,11 @@ def main():
                     measured[(r["scheme"], mode)] = r
         schemes = sorted({s for s, _ in measured}, key=lambda s: (not s.startswith("dense"), s))
         print(f"\n{model.upper()}, P = {p}, {rate} (bucket cap {bucket} MiB)\n")
+        print(
+            "predicted over the calibrated link "
+            + ("with the shaper's bucket at the level each row's local phases refill\n"
+               if levelled() else "(no bucket in the model)\n")
+        )
         print("| scheme | mode | step ms | predicted ms | error | comm ms (measured / simulated) | x dense (bucketed) |")
         print("|---|---|---|---|---|---|---|")
         dense_fused = min(
@@ -60,7 +129,8 @@ def main():
                     continue
                 steps[mode] = m["step_ms"]
                 local = m["grad_ms"] + m["select_ms"] + m["apply_ms"]
-                srow = sim.get((s, sim_mode))
+                at = at_level(model, p, local)
+                srow = (at if at is not None else sim).get((s, sim_mode))
                 pred = local + srow["comm_ms"] if srow else None
                 err = (pred - m["step_ms"]) / m["step_ms"] if pred else None
                 if err is not None:

@@ -7,6 +7,10 @@
 # same run predicts each measured step from its own local phases (forward
 # and backward, selection, update: measured by train) plus the simulated
 # communication. Prints the table of bench/RESULTS.md (issue 44, item 5).
+# The model has the shaper's bucket (MODEL_BUCKET=veth: its size, the
+# veth's own speed as its peak), and each row's communication is simulated
+# with the bucket at the level that row's local phases refill at the rate
+# (scripts/train-wire-table.py): a loop's steady state, not a full bucket.
 # DGC runs without its warm-up (--warmup 0), at the density the simulated
 # step assumes.
 #
@@ -20,7 +24,8 @@
 #   BUCKET_MIB  the fused runs' bucket cap [25]
 #   NICE        the ranks' nice (netns-cluster.sh --nice) [-20]
 #   QUEUE       the port queues' order (netns-cluster.sh --queue) [acks-first]
-#   MODEL_BUCKET  fit: the shaper's bucket in the model (scripts/wire-calibrate.sh)
+#   MODEL_BUCKET  the shaper's bucket in the model (scripts/wire-calibrate.sh):
+#               veth, fit or none (a plain alpha-beta link) [veth]
 #   BIN         a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT seconds per train job [600]
 # netns-cluster.sh makes the ranks sleep between polls where they
@@ -36,6 +41,7 @@ images=${IMAGES:-2000}
 bucket=${BUCKET_MIB:-25}
 nice=${NICE--20}
 queue=${QUEUE:-acks-first}
+export MODEL_BUCKET=${MODEL_BUCKET:-veth}
 out=${1:-target/train-wire-$rate}
 mkdir -p "$out"
 [ -d /usr/share/datasets/fashion-mnist ] || {
@@ -84,4 +90,4 @@ for model in $models; do
             --density "$density" --bucket-mib "$bucket" --dense mpich --json > "$out/step_${model}_${p}.json"
     done
 done
-python3 scripts/train-wire-table.py "$out" "$rate" "$bucket"
+STEP_BIN=$BIN DENSITY=$density python3 scripts/train-wire-table.py "$out" "$rate" "$bucket"

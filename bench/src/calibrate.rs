@@ -1,7 +1,8 @@
 //! `sparse-bench calibrate`: the MPI transport's latency and time per byte,
-//! measured by ping-pong and by exchange between ranks 0 and 1 over message
-//! sizes from 0 to 64 MiB, fitted to the alpha-beta model and written as a
-//! network file the simulator reads ([`sparse_coll::sim::read_network`]).
+//! measured by ping-pong and by exchange between ranks 0 and 1, and by a
+//! shift among all the ranks at once, over message sizes from 0 to 64 MiB,
+//! fitted to the alpha-beta model and written as a network file the
+//! simulator reads ([`sparse_coll::sim::read_network`]).
 
 use sparse_coll::sim::AlphaBeta;
 use sparse_core::{Error, Result};
@@ -24,6 +25,26 @@ pub struct CalibrateArgs {
     /// How the link is fitted to the ping-pong times.
     #[arg(long, value_enum, default_value_t = Fit::Relative)]
     pub fit: Fit,
+    /// Where the latency comes from: the fit of the ping-pong between
+    /// ranks 0 and 1 (the others idle), or the empty shift among all the
+    /// ranks, what one round of a collective costs with this job's ranks
+    /// on this job's cores.
+    #[arg(long, value_enum, default_value_t = Latency::PingPong)]
+    pub latency: Latency,
+}
+
+/// Where [`calibrate`] takes the link's latency from.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latency {
+    /// The fit's ([`Fit`]) of the ping-pong between ranks 0 and 1, the
+    /// other ranks waiting: the wire's and the MPI stack's latency.
+    PingPong,
+    /// The median time of the empty shift among all the ranks
+    /// ([`Sample::shift`]): every rank sends and receives at once, as in a
+    /// round of a collective, so the latency includes what the ranks'
+    /// sharing of the cores adds (a rank asleep between polls, or waiting
+    /// for a core, answers late). The same as the exchange's at `P = 2`.
+    Shift,
 }
 
 /// How [`calibrate`] fits the alpha-beta link.
@@ -51,6 +72,10 @@ pub struct Sample {
     /// Median time of an exchange (both ranks send and receive at once),
     /// seconds.
     pub exchange: f64,
+    /// Median time of a shift among all the ranks, seconds: every rank
+    /// sends to the next (`r + 1 mod P`) and receives from the previous at
+    /// once, rank 0's time (at `P = 2` an exchange again).
+    pub shift: f64,
 }
 
 /// The calibration of one run.
@@ -167,30 +192,47 @@ pub fn fit_large(points: &[(usize, f64)]) -> Result<AlphaBeta> {
 }
 
 /// The calibration of `samples`: the fit of the ping-pong times (what the
-/// simulator's one message costs), with the exchanges' times beside them.
+/// simulator's one message costs), with the exchanges' and shifts' times
+/// beside them; with [`Latency::Shift`] the latency is the empty shift's
+/// time instead of the fit's.
 ///
 /// # Errors
-/// As [`fit`] or [`fit_large`].
-pub fn calibrate(samples: Vec<Sample>, how: Fit) -> Result<Calibration> {
+/// As [`fit`] or [`fit_large`]; with [`Latency::Shift`], no empty message
+/// among the samples or a shift time that is not finite and positive.
+pub fn calibrate(samples: Vec<Sample>, how: Fit, latency: Latency) -> Result<Calibration> {
     let points: Vec<(usize, f64)> = samples.iter().map(|s| (s.bytes, s.ping_pong)).collect();
-    let link = match how {
+    let mut link = match how {
         Fit::Relative => fit(&points)?,
         Fit::Large => fit_large(&points)?,
     };
+    if latency == Latency::Shift {
+        let empty = samples
+            .iter()
+            .find(|s| s.bytes == 0)
+            .ok_or_else(|| Error::invalid("calibration", "no empty message measured"))?;
+        if !(empty.shift.is_finite() && empty.shift > 0.0) {
+            return Err(Error::invalid(
+                "calibration",
+                format!("{} s for the empty shift", empty.shift),
+            ));
+        }
+        link = AlphaBeta::new(empty.shift, 1.0 / link.beta())?;
+    }
     Ok(Calibration { samples, link })
 }
 
 /// The network file of a calibration, its measurements in the comments.
 pub fn network_file(c: &Calibration, ranks: usize) -> String {
     let mut comment = format!(
-        "sparse-bench calibrate under mpiexec -n {ranks}: ping-pong and exchange between ranks 0 and 1\nbytes  ping_pong_us  exchange_us  model_us\n"
+        "sparse-bench calibrate under mpiexec -n {ranks}: ping-pong and exchange between ranks 0 and 1, shift among all {ranks}\nbytes  ping_pong_us  exchange_us  shift_us  model_us\n"
     );
     for s in &c.samples {
         comment += &format!(
-            "{}  {:.3}  {:.3}  {:.3}\n",
+            "{}  {:.3}  {:.3}  {:.3}  {:.3}\n",
             s.bytes,
             s.ping_pong * 1e6,
             s.exchange * 1e6,
+            s.shift * 1e6,
             model(c.link, s.bytes) * 1e6
         );
     }
@@ -212,6 +254,7 @@ pub fn table(c: &Calibration) -> Vec<Vec<String>> {
                 s.bytes.to_string(),
                 format!("{:.3}", s.ping_pong * 1e6),
                 format!("{:.3}", s.exchange * 1e6),
+                format!("{:.3}", s.shift * 1e6),
                 format!("{:.3}", m * 1e6),
                 format!("{:+.1}", 100.0 * (m - s.ping_pong) / s.ping_pong),
             ]
@@ -224,13 +267,16 @@ pub const HEADER: &[&str] = &[
     "bytes",
     "ping_pong_us",
     "exchange_us",
+    "shift_us",
     "model_us",
     "model_err_%",
 ];
 
-/// Measures on `t` (ranks 0 and 1; the others wait at the end): for each
-/// size, ping-pongs and exchanges, each rep started together (a zero-byte
-/// exchange first), the medians over reps. Returns the samples on rank 0.
+/// Measures on `t`: for each size, ping-pongs and exchanges between ranks
+/// 0 and 1 (the others wait), each rep started together (a zero-byte
+/// exchange first), the medians over reps; then shifts among all the
+/// ranks ([`Sample::shift`]), each started by an empty shift. Returns the
+/// samples on rank 0.
 ///
 /// # Errors
 /// Fewer than two ranks; the transport's errors.
@@ -245,8 +291,25 @@ pub fn measure<T: sparse_coll::Transport + ?Sized>(
             "calibrate needs at least two ranks: run it under mpiexec -n 2",
         ));
     }
-    let r = t.rank();
+    let (r, p) = (t.rank(), t.size());
     let min = Duration::from_millis(a.min_ms);
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    // Rank 0 decides whether another rep runs and tells `peers`, so that
+    // every rank runs the same reps.
+    let go_on = |t: &mut T, done: usize, start: Instant, peers: &[usize]| -> Result<bool> {
+        if r == 0 {
+            let more = done < 5 || (start.elapsed() < min && done < 10_000);
+            for &q in peers {
+                t.send(q, &[u8::from(more)])?;
+            }
+            Ok(more)
+        } else {
+            Ok(t.recv(0)?.first() == Some(&1))
+        }
+    };
     let mut samples = Vec::new();
     if r < 2 {
         let peer = 1 - r;
@@ -255,32 +318,34 @@ pub fn measure<T: sparse_coll::Transport + ?Sized>(
             let mut ping = Vec::new();
             let mut both = Vec::new();
             // Interleaved: a ping-pong, then an exchange, until rank 0 has
-            // enough of both; rank 0 sends its decision before each pair,
-            // so both ranks run the same reps.
+            // enough of both.
             let start = Instant::now();
-            loop {
-                let more = if r == 0 {
-                    let more = ping.len() < 5 || (start.elapsed() < min && ping.len() < 10_000);
-                    t.send(peer, &[u8::from(more)])?;
-                    more
-                } else {
-                    t.recv(peer)?.first() == Some(&1)
-                };
-                if !more {
-                    break;
-                }
+            while go_on(t, ping.len(), start, &[1])? {
                 ping.push(rep(t, r, peer, &buf, true)?.as_secs_f64());
                 both.push(rep(t, r, peer, &buf, false)?.as_secs_f64());
             }
-            let med = |v: &mut Vec<f64>| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            };
             samples.push(Sample {
                 bytes,
                 ping_pong: med(&mut ping),
                 exchange: med(&mut both),
+                shift: 0.0,
             });
+        }
+    }
+    let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
+    let peers: Vec<usize> = (1..p).collect();
+    for (i, bytes) in sizes(a.max_mib).into_iter().enumerate() {
+        let buf = vec![0u8; bytes];
+        let mut shifts = Vec::new();
+        let start = Instant::now();
+        while go_on(t, shifts.len(), start, &peers)? {
+            t.exchange(next, &[], prev)?;
+            let clock = Instant::now();
+            t.exchange(next, &buf, prev)?;
+            shifts.push(clock.elapsed().as_secs_f64());
+        }
+        if let Some(s) = samples.get_mut(i) {
+            s.shift = med(&mut shifts);
         }
     }
     Ok((r == 0).then_some(samples))
@@ -315,13 +380,18 @@ fn rep<T: sparse_coll::Transport + ?Sized>(
 }
 
 /// `sparse-bench calibrate` under `mpiexec`: measures on `MPI_COMM_WORLD`
-/// and returns the world size and, on rank 0, the calibration.
+/// and hands rank 0's calibration and the world size to `report` before
+/// MPI is finalized (`MPI_Finalize` can hang on UCX's TCP at 3 ranks and
+/// more, openucx/ucx#8738: the output is complete by then).
 ///
 /// # Errors
 /// MPI already initialized; fewer than two ranks; the transport's errors;
-/// a fit that fails ([`fit`]).
+/// a fit that fails ([`fit`]); `report`'s.
 #[cfg(feature = "mpi")]
-pub fn run_mpi(a: &CalibrateArgs) -> Result<(usize, Option<Calibration>)> {
+pub fn run_mpi(
+    a: &CalibrateArgs,
+    report: impl FnOnce(usize, &Calibration) -> Result<()>,
+) -> Result<()> {
     use mpi::collective::CommunicatorCollectives;
     use mpi::topology::Communicator;
     let universe = mpi::initialize().ok_or_else(|| Error::Transport {
@@ -334,7 +404,10 @@ pub fn run_mpi(a: &CalibrateArgs) -> Result<(usize, Option<Calibration>)> {
     let mut t = sparse_coll::MpiTransport::new(world).with_wait(sparse_coll::MpiWait::from_env()?);
     let samples = measure(&mut t, a)?;
     universe.world().barrier();
-    Ok((size, samples.map(|s| calibrate(s, a.fit)).transpose()?))
+    if let Some(s) = samples {
+        report(size, &calibrate(s, a.fit, a.latency)?)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -363,6 +436,7 @@ mod tests {
                 bytes: 0,
                 ping_pong: 3e-6,
                 exchange: 4e-6,
+                shift: 5e-6,
             }],
             link,
         };
@@ -404,6 +478,63 @@ mod tests {
         assert!(fit_large(&exact[..exact.len() - 5]).is_err());
         assert!(fit_large(&[(0, 1e-6), (LARGE, f64::NAN), (4 * LARGE, 1e-3)]).is_err());
         assert!(fit_large(&[(0, 1e-6), (LARGE, 2e-3), (4 * LARGE, 1e-3)]).is_err());
+    }
+
+    /// `Latency::Shift` takes the empty shift's time as the latency and
+    /// keeps the fit's bandwidth; without an empty message, or with an
+    /// empty shift that took no time, it is an error.
+    #[test]
+    fn shift_latency_is_the_empty_shifts_time() {
+        let link = AlphaBeta::new(3e-6, 5e9).unwrap();
+        let samples: Vec<Sample> = sizes(16)
+            .into_iter()
+            .map(|m| Sample {
+                bytes: m,
+                ping_pong: model(link, m),
+                exchange: model(link, m),
+                shift: 250e-6 + model(link, m),
+            })
+            .collect();
+        let plain = calibrate(samples.clone(), Fit::Large, Latency::PingPong).unwrap();
+        assert!((plain.link.alpha() - 3e-6).abs() < 1e-15);
+        let shift = calibrate(samples.clone(), Fit::Large, Latency::Shift).unwrap();
+        assert!(
+            (shift.link.alpha() - 253e-6).abs() < 1e-15,
+            "{:?}",
+            shift.link
+        );
+        assert!((shift.link.beta() / plain.link.beta() - 1.0).abs() < 1e-12);
+        assert!(calibrate(samples[1..].to_vec(), Fit::Large, Latency::Shift).is_err());
+        let mut idle = samples;
+        idle[0].shift = 0.0;
+        assert!(calibrate(idle, Fit::Large, Latency::Shift).is_err());
+    }
+
+    /// `measure` on 3 ranks of threads: rank 0 alone returns samples, one
+    /// per size, every time positive; the others return none (and none
+    /// waits for ever: the shift runs on all three).
+    #[test]
+    fn measure_runs_on_three_ranks() {
+        let a = CalibrateArgs {
+            out: PathBuf::from("unused.net"),
+            max_mib: 0,
+            min_ms: 1,
+            fit: Fit::Relative,
+            latency: Latency::Shift,
+        };
+        let got: Vec<_> = sparse_coll::ThreadCluster::new(3)
+            .run(|t| measure(t, &a))
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        assert!(got[1].is_none() && got[2].is_none());
+        let s = got[0].as_ref().unwrap();
+        assert_eq!(s.iter().map(|s| s.bytes).collect::<Vec<_>>(), vec![0]);
+        assert!(
+            s.iter()
+                .all(|s| s.ping_pong > 0.0 && s.exchange > 0.0 && s.shift > 0.0),
+            "{s:?}"
+        );
     }
 
     /// Too few sizes, a non-positive time and a decreasing fit are errors.

@@ -16,6 +16,15 @@ fn shaped() -> FullBisection {
         .with_bucket(Bucket::new(DEPTH, PEAK).unwrap())
 }
 
+/// When rank 0's send of `m` bytes to rank 1 completes on `net`.
+fn one_send(net: &dyn sparse_coll::sim::Network, m: usize) -> f64 {
+    let traces: Vec<Trace> = vec![
+        vec![Op::Send { to: 1, bytes: m }],
+        vec![Op::Recv { from: 0 }],
+    ];
+    replay(&traces, net).unwrap().finish[0]
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
 }
@@ -32,6 +41,88 @@ fn one_message(m: f64) -> f64 {
         m / PEAK
     } else {
         (m - DEPTH) / RATE
+    }
+}
+
+/// As [`one_message`] where the buckets start with `level` bytes of
+/// tokens: the tokens last `level / (PEAK - RATE)` seconds, then the rest
+/// goes at the rate, so a send takes `m / PEAK` up to `PEAK level / (PEAK -
+/// RATE)` bytes and `(m - level) / RATE` above.
+fn one_message_from(level: f64, m: f64) -> f64 {
+    let through = PEAK * level / (PEAK - RATE);
+    if m <= through {
+        m / PEAK
+    } else {
+        (m - level) / RATE
+    }
+}
+
+/// A bucket that starts part full (`Bucket::with_level`): the closed form
+/// with that level; at 0 the message goes at the rate, as without a
+/// bucket; a message sent later finds what the idle link refilled (at the
+/// rate, to the size at most). Levels outside 0 to the size are refused,
+/// in the file too, and the file's level needs a bucket.
+#[test]
+fn a_bucket_part_full_passes_what_it_holds_at_the_peak() {
+    for level in [0.0, 1_000.0, 100_000.0, DEPTH] {
+        let net = FullBisection::new("tbf", AlphaBeta::new(ALPHA, RATE).unwrap())
+            .with_bucket(Bucket::new(DEPTH, PEAK).unwrap().with_level(level).unwrap());
+        for m in [1_000usize, 50_000, 200_000, 1_000_000] {
+            let (t, want) = (one_send(&net, m), one_message_from(level, m as f64));
+            assert!(
+                close(t, want),
+                "level {level}, m = {m}: send {t} want {want}"
+            );
+        }
+        // After 1 ms idle the link has refilled 1e5 bytes (to the size).
+        let traces: Vec<Trace> = vec![
+            vec![
+                Op::Compute(1e-3),
+                Op::Send {
+                    to: 1,
+                    bytes: 1_000_000,
+                },
+            ],
+            vec![Op::Recv { from: 0 }],
+        ];
+        let t = replay(&traces, &net).unwrap();
+        let want = 1e-3 + one_message_from((level + 1e-3 * RATE).min(DEPTH), 1e6);
+        assert!(
+            close(t.finish[0], want),
+            "level {level}: {} want {want}",
+            t.finish[0]
+        );
+    }
+    for bad in [-1.0, DEPTH + 1.0, f64::NAN] {
+        let e = Bucket::new(DEPTH, PEAK)
+            .unwrap()
+            .with_level(bad)
+            .unwrap_err();
+        assert!(e.to_string().contains("bucket_level_bytes"), "{e}");
+    }
+    let base = "model = full_bisection\nalpha_s = 1e-5\nbytes_per_s = 1e8\n";
+    let net = parse_network(&format!(
+        "{base}bucket_bytes = 250000\npeak_bytes_per_s = 1e9\nbucket_level_bytes = 0\n"
+    ))
+    .unwrap();
+    assert!(
+        net.label().contains("holding 0 B at the start"),
+        "{}",
+        net.label()
+    );
+    let t = one_send(&*net, 1_000_000);
+    assert!(close(t, 1e6 / RATE), "{t}");
+    for (extra, says) in [
+        ("bucket_level_bytes = 1000\n", "needs a bucket"),
+        (
+            "bucket_bytes = 250000\npeak_bytes_per_s = 1e9\nbucket_level_bytes = 3e5\n",
+            "line 6: bucket_level_bytes",
+        ),
+    ] {
+        let e = parse_network(&format!("{base}{extra}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{extra:?}: {e}");
     }
 }
 
@@ -184,15 +275,8 @@ fn network_files_give_a_bucket_with_both_keys() {
         "{}",
         net.label()
     );
-    let traces: Vec<Trace> = vec![
-        vec![Op::Send {
-            to: 1,
-            bytes: 1_000_000,
-        }],
-        vec![Op::Recv { from: 0 }],
-    ];
-    let t = replay(&traces, &*net).unwrap();
-    assert!(close(t.finish[0], one_message(1e6)), "{t:?}");
+    let t = one_send(&*net, 1_000_000);
+    assert!(close(t, one_message(1e6)), "{t}");
     for (extra, says) in [
         ("bucket_bytes = 250000\n", "needs its pair"),
         ("peak_bytes_per_s = 1e9\n", "needs its pair"),

@@ -204,36 +204,35 @@ fn main() -> ExitCode {
 #[cfg(feature = "mpi")]
 fn run_calibrate(a: &bench::calibrate::CalibrateArgs, json: bool) -> sparse_core::Result<()> {
     use bench::calibrate;
-    let (size, Some(c)) = calibrate::run_mpi(a)? else {
-        return Ok(());
-    };
-    let text = calibrate::network_file(&c, size);
-    std::fs::write(&a.out, &text)
-        .map_err(|e| sparse_core::Error::invalid("out", format!("{}: {e}", a.out.display())))?;
-    if json {
-        for s in &c.samples {
+    calibrate::run_mpi(a, |size, c| {
+        let text = calibrate::network_file(c, size);
+        std::fs::write(&a.out, &text)
+            .map_err(|e| sparse_core::Error::invalid("out", format!("{}: {e}", a.out.display())))?;
+        if json {
+            for s in &c.samples {
+                bench::out!(
+                    "{}",
+                    serde_json::json!({
+                        "kind": "calibrate", "world_size": size, "bytes": s.bytes,
+                        "ping_pong_us": s.ping_pong * 1e6, "exchange_us": s.exchange * 1e6,
+                        "shift_us": s.shift * 1e6, "model_us": calibrate::model(c.link, s.bytes) * 1e6,
+                    })
+                );
+            }
+        } else {
             bench::out!(
-                "{}",
-                serde_json::json!({
-                    "kind": "calibrate", "world_size": size, "bytes": s.bytes,
-                    "ping_pong_us": s.ping_pong * 1e6, "exchange_us": s.exchange * 1e6,
-                    "model_us": calibrate::model(c.link, s.bytes) * 1e6,
-                })
+                "MPI transport, world size {size}: ping-pong and exchange between ranks 0 and 1, shift among all {size}"
             );
+            print_table(calibrate::HEADER, &calibrate::table(c));
         }
-    } else {
         bench::out!(
-            "MPI transport, world size {size}: ping-pong and exchange between ranks 0 and 1"
+            "fit: alpha {:.3} us, {:.3} GB/s; wrote {}",
+            c.link.alpha() * 1e6,
+            1e-9 / c.link.beta(),
+            a.out.display()
         );
-        print_table(calibrate::HEADER, &calibrate::table(&c));
-    }
-    bench::out!(
-        "fit: alpha {:.3} us, {:.3} GB/s; wrote {}",
-        c.link.alpha() * 1e6,
-        1e-9 / c.link.beta(),
-        a.out.display()
-    );
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(not(feature = "mpi"))]

@@ -50,14 +50,14 @@ pub(super) struct Tank {
 }
 
 impl Tank {
-    /// A full bucket of `bytes` before a wire of `peak_bytes_per_s`, on a
-    /// link of `beta` seconds per byte.
+    /// `bucket` (its size, peak and starting level) on a link of `beta`
+    /// seconds per byte.
     pub(super) fn new(bucket: super::Bucket, beta: f64) -> Self {
         let depth = bucket.bytes() * beta;
         Self {
             depth,
             peak: (bucket.peak_bytes_per_s() * beta).max(1.0),
-            tokens: depth,
+            tokens: (bucket.level_bytes() * beta).min(depth),
             at: 0.0,
             usage: 0.0,
             generation: 0,
@@ -181,7 +181,7 @@ impl Flows {
             .is_some_and(|f| f.generation == generation)
     }
 
-    /// The index of `link`, registered (with its bucket, full) the first
+    /// The index of `link`, registered (with its bucket at its starting level) the first
     /// time it is seen.
     fn link(&mut self, link: Link, tank: Option<Tank>) -> usize {
         let n = self.on_link.len();

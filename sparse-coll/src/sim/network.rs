@@ -104,10 +104,16 @@ impl Network for Rendezvous {
 /// the rate drain the bucket; empty, the link carries the rate. A message
 /// that finds the bucket full passes its first part at the peak: what a
 /// shaped link does to messages of kilobytes after a pause.
+///
+/// A simulation starts with the bucket full, or at the level
+/// [`Bucket::with_level`] gives: in a training loop a step's calls find what
+/// the link's idle time since the last step's calls refilled (at the rate,
+/// up to the size), not a full bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bucket {
     bytes: f64,
     peak: f64,
+    level: f64,
 }
 
 impl Bucket {
@@ -135,11 +141,36 @@ impl Bucket {
         Ok(Self {
             bytes,
             peak: peak_bytes_per_s,
+            level: bytes,
         })
+    }
+    /// The same bucket holding `level_bytes` of tokens when a simulation
+    /// starts (full by default; 0 is empty).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] named `bucket_level_bytes` for a level
+    /// that is not finite, is negative or is above the bucket's size.
+    pub fn with_level(mut self, level_bytes: f64) -> Result<Self> {
+        if !(level_bytes.is_finite() && (0.0..=self.bytes).contains(&level_bytes)) {
+            return Err(Error::invalid(
+                "bucket_level_bytes",
+                format!(
+                    "{} is not a level from 0 to the bucket's {} bytes",
+                    shown(level_bytes),
+                    shown(self.bytes)
+                ),
+            ));
+        }
+        self.level = level_bytes;
+        Ok(self)
     }
     /// Its size, bytes.
     pub fn bytes(&self) -> f64 {
         self.bytes
+    }
+    /// The tokens it holds when a simulation starts, bytes.
+    pub fn level_bytes(&self) -> f64 {
+        self.level
     }
     /// The wire's bandwidth under it, bytes a second.
     pub fn peak_bytes_per_s(&self) -> f64 {
@@ -251,8 +282,13 @@ impl FullBisection {
 impl Network for FullBisection {
     fn label(&self) -> String {
         let bucket = self.bucket.map_or(String::new(), |b| {
+            let level = if b.level < b.bytes {
+                format!(" holding {} B at the start", shown(b.level))
+            } else {
+                String::new()
+            };
             format!(
-                ", token bucket {} B at {:.3} GB/s",
+                ", token bucket {} B at {:.3} GB/s{level}",
                 shown(b.bytes),
                 b.peak * 1e-9
             )
@@ -412,6 +448,7 @@ const FULL_BISECTION_KEYS: &[&str] = &[
     "bytes_per_s",
     "bucket_bytes",
     "peak_bytes_per_s",
+    "bucket_level_bytes",
 ];
 
 /// A network file: `key = value` lines (`#` starts a comment), the model
@@ -427,7 +464,9 @@ const FULL_BISECTION_KEYS: &[&str] = &[
 ///
 /// A full-bisection file may add a token bucket in front of every port
 /// ([`Bucket`], a `tbf` shaper): `bucket_bytes` and `peak_bytes_per_s`
-/// (the wire under the shaper), both or neither.
+/// (the wire under the shaper), both or neither, and with them
+/// `bucket_level_bytes`, the tokens it holds when a simulation starts
+/// ([`Bucket::with_level`]; full without it).
 ///
 /// A two-level file has `model = two_level`, `ranks_per_node` and
 /// `intra_alpha_s`, `intra_bytes_per_s`, `inter_alpha_s`,
@@ -492,15 +531,25 @@ pub fn parse_network(text: &str) -> Result<Box<dyn Network>> {
             let net = FullBisection::new(name, link("")?);
             let net = match (get("bucket_bytes"), get("peak_bytes_per_s")) {
                 (None, None) => net,
-                (Some(_), Some(_)) => net.with_bucket(
-                    Bucket::new(num("bucket_bytes")?, num("peak_bytes_per_s")?)
-                        .map_err(|e| refused("", e))?,
-                ),
+                (Some(_), Some(_)) => {
+                    let mut b = Bucket::new(num("bucket_bytes")?, num("peak_bytes_per_s")?)
+                        .map_err(|e| refused("", e))?;
+                    if get("bucket_level_bytes").is_some() {
+                        b = b
+                            .with_level(num("bucket_level_bytes")?)
+                            .map_err(|e| refused("", e))?;
+                    }
+                    net.with_bucket(b)
+                }
                 (Some((k, _, line)), None) | (None, Some((k, _, line))) => {
                     let why = "needs its pair: a bucket is bucket_bytes and peak_bytes_per_s";
                     return Err(bad(*line, format!("{k} {why}")));
                 }
             };
+            if let (Some((k, _, line)), None) = (get("bucket_level_bytes"), get("bucket_bytes")) {
+                let why = "needs a bucket: bucket_bytes and peak_bytes_per_s";
+                return Err(bad(*line, format!("{k} {why}")));
+            }
             (Box::new(net), FULL_BISECTION_KEYS)
         }
         "two_level" => {
