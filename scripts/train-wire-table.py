@@ -10,7 +10,8 @@ is simulated again with the bucket at the level the row's own local phases
 refill (`bucket_level_bytes`: tokens come at the link's rate while the
 rank computes, up to the bucket's size; a step's calls drain them): the
 steady state of a training loop, where a simulation from a full bucket
-would be a step after a pause. DENSITY (0.01) is the runs' density.
+would be a step after a pause. DENSITY (default 0.01) must be the runs'
+density.
 
 Measured: `sparse-bench train --transport mpi` (medians over the run's
 steps; one seed). Predicted: the same run's measured local phases (forward
@@ -38,6 +39,8 @@ def rows(path):
 def network(path):
     """The key = value lines of a network file."""
     kv = {}
+    if not os.path.exists(path):
+        return kv
     with open(path) as f:
         for line in f:
             line = line.split("#")[0].strip()
@@ -50,38 +53,52 @@ def network(path):
 LEVELS = {}
 
 
+def link_of(p):
+    """The calibrated link at P: calibrated_P.net where train-wire.sh
+    calibrated the latency on P ranks (LATENCY=shift), else calibrated.net."""
+    at_p = os.path.join(out, f"calibrated_{p}.net")
+    return at_p if os.path.exists(at_p) else os.path.join(out, "calibrated.net")
+
+
+def has_bucket():
+    """Whether the calibrated link models the shaper's bucket."""
+    return "bucket_bytes" in network(os.path.join(out, "calibrated.net"))
+
+
 def levelled():
     """Whether rows are simulated at their levels: the calibrated link has
     a bucket and STEP_BIN is given."""
-    kv = network(os.path.join(out, "calibrated.net"))
-    return "bucket_bytes" in kv and bool(os.environ.get("STEP_BIN"))
+    return has_bucket() and bool(os.environ.get("STEP_BIN"))
 
 
 def at_level(model, p, local_ms):
     """The simulated rows of `step` for (model, P) over the calibrated link
     whose bucket starts with what `local_ms` of idle link refills, or None
     where the link has no bucket or no STEP_BIN is given."""
-    net_file = os.path.join(out, "calibrated.net")
+    net_file = link_of(p)
     kv = network(net_file)
     if not levelled():
         return None
     depth, rate = float(kv["bucket_bytes"]), float(kv["bytes_per_s"])
     # To 100 bytes: rows whose levels differ by less share a simulation.
-    level = round(min(depth, rate * local_ms * 1e-3), -2)
+    level = min(depth, round(rate * local_ms * 1e-3, -2))
     key = (model, p, level)
     if key not in LEVELS:
         os.makedirs(os.path.join(out, "levels"), exist_ok=True)
-        path = os.path.join(out, "levels", f"{int(level)}.net")
+        path = os.path.join(out, "levels", f"{p}_{int(level)}.net")
         with open(net_file) as f:
-            text = f.read()
+            # A level the file may already give is replaced.
+            text = "".join(l for l in f if not l.strip().startswith("bucket_level_bytes"))
         with open(path, "w") as f:
             f.write(text.rstrip("\n") + f"\nbucket_level_bytes = {level:.0f}\n")
         res = subprocess.run(
             [os.environ["STEP_BIN"], "step", "--model", f"fashion_{model}", "--ranks", p,
              "--network", path, "--density", os.environ.get("DENSITY", "0.01"),
              "--bucket-mib", bucket, "--dense", "mpich", "--json"],
-            capture_output=True, text=True, check=True,
+            capture_output=True, text=True,
         )
+        if res.returncode != 0:
+            sys.exit(f"train-wire-table: step over {path} failed: {res.stderr.strip()}")
         LEVELS[key] = {
             (r["scheme"], r["mode"]): r
             for r in map(json.loads, res.stdout.splitlines())
@@ -112,7 +129,10 @@ def main():
         print(
             "predicted over the calibrated link "
             + ("with the shaper's bucket at the level each row's local phases refill\n"
-               if levelled() else "(no bucket in the model)\n")
+               if levelled()
+               else "with the shaper's bucket, full at each call (STEP_BIN unset)\n"
+               if has_bucket()
+               else "(no bucket in the model)\n")
         )
         print("| scheme | mode | step ms | predicted ms | error | comm ms (measured / simulated) | x dense (bucketed) |")
         print("|---|---|---|---|---|---|---|")

@@ -26,6 +26,10 @@
 #   QUEUE       the port queues' order (netns-cluster.sh --queue) [acks-first]
 #   MODEL_BUCKET  the shaper's bucket in the model (scripts/wire-calibrate.sh):
 #               veth, fit or none (a plain alpha-beta link) [veth]
+#   LATENCY     the model's latency at each P: shift (calibrate --latency
+#               shift on the job's P ranks: a round among all of them, the
+#               cores' sharing included; calibrated_P.net) or ping-pong (the
+#               P = 2 calibration's at every P) [shift]
 #   BIN         a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT seconds per train job [600]
 # netns-cluster.sh makes the ranks sleep between polls where they
@@ -42,6 +46,8 @@ bucket=${BUCKET_MIB:-25}
 nice=${NICE--20}
 queue=${QUEUE:-acks-first}
 export MODEL_BUCKET=${MODEL_BUCKET:-veth}
+latency=${LATENCY:-shift}
+case $latency in shift|ping-pong) ;; *) echo "train-wire: LATENCY=$latency: give shift or ping-pong" >&2; exit 2 ;; esac
 out=${1:-target/train-wire-$rate}
 mkdir -p "$out"
 [ -d /usr/share/datasets/fashion-mnist ] || {
@@ -72,6 +78,22 @@ train_job() { # FILE P ARGS...
 
 echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
 bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"}
+# The link at each P: the P = 2 calibration's, or with LATENCY=shift a
+# calibration on the job's P ranks whose latency is the empty shift among
+# all of them (the bucket's lines copied): calibrated_P.net, which
+# train-wire-table.py takes where it exists.
+net_of() { # P
+    if [ "$latency" = shift ]; then echo "$out/calibrated_$1.net"; else echo "$out/calibrated.net"; fi
+}
+for p in $ps; do
+    [ "$latency" = shift ] || continue
+    wire_job "$out/calibrate_$p.txt" '^fit: alpha' -- "${cluster[@]}" --ranks "$p" --timeout "${JOB_TIMEOUT:-600}" -- \
+        "$BIN" calibrate --max-mib 16 --fit large --latency shift --out "$(net_of "$p")"
+    grep -q "world size $p:" "$out/calibrate_$p.txt" && grep -q '^fit: alpha' "$out/calibrate_$p.txt" \
+        || { echo "train-wire: the calibration on $p ranks failed (exit $wire_rc)" >&2; exit 1; }
+    grep -E '^(# tbf|bucket_bytes|peak_bytes_per_s)' "$out/calibrated.net" >> "$(net_of "$p")" || true
+    echo "link at P = $p: $(grep -v '^#' "$(net_of "$p")" | tr '\n' ' ')" | tee -a "$out/load.txt"
+done
 for model in $models; do
     for p in $ps; do
         for mode in layer fused pipelined; do
@@ -86,7 +108,7 @@ for model in $models; do
         # The simulated communication of the same step over the same link.
         # MPICH's allreduce for the dense layers, as train --transport mpi
         # runs them (not the ring where P is not a power of two).
-        "$BIN" step --model "fashion_$model" --ranks "$p" --network "$out/calibrated.net" \
+        "$BIN" step --model "fashion_$model" --ranks "$p" --network "$(net_of "$p")" \
             --density "$density" --bucket-mib "$bucket" --dense mpich --json > "$out/step_${model}_${p}.json"
     done
 done

@@ -43,7 +43,7 @@ pub enum Latency {
     /// ([`Sample::shift`]): every rank sends and receives at once, as in a
     /// round of a collective, so the latency includes what the ranks'
     /// sharing of the cores adds (a rank asleep between polls, or waiting
-    /// for a core, answers late). The same as the exchange's at `P = 2`.
+    /// for a core, answers late).
     Shift,
 }
 
@@ -74,9 +74,15 @@ pub struct Sample {
     pub exchange: f64,
     /// Median time of a shift among all the ranks, seconds: every rank
     /// sends to the next (`r + 1 mod P`) and receives from the previous at
-    /// once, rank 0's time (at `P = 2` an exchange again).
+    /// once. Rank 0's time of [`SHIFTS`] shifts back to back (one from 64
+    /// KiB on) divided by their number, each shift waiting on the one
+    /// before through the ring, after an empty shift.
     pub shift: f64,
 }
+
+/// The shifts timed back to back in a rep of [`Sample::shift`] below 64
+/// KiB (one from 64 KiB on): a round's time, not one message's arrival.
+pub const SHIFTS: usize = 8;
 
 /// The calibration of one run.
 #[derive(Debug, Clone)]
@@ -85,6 +91,8 @@ pub struct Calibration {
     pub samples: Vec<Sample>,
     /// The fitted link.
     pub link: AlphaBeta,
+    /// Where its latency came from.
+    pub latency: Latency,
 }
 
 /// The message sizes measured: 0, then powers of 4 from 1 KiB up to
@@ -218,13 +226,21 @@ pub fn calibrate(samples: Vec<Sample>, how: Fit, latency: Latency) -> Result<Cal
         }
         link = AlphaBeta::new(empty.shift, 1.0 / link.beta())?;
     }
-    Ok(Calibration { samples, link })
+    Ok(Calibration {
+        samples,
+        link,
+        latency,
+    })
 }
 
 /// The network file of a calibration, its measurements in the comments.
 pub fn network_file(c: &Calibration, ranks: usize) -> String {
     let mut comment = format!(
-        "sparse-bench calibrate under mpiexec -n {ranks}: ping-pong and exchange between ranks 0 and 1, shift among all {ranks}\nbytes  ping_pong_us  exchange_us  shift_us  model_us\n"
+        "sparse-bench calibrate under mpiexec -n {ranks}: ping-pong and exchange between ranks 0 and 1, shift among all {ranks}\nlatency: {}\nbytes  ping_pong_us  exchange_us  shift_us  model_us\n",
+        match c.latency {
+            Latency::PingPong => "the ping-pong's fit",
+            Latency::Shift => "the empty shift's (--latency shift)",
+        }
     );
     for s in &c.samples {
         comment += &format!(
@@ -275,7 +291,7 @@ pub const HEADER: &[&str] = &[
 /// Measures on `t`: for each size, ping-pongs and exchanges between ranks
 /// 0 and 1 (the others wait), each rep started together (a zero-byte
 /// exchange first), the medians over reps; then shifts among all the
-/// ranks ([`Sample::shift`]), each started by an empty shift. Returns the
+/// ranks ([`Sample::shift`]), each rep started by an empty shift. Returns the
 /// samples on rank 0.
 ///
 /// # Errors
@@ -338,11 +354,14 @@ pub fn measure<T: sparse_coll::Transport + ?Sized>(
         let buf = vec![0u8; bytes];
         let mut shifts = Vec::new();
         let start = Instant::now();
+        let k = if bytes < 64 << 10 { SHIFTS } else { 1 };
         while go_on(t, shifts.len(), start, &peers)? {
             t.exchange(next, &[], prev)?;
             let clock = Instant::now();
-            t.exchange(next, &buf, prev)?;
-            shifts.push(clock.elapsed().as_secs_f64());
+            for _ in 0..k {
+                t.exchange(next, &buf, prev)?;
+            }
+            shifts.push(clock.elapsed().as_secs_f64() / k as f64);
         }
         if let Some(s) = samples.get_mut(i) {
             s.shift = med(&mut shifts);
@@ -439,6 +458,7 @@ mod tests {
                 shift: 5e-6,
             }],
             link,
+            latency: Latency::PingPong,
         };
         let net = sparse_coll::sim::parse_network(&network_file(&c, 2)).unwrap();
         let route = net.route(0, 1);
@@ -512,7 +532,8 @@ mod tests {
 
     /// `measure` on 3 ranks of threads: rank 0 alone returns samples, one
     /// per size, every time positive; the others return none (and none
-    /// waits for ever: the shift runs on all three).
+    /// waits for ever); rank 2, idle in the pairwise phase, takes part in
+    /// every shift.
     #[test]
     fn measure_runs_on_three_ranks() {
         let a = CalibrateArgs {
@@ -523,12 +544,20 @@ mod tests {
             latency: Latency::Shift,
         };
         let got: Vec<_> = sparse_coll::ThreadCluster::new(3)
-            .run(|t| measure(t, &a))
+            .run(|t| Ok((measure(t, &a)?, sparse_coll::Transport::traffic(t))))
             .into_iter()
             .map(|r| r.unwrap())
             .collect();
-        assert!(got[1].is_none() && got[2].is_none());
-        let s = got[0].as_ref().unwrap();
+        assert!(got[1].0.is_none() && got[2].0.is_none());
+        // Rank 2 sends in the shifts only: per rep an empty shift and
+        // SHIFTS timed ones, at least 5 reps.
+        let sent = got[2].1.msgs_sent;
+        let per_rep = 1 + SHIFTS as u64;
+        assert!(
+            sent >= 5 * per_rep && sent % per_rep == 0,
+            "rank 2 sent {sent}"
+        );
+        let s = got[0].0.as_ref().unwrap();
         assert_eq!(s.iter().map(|s| s.bytes).collect::<Vec<_>>(), vec![0]);
         assert!(
             s.iter()
