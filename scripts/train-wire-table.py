@@ -20,6 +20,7 @@ simulates over the calibrated link (`comm_ms` of its per layer and fused
 rows; the pipelined runs overlap one bucket's collective with the next
 bucket's selection only, as burn has no gradient hook, so they are
 predicted by the fused communication)."""
+import functools
 import glob
 import json
 import os
@@ -36,8 +37,9 @@ def rows(path):
         return [json.loads(l) for l in f if l.startswith("{")]
 
 
+@functools.lru_cache(maxsize=None)
 def network(path):
-    """The key = value lines of a network file."""
+    """The key = value lines of a network file (read once)."""
     kv = {}
     if not os.path.exists(path):
         return kv
@@ -60,25 +62,25 @@ def link_of(p):
     return at_p if os.path.exists(at_p) else os.path.join(out, "calibrated.net")
 
 
-def has_bucket():
-    """Whether the calibrated link models the shaper's bucket."""
-    return "bucket_bytes" in network(os.path.join(out, "calibrated.net"))
+def has_bucket(p):
+    """Whether the link at P models the shaper's bucket."""
+    return "bucket_bytes" in network(link_of(p))
 
 
-def levelled():
-    """Whether rows are simulated at their levels: the calibrated link has
-    a bucket and STEP_BIN is given."""
-    return has_bucket() and bool(os.environ.get("STEP_BIN"))
+def levelled(p):
+    """Whether the rows at P are simulated at their levels: the link at P
+    has a bucket and STEP_BIN is given."""
+    return has_bucket(p) and bool(os.environ.get("STEP_BIN"))
 
 
 def at_level(model, p, local_ms):
     """The simulated rows of `step` for (model, P) over the calibrated link
     whose bucket starts with what `local_ms` of idle link refills, or None
     where the link has no bucket or no STEP_BIN is given."""
+    if not levelled(p):
+        return None
     net_file = link_of(p)
     kv = network(net_file)
-    if not levelled():
-        return None
     depth, rate = float(kv["bucket_bytes"]), float(kv["bytes_per_s"])
     # To 100 bytes: rows whose levels differ by less share a simulation.
     level = min(depth, round(rate * local_ms * 1e-3, -2))
@@ -129,9 +131,9 @@ def main():
         print(
             "predicted over the calibrated link "
             + ("with the shaper's bucket at the level each row's local phases refill\n"
-               if levelled()
+               if levelled(p)
                else "with the shaper's bucket, full at each call (STEP_BIN unset)\n"
-               if has_bucket()
+               if has_bucket(p)
                else "(no bucket in the model)\n")
         )
         print("| scheme | mode | step ms | predicted ms | error | comm ms (measured / simulated) | x dense (bucketed) |")

@@ -326,10 +326,11 @@ pub fn measure<T: sparse_coll::Transport + ?Sized>(
             Ok(t.recv(0)?.first() == Some(&1))
         }
     };
+    let sizes = sizes(a.max_mib);
     let mut samples = Vec::new();
     if r < 2 {
         let peer = 1 - r;
-        for bytes in sizes(a.max_mib) {
+        for &bytes in &sizes {
             let buf = vec![0u8; bytes];
             let mut ping = Vec::new();
             let mut both = Vec::new();
@@ -350,7 +351,7 @@ pub fn measure<T: sparse_coll::Transport + ?Sized>(
     }
     let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
     let peers: Vec<usize> = (1..p).collect();
-    for (i, bytes) in sizes(a.max_mib).into_iter().enumerate() {
+    for (i, &bytes) in sizes.iter().enumerate() {
         let buf = vec![0u8; bytes];
         let mut shifts = Vec::new();
         let start = Instant::now();

@@ -57,7 +57,7 @@ impl Tank {
         Self {
             depth,
             peak: (bucket.peak_bytes_per_s() * beta).max(1.0),
-            tokens: (bucket.level_bytes() * beta).min(depth),
+            tokens: bucket.level_bytes() * beta,
             at: 0.0,
             usage: 0.0,
             generation: 0,
@@ -181,8 +181,8 @@ impl Flows {
             .is_some_and(|f| f.generation == generation)
     }
 
-    /// The index of `link`, registered (with its bucket at its starting level) the first
-    /// time it is seen.
+    /// The index of `link`, registered (with its bucket at its starting
+    /// level) the first time it is seen.
     fn link(&mut self, link: Link, tank: Option<Tank>) -> usize {
         let n = self.on_link.len();
         let i = *self.index.entry(link).or_insert(n);
