@@ -11,7 +11,9 @@
 //!   universal) family, seeded.
 //! - [`H0`]: Zen's partition function `h0`, shared by all ranks.
 //! - [`HierarchicalHash`]: `h0` plus the `k` rehash functions of Zen Alg. 1.
-//! - [`fnv1a`]: the host's digest of bytes (64-bit, so not for kernels).
+//! - [`fnv1a`]: the host's digest of bytes (64-bit, so not for kernels);
+//!   [`digest_words`] the same kind of digest of 64-bit words, for large
+//!   arrays (a step's results).
 
 /// A bijective 32-bit finalizer with strong avalanche ("lowbias32", C.
 /// Wellons' hash prospector).
@@ -32,6 +34,36 @@ pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
     bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     })
+}
+
+/// A digest of 64-bit words (host only, not seeded): four FNV-1a-style
+/// lanes, word `i` folded into lane `i mod 4` as `lane = (lane ^ word) *
+/// FNV prime`, the lanes and the word count then digested by [`fnv1a`].
+/// One multiply per 8 bytes in four independent chains, where [`fnv1a`]
+/// makes one per byte in one: the trainer's commit round digests each
+/// step's results with it (a dense layer's whole sum), and a byte-wise
+/// digest of 800 KB took about 1 ms a step on a 2-core x86 host.
+///
+/// Any one word changed changes the digest's lane before the fold (`x ->
+/// (x ^ w) * prime` is a bijection for each `w`, the prime odd); like
+/// [`fnv1a`] it is not collision resistant against an adversary, only a
+/// check that ranks hold the same values.
+pub fn digest_words(words: impl IntoIterator<Item = u64>) -> u64 {
+    const PRIME: u64 = 0x100_0000_01b3;
+    let basis = 0xcbf2_9ce4_8422_2325u64;
+    let mut lanes = [basis, basis ^ 1, basis ^ 2, basis ^ 3];
+    let mut n = 0u64;
+    let mut words = words.into_iter();
+    'words: loop {
+        for lane in &mut lanes {
+            let Some(w) = words.next() else {
+                break 'words;
+            };
+            *lane = (*lane ^ w).wrapping_mul(PRIME);
+            n += 1;
+        }
+    }
+    fnv1a(lanes.iter().chain([&n]).flat_map(|x| x.to_le_bytes()))
 }
 
 /// SplitMix64: a small sequential generator used to expand seeds (host only).
@@ -487,6 +519,46 @@ impl HashProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `digest_words` against the definition written out by index, and
+    /// every one-bit change of any word of an array (and its length)
+    /// changing it.
+    #[test]
+    fn digest_words_follows_its_definition_and_sees_every_bit() {
+        let reference = |w: &[u64]| {
+            let mut lanes = [0u64; 4];
+            for (l, lane) in lanes.iter_mut().enumerate() {
+                *lane = 0xcbf2_9ce4_8422_2325 ^ l as u64;
+            }
+            for (i, &x) in w.iter().enumerate() {
+                lanes[i % 4] = (lanes[i % 4] ^ x).wrapping_mul(0x100_0000_01b3);
+            }
+            let mut bytes = Vec::new();
+            for x in lanes.iter().chain([&(w.len() as u64)]) {
+                bytes.extend(x.to_le_bytes());
+            }
+            fnv1a(bytes)
+        };
+        let mut g = SplitMix64(7);
+        let w: Vec<u64> = (0..37).map(|_| g.next_u64()).collect();
+        for n in 0..=w.len() {
+            assert_eq!(
+                digest_words(w[..n].iter().copied()),
+                reference(&w[..n]),
+                "{n}"
+            );
+        }
+        let d = digest_words(w.iter().copied());
+        for i in 0..w.len() {
+            for bit in 0..64 {
+                let mut v = w.clone();
+                v[i] ^= 1 << bit;
+                assert_ne!(digest_words(v), d, "word {i} bit {bit}");
+            }
+        }
+        assert_ne!(digest_words([0u64]), digest_words([0u64, 0]));
+        assert_ne!(digest_words([]), digest_words([0u64]));
+    }
 
     /// The published FNV-1a 64-bit test vectors.
     #[test]

@@ -22,6 +22,12 @@ pub struct StepReport {
     pub communicate: Duration,
     /// Time spent applying the updates.
     pub apply: Duration,
+    /// Time spent in the step's agreement rounds: the entry round, the
+    /// round after selection (not in a pipelined step) and the commit
+    /// round, each a small allgather among all ranks that also waits for
+    /// the slowest rank to arrive: what the all-or-nothing step costs
+    /// over the collectives.
+    pub agree: Duration,
 }
 
 /// One layer's part of a step ([`StepReport::layers`]).

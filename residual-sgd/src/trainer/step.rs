@@ -108,10 +108,14 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             Ok(g) => (g, Ok(())),
             Err(e) => (Vec::new(), Err(e)),
         };
+        let clock = Instant::now();
         self.enter(t, local)?;
         let start = t.traffic();
         let p = t.size() as f32;
-        let mut rep = StepReport::default();
+        let mut rep = StepReport {
+            agree: clock.elapsed(),
+            ..StepReport::default()
+        };
         let mut ready = Vec::with_capacity(grads.len());
         let prepared = grads
             .into_iter()
@@ -121,7 +125,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 Ok(())
             })
             .and_then(|()| self.cut_to_budgets(&mut ready));
-        if let Err(e) = agree_or_fail(t, &[("step", 1)], prepared) {
+        let clock = Instant::now();
+        let agreed = agree_or_fail(t, &[("step", 1)], prepared);
+        rep.agree += clock.elapsed();
+        if let Err(e) = agreed {
             return Err(self.put_back(e));
         }
         // From here a failure on one rank only (a memory's or the backend's
@@ -248,7 +255,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             .map_err(Clone::clone)
             .and_then(|r| self.check_received(r));
         let digest = *checked.as_ref().unwrap_or(&0);
-        agree_or_fail(t, &[("results", digest)], checked.map(drop))?;
+        let clock = Instant::now();
+        let agreed = agree_or_fail(t, &[("results", digest)], checked.map(drop));
+        rep.agree += clock.elapsed();
+        agreed?;
         let received = received?;
         sparse_coll::guard(t, |_| self.apply(received, p, rep))?;
         Ok(digest)
@@ -408,17 +418,13 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                         }
                         check_finite(v.values())?;
                     }
-                    words.push(sparse_core::hash::fnv1a(
+                    // An entry a word: its index and its value's bits.
+                    words.push(sparse_core::hash::digest_words(
                         red.result
                             .indices()
                             .iter()
-                            .flat_map(|i| i.to_le_bytes())
-                            .chain(
-                                red.result
-                                    .values()
-                                    .iter()
-                                    .flat_map(|x| x.to_bits().to_le_bytes()),
-                            ),
+                            .zip(red.result.values())
+                            .map(|(&i, x)| u64::from(i) << 32 | u64::from(x.to_bits())),
                     ));
                 }
                 Received::Dense(sum) => {
@@ -430,9 +436,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                         });
                     }
                     check_finite(sum)?;
-                    words.push(sparse_core::hash::fnv1a(
-                        sum.iter().flat_map(|x| x.to_bits().to_le_bytes()),
-                    ));
+                    // Two values a word (the last alone where odd).
+                    words.push(sparse_core::hash::digest_words(sum.chunks(2).map(|c| {
+                        c.iter().fold(0u64, |w, x| w << 32 | u64::from(x.to_bits()))
+                    })));
                 }
             }
         }

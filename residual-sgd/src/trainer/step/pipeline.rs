@@ -247,10 +247,14 @@ where
     where
         F: for<'f> FnOnce(&mut Feed<'f, B, S>) -> Result<()> + Send,
     {
+        let clock = Instant::now();
         self.enter(t, Ok(()))?;
         let start = t.traffic();
         let p = t.size() as f32;
-        let mut rep = StepReport::default();
+        let mut rep = StepReport {
+            agree: clock.elapsed(),
+            ..StepReport::default()
+        };
         let outcome = self.pipelined(t, produce, p, &mut rep);
         self.settle(outcome)?;
         rep.traffic = t.traffic().since(&start);

@@ -1,0 +1,82 @@
+//! `StepReport::agree`: the time a step spends in its agreement rounds,
+//! apart from its collectives. A rank that arrives late holds the others
+//! in the entry round: that wait is theirs in `agree`, not in
+//! `communicate`, in `Trainer::step` and in the pipelined `step_with`
+//! alike. (Lower bounds from a sleep only: the late rank cannot enter
+//! before it wakes; nothing here is a speed target.)
+
+use backend_cpu::Cpu;
+use residual_sgd::{Config, LayerSpec, Rule, StepReport, Trainer};
+use sparse_coll::{Registry, ThreadCluster, Transport};
+use sparse_core::Result;
+use sparse_select::RadixTopK;
+use std::time::Duration;
+
+const SIZES: [usize; 3] = [400, 30, 200];
+const LATE: Duration = Duration::from_millis(80);
+
+fn trainer() -> Result<Trainer<Cpu, RadixTopK>> {
+    let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
+    Trainer::from_registry(
+        Cpu,
+        Config::new(0.05, 0.1, Rule::TopK)?.compress_threshold(0),
+        LayerSpec::matrices(&SIZES),
+        &w0,
+        RadixTopK::magnitude(),
+        &Registry::builtin(),
+        "topk_a",
+    )
+}
+
+fn grads(rank: usize) -> Vec<Vec<f32>> {
+    SIZES
+        .iter()
+        .map(|&n| (0..n).map(|i| ((i * 7 + rank) % 13) as f32 - 6.0).collect())
+        .collect()
+}
+
+/// Each rank's report of one step where rank 1 sleeps `LATE` first.
+fn late_step(pipelined: bool) -> Vec<StepReport> {
+    ThreadCluster::new(2)
+        .run(|t| {
+            let mut tr = trainer()?;
+            let g = grads(t.rank());
+            if t.rank() == 1 {
+                std::thread::sleep(LATE);
+            }
+            if pipelined {
+                tr.step_with(t, |feed| {
+                    (0..g.len())
+                        .rev()
+                        .try_for_each(|l| feed.push_host(l, &g[l]))
+                })
+            } else {
+                tr.step(t, &g)
+            }
+        })
+        .into_iter()
+        .collect::<Result<_>>()
+        .unwrap()
+}
+
+#[test]
+fn a_late_rank_is_waited_for_in_the_agreement_rounds() {
+    for pipelined in [false, true] {
+        let reps = late_step(pipelined);
+        let early = &reps[0];
+        assert!(
+            early.agree >= LATE.mul_f64(0.9),
+            "pipelined {pipelined}: rank 0 waited {:?} in agreement, the late rank slept {LATE:?}",
+            early.agree
+        );
+        // Rank 0 left the entry round when rank 1 entered it: the wait is
+        // not the collectives'.
+        assert!(
+            early.communicate < early.agree,
+            "pipelined {pipelined}: {early:?}"
+        );
+        for r in &reps {
+            assert!(r.agree > Duration::ZERO, "pipelined {pipelined}: {r:?}");
+        }
+    }
+}
