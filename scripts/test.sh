@@ -130,12 +130,18 @@ import json, os, sys
 rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
 assert len(rows) == 2 + 5, len(rows)
 need = ["bench", "scheme", "collective", "density", "ranks", "epochs", "final_test_acc", "dense_test_acc",
-        "bytes_per_step", "dense_bytes_per_step", "select_ms", "comm_ms", "apply_ms", "step_ms", "dense_step_ms",
-        "start"]
+        "bytes_per_step", "dense_bytes_per_step", "select_ms", "comm_ms", "apply_ms", "agree_ms", "step_ms",
+        "dense_step_ms", "straggler_local_ms", "ranks_cpu_ms", "start"]
 for r in rows:
     missing = [f for f in need if f not in r]
     assert not missing, (r.get("scheme"), missing)
     assert r["ranks"] == 3 and r["identical_weights"] and r["start"] == "fresh", r
+    # The whole step holds each of its phases at every step (so at the
+    # medians); the agreement rounds are their own.
+    for f in ["grad_ms", "select_ms", "comm_ms", "apply_ms", "agree_ms"]:
+        assert 0 <= r[f] <= r["step_ms"], (r["scheme"], f, r[f], r["step_ms"])
+    assert r["agree_ms"] > 0 and r["straggler_local_ms"] > 0, r
+    assert r["ranks_cpu_ms"] is None, "the thread transport's ranks share one process's clock"
 for f in ["train.csv", "accuracy_vs_epoch.svg", "accuracy_vs_bytes.svg"]:
     assert os.path.getsize(os.path.join(sys.argv[2], f)) > 0, f
 print(f"train: {len(rows)} rows with every field; train.csv and two plots written")

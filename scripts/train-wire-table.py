@@ -14,12 +14,15 @@ would be a step after a pause. DENSITY (default 0.01) must be the runs'
 density.
 
 Measured: `sparse-bench train --transport mpi` (medians over the run's
-steps; one seed). Predicted: the same run's measured local phases (forward
-and backward, selection, update) plus the communication `sparse-bench step`
-simulates over the calibrated link (`comm_ms` of its per layer and fused
-rows; the pipelined runs overlap one bucket's collective with the next
-bucket's selection only, as burn has no gradient hook, so they are
-predicted by the fused communication)."""
+steps of the whole step, agreement rounds included; one seed). Predicted:
+the same run's measured local phases (the straggler's, `straggler_local_ms`,
+where train reports it: forward and backward, selection, update and the
+checks) plus the communication `sparse-bench step` simulates over the
+calibrated link (`comm_ms` of its per layer and fused rows: the calls and
+Trainer::step's three agreement rounds; the pipelined runs overlap one
+bucket's collective with the next bucket's selection only, as burn has no
+gradient hook, so they are predicted by the fused communication with
+step_with's two rounds)."""
 import functools
 import glob
 import json
@@ -136,8 +139,9 @@ def main():
                if has_bucket(p)
                else "(no bucket in the model)\n")
         )
-        print("| scheme | mode | step ms | predicted ms | error | comm ms (measured / simulated) | x dense (bucketed) |")
-        print("|---|---|---|---|---|---|---|")
+        print("| scheme | mode | step ms | predicted ms | error | comm ms (measured / simulated) "
+              "| agree ms (measured / simulated) | x dense (bucketed) |")
+        print("|---|---|---|---|---|---|---|---|")
         dense_fused = min(
             (measured[(s, "fused")]["step_ms"] for s in schemes if s.startswith("dense") and (s, "fused") in measured),
             default=None,
@@ -150,10 +154,20 @@ def main():
                 if m is None:
                     continue
                 steps[mode] = m["step_ms"]
-                local = m["grad_ms"] + m["select_ms"] + m["apply_ms"]
+                # The straggler's local phases where train reports them:
+                # a synchronous step waits for the slowest rank each step.
+                local = m.get("straggler_local_ms",
+                              m["grad_ms"] + m["select_ms"] + m["apply_ms"])
                 at = at_level(model, p, local)
                 srow = (at if at is not None else sim).get((s, sim_mode))
-                pred = local + srow["comm_ms"] if srow else None
+                # step's comm includes Trainer::step's three agreement
+                # rounds; a pipelined step (step_with) makes two.
+                comm = srow["comm_ms"] if srow else None
+                if srow and mode == "pipelined":
+                    comm -= srow.get("agree_ms", 0.0) / 3
+                pred = local + comm if srow else None
+                rounds = 2 if mode == "pipelined" else 3
+                sim_agree = srow.get("agree_ms", 0.0) * rounds / 3 if srow else 0.0
                 err = (pred - m["step_ms"]) / m["step_ms"] if pred else None
                 if err is not None:
                     errors.append(err)
@@ -164,7 +178,11 @@ def main():
                     f"| `{s}` | {mode} | {m['step_ms']:.3f} | "
                     + (f"{pred:.3f} | {err * 100:+.0f}% | " if pred else "- | - | ")
                     + f"{m['comm_ms']:.3f} / "
-                    + (f"{srow['comm_ms']:.3f}" if srow else "-")
+                    + (f"{comm - sim_agree:.3f}" if srow else "-")
+                    + " | "
+                    + (f"{m['agree_ms']:.3f}" if "agree_ms" in m else "-")
+                    + " / "
+                    + (f"{sim_agree:.3f}" if srow else "-")
                     + f" | {ratio:.2f} |"
                 )
             if not s.startswith("dense") and "layer" in steps and "fused" in steps:

@@ -104,7 +104,10 @@ mod output;
 pub mod timeline;
 pub use bucket::{BucketRow, CostModel, Mode};
 use comm::comm_of;
-pub use comm::{Call, CommCache, CommTime, DenseAlgo, SimSettings, comm_time};
+pub use comm::{
+    AGREE_ROUNDS, AGREE_ROUNDS_PIPELINED, Call, CommCache, CommTime, DenseAlgo, SimSettings,
+    comm_time,
+};
 pub use device::{
     APPLY_BYTES_PER_ENTRY, DEVICES, Device, MEASURED_TOPK, compensation_passes,
     dense_update_passes, device, device_note, device_phases, reduced_entries, topk_passes,
@@ -324,6 +327,10 @@ pub struct StepRow {
     pub comm_sparse_ms: f64,
     /// The dense layers' fused ring allreduce, ms, simulated.
     pub comm_dense_ms: f64,
+    /// The trainer's three agreement rounds a step (`Trainer::step`: the
+    /// entry round, the round after selection, the commit round), ms,
+    /// simulated ([`Call::Agree`]).
+    pub agree_ms: f64,
     /// `compute + select + update + comm`, ms, every phase on the device.
     pub step_ms: f64,
     /// `max(compute, comm) + select + update`, ms, on the device.
@@ -347,9 +354,9 @@ pub struct StepRow {
 }
 
 impl StepRow {
-    /// All communication, ms.
+    /// All communication, ms: the collectives and the agreement rounds.
     pub fn comm_ms(&self) -> f64 {
-        self.comm_sparse_ms + self.comm_dense_ms
+        self.comm_sparse_ms + self.comm_dense_ms + self.agree_ms
     }
 }
 
@@ -609,10 +616,11 @@ fn rows_at(
     let ranks = comm.settings().ranks;
     let mut time = |call: Call, n: usize| comm.time(call, n);
     let mut ranks_rows: Vec<StepRow> = Vec::new();
+    let agree = AGREE_ROUNDS as f64 * time(Call::Agree, 1)?.seconds * 1e3;
     for (p, &(cpu_select_ms, cpu_update_ms)) in plans.iter().zip(local) {
         let (sparse, dense, scaled, max_scale) = comm_of(p, &mut time)?;
         let (select_ms, update_ms) = device_phases(p, device, ranks, a.overlap);
-        let comm = sparse + dense;
+        let comm = sparse + dense + agree;
         let baseline = p.run.dense().name();
         let step_ms = compute + select_ms + update_ms + comm;
         let overlapped_ms = compute.max(comm) + select_ms + update_ms;
@@ -636,6 +644,7 @@ fn rows_at(
             cpu_update_ms,
             comm_sparse_ms: sparse,
             comm_dense_ms: dense,
+            agree_ms: agree,
             step_ms,
             overlapped_ms,
             cpu_step_ms,

@@ -88,6 +88,7 @@ fn a_three_layer_step_computed_by_hand() {
             },
         ],
         update_ms: 3.0,
+        agree_ms: 0.0,
     };
     let tl = timeline::overlapped(&costs).unwrap();
     let dev = |k| spans(&tl, Lane::Device, k);
@@ -121,6 +122,34 @@ fn a_three_layer_step_computed_by_hand() {
     );
     assert_eq!(spans(&tl, Lane::Device, Kind::Backward), [(10.0, 30.0)]);
     assert_eq!(tl.step_ms(), 40.0);
+    // With agreement rounds of 1 ms: the entry round after the forward
+    // pass (10-11) moves the rest 1 ms on: backward 11-26 and 28-33,
+    // selections 26-28 and 33-34, calls 28-36 and 36-40; the commit round
+    // 40-41, the update 41-44. Nothing overlapped: 48 + 3 rounds = 51.
+    let agreeing = StepCosts {
+        agree_ms: 1.0,
+        ..costs.clone()
+    };
+    let tl = timeline::overlapped(&agreeing).unwrap();
+    let dev = |k| spans(&tl, Lane::Device, k);
+    assert_eq!(dev(Kind::Backward), [(11.0, 26.0), (28.0, 33.0)]);
+    assert_eq!(dev(Kind::Select), [(26.0, 28.0), (33.0, 34.0)]);
+    assert_eq!(
+        spans(&tl, Lane::Network, Kind::Comm),
+        [(28.0, 36.0), (36.0, 40.0)]
+    );
+    assert_eq!(
+        spans(&tl, Lane::Network, Kind::Agree),
+        [(10.0, 11.0), (40.0, 41.0)]
+    );
+    assert_eq!(dev(Kind::Update), [(41.0, 44.0)]);
+    assert_eq!(tl.step_ms(), 44.0);
+    let seq = timeline::sequential(&agreeing).unwrap();
+    assert_eq!(
+        spans(&seq, Lane::Network, Kind::Agree),
+        [(30.0, 31.0), (34.0, 35.0), (47.0, 48.0)]
+    );
+    assert_eq!(seq.step_ms(), 51.0);
     let plan = step::plan(&Run::Dense { momentum: false }, &m).unwrap();
     let b = bucket::buckets(&plan, cap, cap);
     assert_eq!(
@@ -130,10 +159,12 @@ fn a_three_layer_step_computed_by_hand() {
     assert!(b.iter().all(|b| b.call == Call::Dense));
 }
 
-/// Random steps (1 to 40 layers, 1 to 12 buckets, costs from 0 to 10 ms):
+/// Random steps (1 to 40 layers, 1 to 12 buckets, costs and agreement
+/// rounds from 0 to 10 ms):
 /// the overlapped step is never longer than the same step with nothing
-/// overlapped, and never shorter than `forward + max(backward + select,
-/// comm) + update` (so never shorter than `max(compute, comm)`); the
+/// overlapped (`compute + select + comm + update + 3 agree`), and never
+/// shorter than `forward + max(backward + select, comm) + update + 2
+/// agree` (so never shorter than `max(compute, comm)`); the
 /// device and the network each do one thing at a time, and no call starts
 /// before its bucket's last layer and its selection are done.
 #[test]
@@ -148,6 +179,11 @@ fn the_overlapped_step_is_between_its_bounds() {
             backward_ms: (0..layers).map(|_| ms(&mut rng)).collect(),
             buckets: Vec::new(),
             update_ms: ms(&mut rng),
+            agree_ms: if rng.random_bool(0.5) {
+                ms(&mut rng)
+            } else {
+                0.0
+            },
         };
         for _ in 0..nb {
             let select_ms = if rng.random_bool(0.5) {
@@ -164,12 +200,14 @@ fn the_overlapped_step_is_between_its_bounds() {
         let over = timeline::overlapped(&c).unwrap();
         let seq = timeline::sequential(&c).unwrap();
         let backward: f64 = c.backward_ms.iter().sum();
-        let low = c.forward_ms + (backward + c.select_ms()).max(c.comm_ms()) + c.update_ms;
+        let rounds = |n: f64| n * c.agree_ms;
+        let low =
+            c.forward_ms + (backward + c.select_ms()).max(c.comm_ms()) + c.update_ms + rounds(2.0);
         let eps = 1e-9 * seq.step_ms();
         assert!(over.step_ms() <= seq.step_ms() + eps, "case {case}");
         assert!(over.step_ms() >= low - eps, "case {case}");
         assert!(over.step_ms() >= c.compute_ms().max(c.comm_ms()) - eps);
-        let want = c.compute_ms() + c.select_ms() + c.comm_ms() + c.update_ms;
+        let want = c.compute_ms() + c.select_ms() + c.comm_ms() + c.update_ms + rounds(3.0);
         assert!((seq.step_ms() - want).abs() <= eps, "case {case}");
         for lane in [Lane::Device, Lane::Network] {
             let mut p: Vec<_> = over.on(lane).collect();
@@ -179,10 +217,11 @@ fn the_overlapped_step_is_between_its_bounds() {
                 "case {case}"
             );
         }
-        for call in over.on(Lane::Network) {
+        for call in over.on(Lane::Network).filter(|p| p.kind == Kind::Comm) {
             let j = call.bucket.unwrap();
-            let layer_done =
-                c.forward_ms + c.backward_ms[c.buckets[j].last_layer..].iter().sum::<f64>();
+            let layer_done = c.forward_ms
+                + c.agree_ms
+                + c.backward_ms[c.buckets[j].last_layer..].iter().sum::<f64>();
             assert!(call.start >= layer_done - eps, "case {case}");
             if let Some(sel) = over
                 .phases
@@ -278,6 +317,35 @@ fn per_layer_and_one_bucket_are_todays_steps() {
     assert!(close(fused.step_ms, today.step_ms), "{today:?} {fused:?}");
 }
 
+/// The trainer's agreement rounds in every row, against the closed form
+/// of one: `sparse_coll::agree_or_fail` is a Bruck allgather of 16 bytes a
+/// rank (20 with its 4-byte length in the frame), `ceil(lg P)` rounds,
+/// round `k` sending `min(2^k, P - 2^k)` blocks, on 25gbe's full bisection
+/// `alpha + bytes beta` each; three rounds in
+/// the headline and the sequential modes (`Trainer::step`), two in
+/// `fused+overlap` (`Trainer::step_with`).
+#[test]
+fn every_step_has_the_trainers_agreement_rounds() {
+    let rep = run(&tiny(), 25.0);
+    let route = sparse_coll::sim::preset("25gbe").unwrap().route(0, 1);
+    for r in &rep.rows {
+        let p = r.ranks;
+        let one: f64 = (0..)
+            .map(|k| 1usize << k)
+            .take_while(|&d| d < p)
+            .map(|d| route.alpha + (20 * d.min(p - d)) as f64 * route.beta)
+            .sum::<f64>()
+            * 1e3;
+        assert!(close(r.agree_ms, 3.0 * one), "{r:?}: one round {one} ms");
+        for mode in Mode::ALL {
+            let b = row(&rep, p, &r.scheme, mode);
+            let rounds = if mode == Mode::Overlapped { 2.0 } else { 3.0 };
+            assert!(close(b.agree_ms, rounds * one), "{b:?}");
+            assert!(b.comm_ms >= b.agree_ms, "{b:?}");
+        }
+    }
+}
+
 /// Every bucketed row: overlapped no longer than fused, fused+overlap at
 /// least `max(compute, comm)`; the dense baseline's rows have speedup 1;
 /// the speedup over DDP is the baseline's fused+overlap step over the
@@ -329,7 +397,13 @@ fn the_timeline_has_one_rectangle_per_phase() {
     assert_eq!(drawn, phases);
     assert_eq!(
         boxes.keys().filter(|id| id.starts_with("legend-")).count(),
-        5
+        6
+    );
+    assert!(
+        rep.timelines
+            .iter()
+            .all(|t| t.phases.iter().filter(|p| p.kind == Kind::Agree).count() == 2),
+        "the entry and commit rounds of every fused+overlap step"
     );
     let max = rep
         .timelines

@@ -37,7 +37,7 @@
 //! passes, on the `--device`.
 
 use super::RunPlan;
-use super::comm::{Call, CommCache};
+use super::comm::{AGREE_ROUNDS, AGREE_ROUNDS_PIPELINED, Call, CommCache};
 use super::device::{
     APPLY_BYTES_PER_ENTRY, Device, compensation_passes, dense_update_passes, reduced_entries,
     topk_passes,
@@ -167,6 +167,7 @@ pub fn bucket_device_ms(plan: &RunPlan, b: &Bucket, m: &CostModel) -> (f64, f64)
     let density = plan.run.density();
     let (select, update) = match b.call {
         Call::Dense => (0.0, dense_update_passes(&plan.run) * bytes),
+        Call::Agree => (0.0, 0.0),
         Call::Sparse(_) => (
             (compensation_passes(&plan.run) + topk_passes(n, density)) * bytes,
             APPLY_BYTES_PER_ENTRY * reduced_entries(n, density, m.ranks, m.overlap),
@@ -216,6 +217,7 @@ pub fn costs(
         backward_ms,
         buckets: Vec::with_capacity(buckets.len()),
         update_ms: 0.0,
+        agree_ms: comm.time(Call::Agree, 1)?.seconds * 1e3,
     };
     for b in buckets {
         let (select_ms, update_ms) = bucket_device_ms(plan, b, m);
@@ -248,8 +250,12 @@ pub struct BucketRow {
     pub select_ms: f64,
     /// Update on the device, ms (modelled).
     pub update_ms: f64,
-    /// Every call, ms (simulated).
+    /// Every call and the trainer's agreement rounds, ms (simulated).
     pub comm_ms: f64,
+    /// The agreement rounds among them, ms (simulated): three in the
+    /// sequential modes (`Trainer::step`), two in `fused+overlap`
+    /// (`Trainer::step_with`).
+    pub agree_ms: f64,
     /// What the step spends beyond compute, select and update: the
     /// communication not hidden behind the backward pass, ms.
     pub exposed_comm_ms: f64,
@@ -281,6 +287,11 @@ pub fn step_of(
     };
     let step_ms = tl.step_ms();
     let local = c.compute_ms() + c.select_ms() + c.update_ms;
+    let rounds = match mode {
+        Mode::Overlapped => AGREE_ROUNDS_PIPELINED,
+        Mode::PerLayer | Mode::Fused => AGREE_ROUNDS,
+    };
+    let agree_ms = rounds as f64 * c.agree_ms;
     let row = BucketRow {
         ranks: m.ranks,
         scheme: plan.run.name(),
@@ -290,7 +301,8 @@ pub fn step_of(
         compute_ms: c.compute_ms(),
         select_ms: c.select_ms(),
         update_ms: c.update_ms,
-        comm_ms: c.comm_ms(),
+        comm_ms: c.comm_ms() + agree_ms,
+        agree_ms,
         exposed_comm_ms: (step_ms - local).max(0.0),
         step_ms,
         speedup: 1.0,

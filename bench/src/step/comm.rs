@@ -19,7 +19,22 @@ pub enum Call {
     /// The dense allreduce of the layers kept dense (and of the dense
     /// baseline): [`SimSettings::dense`]'s algorithm.
     Dense,
+    /// One of the trainer's agreement rounds
+    /// ([`sparse_coll::agree_or_fail`] with one field: a Bruck allgather
+    /// of 16 bytes a rank, each framed with its 4-byte length, `ceil(lg
+    /// P)` rounds); its dimension is not
+    /// read. `Trainer::step` makes [`AGREE_ROUNDS`] of them a step,
+    /// `Trainer::step_with` [`AGREE_ROUNDS_PIPELINED`].
+    Agree,
 }
+
+/// The agreement rounds of a `Trainer::step`: the entry round, the round
+/// after selection and the commit round.
+pub const AGREE_ROUNDS: usize = 3;
+
+/// The agreement rounds of a pipelined step (`Trainer::step_with`): the
+/// entry round and the commit round.
+pub const AGREE_ROUNDS_PIPELINED: usize = 2;
 
 /// The dense allreduce a simulated step assumes (`sparse-bench step
 /// --dense`).
@@ -194,6 +209,12 @@ impl<'a> CommCache<'a> {
 fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Result<(f64, f64)> {
     let cluster = SimCluster::new(s.ranks)?;
     let run = match call {
+        Call::Agree => cluster.run(|t| {
+            t.mark();
+            sparse_coll::agree_or_fail(t, &[("step", 1)], Ok(()))?;
+            t.mark();
+            Ok(())
+        })?,
         Call::Dense => {
             let x = vec![1.0f32; dim];
             cluster.run(|t| {
@@ -246,7 +267,8 @@ fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Resul
 }
 
 /// The simulated communication of `plan`, ms: its compressed layers'
-/// calls and its dense layers' fused allreduce, with the calls scaled and the
+/// calls and its dense layers' fused allreduce (the trainer's agreement
+/// rounds are apart: [`Call::Agree`]), with the calls scaled and the
 /// largest scale factor. `time` gives a call's time at a dimension.
 pub(super) fn comm_of(
     plan: &RunPlan,

@@ -38,6 +38,7 @@ fn fill(p: &Phase) -> (u8, u8, u8) {
         Kind::Comm if p.bucket.unwrap_or(0) % 2 == 1 => PALETTE[10],
         Kind::Comm => PALETTE[2],
         Kind::Update => PALETTE[4],
+        Kind::Agree => PALETTE[7],
     }
 }
 
@@ -176,6 +177,7 @@ fn legend(s: &mut String, y: f64) {
         Kind::Select,
         Kind::Comm,
         Kind::Update,
+        Kind::Agree,
     ];
     for (i, k) in kinds.into_iter().enumerate() {
         let (r, g, b) = fill(&Phase {

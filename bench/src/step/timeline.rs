@@ -10,7 +10,12 @@
 //! call starts as soon as the network is free, the calls one at a time in
 //! the order they became ready (FIFO); the update starts once the device
 //! and the network are both done. [`sequential`] runs the same phases one
-//! after the other, as `Trainer::step` does today.
+//! after the other, as `Trainer::step` does. Both have the trainer's
+//! agreement rounds on the network lane, the device waiting on them:
+//! `Trainer::step_with`'s two (the entry round after the forward pass,
+//! the commit round before the update) in [`overlapped`],
+//! `Trainer::step`'s three (entry, after the selections, commit) in
+//! [`sequential`].
 
 use sparse_core::{Error, Result};
 
@@ -36,6 +41,8 @@ pub enum Kind {
     Comm,
     /// The update of every layer.
     Update,
+    /// One of the trainer's agreement rounds.
+    Agree,
 }
 
 impl Kind {
@@ -47,6 +54,7 @@ impl Kind {
             Kind::Select => "select",
             Kind::Comm => "communication",
             Kind::Update => "update",
+            Kind::Agree => "agreement",
         }
     }
 }
@@ -90,6 +98,8 @@ pub struct StepCosts {
     pub buckets: Vec<BucketCost>,
     /// The update, ms.
     pub update_ms: f64,
+    /// One agreement round, ms.
+    pub agree_ms: f64,
 }
 
 impl StepCosts {
@@ -193,6 +203,24 @@ pub fn overlapped(c: &StepCosts) -> Result<Timeline> {
         }
     }
     tl.push(Lane::Device, Kind::Backward, None, segment, t - segment);
+    // The entry round after the forward pass holds everything after it
+    // back by its length.
+    let entry = c.agree_ms.max(0.0);
+    if entry > 0.0 {
+        for p in tl.phases.iter_mut().filter(|p| p.kind != Kind::Forward) {
+            p.start += entry;
+            p.end += entry;
+        }
+        tl.push(
+            Lane::Network,
+            Kind::Agree,
+            None,
+            c.forward_ms.max(0.0),
+            entry,
+        );
+        t += entry;
+        ready.iter_mut().for_each(|r| *r += entry);
+    }
     // FIFO: the calls in the order their buckets became ready.
     let mut order: Vec<usize> = (0..c.buckets.len()).collect();
     order.sort_by(|&x, &y| ready[x].total_cmp(&ready[y]).then(x.cmp(&y)));
@@ -206,13 +234,16 @@ pub fn overlapped(c: &StepCosts) -> Result<Timeline> {
             c.buckets[j].comm_ms,
         );
     }
-    tl.push(Lane::Device, Kind::Update, None, t.max(free), c.update_ms);
+    let commit = tl.push(Lane::Network, Kind::Agree, None, t.max(free), c.agree_ms);
+    tl.push(Lane::Device, Kind::Update, None, commit, c.update_ms);
     Ok(tl)
 }
 
-/// The same phases one after the other, nothing overlapped: forward,
-/// backward, then each bucket's selection and call in bucket order, then
-/// the update. Its end is `compute + select + comm + update`.
+/// The same phases one after the other, nothing overlapped, as
+/// `Trainer::step` runs them: forward, backward, the entry round, every
+/// bucket's selection, the round after them, every bucket's call in
+/// bucket order, the commit round, the update. Its end is `compute +
+/// select + comm + 3 agree + update`.
 ///
 /// # Errors
 /// As [`overlapped`].
@@ -222,10 +253,15 @@ pub fn sequential(c: &StepCosts) -> Result<Timeline> {
     let mut t = tl.push(Lane::Device, Kind::Forward, None, 0.0, c.forward_ms);
     let backward: f64 = c.backward_ms.iter().map(|b| b.max(0.0)).sum();
     t = tl.push(Lane::Device, Kind::Backward, None, t, backward);
+    t = tl.push(Lane::Network, Kind::Agree, None, t, c.agree_ms);
     for (j, b) in c.buckets.iter().enumerate() {
         t = tl.push(Lane::Device, Kind::Select, Some(j), t, b.select_ms);
+    }
+    t = tl.push(Lane::Network, Kind::Agree, None, t, c.agree_ms);
+    for (j, b) in c.buckets.iter().enumerate() {
         t = tl.push(Lane::Network, Kind::Comm, Some(j), t, b.comm_ms);
     }
+    t = tl.push(Lane::Network, Kind::Agree, None, t, c.agree_ms);
     tl.push(Lane::Device, Kind::Update, None, t, c.update_ms);
     Ok(tl)
 }

@@ -437,9 +437,14 @@ pub struct RankRun {
     pub weight_hash: Vec<u64>,
     /// Bytes this rank sent, per step.
     pub bytes_sent: Vec<u64>,
-    /// Per step: forward and backward, select, communicate, apply, in
+    /// Per step: forward and backward, select, communicate, apply, the
+    /// agreement rounds ([`residual_sgd::StepReport::agree`]) and the
+    /// whole step (from the forward pass to the trainer's return), in
     /// milliseconds.
-    pub phases: Vec<[f64; 4]>,
+    pub phases: Vec<[f64; 6]>,
+    /// Per step: the CPU time of this rank's process (every thread) in
+    /// milliseconds; NaN where the platform has no per-process clock.
+    pub cpu_ms: Vec<f64>,
     /// Which layers went dense.
     pub dense_layers: Vec<bool>,
     /// How each layer went.

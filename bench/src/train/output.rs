@@ -27,8 +27,12 @@ pub struct Row {
     /// Mean bytes per step of the busiest rank.
     pub bytes_per_step: f64,
     /// Median forward-and-backward, select, communicate, apply and step
-    /// milliseconds (mean over seeds).
-    pub phase_ms: [f64; 5],
+    /// milliseconds, the straggler's local milliseconds before a step's
+    /// communication, the ranks' CPU milliseconds per step and the
+    /// agreement rounds' milliseconds
+    /// ([`Summary::phase_ms`](super::run::Summary)), each the mean over
+    /// seeds.
+    pub phase_ms: [f64; 8],
     /// Layers that went dense.
     pub dense_layers: Vec<String>,
     /// How each layer went (the first seed's).
@@ -69,7 +73,7 @@ pub fn rows(summaries: &[Summary], layer_names: &[String]) -> Vec<Row> {
                         test_acc: vec![0.0; s.test_acc.len()],
                         train_loss: vec![0.0; s.train_loss.len()],
                         bytes_per_step: 0.0,
-                        phase_ms: [0.0; 5],
+                        phase_ms: [0.0; 8],
                         dense_layers: layer_names
                             .iter()
                             .zip(&s.dense_layers)
@@ -136,6 +140,15 @@ pub fn dense_of<'a>(row: &Row, rows: &'a [Row]) -> Option<&'a Row> {
     rows.iter().find(|r| r.run == want)
 }
 
+/// A figure as JSON: null where it is not finite (no CPU clock).
+fn finite(x: f64) -> serde_json::Value {
+    if x.is_finite() {
+        x.into()
+    } else {
+        serde_json::Value::Null
+    }
+}
+
 /// The JSON line of a row.
 pub fn json(row: &Row, rows: &[Row], transport: &str) -> serde_json::Value {
     let dense = dense_of(row, rows).unwrap_or(row);
@@ -150,6 +163,13 @@ pub fn json(row: &Row, rows: &[Row], transport: &str) -> serde_json::Value {
         "bytes_ratio": row.bytes_per_step / dense.bytes_per_step,
         "grad_ms": row.phase_ms[0], "select_ms": row.phase_ms[1], "comm_ms": row.phase_ms[2],
         "apply_ms": row.phase_ms[3], "step_ms": row.phase_ms[4], "dense_step_ms": dense.phase_ms[4],
+        "straggler_local_ms": row.phase_ms[5], "ranks_cpu_ms": if transport == "threads" {
+            // One process holds every rank: its clock is not a rank's.
+            serde_json::Value::Null
+        } else {
+            finite(row.phase_ms[6])
+        },
+        "agree_ms": row.phase_ms[7],
         "dense_layers": row.dense_layers, "identical_weights": row.identical,
         "weights_digest": row.digests.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>(),
         "resumed_from_step": row.resumed.iter().map(|r| r.map(|x| x.0)).collect::<Vec<_>>(),
@@ -178,6 +198,7 @@ pub fn table(rows: &[Row]) -> Vec<Vec<String>> {
                 format!("{:.3}", r.phase_ms[1]),
                 format!("{:.3}", r.phase_ms[2]),
                 format!("{:.3}", r.phase_ms[3]),
+                format!("{:.3}", r.phase_ms[7]),
                 format!("{:.3}", r.phase_ms[4]),
                 format!("{:.2}", r.phase_ms[4] / d.phase_ms[4]),
                 start(r),
@@ -192,7 +213,7 @@ pub fn table(rows: &[Row]) -> Vec<Vec<String>> {
 }
 
 /// The table's header.
-pub const HEADER: [&str; 15] = [
+pub const HEADER: [&str; 16] = [
     "scheme",
     "collective",
     "density",
@@ -204,6 +225,7 @@ pub const HEADER: [&str; 15] = [
     "select_ms",
     "comm_ms",
     "apply_ms",
+    "agree_ms",
     "step_ms",
     "x_dense_step",
     "start",

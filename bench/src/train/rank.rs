@@ -407,6 +407,7 @@ impl<'a, B: Backend<f32> + Sync + 'static, P: Place<B>> RankLoop<'a, B, P> {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let rows = &order[s * a.batch..(s + 1) * a.batch];
         let batch = self.mine.rows(rows);
+        let cpu = process_cpu_ms();
         let clock = std::time::Instant::now();
         let grads = self.place.grads(&self.model, &self.tr, &batch)?;
         let grad = clock.elapsed();
@@ -424,9 +425,15 @@ impl<'a, B: Backend<f32> + Sync + 'static, P: Place<B>> RankLoop<'a, B, P> {
             (Grads::Device(g), false) => self.tr.step_buffers(t, g)?,
         };
         self.out.bytes_sent.push(rep.traffic.bytes_sent);
-        self.out
-            .phases
-            .push([ms(grad), ms(rep.select), ms(rep.communicate), ms(rep.apply)]);
+        self.out.phases.push([
+            ms(grad),
+            ms(rep.select),
+            ms(rep.communicate),
+            ms(rep.apply),
+            ms(rep.agree),
+            ms(clock.elapsed()),
+        ]);
+        self.out.cpu_ms.push(process_cpu_ms() - cpu);
         for (acc, l) in self.acc.sent.iter_mut().zip(&rep.layers) {
             *acc += l.density();
         }
@@ -669,4 +676,30 @@ fn probe(
         };
     }
     Ok(())
+}
+
+/// The CPU time this process (every thread) has used, in milliseconds:
+/// `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, which counts a running
+/// thread's current slice (unlike `/proc/*/schedstat`, updated only at
+/// ticks and switches).
+#[cfg(unix)]
+fn process_cpu_ms() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given, which
+    // lives for the call.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 * 1e-6
+}
+
+/// No per-process CPU clock here.
+#[cfg(not(unix))]
+fn process_cpu_ms() -> f64 {
+    f64::NAN
 }

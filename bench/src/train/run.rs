@@ -23,8 +23,19 @@ pub struct Summary {
     /// Mean bytes sent per step by the busiest rank.
     pub bytes_per_step: f64,
     /// Median milliseconds per step of forward and backward, select,
-    /// communicate and apply, and of their sum, on the slowest rank.
-    pub phase_ms: [f64; 5],
+    /// communicate and apply, and of the whole step (from the forward pass
+    /// to the trainer's return: these four, the agreement rounds and the
+    /// checks of the results), on the slowest rank; then
+    /// the straggler's local phases: the median over steps of the most any
+    /// rank spent between two steps' communication (the previous step's
+    /// apply, this step's forward and backward and select), which a
+    /// synchronous step waits for; then the ranks' CPU time per step: the
+    /// median over steps of the sum over ranks of each rank's process CPU
+    /// time in that step (NaN where the platform has no such clock), which
+    /// ranks sharing C cores cannot run in less than its C-th part of; then
+    /// the median of the agreement rounds
+    /// ([`residual_sgd::StepReport::agree`]), on the slowest rank.
+    pub phase_ms: [f64; 8],
     /// Which layers went dense.
     pub dense_layers: Vec<bool>,
     /// How each layer went (rank 0's densities).
@@ -51,6 +62,24 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Per step, a rank's local time between the previous step's
+/// communication and this step's: the previous step's apply and its other
+/// local work (the step's time outside every phase and agreement round:
+/// the checks of the results) plus this step's forward and backward and
+/// select (`phases` as [`RankRun::phases`]).
+fn local_before_comm(phases: &[[f64; 6]]) -> Vec<f64> {
+    let mut before = 0.0;
+    phases
+        .iter()
+        .map(|p| {
+            let local = before + p[0] + p[1];
+            let other = p[5] - p[..5].iter().sum::<f64>();
+            before = p[3] + other.max(0.0);
+            local
+        })
+        .collect()
+}
+
 /// Trains `run` on this rank and summarises over all ranks of `t` (every
 /// rank gets the same summary).
 ///
@@ -68,13 +97,18 @@ pub fn run_on(
     let steps = mine.bytes_sent.len();
     let mean_bytes = mine.bytes_sent.iter().sum::<u64>() as f64 / steps.max(1) as f64;
     let col = |i: usize| median(mine.phases.iter().map(|p| p[i]).collect());
-    let total = median(mine.phases.iter().map(|p| p.iter().sum()).collect());
+    let total = col(5);
     // What every rank needs of the others: its figures, its weight hashes,
-    // and rank 0's accuracy and loss.
-    let mut local: Vec<f64> = vec![mean_bytes, col(0), col(1), col(2), col(3), total];
+    // its local time before each step's communication, and rank 0's
+    // accuracy and loss.
+    let mut local: Vec<f64> = vec![mean_bytes, col(0), col(1), col(2), col(3), total, col(4)];
     let figures = local.len();
     let mut bytes: Vec<u8> = local.iter().flat_map(|x| x.to_le_bytes()).collect();
     bytes.extend(mine.weight_hash.iter().flat_map(|h| h.to_le_bytes()));
+    let before_comm = local_before_comm(&mine.phases);
+    bytes.extend((steps as u64).to_le_bytes());
+    bytes.extend(before_comm.iter().flat_map(|x| x.to_le_bytes()));
+    bytes.extend(mine.cpu_ms.iter().flat_map(|x| x.to_le_bytes()));
     for x in mine.test_acc.iter().chain(&mine.train_loss) {
         bytes.extend(x.to_le_bytes());
     }
@@ -82,9 +116,17 @@ pub fn run_on(
     let word = |b: &[u8], i: usize| -> [u8; 8] { b[8 * i..8 * i + 8].try_into().expect("8 bytes") };
     let epochs = mine.weight_hash.len();
     let mut identical = true;
+    let mut straggler = before_comm.clone();
+    let mut cpu = vec![0.0; steps];
     for b in &all {
-        if b.len() < 8 * (figures + epochs) {
+        if b.len() < 8 * (figures + epochs + 1 + 2 * steps) {
             return Err(Error::invalid("train", "a rank sent a short summary"));
+        }
+        if u64::from_le_bytes(word(b, figures + epochs)) != steps as u64 {
+            return Err(Error::invalid(
+                "train",
+                "the ranks took different numbers of steps",
+            ));
         }
         for (i, m) in local.iter_mut().enumerate() {
             *m = m.max(f64::from_le_bytes(word(b, i)));
@@ -93,9 +135,15 @@ pub fn run_on(
             .map(|e| u64::from_le_bytes(word(b, figures + e)))
             .collect();
         identical &= hashes == mine.weight_hash;
+        for (s, m) in straggler.iter_mut().enumerate() {
+            *m = m.max(f64::from_le_bytes(word(b, figures + epochs + 1 + s)));
+        }
+        for (s, c) in cpu.iter_mut().enumerate() {
+            *c += f64::from_le_bytes(word(b, figures + epochs + 1 + steps + s));
+        }
     }
     let root = &all[0];
-    let tail: Vec<f64> = (figures + epochs..root.len() / 8)
+    let tail: Vec<f64> = (figures + epochs + 1 + 2 * steps..root.len() / 8)
         .map(|i| f64::from_le_bytes(word(root, i)))
         .collect();
     let (test_acc, train_loss) = tail.split_at(tail.len() / 2);
@@ -106,7 +154,16 @@ pub fn run_on(
         test_acc: test_acc.to_vec(),
         train_loss: train_loss.to_vec(),
         bytes_per_step: local[0],
-        phase_ms: [local[1], local[2], local[3], local[4], local[5]],
+        phase_ms: [
+            local[1],
+            local[2],
+            local[3],
+            local[4],
+            local[5],
+            median(straggler),
+            median(cpu),
+            local[6],
+        ],
         dense_layers: mine.dense_layers.clone(),
         layers: mine.layers.clone(),
         sparsity: mine.sparsity.clone(),
@@ -209,4 +266,31 @@ pub fn run_transport(
     each(runs, a, seeds, |run, a| {
         Ok(run_on(t, run, a, train, test, on_step)?.0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_before_comm;
+
+    #[test]
+    fn the_local_time_before_a_steps_communication() {
+        // grad, select, comm, apply, agree, whole step.
+        let phases = [
+            [1.0, 0.5, 4.0, 0.25, 2.0, 8.0],
+            [2.0, 0.5, 4.0, 0.5, 1.0, 8.5],
+            [1.0, 1.0, 3.0, 0.25, 1.0, 6.0],
+        ];
+        // Step 0: its grad and select. Step 1: step 0's apply (0.25) and
+        // its other work (8 - 7.75 = 0.25), then grad and select. Step 2:
+        // step 1's apply (0.5) and other work (8.5 - 8 = 0.5), then 2.
+        assert_eq!(local_before_comm(&phases), [1.5, 3.0, 3.0]);
+        // A step whose phases add to more than its whole (clock skew
+        // between the trainer's timers and the caller's) adds no other
+        // work.
+        let skewed = [
+            [1.0, 0.0, 1.0, 0.5, 0.0, 2.0],
+            [1.0, 0.0, 1.0, 0.0, 0.0, 2.0],
+        ];
+        assert_eq!(local_before_comm(&skewed), [1.0, 1.5]);
+    }
 }
