@@ -163,10 +163,14 @@ def main():
                 # step's comm includes Trainer::step's three agreement
                 # rounds; a pipelined step (step_with) makes two.
                 comm = srow["comm_ms"] if srow else None
-                if srow and mode == "pipelined":
+                if srow and "agree_ms" not in m:
+                    # A train run from before the rounds were timed: its
+                    # step_ms is the four phases' sum, without the rounds.
+                    comm -= srow.get("agree_ms", 0.0)
+                elif srow and mode == "pipelined":
                     comm -= srow.get("agree_ms", 0.0) / 3
                 pred = local + comm if srow else None
-                rounds = 2 if mode == "pipelined" else 3
+                rounds = 0 if "agree_ms" not in m else 2 if mode == "pipelined" else 3
                 sim_agree = srow.get("agree_ms", 0.0) * rounds / 3 if srow else 0.0
                 err = (pred - m["step_ms"]) / m["step_ms"] if pred else None
                 if err is not None:

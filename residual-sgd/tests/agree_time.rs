@@ -41,6 +41,9 @@ fn late_step(pipelined: bool) -> Vec<StepReport> {
         .run(|t| {
             let mut tr = trainer()?;
             let g = grads(t.rank());
+            // Both ranks leave this round together: rank 0 then goes
+            // straight into its step while rank 1 sleeps.
+            sparse_coll::agree_or_fail(t, &[], Ok(()))?;
             if t.rank() == 1 {
                 std::thread::sleep(LATE);
             }

@@ -41,13 +41,18 @@ pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
 /// FNV prime`, the lanes and the word count then digested by [`fnv1a`].
 /// One multiply per 8 bytes in four independent chains, where [`fnv1a`]
 /// makes one per byte in one: the trainer's commit round digests each
-/// step's results with it (a dense layer's whole sum), and a byte-wise
-/// digest of 800 KB took about 1 ms a step on a 2-core x86 host.
+/// step's results with it (a dense layer's whole sum; `benches/digest.rs`
+/// of the bench crate times both).
 ///
-/// Any one word changed changes the digest's lane before the fold (`x ->
-/// (x ^ w) * prime` is a bijection for each `w`, the prime odd); like
-/// [`fnv1a`] it is not collision resistant against an adversary, only a
-/// check that ranks hold the same values.
+/// Any one word changed changes its lane before the fold (`x -> (x ^ w) *
+/// prime` is a bijection for each `w`, the prime odd); the fold of the
+/// lanes by [`fnv1a`] is not proven to keep every such change (a miss is
+/// a 64-bit coincidence). Like [`fnv1a`] it is not collision resistant
+/// against an adversary, only a check that ranks hold the same values.
+/// Callers that pack smaller values into words must keep the packing
+/// unambiguous: two `f32` a word with the last alone makes `[a]` and
+/// `[+0.0, a]` one word each and the same (the trainer digests only sums
+/// whose length it checked first).
 pub fn digest_words(words: impl IntoIterator<Item = u64>) -> u64 {
     const PRIME: u64 = 0x100_0000_01b3;
     let basis = 0xcbf2_9ce4_8422_2325u64;

@@ -213,7 +213,7 @@ pub fn print(rep: &StepReport, json: bool) {
         "# step of {} ({} parameters) on the {}; communication {}; compute {:.1} ms ({}); \
          step = compute + select + update + comm (no overlap; comm includes the trainer's \
          3 agreement rounds a step); overlapped = \
-         max(compute, comm) + select + update; compute+comm leaves select and update \
+         max(compute, comm without the rounds) + rounds + select + update; compute+comm leaves select and update \
          out; wall {:.1} s",
         rep.model,
         rep.params,

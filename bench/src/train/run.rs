@@ -25,16 +25,18 @@ pub struct Summary {
     /// Median milliseconds per step of forward and backward, select,
     /// communicate and apply, and of the whole step (from the forward pass
     /// to the trainer's return: these four, the agreement rounds and the
-    /// checks of the results), on the slowest rank; then
+    /// checks of the results), each the largest of the ranks' medians (so
+    /// they need not add up: the rank that waits longest in communication
+    /// is seldom the slowest in forward and backward); then
     /// the straggler's local phases: the median over steps of the most any
     /// rank spent between two steps' communication (the previous step's
-    /// apply, this step's forward and backward and select), which a
-    /// synchronous step waits for; then the ranks' CPU time per step: the
+    /// apply, this step's forward and backward, select and other local
+    /// work), which a synchronous step waits for at least; then the ranks' CPU time per step: the
     /// median over steps of the sum over ranks of each rank's process CPU
     /// time in that step (NaN where the platform has no such clock), which
     /// ranks sharing C cores cannot run in less than its C-th part of; then
-    /// the median of the agreement rounds
-    /// ([`residual_sgd::StepReport::agree`]), on the slowest rank.
+    /// the agreement rounds ([`residual_sgd::StepReport::agree`]), the
+    /// largest of the ranks' medians: the rank that waits longest in them.
     pub phase_ms: [f64; 8],
     /// Which layers went dense.
     pub dense_layers: Vec<bool>,
@@ -63,18 +65,23 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Per step, a rank's local time between the previous step's
-/// communication and this step's: the previous step's apply and its other
-/// local work (the step's time outside every phase and agreement round:
-/// the checks of the results) plus this step's forward and backward and
-/// select (`phases` as [`RankRun::phases`]).
+/// communication and this step's: the previous step's apply plus this
+/// step's forward and backward, select and other local work (its time
+/// outside every phase and agreement round: the host gradients' checks
+/// and upload, the checks and digest of the results; none where the
+/// phases overlap, as a pipelined step's selection and collectives do)
+/// (`phases` as [`RankRun::phases`]). The run's figure is the median
+/// over steps of the largest over ranks: a synchronous step waits for
+/// the slowest rank at each of its rounds, so where different ranks are
+/// slow between different rounds the step waits longer than this.
 fn local_before_comm(phases: &[[f64; 6]]) -> Vec<f64> {
     let mut before = 0.0;
     phases
         .iter()
         .map(|p| {
-            let local = before + p[0] + p[1];
             let other = p[5] - p[..5].iter().sum::<f64>();
-            before = p[3] + other.max(0.0);
+            let local = before + p[0] + p[1] + other.max(0.0);
+            before = p[3];
             local
         })
         .collect()
@@ -280,13 +287,12 @@ mod tests {
             [2.0, 0.5, 4.0, 0.5, 1.0, 8.5],
             [1.0, 1.0, 3.0, 0.25, 1.0, 6.0],
         ];
-        // Step 0: its grad and select. Step 1: step 0's apply (0.25) and
-        // its other work (8 - 7.75 = 0.25), then grad and select. Step 2:
-        // step 1's apply (0.5) and other work (8.5 - 8 = 0.5), then 2.
-        assert_eq!(local_before_comm(&phases), [1.5, 3.0, 3.0]);
-        // A step whose phases add to more than its whole (clock skew
-        // between the trainer's timers and the caller's) adds no other
-        // work.
+        // Step 0: grad, select and other work (8 - 7.75 = 0.25). Step 1:
+        // step 0's apply (0.25), grad, select and other work (8.5 - 8 =
+        // 0.5). Step 2: step 1's apply (0.5), grad and select (2), no
+        // other work (its phases add to more than its whole: 6.25 > 6).
+        assert_eq!(local_before_comm(&phases), [1.75, 3.25, 2.5]);
+        // As a pipelined step's selection overlapping its collectives.
         let skewed = [
             [1.0, 0.0, 1.0, 0.5, 0.0, 2.0],
             [1.0, 0.0, 1.0, 0.0, 0.0, 2.0],
