@@ -182,7 +182,9 @@ fn ready_after(c: &StepCosts) -> Result<Vec<Vec<usize>>> {
 pub fn overlapped(c: &StepCosts) -> Result<Timeline> {
     let at = ready_after(c)?;
     let mut tl = Timeline::default();
-    let mut t = tl.push(Lane::Device, Kind::Forward, None, 0.0, c.forward_ms);
+    let t = tl.push(Lane::Device, Kind::Forward, None, 0.0, c.forward_ms);
+    // The entry round after the forward pass: the backward pass waits for it.
+    let mut t = tl.push(Lane::Network, Kind::Agree, None, t, c.agree_ms);
     let mut segment = t;
     let mut ready = vec![0.0; c.buckets.len()];
     for (i, buckets) in at.iter().enumerate().rev() {
@@ -203,24 +205,6 @@ pub fn overlapped(c: &StepCosts) -> Result<Timeline> {
         }
     }
     tl.push(Lane::Device, Kind::Backward, None, segment, t - segment);
-    // The entry round after the forward pass holds everything after it
-    // back by its length.
-    let entry = c.agree_ms.max(0.0);
-    if entry > 0.0 {
-        for p in tl.phases.iter_mut().filter(|p| p.kind != Kind::Forward) {
-            p.start += entry;
-            p.end += entry;
-        }
-        tl.push(
-            Lane::Network,
-            Kind::Agree,
-            None,
-            c.forward_ms.max(0.0),
-            entry,
-        );
-        t += entry;
-        ready.iter_mut().for_each(|r| *r += entry);
-    }
     // FIFO: the calls in the order their buckets became ready.
     let mut order: Vec<usize> = (0..c.buckets.len()).collect();
     order.sort_by(|&x, &y| ready[x].total_cmp(&ready[y]).then(x.cmp(&y)));
