@@ -1,8 +1,8 @@
 //! divan benches of the trainer's commit-round digest of a dense result
 //! (the Fashion-MNIST MLP's 203,530 parameters, 814 KB): FNV-1a byte by
 //! byte, as the trainer digested until 2026-11-28, against
-//! `sparse_core::hash::digest_words` over the same values packed two to
-//! a word, as it digests now. Throughput in bytes of the result.
+//! `sparse_core::hash::digest_f32` (`digest_words` over the values packed
+//! two to a word), as it digests now. Throughput in bytes of the result.
 
 use divan::{Bencher, black_box, counter::BytesCount};
 
@@ -25,13 +25,9 @@ fn fnv1a_bytes(bencher: Bencher) {
 }
 
 #[divan::bench]
-fn digest_words(bencher: Bencher) {
+fn digest_f32(bencher: Bencher) {
     let v = sum();
-    bencher.counter(BytesCount::new(4 * N)).bench_local(|| {
-        sparse_core::hash::digest_words(
-            black_box(&v)
-                .chunks(2)
-                .map(|c| c.iter().fold(0u64, |w, x| w << 32 | u64::from(x.to_bits()))),
-        )
-    });
+    bencher
+        .counter(BytesCount::new(4 * N))
+        .bench_local(|| sparse_core::hash::digest_f32(black_box(&v)));
 }

@@ -51,8 +51,8 @@ pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
 /// against an adversary, only a check that ranks hold the same values.
 /// Callers that pack smaller values into words must keep the packing
 /// unambiguous: two `f32` a word with the last alone makes `[a]` and
-/// `[+0.0, a]` one word each and the same (the trainer digests only sums
-/// whose length it checked first).
+/// `[+0.0, a]` one word each and the same; [`digest_f32`] packs so and
+/// adds the values' count.
 pub fn digest_words(words: impl IntoIterator<Item = u64>) -> u64 {
     const PRIME: u64 = 0x100_0000_01b3;
     let basis = 0xcbf2_9ce4_8422_2325u64;
@@ -69,6 +69,18 @@ pub fn digest_words(words: impl IntoIterator<Item = u64>) -> u64 {
         }
     }
     fnv1a(lanes.iter().chain([&n]).flat_map(|x| x.to_le_bytes()))
+}
+
+/// [`digest_words`] of `values`' bits, two values a word (the last alone
+/// where their number is odd), then their number: the trainer's digest of
+/// a dense result.
+pub fn digest_f32(values: &[f32]) -> u64 {
+    digest_words(
+        values
+            .chunks(2)
+            .map(|c| c.iter().fold(0u64, |w, x| w << 32 | u64::from(x.to_bits())))
+            .chain([values.len() as u64]),
+    )
 }
 
 /// SplitMix64: a small sequential generator used to expand seeds (host only).
@@ -563,6 +575,16 @@ mod tests {
         }
         assert_ne!(digest_words([0u64]), digest_words([0u64, 0]));
         assert_ne!(digest_words([]), digest_words([0u64]));
+        // digest_f32: the words written out, then the count; the packing's
+        // `[a]` and `[+0.0, a]` told apart by it.
+        let v = [1.5f32, -2.0, 3.25];
+        let words = [
+            u64::from(1.5f32.to_bits()) << 32 | u64::from((-2.0f32).to_bits()),
+            u64::from(3.25f32.to_bits()),
+            3,
+        ];
+        assert_eq!(digest_f32(&v), reference(&words));
+        assert_ne!(digest_f32(&[3.25]), digest_f32(&[0.0, 3.25]));
     }
 
     /// The published FNV-1a 64-bit test vectors.

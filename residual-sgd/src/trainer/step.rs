@@ -436,10 +436,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                         });
                     }
                     check_finite(sum)?;
-                    // Two values a word (the last alone where odd).
-                    words.push(sparse_core::hash::digest_words(sum.chunks(2).map(|c| {
-                        c.iter().fold(0u64, |w, x| w << 32 | u64::from(x.to_bits()))
-                    })));
+                    words.push(sparse_core::hash::digest_f32(sum));
                 }
             }
         }
