@@ -131,7 +131,7 @@ rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
 assert len(rows) == 2 + 5, len(rows)
 need = ["bench", "scheme", "collective", "density", "ranks", "epochs", "final_test_acc", "dense_test_acc",
         "bytes_per_step", "dense_bytes_per_step", "select_ms", "comm_ms", "apply_ms", "agree_ms", "step_ms",
-        "dense_step_ms", "straggler_local_ms", "ranks_cpu_ms", "start"]
+        "dense_step_ms", "straggler_local_ms", "ranks_cpu_ms", "agree_rounds", "start"]
 for r in rows:
     missing = [f for f in need if f not in r]
     assert not missing, (r.get("scheme"), missing)
@@ -141,6 +141,7 @@ for r in rows:
     for f in ["grad_ms", "select_ms", "comm_ms", "apply_ms", "agree_ms"]:
         assert 0 <= r[f] <= r["step_ms"], (r["scheme"], f, r[f], r["step_ms"])
     assert r["agree_ms"] > 0 and r["straggler_local_ms"] > 0, r
+    assert r["agree_rounds"] == 2, r
     assert r["ranks_cpu_ms"] is None, "the thread transport's ranks share one process's clock"
 for f in ["train.csv", "accuracy_vs_epoch.svg", "accuracy_vs_bytes.svg"]:
     assert os.path.getsize(os.path.join(sys.argv[2], f)) > 0, f

@@ -19,10 +19,12 @@ the same run's measured local phases (the straggler's, `straggler_local_ms`,
 where train reports it: forward and backward, selection, update and the
 checks) plus the communication `sparse-bench step` simulates over the
 calibrated link (`comm_ms` of its per layer and fused rows: the calls and
-Trainer::step's three agreement rounds; the pipelined runs overlap one
-bucket's collective with the next bucket's selection only, as burn has no
-gradient hook, so they are predicted by the fused communication with
-step_with's two rounds)."""
+the trainer's agreement rounds, as many as the measured step made:
+agree_rounds, two a step since Trainer::step dropped its round after
+selection, three in per layer and fused runs before that); the pipelined
+runs overlap one bucket's collective with the next bucket's selection only,
+as burn has no gradient hook, so they are predicted by the fused
+communication)."""
 import functools
 import glob
 import json
@@ -160,18 +162,23 @@ def main():
                               m["grad_ms"] + m["select_ms"] + m["apply_ms"])
                 at = at_level(model, p, local)
                 srow = (at if at is not None else sim).get((s, sim_mode))
-                # step's comm includes Trainer::step's three agreement
-                # rounds; a pipelined step (step_with) makes two.
-                comm = srow["comm_ms"] if srow else None
-                if srow and "agree_ms" not in m:
-                    # A train run from before the rounds were timed: its
-                    # step_ms is the four phases' sum, without the rounds.
-                    comm -= srow.get("agree_ms", 0.0)
-                elif srow and mode == "pipelined":
-                    comm -= srow.get("agree_ms", 0.0) / 3
+                # step's comm includes the trainer's agreement rounds
+                # (agree_rounds of them; 3 in the sequential rows before
+                # the field); the prediction takes as many as the measured
+                # step made: agree_rounds where train gives it, else 3 per
+                # layer and fused and 2 pipelined (Trainer::step's round
+                # after selection, since dropped), none in a run from
+                # before the rounds were timed (its step_ms is the four
+                # phases' sum).
+                rounds = (m.get("agree_rounds", 2 if mode == "pipelined" else 3)
+                          if "agree_ms" in m else 0)
+                sim_agree = 0.0
+                comm = None
+                if srow:
+                    one = srow.get("agree_ms", 0.0) / srow.get("agree_rounds", 3)
+                    sim_agree = one * rounds
+                    comm = srow["comm_ms"] - srow.get("agree_ms", 0.0) + sim_agree
                 pred = local + comm if srow else None
-                rounds = 0 if "agree_ms" not in m else 2 if mode == "pipelined" else 3
-                sim_agree = srow.get("agree_ms", 0.0) * rounds / 3 if srow else 0.0
                 err = (pred - m["step_ms"]) / m["step_ms"] if pred else None
                 if err is not None:
                     errors.append(err)

@@ -104,10 +104,7 @@ mod output;
 pub mod timeline;
 pub use bucket::{BucketRow, CostModel, Mode};
 use comm::comm_of;
-pub use comm::{
-    AGREE_ROUNDS, AGREE_ROUNDS_PIPELINED, Call, CommCache, CommTime, DenseAlgo, SimSettings,
-    comm_time,
-};
+pub use comm::{AGREE_ROUNDS, Call, CommCache, CommTime, DenseAlgo, SimSettings, comm_time};
 pub use device::{
     APPLY_BYTES_PER_ENTRY, DEVICES, Device, MEASURED_TOPK, compensation_passes,
     dense_update_passes, device, device_note, device_phases, reduced_entries, topk_passes,
@@ -327,9 +324,8 @@ pub struct StepRow {
     pub comm_sparse_ms: f64,
     /// The dense layers' fused ring allreduce, ms, simulated.
     pub comm_dense_ms: f64,
-    /// The trainer's three agreement rounds a step (`Trainer::step`: the
-    /// entry round, the round after selection, the commit round), ms,
-    /// simulated ([`Call::Agree`]).
+    /// The trainer's two agreement rounds a step (the entry round and the
+    /// commit round), ms, simulated ([`Call::Agree`]).
     pub agree_ms: f64,
     /// `compute + select + update + comm`, ms, every phase on the device.
     pub step_ms: f64,

@@ -185,3 +185,12 @@ pub use config::{Collection, Config, KeptDense, Rule, dgc_density};
 pub use layer::LayerSpec;
 pub use memory::Memory;
 pub use trainer::{Feed, LayerReport, StepReport, Trainer};
+
+/// The agreement rounds ([`sparse_coll::agree_or_fail`], one small
+/// allgather among all ranks each) that every step makes beyond its
+/// collectives, [`Trainer::step`], [`Trainer::step_buffers`] and the
+/// pipelined [`Trainer::step_with`] alike: the entry round (settings,
+/// layers, the weights' history, this rank's gradients' check) and the
+/// commit round (every rank's failure, the results' digest).
+/// [`StepReport::agree`] times them; `sparse-bench step` simulates them.
+pub const AGREEMENT_ROUNDS: usize = 2;

@@ -83,3 +83,53 @@ fn a_late_rank_is_waited_for_in_the_agreement_rounds() {
         }
     }
 }
+
+/// A step makes `AGREEMENT_ROUNDS` agreement rounds beyond its
+/// collectives, plain and pipelined: its transport rounds are that many
+/// `agree_or_fail` rounds plus each layer's collective called on its own
+/// with an input of the step's size (TopkA's rounds follow from `P`
+/// alone), at P = 2 to 5.
+#[test]
+fn a_step_makes_the_agreement_rounds_it_says() {
+    use residual_sgd::AGREEMENT_ROUNDS;
+    use sparse_core::SparseVec;
+    for p in 2..=5 {
+        for pipelined in [false, true] {
+            let out = ThreadCluster::new(p).run(|t| {
+                let before = t.traffic().rounds;
+                sparse_coll::agree_or_fail(t, &[("x", 1)], Ok(()))?;
+                let round = t.traffic().rounds - before;
+                let mut calls = 0;
+                for &n in &SIZES {
+                    let mut comm = Registry::<f32>::builtin()
+                        .build("topk_a", sparse_coll::Defaults::lossless())?;
+                    let v = SparseVec::new(n, vec![1, 2], vec![1.0, 2.0])?;
+                    let before = t.traffic().rounds;
+                    comm.allreduce(t, &v)?;
+                    calls += t.traffic().rounds - before;
+                }
+                let mut tr = trainer()?;
+                let g = grads(t.rank());
+                let before = t.traffic().rounds;
+                if pipelined {
+                    tr.step_with(t, |feed| {
+                        (0..g.len())
+                            .rev()
+                            .try_for_each(|l| feed.push_host(l, &g[l]))
+                    })?;
+                } else {
+                    tr.step(t, &g)?;
+                }
+                Ok((t.traffic().rounds - before, round, calls))
+            });
+            for r in out {
+                let (step, round, calls) = r.unwrap();
+                assert_eq!(
+                    step,
+                    AGREEMENT_ROUNDS as u64 * round + calls,
+                    "P = {p}, pipelined {pipelined}: one round {round}, the calls {calls}"
+                );
+            }
+        }
+    }
+}

@@ -37,7 +37,7 @@
 //! passes, on the `--device`.
 
 use super::RunPlan;
-use super::comm::{AGREE_ROUNDS, AGREE_ROUNDS_PIPELINED, Call, CommCache};
+use super::comm::{AGREE_ROUNDS, Call, CommCache};
 use super::device::{
     APPLY_BYTES_PER_ENTRY, Device, compensation_passes, dense_update_passes, reduced_entries,
     topk_passes,
@@ -252,9 +252,8 @@ pub struct BucketRow {
     pub update_ms: f64,
     /// Every call and the trainer's agreement rounds, ms (simulated).
     pub comm_ms: f64,
-    /// The agreement rounds among them, ms (simulated): three in the
-    /// sequential modes (`Trainer::step`), two in `fused+overlap`
-    /// (`Trainer::step_with`).
+    /// The agreement rounds among them, ms (simulated): the entry and
+    /// commit rounds, in every mode.
     pub agree_ms: f64,
     /// What the step spends beyond compute, select and update: the
     /// communication not hidden behind the backward pass, ms.
@@ -287,11 +286,7 @@ pub fn step_of(
     };
     let step_ms = tl.step_ms();
     let local = c.compute_ms() + c.select_ms() + c.update_ms;
-    let rounds = match mode {
-        Mode::Overlapped => AGREE_ROUNDS_PIPELINED,
-        Mode::PerLayer | Mode::Fused => AGREE_ROUNDS,
-    };
-    let agree_ms = rounds as f64 * c.agree_ms;
+    let agree_ms = AGREE_ROUNDS as f64 * c.agree_ms;
     let row = BucketRow {
         ranks: m.ranks,
         scheme: plan.run.name(),

@@ -23,18 +23,17 @@ pub enum Call {
     /// ([`sparse_coll::agree_or_fail`] with one field: a Bruck allgather
     /// of 16 bytes a rank, each framed with its 4-byte length, `ceil(lg
     /// P)` rounds); its dimension is not
-    /// read. `Trainer::step` makes [`AGREE_ROUNDS`] of them a step,
-    /// `Trainer::step_with` [`AGREE_ROUNDS_PIPELINED`].
+    /// read. A step makes [`AGREE_ROUNDS`] of them, `Trainer::step` and
+    /// the pipelined `Trainer::step_with` alike.
     Agree,
 }
 
-/// The agreement rounds of a `Trainer::step`: the entry round, the round
-/// after selection and the commit round.
-pub const AGREE_ROUNDS: usize = 3;
-
-/// The agreement rounds of a pipelined step (`Trainer::step_with`): the
-/// entry round and the commit round.
-pub const AGREE_ROUNDS_PIPELINED: usize = 2;
+/// The agreement rounds of a step (`Trainer::step` and the pipelined
+/// `Trainer::step_with`): the entry round and the commit round
+/// ([`residual_sgd::AGREEMENT_ROUNDS`]). Until `Trainer::step` lost its
+/// round after selection (a failure in a rank's local work now travels
+/// to the commit round), it made three.
+pub const AGREE_ROUNDS: usize = residual_sgd::AGREEMENT_ROUNDS;
 
 /// The dense allreduce a simulated step assumes (`sparse-bench step
 /// --dense`).

@@ -67,6 +67,7 @@ pub fn bucket_json_rows(rep: &StepReport) -> Vec<serde_json::Value> {
                 "device_update_ms": r.update_ms,
                 "comm_ms": r.comm_ms,
                 "agree_ms": r.agree_ms,
+                "agree_rounds": super::comm::AGREE_ROUNDS,
                 "exposed_comm_ms": r.exposed_comm_ms,
                 "step_ms": r.step_ms,
                 "speedup": r.speedup,
@@ -87,9 +88,9 @@ fn print_buckets(rep: &StepReport) {
          last layer's backward (and its selection, on the device) is done, the calls one at a \
          time in that order; forward = compute / 3, backward = 2 compute / 3 shared among the \
          layers by {}; step = forward + max(backward and selections, last call) + \
-         update, with the trainer's agreement rounds (comm includes them: 3 a step in the \
-         sequential modes, 2 in fused+overlap, the entry round after the forward pass and the \
-         commit round before the update); speedup over DDP = the dense baseline's fused+overlap step over this one",
+         update, with the trainer's agreement rounds (comm includes them: 2 a step, the entry \
+         round (after the forward pass in fused+overlap) and the commit round before the \
+         update); speedup over DDP = the dense baseline's fused+overlap step over this one",
         rep.bucket_mib,
         rep.backward_by
     );
@@ -176,6 +177,7 @@ pub fn json_rows(rep: &StepReport) -> Vec<serde_json::Value> {
                 "comm_sparse_ms": r.comm_sparse_ms,
                 "comm_dense_ms": r.comm_dense_ms,
                 "agree_ms": r.agree_ms,
+                "agree_rounds": super::comm::AGREE_ROUNDS,
                 "step_ms": r.step_ms,
                 "overlapped_ms": r.overlapped_ms,
                 "cpu_step_ms": r.cpu_step_ms,
@@ -212,7 +214,7 @@ pub fn print(rep: &StepReport, json: bool) {
     crate::out!(
         "# step of {} ({} parameters) on the {}; communication {}; compute {:.1} ms ({}); \
          step = compute + select + update + comm (no overlap; comm includes the trainer's \
-         3 agreement rounds a step); overlapped = \
+         2 agreement rounds a step); overlapped = \
          max(compute, comm without the rounds) + rounds + select + update; compute+comm leaves select and update \
          out; wall {:.1} s",
         rep.model,

@@ -11,11 +11,10 @@
 //! the order they became ready (FIFO); the update starts once the device
 //! and the network are both done. [`sequential`] runs the same phases one
 //! after the other, as `Trainer::step` does. Both have the trainer's
-//! agreement rounds on the network lane, the device waiting on them:
-//! `Trainer::step_with`'s two (the entry round after the forward pass,
-//! the commit round before the update) in [`overlapped`],
-//! `Trainer::step`'s three (entry, after the selections, commit) in
-//! [`sequential`].
+//! agreement rounds on the network lane, the device waiting on them: the
+//! entry round after the forward pass (in [`sequential`], after the
+//! backward pass: `Trainer::step` takes every gradient at once) and the
+//! commit round before the update.
 
 use sparse_core::{Error, Result};
 
@@ -225,9 +224,9 @@ pub fn overlapped(c: &StepCosts) -> Result<Timeline> {
 
 /// The same phases one after the other, nothing overlapped, as
 /// `Trainer::step` runs them: forward, backward, the entry round, every
-/// bucket's selection, the round after them, every bucket's call in
-/// bucket order, the commit round, the update. Its end is `compute +
-/// select + comm + 3 agree + update`.
+/// bucket's selection, every bucket's call in bucket order, the commit
+/// round, the update. Its end is `compute + select + comm + 2 agree +
+/// update`.
 ///
 /// # Errors
 /// As [`overlapped`].
@@ -241,7 +240,6 @@ pub fn sequential(c: &StepCosts) -> Result<Timeline> {
     for (j, b) in c.buckets.iter().enumerate() {
         t = tl.push(Lane::Device, Kind::Select, Some(j), t, b.select_ms);
     }
-    t = tl.push(Lane::Network, Kind::Agree, None, t, c.agree_ms);
     for (j, b) in c.buckets.iter().enumerate() {
         t = tl.push(Lane::Network, Kind::Comm, Some(j), t, b.comm_ms);
     }

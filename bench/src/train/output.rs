@@ -169,7 +169,7 @@ pub fn json(row: &Row, rows: &[Row], transport: &str) -> serde_json::Value {
         } else {
             finite(row.phase_ms[6])
         },
-        "agree_ms": row.phase_ms[7],
+        "agree_ms": row.phase_ms[7], "agree_rounds": residual_sgd::AGREEMENT_ROUNDS,
         "dense_layers": row.dense_layers, "identical_weights": row.identical,
         "weights_digest": row.digests.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>(),
         "resumed_from_step": row.resumed.iter().map(|r| r.map(|x| x.0)).collect::<Vec<_>>(),

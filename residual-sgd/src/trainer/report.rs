@@ -22,9 +22,8 @@ pub struct StepReport {
     pub communicate: Duration,
     /// Time spent applying the updates.
     pub apply: Duration,
-    /// Time spent in the step's agreement rounds: the entry round, the
-    /// round after selection (not in a pipelined step) and the commit
-    /// round, each a small allgather among all ranks that also waits for
+    /// Time spent in the step's two agreement rounds: the entry round and
+    /// the commit round, each a small allgather among all ranks that also waits for
     /// the slowest rank to arrive: what the all-or-nothing step costs
     /// over the collectives.
     pub agree: Duration,

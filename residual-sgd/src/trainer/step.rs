@@ -61,26 +61,29 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// Then every layer's local work runs (compensation, selection from the
     /// compensated accumulator, quantization) before anything is sent; what
     /// a layer sends is the accumulator's values at the selected indices,
-    /// whatever values its selector returned. A second round tells every
-    /// rank whether that succeeded everywhere: a failure there (a residual
-    /// that overflowed to infinity, a backend error) is an error on every
-    /// rank, in step; a residual that overflowed keeps failing the steps
-    /// that follow.
+    /// whatever values its selector returned. A rank whose local work
+    /// failed (a residual that overflowed to infinity, a backend error)
+    /// sends empty selections and zero dense gradients, so that its peers'
+    /// collectives complete, and its error reaches every rank in the commit
+    /// round below, in step, before anything is applied; a residual that
+    /// overflowed keeps failing the steps that follow. (No round of its own
+    /// between the local work and the collectives: two rounds a step, as
+    /// the pipelined [`Trainer::step_with`] makes.)
     ///
     /// A step is all or nothing on every rank: every layer's collective
     /// (and the dense layers' allreduces) runs first, then every rank
     /// checks every reduced result (valid sparse vectors of the layer's
     /// dimension, every value finite: a sum that overflowed is
-    /// [`Error::NonFinite`]) and a third round compares one digest of them
-    /// all (results that differ between ranks are
-    /// [`Error::Disagreement`] about `"results"`); only then does any rank
-    /// apply anything. A step that fails anywhere before that leaves the
+    /// [`Error::NonFinite`]) and the commit round shares every rank's
+    /// failure and compares one digest of them all (results that differ
+    /// between ranks are [`Error::Disagreement`] about `"results"`); only
+    /// then does any rank apply anything. A step that fails anywhere before that leaves the
     /// weights as they were and every selection in its memory (the
     /// memories may hold this step's compensated gradient): nothing is
     /// lost. A failure on one rank only (a collective part way, a memory's
     /// or the backend's error) abandons the transport
     /// ([`sparse_coll::guard`]), so no peer waits on it; a failure every
-    /// rank shares leaves it usable. Where a rank fails in the third round
+    /// rank shares leaves it usable. Where a rank fails in the commit round
     /// itself after its peers completed it, the peers apply and it does
     /// not; the weights digest then stops the next step on every rank.
     ///
@@ -121,15 +124,17 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             .into_iter()
             .enumerate()
             .try_for_each(|(l, g)| {
-                ready.push(self.prepare(l, g, p, &mut rep)?);
+                ready.push(Some(self.prepare(l, g, p, &mut rep)?));
                 Ok(())
             })
             .and_then(|()| self.cut_to_budgets(&mut ready));
-        let clock = Instant::now();
-        let agreed = agree_or_fail(t, &[("step", 1)], prepared);
-        rep.agree += clock.elapsed();
-        if let Err(e) = agreed {
-            return Err(self.put_back(e));
+        // A rank whose local work failed sends nothing of it: empty
+        // selections and zero dense gradients, so that every peer's
+        // collectives complete (as a pipelined step's producer does); its
+        // error reaches every rank in the commit round, before anything is
+        // applied. No round of its own: two a step, not three.
+        if prepared.is_err() {
+            ready = (0..self.layers.len()).map(|_| None).collect();
         }
         // From here a failure on one rank only (a memory's or the backend's
         // error) abandons the transport, so that no peer waits on this rank
@@ -137,9 +142,15 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         // local work below runs in `sparse_coll::guard`); a failure every
         // rank shares (a collective's entry agreement, the commit round)
         // leaves it usable.
-        let outcome = self
-            .communicate(t, ready, &mut rep)
-            .and_then(|received| self.commit(t, Ok(received), p, &mut rep));
+        let outcome = self.communicate(t, ready, &mut rep).and_then(|received| {
+            let local = prepared.and_then(|()| {
+                received
+                    .into_iter()
+                    .map(|r| r.ok_or_else(|| Error::invalid("layer", "no reduced result")))
+                    .collect()
+            });
+            self.commit(t, local, p, &mut rep)
+        });
         self.settle(outcome)?;
         rep.traffic = t.traffic().since(&start);
         Ok(rep)
@@ -268,15 +279,18 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// each bucket's collective (one per compressed layer unless
     /// [`Config::buckets`] fuses them; a bucket calls at its first layer
     /// in list order) and the dense layers' (fused) allreduces, in layer
-    /// order. Nothing is applied here.
+    /// order. Nothing is applied here. A layer with nothing `ready` (this
+    /// rank's local work failed) goes out empty (dense: zeros) and gets no
+    /// result (a compressed layer's bucket none at all), so that every
+    /// peer's calls complete; an `Err` is a collective's, which every rank
+    /// shares or which abandoned the transport.
     fn communicate(
         &mut self,
         t: &mut dyn Transport,
-        ready: Vec<Ready<B>>,
+        mut ready: Vec<Option<Ready<B>>>,
         rep: &mut StepReport,
-    ) -> Result<Vec<Received<B>>> {
+    ) -> Result<Vec<Option<Received<B>>>> {
         let n = self.layers.len();
-        let mut ready: Vec<Option<Ready<B>>> = ready.into_iter().map(Some).collect();
         let mut received: Vec<Option<Received<B>>> = (0..n).map(|_| None).collect();
         // Each dense group reduces at its last layer.
         let mut dense: Vec<Vec<usize>> = dense_groups(&self.layers, self.cfg.fusion);
@@ -286,18 +300,29 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 let j = c.bucket;
                 if self.buckets[j].layers[0] == l {
                     // A bucket calls at its first layer (list order), taking
-                    // its other layers' selections with it.
+                    // its other layers' selections with it; none at all
+                    // where this rank's local work failed.
                     let mut outs = Vec::with_capacity(self.buckets[j].layers.len());
                     for &m in &self.buckets[j].layers {
                         match ready[m].take() {
                             Some(Ready::Compressed(o)) => outs.push(o),
-                            _ => {
+                            None => {}
+                            Some(Ready::Dense(_)) => {
                                 let e = Error::invalid("layer", "prepared for another kind");
                                 return sparse_coll::guard(t, |_| Err(e));
                             }
                         }
                     }
-                    let sents: Vec<SparseVec<f32>> = outs.iter().map(|o| o.sent.clone()).collect();
+                    let layers = &self.buckets[j].layers;
+                    let sents: Vec<SparseVec<f32>> = if outs.len() == layers.len() {
+                        outs.iter().map(|o| o.sent.clone()).collect()
+                    } else {
+                        outs.clear();
+                        let zeros = layers
+                            .iter()
+                            .map(|&m| SparseVec::zeros(self.layers[m].spec.len));
+                        sparse_coll::guard(t, |_| zeros.collect::<Result<_>>())?
+                    };
                     let clock = Instant::now();
                     let reds = reduce_call(t, &mut self.buckets[j], &sents)?;
                     rep.communicate += clock.elapsed();
@@ -312,7 +337,8 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 for &m in &group {
                     match ready[m].take() {
                         Some(Ready::Dense(g)) => fused.extend_from_slice(&g),
-                        _ => {
+                        None => fused.resize(fused.len() + self.layers[m].spec.len, 0.0),
+                        Some(Ready::Compressed(_)) => {
                             let e = Error::invalid("layer", "prepared for another kind");
                             return sparse_coll::guard(t, |_| Err(e));
                         }
@@ -323,10 +349,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 }
             }
         }
-        received
-            .into_iter()
-            .map(|r| r.ok_or_else(|| Error::invalid("layer", "no reduced result")))
-            .collect()
+        Ok(received)
     }
 
     /// One dense group's fused allreduce of `fused` (its layers' gradients
@@ -356,14 +379,14 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// fused bucket keeps the `K` largest of its layers' candidates, `K`
     /// the density's share of the bucket; what a layer does not keep stays
     /// in its memory (its selection is cut to what it keeps).
-    fn cut_to_budgets(&self, ready: &mut [Ready<B>]) -> Result<()> {
+    fn cut_to_budgets(&self, ready: &mut [Option<Ready<B>>]) -> Result<()> {
         for (j, bucket) in self.buckets.iter().enumerate() {
             let Some(k) = self.shared_budget(j) else {
                 continue;
             };
             let mut outs: Vec<&mut Outgoing<B>> = Vec::with_capacity(bucket.layers.len());
             for (l, r) in ready.iter_mut().enumerate() {
-                if let (true, Ready::Compressed(out)) = (bucket.layers.contains(&l), r) {
+                if let (true, Some(Ready::Compressed(out))) = (bucket.layers.contains(&l), r) {
                     outs.push(out);
                 }
             }
