@@ -187,7 +187,8 @@ pub use memory::Memory;
 pub use trainer::{Feed, LayerReport, StepReport, Trainer};
 
 /// The agreement rounds ([`sparse_coll::agree_or_fail`], one small
-/// allgather among all ranks each) that every step makes beyond its
+/// allgather among all ranks each where every rank succeeds; a failure
+/// adds one carrying its words) that every step makes beyond its
 /// collectives, [`Trainer::step`], [`Trainer::step_buffers`] and the
 /// pipelined [`Trainer::step_with`] alike: the entry round (settings,
 /// layers, the weights' history, this rank's gradients' check) and the

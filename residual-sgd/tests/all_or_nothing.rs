@@ -456,3 +456,142 @@ fn ranks_with_different_layer_dims_disagree() {
         );
     }
 }
+
+/// Top-k by magnitude whose `fail`-th selection of the trainer (counted
+/// over its layers, from 0, shared by the clones each layer holds) fails:
+/// an error in one rank's local work, part way through a step.
+#[derive(Clone)]
+struct Failing {
+    fail: Option<usize>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<B: Backend<f32>> Selector<B, f32> for Failing {
+    fn name(&self) -> String {
+        "failing".into()
+    }
+    fn select(&mut self, b: &B, x: &B::Buffer<f32>, k: usize) -> Result<Selection<B, f32>> {
+        let call = self
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.fail == Some(call) {
+            return Err(Error::invalid(
+                "selector",
+                format!("injected failure at call {call}"),
+            ));
+        }
+        RadixTopK::magnitude().select(b, x, k)
+    }
+}
+
+/// A failure in the local work of one rank (the first, the last) or of
+/// every rank, at each of its selections, for the collectives of
+/// `a_failure_part_way_splits_no_ranks`, P = 2 to 4, unfused and fused,
+/// plain and pipelined, with a layer kept dense: the failing rank sends
+/// empty selections and zeros through every collective, so no peer waits;
+/// the step is an error on every rank (the injected one where it was
+/// injected, `PeerError` elsewhere), no weight moves, every compressed
+/// layer's memory holds its compensated gradient (`lr g`) or, where the
+/// failing rank's local work stopped before it, nothing, and the next step
+/// on the same transport succeeds on every rank with identical weights.
+#[test]
+fn a_failure_in_local_work_fails_every_rank_and_the_next_step_goes_on() {
+    // Layer 2 (3 parameters, 12 bytes) stays dense.
+    let sizes = [100usize, 50, 3];
+    let compressed = 2;
+    for spec in [
+        "topk_a",
+        "topk_a:values=ssmean",
+        "spardl",
+        "ssar_recursive_double",
+        "ok_topk",
+        "auto",
+        "spardl_bsag",
+        "dsar_split_allgather:qsgd=4",
+    ] {
+        for (p, fused, pipelined) in (2..=4usize)
+            .flat_map(|p| [false, true].map(move |f| (p, f)))
+            .flat_map(|(p, f)| [false, true].map(move |pl| (p, f, pl)))
+        {
+            for who in ["first", "last", "every"] {
+                for call in 0..compressed {
+                    let ctx = format!(
+                        "{spec} P = {p}, fused {fused}, pipelined {pipelined}, {who} rank fails \
+                         at selection {call}"
+                    );
+                    local_failure(spec, &sizes, p, fused, pipelined, who, call, &ctx);
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn local_failure(
+    spec: &str,
+    sizes: &[usize],
+    p: usize,
+    fused: bool,
+    pipelined: bool,
+    who: &str,
+    call: usize,
+    ctx: &str,
+) {
+    let out = ThreadCluster::new(p)
+        .timeout(std::time::Duration::from_secs(10))
+        .run(|t| {
+            let r = t.rank();
+            let failing = match who {
+                "first" => r == 0,
+                "last" => r == p - 1,
+                _ => true,
+            };
+            let cfg = config(0.5, 0.1, fused)?.compress_threshold(12);
+            let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.25; n]).collect();
+            let sel = Failing {
+                fail: failing.then_some(call),
+                calls: Default::default(),
+            };
+            let mut tr = Trainer::new(Cpu, cfg, LayerSpec::matrices(sizes), &w0, sel, |_| {
+                Registry::builtin().build(spec, Defaults::density(0.1)?)
+            })?;
+            let g = grads(r, 0, sizes);
+            let first = if pipelined {
+                let bufs = g
+                    .iter()
+                    .map(|g| Cpu.upload(g))
+                    .collect::<Result<Vec<_>>>()?;
+                tr.step_overlapped(t, &bufs).map(drop)
+            } else {
+                tr.step(t, &g).map(drop)
+            };
+            match (&first, failing) {
+                (
+                    Err(Error::InvalidParameter {
+                        name: "selector", ..
+                    }),
+                    true,
+                ) => {}
+                (Err(Error::PeerError { .. }), false) => {}
+                _ => panic!("{ctx}: rank {r}: {first:?}"),
+            }
+            assert_eq!(tr.weights()?, w0, "{ctx}: rank {r} moved a weight");
+            let res = tr.residuals()?;
+            for (l, (res, g)) in res.iter().zip(&g).enumerate().take(2) {
+                let whole: Vec<f32> = g.iter().map(|x| 0.5 * x).collect();
+                let untouched = failing && res.iter().all(|&x| x == 0.0);
+                assert!(
+                    *res == whole || untouched,
+                    "{ctx}: rank {r} layer {l} lost a residual"
+                );
+            }
+            let g = grads(r, 1, sizes);
+            tr.step(t, &g)?;
+            tr.weights()
+        });
+    let w: Vec<Vec<Vec<f32>>> = out
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("{ctx}: {e:?}")))
+        .collect();
+    assert!(w.iter().all(|x| *x == w[0]), "{ctx}: weights differ");
+}

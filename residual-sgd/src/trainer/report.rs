@@ -13,8 +13,9 @@ pub struct StepReport {
     pub dropped: Vec<SparseVec<f32>>,
     /// Per layer, whether it was compressed and how much of it was sent.
     pub layers: Vec<LayerReport>,
-    /// This rank's traffic over the whole step: its two agreement rounds,
-    /// every layer's collective and the dense allreduces.
+    /// This rank's traffic over the step from its entry round on (that
+    /// round not counted): every layer's collective, the dense
+    /// allreduces and the commit round.
     pub traffic: Traffic,
     /// Time spent selecting (and updating residuals before it).
     pub select: Duration,

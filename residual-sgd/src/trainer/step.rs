@@ -1,7 +1,7 @@
-//! The step: the entry round, every layer's local work, the commit
-//! round, the collectives, the check of every result and the update,
-//! all or nothing on every rank ([`Trainer::step_buffers`]). One layer's
-//! work is in `layer`.
+//! The step: the entry round, every layer's local work, the collectives,
+//! the check of every result, the commit round and the update, all or
+//! nothing on every rank ([`Trainer::step_buffers`]). One layer's work is
+//! in `layer`; the pipelined step in `pipeline`.
 
 use super::state::readable;
 use super::{Bucket, Layer, LayerReport, Part, StepReport, Trainer};
@@ -142,15 +142,20 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
         // local work below runs in `sparse_coll::guard`); a failure every
         // rank shares (a collective's entry agreement, the commit round)
         // leaves it usable.
-        let outcome = self.communicate(t, ready, &mut rep).and_then(|received| {
-            let local = prepared.and_then(|()| {
-                received
-                    .into_iter()
-                    .map(|r| r.ok_or_else(|| Error::invalid("layer", "no reduced result")))
-                    .collect()
-            });
-            self.commit(t, local, p, &mut rep)
-        });
+        let outcome = match self.communicate(t, ready, &mut rep) {
+            Ok(received) => {
+                let local = prepared.and_then(|()| {
+                    received
+                        .into_iter()
+                        .map(|r| r.ok_or_else(|| Error::invalid("layer", "no reduced result")))
+                        .collect()
+                });
+                self.commit(t, local, p, &mut rep)
+            }
+            // Where a collective failed too, this rank's own failure names
+            // the cause (the transport as the collective left it).
+            Err(e) => Err(prepared.err().unwrap_or(e)),
+        };
         self.settle(outcome)?;
         rep.traffic = t.traffic().since(&start);
         Ok(rep)
