@@ -21,6 +21,20 @@ use std::sync::Mutex;
 
 type Tr = Trainer<Cpu, RadixTopK>;
 
+/// The collectives of `sparse-bench train`'s schemes, and the ones that
+/// keep state across calls (a call count, thresholds, a planner's choice,
+/// B-SAG's h), which a failure part way may advance on some ranks only.
+const SPECS: [&str; 8] = [
+    "topk_a",
+    "topk_a:values=ssmean",
+    "spardl",
+    "ssar_recursive_double",
+    "ok_topk",
+    "auto",
+    "spardl_bsag",
+    "dsar_split_allgather:qsgd=4",
+];
+
 /// Dyadic values (multiples of 1/8): every sum is exact.
 fn dyadic(n: usize, rng: &mut Rng) -> Vec<f32> {
     (0..n)
@@ -67,20 +81,7 @@ fn grads(rank: usize, step: u64, sizes: &[usize]) -> Vec<Vec<f32>> {
 #[test]
 fn a_failure_part_way_splits_no_ranks() {
     let sizes = [100usize, 50];
-    // The collectives of `sparse-bench train`'s schemes, and the ones that
-    // keep state across calls (a call count, thresholds, a planner's
-    // choice, B-SAG's h), which a failure part way may advance on some
-    // ranks only.
-    for spec in [
-        "topk_a",
-        "topk_a:values=ssmean",
-        "spardl",
-        "ssar_recursive_double",
-        "ok_topk",
-        "auto",
-        "spardl_bsag",
-        "dsar_split_allgather:qsgd=4",
-    ] {
+    for spec in SPECS {
         let variants =
             (2..=5usize).flat_map(|p| [(p, false, false), (p, true, false), (p, true, true)]);
         for (p, fused, pipelined) in variants {
@@ -485,8 +486,8 @@ impl<B: Backend<f32>> Selector<B, f32> for Failing {
 }
 
 /// A failure in the local work of one rank (the first, the last) or of
-/// every rank, at each of its selections, for the collectives of
-/// `a_failure_part_way_splits_no_ranks`, P = 2 to 4, unfused and fused,
+/// every rank, at each of its selections, for every collective of
+/// `SPECS`, P = 2 to 4, unfused and fused,
 /// plain and pipelined, with a layer kept dense: the failing rank sends
 /// empty selections and zeros through every collective, so no peer waits;
 /// the step is an error on every rank (the injected one where it was
@@ -499,16 +500,7 @@ fn a_failure_in_local_work_fails_every_rank_and_the_next_step_goes_on() {
     // Layer 2 (3 parameters, 12 bytes) stays dense.
     let sizes = [100usize, 50, 3];
     let compressed = 2;
-    for spec in [
-        "topk_a",
-        "topk_a:values=ssmean",
-        "spardl",
-        "ssar_recursive_double",
-        "ok_topk",
-        "auto",
-        "spardl_bsag",
-        "dsar_split_allgather:qsgd=4",
-    ] {
+    for spec in SPECS {
         for (p, fused, pipelined) in (2..=4usize)
             .flat_map(|p| [false, true].map(move |f| (p, f)))
             .flat_map(|(p, f)| [false, true].map(move |pl| (p, f, pl)))
