@@ -114,6 +114,18 @@ def at_level(model, p, local_ms):
     return LEVELS[key]
 
 
+def median_row(rs):
+    """One row of a scheme and mode from its jobs' rows: each numeric field
+    that every row has, the median over them (the first row's others)."""
+    out = dict(rs[0])
+    for k, v in rs[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) \
+                and all(isinstance(r.get(k), (int, float)) for r in rs):
+            out[k] = statistics.median(r[k] for r in rs)
+    out["jobs"] = len(rs)
+    return out
+
+
 def main():
     errors = []
     verdicts = []
@@ -128,9 +140,17 @@ def main():
                 sim[(r["scheme"], r["mode"])] = r
         measured = {}
         for mode, _ in MODES:
-            for r in rows(os.path.join(out, f"train_{model}_{p}_{mode}.json")):
-                if r.get("bench") == "train":
-                    measured[(r["scheme"], mode)] = r
+            # One file per job (train-wire.sh's REPS: _rR), each field the
+            # median over the jobs.
+            runs = {}
+            files = glob.glob(os.path.join(out, f"train_{model}_{p}_{mode}.json"))
+            files += glob.glob(os.path.join(out, f"train_{model}_{p}_{mode}_r*.json"))
+            for path in sorted(files):
+                for r in rows(path):
+                    if r.get("bench") == "train":
+                        runs.setdefault((r["scheme"], mode), []).append(r)
+            for key, rs in runs.items():
+                measured[key] = median_row(rs)
         schemes = sorted({s for s, _ in measured}, key=lambda s: (not s.startswith("dense"), s))
         print(f"\n{model.upper()}, P = {p}, {rate} (bucket cap {bucket} MiB)\n")
         print(

@@ -30,6 +30,11 @@
 #               shift on the job's P ranks: a round among all of them, the
 #               cores' sharing included; calibrated_P.net) or ping-pong (the
 #               P = 2 calibration's at every P) [shift]
+#   REPS        jobs per model, P and mode [1]: the modes interleaved (the
+#               order reversed every other repetition), the table taking
+#               each field's median over them (train_M_P_MODE_rR.json)
+#   MODES       the modes run [layer fused pipelined]
+#   SCHEMES     train's schemes (--scheme each) [all]
 #   BIN         a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT seconds per train job [600]
 # netns-cluster.sh makes the ranks sleep between polls where they
@@ -40,6 +45,10 @@ cd "$(dirname "$0")/.."
 rate=${RATE:-1gbit}
 ps=${PS:-2 3 4}
 models=${MODELS:-mlp cnn}
+reps=${REPS:-1}
+modes=${MODES:-layer fused pipelined}
+schemes=()
+for s in ${SCHEMES:-}; do schemes+=(--scheme "$s"); done
 density=${DENSITY:-0.01}
 images=${IMAGES:-2000}
 bucket=${BUCKET_MIB:-25}
@@ -96,14 +105,19 @@ for p in $ps; do
 done
 for model in $models; do
     for p in $ps; do
-        for mode in layer fused pipelined; do
-            extra=()
-            [ "$mode" = layer ] || extra+=(--bucket-mib "$bucket")
-            [ "$mode" = pipelined ] && extra+=(--pipelined)
-            f="$out/train_${model}_${p}_${mode}.json"
-            echo "$model P=$p $mode: $(uptime)" | tee -a "$out/load.txt"
-            train_job "$f" "$p" --transport mpi --data fashion-mnist --model "$model" --epochs 1 \
-                --train-images "$images" --density "$density" --warmup 0 --seeds 1 --json "${extra[@]}"
+        for rep in $(seq 1 "$reps"); do
+            order=$modes
+            [ $((rep % 2)) -eq 0 ] && order=$(echo "$modes" | tr ' ' '\n' | tac | tr '\n' ' ')
+            for mode in $order; do
+                extra=("${schemes[@]}")
+                [ "$mode" = layer ] || extra+=(--bucket-mib "$bucket")
+                [ "$mode" = pipelined ] && extra+=(--pipelined)
+                f="$out/train_${model}_${p}_${mode}.json"
+                [ "$reps" -eq 1 ] || f="$out/train_${model}_${p}_${mode}_r$rep.json"
+                echo "$model P=$p $mode (repetition $rep): $(uptime)" | tee -a "$out/load.txt"
+                train_job "$f" "$p" --transport mpi --data fashion-mnist --model "$model" --epochs 1 \
+                    --train-images "$images" --density "$density" --warmup 0 --seeds 1 --json "${extra[@]}"
+            done
         done
         # The simulated communication of the same step over the same link.
         # MPICH's allreduce for the dense layers, as train --transport mpi
