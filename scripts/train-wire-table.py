@@ -116,12 +116,18 @@ def at_level(model, p, local_ms):
 
 def median_row(rs):
     """One row of a scheme and mode from its jobs' rows: each numeric field
-    that every row has, the median over them (the first row's others)."""
+    that every row has, the median over them (an integer field's lower
+    median), each field taken separately (so a row's step and its phases
+    may come from different jobs); `identical_weights` only where every
+    job had them; the first row's other fields."""
     out = dict(rs[0])
     for k, v in rs[0].items():
         if isinstance(v, (int, float)) and not isinstance(v, bool) \
                 and all(isinstance(r.get(k), (int, float)) for r in rs):
-            out[k] = statistics.median(r[k] for r in rs)
+            ints = all(isinstance(r[k], int) for r in rs)
+            out[k] = (statistics.median_low if ints else statistics.median)(r[k] for r in rs)
+    if "identical_weights" in out:
+        out["identical_weights"] = all(r.get("identical_weights") for r in rs)
     out["jobs"] = len(rs)
     return out
 
@@ -150,6 +156,9 @@ def main():
                     if r.get("bench") == "train":
                         runs.setdefault((r["scheme"], mode), []).append(r)
             for key, rs in runs.items():
+                if len(rs) < len(files):
+                    print(f"train-wire-table: {key[0]} ({model}, P = {p}, {mode}) is in "
+                          f"{len(rs)} of the {len(files)} jobs", file=sys.stderr)
                 measured[key] = median_row(rs)
         schemes = sorted({s for s, _ in measured}, key=lambda s: (not s.startswith("dense"), s))
         print(f"\n{model.upper()}, P = {p}, {rate} (bucket cap {bucket} MiB)\n")

@@ -46,6 +46,7 @@ rate=${RATE:-1gbit}
 ps=${PS:-2 3 4}
 models=${MODELS:-mlp cnn}
 reps=${REPS:-1}
+case $reps in ''|*[!0-9]*|0) echo "train-wire: REPS=$reps: give a positive number" >&2; exit 2 ;; esac
 modes=${MODES:-layer fused pipelined}
 schemes=()
 for s in ${SCHEMES:-}; do schemes+=(--scheme "$s"); done
@@ -105,9 +106,13 @@ for p in $ps; do
 done
 for model in $models; do
     for p in $ps; do
+        # A run's jobs only: an earlier run's into the same OUTDIR would
+        # enter the table's medians.
+        rm -f "$out/train_${model}_${p}_"*.json
         for rep in $(seq 1 "$reps"); do
             order=$modes
-            [ $((rep % 2)) -eq 0 ] && order=$(echo "$modes" | tr ' ' '\n' | tac | tr '\n' ' ')
+            # shellcheck disable=SC2086
+            [ $((rep % 2)) -eq 0 ] && order=$(printf '%s\n' $modes | tac)
             for mode in $order; do
                 extra=("${schemes[@]}")
                 [ "$mode" = layer ] || extra+=(--bucket-mib "$bucket")
