@@ -124,9 +124,9 @@ struct Case<'a> {
 }
 
 /// One step, plain or pipelined ([`Trainer::step_overlapped`], the
-/// gradients in backend buffers).
-fn step(
-    tr: &mut Tr,
+/// gradients in backend buffers), with any selector.
+fn step<S: Selector<Cpu, f32> + Send>(
+    tr: &mut Trainer<Cpu, S>,
     t: &mut dyn Transport,
     g: &[Vec<f32>],
     pipelined: bool,
@@ -548,15 +548,7 @@ fn local_failure(
                 Registry::builtin().build(spec, Defaults::density(0.1)?)
             })?;
             let g = grads(r, 0, sizes);
-            let first = if pipelined {
-                let bufs = g
-                    .iter()
-                    .map(|g| Cpu.upload(g))
-                    .collect::<Result<Vec<_>>>()?;
-                tr.step_overlapped(t, &bufs).map(drop)
-            } else {
-                tr.step(t, &g).map(drop)
-            };
+            let first = step(&mut tr, t, &g, pipelined).map(drop);
             match (&first, failing) {
                 (
                     Err(Error::InvalidParameter {

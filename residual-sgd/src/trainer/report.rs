@@ -24,9 +24,9 @@ pub struct StepReport {
     /// Time spent applying the updates.
     pub apply: Duration,
     /// Time spent in the step's two agreement rounds: the entry round and
-    /// the commit round, each a small allgather among all ranks that also waits for
-    /// the slowest rank to arrive: what the all-or-nothing step costs
-    /// over the collectives.
+    /// the commit round, each a small allgather among all ranks that also
+    /// waits for the slowest rank to arrive: what the all-or-nothing step
+    /// costs over the collectives.
     pub agree: Duration,
 }
 

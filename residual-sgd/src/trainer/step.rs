@@ -77,10 +77,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// [`Error::NonFinite`]) and the commit round shares every rank's
     /// failure and compares one digest of them all (results that differ
     /// between ranks are [`Error::Disagreement`] about `"results"`); only
-    /// then does any rank apply anything. A step that fails anywhere before that leaves the
-    /// weights as they were and every selection in its memory (the
-    /// memories may hold this step's compensated gradient): nothing is
-    /// lost. A failure on one rank only (a collective part way, a memory's
+    /// then does any rank apply anything. A step that fails anywhere
+    /// before that leaves the weights as they were and every selection in
+    /// its memory (the memories may hold this step's compensated
+    /// gradient): nothing is lost. A failure on one rank only (a collective part way, a memory's
     /// or the backend's error) abandons the transport
     /// ([`sparse_coll::guard`]), so no peer waits on it; a failure every
     /// rank shares leaves it usable. Where a rank fails in the commit round
