@@ -360,3 +360,43 @@ fn the_headline_columns_say_modelled_and_the_cpus_apart() {
         "no unlabelled select_ms"
     );
 }
+
+/// `Trainer::step` enters its calls in one round: the simulator times
+/// each call's body alone (`Call::SparseBody`) and the joint round apart
+/// (`Call::Joint`). The oracle is the agreement round alone
+/// (`Call::Agree`, one field): a call less its body is one entry round,
+/// which carries a few more words than the one-field agreement (its
+/// algorithm, dimension, element type and parameters: at most 28 bytes
+/// more a rank and round) and so takes at least as long and at most 10%
+/// longer on Gigabit Ethernet (alpha dominates), as does the joint round
+/// (two more words); at P = 2 to 8, for four collectives.
+#[test]
+fn a_call_less_its_body_is_one_entry_round() {
+    let net = sim::preset("1gbe").unwrap();
+    for ranks in 2..=8 {
+        let s = SimSettings {
+            ranks,
+            density: 0.01,
+            overlap: 0.2,
+            max_dim: 1 << 16,
+            seed: 5,
+            dense: DenseAlgo::Ring,
+        };
+        let time = |call| step::comm_time(&*net, call, 1 << 14, &s).unwrap().seconds;
+        let agree = time(Call::Agree);
+        let joint = time(Call::Joint);
+        assert!(
+            joint >= agree && joint <= 1.1 * agree,
+            "P = {ranks}: joint {joint:e} s, agreement {agree:e} s"
+        );
+        for spec in ["topk_a", "ssar_recursive_double", "spardl", "gtopk"] {
+            let whole = time(Call::Sparse(spec));
+            let body = time(Call::SparseBody(spec));
+            let entry = whole - body;
+            assert!(
+                entry >= agree * 0.999 && entry <= 1.1 * agree,
+                "{spec}, P = {ranks}: call {whole:e} s, body {body:e} s, agreement {agree:e} s"
+            );
+        }
+    }
+}

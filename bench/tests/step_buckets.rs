@@ -344,17 +344,28 @@ fn every_step_has_the_trainers_agreement_rounds() {
     }
 }
 
-/// Every bucketed row: overlapped no longer than fused, fused+overlap at
-/// least `max(compute, comm)`; the dense baseline's rows have speedup 1;
-/// the speedup over DDP is the baseline's fused+overlap step over the
-/// row's. A negative cap is an error naming the flag.
+/// Every bucketed row: overlapped no longer than fused with an entry
+/// round a call (the fused step enters its calls in one round, the
+/// overlapped one each call as its bucket is ready: at most 10% more than
+/// an agreement round each, `tests/step.rs`), fused+overlap at least
+/// `max(compute, comm)`; the dense baseline's rows have speedup 1; the
+/// speedup over DDP is the baseline's fused+overlap step over the row's. A
+/// negative cap is an error naming the flag.
 #[test]
 fn bucketed_rows_keep_their_bounds() {
     let rep = run(&tiny(), 0.5);
     for r in &rep.bucket_rows {
         let fused = row(&rep, r.ranks, &r.scheme, Mode::Fused);
         let over = row(&rep, r.ranks, &r.scheme, Mode::Overlapped);
-        assert!(over.step_ms <= fused.step_ms * (1.0 + 1e-12), "{r:?}");
+        let entries = if r.scheme == r.baseline {
+            0.0
+        } else {
+            (fused.calls - 1) as f64 * 1.1 * fused.agree_ms / 2.0
+        };
+        assert!(
+            over.step_ms <= (fused.step_ms + entries) * (1.0 + 1e-12),
+            "{r:?}"
+        );
         assert!(over.step_ms >= over.compute_ms.max(over.comm_ms), "{r:?}");
         let ddp = row(&rep, r.ranks, &r.baseline, Mode::Overlapped);
         assert!(close(r.speedup_vs_ddp, ddp.step_ms / r.step_ms));

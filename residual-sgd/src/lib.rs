@@ -194,4 +194,10 @@ pub use trainer::{Feed, LayerReport, StepReport, Trainer};
 /// layers, the weights' history, this rank's gradients' check) and the
 /// commit round (every rank's failure, the results' digest).
 /// [`StepReport::agree`] times them; `sparse-bench step` simulates them.
+/// Each collective call starts with an entry round of its own (its
+/// agreement on the call): the pipelined step's calls each make theirs, as
+/// their buckets become ready, while [`Trainer::step`] and
+/// [`Trainer::step_buffers`] enter all of a step's calls in one round
+/// ([`sparse_coll::allreduce_jointly`]), one round a step in place of one
+/// a call.
 pub const AGREEMENT_ROUNDS: usize = 2;

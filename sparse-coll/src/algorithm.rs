@@ -11,7 +11,7 @@
 //! [`crate::Auto`] planner and the collective suite
 //! (`sparse_coll::testing`) then treat it like a built-in one.
 
-use crate::{Entered, Profile, Reduced, Transport};
+use crate::{Admission, Entered, Profile, Reduced, Transport};
 use sparse_core::cost::Cost;
 use sparse_core::state::State;
 use sparse_core::{Element, Error, Result, SparseVec};
@@ -113,17 +113,47 @@ pub trait SparseAllreduce<E: Element>: Send {
     fn max_result_entries(&self, _dim: usize) -> Option<usize> {
         None
     }
+    /// The local half of a call's entry round, where that round is only
+    /// the agreement ([`crate::wire::admit`]): the input and this rank's
+    /// readiness checked (its parameters, allocations made before the
+    /// call) and the fields every rank must agree on, without
+    /// communicating. An algorithm that admits its calls so can enter
+    /// them jointly with others, one round for them all
+    /// ([`crate::allreduce_jointly`]). `None` (the default): the call's
+    /// entry round is more than the agreement (a planner's profile) and
+    /// runs in [`SparseAllreduce::enter`], which the algorithm then
+    /// implements. Whether it returns `Some` must not depend on the
+    /// input or the rank (a joint round counts the calls it admits and
+    /// fails on every rank where they differ).
+    fn admit(&mut self, _t: &dyn Transport, _v: &SparseVec<E>) -> Option<Admission> {
+        None
+    }
     /// The entry round of a call: checks the input and this rank's
     /// readiness (its parameters, allocations made before the call), and
     /// every rank agrees on the algorithm, the dimension, the element type
     /// and the parameters ([`crate::wire::enter`]). An error here reaches
     /// every rank at the same point of the same call, so the transport
-    /// stays usable: it never abandons it.
+    /// stays usable: it never abandons it. The default is
+    /// [`SparseAllreduce::admit`]'s admission agreed in a round of its own
+    /// ([`Admission::enter`]); an algorithm implements one of the two
+    /// (without either, every call is [`Error::InvalidParameter`] on every
+    /// rank).
     ///
     /// # Errors
     /// This rank's error, [`Error::PeerError`], [`Error::Disagreement`];
     /// transport errors.
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered>;
+    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+        match self.admit(&*t, v) {
+            Some(a) => a.enter(t),
+            None => Err(Error::invalid(
+                "algorithm",
+                format!(
+                    "{} implements neither `admit` nor `enter` of `SparseAllreduce`",
+                    self.name()
+                ),
+            )),
+        }
+    }
     /// The rest of a call, once every rank has entered: its result and
     /// dropped part into `out` (contents replaced; where the algorithm
     /// builds its result in place, its allocations reused). Its traffic

@@ -77,6 +77,12 @@ impl Entered {
     pub fn start(&self) -> Traffic {
         self.start
     }
+    /// The proof for a body that starts now, once its entry was agreed
+    /// (by its own round or a joint one): the traffic from here on is
+    /// the body's.
+    pub(crate) fn now<T: Transport + ?Sized>(t: &T) -> Self {
+        Self { start: t.traffic() }
+    }
 }
 
 /// The identifier the entry round compares for the algorithm `name`
@@ -108,6 +114,55 @@ pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
     extra: &[(&'static str, u64)],
     local: Result<()>,
 ) -> Result<Entered> {
+    let a = admit(name, v, extra, local);
+    agree_or_fail(t, &a.fields, a.local)?;
+    Ok(Entered::now(t))
+}
+
+/// The local half of a call's entry round ([`crate::SparseAllreduce::admit`]):
+/// the fields every rank must agree on (the algorithm's
+/// [`entry_id`], the dimension, the element type, the algorithm's
+/// parameters) and this rank's readiness, with the input checked, made
+/// without communicating. [`crate::wire::admit`] makes one; an entry round
+/// agrees on it: the call's own ([`Admission::enter`]), or one round for
+/// several calls ([`crate::allreduce_jointly`]).
+#[derive(Debug)]
+pub struct Admission {
+    pub(crate) fields: Vec<(&'static str, u64)>,
+    pub(crate) local: Result<()>,
+}
+
+impl Admission {
+    /// The fields the entry round compares, in order.
+    pub fn fields(&self) -> &[(&'static str, u64)] {
+        &self.fields
+    }
+    /// This rank's readiness: the input's check and the algorithm's own.
+    pub fn local(&self) -> &Result<()> {
+        &self.local
+    }
+    /// The call's own entry round: [`agree_or_fail`] on the fields with
+    /// this rank's readiness. Returns the [`Entered`] the body takes.
+    ///
+    /// # Errors
+    /// This rank's error; [`sparse_core::Error::PeerError`];
+    /// [`sparse_core::Error::Disagreement`]; transport errors.
+    pub fn enter(self, t: &mut dyn Transport) -> Result<Entered> {
+        agree_or_fail(t, &self.fields, self.local)?;
+        Ok(Entered::now(t))
+    }
+}
+
+/// The admission of a call to the algorithm `name` (see [`enter`]):
+/// checks the input `v` (one O(nnz) pass) and that its values are finite,
+/// combined with `local`, and lists the fields in the order [`enter`]
+/// agrees on them.
+pub(crate) fn admit<E: Element>(
+    name: &str,
+    v: &SparseVec<E>,
+    extra: &[(&'static str, u64)],
+    local: Result<()>,
+) -> Admission {
     let mut fields = vec![
         ("algorithm", entry_id(name)),
         ("dimension", v.dim() as u64),
@@ -115,6 +170,8 @@ pub(crate) fn enter<T: Transport + ?Sized, E: Element>(
     ];
     fields.extend_from_slice(extra);
     let finite = sparse_core::backend::check_finite(v.values());
-    agree_or_fail(t, &fields, v.check().and(finite).and(local))?;
-    Ok(Entered { start: t.traffic() })
+    Admission {
+        fields,
+        local: v.check().and(finite).and(local),
+    }
 }

@@ -105,6 +105,7 @@ pub mod cost;
 pub mod dense;
 mod entry;
 mod frame;
+mod joint;
 pub mod nonblocking;
 mod plan;
 mod profile;
@@ -130,7 +131,8 @@ pub use algorithms::topk_dsa::TopkDsa;
 pub use algorithms::zen::{
     HostHashing, OnBackend, ZenBalancedParallelism, ZenHashing, ZenStats, zen_pieces,
 };
-pub use entry::{Entered, Reduced};
+pub use entry::{Admission, Entered, Reduced};
+pub use joint::{JointCall, allreduce_jointly};
 pub use plan::{AUTO_ALPHA, AUTO_BETA, Auto};
 pub use profile::Profile;
 pub use registry::{Entry, Registry};

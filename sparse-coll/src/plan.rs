@@ -7,7 +7,7 @@ use crate::algorithm::{
 use crate::entry::entry_id;
 use crate::profile::Profile;
 use crate::transport::agree::agree_sharing;
-use crate::{Entered, Reduced, Transport};
+use crate::{Admission, Entered, Reduced, Transport};
 use sparse_core::cost::Cost;
 use sparse_core::state::{Scope, State};
 use sparse_core::{Element, Error, Result, SparseVec};
@@ -308,6 +308,20 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     }
     fn ran(&self) -> Option<String> {
         self.last_name()
+    }
+    /// On a call between profiles, the last choice's admission (where it
+    /// admits its calls), so that the call can enter jointly with others
+    /// ([`crate::allreduce_jointly`]); on a profiling call `None`: its
+    /// entry round shares the profile ([`Auto::enter`]).
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        let i = match self.last {
+            Some(i) if self.calls % self.every != 0 => i,
+            _ => return None,
+        };
+        let admitted = self.candidates[i].admit(t, v)?;
+        self.calls = self.calls.wrapping_add(1);
+        self.pending = Some((i, None));
+        Some(admitted)
     }
     /// On a profiling call the profile's round, then the chosen
     /// candidate's entry round; on the others the last choice's entry

@@ -1,6 +1,7 @@
 //! What a collective of your own needs to speak the built-in ones' wire
-//! formats: the entry round every sparse allreduce starts with
-//! ([`enter`], in [`crate::SparseAllreduce::enter`]), and the framing of
+//! formats: the admission every sparse allreduce's entry round agrees on
+//! ([`admit`], in [`crate::SparseAllreduce::admit`]; [`enter`] where an
+//! algorithm writes its own entry round), and the framing of
 //! sparse pairs, blocks and streams for its body
 //! ([`crate::SparseAllreduce::body`]). Every integer and value travels
 //! little-endian. The trait's `allreduce_into` runs the body inside
@@ -8,7 +9,7 @@
 //! abandons the transport, so its peers fail instead of waiting.
 //!
 //! ```
-//! use sparse_coll::{Entered, Reduced, SparseAllreduce, Profile, Transport, wire};
+//! use sparse_coll::{Admission, Entered, Reduced, SparseAllreduce, Profile, Transport, wire};
 //! use sparse_coll::dense::bruck_allgather;
 //! use sparse_core::cost::Cost;
 //! use sparse_core::{Result, SparseVec};
@@ -26,9 +27,11 @@
 //!     fn cost(&self, prof: &Profile) -> Cost {
 //!         Cost::new(prof.p as f64, prof.k_sum as f64)
 //!     }
-//!     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Entered> {
-//!         // Every rank checks its input and agrees on the call, or all fail.
-//!         wire::enter(t, "my_allreduce", v, &[], Ok(()))
+//!     fn admit(&mut self, _: &dyn Transport, v: &SparseVec<f32>) -> Option<Admission> {
+//!         // What every rank checks and agrees on before the body, or all
+//!         // fail: in the call's own entry round, or in one round with the
+//!         // other calls of `sparse_coll::allreduce_jointly`.
+//!         Some(wire::admit("my_allreduce", v, &[], Ok(())))
 //!     }
 //!     fn body(
 //!         &mut self,
@@ -60,7 +63,7 @@
 //! # assert!(out.iter().all(|r| r.as_ref().unwrap().result.nnz() == 3));
 //! ```
 
-use crate::{Entered, Transport};
+use crate::{Admission, Entered, Transport};
 use sparse_core::{Element, Result, SparseVec};
 
 pub use crate::algorithms::spardl::split_topk;
@@ -72,6 +75,24 @@ pub use crate::frame::{
 };
 pub use crate::transport::agree::{agree, agree_or_fail};
 pub use crate::values::{Packed, WireValues};
+
+/// The admission of a call to the sparse allreduce named `name`, as every
+/// built-in one makes it ([`crate::SparseAllreduce::admit`]): checks the
+/// input `v` (one O(nnz) pass) and that its values are finite, combines
+/// that with this rank's `local` readiness (checks and allocations made
+/// before the call), and lists what every rank must agree on: the
+/// algorithm (by `name`), the dimension, the element type and `extra`
+/// parameters, in that order. Communicates nothing: the call's own entry
+/// round ([`Admission::enter`]) or a joint one
+/// ([`crate::allreduce_jointly`]) agrees on it.
+pub fn admit<E: Element>(
+    name: &str,
+    v: &SparseVec<E>,
+    extra: &[(&'static str, u64)],
+    local: Result<()>,
+) -> Admission {
+    crate::entry::admit(name, v, extra, local)
+}
 
 /// The entry of a sparse allreduce named `name`, as every built-in one
 /// starts: checks the input `v` (one O(nnz) pass), combines it with this

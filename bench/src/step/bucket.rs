@@ -167,8 +167,8 @@ pub fn bucket_device_ms(plan: &RunPlan, b: &Bucket, m: &CostModel) -> (f64, f64)
     let density = plan.run.density();
     let (select, update) = match b.call {
         Call::Dense => (0.0, dense_update_passes(&plan.run) * bytes),
-        Call::Agree => (0.0, 0.0),
-        Call::Sparse(_) => (
+        Call::Agree | Call::Joint => (0.0, 0.0),
+        Call::Sparse(_) | Call::SparseBody(_) => (
             (compensation_passes(&plan.run) + topk_passes(n, density)) * bytes,
             APPLY_BYTES_PER_ENTRY * reduced_entries(n, density, m.ranks, m.overlap),
         ),
@@ -179,7 +179,12 @@ pub fn bucket_device_ms(plan: &RunPlan, b: &Bucket, m: &CostModel) -> (f64, f64)
 
 /// The costs of `plan`'s step over `buckets`: the compute split as the
 /// [module](self) doc says, each bucket's selection, call (`comm`) and
-/// update.
+/// update. With `joint` (`Trainer::step`: the per layer and fused modes)
+/// the compressed buckets' calls are entered in one round
+/// ([`Call::Joint`]): each call is its body alone
+/// ([`Call::SparseBody`]), and the first compressed bucket's call carries
+/// the joint round; without it (the pipelined step) each call makes its
+/// own entry round.
 ///
 /// # Errors
 /// The simulation's errors.
@@ -188,6 +193,7 @@ pub fn costs(
     buckets: &[Bucket],
     m: &CostModel,
     comm: &mut CommCache,
+    joint: bool,
 ) -> Result<StepCosts> {
     if m.backward_weights.len() != plan.layers.len() {
         return Err(Error::invalid(
@@ -219,13 +225,22 @@ pub fn costs(
         update_ms: 0.0,
         agree_ms: comm.time(Call::Agree, 1)?.seconds * 1e3,
     };
+    let mut entry_ms = if joint && buckets.iter().any(|b| matches!(b.call, Call::Sparse(_))) {
+        comm.time(Call::Joint, 1)?.seconds * 1e3
+    } else {
+        0.0
+    };
     for b in buckets {
         let (select_ms, update_ms) = bucket_device_ms(plan, b, m);
         out.update_ms += update_ms;
+        let (call, entry) = match b.call {
+            Call::Sparse(_) if joint => (b.call.in_joint_entry(), std::mem::take(&mut entry_ms)),
+            call => (call, 0.0),
+        };
         out.buckets.push(BucketCost {
             last_layer: b.last_layer(),
             select_ms,
-            comm_ms: comm.time(b.call, b.len)?.seconds * 1e3,
+            comm_ms: entry + comm.time(call, b.len)?.seconds * 1e3,
         });
     }
     Ok(out)
@@ -279,7 +294,7 @@ pub fn step_of(
     comm: &mut CommCache,
 ) -> Result<(BucketRow, Timeline)> {
     let b = buckets_of(plan, mode, cap);
-    let c = costs(plan, &b, m, comm)?;
+    let c = costs(plan, &b, m, comm, mode != Mode::Overlapped)?;
     let tl = match mode {
         Mode::Overlapped => timeline::overlapped(&c)?,
         Mode::PerLayer | Mode::Fused => timeline::sequential(&c)?,

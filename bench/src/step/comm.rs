@@ -5,7 +5,7 @@
 
 use super::{GRADIENT_SCALE, RunPlan};
 use sparse_coll::sim::{self, Network, Route};
-use sparse_coll::{Defaults, Registry, SimCluster, Transport, dense};
+use sparse_coll::{Defaults, Reduced, Registry, SimCluster, Transport, dense};
 use sparse_core::generate::{GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
 use std::collections::HashMap;
@@ -14,8 +14,17 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Call {
     /// A sparse allreduce by registry name, each rank's input of the
-    /// step's density.
+    /// step's density: the call with its own entry round, as the
+    /// pipelined `Trainer::step_with` makes each bucket's.
     Sparse(&'static str),
+    /// The same call's body alone, timed from the end of its entry round:
+    /// a call of `Trainer::step`, which enters all of a step's calls in
+    /// one round ([`Call::Joint`]).
+    SparseBody(&'static str),
+    /// The one entry round of all of `Trainer::step`'s collective calls
+    /// ([`sparse_coll::allreduce_jointly`]: an agreement on the number of
+    /// calls, the number admitted and one word for their fields, a Bruck
+    /// allgather of 32 bytes a rank); its dimension is not read.
     /// The dense allreduce of the layers kept dense (and of the dense
     /// baseline): [`SimSettings::dense`]'s algorithm.
     Dense,
@@ -26,6 +35,20 @@ pub enum Call {
     /// read. A step makes [`AGREE_ROUNDS`] of them, `Trainer::step` and
     /// the pipelined `Trainer::step_with` alike.
     Agree,
+    /// See [`Call::SparseBody`].
+    Joint,
+}
+
+impl Call {
+    /// The call `Trainer::step` makes for this one: a sparse allreduce's
+    /// body alone (its entry is the step's [`Call::Joint`] round); any
+    /// other call as it is.
+    pub fn in_joint_entry(self) -> Call {
+        match self {
+            Call::Sparse(spec) => Call::SparseBody(spec),
+            other => other,
+        }
+    }
 }
 
 /// The agreement rounds of a step (`Trainer::step` and the pipelined
@@ -214,6 +237,13 @@ fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Resul
             t.mark();
             Ok(())
         })?,
+        Call::Joint => cluster.run(|t| {
+            t.mark();
+            let words = [("calls", 1), ("calls admitted", 1), ("calls' fields", 1)];
+            sparse_coll::agree_or_fail(t, &words, Ok(()))?;
+            t.mark();
+            Ok(())
+        })?,
         Call::Dense => {
             let x = vec![1.0f32; dim];
             cluster.run(|t| {
@@ -226,7 +256,7 @@ fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Resul
                 Ok(())
             })?
         }
-        Call::Sparse(spec) => {
+        Call::Sparse(spec) | Call::SparseBody(spec) => {
             // At least one entry per rank, as a selection keeps.
             let density = s.density.max(1.0 / dim as f64);
             let mut ins: Vec<SparseVec<f32>> = GradientSpec {
@@ -245,8 +275,16 @@ fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Resul
             cluster.run(|t| {
                 let mut a = Registry::builtin().build(spec, Defaults::density(s.density)?)?;
                 let mine = &ins[t.rank()];
-                t.mark();
-                a.allreduce(t, mine)?;
+                if let Call::SparseBody(_) = call {
+                    // The entry round unmarked: each rank's body from when
+                    // it leaves the round.
+                    let entered = a.enter(t, mine)?;
+                    t.mark();
+                    a.body(t, mine, entered, &mut Reduced::default())?;
+                } else {
+                    t.mark();
+                    a.allreduce(t, mine)?;
+                }
                 t.mark();
                 Ok(())
             })?
@@ -265,10 +303,12 @@ fn simulate(net: &dyn Network, call: Call, dim: usize, s: &SimSettings) -> Resul
     Ok((span(net)?, span(&Bandwidth(net))?))
 }
 
-/// The simulated communication of `plan`, ms: its compressed layers'
-/// calls and its dense layers' fused allreduce (the trainer's agreement
-/// rounds are apart: [`Call::Agree`]), with the calls scaled and the
-/// largest scale factor. `time` gives a call's time at a dimension.
+/// The simulated communication of `plan`'s step (`Trainer::step`), ms:
+/// its compressed layers' calls entered jointly (their bodies and one
+/// [`Call::Joint`] round, in the sparse part) and its dense layers' fused
+/// allreduce (the trainer's agreement rounds are apart: [`Call::Agree`]),
+/// with the calls scaled and the largest scale factor. `time` gives a
+/// call's time at a dimension.
 pub(super) fn comm_of(
     plan: &RunPlan,
     time: &mut dyn FnMut(Call, usize) -> Result<CommTime>,
@@ -281,8 +321,13 @@ pub(super) fn comm_of(
         }
         t.seconds * 1e3
     };
+    let mut calls = 0;
     for l in plan.layers.iter().filter(|l| l.kept_dense.is_none()) {
-        sparse += count(&time(Call::Sparse(l.collective), l.spec.len)?);
+        sparse += count(&time(Call::SparseBody(l.collective), l.spec.len)?);
+        calls += 1;
+    }
+    if calls > 0 {
+        sparse += count(&time(Call::Joint, 1)?);
     }
     let dense_len = plan.dense_len();
     let dense = if dense_len > 0 {

@@ -6,7 +6,7 @@
 use super::state::readable;
 use super::{Bucket, Layer, LayerReport, Part, StepReport, Trainer};
 use crate::{Config, Rule};
-use sparse_coll::{Reduced, Transport, agree, agree_or_fail};
+use sparse_coll::{JointCall, Reduced, Transport, agree, agree_or_fail, allreduce_jointly};
 use sparse_core::backend::{check_finite, check_finite_buffers};
 use sparse_core::{Backend, Error, Result, SparseVec};
 use sparse_select::Selector;
@@ -69,6 +69,14 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// overflowed keeps failing the steps that follow. (No round of its own
     /// between the local work and the collectives: two rounds a step, as
     /// the pipelined [`Trainer::step_with`] makes.)
+    ///
+    /// The collectives (one per bucket: per compressed layer unless
+    /// [`Config::buckets`] fuses them) are entered in one round for them
+    /// all ([`sparse_coll::allreduce_jointly`]), where calls one by one
+    /// would make one each: an invalid or non-finite selection, or a call
+    /// that differs between ranks, fails every rank there, before any body
+    /// runs. Then every call's body runs in bucket order, then the dense
+    /// layers' allreduces in layer order.
     ///
     /// A step is all or nothing on every rank: every layer's collective
     /// (and the dense layers' allreduces) runs first, then every rank
@@ -281,14 +289,15 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     }
 
     /// The step's communication, once every rank has done its local work:
-    /// each bucket's collective (one per compressed layer unless
-    /// [`Config::buckets`] fuses them; a bucket calls at its first layer
-    /// in list order) and the dense layers' (fused) allreduces, in layer
-    /// order. Nothing is applied here. A layer with nothing `ready` (this
-    /// rank's local work failed) goes out empty (dense: zeros) and gets no
-    /// result (a compressed layer's bucket none at all), so that every
-    /// peer's calls complete; an `Err` is a collective's, which every rank
-    /// shares or which abandoned the transport.
+    /// every bucket's collective (one per compressed layer unless
+    /// [`Config::buckets`] fuses them), in bucket order with one entry
+    /// round for them all ([`sparse_coll::allreduce_jointly`]), then the
+    /// dense layers' (fused) allreduces, in layer order. Nothing is
+    /// applied here. A layer with nothing `ready` (this rank's local work
+    /// failed) goes out empty (dense: zeros) and gets no result (a
+    /// compressed layer's bucket none at all), so that every peer's calls
+    /// complete; an `Err` is a collective's, which every rank shares or
+    /// which abandoned the transport.
     fn communicate(
         &mut self,
         t: &mut dyn Transport,
@@ -297,61 +306,70 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     ) -> Result<Vec<Option<Received<B>>>> {
         let n = self.layers.len();
         let mut received: Vec<Option<Received<B>>> = (0..n).map(|_| None).collect();
-        // Each dense group reduces at its last layer.
-        let mut dense: Vec<Vec<usize>> = dense_groups(&self.layers, self.cfg.fusion);
-        dense.reverse();
-        for l in 0..n {
-            if let Part::Compressed(c) = &self.layers[l].part {
-                let j = c.bucket;
-                if self.buckets[j].layers[0] == l {
-                    // A bucket calls at its first layer (list order), taking
-                    // its other layers' selections with it; none at all
-                    // where this rank's local work failed.
-                    let mut outs = Vec::with_capacity(self.buckets[j].layers.len());
-                    for &m in &self.buckets[j].layers {
-                        match ready[m].take() {
-                            Some(Ready::Compressed(o)) => outs.push(o),
-                            None => {}
-                            Some(Ready::Dense(_)) => {
-                                let e = Error::invalid("layer", "prepared for another kind");
-                                return sparse_coll::guard(t, |_| Err(e));
-                            }
-                        }
-                    }
-                    let layers = &self.buckets[j].layers;
-                    let sents: Vec<SparseVec<f32>> = if outs.len() == layers.len() {
-                        outs.iter().map(|o| o.sent.clone()).collect()
-                    } else {
-                        outs.clear();
-                        let zeros = layers
-                            .iter()
-                            .map(|&m| SparseVec::zeros(self.layers[m].spec.len));
-                        sparse_coll::guard(t, |_| zeros.collect::<Result<_>>())?
-                    };
-                    let clock = Instant::now();
-                    let reds = reduce_call(t, &mut self.buckets[j], &sents)?;
-                    rep.communicate += clock.elapsed();
-                    for ((&m, out), red) in self.buckets[j].layers.iter().zip(outs).zip(reds) {
-                        received[m] = Some(Received::Compressed(Box::new((out, red))));
+        // Each bucket's layers' selections (none at all where this rank's
+        // local work failed), and what its call sends: one layer's as it
+        // is, several laid end to end (empty where none).
+        let mut outs: Vec<Vec<Outgoing<B>>> = Vec::with_capacity(self.buckets.len());
+        let mut inputs = Vec::with_capacity(self.buckets.len());
+        for bucket in &self.buckets {
+            let mut mine = Vec::with_capacity(bucket.layers.len());
+            for &m in &bucket.layers {
+                match ready[m].take() {
+                    Some(Ready::Compressed(o)) => mine.push(o),
+                    None => {}
+                    Some(Ready::Dense(_)) => {
+                        let e = Error::invalid("layer", "prepared for another kind");
+                        return sparse_coll::guard(t, |_| Err(e));
                     }
                 }
             }
-            if dense.last().is_some_and(|g| g.last() == Some(&l)) {
-                let group = dense.pop().expect("a group");
-                let mut fused = Vec::new();
-                for &m in &group {
-                    match ready[m].take() {
-                        Some(Ready::Dense(g)) => fused.extend_from_slice(&g),
-                        None => fused.resize(fused.len() + self.layers[m].spec.len, 0.0),
-                        Some(Ready::Compressed(_)) => {
-                            let e = Error::invalid("layer", "prepared for another kind");
-                            return sparse_coll::guard(t, |_| Err(e));
-                        }
+            if mine.len() != bucket.layers.len() {
+                mine.clear();
+            }
+            let sents: Vec<&SparseVec<f32>> = mine.iter().map(|o| &o.sent).collect();
+            inputs.push(sparse_coll::guard(t, |_| bucket_input(&sents, bucket))?);
+            outs.push(mine);
+        }
+        let clock = Instant::now();
+        let mut reds: Vec<Reduced<f32>> = inputs.iter().map(|_| Reduced::default()).collect();
+        // No compressed layer, no call and no round (every rank has the
+        // same layers: the entry round compared them).
+        if !self.buckets.is_empty() {
+            let mut calls: Vec<JointCall<'_, f32>> = self
+                .buckets
+                .iter_mut()
+                .zip(&inputs)
+                .zip(reds.iter_mut())
+                .map(|((bucket, v), out)| JointCall {
+                    alg: bucket.comm.as_mut(),
+                    v,
+                    out,
+                })
+                .collect();
+            allreduce_jointly(t, &mut calls)?;
+        }
+        rep.communicate += clock.elapsed();
+        let dims: Vec<usize> = self.layers.iter().map(|l| l.spec.len).collect();
+        for ((bucket, red), mine) in self.buckets.iter().zip(reds).zip(outs) {
+            let parts = split_result(red, bucket, &dims);
+            for ((&m, part), out) in bucket.layers.iter().zip(parts).zip(mine) {
+                received[m] = Some(Received::Compressed(Box::new((out, part))));
+            }
+        }
+        for group in dense_groups(&self.layers, self.cfg.fusion) {
+            let mut fused = Vec::new();
+            for &m in &group {
+                match ready[m].take() {
+                    Some(Ready::Dense(g)) => fused.extend_from_slice(&g),
+                    None => fused.resize(fused.len() + self.layers[m].spec.len, 0.0),
+                    Some(Ready::Compressed(_)) => {
+                        let e = Error::invalid("layer", "prepared for another kind");
+                        return sparse_coll::guard(t, |_| Err(e));
                     }
                 }
-                for (m, sum) in self.dense_call(t, &group, &fused, rep)? {
-                    received[m] = Some(Received::Dense(sum));
-                }
+            }
+            for (m, sum) in self.dense_call(t, &group, &fused, rep)? {
+                received[m] = Some(Received::Dense(sum));
             }
         }
         Ok(received)
@@ -628,8 +646,8 @@ struct Env<'a, B> {
 
 /// The selections of a bucket's layers laid end to end (list order) in
 /// one vector of the bucket's `len`.
-fn join(sents: &[SparseVec<f32>], len: usize) -> Result<SparseVec<f32>> {
-    let nnz = sents.iter().map(SparseVec::nnz).sum();
+fn join(sents: &[&SparseVec<f32>], len: usize) -> Result<SparseVec<f32>> {
+    let nnz = sents.iter().map(|v| v.nnz()).sum();
     let (mut idx, mut val) = (Vec::with_capacity(nnz), Vec::with_capacity(nnz));
     let mut at = 0u32;
     for v in sents {
@@ -740,24 +758,45 @@ fn cut_bucket<B: Backend<f32>>(b: &B, outs: &mut [&mut Outgoing<B>], k: usize) -
 }
 
 /// A bucket's collective call on its layers' selections `sents` (list
-/// order): a single layer's as it is, several laid end to end in one
-/// vector of the bucket's length, the result and dropped entries cut back
-/// into each layer's.
+/// order, [`bucket_input`]), the result and dropped entries cut back into
+/// each layer's ([`split_result`]): the pipelined step's call, each
+/// bucket's with its own entry round.
 fn reduce_call(
     t: &mut dyn Transport,
     bucket: &mut Bucket,
-    sents: &[SparseVec<f32>],
+    dims: &[usize],
+    sents: &[&SparseVec<f32>],
 ) -> Result<Vec<Reduced<f32>>> {
-    if let [one] = sents {
-        return Ok(vec![bucket.comm.allreduce(t, one)?]);
+    let input = sparse_coll::guard(t, |_| bucket_input(sents, bucket))?;
+    let red = bucket.comm.allreduce(t, &input)?;
+    Ok(split_result(red, bucket, dims))
+}
+
+/// What a bucket's call sends: a single layer's selection as it is,
+/// several laid end to end in one vector of the bucket's length, or (no
+/// selections: this rank's local work failed) an empty vector of that
+/// length.
+fn bucket_input(sents: &[&SparseVec<f32>], bucket: &Bucket) -> Result<SparseVec<f32>> {
+    match sents {
+        [] => SparseVec::zeros(bucket.len),
+        [one] => Ok((*one).clone()),
+        _ => join(sents, bucket.len),
     }
-    let joined = sparse_coll::guard(t, |_| join(sents, bucket.len))?;
-    let red = bucket.comm.allreduce(t, &joined)?;
+}
+
+/// A bucket call's outcome cut back into each of its layers' (list
+/// order; `dims`: every layer's length, by position); a single layer's as
+/// it is.
+fn split_result(red: Reduced<f32>, bucket: &Bucket, dims: &[usize]) -> Vec<Reduced<f32>> {
+    if let [_] = bucket.layers[..] {
+        return vec![red];
+    }
     let mut at = 0;
-    Ok(sents
+    bucket
+        .layers
         .iter()
-        .map(|v| {
-            let len = v.dim();
+        .map(|&m| {
+            let len = dims[m];
             let part = Reduced {
                 result: cut(&red.result, at, len, bucket.len),
                 dropped: cut(&red.dropped, at, len, bucket.len),
@@ -766,7 +805,7 @@ fn reduce_call(
             at += len;
             part
         })
-        .collect())
+        .collect()
 }
 
 /// The dense layers of `layers` in the groups their allreduces fuse

@@ -2,7 +2,7 @@
 //! top-k re-selection, then a broadcast tree.
 
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::entry::{Reduced, enter};
+use crate::entry::{Admission, Reduced, admit};
 use crate::frame::{PairsView, put_block, take_block_view, take_parts};
 use crate::profile::{Profile, bytes_cost};
 use crate::scratch::{Scratch, Work, add_into, copy_into};
@@ -188,9 +188,9 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
     fn max_result_entries(&self, dim: usize) -> Option<usize> {
         Some(self.budget.k_for(dim))
     }
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let k = self.budget.k_for(v.dim());
-        enter(t, NAME, v, &[("k", k as u64)], Ok(()))
+        Some(admit(NAME, v, &[("k", k as u64)], Ok(())))
     }
     fn body(
         &mut self,

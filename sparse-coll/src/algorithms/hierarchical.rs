@@ -4,7 +4,7 @@
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
 use crate::dense::bruck_allgather;
-use crate::entry::{enter, entry_id};
+use crate::entry::{Admission, admit, entry_id};
 use crate::frame::{put_block, take_block};
 use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Group, Reduced, Transport};
@@ -297,13 +297,13 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         self.shards = 0;
         Ok(())
     }
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let fields = [
             ("node", self.node as u64),
             ("intra", entry_id(&self.names.0)),
             ("inter", entry_id(&self.names.1)),
         ];
-        enter(t, NAME, v, &fields, Ok(()))
+        Some(admit(NAME, v, &fields, Ok(())))
     }
     fn body(
         &mut self,

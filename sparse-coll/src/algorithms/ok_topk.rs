@@ -4,7 +4,7 @@
 
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
-use crate::entry::{Reduced, enter};
+use crate::entry::{Admission, Reduced, admit};
 use crate::frame::{
     PairsView, put_block_parts, split_where_into, sum_parts, take_block_view, take_parts,
 };
@@ -593,13 +593,13 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     }
     /// The ranks agree on the budget, the period and the call counter, so
     /// a rank whose state is out of step is a disagreement.
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let fields = [
             ("k", self.budget.k_for(v.dim()) as u64),
             ("period", self.period),
             ("call", self.calls),
         ];
-        enter(t, NAME, v, &fields, Ok(()))
+        Some(admit(NAME, v, &fields, Ok(())))
     }
     fn body(
         &mut self,

@@ -2,7 +2,7 @@
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::algorithms::push_pull::{Keeps, PushPull, Scheme, push_pull_into, split_by_owner};
-use crate::entry::{Reduced, enter};
+use crate::entry::{Admission, Reduced, admit};
 use crate::profile::{Profile, bytes_cost};
 use crate::scratch::Scratch;
 use crate::{Entered, Transport};
@@ -104,8 +104,8 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
         Some(2 * (p as u64 - 1))
     }
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
-        enter(t, NAME, v, &[("block size", self.block as u64)], Ok(()))
+    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        Some(admit(NAME, v, &[("block size", self.block as u64)], Ok(())))
     }
     fn body(
         &mut self,

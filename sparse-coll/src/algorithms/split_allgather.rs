@@ -3,7 +3,7 @@
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::bytes::{from_le_u32s, le_bytes, le_u32s};
 use crate::dense::{gather_bruck, gather_recursive_doubling};
-use crate::entry::{Reduced, enter};
+use crate::entry::{Admission, Reduced, admit};
 use crate::frame::{
     PairsView, StreamView, encode_stream, put_rebased, sparse_header, stream_view, sum_parts,
     take_parts,
@@ -153,8 +153,8 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
         Some(split_bytes(ins, r, false))
     }
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
-        split_enter(t, v, Phase::Sparse, SSAR_NAME)
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        Some(split_admit(t, v, Phase::Sparse, SSAR_NAME))
     }
     fn body(
         &mut self,
@@ -333,10 +333,16 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         self.qsgd.is_none().then(|| split_bytes(ins, r, true))
     }
     /// The call counter counts calls that entered the round.
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         self.calls = self.calls.wrapping_add(1);
         let probe = self.warm != Some((v.dim(), t.size(), E::CODE));
-        split_enter_probing(t, v, Phase::Dense(self.qsgd), DSAR_NAME, probe)
+        Some(split_admit_probing(
+            t,
+            v,
+            Phase::Dense(self.qsgd),
+            DSAR_NAME,
+            probe,
+        ))
     }
     /// The call after its entry round; a failure every rank agrees on (a
     /// partition sum QSGD cannot scale) is returned as an error like any
@@ -444,23 +450,23 @@ impl DsarSplitAllgather {
 /// the whole result densely, so it is probed for before the call and a
 /// refused allocation is an error on every rank; the ranks agree on the
 /// quantization.
-pub(crate) fn split_enter<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
+pub(crate) fn split_admit<T: Transport + ?Sized, E: Element>(
+    t: &T,
     v: &SparseVec<E>,
     phase: Phase,
     name: &str,
-) -> Result<Entered> {
-    split_enter_probing(t, v, phase, name, true)
+) -> Admission {
+    split_admit_probing(t, v, phase, name, true)
 }
 
-/// [`split_enter`], the dense phase's probe made only where `probe`.
-fn split_enter_probing<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
+/// [`split_admit`], the dense phase's probe made only where `probe`.
+fn split_admit_probing<T: Transport + ?Sized, E: Element>(
+    t: &T,
     v: &SparseVec<E>,
     phase: Phase,
     name: &str,
     probe: bool,
-) -> Result<Entered> {
+) -> Admission {
     let qbits = match phase {
         Phase::Dense(Some(q)) => q.bits() as u64 | (q.bucket() as u64) << 8,
         _ => 0,
@@ -473,10 +479,10 @@ fn split_enter_probing<T: Transport + ?Sized, E: Element>(
         ),
         Phase::Sparse => Ok(()),
     };
-    enter(t, name, v, &[("quantization", qbits)], local)
+    admit(name, v, &[("quantization", qbits)], local)
 }
 
-/// The split-allgather family after [`split_enter`], into `out` (its
+/// The split-allgather family after [`split_admit`], into `out` (its
 /// allocations reused, as the transport's buffer pool is): the split phase
 /// writes each owner's entries straight from the input, received pairs are
 /// read in place, and each owner sums its partition in rank order

@@ -2,7 +2,7 @@
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
-use crate::entry::{Reduced, enter};
+use crate::entry::{Admission, Reduced, admit};
 use crate::frame::{
     StreamView, decode_stream, encode_stream, put_dense_stream, put_sparse_stream,
     stream_to_sparse, stream_view, take_parts,
@@ -429,9 +429,9 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
         Some(fold_rounds_of(p, r))
     }
     /// A lossy codec's split checked before the round.
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let local = self.values.ready(v);
-        enter(t, NAME, v, &[("values", self.values.code())], local)
+        Some(admit(NAME, v, &[("values", self.values.code())], local))
     }
     fn body(
         &mut self,

@@ -4,7 +4,7 @@
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::bytes::{le_bytes, le_u32s};
 use crate::dense::{bruck_allgather, gather_bruck};
-use crate::entry::{Reduced, enter};
+use crate::entry::{Admission, Reduced, admit};
 use crate::frame::{pairs_view, sum_all, sum_parts, take_parts};
 use crate::profile::{Profile, bytes_cost};
 use crate::values::{WireValues, values_param};
@@ -149,9 +149,9 @@ impl<E: Element> SparseAllreduce<E> for TopkA<E> {
         })
     }
     /// A lossy codec's split checked before the round.
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let local = self.values.ready(v);
-        enter(t, NAME, v, &[("values", self.values.code())], local)
+        Some(admit(NAME, v, &[("values", self.values.code())], local))
     }
     fn body(
         &mut self,

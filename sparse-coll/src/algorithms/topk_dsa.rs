@@ -1,9 +1,9 @@
 //! TopkDSA (Renggli et al., as SparDL's Table 1 and experiments run it).
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
-use crate::algorithms::split_allgather::{Gather, Phase, split_allgather, split_enter};
+use crate::algorithms::split_allgather::{Gather, Phase, split_admit, split_allgather};
 use crate::profile::{Profile, bytes_cost};
-use crate::{Entered, Reduced, Transport};
+use crate::{Admission, Entered, Reduced, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Result, SparseVec};
 
@@ -78,8 +78,8 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
             _ => split,
         })
     }
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
-        split_enter(t, v, Phase::Sparse, NAME)
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        Some(split_admit(t, v, Phase::Sparse, NAME))
     }
     fn body(
         &mut self,

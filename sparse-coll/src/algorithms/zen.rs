@@ -5,7 +5,7 @@
 
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::algorithms::push_pull::{Keeps, PushPull, Scheme, push_pull_into, split_by_owner};
-use crate::entry::{Reduced, enter};
+use crate::entry::{Admission, Reduced, admit};
 use crate::frame::take_parts;
 use crate::profile::{Profile, bytes_cost};
 use crate::scratch::Scratch;
@@ -427,14 +427,14 @@ impl<H: ZenHashing<E>, E: Element> SparseAllreduce<E> for ZenBalancedParallelism
     }
     /// The partition index (built once) and this call's pieces are made
     /// before the round, so that their failure reaches every rank.
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let (p, dim) = (t.size(), v.dim());
         let ready = self
             .index_for(p, dim)
             .and_then(|_| v.check())
             .and_then(|()| self.make_pieces(v, p, t.rank()))
             .map(|()| self.scratch.get::<ZenBufs<E>>().ready = true);
-        enter(t, NAME, v, &[("h0 seed", self.seed)], ready)
+        Some(admit(NAME, v, &[("h0 seed", self.seed)], ready))
     }
     fn body(
         &mut self,

@@ -30,8 +30,8 @@ use sparse_coll::testing::{
     CountingAlloc, algorithms, bad_input_suite, check_corrupt, collective_suite, corrupt_case,
 };
 use sparse_coll::{
-    Budget, Defaults, Intercept, Intercepting, MpiTransport, Registry, Spardl, SparseAllreduce,
-    TopkA, Transport,
+    Budget, Defaults, Intercept, Intercepting, JointCall, MpiTransport, Reduced, Registry, Spardl,
+    SparseAllreduce, TopkA, Transport, allreduce_jointly,
 };
 use sparse_core::{Error, Result, SparseVec};
 
@@ -107,7 +107,63 @@ fn suite(mut t: MpiTransport) {
         Ok(_) if p == 1 => {}
         other => panic!("rank {r}: lengths that differ gave {other:?}"),
     }
-    println!("OK rank {r} of {p}: {runs} runs checked, {bad} bad-input calls");
+    let joint = joint_calls(&mut t);
+    println!("OK rank {r} of {p}: {runs} runs checked, {bad} bad-input calls, {joint} joint calls");
+}
+
+/// `allreduce_jointly` under MPI: every algorithm of the suite, three
+/// calls a step (the specs in turn), equal bit for bit to the same calls
+/// one by one, and one entry round for them all. Returns the calls.
+fn joint_calls(t: &mut MpiTransport) -> usize {
+    let (r, p) = (t.rank(), t.size());
+    let specs = algorithms(p);
+    let registry = Registry::<f32>::builtin();
+    let dims = [1000usize, 37, 4096];
+    let input = |c: usize| {
+        let (idx, val): (Vec<u32>, Vec<f32>) = (0..dims[c])
+            .filter(|i| (i * 31 + r * 17 + c * 5) % 11 < 3)
+            .map(|i| (i as u32, ((i + r) % 9) as f32 - 4.0))
+            .unzip();
+        SparseVec::new(dims[c], idx, val).expect("an input")
+    };
+    let ins: Vec<SparseVec<f32>> = (0..3).map(input).collect();
+    let build = |s: &str| {
+        registry
+            .build(s, Defaults::density(0.1).expect("a density"))
+            .expect("a suite spec")
+    };
+    for i in (0..specs.len()).step_by(3) {
+        let three: Vec<&str> = (i..i + 3)
+            .map(|c| specs[c % specs.len()].as_str())
+            .collect();
+        let mut alone = Vec::new();
+        let before = t.traffic().rounds;
+        for (s, v) in three.iter().zip(&ins) {
+            alone.push(build(s).allreduce(t, v).expect("a call"));
+        }
+        let rounds_alone = t.traffic().rounds - before;
+        let mut algs: Vec<_> = three.iter().map(|s| build(s)).collect();
+        let mut outs: Vec<Reduced<f32>> = (0..3).map(|_| Reduced::default()).collect();
+        let mut calls = JointCall::zip(&mut algs, &ins, &mut outs);
+        let before = t.traffic().rounds;
+        allreduce_jointly(t, &mut calls).expect("joint calls");
+        let rounds_joint = t.traffic().rounds - before;
+        let entries: u64 = alone.iter().map(|o| o.entry.rounds).sum();
+        let one = outs[0].entry.rounds;
+        assert_eq!(
+            rounds_joint,
+            rounds_alone - entries + one,
+            "rank {r}: {three:?}: rounds"
+        );
+        for (a, j) in alone.iter().zip(&outs) {
+            assert_eq!(
+                (&a.result, &a.dropped),
+                (&j.result, &j.dropped),
+                "rank {r}: {three:?}"
+            );
+        }
+    }
+    3 * specs.len().div_ceil(3)
 }
 
 /// Ranks that pass different dimensions all get a disagreement.

@@ -444,15 +444,11 @@ fn run_calls<B: Backend<f32>>(
                 Err(_) => closed = true,
             }
         };
-        let sents: Vec<SparseVec<f32>> = match &outs {
-            Some(o) => o.iter().map(|o| o.sent.clone()).collect(),
-            None => layers
-                .iter()
-                .map(|&l| SparseVec::zeros(dims[l]))
-                .collect::<Result<_>>()?,
-        };
+        // None at all where this rank's local work failed: an empty vector
+        // of the bucket's length goes out.
+        let sents: Vec<&SparseVec<f32>> = outs.iter().flatten().map(|o| &o.sent).collect();
         let clock = Instant::now();
-        let reds = reduce_call(t, &mut buckets[*j], &sents)?;
+        let reds = reduce_call(t, &mut buckets[*j], dims, &sents)?;
         rep.communicate += clock.elapsed();
         if let Some(outs) = outs {
             for ((&l, out), red) in layers.iter().zip(outs).zip(reds) {

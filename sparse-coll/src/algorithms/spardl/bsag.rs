@@ -9,13 +9,13 @@ use crate::frame::{put_block, sum_parts, take_block_view, take_parts};
 use crate::profile::{Profile, bytes_cost};
 use crate::scratch::Scratch;
 use crate::values::WireValues;
-use crate::{Entered, Transport};
+use crate::{Admission, Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::state::{Scope, State};
 use sparse_core::topk::split_topk_into;
 use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 
-use super::{Keep, Mem, cut_to, in_teams, k_and_teams, pick_cut, sag_enter};
+use super::{Keep, Mem, cut_to, in_teams, k_and_teams, pick_cut, sag_admit};
 
 /// The registry name, from which the entry id derives.
 const BSAG_NAME: &str = "spardl_bsag";
@@ -303,9 +303,9 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
     fn max_result_entries(&self, dim: usize) -> Option<usize> {
         Some(self.budget.k_for(dim))
     }
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let d = self.teams(t.size());
-        sag_enter(t, v, self.budget.k_for(v.dim()), d, BSAG_NAME)
+        Some(sag_admit(t, v, self.budget.k_for(v.dim()), d, BSAG_NAME))
     }
     fn body(
         &mut self,

@@ -14,7 +14,7 @@ pub use rsag::{SpardlRsag, spardl_rsag};
 
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
-use crate::entry::{Reduced, enter};
+use crate::entry::{Admission, Reduced, admit};
 use crate::frame::{put_block, take_block_view, take_parts};
 use crate::profile::{Profile, bytes_cost};
 use crate::scratch::{Scratch, Work, add_into, copy_into};
@@ -205,14 +205,14 @@ fn pick_cut<E: Element>(mine: impl Fn(u32) -> bool, dropped: &mut SparseVec<E>, 
 /// algorithm `name` and its `extra` parameters. Parameter errors travel in
 /// it, so that every rank returns one even where only some ranks passed a
 /// bad `d`.
-fn teams_enter<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
+fn teams_admit<T: Transport + ?Sized, E: Element>(
+    t: &T,
     v: &SparseVec<E>,
     d: usize,
     name: &str,
     extra: &[(&'static str, u64)],
     ready: Result<()>,
-) -> Result<Entered> {
+) -> Admission {
     let local = ready.and_then(|()| {
         if name == RSAG_NAME {
             rsag_teams(d)
@@ -221,18 +221,18 @@ fn teams_enter<T: Transport + ?Sized, E: Element>(
         }
         .and_then(|()| teams(t, d).map(drop))
     });
-    enter(t, name, v, extra, local)
+    admit(name, v, extra, local)
 }
 
-/// [`teams_enter`] for SparDL with SAG: budget `k` and `d` teams.
-fn sag_enter<T: Transport + ?Sized, E: Element>(
-    t: &mut T,
+/// [`teams_admit`] for SparDL with SAG: budget `k` and `d` teams.
+fn sag_admit<T: Transport + ?Sized, E: Element>(
+    t: &T,
     v: &SparseVec<E>,
     k: usize,
     d: usize,
     name: &str,
-) -> Result<Entered> {
-    teams_enter(
+) -> Admission {
+    teams_admit(
         t,
         v,
         d,
@@ -242,7 +242,7 @@ fn sag_enter<T: Transport + ?Sized, E: Element>(
     )
 }
 
-/// The body of SparDL with and without SAG after [`teams_enter`], into
+/// The body of SparDL with and without SAG after [`teams_admit`], into
 /// `out` (its allocations reused with `mem`'s): Spar-Reduce-Scatter inside
 /// this worker's team of `m = P / d` workers over `m` blocks, then `sag`
 /// between the `d` workers of this worker's column (given the layout,
@@ -429,11 +429,11 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
         Some(self.budget.k_for(dim))
     }
     /// A codec's split checked before the round.
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let k = self.budget.k_for(v.dim());
         let extra = [("k", k as u64), ("values", self.values.code())];
         let ready = self.values.ready(v);
-        teams_enter(t, v, 1, NAME, &extra, ready)
+        Some(teams_admit(t, v, 1, NAME, &extra, ready))
     }
     fn body(
         &mut self,

@@ -7,11 +7,11 @@ use crate::frame::{put_block, take_block_view};
 use crate::profile::{Profile, bytes_cost};
 use crate::scratch::Scratch;
 use crate::values::WireValues;
-use crate::{Entered, Transport};
+use crate::{Admission, Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::{Element, Error, Result, SparseVec};
 
-use super::{Keep, Mem, add_and_cut, cut_to, in_teams, k_and_teams, sag_enter};
+use super::{Keep, Mem, add_and_cut, cut_to, in_teams, k_and_teams, sag_admit};
 
 /// The registry name, from which the entry id derives.
 pub(super) const RSAG_NAME: &str = "spardl_rsag";
@@ -170,9 +170,9 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
     fn max_result_entries(&self, dim: usize) -> Option<usize> {
         Some(self.budget.k_for(dim))
     }
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let d = self.teams(t.size());
-        sag_enter(t, v, self.budget.k_for(v.dim()), d, RSAG_NAME)
+        Some(sag_admit(t, v, self.budget.k_for(v.dim()), d, RSAG_NAME))
     }
     fn body(
         &mut self,

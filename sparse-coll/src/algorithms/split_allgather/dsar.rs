@@ -121,7 +121,7 @@ impl DsarFrame {
     }
 }
 
-/// DSAR after [`super::split_enter`]: [`super::split_allgather`]'s dense phase with the
+/// DSAR after [`super::split_admit`]: [`super::split_allgather`]'s dense phase with the
 /// same messages and results, bit for bit, without a pass over the dense
 /// partition on this rank: the split phase and the sum as there, then this
 /// rank's block written into `frame` from the sum's entries and sent from
