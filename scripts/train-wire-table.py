@@ -21,7 +21,10 @@ checks) plus the communication `sparse-bench step` simulates over the
 calibrated link (`comm_ms` of its per layer and fused rows: the calls and
 the trainer's agreement rounds, as many as the measured step made:
 agree_rounds, two a step since Trainer::step dropped its round after
-selection, three in per layer and fused runs before that); the pipelined
+selection, three in per layer and fused runs before that; since the
+collective calls of a Trainer::step share one entry round, step simulates
+them so, and runs from before that are predicted as they were made with a
+sparse-bench from before it); the pipelined
 runs overlap one bucket's collective with the next bucket's selection only,
 as burn has no gradient hook, so they are predicted by the fused
 communication)."""

@@ -10,8 +10,8 @@
 use sparse_coll::dense::ring_allreduce;
 use sparse_coll::testing::{bad_input_suite_for, cases, collective_suite_for, real_cases};
 use sparse_coll::{
-    Auto, Defaults, Entered, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster, Transport,
-    wire,
+    Admission, Auto, Defaults, Entered, Profile, Reduced, Registry, SparseAllreduce, ThreadCluster,
+    Transport, wire,
 };
 use sparse_core::cost::Cost;
 use sparse_core::{Result, SparseVec};
@@ -34,9 +34,11 @@ impl SparseAllreduce<f32> for DenseRing {
         Cost::new(2.0 * (p - 1.0), 2.0 * prof.n as f64 * (p - 1.0) / p)
     }
     /// The same entry as the built-in algorithms: input checked, every
-    /// rank agrees on the call, any rank's failure reaches all.
-    fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Entered> {
-        wire::enter(t, "dense_ring", v, &[], Ok(()))
+    /// rank agrees on the call (in its own round, or in one round with
+    /// other calls: `sparse_coll::allreduce_jointly`), any rank's failure
+    /// reaches all.
+    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<f32>) -> Option<Admission> {
+        Some(wire::admit("dense_ring", v, &[], Ok(())))
     }
     fn body(
         &mut self,
