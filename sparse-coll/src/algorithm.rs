@@ -171,6 +171,26 @@ pub trait SparseAllreduce<E: Element>: Send {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()>;
+    /// The body run as a call runs it, once every rank has entered
+    /// ([`SparseAllreduce::allreduce_into`] and
+    /// [`crate::allreduce_jointly`] call it): [`SparseAllreduce::body`]
+    /// inside [`crate::guard`], which abandons the transport when the body
+    /// fails, so that no peer waits on this rank. An algorithm whose body
+    /// can fail at the same point on every rank with no message left
+    /// unread (DSAR with QSGD: a partition sum it cannot scale) overrides
+    /// it to return that error with the transport usable.
+    ///
+    /// # Errors
+    /// As [`SparseAllreduce::body`].
+    fn guarded_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        crate::guard(t, |t| self.body(t, v, entered, out))
+    }
     /// One allreduce of `v` into `out`, which a caller keeps across calls
     /// (start from [`Reduced::default`]): [`SparseAllreduce::enter`], then
     /// [`SparseAllreduce::body`] inside [`crate::guard`], which abandons
@@ -194,7 +214,7 @@ pub trait SparseAllreduce<E: Element>: Send {
     ) -> Result<()> {
         let before = t.traffic();
         let entered = self.enter(t, v)?;
-        crate::guard(t, |t| self.body(t, v, entered, out))?;
+        self.guarded_body(t, v, entered, out)?;
         out.account(before, entered, t.traffic());
         Ok(())
     }

@@ -29,7 +29,9 @@ pub struct Reduced<E> {
     /// This rank's traffic in the call's entry round (its agreement on the
     /// call), set by [`crate::SparseAllreduce::allreduce_into`]: `traffic`
     /// plus `entry` ([`Reduced::total`]) is what the transport counted
-    /// during the call.
+    /// during the call. Of calls entered together
+    /// ([`crate::allreduce_jointly`]) one carries the joint round and the
+    /// others none: their totals add up to what the transport counted.
     pub entry: Traffic,
 }
 

@@ -53,8 +53,11 @@ impl<'a, E: Element> JointCall<'a, E> {
 /// own inputs.
 ///
 /// The joint round compares the number of calls, the number admitted and
-/// one word for all their fields (FNV-1a over them): one 24-byte
-/// agreement whatever the number of calls; only where that word differs
+/// one word for all their fields and positions (FNV-1a over each call's
+/// position, whether it was admitted, and its fields): three words (32
+/// bytes a rank with the status word) whatever the number of calls, so
+/// that calls admitted at other positions on other ranks, or with other
+/// fields, fail on every rank; only where that word differs
 /// do the ranks (all of them, as all see it) exchange every field to name
 /// the one that differs ([`Error::Disagreement`] about it). Any call's
 /// error in its admission (an invalid or non-finite input, the
@@ -69,8 +72,12 @@ impl<'a, E: Element> JointCall<'a, E> {
 /// the own entry rounds of calls not admitted) where the calls one by one
 /// take one more a call. Each call's `out.traffic` is its body's; the
 /// joint round's traffic is in the first admitted call's `out.entry` (the
-/// others' is zero), so the calls' [`Reduced::total`]s add up to what the
-/// transport counted.
+/// others' is zero; where none was admitted, added to the first call's),
+/// so the calls' [`Reduced::total`]s add up to what the transport counted
+/// (with no calls at all, the round is made and counted in none). A hash
+/// collision of two different sets of fields would pass the round, where
+/// separate rounds compare every field: FNV-1a of 64 bits, not an
+/// adversary's defence.
 ///
 /// # Errors
 /// As [`SparseAllreduce::allreduce_into`]; every rank returns one when any
@@ -90,9 +97,14 @@ pub fn allreduce_jointly<E: Element>(
             continue;
         }
         let entered = Entered::now(t);
-        crate::guard(t, |t| c.alg.body(t, c.v, entered, c.out))?;
+        c.alg.guarded_body(t, c.v, entered, c.out)?;
         c.out.traffic = t.traffic().since(&entered.start());
         c.out.entry = entry.take().unwrap_or_default();
+    }
+    // No call admitted (every one entered alone): the joint round's
+    // traffic goes to the first call's entry.
+    if let (Some(round), Some(first)) = (entry, calls.first_mut()) {
+        first.out.entry = first.out.entry.plus(&round);
     }
     Ok(())
 }
@@ -111,11 +123,15 @@ fn enter_jointly(t: &mut dyn Transport, admitted: &[Option<Admission>]) -> Resul
         .clone()
         .find_map(|a| a.local().as_ref().err().cloned())
         .map_or(Ok(()), Err);
-    // A call's field count goes into the word too, so that calls whose
-    // fields only run together alike (one call's last field another's
-    // first) still hash apart.
-    let words = joined.flat_map(|a| {
-        std::iter::once(a.fields().len() as u64).chain(a.fields().iter().map(|(_, v)| *v))
+    // Each call's position, whether it was admitted and its field count
+    // go into the word too, so that calls admitted at other positions, or
+    // whose fields only run together alike (one call's last field
+    // another's first), hash apart.
+    let words = admitted.iter().enumerate().flat_map(|(i, a)| {
+        let fields = a.as_ref().map_or(&[][..], Admission::fields);
+        [i as u64, u64::from(a.is_some()), fields.len() as u64]
+            .into_iter()
+            .chain(fields.iter().map(|(_, v)| *v))
     });
     let digest = sparse_core::hash::fnv1a(words.flat_map(u64::to_le_bytes));
     let summary = [

@@ -205,3 +205,81 @@ fn an_error_in_one_call_fails_every_rank_before_any_body() {
         }
     }
 }
+
+/// One joint step of `specs` on this rank's inputs `ins`: its outcome and
+/// the transport's traffic over it.
+fn joint_step(
+    t: &mut dyn Transport,
+    specs: &[&str],
+    ins: &[SparseVec<f32>],
+) -> Result<(Result<Vec<Reduced<f32>>>, Traffic)> {
+    let specs: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+    let mut algs = build(&specs)?;
+    let mut outs: Vec<Reduced<f32>> = ins.iter().map(|_| Reduced::default()).collect();
+    let before = t.traffic();
+    let done = allreduce_jointly(t, &mut JointCall::zip(&mut algs, ins, &mut outs));
+    Ok((done.map(|()| outs), t.traffic().since(&before)))
+}
+
+/// DSAR with QSGD fails on every rank alike where a partition sum cannot
+/// be scaled, with the transport usable: joint as alone (its
+/// `guarded_body`), so the next joint step succeeds.
+#[test]
+fn an_error_every_rank_agrees_on_in_a_body_leaves_the_transport_usable() {
+    for p in 2..=3 {
+        let out = ThreadCluster::new(p).run(|t| {
+            let specs = ["topk_a", "dsar_split_allgather:qsgd=4"];
+            let huge = SparseVec::new(4, vec![0, 2], vec![3e38f32, 3e38])?;
+            let bad = [input(t.rank(), 0, 0, DIMS[0]), huge];
+            let (failed, _) = joint_step(t, &specs, &bad)?;
+            let good = [input(t.rank(), 0, 0, DIMS[0]), input(t.rank(), 1, 0, 4)];
+            let (next, _) = joint_step(t, &specs, &good)?;
+            Ok((failed.map(drop), next.map(drop)))
+        });
+        for (r, o) in out.into_iter().enumerate() {
+            let (failed, next) = o.expect("the test's own steps");
+            assert!(failed.is_err(), "P = {p}, rank {r}: {failed:?}");
+            next.unwrap_or_else(|e| panic!("P = {p}, rank {r}: the next step failed: {e}"));
+        }
+    }
+}
+
+/// Calls admitted at other positions on other ranks (a fresh planner,
+/// which enters alone on its profiling call, and TopkA, in swapped
+/// orders) fail on every rank in the joint round, where the counts and
+/// the fields alone agree, with the transport usable; and where no call
+/// is admitted the joint round's traffic is the first call's, so the
+/// totals are what the transport counted.
+#[test]
+fn calls_admitted_at_other_positions_fail_every_rank_and_no_traffic_is_lost() {
+    for p in 2..=4 {
+        let out = ThreadCluster::new(p).run(|t| {
+            let ins = [
+                input(t.rank(), 0, 0, DIMS[0]),
+                input(t.rank(), 1, 0, DIMS[0]),
+            ];
+            let specs = if t.rank() == 0 {
+                ["auto", "topk_a"]
+            } else {
+                ["topk_a", "auto"]
+            };
+            let (swapped, spent) = joint_step(t, &specs, &ins)?;
+            let (alone, counted) = joint_step(t, &["auto"], &ins[..1])?;
+            let (next, _) = joint_step(t, &["topk_a", "auto"], &ins)?;
+            Ok((swapped.map(drop), spent, alone?, counted, next.map(drop)))
+        });
+        let agreement = agreement_rounds(p);
+        for (r, o) in out.into_iter().enumerate() {
+            let (swapped, spent, alone, counted, next) = o.expect("the test's own steps");
+            let at = format!("P = {p}, rank {r}");
+            match swapped {
+                Err(Error::Disagreement { what, .. }) => assert_eq!(what, "calls' fields", "{at}"),
+                other => panic!("{at}: {other:?}"),
+            }
+            // The joint round and the fields' round: no body ran.
+            assert!(spent.rounds <= 2 * agreement, "{at}: {spent:?}");
+            assert_eq!(alone[0].total(), counted, "{at}: the planner alone");
+            next.unwrap_or_else(|e| panic!("{at}: the next step failed: {e}"));
+        }
+    }
+}

@@ -361,18 +361,15 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     /// partition sum QSGD cannot scale: the owner's
     /// [`Error::Unencodable`], the others' [`Error::PeerError`]) is
     /// returned without abandoning the transport: every rank took part in
-    /// every message, so the next call works.
-    fn allreduce_into(
+    /// every message, so the next call works (alone or joint).
+    fn guarded_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        let before = t.traffic();
-        let entered = SparseAllreduce::<E>::enter(self, t, v)?;
-        crate::guard(t, |t| self.agreed_body(t, v, entered, out))??;
-        out.account(before, entered, t.traffic());
-        Ok(())
+        crate::guard(t, |t| self.agreed_body(t, v, entered, out))?
     }
 }
 
