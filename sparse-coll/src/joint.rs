@@ -63,9 +63,11 @@ impl<'a, E: Element> JointCall<'a, E> {
 /// error in its admission (an invalid or non-finite input, the
 /// algorithm's own check) reaches every rank in that round, before any
 /// body runs: this rank's first error, [`Error::PeerError`] on the
-/// others, and the transport stays usable. A body that fails abandons the
-/// transport ([`crate::guard`]), as in a call of its own, and the calls
-/// after it do not run.
+/// others, and the transport stays usable. Each body runs as in a call of
+/// its own ([`SparseAllreduce::guarded_body`]): one that fails abandons
+/// the transport (or, where every rank failed alike at the same point,
+/// as DSAR with QSGD can, leaves it usable), and the calls after it do
+/// not run.
 ///
 /// The results equal those of the calls made one by one, bit for bit
 /// (the bodies are the same); the rounds are one plus every body's (plus
@@ -110,17 +112,17 @@ pub fn allreduce_jointly<E: Element>(
 }
 
 /// The joint entry round of `admitted` (`None`: a call that enters on
-/// its own): the counts and one word for every admitted call's fields,
-/// with this rank's first admission error; where the word differs, every
-/// field exchanged to name the one that differs.
+/// its own): the counts and one word for every call's position, admission
+/// and fields, with this rank's first admission error; where the word
+/// differs, every admitted call's fields exchanged to name the one that
+/// differs.
 fn enter_jointly(t: &mut dyn Transport, admitted: &[Option<Admission>]) -> Result<()> {
-    let joined = admitted.iter().flatten();
+    let mut joined = admitted.iter().flatten();
     let fields: Vec<(&'static str, u64)> = joined
         .clone()
         .flat_map(|a| a.fields().iter().copied())
         .collect();
     let local = joined
-        .clone()
         .find_map(|a| a.local().as_ref().err().cloned())
         .map_or(Ok(()), Err);
     // Each call's position, whether it was admitted and its field count
