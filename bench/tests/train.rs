@@ -714,6 +714,36 @@ fn a_batch_of_zero_is_an_error_not_a_panic() {
     assert_eq!(bench::train::steps_per_epoch(100, 0), 0);
 }
 
+/// The pipelined step's gradient hooks (`residual_sgd::burn_hook`) hand
+/// over every layer's gradient of both models, bit for bit as
+/// `loss_and_grads` computes them, each under its layer's index, last
+/// layer first.
+#[test]
+fn hooked_gradients_are_the_backward_pass_s_for_both_models() {
+    let (train_set, _) = data::split().unwrap();
+    let batch = train_set.rows(&[0, 3, 5, 8]);
+    for kind in [Kind::Mlp, Kind::Cnn] {
+        let m = Model::new(kind, train_set.shape, 6).unwrap();
+        let w = m.init(7);
+        let (_, want) = m.loss_and_grads(&w, &batch).unwrap();
+        let (loss, hooked) = m.hooked_loss(&w, &batch).unwrap();
+        drop(loss.backward());
+        let got: Vec<(usize, Vec<f32>)> = hooked
+            .try_iter()
+            .map(|g| (g.layer, g.grad.into_data().try_to_vec::<f32>().unwrap()))
+            .collect();
+        let order: Vec<usize> = got.iter().map(|(l, _)| *l).collect();
+        assert_eq!(order.len(), want.len(), "{kind:?}: {order:?}");
+        assert!(
+            order.windows(2).all(|p| p[0] / 2 >= p[1] / 2),
+            "{kind:?}: not last layer first: {order:?}"
+        );
+        for (l, g) in got {
+            assert_eq!(g, want[l], "{kind:?}: layer {l}");
+        }
+    }
+}
+
 /// `--pipelined` trains exactly as the plain step for every scheme (the
 /// same selections and collectives, called as buckets become ready), and
 /// `--bucket-mib` with per-layer budgets exactly as a call per layer for a

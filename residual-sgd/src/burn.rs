@@ -49,7 +49,7 @@ struct Collect<'a> {
     error: Option<Error>,
 }
 
-fn flat<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
+pub(crate) fn flat<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
     t.into_data()
         .convert::<f32>()
         .try_into_vec::<f32>()

@@ -174,6 +174,8 @@ pub mod bucket;
 pub mod burn;
 #[cfg(any(feature = "burn-wgpu", feature = "burn-cuda"))]
 pub mod burn_device;
+#[cfg(feature = "burn")]
+pub mod burn_hook;
 pub mod checkpoint;
 mod config;
 mod layer;

@@ -14,9 +14,12 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::module::{conv2d, linear};
+use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Tensor, TensorData};
 use rand::{Rng as _, SeedableRng};
 use residual_sgd::LayerSpec;
+use residual_sgd::burn_hook::{GradHooks, HookedGrads};
 use sparse_core::{Error, Result};
 
 /// The CNN's convolution channels (first, second).
@@ -99,6 +102,69 @@ impl Net {
                 let x = c.pool.forward(relu(c.conv2.forward(x)));
                 let x: Tensor<2> = x.flatten(1, 3);
                 c.fc2.forward(relu(c.fc1.forward(x)))
+            }
+        }
+    }
+}
+
+/// A linear layer whose parameters, layers `at` and `at + 1`, are hooked.
+fn hooked_linear(fc: &Linear, at: usize, x: Tensor<2>, hooks: &GradHooks) -> Result<Tensor<2>> {
+    let w = hooks.hook(at, fc.weight.val(), &x)?;
+    let b = match &fc.bias {
+        Some(b) => Some(hooks.hook(at + 1, b.val(), &x)?),
+        None => None,
+    };
+    Ok(linear(x, w, b))
+}
+
+/// A convolution whose parameters, layers `at` and `at + 1`, are hooked,
+/// with `Conv2d::forward`'s options (the CNN's explicit padding; burn
+/// keeps its computation of the others to itself).
+fn hooked_conv(cv: &Conv2d, at: usize, x: Tensor<4>, hooks: &GradHooks) -> Result<Tensor<4>> {
+    let PaddingConfig2d::Explicit(top, left, bottom, right) = cv.padding else {
+        return Err(Error::invalid(
+            "model",
+            format!("hooks take explicit padding, not {:?}", cv.padding),
+        ));
+    };
+    let options = ConvOptions::new_with_padding(
+        cv.stride,
+        [(top, bottom), (left, right)],
+        cv.dilation,
+        cv.groups,
+    );
+    let weight = hooks.hook(at, cv.weight.val(), &x)?;
+    let bias = match &cv.bias {
+        Some(b) => Some(hooks.hook(at + 1, b.val(), &x)?),
+        None => None,
+    };
+    Ok(conv2d(x, weight, bias, options))
+}
+
+impl Net {
+    /// [`Net::forward`] with every parameter hooked
+    /// (`residual_sgd::burn_hook`) as its layer, in [`Net::layers`]'
+    /// order: the same values, each gradient handed over as the backward
+    /// pass completes it.
+    fn forward_hooked(
+        &self,
+        x: Tensor<2>,
+        shape: [usize; 2],
+        hooks: &GradHooks,
+    ) -> Result<Tensor<2>> {
+        match self {
+            Net::Mlp(m) => {
+                let h = relu(hooked_linear(&m.fc1, 0, x, hooks)?);
+                hooked_linear(&m.fc2, 2, h, hooks)
+            }
+            Net::Cnn(c) => {
+                let n = x.dims()[0];
+                let x = x.reshape([n, 1, shape[0], shape[1]]);
+                let x = c.pool.forward(relu(hooked_conv(&c.conv1, 0, x, hooks)?));
+                let x = c.pool.forward(relu(hooked_conv(&c.conv2, 2, x, hooks)?));
+                let x: Tensor<2> = x.flatten(1, 3);
+                let h = relu(hooked_linear(&c.fc1, 4, x, hooks)?);
+                hooked_linear(&c.fc2, 6, h, hooks)
             }
         }
     }
@@ -256,6 +322,11 @@ impl Model {
     }
 
     fn logits(&self, net: &Net, set: &Set) -> Result<Tensor<2>> {
+        Ok(net.forward(self.input(set)?, self.shape))
+    }
+
+    /// `set`'s images as the networks' input.
+    fn input(&self, set: &Set) -> Result<Tensor<2>> {
         let f = self.shape[0] * self.shape[1];
         if set.x.len() != set.len() * f || set.features() != f || set.is_empty() {
             return Err(Error::invalid(
@@ -263,9 +334,10 @@ impl Model {
                 format!("empty or not {f} pixels per image"),
             ));
         }
-        let x =
-            Tensor::<2>::from_data(TensorData::new(set.x.clone(), [set.len(), f]), &self.device);
-        Ok(net.forward(x, self.shape))
+        Ok(Tensor::<2>::from_data(
+            TensorData::new(set.x.clone(), [set.len(), f]),
+            &self.device,
+        ))
     }
 
     /// Mean softmax cross-entropy of `set` under `w` and its gradient for
@@ -281,6 +353,22 @@ impl Model {
         let grads = loss.backward();
         let g = net.gradients(&grads)?;
         Ok((scalar(loss)?, g))
+    }
+
+    /// The mean softmax cross-entropy of `set` under `w`, its forward
+    /// pass only, with every parameter hooked (`residual_sgd::burn_hook`):
+    /// its backward pass (`burn_hook::backward_into`) hands each layer's
+    /// gradient over as it completes it, bit for bit those of
+    /// [`Model::loss_and_grads`]. burn's CPU backend only.
+    ///
+    /// # Errors
+    /// As [`Model::loss_and_grads`]; a model on a GPU device.
+    pub fn hooked_loss(&self, w: &[Vec<f32>], set: &Set) -> Result<(Tensor<1>, HookedGrads)> {
+        let net = self.net.load(w)?;
+        let x = self.input(set)?;
+        let (hooks, grads) = residual_sgd::burn_hook::hooks();
+        let logits = net.forward_hooked(x, self.shape, &hooks)?;
+        Ok((cross_entropy(logits, set, &self.device), grads))
     }
 
     /// The gradients of the mean softmax cross-entropy of `set` at the

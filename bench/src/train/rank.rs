@@ -238,13 +238,26 @@ fn sparsity(c: &[f64]) -> Sparsity {
 enum Grads<B: Backend<f32>> {
     Host(Vec<Vec<f32>>),
     Device(Vec<B::Buffer<f32>>),
+    /// The loss after its forward pass, every parameter hooked: the
+    /// backward pass runs in the pipelined step, each gradient going in
+    /// as it completes (`residual_sgd::burn_hook`).
+    Hooked(Box<(burn::tensor::Tensor<1>, residual_sgd::burn_hook::HookedGrads)>),
 }
 
 /// Where a rank's gradients are computed (`--device`): at the trainer's
 /// weights, on a batch.
 trait Place<B: Backend<f32>> {
-    /// The gradients of `batch`'s loss under `model` at `tr`'s weights.
-    fn grads(&self, model: &Model, tr: &Trainer<B, RadixTopK>, batch: &Set) -> Result<Grads<B>>;
+    /// The gradients of `batch`'s loss under `model` at `tr`'s weights;
+    /// where `hooked` and the place has gradient hooks, the loss after
+    /// its forward pass, hooked, for a pipelined step to run its backward
+    /// pass.
+    fn grads(
+        &self,
+        model: &Model,
+        tr: &Trainer<B, RadixTopK>,
+        batch: &Set,
+        hooked: bool,
+    ) -> Result<Grads<B>>;
 }
 
 /// burn's CPU backend: the weights downloaded (a copy), the gradients
@@ -257,8 +270,13 @@ impl Place<Cpu> for Host {
         model: &Model,
         tr: &Trainer<Cpu, RadixTopK>,
         batch: &Set,
+        hooked: bool,
     ) -> Result<Grads<Cpu>> {
         let w = tr.weights()?;
+        if hooked {
+            let (loss, grads) = model.hooked_loss(&w, batch)?;
+            return Ok(Grads::Hooked(Box::new((loss, grads))));
+        }
         Ok(Grads::Host(model.loss_and_grads(&w, batch)?.1))
     }
 }
@@ -274,6 +292,7 @@ impl<R: residual_sgd::burn_device::BurnRuntime> Place<backend_cuda::CubeBackend<
         model: &Model,
         tr: &Trainer<backend_cuda::CubeBackend<R>, RadixTopK>,
         batch: &Set,
+        _hooked: bool,
     ) -> Result<Grads<backend_cuda::CubeBackend<R>>> {
         let g = model.device_grads(self, &tr.weight_buffers(), batch)?;
         Ok(Grads::Device(g))
@@ -409,20 +428,50 @@ impl<'a, B: Backend<f32> + Sync + 'static, P: Place<B>> RankLoop<'a, B, P> {
         let batch = self.mine.rows(rows);
         let cpu = process_cpu_ms();
         let clock = std::time::Instant::now();
-        let grads = self.place.grads(&self.model, &self.tr, &batch)?;
-        let grad = clock.elapsed();
+        // Pipelined on burn's CPU backend: the backward pass runs in the
+        // step, each gradient going in as it completes (gradient hooks),
+        // but on the steps a probe reads the gradients.
+        let probed = s.is_multiple_of(self.probe_every);
+        let grads = self
+            .place
+            .grads(&self.model, &self.tr, &batch, a.pipelined && !probed)?;
+        let mut grad = clock.elapsed();
         // Pipelined: backward order, the last layer's gradient first.
-        let rep: StepReport = match (&grads, a.pipelined) {
-            (Grads::Host(g), true) => self.tr.step_with(t, |feed| {
-                (0..g.len())
-                    .rev()
-                    .try_for_each(|l| feed.push_host(l, &g[l]))
-            })?,
-            (Grads::Host(g), false) => self.tr.step(t, g)?,
-            (Grads::Device(g), true) => self.tr.step_with(t, |feed| {
-                (0..g.len()).rev().try_for_each(|l| feed.push(l, &g[l]))
-            })?,
-            (Grads::Device(g), false) => self.tr.step_buffers(t, g)?,
+        let (rep, kept): (StepReport, Option<Grads<B>>) = match grads {
+            Grads::Hooked(hooked) => {
+                let (loss, hooked) = *hooked;
+                let mut pass = Duration::ZERO;
+                let rep = self.tr.step_with(t, |feed| {
+                    pass = residual_sgd::burn_hook::backward_into(loss, hooked, feed)?;
+                    Ok(())
+                })?;
+                // The forward and the backward pass, as the other steps'
+                // `grad` (the selection overlapped the backward pass).
+                grad += pass;
+                (rep, None)
+            }
+            Grads::Host(g) => {
+                let rep = if a.pipelined {
+                    self.tr.step_with(t, |feed| {
+                        (0..g.len())
+                            .rev()
+                            .try_for_each(|l| feed.push_host(l, &g[l]))
+                    })?
+                } else {
+                    self.tr.step(t, &g)?
+                };
+                (rep, Some(Grads::Host(g)))
+            }
+            Grads::Device(g) => {
+                let rep = if a.pipelined {
+                    self.tr.step_with(t, |feed| {
+                        (0..g.len()).rev().try_for_each(|l| feed.push(l, &g[l]))
+                    })?
+                } else {
+                    self.tr.step_buffers(t, &g)?
+                };
+                (rep, Some(Grads::Device(g)))
+            }
         };
         self.out.bytes_sent.push(rep.traffic.bytes_sent);
         self.out.phases.push([
@@ -437,16 +486,18 @@ impl<'a, B: Backend<f32> + Sync + 'static, P: Place<B>> RankLoop<'a, B, P> {
         for (acc, l) in self.acc.sent.iter_mut().zip(&rep.layers) {
             *acc += l.density();
         }
-        if s.is_multiple_of(self.probe_every) {
-            // On a device the probe's gradients are downloaded, outside
-            // the timed step and its counted transfers.
-            let host = match grads {
-                Grads::Host(g) => g,
-                Grads::Device(g) => g
-                    .iter()
+        // On a device the probe's gradients are downloaded, outside the
+        // timed step and its counted transfers.
+        let host = match kept {
+            Some(Grads::Host(g)) if probed => Some(g),
+            Some(Grads::Device(g)) if probed => Some(
+                g.iter()
                     .map(|b| self.tr.backend().download(b))
                     .collect::<Result<_>>()?,
-            };
+            ),
+            _ => None,
+        };
+        if let Some(host) = host {
             probe(t, &host, &rep, &mut self.acc.stats)?;
             self.acc.probes += 1;
         }

@@ -91,6 +91,23 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
         self.note(out)
     }
 
+    /// The layers not pushed yet in this step, in list order.
+    pub fn missing(&self) -> Vec<usize> {
+        (0..self.reports.len())
+            .filter(|&l| self.reports[l].is_none())
+            .collect()
+    }
+
+    /// Layer `layer`'s gradient as zeros: a parameter the loss does not
+    /// reach ([`crate::burn::gradients`] reads zeros for it too).
+    ///
+    /// # Errors
+    /// As [`Feed::push_host`].
+    pub fn push_zeros(&mut self, layer: usize) -> Result<()> {
+        let len = self.layers.get(layer).map_or(0, |l| l.spec.len);
+        self.push_host(layer, &vec![0.0; len])
+    }
+
     /// `out`, kept as the step's failure if it is the first.
     fn note(&mut self, out: Result<()>) -> Result<()> {
         if let (Err(e), None) = (&out, &self.failed) {

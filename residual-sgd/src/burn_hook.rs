@@ -1,0 +1,252 @@
+//! Per-parameter gradient hooks for burn 0.22 models (feature `burn`):
+//! each parameter's gradient handed over the moment burn's backward pass
+//! has completed it, while the pass goes on, as PyTorch's
+//! `register_hook` gives DDP the gradients it starts buckets with.
+//! Feeding them to [`Trainer::step_with`](crate::Trainer::step_with)
+//! overlaps a step's selection and collectives with the rest of the
+//! backward pass ([`backward_into`]).
+//!
+//! burn 0.22 has no hook for a user, but its autodiff takes custom
+//! operations: [`GradHooks::hook`] puts an identity operation between a
+//! parameter and its use in the forward pass, whose backward step sends
+//! the gradient it passes on. burn runs backward steps by depth (an
+//! operation's depth is one more than its deepest input's), so an
+//! identity on the parameter alone would have depth 1 and run after every
+//! other step: the hook takes a second input, `after`, the tensor the
+//! parameter is combined with (the layer's input), which only orders it
+//! (it gets no gradient from the hook). Its depth is then one less than
+//! that of the operation using the parameter, so it runs right after that
+//! operation's backward step, when the gradient is complete: every
+//! operation that uses the hooked tensor is deeper than the hook and has
+//! run before it.
+//!
+//! The gradients are bit for bit those of `loss.backward()` read with
+//! [`crate::burn::gradients`] (the hook passes each on unchanged; tested),
+//! and still registered on the parameter. A parameter the loss does not
+//! reach has no hook call; [`backward_into`] pushes zeros for it, as
+//! [`crate::burn::gradients`] reads zeros.
+//!
+//! Models on burn's `Flex` CPU backend with autodiff (without gradient
+//! checkpointing); a tensor of another backend is an error naming it.
+//!
+//! ```ignore
+//! let (hooks, grads) = residual_sgd::burn_hook::hooks();
+//! // in the forward pass, each parameter where it is used:
+//! let w = hooks.hook(0, fc1.weight.val(), &x)?;
+//! let b = hooks.hook(1, fc1.bias.val(), &x)?;
+//! let h = burn::tensor::activation::relu(x.matmul(w) + b.unsqueeze());
+//! // ...
+//! trainer.step_with(t, |feed| backward_into(loss, grads, feed))?;
+//! ```
+
+use crate::trainer::Feed;
+use burn::backend::Flex;
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::tensor::Tensor;
+use sparse_core::{Backend, Error, Result};
+use sparse_select::Selector;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// One hooked parameter's gradient: its layer (the index
+/// [`GradHooks::hook`] was given) and the gradient, flattened.
+pub struct HookedGrad {
+    /// The layer, as given to [`GradHooks::hook`].
+    pub layer: usize,
+    /// The gradient, flat in the parameter's row-major order.
+    pub grad: Tensor<1>,
+}
+
+/// The hooks' sending end: [`GradHooks::hook`] in the forward pass.
+#[derive(Clone, Debug)]
+pub struct GradHooks {
+    tx: Sink,
+}
+
+/// The receiving end: the gradients in the order the backward pass
+/// completes them ([`backward_into`] reads them).
+pub struct HookedGrads {
+    rx: mpsc::Receiver<Msg>,
+    /// For the end of the pass ([`backward_into`]).
+    end: Sink,
+}
+
+/// What goes through the channel: a gradient, or the end of a backward
+/// pass.
+enum Msg {
+    Grad(Box<HookedGrad>),
+    End,
+}
+
+impl HookedGrads {
+    /// The gradients already completed, without waiting (for a caller
+    /// that runs `loss.backward()` itself and reads them after it).
+    pub fn try_iter(&self) -> impl Iterator<Item = HookedGrad> + '_ {
+        self.rx.try_iter().filter_map(|m| match m {
+            Msg::Grad(g) => Some(*g),
+            Msg::End => None,
+        })
+    }
+}
+
+/// A pair of ends: hook parameters with the first, read their gradients
+/// from the second.
+pub fn hooks() -> (GradHooks, HookedGrads) {
+    let (tx, rx) = mpsc::channel();
+    let tx = Sink(tx);
+    (GradHooks { tx: tx.clone() }, HookedGrads { rx, end: tx })
+}
+
+/// The sender a hook's backward step holds (its state must be `Debug`).
+#[derive(Clone)]
+struct Sink(mpsc::Sender<Msg>);
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sink")
+    }
+}
+
+/// The hook's backward step: the gradient sent, then passed on to the
+/// parameter unchanged; `after` gets none.
+#[derive(Debug)]
+struct Hook<const D: usize>;
+
+type Inner = Flex;
+type Ad = Autodiff<Flex>;
+
+impl<const D: usize> Backward<Inner, 2> for Hook<D> {
+    type State = (usize, Sink);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Inner>(&ops.node);
+        let (layer, sink) = ops.state;
+        let [param, _after] = ops.parents;
+        let flat = Tensor::<D>::from_primitive::<Inner>(grad.clone());
+        let n = flat.shape().num_elements();
+        // The receiver may be gone (a caller that stopped reading): the
+        // gradient is still registered below.
+        let _ = sink.0.send(Msg::Grad(Box::new(HookedGrad {
+            layer,
+            grad: flat.reshape([n]),
+        })));
+        if let Some(p) = param {
+            grads.register::<Inner>(p.id, grad);
+        }
+    }
+}
+
+fn not_flex(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::invalid(
+        "burn tensor",
+        format!(
+            "{what} is not a tensor of burn's Flex backend with autodiff (no checkpointing), \
+             which gradient hooks take: {e:?}"
+        ),
+    )
+}
+
+impl GradHooks {
+    /// `param` (a parameter's value, `Param::val`) hooked as layer
+    /// `layer`: the same tensor in the forward pass; in the backward pass
+    /// its gradient goes to the [`HookedGrads`] once complete. `after`
+    /// is the tensor the parameter is first combined with (the layer's
+    /// input): the hook runs right after the backward step of the
+    /// operation that uses them both. Use the returned tensor in place of
+    /// `param`, once (a second use is still summed into the gradient
+    /// before the hook runs, if it is deeper than `after`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] where `param` or `after` is not a
+    /// tensor of burn's Flex backend with autodiff.
+    pub fn hook<const D: usize, const E: usize>(
+        &self,
+        layer: usize,
+        param: Tensor<D>,
+        after: &Tensor<E>,
+    ) -> Result<Tensor<D>> {
+        let p = param
+            .try_into_primitive::<Ad>()
+            .map_err(|e| not_flex("the parameter", e))?;
+        let a = after
+            .clone()
+            .try_into_primitive::<Ad>()
+            .map_err(|e| not_flex("the tensor it is combined with", e))?;
+        let out = match Hook::<D>
+            .prepare::<burn::backend::autodiff::checkpoint::strategy::NoCheckpointing>([
+                p.node(),
+                a.node(),
+            ])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((layer, self.tx.clone()), p.primitive().clone()),
+            OpsKind::UnTracked(prep) => prep.finish(p.primitive().clone()),
+        };
+        Ok(Tensor::from_primitive::<Ad>(out))
+    }
+}
+
+/// The backward pass of `loss` on a thread of its own, each gradient
+/// pushed to `feed` as the pass completes it
+/// ([`Feed::push_host`](crate::trainer::Feed::push_host), read from
+/// `grads`, the ends of the hooks in `loss`'s graph), then zeros for
+/// every layer the loss did not reach (as [`crate::burn::gradients`]
+/// reads them). Selection and collectives run while the pass goes on.
+///
+/// Returns how long burn's backward pass took (its own thread's wall
+/// time, the pushes' work overlapping it).
+///
+/// # Errors
+/// A push's error (a layer hooked twice, a gradient of another length, a
+/// layer out of range), after the pass has ended.
+///
+/// # Panics
+/// Where burn's backward pass panicked (resumed here, so that
+/// [`Trainer::step_with`](crate::Trainer::step_with) fails the step on
+/// every rank with [`Error::Panicked`]).
+pub fn backward_into<B, S>(
+    loss: Tensor<1>,
+    grads: HookedGrads,
+    feed: &mut Feed<'_, B, S>,
+) -> Result<Duration>
+where
+    B: Backend<f32>,
+    S: Selector<B, f32>,
+{
+    let HookedGrads { rx, end } = grads;
+    let (out, pass) = std::thread::scope(|s| {
+        let pass = s.spawn(move || {
+            // The end is sent however the pass ends, so that the loop
+            // below stops.
+            struct Ender(Sink);
+            impl Drop for Ender {
+                fn drop(&mut self) {
+                    let _ = self.0.0.send(Msg::End);
+                }
+            }
+            let _end = Ender(end);
+            let clock = Instant::now();
+            drop(loss.backward());
+            clock.elapsed()
+        });
+        let mut out = Ok(());
+        // Every gradient is read, even after an error, so that the pass
+        // never waits on a full channel (it is unbounded) and ends.
+        while let Ok(Msg::Grad(g)) = rx.recv() {
+            if out.is_ok() {
+                out = crate::burn::flat(g.grad).and_then(|v| feed.push_host(g.layer, &v));
+            }
+        }
+        (out, pass.join())
+    });
+    let took = pass.unwrap_or_else(|p| std::panic::resume_unwind(p));
+    out?;
+    for l in feed.missing() {
+        feed.push_zeros(l)?;
+    }
+    Ok(took)
+}
