@@ -281,7 +281,9 @@ pub struct TrainArgs {
     pub global_budget: bool,
     /// Pipelined steps (`Trainer::step_with`): the layers' gradients go in
     /// backward order and each bucket's collective starts when its last
-    /// layer is in, while the next layers are selected.
+    /// layer is in, while the next layers are selected. On the CPU the
+    /// models' parameters are hooked (`residual_sgd::burn_hook`): each
+    /// gradient goes in as burn's backward pass completes it.
     #[arg(long)]
     pub pipelined: bool,
     /// Where gradients are computed and the weights kept: `cpu` (burn's
