@@ -374,3 +374,76 @@ fn a_failing_producer_fails_the_step_on_every_rank() {
         assert!(w.iter().all(|x| *x == w[0]), "{fault:?}: weights differ");
     }
 }
+
+/// Counts the transport calls (sends, receives, exchanges) a rank makes,
+/// the dense allreduce's among them (a ring over this view).
+#[derive(Debug)]
+struct Count(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl sparse_coll::Intercept for Count {
+    fn call(&mut self) -> Result<()> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn inner_allreduce(&self) -> bool {
+        false
+    }
+}
+
+/// A dense group's allreduce starts as soon as its layers are in, as
+/// DDP's buckets do, while the producer is still on the next layers: here
+/// the producer pushes the last two layers (dense, one group) and waits
+/// for this rank's transport to move before it pushes the rest, which it
+/// would wait for in vain if the dense allreduces followed the last
+/// bucket. The step still equals the plain one bit for bit.
+#[test]
+fn a_dense_group_s_allreduce_starts_while_the_producer_goes_on() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+    let cfg = Config::new(0.5, 0.05, rgc()).unwrap();
+    let make = || {
+        let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.25; n]).collect();
+        Trainer::from_registry(
+            Cpu,
+            cfg.compress_threshold(500),
+            LayerSpec::matrices(&SIZES),
+            &w0,
+            RadixTopK::magnitude(),
+            &Registry::builtin(),
+            "topk_a",
+        )
+    };
+    let out = ThreadCluster::new(2).run(|t| {
+        let (mut plain, mut piped) = (make()?, make()?);
+        assert_eq!(piped.compressed(), [true, false, true, false, false]);
+        let g = grads(t.rank(), 0);
+        plain.step(t, &g)?;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut seen = sparse_coll::Intercepting::wrap(t, Count(Arc::clone(&calls)));
+        piped.step_with(&mut seen, |feed| {
+            // The step's entry round is over; the collectives wait for
+            // their layers.
+            let before = calls.load(Ordering::SeqCst);
+            feed.push_host(4, &g[4])?;
+            feed.push_host(3, &g[3])?;
+            let clock = Instant::now();
+            while calls.load(Ordering::SeqCst) == before {
+                if clock.elapsed() > Duration::from_secs(30) {
+                    return Err(Error::invalid(
+                        "test",
+                        "the dense group's allreduce did not start before the other layers",
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (0..3).rev().try_for_each(|l| feed.push_host(l, &g[l]))
+        })?;
+        assert_eq!(plain.weights()?, piped.weights()?);
+        assert_eq!(plain.residuals()?, piped.residuals()?);
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}

@@ -1,7 +1,8 @@
 //! The pipelined step (issue 44): layers come in as a backward pass
 //! produces them ([`Trainer::step_with`]; [`Trainer::step_overlapped`]
-//! for gradients in hand), each bucket's collective starts as soon as its
-//! last layer is in, and while it is in flight the producer thread goes on
+//! for gradients in hand), each bucket's collective (and each dense
+//! group's allreduce, as DDP's buckets) starts as soon as its last layer
+//! is in, and while it is in flight the producer thread goes on
 //! producing and selecting the next layers.
 //!
 //! The transport stays on the caller's thread (a [`Transport`] need not be
@@ -25,14 +26,30 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// One collective call of a pipelined step: its bucket, its layers (list
-/// order) and how many of them are not in yet.
+/// One collective call of a pipelined step: its bucket (`None`: a dense
+/// group's allreduce, [`super::dense_groups`]), its layers (list order)
+/// and how many of them are not in yet.
 struct Call {
-    bucket: usize,
+    bucket: Option<usize>,
     layers: Vec<usize>,
     missing: usize,
     /// The bucket's budget where one is shared ([`crate::BucketBudget::Global`]).
     global_k: Option<usize>,
+}
+
+/// What the producer hands over for a call: a bucket's selections, or a
+/// dense group's gradients laid end to end.
+enum Payload<B: Backend<f32>> {
+    Sparse(Vec<Outgoing<B>>),
+    Dense(Vec<f32>),
+}
+
+/// A call as the collectives' side runs it: its bucket (`None`: dense),
+/// its layers and their total length.
+struct Order {
+    bucket: Option<usize>,
+    layers: Vec<usize>,
+    len: usize,
 }
 
 /// Where a pipelined step's producer hands over each layer's gradient
@@ -47,7 +64,7 @@ pub struct Feed<'a, B: Backend<f32>, S> {
     cfg: &'a Config,
     p: f32,
     layers: &'a mut [Layer<B, S>],
-    /// Per layer: the entries it selects and its call (None for dense).
+    /// Per layer: the entries it selects and its call.
     ks: Vec<usize>,
     call_of: Vec<Option<usize>>,
     calls: Vec<Call>,
@@ -55,13 +72,12 @@ pub struct Feed<'a, B: Backend<f32>, S> {
     reports: Vec<Option<LayerReport>>,
     select: Duration,
     failed: Option<Error>,
-    tx: mpsc::Sender<(usize, Vec<Outgoing<B>>)>,
+    tx: mpsc::Sender<(usize, Payload<B>)>,
 }
 
-/// What the producer left when it finished: the dense layers' gradients,
-/// each layer's report, the time of the local work and its first error.
-struct Produced<B: Backend<f32>> {
-    ready: Vec<Option<Ready<B>>>,
+/// What the producer left when it finished: each layer's report, the
+/// time of the local work and its first error.
+struct Produced {
     reports: Vec<Option<LayerReport>>,
     select: Duration,
     failed: Option<Error>,
@@ -167,28 +183,41 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
         Ok(())
     }
 
-    /// Call `c`'s layers' selections (cut to a shared budget), to its
-    /// collective.
+    /// Call `c`'s layers' selections (cut to a shared budget) to its
+    /// collective, or a dense group's gradients to its allreduce.
     fn send(&mut self, c: usize) -> Result<()> {
-        let mut outs = Vec::with_capacity(self.calls[c].layers.len());
-        for &l in &self.calls[c].layers {
-            match self.ready[l].take() {
-                Some(Ready::Compressed(o)) => outs.push(o),
-                _ => return Err(Error::invalid("layer", "prepared for another kind")),
+        let call = &self.calls[c];
+        let payload = if call.bucket.is_some() {
+            let mut outs = Vec::with_capacity(call.layers.len());
+            for &l in &call.layers {
+                match self.ready[l].take() {
+                    Some(Ready::Compressed(o)) => outs.push(o),
+                    _ => return Err(Error::invalid("layer", "prepared for another kind")),
+                }
             }
-        }
-        if let Some(k) = self.calls[c].global_k {
-            let mut refs: Vec<&mut Outgoing<B>> = outs.iter_mut().collect();
-            super::cut_bucket(self.b, &mut refs, k)?;
-        }
+            if let Some(k) = call.global_k {
+                let mut refs: Vec<&mut Outgoing<B>> = outs.iter_mut().collect();
+                super::cut_bucket(self.b, &mut refs, k)?;
+            }
+            Payload::Sparse(outs)
+        } else {
+            let mut fused = Vec::new();
+            for &l in &call.layers {
+                match self.ready[l].take() {
+                    Some(Ready::Dense(g)) => fused.extend_from_slice(&g),
+                    _ => return Err(Error::invalid("layer", "prepared for another kind")),
+                }
+            }
+            Payload::Dense(fused)
+        };
         // The receiver is gone only once the step has ended on its side.
-        let _ = self.tx.send((c, outs));
+        let _ = self.tx.send((c, payload));
         Ok(())
     }
 
     /// What is left once the producer returned `produced`: a layer never
     /// pushed is an error.
-    fn finish(self, produced: Result<()>) -> Produced<B> {
+    fn finish(self, produced: Result<()>) -> Produced {
         let mut failed = self.failed.or(produced.err());
         if failed.is_none()
             && let Some(l) = self.reports.iter().position(Option::is_none)
@@ -202,7 +231,6 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
             ));
         }
         Produced {
-            ready: self.ready,
             reports: self.reports,
             select: self.select,
             failed,
@@ -244,10 +272,12 @@ where
     /// computes them ([`Feed::push`]), on a thread of its own: a
     /// framework's backward pass with a hook per parameter overlaps its
     /// computation with the step's communication. Each bucket's collective
-    /// ([`Config::buckets`]; without buckets each compressed layer is one,
-    /// called in backward order) starts, on this thread, as soon as its
-    /// last layer is in; while it runs, the producer goes on. The dense
-    /// layers' allreduces follow the last bucket.
+    /// ([`Config::buckets`]; without buckets each compressed layer is one)
+    /// and each dense group's allreduce ([`Config::fuse`]) starts, on this
+    /// thread, as soon as its last layer is in; while it runs, the producer
+    /// goes on. The calls run in the order a backward pass readies them
+    /// (the call whose first layer comes later in the list first), the
+    /// same on every rank.
     ///
     /// The step is all or nothing on every rank, as
     /// [`Trainer::step_buffers`]: nothing is applied until every rank
@@ -278,26 +308,39 @@ where
         Ok(rep)
     }
 
-    /// The calls of a pipelined step in the order they run: the buckets'
-    /// fill order, or without buckets each compressed layer in backward
-    /// order.
+    /// The calls of a pipelined step in the order they run: every
+    /// bucket's and every dense group's, the call whose first layer comes
+    /// later in the list first (the order a backward pass readies them;
+    /// stable, so buckets filled in backward order keep it).
     fn calls(&self) -> Vec<Call> {
         let mut order: Vec<usize> = (0..self.buckets.len()).collect();
         if self.cfg.buckets.is_none() {
             order.reverse();
         }
-        order
+        let mut calls: Vec<Call> = order
             .into_iter()
             .map(|j| {
                 let b = &self.buckets[j];
                 Call {
-                    bucket: j,
+                    bucket: Some(j),
                     layers: b.layers.clone(),
                     missing: b.layers.len(),
                     global_k: self.shared_budget(j),
                 }
             })
-            .collect()
+            .collect();
+        calls.extend(
+            dense_groups(&self.layers, self.cfg.fusion)
+                .into_iter()
+                .map(|layers| Call {
+                    bucket: None,
+                    missing: layers.len(),
+                    layers,
+                    global_k: None,
+                }),
+        );
+        calls.sort_by_key(|c| std::cmp::Reverse(c.layers.iter().min().copied()));
+        calls
     }
 
     /// The pipelined step after its entry round: the producer on a scoped
@@ -325,8 +368,14 @@ where
             .map(|l| self.select_k(l, self.layers[l].spec.len))
             .collect();
         let dims: Vec<usize> = self.layers.iter().map(|l| l.spec.len).collect();
-        let order: Vec<(usize, Vec<usize>)> =
-            calls.iter().map(|c| (c.bucket, c.layers.clone())).collect();
+        let order: Vec<Order> = calls
+            .iter()
+            .map(|c| Order {
+                bucket: c.bucket,
+                layers: c.layers.clone(),
+                len: c.layers.iter().map(|&l| dims[l]).sum(),
+            })
+            .collect();
         let (tx, rx) = mpsc::channel();
         let Trainer {
             b,
@@ -359,7 +408,6 @@ where
             let collectives = run_calls(t, buckets, &order, &dims, &rx, &mut received, rep);
             let rank = t.rank();
             let produced = producer.join().unwrap_or_else(|panic| Produced {
-                ready: Vec::new(),
                 reports: Vec::new(),
                 select: Duration::ZERO,
                 failed: Some(Error::Panicked {
@@ -388,10 +436,6 @@ where
             rep.sent.push(SparseVec::zeros(len)?);
             rep.dropped.push(SparseVec::zeros(len)?);
         }
-        let dense = self.dense_calls(t, produced.ready, rep)?;
-        for (l, sum) in dense {
-            received[l] = Some(Received::Dense(sum));
-        }
         let local = match produced.failed {
             Some(e) => Err(e),
             None => received
@@ -406,30 +450,6 @@ where
         };
         self.commit(t, local, p, rep)
     }
-
-    /// The dense layers' allreduces, fused as [`Config::fuse`] says, after
-    /// the buckets: every rank calls them with its layers' lengths, a
-    /// layer its producer did not deliver as zeros (its failure reaches
-    /// every rank in the commit round).
-    fn dense_calls(
-        &self,
-        t: &mut dyn Transport,
-        mut ready: Vec<Option<Ready<B>>>,
-        rep: &mut StepReport,
-    ) -> Result<Vec<(usize, Vec<f32>)>> {
-        let mut out = Vec::new();
-        for group in dense_groups(&self.layers, self.cfg.fusion) {
-            let mut fused = Vec::new();
-            for &l in &group {
-                match ready.get_mut(l).and_then(Option::take) {
-                    Some(Ready::Dense(g)) => fused.extend_from_slice(&g),
-                    _ => fused.resize(fused.len() + self.layers[l].spec.len, 0.0),
-                }
-            }
-            out.extend(self.dense_call(t, &group, &fused, rep)?);
-        }
-        Ok(out)
-    }
 }
 
 /// The collectives of a pipelined step, in `order`, each as soon as the
@@ -438,16 +458,16 @@ where
 fn run_calls<B: Backend<f32>>(
     t: &mut dyn Transport,
     buckets: &mut [super::super::Bucket],
-    order: &[(usize, Vec<usize>)],
+    order: &[Order],
     dims: &[usize],
-    rx: &mpsc::Receiver<(usize, Vec<Outgoing<B>>)>,
+    rx: &mpsc::Receiver<(usize, Payload<B>)>,
     received: &mut [Option<Received<B>>],
     rep: &mut StepReport,
 ) -> Result<()> {
-    let mut early: BTreeMap<usize, Vec<Outgoing<B>>> = BTreeMap::new();
+    let mut early: BTreeMap<usize, Payload<B>> = BTreeMap::new();
     let mut closed = false;
-    for (c, (j, layers)) in order.iter().enumerate() {
-        let outs = loop {
+    for (c, call) in order.iter().enumerate() {
+        let payload = loop {
             if let Some(o) = early.remove(&c) {
                 break Some(o);
             }
@@ -461,17 +481,38 @@ fn run_calls<B: Backend<f32>>(
                 Err(_) => closed = true,
             }
         };
-        // None at all where this rank's local work failed: an empty vector
-        // of the bucket's length goes out.
-        let sents: Vec<&SparseVec<f32>> = outs.iter().flatten().map(|o| &o.sent).collect();
         let clock = Instant::now();
-        let reds = reduce_call(t, &mut buckets[*j], dims, &sents)?;
-        rep.communicate += clock.elapsed();
-        if let Some(outs) = outs {
-            for ((&l, out), red) in layers.iter().zip(outs).zip(reds) {
-                received[l] = Some(Received::Compressed(Box::new((out, red))));
+        match (call.bucket, payload) {
+            (Some(j), Some(Payload::Sparse(outs))) => {
+                let sents: Vec<&SparseVec<f32>> = outs.iter().map(|o| &o.sent).collect();
+                let reds = reduce_call(t, &mut buckets[j], dims, &sents)?;
+                for ((&l, out), red) in call.layers.iter().zip(outs).zip(reds) {
+                    received[l] = Some(Received::Compressed(Box::new((out, red))));
+                }
+            }
+            // Nothing where this rank's local work failed: an empty vector
+            // of the bucket's length goes out, and no result is kept.
+            (Some(j), None) => {
+                reduce_call(t, &mut buckets[j], dims, &[])?;
+            }
+            (None, Some(Payload::Dense(fused))) => {
+                let sum = t.allreduce_sum_f32(&fused)?;
+                let mut at = 0;
+                for &l in &call.layers {
+                    received[l] = Some(Received::Dense(sum[at..at + dims[l]].to_vec()));
+                    at += dims[l];
+                }
+            }
+            // Zeros where this rank's local work failed.
+            (None, None) => {
+                t.allreduce_sum_f32(&vec![0.0; call.len])?;
+            }
+            (_, Some(_)) => {
+                let e = Error::invalid("layer", "prepared for another kind");
+                return sparse_coll::guard(t, |_| Err(e));
             }
         }
+        rep.communicate += clock.elapsed();
     }
     Ok(())
 }
