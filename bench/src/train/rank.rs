@@ -241,7 +241,12 @@ enum Grads<B: Backend<f32>> {
     /// The loss after its forward pass, every parameter hooked: the
     /// backward pass runs in the pipelined step, each gradient going in
     /// as it completes (`residual_sgd::burn_hook`).
-    Hooked(Box<(burn::tensor::Tensor<1>, residual_sgd::burn_hook::HookedGrads)>),
+    Hooked(
+        Box<(
+            burn::tensor::Tensor<1>,
+            residual_sgd::burn_hook::HookedGrads,
+        )>,
+    ),
 }
 
 /// Where a rank's gradients are computed (`--device`): at the trainer's
