@@ -14,16 +14,20 @@
 //! identity on the parameter alone would have depth 1 and run after every
 //! other step: the hook takes a second input, `after`, the tensor the
 //! parameter is combined with (the layer's input), which only orders it
-//! (it gets no gradient from the hook). Its depth is then one less than
-//! that of the operation using the parameter, so it runs right after that
-//! operation's backward step, when the gradient is complete: every
-//! operation that uses the hooked tensor is deeper than the hook and has
-//! run before it.
+//! (it gets no gradient from the hook, so the loss must reach it by
+//! another path, as it reaches a layer's input). Its depth is then one
+//! less than that of the operation using the parameter, so it runs once
+//! every deeper step has run (in a chain of layers, right after that
+//! operation's step), when the gradient is complete: every operation
+//! that uses the hooked tensor is deeper than the hook and has run before
+//! it.
 //!
 //! The gradients are bit for bit those of `loss.backward()` read with
-//! [`crate::burn::gradients`] (the hook passes each on unchanged; tested),
-//! and still registered on the parameter. A parameter the loss does not
-//! reach has no hook call; [`backward_into`] pushes zeros for it, as
+//! [`crate::burn::gradients`] for parameters used once (the hook passes
+//! each on unchanged; tested; with several uses the sum's order may
+//! differ in the last bits), and still registered on the parameter. A
+//! parameter hooked but not reached by the loss, or frozen, has no hook
+//! call; [`backward_into`] pushes zeros for it, as
 //! [`crate::burn::gradients`] reads zeros.
 //!
 //! Models on burn's `Flex` CPU backend with autodiff (without gradient
@@ -64,7 +68,12 @@ pub struct HookedGrad {
 #[derive(Clone, Debug)]
 pub struct GradHooks {
     tx: Sink,
+    /// The layers hooked so far, shared with the [`HookedGrads`].
+    hooked: Hooked,
 }
+
+/// The layers a pair's [`GradHooks::hook`] calls named.
+type Hooked = std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<usize>>>;
 
 /// The receiving end: the gradients in the order the backward pass
 /// completes them ([`backward_into`] reads them).
@@ -72,6 +81,7 @@ pub struct HookedGrads {
     rx: mpsc::Receiver<Msg>,
     /// For the end of the pass ([`backward_into`]).
     end: Sink,
+    hooked: Hooked,
 }
 
 /// What goes through the channel: a gradient, or the end of a backward
@@ -97,7 +107,18 @@ impl HookedGrads {
 pub fn hooks() -> (GradHooks, HookedGrads) {
     let (tx, rx) = mpsc::channel();
     let tx = Sink(tx);
-    (GradHooks { tx: tx.clone() }, HookedGrads { rx, end: tx })
+    let hooked = Hooked::default();
+    (
+        GradHooks {
+            tx: tx.clone(),
+            hooked: hooked.clone(),
+        },
+        HookedGrads {
+            rx,
+            end: tx,
+            hooked,
+        },
+    )
 }
 
 /// The sender a hook's backward step holds (its state must be `Debug`).
@@ -124,7 +145,11 @@ impl<const D: usize> Backward<Inner, 2> for Hook<D> {
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = grads.consume::<Inner>(&ops.node);
         let (layer, sink) = ops.state;
-        let [param, _after] = ops.parents;
+        // No parent: a frozen parameter (tracked only through `after`),
+        // which has no gradient to hand over.
+        let [Some(param), _after] = ops.parents else {
+            return;
+        };
         let flat = Tensor::<D>::from_primitive::<Inner>(grad.clone());
         let n = flat.shape().num_elements();
         // The receiver may be gone (a caller that stopped reading): the
@@ -133,9 +158,7 @@ impl<const D: usize> Backward<Inner, 2> for Hook<D> {
             layer,
             grad: flat.reshape([n]),
         })));
-        if let Some(p) = param {
-            grads.register::<Inner>(p.id, grad);
-        }
+        grads.register::<Inner>(param.id, grad);
     }
 }
 
@@ -144,20 +167,46 @@ fn not_flex(what: &str, e: impl std::fmt::Debug) -> Error {
         "burn tensor",
         format!(
             "{what} is not a tensor of burn's Flex backend with autodiff (no checkpointing), \
-             which gradient hooks take: {e:?}"
+             which gradient hooks take (make the input on the model's device, \
+             Device::flex().autodiff()): {e:?}"
         ),
     )
 }
 
 impl GradHooks {
+    /// Declares layer `layer` a parameter this forward pass does not use
+    /// (PyTorch DDP's unused parameters): [`backward_into`] pushes zeros
+    /// for it, as [`crate::burn::gradients`] reads zeros. A layer neither
+    /// hooked nor declared unused is not pushed, and the step fails.
+    pub fn unused(&self, layer: usize) {
+        if let Ok(mut hooked) = self.hooked.lock() {
+            hooked.insert(layer);
+        }
+    }
+
     /// `param` (a parameter's value, `Param::val`) hooked as layer
     /// `layer`: the same tensor in the forward pass; in the backward pass
-    /// its gradient goes to the [`HookedGrads`] once complete. `after`
-    /// is the tensor the parameter is first combined with (the layer's
-    /// input): the hook runs right after the backward step of the
-    /// operation that uses them both. Use the returned tensor in place of
-    /// `param`, once (a second use is still summed into the gradient
-    /// before the hook runs, if it is deeper than `after`).
+    /// its gradient goes to the [`HookedGrads`] once complete.
+    ///
+    /// `after` is the tensor the parameter is combined with (the layer's
+    /// input), which the loss must depend on otherwise than through the
+    /// hook (a layer's input does): the hook runs once every backward step
+    /// deeper than `after` has run (in a chain of layers, right after the
+    /// step of the operation using the parameter). A tensor the loss
+    /// reaches only through hooks gets no gradient, and burn's backward
+    /// pass panics on it ("Can't consume the gradients before they are
+    /// registered").
+    ///
+    /// Use the returned tensor in place of `param` everywhere: every use
+    /// of it is deeper than the hook, so its gradient is complete when the
+    /// hook runs, while a use of `param` itself would be missed. With more
+    /// than one use the contributions may be summed in another order than
+    /// `loss.backward()` sums them (the last bits of the gradient); with
+    /// one, bit for bit.
+    ///
+    /// A parameter that does not require a gradient (frozen) sends
+    /// nothing, and [`backward_into`] pushes zeros for it, as
+    /// [`crate::burn::gradients`] reads zeros.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] where `param` or `after` is not a
@@ -168,6 +217,7 @@ impl GradHooks {
         param: Tensor<D>,
         after: &Tensor<E>,
     ) -> Result<Tensor<D>> {
+        self.unused(layer);
         let p = param
             .try_into_primitive::<Ad>()
             .map_err(|e| not_flex("the parameter", e))?;
@@ -194,8 +244,12 @@ impl GradHooks {
 /// pushed to `feed` as the pass completes it
 /// ([`Feed::push_host`](crate::trainer::Feed::push_host), read from
 /// `grads`, the ends of the hooks in `loss`'s graph), then zeros for
-/// every layer the loss did not reach (as [`crate::burn::gradients`]
-/// reads them). Selection and collectives run while the pass goes on.
+/// every layer hooked (by `grads`' pair) that the pass did not reach,
+/// every frozen one and every one declared [`GradHooks::unused`] (as
+/// [`crate::burn::gradients`] reads zeros for them). A layer neither
+/// hooked nor declared unused is not pushed: the step fails on every
+/// rank ("was not pushed"), never trains it on zeros. Selection and
+/// collectives run while the pass goes on.
 ///
 /// Returns how long burn's backward pass took (its own thread's wall
 /// time, the pushes' work overlapping it).
@@ -217,7 +271,7 @@ where
     B: Backend<f32>,
     S: Selector<B, f32>,
 {
-    let HookedGrads { rx, end } = grads;
+    let HookedGrads { rx, end, hooked } = grads;
     let (out, pass) = std::thread::scope(|s| {
         let pass = s.spawn(move || {
             // The end is sent however the pass ends, so that the loop
@@ -245,8 +299,11 @@ where
     });
     let took = pass.unwrap_or_else(|p| std::panic::resume_unwind(p));
     out?;
+    let hooked = hooked.lock().map(|h| h.clone()).unwrap_or_default();
     for l in feed.missing() {
-        feed.push_zeros(l)?;
+        if hooked.contains(&l) {
+            feed.push_zeros(l)?;
+        }
     }
     Ok(took)
 }

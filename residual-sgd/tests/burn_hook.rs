@@ -4,8 +4,10 @@
 //! backward order (each parameter's once the operation using it has run
 //! its backward step, not all at the end), a step fed by them during the
 //! backward pass (`backward_into`) equals the plain step bit for bit on
-//! every rank, a parameter the loss does not reach goes in as zeros, and
-//! a tensor without autodiff is an error.
+//! every rank, a parameter the loss does not reach or a frozen one goes in
+//! as zeros (as `burn::gradients` reads them), a layer never hooked fails
+//! the step on every rank instead, and a tensor without autodiff is an
+//! error.
 #![cfg(feature = "burn")]
 
 use backend_cpu::Cpu;
@@ -19,13 +21,26 @@ use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
 use sparse_core::Result;
 use sparse_select::RadixTopK;
 
+type Tr = Trainer<Cpu, RadixTopK>;
+
+fn trainer(layers: &[residual_sgd::LayerSpec], w0: &[Vec<f32>]) -> Result<Tr> {
+    Trainer::new(
+        Cpu,
+        Config::new(0.05, 0.25, Rule::TopK)?,
+        layers.to_vec(),
+        w0,
+        RadixTopK::magnitude(),
+        |_| Registry::builtin().build("topk_a", Defaults::lossless()),
+    )
+}
+
 const IN: usize = 12;
 const HIDDEN: usize = 20;
 const OUT: usize = 5;
 const BATCH: usize = 6;
 
-/// Three linear layers; `spare` is never used, so the loss does not
-/// reach it.
+/// Three linear layers; `spare` is never used (declared so:
+/// `GradHooks::unused`), so the loss does not reach it.
 #[derive(Module, Debug)]
 struct Net {
     fc1: Linear,
@@ -61,6 +76,10 @@ const MARK: usize = 99;
 /// [`MARK`] too: its hook runs once ReLU's backward step has run, after
 /// fc3's parameters' hooks and before fc2's.
 fn loss(n: &Net, x: Tensor<2>, hooks: Option<&GradHooks>, mark: bool) -> Result<Tensor<1>> {
+    if let Some(h) = hooks {
+        h.unused(6);
+        h.unused(7);
+    }
     let h = relu(linear(&n.fc1, 0, x, hooks)?);
     let z = linear(&n.fc2, 1, h, hooks)?;
     let z = match hooks {
@@ -127,18 +146,7 @@ fn a_step_fed_during_the_backward_pass_equals_the_plain_step_on_every_rank() -> 
     let layers = residual_sgd::burn::layers(&n0);
     let w0 = residual_sgd::burn::weights(&n0)?;
     let outs = ThreadCluster::new(RANKS).run(|t| {
-        let build = || {
-            let cfg = Config::new(0.05, 0.25, Rule::TopK)?;
-            Trainer::new(
-                Cpu,
-                cfg,
-                layers.clone(),
-                &w0,
-                RadixTopK::magnitude(),
-                |_| Registry::builtin().build("topk_a", Defaults::lossless()),
-            )
-        };
-        let (mut plain, mut hooked) = (build()?, build()?);
+        let (mut plain, mut hooked) = (trainer(&layers, &w0)?, trainer(&layers, &w0)?);
         for _ in 0..3 {
             let m = residual_sgd::burn::load(net(&device), &plain.weights()?)?;
             let g = residual_sgd::burn::gradients(
@@ -174,4 +182,83 @@ fn a_tensor_without_autodiff_is_an_error() {
     let x = Tensor::<2>::zeros([2, 2], &device);
     let e = h.hook(0, w, &x).expect_err("no autodiff");
     assert!(e.to_string().contains("autodiff"), "{e}");
+}
+
+/// A layer the forward pass did not hook (here fc3's, on one rank) is
+/// not pushed: the step fails on every rank, naming it where it happened,
+/// rather than training it on zeros.
+#[test]
+fn a_layer_never_hooked_fails_the_step_on_every_rank() -> Result<()> {
+    let device = Device::flex().autodiff();
+    let n0 = net(&device);
+    let (layers, w0) = (
+        residual_sgd::burn::layers(&n0),
+        residual_sgd::burn::weights(&n0)?,
+    );
+    let outs = ThreadCluster::new(2).run(|t| {
+        let mut tr = trainer(&layers, &w0)?;
+        let m = residual_sgd::burn::load(net(&device), &tr.weights()?)?;
+        let (h, grads) = hooks();
+        h.unused(6);
+        h.unused(7);
+        let x = relu(linear(&m.fc1, 0, input(&device, t.rank()), Some(&h))?);
+        let x = relu(linear(&m.fc2, 1, x, Some(&h))?);
+        let forgot = if t.rank() == 1 { None } else { Some(&h) };
+        let y = linear(&m.fc3, 2, x, forgot)?;
+        let l = (y.clone() * y).sum();
+        drop(h);
+        let e = tr
+            .step_with(t, |feed| {
+                residual_sgd::burn_hook::backward_into(l, grads, feed).map(drop)
+            })
+            .expect_err("a layer not pushed");
+        assert_eq!(tr.weights()?, w0, "nothing applied");
+        Ok(e.to_string())
+    });
+    let errs: Vec<String> = outs.into_iter().collect::<Result<_>>()?;
+    assert!(
+        errs[1].contains("fc3.weight") && errs[1].contains("not pushed"),
+        "{errs:?}"
+    );
+    assert!(errs[0].contains("rank 1"), "{errs:?}");
+    Ok(())
+}
+
+/// A frozen parameter (`no_grad`) is not hooked and goes in as zeros,
+/// as `burn::gradients` reads it: the hooked step equals the plain one.
+#[test]
+fn a_frozen_parameter_goes_in_as_zeros() -> Result<()> {
+    let device = Device::flex().autodiff();
+    let frozen = || {
+        let mut n = net(&device);
+        n.fc2 = n.fc2.clone().no_grad();
+        n
+    };
+    let n0 = frozen();
+    let (layers, w0) = (
+        residual_sgd::burn::layers(&n0),
+        residual_sgd::burn::weights(&n0)?,
+    );
+    let outs = ThreadCluster::new(2).run(|t| {
+        let (mut plain, mut hooked) = (trainer(&layers, &w0)?, trainer(&layers, &w0)?);
+        for _ in 0..2 {
+            let m = residual_sgd::burn::load(frozen(), &plain.weights()?)?;
+            let g = residual_sgd::burn::gradients(
+                &m,
+                &loss(&m, input(&device, t.rank()), None, false)?.backward(),
+            )?;
+            assert!(g[2].iter().chain(&g[3]).all(|&x| x == 0.0));
+            plain.step(t, &g)?;
+            let m = residual_sgd::burn::load(frozen(), &hooked.weights()?)?;
+            let (h, grads) = hooks();
+            let l = loss(&m, input(&device, t.rank()), Some(&h), false)?;
+            drop(h);
+            hooked.step_with(t, |feed| {
+                residual_sgd::burn_hook::backward_into(l, grads, feed).map(drop)
+            })?;
+            assert_eq!(hooked.weights()?, plain.weights()?);
+        }
+        Ok(())
+    });
+    outs.into_iter().collect()
 }
