@@ -745,7 +745,8 @@ fn hooked_gradients_are_the_backward_pass_s_for_both_models() {
 }
 
 /// `--pipelined` trains exactly as the plain step for every scheme (the
-/// same selections and collectives, called as buckets become ready), and
+/// same selections and collectives, called as buckets become ready; with
+/// `--hooks`, each gradient handed over during burn's backward pass), and
 /// `--bucket-mib` with per-layer budgets exactly as a call per layer for a
 /// scheme whose collective sums the layers laid end to end in the same
 /// order (SparCML's top-k SGD on TopkA); the dense run's fused allreduce
@@ -771,6 +772,11 @@ fn buckets_and_pipelining_train_as_the_plain_step() {
             ..a.clone()
         };
         assert_eq!(weights(run, &piped), plain, "{}: pipelined", run.name());
+        let hooked = TrainArgs {
+            hooks: true,
+            ..piped.clone()
+        };
+        assert_eq!(weights(run, &hooked), plain, "{}: hooks", run.name());
         let fused = TrainArgs {
             bucket_mib: 25.0,
             ..piped

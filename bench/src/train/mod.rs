@@ -281,11 +281,15 @@ pub struct TrainArgs {
     pub global_budget: bool,
     /// Pipelined steps (`Trainer::step_with`): the layers' gradients go in
     /// backward order and each bucket's collective starts when its last
-    /// layer is in, while the next layers are selected. On the CPU the
-    /// models' parameters are hooked (`residual_sgd::burn_hook`): each
-    /// gradient goes in as burn's backward pass completes it.
+    /// layer is in, while the next layers are selected.
     #[arg(long)]
     pub pipelined: bool,
+    /// With `--pipelined`, on the CPU: the models' parameters hooked
+    /// (`residual_sgd::burn_hook`), burn's backward pass run inside the
+    /// step, each gradient going in as the pass completes it (without:
+    /// after the pass, in backward order).
+    #[arg(long, requires = "pipelined")]
+    pub hooks: bool,
     /// Where gradients are computed and the weights kept: `cpu` (burn's
     /// CPU backend), `wgpu` or `cuda` (burn's GPU backends, the optimizer's
     /// kernels on the same device; gradients and weights never leave it).
@@ -328,6 +332,7 @@ impl Default for TrainArgs {
             bucket_mib: 0.0,
             global_budget: false,
             pipelined: false,
+            hooks: false,
             device: TrainDevice::Cpu,
             fail_rank: None,
             fail_at_step: None,

@@ -433,13 +433,12 @@ impl<'a, B: Backend<f32> + Sync + 'static, P: Place<B>> RankLoop<'a, B, P> {
         let batch = self.mine.rows(rows);
         let cpu = process_cpu_ms();
         let clock = std::time::Instant::now();
-        // Pipelined on burn's CPU backend: the backward pass runs in the
-        // step, each gradient going in as it completes (gradient hooks),
-        // but on the steps a probe reads the gradients.
+        // Pipelined with hooks on burn's CPU backend: the backward pass
+        // runs in the step, each gradient going in as it completes, but
+        // on the steps a probe reads the gradients.
         let probed = s.is_multiple_of(self.probe_every);
-        let grads = self
-            .place
-            .grads(&self.model, &self.tr, &batch, a.pipelined && !probed)?;
+        let hooked = a.pipelined && a.hooks && !probed;
+        let grads = self.place.grads(&self.model, &self.tr, &batch, hooked)?;
         let mut grad = clock.elapsed();
         // Pipelined: backward order, the last layer's gradient first.
         let (rep, kept): (StepReport, Option<Grads<B>>) = match grads {
