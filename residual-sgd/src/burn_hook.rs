@@ -40,7 +40,8 @@
 //! let b = hooks.hook(1, fc1.bias.val(), &x)?;
 //! let h = burn::tensor::activation::relu(x.matmul(w) + b.unsqueeze());
 //! // ...
-//! trainer.step_with(t, |feed| backward_into(loss, grads, feed))?;
+//! drop(hooks); // the forward pass is done
+//! trainer.step_with(t, |feed| backward_into(loss, grads, feed).map(drop))?;
 //! ```
 
 use crate::trainer::Feed;

@@ -311,14 +311,11 @@ where
     /// The calls of a pipelined step in the order they run: every
     /// bucket's and every dense group's, the call whose first layer comes
     /// later in the list first (the order a backward pass readies them;
-    /// stable, so buckets filled in backward order keep it).
+    /// buckets filled in backward order keep theirs).
     fn calls(&self) -> Vec<Call> {
-        let mut order: Vec<usize> = (0..self.buckets.len()).collect();
-        if self.cfg.buckets.is_none() {
-            order.reverse();
-        }
-        let mut calls: Vec<Call> = order
-            .into_iter()
+        // The sort below fixes the order (the calls' layers are disjoint,
+        // so no two share a first layer).
+        let mut calls: Vec<Call> = (0..self.buckets.len())
             .map(|j| {
                 let b = &self.buckets[j];
                 Call {
