@@ -811,7 +811,9 @@ fn buckets_and_pipelining_train_as_the_plain_step() {
 /// agree within `1e-5` (dense) and `1e-4` (sparse; a near-tie in the
 /// top-k could send another coordinate, which the bound would catch) in
 /// absolute terms, every rank holds the same weights, and the
-/// `--pipelined` device step trains bit for bit as the plain one.
+/// `--pipelined` device step, with `--hooks` too (each gradient a buffer
+/// over burn's memory, pushed during the backward pass), trains bit for
+/// bit as the plain one.
 #[cfg(feature = "wgpu")]
 #[test]
 fn device_wgpu_trains_as_device_cpu() {
@@ -873,5 +875,10 @@ fn device_wgpu_trains_as_device_cpu() {
             "{}: pipelined on wgpu",
             run.name()
         );
+        let hooked = TrainArgs {
+            hooks: true,
+            ..piped
+        };
+        assert_eq!(weights(run, &hooked), dev, "{}: hooked on wgpu", run.name());
     }
 }

@@ -159,6 +159,42 @@ impl<R: BurnRuntime> OnDevice<R> {
         }
     }
 
+    /// [`crate::burn_hook::backward_into`] for a model on this device
+    /// and a trainer on [`OnDevice::backend`]: burn's backward pass of
+    /// `loss` on a thread of its own, each hooked gradient pushed to
+    /// `feed` ([`Feed::push`](crate::Feed::push)) as the pass
+    /// completes it, as a buffer over the gradient's own device memory
+    /// ([`OnDevice::tensor_buffer`]: none crosses to the host), then zeros
+    /// (cleared on the device) for the layers hooked but not reached,
+    /// frozen or declared unused. cubecl orders the work of the two
+    /// threads (each submits on a stream of its own, and a buffer written
+    /// on one stream is waited for on another).
+    ///
+    /// Returns how long burn's backward pass took (its thread's wall time,
+    /// the kernels it submitted not waited for).
+    ///
+    /// # Errors
+    /// As [`crate::burn_hook::backward_into`]; [`Error::Device`] for a
+    /// gradient on another device.
+    ///
+    /// # Panics
+    /// Where burn's backward pass panicked, as
+    /// [`crate::burn_hook::backward_into`].
+    pub fn backward_into<S>(
+        &self,
+        loss: Tensor<1>,
+        grads: crate::burn_hook::HookedGrads,
+        feed: &mut crate::Feed<'_, CubeBackend<R>, S>,
+    ) -> Result<std::time::Duration>
+    where
+        S: sparse_select::Selector<CubeBackend<R>, f32>,
+    {
+        crate::burn_hook::backward_with(loss, grads, feed, |feed, layer, g| {
+            let b = self.tensor_buffer(g)?;
+            feed.push(layer, &b)
+        })
+    }
+
     /// A float tensor on this device as a buffer of the backend, in
     /// row-major order: a row-major `f32` tensor's own memory as it lies,
     /// another's after a cast (another float type) or a copy (a strided

@@ -31,7 +31,11 @@
 //! [`crate::burn::gradients`] reads zeros.
 //!
 //! Models on burn's `Flex` CPU backend with autodiff (without gradient
-//! checkpointing); a tensor of another backend is an error naming it.
+//! checkpointing), and with feature `burn-wgpu` or `burn-cuda` on burn's
+//! cubecl (GPU) backends too, whose gradients
+//! [`OnDevice::backward_into`](crate::burn_device::OnDevice::backward_into)
+//! hands to a trainer on the device as buffers over their own memory; a
+//! tensor of another backend is an error naming the backends taken.
 //!
 //! ```ignore
 //! let (hooks, grads) = residual_sgd::burn_hook::hooks();
@@ -48,8 +52,10 @@ use crate::trainer::Feed;
 use burn::backend::Flex;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{DispatchKindConversion, DispatchTensor};
 use burn::tensor::Tensor;
 use sparse_core::{Backend, Error, Result};
 use sparse_select::Selector;
@@ -132,26 +138,27 @@ impl std::fmt::Debug for Sink {
     }
 }
 
-/// The hook's backward step: the gradient sent, then passed on to the
-/// parameter unchanged; `after` gets none.
+/// The hook's backward step on inner backend `I` (burn's `Flex`, or
+/// `Cube` for its wgpu and cuda backends): the gradient sent, then passed
+/// on to the parameter unchanged; `after` gets none.
 #[derive(Debug)]
 struct Hook<const D: usize>;
 
-type Inner = Flex;
-type Ad = Autodiff<Flex>;
-
-impl<const D: usize> Backward<Inner, 2> for Hook<D> {
+impl<I: burn::backend::Backend, const D: usize> Backward<I, 2> for Hook<D>
+where
+    DispatchTensor: DispatchKindConversion<I>,
+{
     type State = (usize, Sink);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let grad = grads.consume::<Inner>(&ops.node);
+        let grad = grads.consume::<I>(&ops.node);
         let (layer, sink) = ops.state;
         // No parent: a frozen parameter (tracked only through `after`),
         // which has no gradient to hand over.
         let [Some(param), _after] = ops.parents else {
             return;
         };
-        let flat = Tensor::<D>::from_primitive::<Inner>(grad.clone());
+        let flat = Tensor::<D>::from_primitive::<I>(grad.clone());
         let n = flat.shape().num_elements();
         // The receiver may be gone (a caller that stopped reading): the
         // gradient is still registered below.
@@ -159,18 +166,62 @@ impl<const D: usize> Backward<Inner, 2> for Hook<D> {
             layer,
             grad: flat.reshape([n]),
         })));
-        grads.register::<Inner>(param.id, grad);
+        grads.register::<I>(param.id, grad);
     }
 }
 
-fn not_flex(what: &str, e: impl std::fmt::Debug) -> Error {
+/// The backends hooks take, in the error naming them.
+#[cfg(not(any(feature = "burn-wgpu", feature = "burn-cuda")))]
+const TAKEN: &str = "burn's Flex backend (Device::flex().autodiff())";
+#[cfg(any(feature = "burn-wgpu", feature = "burn-cuda"))]
+const TAKEN: &str = "burn's Flex backend (Device::flex().autodiff()) or its cubecl backends \
+                     (Device::wgpu(..).autodiff(), Device::cuda(..).autodiff())";
+
+fn not_taken(what: &str, e: impl std::fmt::Debug) -> Error {
     Error::invalid(
         "burn tensor",
         format!(
-            "{what} is not a tensor of burn's Flex backend with autodiff (no checkpointing), \
-             which gradient hooks take (make the input on the model's device, \
-             Device::flex().autodiff()): {e:?}"
+            "{what} is not a tensor with autodiff (without checkpointing) of {TAKEN}, which \
+             gradient hooks take (make the input on the model's device): {e:?}"
         ),
+    )
+}
+
+/// `param` hooked as `layer` on inner backend `I`, `after` ordering it.
+fn hook_on<I, const D: usize, const E: usize>(
+    tx: &Sink,
+    layer: usize,
+    param: Tensor<D>,
+    after: &Tensor<E>,
+) -> Result<Tensor<D>>
+where
+    I: burn::backend::Backend,
+    DispatchTensor: DispatchKindConversion<I> + DispatchKindConversion<Autodiff<I>>,
+{
+    let p = param
+        .try_into_primitive::<Autodiff<I>>()
+        .map_err(|e| not_taken("the parameter", e))?;
+    let a = after
+        .clone()
+        .try_into_primitive::<Autodiff<I>>()
+        .map_err(|e| not_taken("the tensor it is combined with", e))?;
+    let out = match Hook::<D>
+        .prepare::<NoCheckpointing>([p.node(), a.node()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish((layer, tx.clone()), p.primitive().clone()),
+        OpsKind::UnTracked(prep) => prep.finish(p.primitive().clone()),
+    };
+    Ok(Tensor::from_primitive::<Autodiff<I>>(out))
+}
+
+/// Whether `t` lives on one of burn's cubecl devices (wgpu, cuda).
+#[cfg(any(feature = "burn-wgpu", feature = "burn-cuda"))]
+fn on_cube<const D: usize>(t: &Tensor<D>) -> bool {
+    matches!(
+        t.device().inner().as_dispatch(),
+        burn::backend::DispatchDevice::Cube(_)
     )
 }
 
@@ -219,25 +270,11 @@ impl GradHooks {
         after: &Tensor<E>,
     ) -> Result<Tensor<D>> {
         self.unused(layer);
-        let p = param
-            .try_into_primitive::<Ad>()
-            .map_err(|e| not_flex("the parameter", e))?;
-        let a = after
-            .clone()
-            .try_into_primitive::<Ad>()
-            .map_err(|e| not_flex("the tensor it is combined with", e))?;
-        let out = match Hook::<D>
-            .prepare::<burn::backend::autodiff::checkpoint::strategy::NoCheckpointing>([
-                p.node(),
-                a.node(),
-            ])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((layer, self.tx.clone()), p.primitive().clone()),
-            OpsKind::UnTracked(prep) => prep.finish(p.primitive().clone()),
-        };
-        Ok(Tensor::from_primitive::<Ad>(out))
+        #[cfg(any(feature = "burn-wgpu", feature = "burn-cuda"))]
+        if on_cube(&param) {
+            return hook_on::<burn::backend::Cube, D, E>(&self.tx, layer, param, after);
+        }
+        hook_on::<Flex, D, E>(&self.tx, layer, param, after)
     }
 }
 
@@ -272,6 +309,25 @@ where
     B: Backend<f32>,
     S: Selector<B, f32>,
 {
+    backward_with(loss, grads, feed, |feed, layer, g| {
+        crate::burn::flat(g).and_then(|v| feed.push_host(layer, &v))
+    })
+}
+
+/// [`backward_into`] with each gradient handed to `feed` by `push`
+/// (uploaded from the host, or as a device buffer over its memory:
+/// [`OnDevice::backward_into`](crate::burn_device::OnDevice::backward_into)).
+pub(crate) fn backward_with<B, S, P>(
+    loss: Tensor<1>,
+    grads: HookedGrads,
+    feed: &mut Feed<'_, B, S>,
+    mut push: P,
+) -> Result<Duration>
+where
+    B: Backend<f32>,
+    S: Selector<B, f32>,
+    P: FnMut(&mut Feed<'_, B, S>, usize, Tensor<1>) -> Result<()>,
+{
     let HookedGrads { rx, end, hooked } = grads;
     let (out, pass) = std::thread::scope(|s| {
         let pass = s.spawn(move || {
@@ -293,7 +349,7 @@ where
         // never waits on a full channel (it is unbounded) and ends.
         while let Ok(Msg::Grad(g)) = rx.recv() {
             if out.is_ok() {
-                out = crate::burn::flat(g.grad).and_then(|v| feed.push_host(g.layer, &v));
+                out = push(feed, g.layer, g.grad);
             }
         }
         (out, pass.join())

@@ -12,7 +12,10 @@
 //!   weights back move nothing and wait on nothing (`backend-cuda`'s
 //!   [`Transfers`] and [`Work`]), and a step on them moves exactly what
 //!   the same step on uploaded copies moves: the selected pairs and the
-//!   dense layers' gradients out, the reduced pairs and the dense means in.
+//!   dense layers' gradients out, the reduced pairs and the dense means in;
+//! - gradient hooks (`residual_sgd::burn_hook`, issue 44, item 3) on the
+//!   device: a pipelined step fed each gradient as the backward pass
+//!   completes it equals, and moves as much as, the one fed after it.
 #![cfg(feature = "burn-wgpu")]
 
 use backend_cpu::Cpu;
@@ -21,6 +24,7 @@ use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Device, Tensor, TensorData};
 use residual_sgd::burn_device::OnDevice;
+use residual_sgd::burn_hook::{GradHooks, hooks};
 use residual_sgd::{Config, Rule, Trainer};
 use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
 use sparse_core::{Backend, BufferOps as _, Result};
@@ -76,12 +80,38 @@ fn w0(layers: &[usize]) -> Vec<Vec<f32>> {
 /// The loss of a batch: `sum(forward(x) * c)`, `x` and `c` in `{-1,0,1}`,
 /// different on each rank and step.
 fn loss(net: &Net, device: &Device, rank: usize, step: usize) -> Tensor<1> {
+    let (x, c) = batch(device, rank, step);
+    (net.fc2.forward(net.fc1.forward(x)) * c).sum()
+}
+
+/// A batch's inputs and loss weights.
+fn batch(device: &Device, rank: usize, step: usize) -> (Tensor<2>, Tensor<2>) {
     let seed = (rank * 100 + step) as u64;
     let x: Vec<f32> = (0..BATCH * IN).map(|i| trit(seed, i)).collect();
     let c: Vec<f32> = (0..BATCH * OUT).map(|i| trit(seed + 50, i)).collect();
-    let x = Tensor::<2>::from_data(TensorData::new(x, [BATCH, IN]), device);
-    let c = Tensor::<2>::from_data(TensorData::new(c, [BATCH, OUT]), device);
-    (net.fc2.forward(net.fc1.forward(x)) * c).sum()
+    (
+        Tensor::<2>::from_data(TensorData::new(x, [BATCH, IN]), device),
+        Tensor::<2>::from_data(TensorData::new(c, [BATCH, OUT]), device),
+    )
+}
+
+/// [`loss`] with every parameter hooked as its layer
+/// (`residual_sgd::burn_hook`), in `residual_sgd::burn::layers`' order.
+fn hooked_loss(
+    net: &Net,
+    device: &Device,
+    rank: usize,
+    step: usize,
+    h: &GradHooks,
+) -> Result<Tensor<1>> {
+    let (x, c) = batch(device, rank, step);
+    let mut y = x;
+    for (i, fc) in [&net.fc1, &net.fc2].into_iter().enumerate() {
+        let w = h.hook(2 * i, fc.weight.val(), &y)?;
+        let b = h.hook(2 * i + 1, fc.bias.as_ref().expect("a bias").val(), &y)?;
+        y = y.matmul(w) + b.unsqueeze();
+    }
+    Ok((y * c).sum())
 }
 
 /// Top-k SGD at density 1/4 over TopkA (lossless), biases dense.
@@ -323,4 +353,100 @@ fn strided_and_half_tensors_become_row_major_f32_buffers() {
     };
     assert!(e.to_string().contains("cubecl"), "{e}");
     assert!(OnDevice::<Wgpu>::new(&Device::flex()).is_err());
+}
+
+/// Gradient hooks on burn's wgpu backend (`OnDevice::backward_into`): a
+/// pipelined step fed during the backward pass, each gradient a buffer
+/// over burn's memory as the pass completes it, equals bit for bit the
+/// pipelined step fed burn's gradient buffers after the pass, and moves
+/// between host and device exactly what that step moves (the hooks add no
+/// host trip: no gradient is downloaded and uploaded).
+#[test]
+fn hooked_wgpu_steps_equal_the_steps_fed_after_the_pass_and_move_as_much() {
+    let outs = ThreadCluster::new(RANKS).run(|t| -> Result<Vec<u32>> {
+        let device = Device::wgpu(Default::default()).autodiff();
+        let gpu = OnDevice::<Wgpu>::new(&device)?;
+        let b = gpu.backend().clone();
+        let net = Net::new(&device);
+        let (mut fed, mut hooked) = (trainer(b.clone(), &net)?, trainer(b.clone(), &net)?);
+        let mark = |b: &WgpuBackend| (b.transfers(), b.work());
+        for s in 0..STEPS {
+            let m = gpu.load(net.clone(), &fed.weight_buffers())?;
+            let g = gpu.gradients(&m, &loss(&m, &device, t.rank(), s).backward())?;
+            let m0 = mark(&b);
+            let want = fed.step_with(t, |feed| {
+                (0..g.len()).rev().try_for_each(|l| feed.push(l, &g[l]))
+            })?;
+            let (t0, w0) = (b.transfers().since(&m0.0), b.work().since(&m0.1));
+
+            let m = gpu.load(net.clone(), &hooked.weight_buffers())?;
+            let (h, grads) = hooks();
+            let l = hooked_loss(&m, &device, t.rank(), s, &h)?;
+            drop(h);
+            let m1 = mark(&b);
+            let got = hooked.step_with(t, |feed| gpu.backward_into(l, grads, feed).map(drop))?;
+            let (t1, w1) = (b.transfers().since(&m1.0), b.work().since(&m1.1));
+
+            let r = t.rank();
+            for (a, z) in want.sent.iter().zip(&got.sent) {
+                assert_eq!(a.indices(), z.indices(), "rank {r} step {s}: selections");
+            }
+            assert_eq!(
+                bits(fed.weights()?),
+                bits(hooked.weights()?),
+                "rank {r} step {s}: weights"
+            );
+            assert_eq!(t0, t1, "rank {r} step {s}: the hooked step's transfers");
+            assert_eq!(
+                w0.round_trips, w1.round_trips,
+                "rank {r} step {s}: round trips"
+            );
+        }
+        assert_ne!(
+            hooked.weights()?,
+            w0_of(&net),
+            "the steps moved the weights"
+        );
+        Ok(bits(hooked.weights()?).concat())
+    });
+    let ws: Vec<_> = outs
+        .into_iter()
+        .map(|o| o.expect("wgpu run: install mesa-vulkan-drivers without a GPU"))
+        .collect();
+    assert!(ws.windows(2).all(|w| w[0] == w[1]), "ranks differ");
+}
+
+/// The initial weights [`trainer`] starts from.
+fn w0_of(net: &Net) -> Vec<Vec<f32>> {
+    let lens: Vec<usize> = residual_sgd::burn::layers(net)
+        .iter()
+        .map(|l| l.len)
+        .collect();
+    w0(&lens)
+}
+
+/// A model on burn's wgpu device hooks its parameters; a parameter on the
+/// device combined with a tensor of burn's CPU backend is an error naming
+/// the backends hooks take, not a panic.
+#[test]
+fn hooks_take_wgpu_tensors_and_refuse_mixed_devices() {
+    let device = Device::wgpu(Default::default()).autodiff();
+    let (h, grads) = hooks();
+    let w = Tensor::<2>::zeros([2, 2], &device).require_grad();
+    let x = Tensor::<2>::ones([3, 2], &device).require_grad();
+    let y = h
+        .hook(0, w.clone(), &x)
+        .expect("a wgpu tensor with autodiff");
+    drop(h);
+    let g = (x.clone().matmul(y) * x).sum().backward();
+    let got: Vec<_> = grads.try_iter().collect();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].layer, 0);
+    let want = w.grad(&g).expect("registered").reshape([4]).into_data();
+    assert_eq!(got[0].grad.clone().into_data(), want, "the hooked gradient");
+
+    let (h, _) = hooks();
+    let flex = Tensor::<2>::ones([3, 2], &Device::flex().autodiff());
+    let e = h.hook(0, w, &flex).expect_err("mixed devices");
+    assert!(e.to_string().contains("autodiff"), "{e}");
 }

@@ -284,10 +284,11 @@ pub struct TrainArgs {
     /// layer is in, while the next layers are selected.
     #[arg(long)]
     pub pipelined: bool,
-    /// With `--pipelined`, on the CPU: the models' parameters hooked
+    /// With `--pipelined`: the models' parameters hooked
     /// (`residual_sgd::burn_hook`), burn's backward pass run inside the
     /// step, each gradient going in as the pass completes it (without:
-    /// after the pass, in backward order).
+    /// after the pass, in backward order); on a GPU device each as a
+    /// buffer over burn's memory (`OnDevice::backward_into`).
     #[arg(long, requires = "pipelined")]
     pub hooks: bool,
     /// Where gradients are computed and the weights kept: `cpu` (burn's

@@ -359,16 +359,52 @@ impl Model {
     /// pass only, with every parameter hooked (`residual_sgd::burn_hook`):
     /// its backward pass (`burn_hook::backward_into`) hands each layer's
     /// gradient over as it completes it, bit for bit those of
-    /// [`Model::loss_and_grads`]. burn's CPU backend only.
+    /// [`Model::loss_and_grads`] (on a GPU device:
+    /// [`Model::device_hooked_loss`]).
     ///
     /// # Errors
-    /// As [`Model::loss_and_grads`]; a model on a GPU device.
+    /// As [`Model::loss_and_grads`].
     pub fn hooked_loss(&self, w: &[Vec<f32>], set: &Set) -> Result<(Tensor<1>, HookedGrads)> {
-        let net = self.net.load(w)?;
+        self.hooked(&self.net.load(w)?, set)
+    }
+
+    /// `net`'s loss on `set`, its parameters hooked.
+    fn hooked(&self, net: &Net, set: &Set) -> Result<(Tensor<1>, HookedGrads)> {
         let x = self.input(set)?;
         let (hooks, grads) = residual_sgd::burn_hook::hooks();
         let logits = net.forward_hooked(x, self.shape, &hooks)?;
         Ok((cross_entropy(logits, set, &self.device), grads))
+    }
+
+    /// [`Model::hooked_loss`] on a GPU device at the weights `w` (a
+    /// trainer's weight buffers on the model's device), loaded into the
+    /// module on the device: its backward pass
+    /// (`OnDevice::backward_into`) hands each gradient over as a buffer
+    /// over its device memory.
+    ///
+    /// # Errors
+    /// As [`Model::device_grads`].
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    pub fn device_hooked_loss<R: residual_sgd::burn_device::BurnRuntime>(
+        &self,
+        on: &residual_sgd::burn_device::OnDevice<R>,
+        w: &[&backend_cuda::CubeBuffer<f32>],
+        set: &Set,
+    ) -> Result<(Tensor<1>, HookedGrads)> {
+        self.hooked(&self.net_on(on, w)?, set)
+    }
+
+    /// The network with the weights `w` loaded on `on`'s device.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    fn net_on<R: residual_sgd::burn_device::BurnRuntime>(
+        &self,
+        on: &residual_sgd::burn_device::OnDevice<R>,
+        w: &[&backend_cuda::CubeBuffer<f32>],
+    ) -> Result<Net> {
+        Ok(match &self.net {
+            Net::Mlp(m) => Net::Mlp(Box::new(on.load((**m).clone(), w)?)),
+            Net::Cnn(c) => Net::Cnn(Box::new(on.load((**c).clone(), w)?)),
+        })
     }
 
     /// The gradients of the mean softmax cross-entropy of `set` at the
@@ -388,10 +424,7 @@ impl Model {
         w: &[&backend_cuda::CubeBuffer<f32>],
         set: &Set,
     ) -> Result<Vec<backend_cuda::CubeBuffer<f32>>> {
-        let net = match &self.net {
-            Net::Mlp(m) => Net::Mlp(Box::new(on.load((**m).clone(), w)?)),
-            Net::Cnn(c) => Net::Cnn(Box::new(on.load((**c).clone(), w)?)),
-        };
+        let net = self.net_on(on, w)?;
         let logits = self.logits(&net, set)?;
         let grads = cross_entropy(logits, set, &self.device).backward();
         let g = match &net {

@@ -10,7 +10,7 @@ use super::{
     weight_hash,
 };
 use backend_cpu::Cpu;
-use residual_sgd::{LayerSpec, StepReport, Trainer, dgc_density};
+use residual_sgd::{Feed, LayerSpec, StepReport, Trainer, dgc_density};
 use sparse_coll::{Defaults, Registry, SparseAllreduce, Transport, agree_or_fail};
 use sparse_core::{Backend, Error, Result};
 use sparse_select::RadixTopK;
@@ -251,7 +251,7 @@ enum Grads<B: Backend<f32>> {
 
 /// Where a rank's gradients are computed (`--device`): at the trainer's
 /// weights, on a batch.
-trait Place<B: Backend<f32>> {
+trait Place<B: Backend<f32>>: Sync {
     /// The gradients of `batch`'s loss under `model` at `tr`'s weights;
     /// where `hooked` and the place has gradient hooks, the loss after
     /// its forward pass, hooked, for a pipelined step to run its backward
@@ -263,6 +263,16 @@ trait Place<B: Backend<f32>> {
         batch: &Set,
         hooked: bool,
     ) -> Result<Grads<B>>;
+
+    /// The hooked loss's backward pass (a [`Grads::Hooked`] of this
+    /// place), each gradient pushed to `feed` as the pass completes it;
+    /// how long the pass took.
+    fn backward_into(
+        &self,
+        loss: burn::tensor::Tensor<1>,
+        grads: residual_sgd::burn_hook::HookedGrads,
+        feed: &mut Feed<'_, B, RadixTopK>,
+    ) -> Result<Duration>;
 }
 
 /// burn's CPU backend: the weights downloaded (a copy), the gradients
@@ -284,6 +294,15 @@ impl Place<Cpu> for Host {
         }
         Ok(Grads::Host(model.loss_and_grads(&w, batch)?.1))
     }
+
+    fn backward_into(
+        &self,
+        loss: burn::tensor::Tensor<1>,
+        grads: residual_sgd::burn_hook::HookedGrads,
+        feed: &mut Feed<'_, Cpu, RadixTopK>,
+    ) -> Result<Duration> {
+        residual_sgd::burn_hook::backward_into(loss, grads, feed)
+    }
 }
 
 /// burn's GPU backends: the trainer's weight buffers copied into the
@@ -297,10 +316,23 @@ impl<R: residual_sgd::burn_device::BurnRuntime> Place<backend_cuda::CubeBackend<
         model: &Model,
         tr: &Trainer<backend_cuda::CubeBackend<R>, RadixTopK>,
         batch: &Set,
-        _hooked: bool,
+        hooked: bool,
     ) -> Result<Grads<backend_cuda::CubeBackend<R>>> {
+        if hooked {
+            let (loss, grads) = model.device_hooked_loss(self, &tr.weight_buffers(), batch)?;
+            return Ok(Grads::Hooked(Box::new((loss, grads))));
+        }
         let g = model.device_grads(self, &tr.weight_buffers(), batch)?;
         Ok(Grads::Device(g))
+    }
+
+    fn backward_into(
+        &self,
+        loss: burn::tensor::Tensor<1>,
+        grads: residual_sgd::burn_hook::HookedGrads,
+        feed: &mut Feed<'_, backend_cuda::CubeBackend<R>, RadixTopK>,
+    ) -> Result<Duration> {
+        residual_sgd::burn_device::OnDevice::backward_into(self, loss, grads, feed)
     }
 }
 
@@ -433,7 +465,7 @@ impl<'a, B: Backend<f32> + Sync + 'static, P: Place<B>> RankLoop<'a, B, P> {
         let batch = self.mine.rows(rows);
         let cpu = process_cpu_ms();
         let clock = std::time::Instant::now();
-        // Pipelined with hooks on burn's CPU backend: the backward pass
+        // Pipelined with hooks (burn's CPU or GPU backend): the backward pass
         // runs in the step, each gradient going in as it completes, but
         // on the steps a probe reads the gradients.
         let probed = s.is_multiple_of(self.probe_every);
@@ -446,7 +478,7 @@ impl<'a, B: Backend<f32> + Sync + 'static, P: Place<B>> RankLoop<'a, B, P> {
                 let (loss, hooked) = *hooked;
                 let mut pass = Duration::ZERO;
                 let rep = self.tr.step_with(t, |feed| {
-                    pass = residual_sgd::burn_hook::backward_into(loss, hooked, feed)?;
+                    pass = self.place.backward_into(loss, hooked, feed)?;
                     Ok(())
                 })?;
                 // The forward and the backward pass, as the other steps'

@@ -114,14 +114,19 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
             .collect()
     }
 
-    /// Layer `layer`'s gradient as zeros: a parameter the loss does not
-    /// reach ([`crate::burn::gradients`] reads zeros for it too).
+    /// Layer `layer`'s gradient as zeros, cleared by the backend (on a
+    /// device, nothing crosses from the host): a parameter the loss does
+    /// not reach ([`crate::burn::gradients`] reads zeros for it too).
     ///
     /// # Errors
     /// As [`Feed::push_host`].
     pub fn push_zeros(&mut self, layer: usize) -> Result<()> {
         let len = self.layers.get(layer).map_or(0, |l| l.spec.len);
-        self.push_host(layer, &vec![0.0; len])
+        let out = self
+            .b
+            .zeros::<f32>(len)
+            .and_then(|buf| self.take(layer, Grad::Owned(buf), || Ok(())));
+        self.note(out)
     }
 
     /// `out`, kept as the step's failure if it is the first.
