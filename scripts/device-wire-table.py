@@ -10,7 +10,7 @@ GPU_OUTDIR scripts/gpu-checks.sh's (`fashion_<model>_<mode>.json`:
 `sparse-bench train --device cuda` of the same runs, 2 ranks on threads
 sharing the GPU). Predicted step = the GPU run's medians of forward and
 backward, selection and update + the simulated communication of the same
-scheme and mode (the pipelined runs by the fused communication, as in
+scheme and mode (the pipelined runs, hooked or not, by the fused communication, as in
 train-wire-table.py). The GPU's local phases at P = 2 stand for every P:
 each rank's batch is the same, only the update of a denser reduced
 gradient grows with P. Nothing here was measured on a link with a GPU:
@@ -21,7 +21,7 @@ import os
 import sys
 
 wire, gpu, device = sys.argv[1], sys.argv[2], sys.argv[3]
-MODES = [("layer", "per layer"), ("fused", "fused"), ("pipelined", "fused")]
+MODES = [("layer", "per layer"), ("fused", "fused"), ("pipelined", "fused"), ("hooked", "fused")]
 
 
 def rows(path):

@@ -7,7 +7,8 @@
 # short run (a failing device step ends the training part there, leaving
 # the device time to the kernel checks), then the digits MLP of 1,024
 # hidden units, then Fashion-MNIST's MLP and CNN as scripts/train-wire.sh
-# trains them (per layer, fused, fused and pipelined) where .gpu/fmnist
+# trains them (per layer, fused, fused and pipelined, and pipelined with
+# gradient hooks) where .gpu/fmnist
 # holds the images (`python3 scripts/fashion-subset.py .gpu/fmnist`:
 # train-wire's 2,000 training images; carry it with the binaries).
 # Outputs go to $OUT (default ./gpu-out). Build and pack the binaries where
@@ -63,10 +64,13 @@ if [ "$smoke" = 0 ]; then
     # Issue 44: train-wire's runs (density 1%, 2,000 images, one epoch)
     # with the local phases on the GPU.
     if [ -f .gpu/fmnist/train-images-idx3-ubyte.gz ]; then
-        for model in cnn mlp; do for mode in layer fused pipelined; do
+        # hooked: pipelined with burn's backward pass inside the step,
+        # each gradient pushed as the pass completes it (--hooks).
+        for model in cnn mlp; do for mode in layer fused pipelined hooked; do
             extra=()
             [ $mode = layer ] || extra+=(--bucket-mib 25)
             [ $mode = pipelined ] && extra+=(--pipelined)
+            [ $mode = hooked ] && extra+=(--pipelined --hooks)
             timeout -k 5 60 .gpu/sparse-bench train --device cuda --ranks 2 --data fashion-mnist=.gpu/fmnist \
                 --model $model --epochs 1 --train-images 2000 --density 0.01 --warmup 0 --seeds 1 \
                 --json "${extra[@]}" > "$OUT"/fashion_${model}_${mode}.json 2> "$OUT"/fashion_${model}_${mode}.err
