@@ -9,7 +9,7 @@
 //! buffers, [`Model::device_grads`]).
 
 use super::data::{CLASSES, Set};
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
@@ -110,11 +110,18 @@ impl Net {
 /// A linear layer whose parameters, layers `at` and `at + 1`, are hooked.
 fn hooked_linear(fc: &Linear, at: usize, x: Tensor<2>, hooks: &GradHooks) -> Result<Tensor<2>> {
     let w = hooks.hook(at, fc.weight.val(), &x)?;
-    let b = match &fc.bias {
-        Some(b) => Some(hooks.hook(at + 1, b.val(), &x)?),
-        None => None,
-    };
+    let b = hooked_bias(fc.bias.as_ref(), at + 1, &x, hooks)?;
     Ok(linear(x, w, b))
+}
+
+/// A layer's bias, where it has one, hooked as layer `at` after `x`.
+fn hooked_bias<const E: usize>(
+    bias: Option<&Param<Tensor<1>>>,
+    at: usize,
+    x: &Tensor<E>,
+    hooks: &GradHooks,
+) -> Result<Option<Tensor<1>>> {
+    bias.map(|b| hooks.hook(at, b.val(), x)).transpose()
 }
 
 /// A convolution whose parameters, layers `at` and `at + 1`, are hooked,
@@ -134,10 +141,7 @@ fn hooked_conv(cv: &Conv2d, at: usize, x: Tensor<4>, hooks: &GradHooks) -> Resul
         cv.groups,
     );
     let weight = hooks.hook(at, cv.weight.val(), &x)?;
-    let bias = match &cv.bias {
-        Some(b) => Some(hooks.hook(at + 1, b.val(), &x)?),
-        None => None,
-    };
+    let bias = hooked_bias(cv.bias.as_ref(), at + 1, &x, hooks)?;
     Ok(conv2d(x, weight, bias, options))
 }
 

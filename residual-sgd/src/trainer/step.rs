@@ -356,6 +356,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 received[m] = Some(Received::Compressed(Box::new((out, part))));
             }
         }
+        let dims: Vec<usize> = self.layers.iter().map(|l| l.spec.len).collect();
         for group in dense_groups(&self.layers, self.cfg.fusion) {
             let mut fused = Vec::new();
             for &m in &group {
@@ -368,34 +369,11 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                     }
                 }
             }
-            for (m, sum) in self.dense_call(t, &group, &fused, rep)? {
-                received[m] = Some(Received::Dense(sum));
-            }
+            let clock = Instant::now();
+            dense_call(t, &group, &dims, &fused, &mut received)?;
+            rep.communicate += clock.elapsed();
         }
         Ok(received)
-    }
-
-    /// One dense group's fused allreduce of `fused` (its layers' gradients
-    /// laid end to end): each layer's share of the sum.
-    fn dense_call(
-        &self,
-        t: &mut dyn Transport,
-        group: &[usize],
-        fused: &[f32],
-        rep: &mut StepReport,
-    ) -> Result<Vec<(usize, Vec<f32>)>> {
-        let clock = Instant::now();
-        let sum = t.allreduce_sum_f32(fused)?;
-        rep.communicate += clock.elapsed();
-        let mut at = 0;
-        Ok(group
-            .iter()
-            .map(|&l| {
-                let len = self.layers[l].spec.len;
-                at += len;
-                (l, sum[at - len..at].to_vec())
-            })
-            .collect())
     }
 
     /// With a global bucket budget ([`crate::BucketBudget::Global`]), each
@@ -770,6 +748,25 @@ fn reduce_call(
     let input = sparse_coll::guard(t, |_| bucket_input(sents, bucket))?;
     let red = bucket.comm.allreduce(t, &input)?;
     Ok(split_result(red, bucket, dims))
+}
+
+/// A dense group's fused allreduce of `fused` (the gradients of its
+/// `layers`, of lengths `dims[l]`, laid end to end), each layer's share of
+/// the sum kept in `received`: both step paths' dense call.
+fn dense_call<B: Backend<f32>>(
+    t: &mut dyn Transport,
+    layers: &[usize],
+    dims: &[usize],
+    fused: &[f32],
+    received: &mut [Option<Received<B>>],
+) -> Result<()> {
+    let sum = t.allreduce_sum_f32(fused)?;
+    let mut at = 0;
+    for &l in layers {
+        received[l] = Some(Received::Dense(sum[at..at + dims[l]].to_vec()));
+        at += dims[l];
+    }
+    Ok(())
 }
 
 /// What a bucket's call sends: a single layer's selection as it is,

@@ -15,7 +15,10 @@
 //! collectives still complete, and its error reaches every rank in the
 //! results round, before anything is applied.
 
-use super::{Grad, LayerPrep, Outgoing, Ready, Received, dense_groups, prepare_layer, reduce_call};
+use super::{
+    Grad, LayerPrep, Outgoing, Ready, Received, dense_call, dense_groups, prepare_layer,
+    reduce_call,
+};
 use crate::Config;
 use crate::trainer::{Layer, LayerReport, Part, StepReport, Trainer};
 use sparse_coll::Transport;
@@ -498,12 +501,7 @@ fn run_calls<B: Backend<f32>>(
                 reduce_call(t, &mut buckets[j], dims, &[])?;
             }
             (None, Some(Payload::Dense(fused))) => {
-                let sum = t.allreduce_sum_f32(&fused)?;
-                let mut at = 0;
-                for &l in &call.layers {
-                    received[l] = Some(Received::Dense(sum[at..at + dims[l]].to_vec()));
-                    at += dims[l];
-                }
+                dense_call(t, &call.layers, dims, &fused, received)?;
             }
             // Zeros where this rank's local work failed.
             (None, None) => {
