@@ -25,6 +25,17 @@
 //! model = gpu.load(model, &tr.weight_buffers())?;         // a device copy
 //! ```
 //!
+//! With gradient hooks ([`crate::burn_hook`]) each gradient goes in while
+//! burn's backward pass goes on, still over the gradient's own memory:
+//!
+//! ```ignore
+//! let (hooks, grads) = residual_sgd::burn_hook::hooks();
+//! let loss = model.forward_hooked(x, &hooks)?;             // hooks.hook(layer, param, &input)
+//! drop(hooks);
+//! tr.step_with(&mut transport, |feed| gpu.backward_into(loss, grads, feed).map(drop))?;
+//! model = gpu.load(model, &tr.weight_buffers())?;
+//! ```
+//!
 //! What a gradient costs on the way in:
 //! - an `f32` tensor laid out row-major (burn's usual output): nothing, the
 //!   buffer is the tensor's memory (the trainer only reads gradients);
