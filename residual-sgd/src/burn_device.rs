@@ -177,9 +177,9 @@ impl<R: BurnRuntime> OnDevice<R> {
     /// completes it, as a buffer over the gradient's own device memory
     /// ([`OnDevice::tensor_buffer`]: none crosses to the host), then zeros
     /// (cleared on the device) for the layers hooked but not reached,
-    /// frozen or declared unused. cubecl orders the work of the two
-    /// threads (each submits on a stream of its own, and a buffer written
-    /// on one stream is waited for on another).
+    /// frozen or declared unused. The pass's thread submits its kernels on
+    /// the caller's cubecl stream, so that each gradient's kernels come
+    /// before the trainer's reads of it in one stream's order.
     ///
     /// Returns how long burn's backward pass took (its thread's wall time,
     /// the kernels it submitted not waited for).

@@ -260,9 +260,16 @@ impl GradHooks {
     /// nothing, and [`backward_into`] pushes zeros for it, as
     /// [`crate::burn::gradients`] reads zeros.
     ///
+    /// On a GPU backend hook a parameter's value itself (`Param::val`),
+    /// not a tensor computed from it: burn may reuse a computed tensor's
+    /// gradient memory in place later in the pass, while the trainer
+    /// still reads the buffer it was handed.
+    ///
     /// # Errors
     /// [`Error::InvalidParameter`] where `param` or `after` is not a
-    /// tensor of burn's Flex backend with autodiff.
+    /// tensor with autodiff (without checkpointing) of the backends hooks
+    /// take (burn's Flex; with feature `burn-wgpu` or `burn-cuda` its
+    /// cubecl backends too), or the two are of different backends.
     pub fn hook<const D: usize, const E: usize>(
         &self,
         layer: usize,
@@ -330,6 +337,14 @@ where
 {
     let HookedGrads { rx, end, hooked } = grads;
     let (out, pass) = std::thread::scope(|s| {
+        // The pass submits its device work on the caller's stream (cubecl
+        // gives each thread a stream of its own otherwise): a gradient's
+        // kernels are then submitted before it is sent, and the pushes'
+        // reads of it after, in one stream's order. cubecl 0.11's CUDA
+        // streams wait for another stream's work only as far as its last
+        // allocation, not for a kernel launched after it on a buffer
+        // allocated before. On burn's CPU backend the id is unused.
+        let stream = burn::tensor::StreamId::current();
         let pass = s.spawn(move || {
             // The end is sent however the pass ends, so that the loop
             // below stops.
@@ -340,9 +355,11 @@ where
                 }
             }
             let _end = Ender(end);
-            let clock = Instant::now();
-            drop(loss.backward());
-            clock.elapsed()
+            stream.executes(|| {
+                let clock = Instant::now();
+                drop(loss.backward());
+                clock.elapsed()
+            })
         });
         let mut out = Ok(());
         // Every gradient is read, even after an error, so that the pass

@@ -448,5 +448,31 @@ fn hooks_take_wgpu_tensors_and_refuse_mixed_devices() {
     let (h, _) = hooks();
     let flex = Tensor::<2>::ones([3, 2], &Device::flex().autodiff());
     let e = h.hook(0, w, &flex).expect_err("mixed devices");
-    assert!(e.to_string().contains("autodiff"), "{e}");
+    assert!(
+        e.to_string().contains("the tensor it is combined with") && e.to_string().contains("wgpu"),
+        "{e}"
+    );
+}
+
+/// On the device too the hooks run during the pass, each right after the
+/// backward step of the operation using its parameter: a marker hook on
+/// the first layer's output comes between the second layer's weight
+/// (before it) and the first's (after it). Hooks that all ran at the end
+/// of the pass (depth 1) would come after the marker.
+#[test]
+fn wgpu_hooks_come_in_backward_order() -> Result<()> {
+    const MARK: usize = 99;
+    let device = Device::wgpu(Default::default()).autodiff();
+    let (h, grads) = hooks();
+    let x = Tensor::<2>::ones([3, 4], &device);
+    let w1 = Tensor::<2>::ones([4, 5], &device).require_grad();
+    let w2 = Tensor::<2>::ones([5, 2], &device).require_grad();
+    let z = x.clone().matmul(h.hook(0, w1, &x)?);
+    let m = h.hook(MARK, z.clone(), &z)?;
+    let y = m.clone().matmul(h.hook(1, w2, &m)?);
+    drop(h);
+    drop((y.clone() * y).sum().backward());
+    let order: Vec<usize> = grads.try_iter().map(|g| g.layer).collect();
+    assert_eq!(order, [1, MARK, 0]);
+    Ok(())
 }
