@@ -356,13 +356,12 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
                 received[m] = Some(Received::Compressed(Box::new((out, part))));
             }
         }
-        let dims: Vec<usize> = self.layers.iter().map(|l| l.spec.len).collect();
         for group in dense_groups(&self.layers, self.cfg.fusion) {
             let mut fused = Vec::new();
             for &m in &group {
                 match ready[m].take() {
                     Some(Ready::Dense(g)) => fused.extend_from_slice(&g),
-                    None => fused.resize(fused.len() + self.layers[m].spec.len, 0.0),
+                    None => fused.resize(fused.len() + dims[m], 0.0),
                     Some(Ready::Compressed(_)) => {
                         let e = Error::invalid("layer", "prepared for another kind");
                         return sparse_coll::guard(t, |_| Err(e));
