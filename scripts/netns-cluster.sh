@@ -52,6 +52,17 @@
 #                       other's time slices; sleeping ones give the core up,
 #                       and send eagerly (UCX_RNDV_THRESH=inf unless set:
 #                       a rendezvous handshake waits for the peer's poll)
+#   --bind cores|none   cores: bind each rank to cores of its own (taskset;
+#                       the cores this script may use, split evenly), as
+#                       `mpiexec -bind-to core` on a cluster; the default
+#                       where ranks do not outnumber the cores, else none
+#                       (unbound: the kernel places every thread). Unbound,
+#                       a rank's extra threads (a backward pass hooked on a
+#                       thread of its own, a progress thread) land on a
+#                       peer's core and take its time: P = 2, the CNN with
+#                       gradient hooks, 15.3-15.6 ms a step unbound against
+#                       11.7-12.3 bound, the same as without hooks
+#                       (bench/RESULTS.md)
 #   --mtu BYTES         the veths' MTU (default 1500)
 #   --timeout S         MPIEXEC_TIMEOUT of the job (default 600)
 #   --stats FILE        write each rank's veth counters of the job to FILE:
@@ -107,6 +118,7 @@ stats=""
 shaping_file=""
 nice=""
 wait_mode=""
+bind=""
 quiet=0
 npos=0
 
@@ -154,6 +166,7 @@ while [ $# -gt 0 ]; do
         --shaping) shaping_file=${2:?}; shift 2 ;;
         --nice) nice=${2:?}; shift 2 ;;
         --wait) wait_mode=${2:?}; shift 2 ;;
+        --bind) bind=${2:?}; shift 2 ;;
         -q | --quiet) quiet=1; shift ;;
         --clean) clean_stale; exit 0 ;;
         -h | --help) usage ;;
@@ -181,6 +194,39 @@ if [ -z "$wait_mode" ]; then
     [ "$ranks" -le "$(nproc)" ] || wait_mode=sleep:20us
 fi
 [[ $wait_mode =~ ^(spin|sleep|sleep:[0-9]+(us)?)$ ]] || fail "--wait $wait_mode: give spin, sleep or sleep:MICROSECONDS"
+# The cores this script may run on, one per line (its affinity's list).
+allowed_cores() {
+    local part a b
+    for part in $(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status | tr , ' '); do
+        a=${part%-*}
+        b=${part#*-}
+        seq "$a" "$b"
+    done
+}
+mapfile -t cores < <(allowed_cores)
+[ "${#cores[@]}" -gt 0 ] || fail "cannot read the cores this script may use (/proc/self/status)"
+if [ -z "$bind" ]; then
+    bind=none
+    [ "$ranks" -gt "${#cores[@]}" ] || bind=cores
+fi
+case $bind in
+    none) ;;
+    cores)
+        [ "$ranks" -le "${#cores[@]}" ] \
+            || fail "--bind cores: $ranks ranks outnumber the ${#cores[@]} cores this script may use; give --bind none"
+        command -v taskset >/dev/null || fail "--bind cores needs taskset: install util-linux (apt-get install util-linux)"
+        ;;
+    *) fail "--bind $bind: give cores or none" ;;
+esac
+# Rank I's cores under --bind cores: the allowed cores split into RANKS
+# runs of equal length (the first ranks get the ones left over).
+rank_cores() { # I
+    local per=$((${#cores[@]} / ranks)) extra=$((${#cores[@]} % ranks)) from n
+    from=$(($1 * per + ($1 < extra ? $1 : extra)))
+    n=$((per + ($1 < extra ? 1 : 0)))
+    local IFS=,
+    echo "${cores[*]:$from:$n}"
+}
 [[ $queue =~ ^(acks-first|fifo)$ ]] || fail "--queue $queue: give acks-first or fifo"
 [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 1280 ] && [ "$mtu" -le 65535 ] || fail "--mtu $mtu: give 1280 to 65535"
 if [ "$rate" != none ]; then
@@ -321,9 +367,17 @@ if [ -n "$nice" ]; then
     prio=(bash -c 'echo "$0" 2>/dev/null > /proc/self/autogroup || renice -n "$0" -p $$ >/dev/null; exec "$@"' "$nice")
 fi
 cmd=(mpiexec)
+binding="unbound"
+[ "$bind" = none ] || binding="bound to cores:"
 for ((i = 0; i < ranks; i++)); do
     [ "$i" -eq 0 ] || cmd+=(:)
-    cmd+=(-n 1 -env UCX_NET_DEVICES "${prefix}v$i" -env SPARSE_MPI_WAIT "$wait_mode" ip netns exec "${prefix}ns$i" "${prio[@]}" "$@")
+    pin=()
+    if [ "$bind" = cores ]; then
+        pin=(taskset -c "$(rank_cores "$i")")
+        [ "$i" -eq 0 ] || binding+=";"
+        binding+=" rank $i on ${pin[2]}"
+    fi
+    cmd+=(-n 1 -env UCX_NET_DEVICES "${prefix}v$i" -env SPARSE_MPI_WAIT "$wait_mode" ip netns exec "${prefix}ns$i" "${pin[@]}" "${prio[@]}" "$@")
 done
 shaping="unshaped"
 [ "$rate" = none ] || shaping="tbf rate $rate burst $burst limit $limit, queue $queue, both directions"
@@ -334,7 +388,7 @@ if [ -n "$shaping_file" ]; then
         printf 'rate_bps %s\nburst_bytes %s\nlimit_bytes %s\nqueue %s\n' "$bps" "$burst" "$limit" "$queue" > "$shaping_file"
     fi
 fi
-say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu${nice:+; ranks at nice $nice}; wait $wait_mode${UCX_RNDV_THRESH:+; UCX_RNDV_THRESH=$UCX_RNDV_THRESH}"
+say "$ranks namespaces ${prefix}ns0..$((ranks - 1)) (198.18.0.1-$ranks) on bridge $br in ${prefix}sw; $shaping; mtu $mtu${nice:+; ranks at nice $nice}; wait $wait_mode; ranks $binding${UCX_RNDV_THRESH:+; UCX_RNDV_THRESH=$UCX_RNDV_THRESH}"
 before=$(counters)
 "${cmd[@]}" &
 job=$!

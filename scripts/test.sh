@@ -327,6 +327,37 @@ for s in stats:
     assert s[6] == "acks_first_packets" and int(s[7]) > 0, s
 print("topk_a and spardl across two namespaces equal the thread transport's results; veths carried the bytes, acknowledgements first")
 PY
+    # Each rank bound to cores of its own where the ranks do not outnumber
+    # the cores (--bind cores, the default there), unbound with --bind none.
+    ncores=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status | tr , '\n' \
+        | awk -F- '{n += ($2 == "" ? 1 : $2 - $1 + 1)} END {print n}')
+    if [ "$ncores" -ge 2 ]; then
+        for bind in default none; do
+            opt=(); [ "$bind" = default ] || opt=(--bind "$bind")
+            bash scripts/netns-cluster.sh -q --ranks 2 --rate none --timeout 60 "${opt[@]}" \
+                -- bash -c 'echo "rank $PMI_RANK cores $(taskset -pc $$ | sed "s/.*: //")"' > "$out_dir/bind_$bind"
+        done
+        python3 - "$out_dir" "$ncores" <<'PY'
+import sys
+d, n = sys.argv[1], int(sys.argv[2])
+def cores(name):
+    out = {}
+    for line in open(f"{d}/bind_{name}"):
+        _, rank, _, spec = line.split()
+        s = set()
+        for part in spec.split(","):
+            a, _, b = part.partition("-")
+            s.update(range(int(a), int(b or a) + 1))
+        out[int(rank)] = s
+    assert sorted(out) == [0, 1], out
+    return out
+bound, free = cores("default"), cores("none")
+assert bound[0] and bound[1] and not bound[0] & bound[1], bound
+assert abs(len(bound[0]) - len(bound[1])) <= 1 and len(bound[0] | bound[1]) == n, bound
+assert len(free[0]) == n and free[0] == free[1], free
+print(f"ranks bound to cores of their own by default ({bound}), unbound with --bind none")
+PY
+    fi
     rm -rf "$out_dir"
     left=$(ip netns list | grep "^spc-$cluster-" || true)
     [ -z "$left" ] || { echo "network namespaces left behind: $left"; exit 1; }

@@ -38,7 +38,8 @@
 #   BIN         a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT seconds per train job [600]
 # netns-cluster.sh makes the ranks sleep between polls where they
-# outnumber the cores (--wait); the raw JSON lines stay in OUTDIR
+# outnumber the cores (--wait) and binds each to a core of its own where
+# they do not (--bind); the raw JSON lines stay in OUTDIR
 # [target/train-wire-RATE].
 set -euo pipefail
 cd "$(dirname "$0")/.."
