@@ -25,9 +25,13 @@ selection, three in per layer and fused runs before that; since the
 collective calls of a Trainer::step share one entry round, step simulates
 them so, and runs from before that are predicted as they were made with a
 sparse-bench from before it); the pipelined
-runs overlap one bucket's collective with the next bucket's selection only,
-as burn has no gradient hook, so they are predicted by the fused
-communication)."""
+runs take the gradients after the pass and overlap one bucket's collective
+with the next bucket's selection only, so they are predicted by the fused
+communication; so are the hooked runs (`--hooks`: each gradient goes in as
+burn's pass completes it), whose ranks have one core each on this host
+(scripts/netns-cluster.sh binds them where they do not outnumber the
+cores; more ranks share them), so the pass and the step's communication
+cannot run at once there)."""
 import functools
 import glob
 import json
@@ -37,7 +41,7 @@ import subprocess
 import sys
 
 out, rate, bucket = sys.argv[1], sys.argv[2], sys.argv[3]
-MODES = [("layer", "per layer"), ("fused", "fused"), ("pipelined", "fused")]
+MODES = [("layer", "per layer"), ("fused", "fused"), ("pipelined", "fused"), ("hooked", "fused")]
 
 
 def rows(path):

@@ -33,7 +33,10 @@
 #   REPS        jobs per model, P and mode [1]: the modes interleaved (the
 #               order reversed every other repetition), the table taking
 #               each field's median over them (train_M_P_MODE_rR.json)
-#   MODES       the modes run [layer fused pipelined]
+#   MODES       the modes run [layer fused pipelined]: layer, fused
+#               (--bucket-mib), pipelined (and --pipelined: the gradients
+#               after the pass), hooked (and --hooks: each gradient as
+#               burn's backward pass completes it)
 #   SCHEMES     train's schemes (--scheme each) [all]
 #   BIN         a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT seconds per train job [600]
@@ -117,7 +120,12 @@ for model in $models; do
             for mode in $order; do
                 extra=("${schemes[@]}")
                 [ "$mode" = layer ] || extra+=(--bucket-mib "$bucket")
-                [ "$mode" = pipelined ] && extra+=(--pipelined)
+                case $mode in
+                    layer | fused) ;;
+                    pipelined) extra+=(--pipelined) ;;
+                    hooked) extra+=(--pipelined --hooks) ;;
+                    *) echo "train-wire: mode $mode: give layer, fused, pipelined or hooked" >&2; exit 2 ;;
+                esac
                 f="$out/train_${model}_${p}_${mode}.json"
                 [ "$reps" -eq 1 ] || f="$out/train_${model}_${p}_${mode}_r$rep.json"
                 echo "$model P=$p $mode (repetition $rep): $(uptime)" | tee -a "$out/load.txt"
