@@ -52,17 +52,20 @@
 #                       other's time slices; sleeping ones give the core up,
 #                       and send eagerly (UCX_RNDV_THRESH=inf unless set:
 #                       a rendezvous handshake waits for the peer's poll)
-#   --bind cores|none   cores: bind each rank to cores of its own (taskset;
-#                       the cores this script may use, split evenly), as
-#                       `mpiexec -bind-to core` on a cluster; the default
-#                       where ranks do not outnumber the cores, else none
-#                       (unbound: the kernel places every thread). Unbound,
-#                       a rank's extra threads (a backward pass hooked on a
-#                       thread of its own, a progress thread) land on a
-#                       peer's core and take its time: P = 2, the CNN with
-#                       gradient hooks, 15.3-15.6 ms a step unbound against
-#                       11.7-12.3 bound, the same as without hooks
-#                       (bench/RESULTS.md)
+#   --bind cores|none   cores: bind each rank to CPUs of its own (taskset):
+#                       the CPUs this script may use split evenly among the
+#                       ranks, a physical core's hyperthreads kept together
+#                       where the split allows (Hydra's `-bind-to core:K`
+#                       with K = cores / ranks, on a cluster); the default
+#                       where ranks do not outnumber the CPUs (and taskset
+#                       is there), else none (unbound: the kernel places
+#                       every thread). Unbound, a rank's extra threads (a
+#                       backward pass hooked on a thread of its own, a
+#                       progress thread) land on a peer's CPU and take its
+#                       time: the CNN at P = 2 with gradient hooks took
+#                       1.32-1.43x the steps fed after the pass unbound,
+#                       0.97-1.10x bound (bench/RESULTS.md, "Gradient hooks:
+#                       a rank's threads on its peer's core")
 #   --mtu BYTES         the veths' MTU (default 1500)
 #   --timeout S         MPIEXEC_TIMEOUT of the job (default 600)
 #   --stats FILE        write each rank's veth counters of the job to FILE:
@@ -189,37 +192,52 @@ done
 [[ $timeout =~ ^[0-9]+$ ]] && [ "$timeout" -ge 1 ] || fail "--timeout $timeout: give whole seconds, at least 1"
 [ -z "$nice" ] || { [[ $nice =~ ^-?[0-9]+$ ]] && [ "$nice" -ge -20 ] && [ "$nice" -le 19 ]; } \
     || fail "--nice $nice: give -20 to 19"
-if [ -z "$wait_mode" ]; then
-    wait_mode=spin
-    [ "$ranks" -le "$(nproc)" ] || wait_mode=sleep:20us
-fi
-[[ $wait_mode =~ ^(spin|sleep|sleep:[0-9]+(us)?)$ ]] || fail "--wait $wait_mode: give spin, sleep or sleep:MICROSECONDS"
-# The cores this script may run on, one per line (its affinity's list).
+# The CPUs this script may run on (its affinity as the kernel applies it,
+# online CPUs only: taskset -p), the hyperthreads of one physical core next
+# to each other, so that an even split gives ranks whole cores; nothing
+# without taskset.
 allowed_cores() {
-    local part a b
-    for part in $(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status | tr , ' '); do
+    local list part a b c sib
+    list=$(taskset -pc $$ 2>/dev/null | sed 's/.*: //') || return 0
+    for part in ${list//,/ }; do
         a=${part%-*}
         b=${part#*-}
-        seq "$a" "$b"
-    done
+        for c in $(seq "$a" "$b"); do
+            sib=$(cat "/sys/devices/system/cpu/cpu$c/topology/thread_siblings_list" 2>/dev/null || echo "$c")
+            echo "${sib%%[,-]*} $c"
+        done
+    done | sort -n -k1,1 -k2,2 | awk '{print $2}'
 }
-mapfile -t cores < <(allowed_cores)
-[ "${#cores[@]}" -gt 0 ] || fail "cannot read the cores this script may use (/proc/self/status)"
+cores=()
+command -v taskset >/dev/null && mapfile -t cores < <(allowed_cores)
+ncores=${#cores[@]}
+[ "$ncores" -gt 0 ] || ncores=$(getconf _NPROCESSORS_ONLN)
+if [ -z "$wait_mode" ]; then
+    wait_mode=spin
+    [ "$ranks" -le "$ncores" ] || wait_mode=sleep:20us
+fi
+[[ $wait_mode =~ ^(spin|sleep|sleep:[0-9]+(us)?)$ ]] || fail "--wait $wait_mode: give spin, sleep or sleep:MICROSECONDS"
 if [ -z "$bind" ]; then
     bind=none
-    [ "$ranks" -gt "${#cores[@]}" ] || bind=cores
+    if [ "${#cores[@]}" -eq 0 ]; then
+        say "no taskset (util-linux): the ranks run unbound"
+    elif [ "$ranks" -le "${#cores[@]}" ]; then
+        bind=cores
+    fi
 fi
 case $bind in
     none) ;;
     cores)
-        [ "$ranks" -le "${#cores[@]}" ] \
-            || fail "--bind cores: $ranks ranks outnumber the ${#cores[@]} cores this script may use; give --bind none"
         command -v taskset >/dev/null || fail "--bind cores needs taskset: install util-linux (apt-get install util-linux)"
+        [ "${#cores[@]}" -gt 0 ] || fail "--bind cores: cannot read this script's CPUs (taskset -p $$ failed)"
+        [ "$ranks" -le "${#cores[@]}" ] \
+            || fail "--bind cores: $ranks ranks outnumber the ${#cores[@]} CPUs this script may use; give --bind none"
         ;;
     *) fail "--bind $bind: give cores or none" ;;
 esac
-# Rank I's cores under --bind cores: the allowed cores split into RANKS
-# runs of equal length (the first ranks get the ones left over).
+# Rank I's CPUs under --bind cores: the allowed CPUs (in allowed_cores'
+# order) split into RANKS runs of equal length (the first ranks get the
+# ones left over).
 rank_cores() { # I
     local per=$((${#cores[@]} / ranks)) extra=$((${#cores[@]} % ranks)) from n
     from=$(($1 * per + ($1 < extra ? $1 : extra)))

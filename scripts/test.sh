@@ -327,35 +327,48 @@ for s in stats:
     assert s[6] == "acks_first_packets" and int(s[7]) > 0, s
 print("topk_a and spardl across two namespaces equal the thread transport's results; veths carried the bytes, acknowledgements first")
 PY
-    # Each rank bound to cores of its own where the ranks do not outnumber
-    # the cores (--bind cores, the default there), unbound with --bind none.
-    ncores=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status | tr , '\n' \
-        | awk -F- '{n += ($2 == "" ? 1 : $2 - $1 + 1)} END {print n}')
-    if [ "$ncores" -ge 2 ]; then
-        for bind in default none; do
-            opt=(); [ "$bind" = default ] || opt=(--bind "$bind")
+    # Each rank bound to CPUs of its own where the ranks do not outnumber
+    # the CPUs (--bind cores, the default there; with --nice too, as
+    # train-wire.sh runs them), unbound with --bind none.
+    allowed=$(taskset -pc $$ | sed 's/.*: //')
+    if [ "$(nproc --all)" -lt 2 ] || [ "$allowed" = "$(echo "$allowed" | tr -d ',-')" ]; then
+        echo "SKIPPED: binding ranks to CPUs of their own needs 2 CPUs (this shell may use: $allowed)"
+    else
+        for bind in default nice none; do
+            opt=()
+            case $bind in nice) opt=(--nice 0) ;; none) opt=(--bind none) ;; esac
             bash scripts/netns-cluster.sh -q --ranks 2 --rate none --timeout 60 "${opt[@]}" \
-                -- bash -c 'echo "rank $PMI_RANK cores $(taskset -pc $$ | sed "s/.*: //")"' > "$out_dir/bind_$bind"
+                -- bash -c 'echo "rank $PMI_RANK cpus $(taskset -pc $$ | sed "s/.*: //")"' > "$out_dir/bind_$bind" &
+            pid=$!
+            wait "$pid"
+            left=$(ip netns list | grep "^spc-$pid-" || true)
+            [ -z "$left" ] || { echo "network namespaces left behind: $left"; exit 1; }
         done
-        python3 - "$out_dir" "$ncores" <<'PY'
+        python3 - "$out_dir" "$allowed" <<'PY'
 import sys
-d, n = sys.argv[1], int(sys.argv[2])
-def cores(name):
+d = sys.argv[1]
+def cpus(spec):
+    s = set()
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        s.update(range(int(a), int(b or a) + 1))
+    return s
+allowed = cpus(sys.argv[2])
+def ranks(name):
     out = {}
     for line in open(f"{d}/bind_{name}"):
         _, rank, _, spec = line.split()
-        s = set()
-        for part in spec.split(","):
-            a, _, b = part.partition("-")
-            s.update(range(int(a), int(b or a) + 1))
-        out[int(rank)] = s
+        out[int(rank)] = cpus(spec)
     assert sorted(out) == [0, 1], out
     return out
-bound, free = cores("default"), cores("none")
-assert bound[0] and bound[1] and not bound[0] & bound[1], bound
-assert abs(len(bound[0]) - len(bound[1])) <= 1 and len(bound[0] | bound[1]) == n, bound
-assert len(free[0]) == n and free[0] == free[1], free
-print(f"ranks bound to cores of their own by default ({bound}), unbound with --bind none")
+for name in ("default", "nice"):
+    b = ranks(name)
+    assert b[0] and b[1] and not b[0] & b[1], (name, b)
+    assert b[0] | b[1] == allowed, (name, b, allowed)
+    assert len(b[0]) - len(b[1]) in (0, 1), (name, b)
+free = ranks("none")
+assert free[0] == free[1] == allowed, free
+print(f"ranks bound to CPUs of their own by default and with --nice ({ranks('default')}), unbound with --bind none")
 PY
     fi
     rm -rf "$out_dir"

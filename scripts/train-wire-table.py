@@ -206,7 +206,7 @@ def main():
                 # after selection, since dropped), none in a run from
                 # before the rounds were timed (its step_ms is the four
                 # phases' sum).
-                rounds = (m.get("agree_rounds", 2 if mode == "pipelined" else 3)
+                rounds = (m.get("agree_rounds", 2 if mode in ("pipelined", "hooked") else 3)
                           if "agree_ms" in m else 0)
                 sim_agree = 0.0
                 comm = None

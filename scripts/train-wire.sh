@@ -2,7 +2,8 @@
 # Training steps across a shaped network: `sparse-bench train` of the
 # Fashion-MNIST MLP and CNN over MPI across network namespaces
 # (scripts/netns-cluster.sh, one rank each), per layer, fused (one
-# collective per bucket) and fused and pipelined, with the dense baseline
+# collective per bucket), fused and pipelined, and (MODES) hooked into
+# burn's backward pass, with the dense baseline
 # of each run; then `sparse-bench step` over the link calibrated in the
 # same run predicts each measured step from its own local phases (forward
 # and backward, selection, update: measured by train) plus the simulated
@@ -41,7 +42,7 @@
 #   BIN         a built sparse-bench (built with --features mpi when absent)
 #   JOB_TIMEOUT seconds per train job [600]
 # netns-cluster.sh makes the ranks sleep between polls where they
-# outnumber the cores (--wait) and binds each to a core of its own where
+# outnumber the cores (--wait) and binds each to CPUs of its own where
 # they do not (--bind); the raw JSON lines stay in OUTDIR
 # [target/train-wire-RATE].
 set -euo pipefail
@@ -52,6 +53,11 @@ models=${MODELS:-mlp cnn}
 reps=${REPS:-1}
 case $reps in ''|*[!0-9]*|0) echo "train-wire: REPS=$reps: give a positive number" >&2; exit 2 ;; esac
 modes=${MODES:-layer fused pipelined}
+for mode in $modes; do
+    case $mode in layer | fused | pipelined | hooked) ;;
+        *) echo "train-wire: MODES: $mode: give layer, fused, pipelined or hooked" >&2; exit 2 ;;
+    esac
+done
 schemes=()
 for s in ${SCHEMES:-}; do schemes+=(--scheme "$s"); done
 density=${DENSITY:-0.01}
@@ -124,7 +130,7 @@ for model in $models; do
                     layer | fused) ;;
                     pipelined) extra+=(--pipelined) ;;
                     hooked) extra+=(--pipelined --hooks) ;;
-                    *) echo "train-wire: mode $mode: give layer, fused, pipelined or hooked" >&2; exit 2 ;;
+                    *) exit 2 ;; # checked above
                 esac
                 f="$out/train_${model}_${p}_${mode}.json"
                 [ "$reps" -eq 1 ] || f="$out/train_${model}_${p}_${mode}_r$rep.json"
