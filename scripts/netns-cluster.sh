@@ -46,12 +46,15 @@
 #                       the network, is what the job measures. -20 takes the
 #                       cores from everything else while the job runs
 #   --wait WAIT         how the ranks' MpiTransport waits (SPARSE_MPI_WAIT:
-#                       spin, sleep or sleep:MICROSECONDS; default sleep:20us
+#                       spin, yield, sleep or sleep:MICROSECONDS; default sleep:20us
 #                       where ranks outnumber this machine's cores, else
 #                       spin): polling ranks on shared cores wait for each
-#                       other's time slices; sleeping ones give the core up,
-#                       and send eagerly (UCX_RNDV_THRESH=inf unless set:
-#                       a rendezvous handshake waits for the peer's poll)
+#                       other's time slices; sleeping ones give the core up;
+#                       yielding ones (yield) hand it to a thread waiting
+#                       for it (a backward pass hooked on the rank's one
+#                       core). Both send eagerly (UCX_RNDV_THRESH=inf unless
+#                       set: a rendezvous handshake waits for the peer's
+#                       poll)
 #   --bind cores|none   cores: bind each rank to CPUs of its own (taskset):
 #                       the CPUs this script may use split evenly among the
 #                       ranks, a physical core's hyperthreads kept together
@@ -216,7 +219,7 @@ if [ -z "$wait_mode" ]; then
     wait_mode=spin
     [ "$ranks" -le "$ncores" ] || wait_mode=sleep:20us
 fi
-[[ $wait_mode =~ ^(spin|sleep|sleep:[0-9]+(us)?)$ ]] || fail "--wait $wait_mode: give spin, sleep or sleep:MICROSECONDS"
+[[ $wait_mode =~ ^(spin|yield|sleep|sleep:[0-9]+(us)?)$ ]] || fail "--wait $wait_mode: give spin, yield, sleep or sleep:MICROSECONDS"
 if [ -z "$bind" ]; then
     bind=none
     if [ "${#cores[@]}" -eq 0 ]; then

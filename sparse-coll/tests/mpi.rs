@@ -107,6 +107,19 @@ fn the_sleeping_wait_changes_no_result() {
     }
 }
 
+/// The yielding wait (a rank's own threads sharing its cores) likewise:
+/// the suite's exact results, the point-to-point and non-blocking calls,
+/// failures reaching every rank, with the ranks yielding their cores
+/// between polls, on as many ranks as cores and on more.
+#[test]
+fn the_yielding_wait_changes_no_result() {
+    for n in [2usize, 3] {
+        for mode in ["suite", "p2p", "nonblocking", "corrupt"] {
+            check_ok(n, mode, &mpiexec_waiting(n, mode, 300, "yield"));
+        }
+    }
+}
+
 /// A wait that does not parse stops the job with the variable's name and
 /// the forms it takes, instead of running with a wait nobody asked for.
 #[test]

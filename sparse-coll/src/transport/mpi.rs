@@ -123,7 +123,8 @@ impl MpiTransport {
     /// Completes `req` (an MPI request of the caller's, on this
     /// transport's communicator or another), polling as
     /// [`MpiTransport::wait`] says: `MPI_Wait` under [`MpiWait::Spin`],
-    /// `MPI_Test` and a pause under [`MpiWait::Sleep`]. It does not watch
+    /// `MPI_Test` and a pause (or a yield of the core) under
+    /// [`MpiWait::Sleep`] ([`MpiWait::Yield`]). It does not watch
     /// for abandoning peers: MPI's own collectives cannot be left part
     /// way, so only requests that complete are the caller's to wait on.
     pub fn complete<'a, D: ?Sized, S: Scope<'a>>(&self, req: Request<'a, D, S>) -> Status {
@@ -144,7 +145,7 @@ impl MpiTransport {
     /// `MPI_Allreduce` on this transport's communicator, waiting as
     /// [`MpiTransport::wait`] says: the blocking call under
     /// [`MpiWait::Spin`], `MPI_Iallreduce` and [`MpiTransport::complete`]
-    /// under [`MpiWait::Sleep`] (MPICH may then choose another algorithm
+    /// under [`MpiWait::Sleep`] and [`MpiWait::Yield`] (MPICH may then choose another algorithm
     /// than for the blocking call; it reduces in one fixed order either
     /// way).
     pub fn all_reduce_into<S, R, O>(&self, x: &S, out: &mut R, op: O)
@@ -155,7 +156,7 @@ impl MpiTransport {
     {
         match self.wait {
             MpiWait::Spin => self.comm().all_reduce_into(x, out, op),
-            MpiWait::Sleep(_) => mpi::request::scope(|sc| {
+            MpiWait::Sleep(_) | MpiWait::Yield => mpi::request::scope(|sc| {
                 self.complete(self.comm().immediate_all_reduce_into(sc, x, out, op));
             }),
         }
@@ -170,7 +171,7 @@ impl MpiTransport {
     {
         match self.wait {
             MpiWait::Spin => self.comm().all_gather_into(x, out),
-            MpiWait::Sleep(_) => mpi::request::scope(|sc| {
+            MpiWait::Sleep(_) | MpiWait::Yield => mpi::request::scope(|sc| {
                 self.complete(self.comm().immediate_all_gather_into(sc, x, out));
             }),
         }
@@ -178,11 +179,12 @@ impl MpiTransport {
 
     /// `MPI_Barrier` on this transport's communicator, waiting as
     /// [`MpiTransport::wait`] says (`MPI_Ibarrier` and
-    /// [`MpiTransport::complete`] under [`MpiWait::Sleep`]).
+    /// [`MpiTransport::complete`] under [`MpiWait::Sleep`] and
+    /// [`MpiWait::Yield`]).
     pub fn barrier(&self) {
         match self.wait {
             MpiWait::Spin => self.comm().barrier(),
-            MpiWait::Sleep(_) => {
+            MpiWait::Sleep(_) | MpiWait::Yield => {
                 self.complete(self.comm().immediate_barrier());
             }
         }

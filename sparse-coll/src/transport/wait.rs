@@ -17,8 +17,13 @@ pub const MPI_WAIT_ENV: &str = "SPARSE_MPI_WAIT";
 /// its peer needs in order to answer, and each message then waits for
 /// the scheduler's time slice (milliseconds, where the network needs
 /// microseconds). [`MpiWait::Sleep`] gives the core up between polls.
+/// Where a rank's own threads share its cores (a pipelined step's
+/// producer, a backward pass hooked on a thread of its own, on one core
+/// per rank) a polling wait takes the core from them instead:
+/// [`MpiWait::Yield`] hands it over between polls, as MPICH's
+/// `MPIR_CVAR_POLLS_BEFORE_YIELD` or Open MPI's `mpi_yield_when_idle`.
 ///
-/// Parsed from text (`"spin"`, `"sleep"`, `"sleep:20us"`) by
+/// Parsed from text (`"spin"`, `"yield"`, `"sleep"`, `"sleep:20us"`) by
 /// [`str::parse`], as [`MpiWait::from_env`] does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MpiWait {
@@ -33,6 +38,11 @@ pub enum MpiWait {
     /// pause per message it waits for; the data itself keeps flowing,
     /// as the kernel's TCP receives into the socket meanwhile.
     Sleep(Duration),
+    /// Poll [`MpiWait::SPIN_POLLS`] times, then yield the core
+    /// (`sched_yield`) after each poll that finds nothing: a thread of
+    /// this process (or any other) waiting for the core runs first; with
+    /// none, the wait polls on at once, as [`MpiWait::Spin`].
+    Yield,
 }
 
 impl MpiWait {
@@ -59,15 +69,19 @@ impl MpiWait {
     /// within one wait (the caller starts it at 0).
     #[cfg(feature = "mpi")]
     pub(crate) fn idle(self, polls: &mut u32) {
-        let Self::Sleep(pause) = self else {
+        if self == Self::Spin {
             std::hint::spin_loop();
             return;
-        };
+        }
         *polls = polls.saturating_add(1);
         if *polls < Self::SPIN_POLLS {
             std::hint::spin_loop();
             return;
         }
+        let Self::Sleep(pause) = self else {
+            std::thread::yield_now();
+            return;
+        };
         if *polls == Self::SPIN_POLLS {
             // SAFETY: prctl(PR_SET_TIMERSLACK) takes an unsigned long and
             // changes only the calling thread's timer slack.
@@ -84,6 +98,7 @@ impl std::fmt::Display for MpiWait {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Spin => write!(f, "spin"),
+            Self::Yield => write!(f, "yield"),
             Self::Sleep(d) => write!(f, "sleep:{}us", d.as_micros()),
         }
     }
@@ -92,18 +107,21 @@ impl std::fmt::Display for MpiWait {
 impl std::str::FromStr for MpiWait {
     type Err = Error;
 
-    /// `spin`, `sleep` (a pause of [`MpiWait::DEFAULT_PAUSE`]) or
+    /// `spin`, `yield`, `sleep` (a pause of [`MpiWait::DEFAULT_PAUSE`]) or
     /// `sleep:N` / `sleep:Nus` (N microseconds, 1 to 1,000,000).
     fn from_str(s: &str) -> Result<Self> {
         let bad = |why: &str| {
             Error::invalid(
                 MPI_WAIT_ENV,
-                format!("{s:?}: {why}; use spin, sleep or sleep:MICROSECONDS (e.g. sleep:20us)"),
+                format!(
+                    "{s:?}: {why}; use spin, yield, sleep or sleep:MICROSECONDS (e.g. sleep:20us)"
+                ),
             )
         };
         let s = s.trim();
         match s.split_once(':') {
             None if s == "spin" => Ok(Self::Spin),
+            None if s == "yield" => Ok(Self::Yield),
             None if s == "sleep" => Ok(Self::Sleep(Self::DEFAULT_PAUSE)),
             None => Err(bad("not a wait")),
             Some(("sleep", us)) => {
@@ -136,7 +154,12 @@ mod tests {
                 MpiWait::Sleep(Duration::from_micros(20))
             );
         }
-        for w in [MpiWait::Spin, MpiWait::Sleep(Duration::from_micros(7))] {
+        assert_eq!(" yield ".parse::<MpiWait>().unwrap(), MpiWait::Yield);
+        for w in [
+            MpiWait::Spin,
+            MpiWait::Yield,
+            MpiWait::Sleep(Duration::from_micros(7)),
+        ] {
             assert_eq!(w.to_string().parse::<MpiWait>().unwrap(), w);
         }
         for bad in [
@@ -147,6 +170,7 @@ mod tests {
             "sleep:-3",
             "sleep:2ms",
             "spin:3",
+            "yield:3",
         ] {
             let e = bad.parse::<MpiWait>().unwrap_err();
             assert!(e.to_string().contains("sleep:MICROSECONDS"), "{bad:?}: {e}");
