@@ -331,7 +331,7 @@ PY
     # the CPUs (--bind cores, the default there; with --nice too, as
     # train-wire.sh runs them), unbound with --bind none.
     allowed=$(taskset -pc $$ | sed 's/.*: //')
-    if [ "$(nproc --all)" -lt 2 ] || [ "$allowed" = "$(echo "$allowed" | tr -d ',-')" ]; then
+    if [ "$allowed" = "$(echo "$allowed" | tr -d ',-')" ]; then
         echo "SKIPPED: binding ranks to CPUs of their own needs 2 CPUs (this shell may use: $allowed)"
     else
         for bind in default nice none; do

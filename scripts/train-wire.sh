@@ -53,16 +53,22 @@ models=${MODELS:-mlp cnn}
 reps=${REPS:-1}
 case $reps in ''|*[!0-9]*|0) echo "train-wire: REPS=$reps: give a positive number" >&2; exit 2 ;; esac
 modes=${MODES:-layer fused pipelined}
-for mode in $modes; do
-    case $mode in layer | fused | pipelined | hooked) ;;
-        *) echo "train-wire: MODES: $mode: give layer, fused, pipelined or hooked" >&2; exit 2 ;;
+# train's flags of a mode beyond the schemes' (one a line).
+mode_flags() { # MODE
+    case $1 in
+        layer) ;;
+        fused) printf '%s\n' --bucket-mib "$bucket" ;;
+        pipelined) printf '%s\n' --bucket-mib "$bucket" --pipelined ;;
+        hooked) printf '%s\n' --bucket-mib "$bucket" --pipelined --hooks ;;
+        *) echo "train-wire: MODES: $1: give layer, fused, pipelined or hooked" >&2; return 2 ;;
     esac
-done
+}
 schemes=()
 for s in ${SCHEMES:-}; do schemes+=(--scheme "$s"); done
 density=${DENSITY:-0.01}
 images=${IMAGES:-2000}
 bucket=${BUCKET_MIB:-25}
+for mode in $modes; do mode_flags "$mode" > /dev/null || exit 2; done
 nice=${NICE--20}
 queue=${QUEUE:-acks-first}
 export MODEL_BUCKET=${MODEL_BUCKET:-veth}
@@ -124,14 +130,8 @@ for model in $models; do
             # shellcheck disable=SC2086
             [ $((rep % 2)) -eq 0 ] && order=$(printf '%s\n' $modes | tac)
             for mode in $order; do
-                extra=("${schemes[@]}")
-                [ "$mode" = layer ] || extra+=(--bucket-mib "$bucket")
-                case $mode in
-                    layer | fused) ;;
-                    pipelined) extra+=(--pipelined) ;;
-                    hooked) extra+=(--pipelined --hooks) ;;
-                    *) exit 2 ;; # checked above
-                esac
+                mapfile -t extra < <(mode_flags "$mode")
+                extra+=("${schemes[@]}")
                 f="$out/train_${model}_${p}_${mode}.json"
                 [ "$reps" -eq 1 ] || f="$out/train_${model}_${p}_${mode}_r$rep.json"
                 echo "$model P=$p $mode (repetition $rep): $(uptime)" | tee -a "$out/load.txt"

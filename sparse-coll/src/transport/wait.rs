@@ -69,28 +69,26 @@ impl MpiWait {
     /// within one wait (the caller starts it at 0).
     #[cfg(feature = "mpi")]
     pub(crate) fn idle(self, polls: &mut u32) {
-        if self == Self::Spin {
-            std::hint::spin_loop();
-            return;
+        if self != Self::Spin {
+            *polls = polls.saturating_add(1);
         }
-        *polls = polls.saturating_add(1);
-        if *polls < Self::SPIN_POLLS {
-            std::hint::spin_loop();
-            return;
-        }
-        let Self::Sleep(pause) = self else {
-            std::thread::yield_now();
-            return;
-        };
-        if *polls == Self::SPIN_POLLS {
-            // SAFETY: prctl(PR_SET_TIMERSLACK) takes an unsigned long and
-            // changes only the calling thread's timer slack.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+        match self {
+            Self::Spin => std::hint::spin_loop(),
+            _ if *polls < Self::SPIN_POLLS => std::hint::spin_loop(),
+            Self::Yield => std::thread::yield_now(),
+            Self::Sleep(pause) => {
+                if *polls == Self::SPIN_POLLS {
+                    // SAFETY: prctl(PR_SET_TIMERSLACK) takes an unsigned
+                    // long and changes only the calling thread's timer
+                    // slack.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+                    }
+                }
+                std::thread::sleep(pause);
             }
         }
-        std::thread::sleep(pause);
     }
 }
 
