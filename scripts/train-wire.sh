@@ -24,6 +24,10 @@
 #   IMAGES      --train-images, per run [2000]
 #   BUCKET_MIB  the fused runs' bucket cap [25]
 #   NICE        the ranks' nice (netns-cluster.sh --nice) [-20]
+#   WAIT        the ranks' wait between polls (netns-cluster.sh --wait:
+#               spin, yield, sleep, sleep:MICROSECONDS) [that script's
+#               default: sleep:20us where ranks outnumber the cores, else
+#               spin], the calibrations' jobs included
 #   QUEUE       the port queues' order (netns-cluster.sh --queue) [acks-first]
 #   MODEL_BUCKET  the shaper's bucket in the model (scripts/wire-calibrate.sh):
 #               veth, fit or none (a plain alpha-beta link) [veth]
@@ -86,7 +90,8 @@ if [ -z "${BIN:-}" ]; then
     BIN=$out/sparse-bench
 fi
 . scripts/wire-job.sh
-cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"})
+wait_mode=${WAIT:-}
+cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"} ${wait_mode:+--wait "$wait_mode"})
 
 # Runs a train job on P ranks into FILE, its rows kept where the job
 # hangs in MPI_Finalize (scripts/wire-job.sh).
@@ -103,7 +108,7 @@ train_job() { # FILE P ARGS...
 }
 
 echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
-bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"}
+bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"} ${wait_mode:+--wait "$wait_mode"}
 # The link at each P: the P = 2 calibration's, or with LATENCY=shift a
 # calibration on the job's P ranks whose latency is the empty shift among
 # all of them (the bucket's lines copied): calibrated_P.net, which
