@@ -78,6 +78,11 @@ queue=${QUEUE:-acks-first}
 export MODEL_BUCKET=${MODEL_BUCKET:-veth}
 latency=${LATENCY:-shift}
 case $latency in shift|ping-pong) ;; *) echo "train-wire: LATENCY=$latency: give shift or ping-pong" >&2; exit 2 ;; esac
+wait_mode=${WAIT:-}
+# netns-cluster.sh's check of --wait, here before anything is built or run.
+[ -z "$wait_mode" ] || { [[ $wait_mode =~ ^(spin|yield|sleep|sleep:([1-9][0-9]{0,6})(us)?)$ ]] \
+    && [ "${BASH_REMATCH[2]:-1}" -le 1000000 ]; } \
+    || { echo "train-wire: WAIT=$wait_mode: give spin, yield, sleep or sleep:MICROSECONDS (1 to 1000000)" >&2; exit 2; }
 out=${1:-target/train-wire-$rate}
 mkdir -p "$out"
 [ -d /usr/share/datasets/fashion-mnist ] || {
@@ -90,7 +95,6 @@ if [ -z "${BIN:-}" ]; then
     BIN=$out/sparse-bench
 fi
 . scripts/wire-job.sh
-wait_mode=${WAIT:-}
 cluster=(bash scripts/netns-cluster.sh -q --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"} ${wait_mode:+--wait "$wait_mode"})
 
 # Runs a train job on P ranks into FILE, its rows kept where the job
@@ -108,6 +112,7 @@ train_job() { # FILE P ARGS...
 }
 
 echo "load before calibrate: $(uptime)" | tee "$out/load.txt"
+echo "wait: ${wait_mode:-the default of netns-cluster.sh (spin where ranks do not outnumber the cores, else sleep:20us)}" | tee -a "$out/load.txt"
 bash scripts/wire-calibrate.sh "$out" "$BIN" --rate "$rate" --queue "$queue" ${nice:+--nice "$nice"} ${wait_mode:+--wait "$wait_mode"}
 # The link at each P: the P = 2 calibration's, or with LATENCY=shift a
 # calibration on the job's P ranks whose latency is the empty shift among

@@ -412,7 +412,6 @@ pub fn run_mpi(
     a: &CalibrateArgs,
     report: impl FnOnce(usize, &Calibration) -> Result<()>,
 ) -> Result<()> {
-    use mpi::collective::CommunicatorCollectives;
     use mpi::topology::Communicator;
     let universe = mpi::initialize().ok_or_else(|| Error::Transport {
         rank: 0,
@@ -421,9 +420,10 @@ pub fn run_mpi(
     sparse_coll::MpiTransport::abort_on_panic();
     let world = universe.world();
     let size = world.size() as usize;
-    let mut t = sparse_coll::MpiTransport::new(world).with_wait(sparse_coll::MpiWait::from_env()?);
+    let mut t =
+        sparse_coll::MpiTransport::new(world).with_wait(sparse_coll::MpiWait::from_env()?)?;
     let samples = measure(&mut t, a)?;
-    universe.world().barrier();
+    t.barrier();
     if let Some(s) = samples {
         report(size, &calibrate(s, a.fit, a.latency)?)?;
     }

@@ -40,6 +40,23 @@ fn check_ok(n: usize, mode: &str, out: &Output) {
     }
 }
 
+/// The pauses each rank's waits took, by rank, from the lines `rank R
+/// waited W: N pauses`, each rank's wait checked to be `wait`.
+fn pauses(n: usize, out: &Output, wait: &str) -> Vec<u64> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    (0..n)
+        .map(|r| {
+            let head = format!("rank {r} waited {wait}: ");
+            let line = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&head))
+                .unwrap_or_else(|| panic!("no line {head:?} in\n{stdout}"));
+            let count = line.strip_suffix(" pauses").expect("N pauses");
+            count.parse().expect("a count")
+        })
+        .collect()
+}
+
 #[test]
 fn the_collective_suite_passes_on_1_to_5_ranks() {
     for n in 1..=5 {
@@ -73,8 +90,12 @@ fn a_panicking_rank_ends_the_job_within_5_seconds() {
 #[test]
 fn point_to_point_and_non_blocking_calls() {
     for n in [1usize, 2, 3, 5] {
-        check_ok(n, "p2p", &mpiexec(n, "p2p", 60));
-        check_ok(n, "nonblocking", &mpiexec(n, "nonblocking", 60));
+        for mode in ["p2p", "nonblocking"] {
+            let out = mpiexec(n, mode, 60);
+            check_ok(n, mode, &out);
+            // A spinning wait never gives its core up.
+            assert_eq!(pauses(n, &out, "spin"), vec![0; n], "{mode}");
+        }
     }
 }
 
@@ -100,11 +121,8 @@ fn a_corrupt_message_fails_every_rank_without_a_hang_under_mpi() {
 /// nothing, on more ranks than this machine has cores.
 #[test]
 fn the_sleeping_wait_changes_no_result() {
-    for n in [3usize, 4] {
-        for mode in ["suite", "p2p", "nonblocking", "disagree", "warm", "corrupt"] {
-            check_ok(n, mode, &mpiexec_waiting(n, mode, 300, "sleep:20us"));
-        }
-    }
+    let modes = ["suite", "p2p", "nonblocking", "disagree", "warm", "corrupt"];
+    check_pausing(&[3, 4], &modes, "sleep:20us");
 }
 
 /// The yielding wait (a rank's own threads sharing its cores) likewise:
@@ -113,10 +131,63 @@ fn the_sleeping_wait_changes_no_result() {
 /// between polls, on as many ranks as cores and on more.
 #[test]
 fn the_yielding_wait_changes_no_result() {
-    for n in [2usize, 3] {
-        for mode in ["suite", "p2p", "nonblocking", "corrupt"] {
-            check_ok(n, mode, &mpiexec_waiting(n, mode, 300, "yield"));
+    check_pausing(
+        &[2, 3],
+        &["suite", "p2p", "nonblocking", "corrupt"],
+        "yield",
+    );
+}
+
+/// Each mode on each rank count, the ranks' transports waiting as `wait`
+/// says (a pausing wait): [`check_ok`], each rank's wait as asked, and in
+/// the suite, whose ranks wait on each other, some waits paused.
+fn check_pausing(ns: &[usize], modes: &[&str], wait: &str) {
+    for &n in ns {
+        for &mode in modes {
+            let out = mpiexec_waiting(n, mode, 300, wait);
+            check_ok(n, mode, &out);
+            let paused = pauses(n, &out, wait);
+            let any = paused.iter().sum::<u64>() > 0;
+            assert!(mode != "suite" || any, "{mode}: {paused:?}");
         }
+    }
+}
+
+/// Ranks that spin and ranks that pause would run blocking and
+/// non-blocking MPI collectives against each other, which never match:
+/// `with_wait` fails on every rank instead, at once, naming the waits.
+#[test]
+fn ranks_that_spin_and_ranks_that_pause_fail_at_once_without_a_hang() {
+    for waits in [["spin", "yield"], ["sleep:20us", "spin"]] {
+        let start = Instant::now();
+        let out = Command::new("mpiexec")
+            .env("MPIEXEC_TIMEOUT", "60")
+            .args(["-n", "1", "-env", "SPARSE_MPI_WAIT", waits[0]])
+            .args([env!("CARGO_BIN_EXE_mpi-suite"), "p2p", ":"])
+            .args(["-n", "1", "-env", "SPARSE_MPI_WAIT", waits[1]])
+            .args([env!("CARGO_BIN_EXE_mpi-suite"), "p2p"])
+            .output()
+            .expect("mpiexec runs (install mpich)");
+        let took = start.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{waits:?}: the job must fail\n{stderr}"
+        );
+        assert!(
+            stderr.contains("Disagreement") && stderr.contains("wait"),
+            "{waits:?}: {stderr}"
+        );
+        let (a, b) = if waits[0] == "spin" {
+            ("spin", "pause")
+        } else {
+            ("pause", "spin")
+        };
+        assert!(
+            stderr.contains(&format!("by rank: {a}, {b}")),
+            "{waits:?}: {stderr}"
+        );
+        assert!(took < Duration::from_secs(20), "{waits:?}: took {took:?}");
     }
 }
 

@@ -212,7 +212,7 @@ mod mpi_launch {
             &self,
             job: &(dyn Fn(&mut Self::T, &mut Self::Hooks) -> Result<(R, Vec<u8>)> + Sync),
         ) -> Result<Option<Gathered<R, Self::Hooks>>> {
-            let mut t = MpiTransport::new(self.universe.world()).with_wait(MpiWait::from_env()?);
+            let mut t = MpiTransport::new(self.universe.world()).with_wait(MpiWait::from_env()?)?;
             let mut hooks = MpiHooks::default();
             let (mine, bytes) = job(&mut t, &mut hooks)?;
             let all = sparse_coll::dense::bruck_allgather(&mut t, &bytes)?;

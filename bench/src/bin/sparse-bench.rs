@@ -726,7 +726,7 @@ fn train_on(
             })?;
             sparse_coll::MpiTransport::abort_on_panic();
             let mut t = sparse_coll::MpiTransport::new(universe.world())
-                .with_wait(sparse_coll::MpiWait::from_env()?);
+                .with_wait(sparse_coll::MpiWait::from_env()?)?;
             let rank = sparse_coll::Transport::rank(&t);
             let p = sparse_coll::Transport::size(&t);
             let steps = train::steps_per_epoch(train_set.len() / p, c.args.batch);

@@ -66,7 +66,8 @@ fn main() {
     let universe = mpi::initialize().expect("MPI initializes once");
     MpiTransport::abort_on_panic();
     let mut t = MpiTransport::new(universe.world())
-        .with_wait(sparse_coll::MpiWait::from_env().expect("SPARSE_MPI_WAIT parses"));
+        .with_wait(sparse_coll::MpiWait::from_env().expect("SPARSE_MPI_WAIT parses"))
+        .expect("every rank spins or every rank pauses");
     let (r, p) = (t.rank(), t.size());
     if r == 0 {
         println!("world size {p}");

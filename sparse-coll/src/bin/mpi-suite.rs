@@ -1,5 +1,7 @@
 //! The collective suite under MPI: run it with `mpiexec -n P mpi-suite
-//! MODE`. Rank 0 prints `world size P`; every rank prints one `OK` line.
+//! MODE`. Rank 0 prints `world size P`; every rank prints one `OK` line,
+//! then `rank R waited W: N pauses` (its wait, `SPARSE_MPI_WAIT`, and the
+//! pauses its waits took, `MpiWait::pauses`).
 //!
 //! Modes:
 //! - `suite`: `sparse_coll::testing::collective_suite` on `MPI_COMM_WORLD`;
@@ -64,10 +66,12 @@ fn main() {
     );
     MpiTransport::abort_on_panic();
     let t = MpiTransport::new(universe.world())
-        .with_wait(sparse_coll::MpiWait::from_env().expect("SPARSE_MPI_WAIT parses"));
+        .with_wait(sparse_coll::MpiWait::from_env().expect("SPARSE_MPI_WAIT parses"))
+        .expect("every rank spins or every rank pauses");
     if t.rank() == 0 {
         println!("world size {}", t.size());
     }
+    let (rank, wait) = (t.rank(), t.wait());
     let mode = std::env::args().nth(1).unwrap_or_else(|| "suite".into());
     match mode.as_str() {
         "suite" => suite(t),
@@ -79,6 +83,10 @@ fn main() {
         "corrupt" => corrupt(t, &universe),
         other => panic!("unknown mode {other:?}"),
     }
+    println!(
+        "rank {rank} waited {wait}: {} pauses",
+        sparse_coll::MpiWait::pauses()
+    );
 }
 
 /// The collective suite and the bad-input suite on MPI, and the
@@ -220,6 +228,7 @@ fn p2p(mut t: MpiTransport, universe: &Universe) {
     // counted as one message each.
     let mut pieces = MpiTransport::new(universe.world())
         .with_wait(t.wait())
+        .expect("the waits agree")
         .with_max_message(1000)
         .expect("a piece length");
     let before = pieces.traffic();
@@ -356,7 +365,9 @@ fn corrupt(mut t: MpiTransport, universe: &Universe) {
             for nth in 1.. {
                 // A fresh transport per case: a failed call
                 // abandons its transport on every rank.
-                let mut fresh = MpiTransport::new(universe.world()).with_wait(t.wait());
+                let mut fresh = MpiTransport::new(universe.world())
+                    .with_wait(t.wait())
+                    .expect("the waits agree");
                 let mine = if group {
                     let mut g = sparse_coll::Group::new(&mut fresh, (0..p).rev().collect())
                         .expect("every rank is a member");

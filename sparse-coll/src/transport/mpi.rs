@@ -1,6 +1,6 @@
 //! The MPI transport (feature `mpi`): the same collectives over MPICH.
 
-use super::wait::MpiWait;
+use super::wait::{MPI_WAIT_ENV, MpiWait};
 use super::{Endpoint, EndpointState, Transport};
 use mpi::Tag;
 use mpi::collective::CommunicatorCollectives;
@@ -107,12 +107,38 @@ impl MpiTransport {
     }
 
     /// The same transport waiting as `wait` says ([`MpiWait`]: polling
-    /// without pause, the default, or sleeping between polls where ranks
-    /// outnumber cores). Each rank may choose its own; it changes only
-    /// when a rank notices a message, never what it receives.
-    pub fn with_wait(mut self, wait: MpiWait) -> Self {
+    /// without pause, the default, or pausing between polls: sleeping
+    /// where ranks outnumber cores, yielding where a rank's own threads
+    /// share its cores). It changes only when a rank notices a message,
+    /// never what it receives. Every rank of the communicator calls it
+    /// together (one `MPI_Allgather` of a byte), and either every rank
+    /// spins or every rank pauses (the pauses may differ): a spinning
+    /// rank runs MPICH's blocking collectives, a pausing one the
+    /// non-blocking ones, and the two never match (MPI-3.1, sec. 5.12):
+    /// the job would hang in its first dense call or barrier.
+    ///
+    /// # Errors
+    /// [`Error::Disagreement`] (`wait`, the ranks' waits) on every rank
+    /// where some spin and others pause; the transport is dropped.
+    pub fn with_wait(mut self, wait: MpiWait) -> Result<Self> {
+        let pauses = u8::from(wait != MpiWait::Spin);
+        let mut all = vec![0u8; self.abandoned.len()];
+        self.comm().all_gather_into(&pauses, &mut all[..]);
+        if all.iter().any(|&k| k != pauses) {
+            let by_rank: Vec<&str> = all
+                .iter()
+                .map(|&k| if k == 0 { "spin" } else { "pause" })
+                .collect();
+            return Err(Error::Disagreement {
+                what: "wait",
+                detail: format!(
+                    "by rank: {} (every rank spins, or every rank sleeps or yields: {MPI_WAIT_ENV})",
+                    by_rank.join(", ")
+                ),
+            });
+        }
         self.wait = wait;
-        self
+        Ok(self)
     }
 
     /// How this transport waits.

@@ -20,8 +20,16 @@ pub const MPI_WAIT_ENV: &str = "SPARSE_MPI_WAIT";
 /// Where a rank's own threads share its cores (a pipelined step's
 /// producer, a backward pass hooked on a thread of its own, on one core
 /// per rank) a polling wait takes the core from them instead:
-/// [`MpiWait::Yield`] hands it over between polls, as MPICH's
-/// `MPIR_CVAR_POLLS_BEFORE_YIELD` or Open MPI's `mpi_yield_when_idle`.
+/// [`MpiWait::Yield`] hands it over between polls, as Open MPI's
+/// `mpi_yield_when_idle` does (MPICH's `MPIR_CVAR_POLLS_BEFORE_YIELD`
+/// belongs to its ch3 device, which yields once every that many polls;
+/// these programs run on ch4).
+///
+/// Every rank of a communicator waits the same way or pauses the same
+/// way: a spinning transport runs MPICH's blocking collectives, a pausing
+/// one ([`MpiWait::Sleep`], [`MpiWait::Yield`]) the non-blocking ones,
+/// and the two never match (MPI-3.1, sec. 5.12), so
+/// `MpiTransport::with_wait` checks it on every rank.
 ///
 /// Parsed from text (`"spin"`, `"yield"`, `"sleep"`, `"sleep:20us"`) by
 /// [`str::parse`], as [`MpiWait::from_env`] does.
@@ -31,9 +39,11 @@ pub enum MpiWait {
     #[default]
     Spin,
     /// Poll [`MpiWait::SPIN_POLLS`] times, then sleep this long after each
-    /// poll that finds nothing. The sleeping thread's timer slack is set
-    /// to 1 ns (`PR_SET_TIMERSLACK`), so that a sleep lasts the pause
-    /// and not Linux's default slack of 50 us on top. A message that
+    /// poll that finds nothing. On Linux a thread's first such sleep sets
+    /// its timer slack to 1 ns (`PR_SET_TIMERSLACK`) and leaves it so, for
+    /// the thread's later sleeps and timeouts too: a sleep then lasts the
+    /// pause and the wake-up, without Linux's default slack of 50 us on
+    /// top (a 20 us pause took 45 us here, 96 us with the default). A message that
     /// arrives during a sleep waits for its end: a call costs up to one
     /// pause per message it waits for; the data itself keeps flowing,
     /// as the kernel's TCP receives into the socket meanwhile.
@@ -46,23 +56,38 @@ pub enum MpiWait {
 }
 
 impl MpiWait {
-    /// The polls without pause before [`MpiWait::Sleep`] starts sleeping,
-    /// so that a message that is already on its way costs no sleep.
+    /// The polls without pause in each wait before [`MpiWait::Sleep`]
+    /// starts sleeping and [`MpiWait::Yield`] yielding, so that a message
+    /// that is already on its way costs no pause.
     pub const SPIN_POLLS: u32 = 64;
 
     /// [`MpiWait::Sleep`]'s pause where the text gives none.
     pub const DEFAULT_PAUSE: Duration = Duration::from_micros(20);
 
     /// The wait named by the environment variable `SPARSE_MPI_WAIT`
-    /// ([`MPI_WAIT_ENV`]), [`MpiWait::Spin`] where it is unset or empty.
+    /// ([`MPI_WAIT_ENV`]), [`MpiWait::Spin`] where it is unset, empty or
+    /// white space.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] for a value that does not parse.
+    /// [`Error::InvalidParameter`] for a value that does not parse (or is
+    /// not Unicode).
     pub fn from_env() -> Result<Self> {
         match std::env::var(MPI_WAIT_ENV) {
             Ok(v) if !v.trim().is_empty() => v.parse(),
-            _ => Ok(Self::Spin),
+            Ok(_) | Err(std::env::VarError::NotPresent) => Ok(Self::Spin),
+            Err(std::env::VarError::NotUnicode(v)) => Err(Error::invalid(
+                MPI_WAIT_ENV,
+                format!("{v:?} is not Unicode; use spin, yield, sleep or sleep:MICROSECONDS"),
+            )),
         }
+    }
+
+    /// The pauses (sleeps and yields of the core) that the waits of this
+    /// process have taken so far, all threads and transports together:
+    /// whether a wait gives its core up at all (a spinning wait never
+    /// does).
+    pub fn pauses() -> u64 {
+        PAUSES.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Called after each poll that found nothing: `polls` counts them
@@ -75,21 +100,38 @@ impl MpiWait {
         match self {
             Self::Spin => std::hint::spin_loop(),
             _ if *polls < Self::SPIN_POLLS => std::hint::spin_loop(),
-            Self::Yield => std::thread::yield_now(),
+            Self::Yield => {
+                PAUSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                std::thread::yield_now();
+            }
             Self::Sleep(pause) => {
-                if *polls == Self::SPIN_POLLS {
-                    // SAFETY: prctl(PR_SET_TIMERSLACK) takes an unsigned
-                    // long and changes only the calling thread's timer
-                    // slack.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+                #[cfg(target_os = "linux")]
+                SLACK_SET.with(|set| {
+                    if !set.replace(true) {
+                        // SAFETY: prctl(PR_SET_TIMERSLACK) takes an
+                        // unsigned long and changes only the calling
+                        // thread's timer slack. Where it fails the thread
+                        // keeps its slack: the sleeps only last longer.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+                        }
                     }
-                }
+                });
+                PAUSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 std::thread::sleep(pause);
             }
         }
     }
+}
+
+/// [`MpiWait::pauses`]' count.
+static PAUSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[cfg(all(feature = "mpi", target_os = "linux"))]
+thread_local! {
+    /// Whether this thread's timer slack is set ([`MpiWait::Sleep`]).
+    static SLACK_SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl std::fmt::Display for MpiWait {
@@ -122,6 +164,7 @@ impl std::str::FromStr for MpiWait {
             None if s == "yield" => Ok(Self::Yield),
             None if s == "sleep" => Ok(Self::Sleep(Self::DEFAULT_PAUSE)),
             None => Err(bad("not a wait")),
+            Some(("spin" | "yield", _)) => Err(bad("spin and yield take no pause")),
             Some(("sleep", us)) => {
                 let us = us.trim().strip_suffix("us").unwrap_or(us.trim());
                 match us.parse::<u64>() {
