@@ -226,6 +226,13 @@ fn p2p(mut t: MpiTransport, universe: &Universe) {
     // Messages split into pieces (of 1,000 bytes here, as messages
     // of 1 GiB or more are): lengths around multiples of a piece,
     // counted as one message each.
+    // A pause out of range on one rank fails every rank's `with_wait`.
+    let long = sparse_coll::MpiWait::Sleep(std::time::Duration::from_secs(3600));
+    let asked = if r == p - 1 { long } else { t.wait() };
+    match MpiTransport::new(universe.world()).with_wait(asked) {
+        Err(Error::InvalidParameter { .. }) => {}
+        other => panic!("rank {r}: a pause of an hour on rank {}: {other:?}", p - 1),
+    }
     let mut pieces = MpiTransport::new(universe.world())
         .with_wait(t.wait())
         .expect("the waits agree")

@@ -118,22 +118,39 @@ impl MpiTransport {
     /// the job would hang in its first dense call or barrier.
     ///
     /// # Errors
-    /// [`Error::Disagreement`] (`wait`, the ranks' waits) on every rank
-    /// where some spin and others pause; the transport is dropped.
+    /// [`Error::InvalidParameter`] (`wait`) on every rank where some
+    /// rank's wait is not valid ([`MpiWait::is_valid`]: a pause of whole
+    /// microseconds, 1 us to 1 s); [`Error::Disagreement`] (`wait`, the
+    /// ranks' waits) on every rank where some spin and others pause. The
+    /// transport is dropped either way.
     pub fn with_wait(mut self, wait: MpiWait) -> Result<Self> {
-        let pauses = u8::from(wait != MpiWait::Spin);
+        let kind = match wait {
+            MpiWait::Spin => 0u8,
+            w if !w.is_valid() => 2,
+            _ => 1,
+        };
         let mut all = vec![0u8; self.abandoned.len()];
-        self.comm().all_gather_into(&pauses, &mut all[..]);
-        if all.iter().any(|&k| k != pauses) {
-            let by_rank: Vec<&str> = all
-                .iter()
-                .map(|&k| if k == 0 { "spin" } else { "pause" })
-                .collect();
+        self.comm().all_gather_into(&kind, &mut all[..]);
+        let by_rank = || {
+            let names = ["spin", "pause", "invalid"];
+            let all: Vec<&str> = all.iter().map(|&k| names[usize::from(k.min(2))]).collect();
+            all.join(", ")
+        };
+        if all.contains(&2) {
+            return Err(Error::invalid(
+                "wait",
+                format!(
+                    "by rank: {} (this rank's: {wait:?}; a pause is whole microseconds, 1 us to 1 s)",
+                    by_rank()
+                ),
+            ));
+        }
+        if all.iter().any(|&k| k != kind) {
             return Err(Error::Disagreement {
                 what: "wait",
                 detail: format!(
                     "by rank: {} (every rank spins, or every rank sleeps or yields: {MPI_WAIT_ENV})",
-                    by_rank.join(", ")
+                    by_rank()
                 ),
             });
         }

@@ -64,6 +64,24 @@ impl MpiWait {
     /// [`MpiWait::Sleep`]'s pause where the text gives none.
     pub const DEFAULT_PAUSE: Duration = Duration::from_micros(20);
 
+    /// The longest pause of [`MpiWait::Sleep`] (1 s): a message that
+    /// arrives during a pause waits for its end, and a failure too.
+    pub const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+    /// Whether this wait is one `MpiTransport::with_wait` takes: spinning,
+    /// yielding, or a pause of whole microseconds from 1 to
+    /// [`MpiWait::MAX_PAUSE`] (the forms the text takes).
+    pub fn is_valid(self) -> bool {
+        match self {
+            Self::Spin | Self::Yield => true,
+            Self::Sleep(d) => {
+                d >= Duration::from_micros(1)
+                    && d <= Self::MAX_PAUSE
+                    && d.subsec_nanos() % 1000 == 0
+            }
+        }
+    }
+
     /// The wait named by the environment variable `SPARSE_MPI_WAIT`
     /// ([`MPI_WAIT_ENV`]), [`MpiWait::Spin`] where it is unset, empty or
     /// white space.
@@ -168,7 +186,9 @@ impl std::str::FromStr for MpiWait {
             Some(("sleep", us)) => {
                 let us = us.trim().strip_suffix("us").unwrap_or(us.trim());
                 match us.parse::<u64>() {
-                    Ok(n @ 1..=1_000_000) => Ok(Self::Sleep(Duration::from_micros(n))),
+                    Ok(n) if Self::Sleep(Duration::from_micros(n)).is_valid() => {
+                        Ok(Self::Sleep(Duration::from_micros(n)))
+                    }
                     Ok(_) => Err(bad("the pause is 1 to 1,000,000 microseconds")),
                     Err(_) => Err(bad("the pause is a whole number of microseconds")),
                 }
@@ -181,6 +201,28 @@ impl std::str::FromStr for MpiWait {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn valid_waits_are_those_the_text_takes() {
+        let us = Duration::from_micros;
+        for w in [
+            MpiWait::Spin,
+            MpiWait::Yield,
+            MpiWait::Sleep(us(1)),
+            MpiWait::Sleep(us(1_000_000)),
+        ] {
+            assert!(w.is_valid(), "{w:?}");
+            assert_eq!(w.to_string().parse::<MpiWait>().unwrap(), w);
+        }
+        for d in [
+            Duration::ZERO,
+            Duration::from_nanos(1500),
+            us(1_000_001),
+            Duration::MAX,
+        ] {
+            assert!(!MpiWait::Sleep(d).is_valid(), "{d:?}");
+        }
+    }
 
     #[test]
     fn parses_and_prints() {
@@ -210,6 +252,8 @@ mod tests {
             "sleep:0",
             "sleep:-3",
             "sleep:2ms",
+            "sleep:1000001",
+            "sleep:99999999999999999999",
             "spin:3",
             "yield:3",
         ] {
