@@ -39,7 +39,9 @@ pub enum MpiWait {
     #[default]
     Spin,
     /// Poll [`MpiWait::SPIN_POLLS`] times, then sleep this long after each
-    /// poll that finds nothing. On Linux a thread's first such sleep sets
+    /// poll that finds nothing: whole microseconds, 1 us to
+    /// [`MpiWait::MAX_PAUSE`] (`MpiTransport::with_wait` refuses others,
+    /// [`MpiWait::is_valid`]). On Linux a thread's first such sleep sets
     /// its timer slack to 1 ns (`PR_SET_TIMERSLACK`) and leaves it so, for
     /// the thread's later sleeps and timeouts too: a sleep then lasts the
     /// pause and the wake-up, without Linux's default slack of 50 us on
