@@ -320,8 +320,9 @@ impl MpiTransport {
         use mpi::datatype::Equivalence;
         self.alive()?;
         let mut total = 0;
-        let mut polls = 0;
         loop {
+            // Each piece's wait starts over: its first polls spin.
+            let mut polls = 0;
             let (msg, status) = loop {
                 if let Some(got) = self
                     .comm()
