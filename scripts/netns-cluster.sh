@@ -219,11 +219,9 @@ if [ -z "$wait_mode" ]; then
     wait_mode=spin
     [ "$ranks" -le "$ncores" ] || wait_mode=sleep:20us
 fi
-# The forms MpiWait parses (the pause 1 to 1,000,000 us), checked before
-# anything is made.
-[[ $wait_mode =~ ^(spin|yield|sleep|sleep:([1-9][0-9]{0,6})(us)?)$ ]] \
-    && [ "${BASH_REMATCH[2]:-1}" -le 1000000 ] \
-    || fail "--wait $wait_mode: give spin, yield, sleep or sleep:MICROSECONDS (1 to 1000000)"
+# The forms MpiWait parses, checked before anything is made.
+. "$(dirname "${BASH_SOURCE[0]}")/mpi-wait.sh"
+mpi_wait_ok "$wait_mode" || fail "--wait $wait_mode: give spin, yield, sleep or sleep:MICROSECONDS (1 to 1000000)"
 if [ -z "$bind" ]; then
     bind=none
     if [ "${#cores[@]}" -eq 0 ]; then

@@ -80,8 +80,8 @@ latency=${LATENCY:-shift}
 case $latency in shift|ping-pong) ;; *) echo "train-wire: LATENCY=$latency: give shift or ping-pong" >&2; exit 2 ;; esac
 wait_mode=${WAIT:-}
 # netns-cluster.sh's check of --wait, here before anything is built or run.
-[ -z "$wait_mode" ] || { [[ $wait_mode =~ ^(spin|yield|sleep|sleep:([1-9][0-9]{0,6})(us)?)$ ]] \
-    && [ "${BASH_REMATCH[2]:-1}" -le 1000000 ]; } \
+. scripts/mpi-wait.sh
+[ -z "$wait_mode" ] || mpi_wait_ok "$wait_mode" \
     || { echo "train-wire: WAIT=$wait_mode: give spin, yield, sleep or sleep:MICROSECONDS (1 to 1000000)" >&2; exit 2; }
 out=${1:-target/train-wire-$rate}
 mkdir -p "$out"

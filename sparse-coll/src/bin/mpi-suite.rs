@@ -223,9 +223,6 @@ fn p2p(mut t: MpiTransport, universe: &Universe) {
     assert_eq!((tr.bytes_sent, tr.bytes_recv, tr.rounds), (3, 3, 2));
     assert_eq!((tr.msgs_sent, tr.msgs_recv), (2, 2));
     assert!(matches!(t.send(p, &[]), Err(Error::NoSuchRank { .. })));
-    // Messages split into pieces (of 1,000 bytes here, as messages
-    // of 1 GiB or more are): lengths around multiples of a piece,
-    // counted as one message each.
     // A pause out of range on one rank fails every rank's `with_wait`.
     let long = sparse_coll::MpiWait::Sleep(std::time::Duration::from_secs(3600));
     let asked = if r == p - 1 { long } else { t.wait() };
@@ -233,6 +230,9 @@ fn p2p(mut t: MpiTransport, universe: &Universe) {
         Err(Error::InvalidParameter { .. }) => {}
         other => panic!("rank {r}: a pause of an hour on rank {}: {other:?}", p - 1),
     }
+    // Messages split into pieces (of 1,000 bytes here, as messages
+    // of 1 GiB or more are): lengths around multiples of a piece,
+    // counted as one message each.
     let mut pieces = MpiTransport::new(universe.world())
         .with_wait(t.wait())
         .expect("the waits agree")
