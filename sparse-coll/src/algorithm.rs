@@ -171,14 +171,35 @@ pub trait SparseAllreduce<E: Element>: Send {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()>;
+    /// [`SparseAllreduce::body`] with its failures told apart: the outer
+    /// error may leave peers waiting on this rank (the call abandons the
+    /// transport on it), the inner one every rank reached at the same
+    /// point with no message left unread (the transport stays usable, and
+    /// the next call works). The default is `body`, every failure outer.
+    /// An algorithm whose body can fail alike on every rank overrides it
+    /// (and implements `body` as this method with the two errors as one):
+    /// DSAR with QSGD (a partition sum it cannot scale), SparDL and
+    /// recursive doubling with a lossy value codec (a partial sum it
+    /// cannot carry, told to every rank in failure frames), the
+    /// hierarchical allreduce (a part's call that failed on its group).
+    ///
+    /// # Errors
+    /// As [`SparseAllreduce::body`].
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
+        self.body(t, v, entered, out).map(Ok)
+    }
     /// The body run as a call runs it, once every rank has entered
     /// ([`SparseAllreduce::allreduce_into`] and
-    /// [`crate::allreduce_jointly`] call it): [`SparseAllreduce::body`]
-    /// inside [`crate::guard`], which abandons the transport when the body
-    /// fails, so that no peer waits on this rank. An algorithm whose body
-    /// can fail at the same point on every rank with no message left
-    /// unread (DSAR with QSGD: a partition sum it cannot scale) overrides
-    /// it to return that error with the transport usable.
+    /// [`crate::allreduce_jointly`] call it):
+    /// [`SparseAllreduce::agreed_body`] inside [`crate::guard`], which
+    /// abandons the transport on an outer error, so that no peer waits on
+    /// this rank, and returns an inner one with the transport usable.
     ///
     /// # Errors
     /// As [`SparseAllreduce::body`].
@@ -189,7 +210,7 @@ pub trait SparseAllreduce<E: Element>: Send {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
-        crate::guard(t, |t| self.body(t, v, entered, out))
+        crate::guard(t, |t| self.agreed_body(t, v, entered, out))?
     }
     /// One allreduce of `v` into `out`, which a caller keeps across calls
     /// (start from [`Reduced::default`]): [`SparseAllreduce::enter`], then

@@ -143,6 +143,18 @@ impl Admission {
     pub fn local(&self) -> &Result<()> {
         &self.local
     }
+    /// The same admission with this rank not ready: `e` in place of its
+    /// readiness, so that the call fails at its entry on every rank (this
+    /// one with `e`, the others with an [`sparse_core::Error::PeerError`]
+    /// naming it) and leaves the transport usable. A composite collective
+    /// whose rank learned of a failure elsewhere fails its part's call so.
+    #[must_use]
+    pub fn failing(self, e: sparse_core::Error) -> Self {
+        Self {
+            local: Err(e),
+            ..self
+        }
+    }
     /// The call's own entry round: [`agree_or_fail`] on the fields with
     /// this rank's readiness. Returns the [`Entered`] the body takes.
     ///

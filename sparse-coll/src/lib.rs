@@ -85,7 +85,8 @@
 //    agrees on its length through `agree`).
 // 3. `dense`: the dense collectives and allgathers (on 1-2).
 // 4. `entry`: the contract (`Reduced`) and the entry round (on 1-3).
-// 5. `frame`: sparse pairs, blocks and streams on the wire (on 1).
+// 5. `frame`: sparse pairs, blocks and streams on the wire (on 1);
+//    `failure`: failures agreed inside a call's body (on 2).
 // 6. `values`: the wire values (on 1, 2, 5).
 // 7. `profile`: what the cost model knows of a call (on 6).
 // 8. `algorithm`: the `SparseAllreduce` and `Registered` traits,
@@ -104,6 +105,7 @@ mod bytes;
 pub mod cost;
 pub mod dense;
 mod entry;
+mod failure;
 mod frame;
 mod joint;
 pub mod nonblocking;

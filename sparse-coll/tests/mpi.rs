@@ -65,6 +65,21 @@ fn the_collective_suite_passes_on_1_to_5_ranks() {
 }
 
 #[test]
+fn sums_that_overflow_part_way_fail_every_rank_and_leave_the_transport_usable() {
+    for n in 2..=5 {
+        let out = mpiexec(n, "overflow", 120);
+        check_ok(n, "overflow", &out);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // At least the calls where every rank is hot fail (two ranks'
+        // values meet in a sum).
+        assert!(
+            !stdout.contains(" 0 failed on every rank"),
+            "n={n}: no call failed:\n{stdout}"
+        );
+    }
+}
+
+#[test]
 fn disagreeing_ranks_all_get_an_error() {
     for n in [2usize, 3] {
         check_ok(n, "disagree", &mpiexec(n, "disagree", 60));

@@ -5,6 +5,7 @@
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
 use crate::dense::bruck_allgather;
 use crate::entry::{Admission, admit, entry_id};
+use crate::failure::Failure;
 use crate::frame::{put_block, take_block};
 use crate::profile::{Profile, bytes_cost};
 use crate::{Entered, Group, Reduced, Transport};
@@ -67,6 +68,12 @@ fn shard(n: usize, m: usize, s: usize) -> (usize, usize) {
 /// parameters `node` (default 8), `intra` and `inter` (registry names of
 /// the catalog it is built in, each with the same defaults; default
 /// `ssar_split_allgather` for both).
+///
+/// A part's call that fails on every rank of its group (an inter-node
+/// entry that refuses a node's sum that overflowed, say) fails the whole
+/// call on every rank with the transport usable: the ranks that learn of
+/// it fail their later inter-node calls at entry and send failure frames
+/// in the node's allgather, so every rank takes part in every message.
 ///
 /// # Errors
 /// The parts' errors; [`sparse_core::Error::Disagreement`] when ranks
@@ -309,36 +316,65 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        _: Entered,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
+        self.agreed_body(t, v, entered, out)?
+    }
+    /// The inner error: a part's call that failed on every rank of its
+    /// group (an inter-node entry that refused a node's sum that
+    /// overflowed, say), which fails the whole call on every rank with
+    /// the transport usable.
+    ///
+    /// A part's call that fails so leaves the transport usable, but the
+    /// other groups go on. So a rank that knows of a failure
+    /// ([`Failure`]) still takes part in every later call: each
+    /// inter-node call it enters with that failure as its readiness
+    /// ([`Admission::failing`]), so that the call fails on every holder of
+    /// the shard (every node has one), and in the final allgather it sends
+    /// a failure frame, so that every member of its node learns of it.
+    /// Every rank ends failing. An inter-node part that does not admit its
+    /// calls (a planner, whose entry is a profile) cannot be failed so:
+    /// there the failure is an outer error, as any body's.
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
         let (p, r, n) = (t.size(), t.rank(), v.dim());
         let m = self.node.min(p);
         let nodes = p.div_ceil(m);
         let (j, first, size) = node_of(p, m, r);
         let members: Vec<usize> = (first..first + size).collect();
         // 1. The node's sum on every member.
+        let mut failure = Failure::default();
         let in_node = self
             .intra
-            .allreduce(&mut Group::new(&mut *t, members.clone())?, v)?;
+            .allreduce(&mut Group::new(&mut *t, members.clone())?, v);
         if nodes == 1 {
-            *out = Reduced {
-                result: in_node.result,
-                dropped: in_node.dropped,
-                ..Reduced::default()
-            };
-            return Ok(());
+            return Ok(in_node.map(|red| {
+                *out = Reduced {
+                    result: red.result,
+                    dropped: red.dropped,
+                    ..Reduced::default()
+                };
+            }));
         }
+        let (node_sum, mut dropped) = match failure.check(r, in_node) {
+            Some(red) => (red.result, red.dropped),
+            None => (SparseVec::zeros(n)?, SparseVec::zeros(n)?),
+        };
         self.shards = m;
         // 2. The shards this rank holds, each across the nodes, in shard
         //    order on every rank (a member of the smaller last node holds
         //    several, and their groups meet no other rank twice).
         let local = r - first;
         let mut mine: Vec<(u32, E)> = Vec::new();
-        let mut dropped = in_node.dropped;
         for s in (local..m).step_by(size) {
             let (lo, hi) = shard(n, m, s);
-            let part = in_node.result.restrict(lo, hi - lo);
+            let part = node_sum.restrict(lo, hi - lo);
             let (_, idx, val) = part.into_parts();
             let shifted =
                 SparseVec::new(hi - lo, idx.iter().map(|&i| i - lo as u32).collect(), val)?;
@@ -349,21 +385,39 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
                 })
                 .collect();
             debug_assert_eq!(holders[j], r);
-            self.hold(s)?;
-            let red = self
-                .inter
-                .allreduce(&mut Group::new(&mut *t, holders)?, &shifted)?;
+            let held = self.hold(s);
+            failure.check(r, held);
+            let group = &mut Group::new(&mut *t, holders)?;
+            if let Some(e) = failure.error() {
+                fail_call(&mut *self.inter, group, &shifted, e)?;
+                continue;
+            }
+            let Some(red) = failure.check(r, self.inter.allreduce(group, &shifted)) else {
+                continue;
+            };
             mine.extend(red.result.iter().map(|(i, x)| (i + lo as u32, x)));
             let (_, di, dv) = red.dropped.into_parts();
             let back = SparseVec::new(n, di.iter().map(|&i| i + lo as u32).collect(), dv)?;
             dropped = dropped.merge_sum(&back)?;
         }
-        // 3. Every member's shards, to every member of the node.
-        mine.sort_unstable_by_key(|e| e.0);
-        let (idx, val): (Vec<u32>, Vec<E>) = mine.into_iter().unzip();
-        let mut block = Vec::new();
-        put_block(&mut block, &SparseVec::new(n, idx, val)?);
+        // 3. Every member's shards, to every member of the node (a failure
+        //    frame from a member that knows of a failure).
+        let block = if failure.failed() {
+            failure.frame()
+        } else {
+            mine.sort_unstable_by_key(|e| e.0);
+            let (idx, val): (Vec<u32>, Vec<E>) = mine.into_iter().unzip();
+            let mut block = Vec::new();
+            put_block(&mut block, &SparseVec::new(n, idx, val)?);
+            block
+        };
         let blocks = bruck_allgather(&mut Group::new(&mut *t, members)?, &block)?;
+        for b in &blocks {
+            failure.note(b, p)?;
+        }
+        if failure.failed() {
+            return Ok(failure.outcome());
+        }
         let mut all: Vec<(u32, E)> = Vec::new();
         for b in &blocks {
             let mut rest: &[u8] = b;
@@ -383,7 +437,35 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             dropped,
             ..Reduced::default()
         };
-        Ok(())
+        Ok(Ok(()))
+    }
+}
+
+/// Enters `alg`'s call of `v` on `t` with `e` as this rank's readiness,
+/// so that the call fails at its entry on every rank of `t` (each of the
+/// others with an [`Error::PeerError`] naming this one) and leaves `t`
+/// usable.
+///
+/// # Errors
+/// `e` where `alg` does not admit its calls ([`SparseAllreduce::admit`]:
+/// its entry round is more than the agreement), whose calls cannot be
+/// failed so; transport errors.
+fn fail_call<E: Element>(
+    alg: &mut dyn SparseAllreduce<E>,
+    t: &mut dyn Transport,
+    v: &SparseVec<E>,
+    e: Error,
+) -> Result<()> {
+    let Some(a) = alg.admit(&*t, v) else {
+        return Err(e);
+    };
+    match a.failing(e).enter(t) {
+        // The round carried this rank's error: it comes back as itself.
+        Err(_) => Ok(()),
+        Ok(_) => Err(Error::invalid(
+            "hierarchical",
+            "an entry round carrying a failure succeeded",
+        )),
     }
 }
 

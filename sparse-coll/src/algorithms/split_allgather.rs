@@ -357,29 +357,11 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
     ) -> Result<()> {
         self.agreed_body(t, v, entered, out)?
     }
-    /// As the provided method, but a failure every rank agrees on (a
-    /// partition sum QSGD cannot scale: the owner's
-    /// [`Error::Unencodable`], the others' [`Error::PeerError`]) is
-    /// returned without abandoning the transport: every rank took part in
-    /// every message, so the next call works (alone or joint).
-    fn guarded_body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        entered: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        crate::guard(t, |t| self.agreed_body(t, v, entered, out))?
-    }
-}
-
-impl DsarSplitAllgather {
-    /// The body of a call: the outer error as any body's (the transport
-    /// may have peers waiting), the inner one agreed by every rank at the
-    /// same point with no message left unread (a partition sum that QSGD
-    /// cannot scale: its owner's [`Error::Unencodable`], the others'
-    /// [`Error::PeerError`]).
-    fn agreed_body<E: Element>(
+    /// The inner error: a partition sum that QSGD cannot scale, its
+    /// owner's [`Error::Unencodable`] and the others' [`Error::PeerError`]
+    /// (every rank took part in every message, so the next call works,
+    /// alone or joint).
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,

@@ -3,12 +3,13 @@
 use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::Fold;
 use crate::entry::{Admission, Reduced, admit};
+use crate::failure::Failure;
 use crate::frame::{
     StreamView, decode_stream, encode_stream, put_dense_stream, put_sparse_stream,
     stream_to_sparse, stream_view, take_parts,
 };
 use crate::profile::{Profile, bytes_cost};
-use crate::values::{WireValues, values_param};
+use crate::values::{Packed, WireValues, values_param};
 use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::sparse::merge_sum_into;
@@ -49,61 +50,120 @@ fn reference<T: Transport + ?Sized, E: Element>(t: &mut T, v: &SparseVec<E>) -> 
     })
 }
 
-/// SSAR_Recursive_double with a lossy codec, after the entry round.
+/// SSAR_Recursive_double with a lossy codec, after the entry round. The
+/// outer error is any body's (peers may be left waiting); the inner one a
+/// failure every rank agrees on with no message left unread: a partial
+/// sum the codec cannot carry (it overflowed to an infinity, say) fails
+/// its rank's local work part way (and that of every core rank holding
+/// the same sum: they fail alike, named by the lowest of them), and from
+/// then on those ranks, and every rank that hears of it, send [`Failure`]
+/// frames in place of their messages.
 fn quantized<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     values: &WireValues<E>,
-) -> Result<Reduced<E>> {
+) -> Result<Result<Reduced<E>>> {
     let dim = v.dim();
-    let r = t.rank();
+    let (r, p) = (t.rank(), t.size());
     let fold = Fold::new(t);
+    let mut failure = Failure::default();
+    let mut frame = Vec::new();
     let mut acc = v.clone();
     let mut dropped = SparseVec::zeros(dim)?;
-    let send_split = |t: &mut T, to: usize, acc: &SparseVec<E>| -> Result<SparseVec<E>> {
-        let packed = values.pack(acc)?;
-        t.send(to, packed.bytes())?;
-        Ok(packed.into_parts().1)
+    // `acc` split for sending, or `None` once this rank knows of a
+    // failure. A failure is named by the lowest rank of those that hold
+    // this same sum and so fail alike (`lowest`).
+    let pack = |failure: &mut Failure, acc: &SparseVec<E>, lowest: usize| {
+        if failure.failed() {
+            None
+        } else {
+            failure.check(lowest, values.pack(acc))
+        }
     };
-    let read = |b: &[u8]| -> Result<SparseVec<E>> {
+    // A received message: `None` for a failure frame (noted).
+    let read = |failure: &mut Failure, b: &[u8]| -> Result<Option<SparseVec<E>>> {
+        if failure.note(b, p)? {
+            return Ok(None);
+        }
         let mut rest = b;
         let part = values.take(&mut rest, dim, 0, dim, "ssar message")?;
         if !rest.is_empty() {
             return Err(Error::corrupt("ssar message", "trailing bytes"));
         }
-        Ok(part)
+        Ok(Some(part))
     };
     match fold.role(r) {
-        Some(true) => dropped = send_split(t, r + 1, &acc)?,
-        Some(false) => acc = acc.merge_sum(&read(&t.recv(r - 1)?)?)?,
+        Some(true) => {
+            let packed = pack(&mut failure, &acc, r);
+            t.send(r + 1, message(packed.as_ref(), &failure, &mut frame))?;
+            if let Some(packed) = packed {
+                dropped = packed.into_parts().1;
+            }
+        }
+        Some(false) => {
+            if let Some(got) = read(&mut failure, &t.recv(r - 1)?)? {
+                acc = acc.merge_sum(&got)?;
+            }
+        }
         None => {}
     }
     if let Some(nr) = fold.newrank {
         let mut mask = 1;
         while mask < fold.pp {
             let partner = fold.real(nr ^ mask);
-            let packed = values.pack(&acc)?;
-            // The block of `mask` core ranks holds this same sum, and makes
-            // the same split (splits are functions of the values): its
-            // lowest keeps the remainder.
-            if nr % mask == 0 {
-                dropped = dropped.merge_sum(packed.rest())?;
+            // Every rank of this block of `mask` core ranks knows what the
+            // others know (they have exchanged all of it), so they send
+            // the same failure, and after the exchange the block twice
+            // its size does: the last step leaves every core rank
+            // knowing the same lowest failing rank.
+            let packed = pack(&mut failure, &acc, fold.real(nr & !(mask - 1)));
+            let bytes = message(packed.as_ref(), &failure, &mut frame);
+            let got = read(&mut failure, &t.exchange(partner, bytes, partner)?)?;
+            if let (Some(packed), Some(got), false) = (packed, got, failure.failed()) {
+                // The block of `mask` core ranks holds this same sum, and
+                // makes the same split (splits are functions of the
+                // values): its lowest keeps the remainder.
+                if nr % mask == 0 {
+                    dropped = dropped.merge_sum(packed.rest())?;
+                }
+                acc = packed.sent().merge_sum(&got)?;
             }
-            let got = read(&t.exchange(partner, packed.bytes(), partner)?)?;
-            acc = packed.sent().merge_sum(&got)?;
             mask <<= 1;
         }
     }
     match fold.role(r) {
-        Some(true) => acc = stream_to_sparse(decode_stream(&t.recv(r + 1)?, dim)?)?,
+        Some(true) => {
+            let got = t.recv(r + 1)?;
+            if !failure.note(&got, p)? {
+                acc = stream_to_sparse(decode_stream(&got, dim)?)?;
+            }
+        }
+        Some(false) if failure.failed() => t.send(r - 1, &failure.frame())?,
         Some(false) => t.send(r - 1, &encode_stream(&Stream::Sparse(acc.clone())))?,
         None => {}
     }
-    Ok(Reduced {
+    Ok(failure.outcome().map(|()| Reduced {
         result: acc,
         dropped,
         ..Reduced::default()
-    })
+    }))
+}
+
+/// What a rank sends for a partial sum: its packed message, or (where
+/// `packed` is `None`: this rank knows of a failure) a failure frame,
+/// written into `frame`.
+fn message<'a, E: Element>(
+    packed: Option<&'a Packed<E>>,
+    failure: &Failure,
+    frame: &'a mut Vec<u8>,
+) -> &'a [u8] {
+    match packed {
+        Some(p) => p.bytes(),
+        None => {
+            *frame = failure.frame();
+            frame
+        }
+    }
 }
 
 /// Rounds of recursive doubling with MPICH's fold: `lg P` for a power of
@@ -437,14 +497,26 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        _: Entered,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
+        self.agreed_body(t, v, entered, out)?
+    }
+    /// The inner error: a partial sum a lossy codec cannot carry, that
+    /// rank's own error and the others' [`Error::PeerError`] naming the
+    /// lowest such rank (every rank took part in every message, so the
+    /// next call works).
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
         if self.values.is_raw() {
-            return raw_into(t, v, out);
+            return raw_into(t, v, out).map(Ok);
         }
-        *out = quantized(t, v, &self.values)?;
-        Ok(())
+        Ok(quantized(t, v, &self.values)?.map(|red| *out = red))
     }
 }
 

@@ -21,6 +21,11 @@
 //!   fails by its next call, none hangs
 //!   (`testing::check_corrupt` on every rank's report, gathered on a
 //!   transport of their own);
+//! - `overflow`: inputs whose sums overflow part way (SparDL and recursive
+//!   doubling with lossy value codecs, DSAR with QSGD, the hierarchical
+//!   allreduce with failing parts): every rank fails or every rank
+//!   returns, and the next calls on the same transport succeed, the
+//!   lossless one exactly;
 //! - `warm`: once warm, every algorithm of the registry that promises it
 //!   (`Entry::warm`: all but the hierarchical one and the planner)
 //!   allocates nothing that grows with the data (a counting global
@@ -81,6 +86,7 @@ fn main() {
         "nonblocking" => nonblocking(t),
         "warm" => warm(t),
         "corrupt" => corrupt(t, &universe),
+        "overflow" => overflow(t),
         other => panic!("unknown mode {other:?}"),
     }
     println!(
@@ -172,6 +178,66 @@ fn joint_calls(t: &mut MpiTransport) -> usize {
         }
     }
     3 * specs.len().div_ceil(3)
+}
+
+/// Calls whose sums overflow part way: each fails on every rank or returns
+/// on every rank (the outcomes gathered after the next calls), and the
+/// next calls on the same transport succeed, the lossless one exactly.
+fn overflow(mut t: MpiTransport) {
+    const DIM: usize = 40;
+    let (r, p) = (t.rank(), t.size());
+    let input = |hot: bool| {
+        let mut pairs = vec![(20 + r as u32, 1.0f32)];
+        if hot {
+            pairs.push((7, 2e38));
+        }
+        pairs.sort_by_key(|e| e.0);
+        let (i, x) = pairs.into_iter().unzip();
+        SparseVec::new(DIM, i, x).expect("an input")
+    };
+    let sum = {
+        let (i, x) = (0..p).map(|q| (20 + q as u32, 1.0f32)).unzip();
+        SparseVec::new(DIM, i, x).expect("the sum")
+    };
+    let registry = Registry::<f32>::builtin();
+    let specs = [
+        "spardl:values=bf16",
+        "spardl:values=ssmean",
+        "ssar_recursive_double:values=bf16",
+        "ssar_recursive_double:values=ssmean",
+        "dsar_qsgd",
+        "hierarchical:node=2",
+        "hierarchical:node=2,intra=dsar_qsgd",
+    ];
+    let hots: Vec<Vec<usize>> = vec![(0..p).collect(), vec![0, p.min(2) - 1], vec![p - 1]];
+    let (mut calls, mut failed) = (0, 0);
+    for spec in specs {
+        for h in &hots {
+            let mut algo = registry
+                .build(spec, Defaults::k(8).expect("k"))
+                .expect("an algorithm");
+            let first = algo.allreduce(&mut t, &input(h.contains(&r)));
+            algo.reset();
+            algo.allreduce(&mut t, &input(false))
+                .unwrap_or_else(|e| panic!("rank {r}: {spec} hot {h:?}: the next call: {e}"));
+            let mut exact = registry
+                .build("dsar_split_allgather", Defaults::lossless())
+                .expect("dsar");
+            let red = exact
+                .allreduce(&mut t, &input(false))
+                .unwrap_or_else(|e| panic!("rank {r}: {spec} hot {h:?}: DSAR after: {e}"));
+            assert_eq!(red.result, sum, "rank {r}: {spec} hot {h:?}");
+            let all = sparse_coll::dense::bruck_allgather(&mut t, &[u8::from(first.is_err())])
+                .expect("the outcomes gathered");
+            assert!(
+                all.iter().all(|b| *b == all[0]),
+                "rank {r}: {spec} hot {h:?}: failed by rank {all:?} (rank {r}: {first:?})"
+            );
+            calls += 1;
+            failed += usize::from(first.is_err());
+        }
+    }
+    println!("OK rank {r} of {p}: {calls} overflowing calls, {failed} failed on every rank");
 }
 
 /// Ranks that pass different dimensions all get a disagreement.

@@ -165,7 +165,7 @@ pub(crate) fn agree_sharing<T: Transport + ?Sized>(
 const MAX_ERROR_TEXT: usize = 1024;
 
 /// `s` cut to at most [`MAX_ERROR_TEXT`] bytes, at a character boundary.
-fn bounded_text(s: &str) -> &str {
+pub(crate) fn bounded_text(s: &str) -> &str {
     let mut end = s.len().min(MAX_ERROR_TEXT);
     while !s.is_char_boundary(end) {
         end -= 1;

@@ -203,7 +203,7 @@ impl SpardlBsag {
                 pick_cut(|i| i as usize % d == c, dropped, mem);
                 Ok(())
             },
-        )
+        )?
     }
 }
 

@@ -15,6 +15,7 @@ pub use rsag::{SpardlRsag, spardl_rsag};
 use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Admission, Reduced, admit};
+use crate::failure::Failure;
 use crate::frame::{put_block, take_block_view, take_parts};
 use crate::profile::{Profile, bytes_cost};
 use crate::scratch::{Scratch, Work, add_into, copy_into};
@@ -79,6 +80,11 @@ fn empty<E: Element>(dim: usize) -> SparseVec<E> {
 /// The final Bruck all-gather of SparDL: every worker of `t` contributes
 /// its block (at most its share), and all get the concatenation, in
 /// `out` (its allocations reused).
+///
+/// With a lossy codec, a worker that knows of a failure ([`Failure`]: its
+/// own, or one Spar-Reduce-Scatter brought it) contributes a failure frame
+/// instead, and so does one whose block the codec cannot carry; every
+/// worker then learns of it here, and `out` is no result.
 fn gather_blocks<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     mine: &SparseVec<E>,
@@ -86,6 +92,7 @@ fn gather_blocks<T: Transport + ?Sized, E: Element>(
     dropped: &mut SparseVec<E>,
     msg: &mut Vec<u8>,
     out: &mut SparseVec<E>,
+    failure: &mut Failure,
 ) -> Result<()> {
     let check = |q: usize, nnz: usize, rest: &[u8]| {
         if !rest.is_empty() || nnz > lay.share(q) {
@@ -99,9 +106,27 @@ fn gather_blocks<T: Transport + ?Sized, E: Element>(
     if !lay.values.is_raw() {
         // Every rank, this one included, takes the block as the codec
         // carries it; the owner keeps the exact remainder.
-        let packed = lay.values.pack(mine)?;
-        *dropped = dropped.merge_sum(packed.rest())?;
-        let all = bruck_allgather(t, packed.bytes())?;
+        let packed = if failure.failed() {
+            None
+        } else {
+            failure.check(t.rank(), lay.values.pack(mine))
+        };
+        let all = match packed {
+            Some(packed) => {
+                *dropped = dropped.merge_sum(packed.rest())?;
+                bruck_allgather(t, packed.bytes())?
+            }
+            None => bruck_allgather(t, &failure.frame())?,
+        };
+        // Every worker sees every frame, so all of them end knowing the
+        // same lowest failing worker.
+        let p = t.size();
+        for b in &all {
+            failure.note(b, p)?;
+        }
+        if failure.failed() {
+            return Ok(());
+        }
         let (mut idx, mut val) = take_parts(out);
         for (q, b) in all.iter().enumerate() {
             let (lo, len) = lay.span(q);
@@ -249,7 +274,10 @@ fn sag_admit<T: Transport + ?Sized, E: Element>(
 /// this worker's position in its team, its block as SRS left it, which it
 /// turns into the block for the final all-gather, and `dropped`, to which
 /// it adds whatever it cuts), then the Bruck all-gather inside the team.
-/// With `d = 1` the column is this worker alone.
+/// With `d = 1` the column is this worker alone. The inner error is a
+/// failure every worker agrees on with no message left unread (a lossy
+/// codec's, [`Failure`]); the SAG variants send raw values, which never
+/// fail so.
 fn in_teams<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
@@ -265,7 +293,7 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
         &mut SparseVec<E>,
         &mut Mem<E>,
     ) -> Result<()>,
-) -> Result<()> {
+) -> Result<Result<()>> {
     let dim = v.dim();
     let (team, column) = teams(t, d)?;
     let lay = Layout {
@@ -277,22 +305,26 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
     let (i, x) = take_parts(&mut out.dropped);
     let mut dropped = SparseVec::new_unchecked(dim, i, x);
     let pos = team.iter().position(|&r| r == t.rank()).expect("a member");
+    let mut failure = Failure::default();
     spar_reduce_scatter(
         &mut Group::new(t, team.clone())?,
         v,
         &lay,
         &mut dropped,
         mem,
+        &mut failure,
     )?;
     let mut block = std::mem::replace(&mut mem.blocks[pos], empty(dim));
-    sag(
-        &mut Group::new(t, column)?,
-        &lay,
-        pos,
-        &mut block,
-        &mut dropped,
-        mem,
-    )?;
+    if !failure.failed() {
+        sag(
+            &mut Group::new(t, column)?,
+            &lay,
+            pos,
+            &mut block,
+            &mut dropped,
+            mem,
+        )?;
+    }
     gather_blocks(
         &mut Group::new(t, team)?,
         &block,
@@ -300,10 +332,11 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
         &mut dropped,
         &mut mem.msg,
         &mut out.result,
+        &mut failure,
     )?;
     mem.blocks[pos] = block;
     out.dropped = dropped;
-    Ok(())
+    Ok(failure.outcome())
 }
 
 /// The teams of SparDL's SAG: `P` workers in `d` teams of `m = P / d`
@@ -439,9 +472,22 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
-        _: Entered,
+        entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
+        self.agreed_body(t, v, entered, out)?
+    }
+    /// The inner error: a block a lossy codec cannot carry, that rank's
+    /// own error and the others' [`Error::PeerError`] naming the lowest
+    /// such rank (every rank took part in every message, so the next call
+    /// works).
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
         let budget = Keep {
             k: self.budget.k_for(v.dim()),
             values: self.values.clone(),
@@ -458,8 +504,7 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
                 cut_to(block, lay.share(pos), dropped, mem);
                 Ok(())
             },
-        )?;
-        Ok(())
+        )
     }
 }
 

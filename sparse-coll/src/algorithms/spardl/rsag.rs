@@ -91,7 +91,7 @@ fn rsag<T: Transport + ?Sized, E: Element>(
             }
             Ok(())
         },
-    )
+    )?
 }
 
 /// SparDL with R-SAG (Sec. 3.3, `d` a power of two dividing `P`): SRS inside

@@ -4,6 +4,7 @@
 
 use super::{Layout, Mem, empty, split_topk};
 use crate::Transport;
+use crate::failure::Failure;
 use crate::frame::{put_block, put_block_parts, take_block_view};
 use crate::scratch::{add_into, copy_into};
 use sparse_core::topk::split_topk_into;
@@ -23,12 +24,19 @@ use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 /// are written straight from the blocks and received blocks are added
 /// from the message in place; the blocks live in `mem`, so that a warm
 /// call reuses their allocations.
+///
+/// With a lossy codec, a block the codec cannot carry (a sum that
+/// overflowed) fails this worker's local work: it notes the error in
+/// `failure` and from then on sends failure frames in place of its bags,
+/// as does every worker that receives one ([`Failure`]); the blocks are
+/// then no result.
 pub(super) fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     v: &SparseVec<E>,
     lay: &Layout<E>,
     dropped: &mut SparseVec<E>,
     mem: &mut Mem<E>,
+    failure: &mut Failure,
 ) -> Result<()> {
     let (p, w, dim) = (t.size(), t.rank(), lay.dim);
     let raw = lay.values.is_raw();
@@ -61,9 +69,14 @@ pub(super) fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
             let share = lay.share(j);
             let block = &blocks[j];
             if !raw {
+                if failure.failed() {
+                    break;
+                }
                 let (kept, cut) = split_topk(block, share);
                 // What the codec cannot carry exactly stays here too.
-                let packed = lay.values.pack(&kept)?;
+                let Some(packed) = failure.check(w, lay.values.pack(&kept)) else {
+                    break;
+                };
                 *dropped = dropped.merge_sum(&cut)?.merge_sum(packed.rest())?;
                 packed.put(msg);
             } else if block.nnz() <= share {
@@ -81,7 +94,13 @@ pub(super) fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
                 add_into(dropped, (&cut.idx, &cut.val), tmp);
             }
         }
+        if failure.failed() {
+            *msg = failure.frame();
+        }
         t.exchange_into((w + dist) % p, msg, (w + p - dist) % p, &mut got)?;
+        if !raw && (failure.note(&got, p)? || failure.failed()) {
+            continue;
+        }
         let mut rest: &[u8] = &got;
         for d in 0..bag.len() {
             let j = (w + d) % p;
