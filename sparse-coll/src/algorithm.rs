@@ -154,6 +154,35 @@ pub trait SparseAllreduce<E: Element>: Send {
             )),
         }
     }
+    /// Enters this call with this rank not ready: `e` in place of its
+    /// readiness, so that the call fails at its entry on every rank (this
+    /// one with `e`, the others with [`Error::PeerError`] naming it) and
+    /// the transport stays usable, while the other ranks call
+    /// [`SparseAllreduce::allreduce`] as usual. A composite collective
+    /// whose rank learned of a failure elsewhere fails its part's call so
+    /// (the hierarchical allreduce does), where skipping the call would
+    /// leave its peers waiting. Returns `Ok(())` once the call failed on
+    /// every rank. The default is [`SparseAllreduce::admit`]'s admission
+    /// failing ([`Admission::failing`]) in its own round; an algorithm
+    /// that implements [`SparseAllreduce::enter`] instead overrides it
+    /// (the planner does), else its calls cannot be failed so.
+    ///
+    /// # Errors
+    /// `e` where the call could not be failed so (peers may wait: the
+    /// caller abandons the transport); transport errors.
+    fn enter_failing(&mut self, t: &mut dyn Transport, v: &SparseVec<E>, e: Error) -> Result<()> {
+        let Some(a) = self.admit(&*t, v) else {
+            return Err(e);
+        };
+        match a.failing(e).enter(t) {
+            // The round carried this rank's error: it comes back as itself.
+            Err(_) => Ok(()),
+            Ok(_) => Err(Error::invalid(
+                "entry",
+                "an entry round carrying a failure succeeded",
+            )),
+        }
+    }
     /// The rest of a call, once every rank has entered: its result and
     /// dropped part into `out` (contents replaced; where the algorithm
     /// builds its result in place, its allocations reused). Its traffic
@@ -181,7 +210,8 @@ pub trait SparseAllreduce<E: Element>: Send {
     /// DSAR with QSGD (a partition sum it cannot scale), SparDL and
     /// recursive doubling with a lossy value codec (a partial sum it
     /// cannot carry, told to every rank in failure frames), the
-    /// hierarchical allreduce (a part's call that failed on its group).
+    /// hierarchical allreduce (a part's call that failed on its group),
+    /// the planner (its candidate's).
     ///
     /// # Errors
     /// As [`SparseAllreduce::body`].

@@ -327,27 +327,10 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     /// candidate's entry round; on the others the last choice's entry
     /// round.
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
-        let profiling = self.calls % self.every == 0;
-        self.calls = self.calls.wrapping_add(1);
-        let (i, prof) = match (profiling, self.last) {
-            (false, Some(i)) => (i, None),
-            _ => {
-                // The profile's round is an entry agreement of its own, so
-                // that ranks out of step (one profiling, another running
-                // its last choice, or planners built with another `every`)
-                // get `Error::Disagreement` on every rank, as disagreeing
-                // algorithms do.
-                let all = agree_sharing(
-                    t,
-                    &[
-                        ("algorithm", entry_id(Self::NAME)),
-                        ("every", self.every),
-                        ("call", self.calls - 1),
-                    ],
-                    Ok(()),
-                    &[v.nnz() as u64],
-                )?;
-                let counts: Vec<usize> = all.iter().map(|w| w[0] as usize).collect();
+        let (i, prof) = match self.next_entry() {
+            Some(i) => (i, None),
+            None => {
+                let counts = self.profile_round(t, v, Ok(()))?;
                 let prof = self.profile(v.dim(), E::BYTES, &counts);
                 (self.choose(&prof), Some(prof))
             }
@@ -355,9 +338,20 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         self.pending = Some((i, prof));
         self.candidates[i].enter(t, v)
     }
-    /// The chosen candidate's body; a profiling call then learns the
-    /// densification from the result and revises the choice the calls up
-    /// to the next profile run.
+    /// On a profiling call the profile's round carrying `e`; on the
+    /// others the last choice's call failed so.
+    fn enter_failing(&mut self, t: &mut dyn Transport, v: &SparseVec<E>, e: Error) -> Result<()> {
+        match self.next_entry() {
+            Some(i) => self.candidates[i].enter_failing(t, v, e),
+            None => match self.profile_round(t, v, Err(e)) {
+                Err(_) => Ok(()),
+                Ok(_) => Err(Error::invalid(
+                    "auto",
+                    "a profile round carrying a failure succeeded",
+                )),
+            },
+        }
+    }
     fn body(
         &mut self,
         t: &mut dyn Transport,
@@ -365,10 +359,24 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         entered: Entered,
         out: &mut Reduced<E>,
     ) -> Result<()> {
+        self.agreed_body(t, v, entered, out)?
+    }
+    /// The chosen candidate's body (its agreed failures as its own); a
+    /// profiling call then learns the densification from the result and
+    /// revises the choice the calls up to the next profile run.
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
         let (i, prof) = self.pending.take().expect("entered");
-        self.candidates[i].body(t, v, entered, out)?;
+        if let Err(e) = self.candidates[i].agreed_body(t, v, entered, out)? {
+            return Ok(Err(e));
+        }
         self.ran = Some(i);
-        let Some(prof) = prof else { return Ok(()) };
+        let Some(prof) = prof else { return Ok(Ok(())) };
         if prof.k_sum > 0 && self.candidates[i].lossless() {
             let seen = out.result.nnz() as f64 / prof.k_sum as f64;
             self.densification = Some(match self.densification {
@@ -381,7 +389,44 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         // same choice then).
         let revised = self.estimated(prof.p, prof.n, prof.value_bytes, prof.k_max, prof.k_sum);
         self.last = Some(self.choose(&revised));
-        Ok(())
+        Ok(Ok(()))
+    }
+}
+
+impl<E: Element> Auto<E> {
+    /// Counts a call that enters on its own round: `Some(i)` where it runs
+    /// the last choice `i` without a profile, `None` where it profiles.
+    fn next_entry(&mut self) -> Option<usize> {
+        let profiling = self.calls % self.every == 0;
+        self.calls = self.calls.wrapping_add(1);
+        match (profiling, self.last) {
+            (false, Some(i)) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// The profile's round, with this rank's readiness `local`: every
+    /// rank's entry count. The round is an entry agreement of its own, so
+    /// that ranks out of step (one profiling, another running its last
+    /// choice, or planners built with another `every`) get
+    /// `Error::Disagreement` on every rank, as disagreeing algorithms do.
+    fn profile_round(
+        &self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        local: Result<()>,
+    ) -> Result<Vec<usize>> {
+        let all = agree_sharing(
+            t,
+            &[
+                ("algorithm", entry_id(Self::NAME)),
+                ("every", self.every),
+                ("call", self.calls - 1),
+            ],
+            local,
+            &[v.nnz() as u64],
+        )?;
+        Ok(all.iter().map(|w| w[0] as usize).collect())
     }
 }
 

@@ -254,8 +254,8 @@ fn a_partial_sum_a_codec_cannot_carry_fails_every_rank_alike() {
 /// rank fails, whatever nodes the hot ranks are in (the last node smaller
 /// or not), and the next calls on the same transports are exact: a rank
 /// that learns of a failure still takes part in its later calls, failing
-/// each inter-node call at its entry and sending a failure frame in the
-/// node's allgather.
+/// each inter-node call at its entry (the planner's too) and sending a
+/// failure frame in the node's allgather.
 #[test]
 fn a_hierarchical_call_whose_part_fails_fails_every_rank_alike() {
     let registry = Registry::<f32>::builtin();
@@ -266,6 +266,8 @@ fn a_hierarchical_call_whose_part_fails_fails_every_rank_alike() {
         "hierarchical:node=2,inter=dsar_qsgd",
         "hierarchical:node=2,intra=spardl,inter=ssar_recursive_double",
         "hierarchical:node=4,intra=dsar_qsgd,inter=topk_a",
+        "hierarchical:node=2,inter=auto",
+        "hierarchical:node=3,intra=auto,inter=auto",
     ];
     let mut failed_runs = 0;
     for p in [3, 4, 5, 6, 7, 8, 9] {
@@ -284,4 +286,52 @@ fn a_hierarchical_call_whose_part_fails_fails_every_rank_alike() {
         }
     }
     assert!(failed_runs > 100, "{failed_runs} runs failed");
+}
+
+/// `SparseAllreduce::enter_failing` on every algorithm of the suite and
+/// on the planner between and on its profiles: rank `q` fails a call at
+/// its entry while the others call `allreduce`; every other rank gets a
+/// `PeerError` naming `q`, and the next ordinary call succeeds on every
+/// rank (the ranks stay in step, stateful ones included).
+#[test]
+fn any_rank_can_fail_a_call_at_its_entry() {
+    let registry = Registry::<f32>::builtin();
+    for p in [2, 3, 5] {
+        let mut specs = algorithms(p);
+        specs.push("auto:every=2".into());
+        for spec in specs {
+            for q in [0, p - 1] {
+                let out = ThreadCluster::new(p)
+                    .timeout(Duration::from_secs(10))
+                    .run(|t| {
+                        let r = t.rank();
+                        let mut algo = registry.build(&spec, Defaults::k(8)?)?;
+                        let mut peer_errors = 0;
+                        // Calls 1, 3 and 5 fail: the planner profiles at 1
+                        // and 3 (every 2) and runs its choice at 5.
+                        for call in 0..6 {
+                            if call % 2 == 1 {
+                                algo.allreduce(t, &small(r))?;
+                            } else if r == q {
+                                let e = Error::invalid("probe", "failed on purpose");
+                                algo.enter_failing(t, &small(r), e)?;
+                            } else {
+                                match algo.allreduce(t, &small(r)) {
+                                    Err(Error::PeerError { rank, detail }) if rank == q => {
+                                        assert!(detail.contains("failed on purpose"), "{detail}");
+                                        peer_errors += 1;
+                                    }
+                                    other => panic!("{spec} P={p} rank {r}: {other:?}"),
+                                }
+                            }
+                        }
+                        Ok(peer_errors)
+                    });
+                for (r, o) in out.into_iter().enumerate() {
+                    let n = o.unwrap_or_else(|e| panic!("{spec} P={p} q={q} rank {r}: {e}"));
+                    assert_eq!(n, if r == q { 0 } else { 3 }, "{spec} P={p} q={q} rank {r}");
+                }
+            }
+        }
+    }
 }

@@ -330,12 +330,13 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
     /// other groups go on. So a rank that knows of a failure
     /// ([`Failure`]) still takes part in every later call: each
     /// inter-node call it enters with that failure as its readiness
-    /// ([`Admission::failing`]), so that the call fails on every holder of
+    /// ([`SparseAllreduce::enter_failing`]), so that the call fails on every holder of
     /// the shard (every node has one), and in the final allgather it sends
     /// a failure frame, so that every member of its node learns of it.
-    /// Every rank ends failing. An inter-node part that does not admit its
-    /// calls (a planner, whose entry is a profile) cannot be failed so:
-    /// there the failure is an outer error, as any body's.
+    /// Every rank ends failing ([`SparseAllreduce::enter_failing`]; a
+    /// part of a user's that implements `enter` without overriding it
+    /// cannot be failed so, and its failure is an outer error, as any
+    /// body's).
     fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
@@ -389,7 +390,7 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             failure.check(r, held);
             let group = &mut Group::new(&mut *t, holders)?;
             if let Some(e) = failure.error() {
-                fail_call(&mut *self.inter, group, &shifted, e)?;
+                self.inter.enter_failing(group, &shifted, e)?;
                 continue;
             }
             let Some(red) = failure.check(r, self.inter.allreduce(group, &shifted)) else {
@@ -438,34 +439,6 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             ..Reduced::default()
         };
         Ok(Ok(()))
-    }
-}
-
-/// Enters `alg`'s call of `v` on `t` with `e` as this rank's readiness,
-/// so that the call fails at its entry on every rank of `t` (each of the
-/// others with an [`Error::PeerError`] naming this one) and leaves `t`
-/// usable.
-///
-/// # Errors
-/// `e` where `alg` does not admit its calls ([`SparseAllreduce::admit`]:
-/// its entry round is more than the agreement), whose calls cannot be
-/// failed so; transport errors.
-fn fail_call<E: Element>(
-    alg: &mut dyn SparseAllreduce<E>,
-    t: &mut dyn Transport,
-    v: &SparseVec<E>,
-    e: Error,
-) -> Result<()> {
-    let Some(a) = alg.admit(&*t, v) else {
-        return Err(e);
-    };
-    match a.failing(e).enter(t) {
-        // The round carried this rank's error: it comes back as itself.
-        Err(_) => Ok(()),
-        Ok(_) => Err(Error::invalid(
-            "hierarchical",
-            "an entry round carrying a failure succeeded",
-        )),
     }
 }
 

@@ -208,6 +208,7 @@ fn overflow(mut t: MpiTransport) {
         "dsar_qsgd",
         "hierarchical:node=2",
         "hierarchical:node=2,intra=dsar_qsgd",
+        "hierarchical:node=2,inter=auto",
     ];
     let hots: Vec<Vec<usize>> = vec![(0..p).collect(), vec![0, p.min(2) - 1], vec![p - 1]];
     let (mut calls, mut failed) = (0, 0);
