@@ -335,3 +335,40 @@ fn any_rank_can_fail_a_call_at_its_entry() {
         }
     }
 }
+
+/// Every algorithm of the suite at P = 2 to 9, the overflow from each of
+/// [`hots`]'s sets of ranks: each call returns on every rank or fails on
+/// every rank, and the next calls on the same transports succeed (the
+/// lossless one exactly).
+#[test]
+fn every_algorithm_fails_alike_whichever_ranks_overflow() {
+    let registry = Registry::<f32>::builtin();
+    let mut bad = Vec::new();
+    for p in 2..=9 {
+        for spec in algorithms(p) {
+            for h in hots(p) {
+                let out = ThreadCluster::new(p)
+                    .timeout(Duration::from_secs(10))
+                    .run(|t| {
+                        let r = t.rank();
+                        let mut algo = registry.build(&spec, Defaults::k(8)?)?;
+                        let first = algo.allreduce(t, &hot(r, &h));
+                        algo.reset();
+                        algo.allreduce(t, &small(r))?;
+                        let mut exact =
+                            registry.build("dsar_split_allgather", Defaults::lossless())?;
+                        if exact.allreduce(t, &small(r))?.result != small_sum(t.size()) {
+                            return Err(Error::invalid("probe", "inexact"));
+                        }
+                        Ok(first.map(drop))
+                    });
+                let next_failed = out.iter().filter(|o| o.is_err()).count();
+                let failed = out.iter().filter(|o| matches!(o, Ok(Err(_)))).count();
+                if next_failed > 0 || !(failed == 0 || failed == p) {
+                    bad.push(format!("{spec} P={p} hot {h:?}: {out:?}"));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
