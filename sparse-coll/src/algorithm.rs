@@ -244,9 +244,10 @@ pub trait SparseAllreduce<E: Element>: Send {
     }
     /// One allreduce of `v` into `out`, which a caller keeps across calls
     /// (start from [`Reduced::default`]): [`SparseAllreduce::enter`], then
-    /// [`SparseAllreduce::body`] inside [`crate::guard`], which abandons
-    /// the transport when the body fails, so that no peer waits on this
-    /// rank. On an error `out` holds no valid result. Where the algorithm
+    /// [`SparseAllreduce::guarded_body`], the body inside [`crate::guard`],
+    /// which abandons the transport when the body fails, so that no peer
+    /// waits on this rank (but not for a failure every rank agreed on,
+    /// [`SparseAllreduce::agreed_body`]). On an error `out` holds no valid result. Where the algorithm
     /// builds its result in place (TopkA with raw values;
     /// SSAR_Split_allgather, TopkDSA and DSAR) `out`'s allocations are
     /// reused, so a training loop's collective allocates nothing once

@@ -66,8 +66,8 @@ impl<'a, E: Element> JointCall<'a, E> {
 /// others, and the transport stays usable. Each body runs as in a call of
 /// its own ([`SparseAllreduce::guarded_body`]): one that fails abandons
 /// the transport (or, where every rank failed alike at the same point,
-/// as DSAR with QSGD can, leaves it usable), and the calls after it do
-/// not run.
+/// [`SparseAllreduce::agreed_body`], leaves it usable), and the calls
+/// after it do not run.
 ///
 /// The results equal those of the calls made one by one, bit for bit
 /// (the bodies are the same); the rounds are one plus every body's (plus
