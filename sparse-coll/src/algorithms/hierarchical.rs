@@ -328,7 +328,7 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
     ///
     /// A part's call that fails so leaves the transport usable, but the
     /// other groups go on. So a rank that knows of a failure
-    /// ([`Failure`]) still takes part in every later call: each
+    /// (its own or a peer's) still takes part in every later call: each
     /// inter-node call it enters with that failure as its readiness
     /// ([`SparseAllreduce::enter_failing`]), so that the call fails on every holder of
     /// the shard (every node has one), and in the final allgather it sends
