@@ -169,14 +169,17 @@ pub trait SparseAllreduce<E: Element>: Send {
     ///
     /// # Errors
     /// `e` where the call could not be failed so (peers may wait: the
-    /// caller abandons the transport); transport errors.
+    /// caller abandons the transport); the round's transport errors (a
+    /// timeout, a lost peer, a corrupt message).
     fn enter_failing(&mut self, t: &mut dyn Transport, v: &SparseVec<E>, e: Error) -> Result<()> {
         let Some(a) = self.admit(&*t, v) else {
             return Err(e);
         };
         match a.failing(e).enter(t) {
-            // The round carried this rank's error: it comes back as itself.
-            Err(_) => Ok(()),
+            // The round carried this rank's error: it comes back as itself
+            // (or as another rank's, where a lower one failed too).
+            Err(e) if crate::failure::Failure::is_agreed(&e) => Ok(()),
+            Err(e) => Err(e),
             Ok(_) => Err(Error::invalid(
                 "entry",
                 "an entry round carrying a failure succeeded",

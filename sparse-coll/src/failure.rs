@@ -12,6 +12,9 @@
 //! same lowest failing rank. As in the entry round
 //! ([`crate::agree_or_fail`]), a rank that failed returns its own error and
 //! the others [`Error::PeerError`] naming the lowest failing rank.
+//!
+//! The frame's hash tells a corrupted message from a frame; it is no
+//! authentication: a peer that forges a frame is as able to forge data.
 
 use crate::transport::agree::bounded_text;
 use sparse_core::hash::fnv1a;
@@ -57,10 +60,21 @@ impl Failure {
         if self.own.is_some() {
             return;
         }
-        let said = e.to_string();
-        let text = format!("failed part way through the call: {}", bounded_text(&said));
-        self.lower(rank, text);
+        let text = format!("failed part way through the call: {e}");
+        self.lower(rank, bounded_text(&text).to_string());
         self.own = Some(e);
+    }
+
+    /// Rank `rank` (a peer) failed, as `detail` says: noted where it is
+    /// the lowest known.
+    pub(crate) fn peer(&mut self, rank: usize, detail: String) {
+        self.lower(rank, detail);
+    }
+
+    /// This rank's own error, where its local work failed (kept; see
+    /// [`Failure::outcome`]).
+    pub(crate) fn own(&self) -> Option<&Error> {
+        self.own.as_ref()
     }
 
     /// `r`, of local work that may fail, as this rank's failure: its
@@ -134,6 +148,25 @@ impl Failure {
         }
         self.lower(rank, String::from_utf8_lossy(&b[HEAD..body]).into_owned());
         Ok(true)
+    }
+
+    /// Whether `e`, returned by a collective's call, is one that every rank
+    /// of the call reached alike with the transport usable (an entry
+    /// round's refusal, an agreed failure of a body), rather than a
+    /// transport's own failure (a timeout, a lost or panicked peer, a
+    /// corrupt message, an injected fault), after which peers may still
+    /// wait on this rank.
+    pub(crate) fn is_agreed(e: &Error) -> bool {
+        !matches!(
+            e,
+            Error::Timeout { .. }
+                | Error::PeerFailed { .. }
+                | Error::Injected { .. }
+                | Error::NoSuchRank { .. }
+                | Error::Panicked { .. }
+                | Error::Transport { .. }
+                | Error::Corrupt { .. }
+        )
     }
 
     /// The call's outcome on this rank once every message is in: `Ok`

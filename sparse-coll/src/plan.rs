@@ -344,7 +344,8 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         match self.next_entry() {
             Some(i) => self.candidates[i].enter_failing(t, v, e),
             None => match self.profile_round(t, v, Err(e)) {
-                Err(_) => Ok(()),
+                Err(e) if crate::failure::Failure::is_agreed(&e) => Ok(()),
+                Err(e) => Err(e),
                 Ok(_) => Err(Error::invalid(
                     "auto",
                     "a profile round carrying a failure succeeded",

@@ -193,6 +193,29 @@ fn hots(p: usize) -> Vec<Vec<usize>> {
     ]
 }
 
+/// Every rank failed: those whose own work or input failed with their own
+/// error, every other rank with a `PeerError` naming the lowest of them
+/// (whose text begins with `prefix`).
+fn assert_named_alike(tag: &str, out: &[Result<()>], prefix: &str) {
+    let own: Vec<usize> = (0..out.len())
+        .filter(|&r| matches!(&out[r], Err(e) if !matches!(e, Error::PeerError { .. })))
+        .collect();
+    let q = *own
+        .first()
+        .unwrap_or_else(|| panic!("{tag}: no rank's own error: {out:?}"));
+    for (r, o) in out.iter().enumerate() {
+        match o {
+            Ok(()) => panic!("{tag}: rank {r} returned while others failed: {out:?}"),
+            Err(Error::PeerError { rank, detail }) => {
+                assert_eq!(*rank, q, "{tag} rank {r}: {detail}");
+                assert!(detail.starts_with(prefix), "{tag} rank {r}: {detail}");
+            }
+            Err(Error::NonFinite { .. } | Error::Unencodable { .. }) => {}
+            Err(e) => panic!("{tag} rank {r}: {e:?}"),
+        }
+    }
+}
+
 /// A lossy codec that cannot carry a partial sum part way through SparDL
 /// or recursive doubling (the sum overflowed, at whichever step the hot
 /// ranks' values meet): every rank fails, the ranks that failed their own
@@ -220,26 +243,7 @@ fn a_partial_sum_a_codec_cannot_carry_fails_every_rank_alike() {
                     continue;
                 }
                 failed_runs += 1;
-                let own: Vec<usize> = (0..p)
-                    .filter(|&r| matches!(&out[r], Err(e) if !matches!(e, Error::PeerError { .. })))
-                    .collect();
-                let q = *own
-                    .first()
-                    .unwrap_or_else(|| panic!("{tag}: no rank's own error: {out:?}"));
-                for (r, o) in out.iter().enumerate() {
-                    match o {
-                        Ok(()) => panic!("{tag}: rank {r} returned while others failed: {out:?}"),
-                        Err(Error::PeerError { rank, detail }) => {
-                            assert_eq!(*rank, q, "{tag} rank {r}: {detail}");
-                            assert!(
-                                detail.starts_with("failed part way through the call: "),
-                                "{tag} rank {r}: {detail}"
-                            );
-                        }
-                        Err(Error::NonFinite { .. } | Error::Unencodable { .. }) => {}
-                        Err(e) => panic!("{tag} rank {r}: {e:?}"),
-                    }
-                }
+                assert_named_alike(&tag, &out, "failed part way through the call: ");
             }
         }
     }
@@ -255,7 +259,8 @@ fn a_partial_sum_a_codec_cannot_carry_fails_every_rank_alike() {
 /// or not), and the next calls on the same transports are exact: a rank
 /// that learns of a failure still takes part in its later calls, failing
 /// each inter-node call at its entry (the planner's too) and sending a
-/// failure frame in the node's allgather.
+/// failure frame in the node's allgather; every rank names the same
+/// lowest rank whose own input or work failed.
 #[test]
 fn a_hierarchical_call_whose_part_fails_fails_every_rank_alike() {
     let registry = Registry::<f32>::builtin();
@@ -278,10 +283,7 @@ fn a_hierarchical_call_whose_part_fails_fails_every_rank_alike() {
                     continue;
                 }
                 failed_runs += 1;
-                assert!(
-                    out.iter().all(std::result::Result::is_err),
-                    "{spec} P={p} hot {h:?}: {out:?}"
-                );
+                assert_named_alike(&format!("{spec} P={p} hot {h:?}"), &out, "");
             }
         }
     }

@@ -355,17 +355,23 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             .intra
             .allreduce(&mut Group::new(&mut *t, members.clone())?, v);
         if nodes == 1 {
-            return Ok(in_node.map(|red| {
-                *out = Reduced {
-                    result: red.result,
-                    dropped: red.dropped,
-                    ..Reduced::default()
-                };
-            }));
+            return match in_node {
+                Err(e) if !Failure::is_agreed(&e) => Err(e),
+                in_node => Ok(in_node.map(|red| {
+                    *out = Reduced {
+                        result: red.result,
+                        dropped: red.dropped,
+                        ..Reduced::default()
+                    };
+                })),
+            };
         }
-        let (node_sum, mut dropped) = match failure.check(r, in_node) {
-            Some(red) => (red.result, red.dropped),
-            None => (SparseVec::zeros(n)?, SparseVec::zeros(n)?),
+        let (node_sum, mut dropped) = match in_node {
+            Ok(red) => (red.result, red.dropped),
+            Err(e) => {
+                part_failed(&mut failure, r, &members, e)?;
+                (SparseVec::zeros(n)?, SparseVec::zeros(n)?)
+            }
         };
         self.shards = m;
         // 2. The shards this rank holds, each across the nodes, in shard
@@ -388,13 +394,17 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             debug_assert_eq!(holders[j], r);
             let held = self.hold(s);
             failure.check(r, held);
-            let group = &mut Group::new(&mut *t, holders)?;
+            let group = &mut Group::new(&mut *t, holders.clone())?;
             if let Some(e) = failure.error() {
                 self.inter.enter_failing(group, &shifted, e)?;
                 continue;
             }
-            let Some(red) = failure.check(r, self.inter.allreduce(group, &shifted)) else {
-                continue;
+            let red = match self.inter.allreduce(group, &shifted) {
+                Ok(red) => red,
+                Err(e) => {
+                    part_failed(&mut failure, r, &holders, e)?;
+                    continue;
+                }
             };
             mine.extend(red.result.iter().map(|(i, x)| (i + lo as u32, x)));
             let (_, di, dv) = red.dropped.into_parts();
@@ -417,29 +427,85 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
             failure.note(b, p)?;
         }
         if failure.failed() {
-            return Ok(failure.outcome());
+            return named_alike(t, failure);
         }
-        let mut all: Vec<(u32, E)> = Vec::new();
-        for b in &blocks {
-            let mut rest: &[u8] = b;
-            let part: SparseVec<E> = take_block(&mut rest, n, 0, n, "hierarchical shards")?;
-            if !rest.is_empty() {
-                return Err(Error::corrupt("hierarchical shards", "trailing bytes"));
-            }
-            all.extend(part.iter());
-        }
-        all.sort_unstable_by_key(|e| e.0);
-        let (idx, val): (Vec<u32>, Vec<E>) = all.into_iter().unzip();
-        // Shards are disjoint, so an index twice is a corrupt block.
-        let result =
-            SparseVec::new(n, idx, val).map_err(|e| Error::corrupt("hierarchical shards", e))?;
         *out = Reduced {
-            result,
+            result: shards_result(&blocks, n)?,
             dropped,
             ..Reduced::default()
         };
         Ok(Ok(()))
     }
+}
+
+/// The whole result from the node's members' blocks of shards.
+///
+/// # Errors
+/// [`Error::Corrupt`] for a block that does not parse or an index twice
+/// (shards are disjoint).
+fn shards_result<E: Element>(blocks: &[Vec<u8>], n: usize) -> Result<SparseVec<E>> {
+    let mut all: Vec<(u32, E)> = Vec::new();
+    for b in blocks {
+        let mut rest: &[u8] = b;
+        let part: SparseVec<E> = take_block(&mut rest, n, 0, n, "hierarchical shards")?;
+        if !rest.is_empty() {
+            return Err(Error::corrupt("hierarchical shards", "trailing bytes"));
+        }
+        all.extend(part.iter());
+    }
+    all.sort_unstable_by_key(|e| e.0);
+    let (idx, val): (Vec<u32>, Vec<E>) = all.into_iter().unzip();
+    SparseVec::new(n, idx, val).map_err(|e| Error::corrupt("hierarchical shards", e))
+}
+
+/// A part's call failed with `e` on this rank (`r`) of `group` (the
+/// part's members, by its rank numbers): a transport's failure is
+/// returned (peers may wait); another rank's failure (`PeerError`, named
+/// by its rank in the group) is noted under its own rank; this rank's own
+/// error is noted as its own.
+///
+/// # Errors
+/// `e` where it is a transport's failure ([`Failure::is_agreed`]).
+fn part_failed(failure: &mut Failure, r: usize, group: &[usize], e: Error) -> Result<()> {
+    match e {
+        e if !Failure::is_agreed(&e) => return Err(e),
+        Error::PeerError { rank, detail } => {
+            failure.peer(group.get(rank).copied().unwrap_or(r), detail);
+        }
+        e => failure.fail(r, e),
+    }
+    Ok(())
+}
+
+/// A failed call's outcome on every rank of `t` (its error), once every
+/// rank knows of the failure: one more round (only on failure) in which each rank whose
+/// own work or input failed sends its error, so that every rank names the
+/// same lowest such rank (it returns its own error, the others
+/// [`Error::PeerError`] naming it), whatever parts they learned of it in.
+///
+/// # Errors
+/// Transport errors.
+fn named_alike(t: &mut dyn Transport, failure: Failure) -> Result<Result<()>> {
+    let mut last = Failure::default();
+    if let Some(e) = failure.own() {
+        last.fail(t.rank(), e.clone());
+    }
+    let frame = if last.failed() {
+        last.frame()
+    } else {
+        Vec::new()
+    };
+    let p = t.size();
+    for b in &bruck_allgather(t, &frame)? {
+        if !b.is_empty() && !last.note(b, p)? {
+            return Err(Error::corrupt(
+                "hierarchical failure",
+                "not a failure frame",
+            ));
+        }
+    }
+    let named = if last.failed() { last } else { failure };
+    Ok(named.outcome())
 }
 
 impl<E: Element> Registered<E> for Hierarchical<E> {
