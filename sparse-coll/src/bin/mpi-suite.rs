@@ -24,7 +24,8 @@
 //! - `overflow`: inputs whose sums overflow part way (SparDL and recursive
 //!   doubling with lossy value codecs, DSAR with QSGD, the hierarchical
 //!   allreduce with failing parts): every rank fails or every rank
-//!   returns, and the next calls on the same transport succeed, the
+//!   returns, every peer's error names the lowest rank whose own work
+//!   failed, and the next calls on the same transport succeed, the
 //!   lossless one exactly;
 //! - `warm`: once warm, every algorithm of the registry that promises it
 //!   (`Entry::warm`: all but the hierarchical one and the planner)
@@ -228,12 +229,28 @@ fn overflow(mut t: MpiTransport) {
                 .allreduce(&mut t, &input(false))
                 .unwrap_or_else(|e| panic!("rank {r}: {spec} hot {h:?}: DSAR after: {e}"));
             assert_eq!(red.result, sum, "rank {r}: {spec} hot {h:?}");
-            let all = sparse_coll::dense::bruck_allgather(&mut t, &[u8::from(first.is_err())])
-                .expect("the outcomes gathered");
-            assert!(
-                all.iter().all(|b| *b == all[0]),
-                "rank {r}: {spec} hot {h:?}: failed by rank {all:?} (rank {r}: {first:?})"
-            );
+            // Each rank's outcome: 0 returned, 1 its own error, 2 a peer's
+            // error, and the rank a peer's error names.
+            let (kind, named) = match &first {
+                Ok(_) => (0u8, 0u32),
+                Err(Error::PeerError { rank, .. }) => (2, *rank as u32),
+                Err(_) => (1, r as u32),
+            };
+            let mut mine = vec![kind];
+            mine.extend_from_slice(&named.to_le_bytes());
+            let all =
+                sparse_coll::dense::bruck_allgather(&mut t, &mine).expect("the outcomes gathered");
+            let ctx = format!("rank {r}: {spec} hot {h:?}: outcomes {all:?} (rank {r}: {first:?})");
+            assert!(all.iter().all(|b| (b[0] == 0) == (all[0][0] == 0)), "{ctx}");
+            // Every peer's error names the lowest rank whose own failed.
+            if let Some(q) = all.iter().position(|b| b[0] == 1) {
+                assert!(
+                    all.iter()
+                        .filter(|b| b[0] == 2)
+                        .all(|b| b[1..] == all[q][1..]),
+                    "{ctx}"
+                );
+            }
             calls += 1;
             failed += usize::from(first.is_err());
         }
