@@ -93,10 +93,12 @@ fn a_panicking_rank_ends_the_job_within_5_seconds() {
         let out = mpiexec(n, "panic", 60);
         let took = start.elapsed();
         assert!(!out.status.success(), "n={n}: the job must fail");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("injected panic"), "n={n}: {stderr}");
+        // The hook names the rank that panicked (the last one).
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("injected panic"),
-            "n={n}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            stderr.contains(&format!("sparse-coll: rank {} of {n} panicked", n - 1)),
+            "n={n}: {stderr}"
         );
         assert!(took < Duration::from_secs(5), "n={n}: took {took:?}");
     }

@@ -264,13 +264,21 @@ impl MpiTransport {
     /// Installs a panic hook that prints the panic (as the default hook
     /// does) and then calls `MPI_Abort` on `MPI_COMM_WORLD`, so that a rank
     /// that fails ends the whole job with a non-zero status instead of
-    /// leaving the other ranks blocked in a receive.
+    /// leaving the other ranks blocked in a receive. Each process prints
+    /// its own panic, so the line after it names the rank (of
+    /// `MPI_COMM_WORLD`): where several ranks panic, each message is
+    /// told apart.
     pub fn abort_on_panic() {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             default(info);
-            eprintln!("sparse-coll: a rank panicked; calling MPI_Abort");
-            SimpleCommunicator::world().abort(101);
+            let world = SimpleCommunicator::world();
+            eprintln!(
+                "sparse-coll: rank {} of {} panicked (the message above); calling MPI_Abort",
+                world.rank(),
+                world.size()
+            );
+            world.abort(101);
         }));
     }
 
