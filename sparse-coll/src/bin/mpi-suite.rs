@@ -71,9 +71,18 @@ fn main() {
         "MPI provides only {level:?}"
     );
     MpiTransport::abort_on_panic();
-    let t = MpiTransport::new(universe.world())
-        .with_wait(sparse_coll::MpiWait::from_env().expect("SPARSE_MPI_WAIT parses"))
-        .expect("every rank spins or every rank pauses");
+    let wait = sparse_coll::MpiWait::from_env().expect("SPARSE_MPI_WAIT parses");
+    let t = match MpiTransport::new(universe.world()).with_wait(wait) {
+        Ok(t) => t,
+        // Every rank fails here alike (the check is collective): each
+        // prints its error and ends the job with MPI finalized, so that
+        // no abort cuts the message off before the launcher forwards it.
+        Err(e) => {
+            eprintln!("every rank spins or every rank pauses: {e:?}");
+            drop(universe);
+            std::process::exit(3);
+        }
+    };
     if t.rank() == 0 {
         println!("world size {}", t.size());
     }
