@@ -175,16 +175,7 @@ pub trait SparseAllreduce<E: Element>: Send {
         let Some(a) = self.admit(&*t, v) else {
             return Err(e);
         };
-        match a.failing(e).enter(t) {
-            // The round carried this rank's error: it comes back as itself
-            // (or as another rank's, where a lower one failed too).
-            Err(e) if crate::failure::Failure::is_agreed(&e) => Ok(()),
-            Err(e) => Err(e),
-            Ok(_) => Err(Error::invalid(
-                "entry",
-                "an entry round carrying a failure succeeded",
-            )),
-        }
+        crate::failure::Failure::failed_entry(a.failing(e).enter(t))
     }
     /// The rest of a call, once every rank has entered: its result and
     /// dropped part into `out` (contents replaced; where the algorithm

@@ -16,7 +16,7 @@
 //! The frame's hash tells a corrupted message from a frame; it is no
 //! authentication: a peer that forges a frame is as able to forge data.
 
-use crate::transport::agree::bounded_text;
+use crate::transport::agree::{MAX_ERROR_TEXT, bounded_text};
 use sparse_core::hash::fnv1a;
 use sparse_core::{Error, Result};
 
@@ -34,9 +34,6 @@ const HEAD: usize = 12;
 /// so that a corrupted message is not taken for a frame (a rank that took
 /// one for a failure would fail alone, its transport kept).
 const TAIL: usize = 8;
-
-/// The most bytes of text a frame carries.
-const MAX_TEXT: usize = 1024;
 
 /// What a rank knows of a call's failure so far.
 #[derive(Debug, Default)]
@@ -60,15 +57,16 @@ impl Failure {
         if self.own.is_some() {
             return;
         }
-        let text = format!("failed part way through the call: {e}");
-        self.lower(rank, bounded_text(&text).to_string());
+        self.peer(rank, format!("failed part way through the call: {e}"));
         self.own = Some(e);
     }
 
-    /// Rank `rank` (a peer) failed, as `detail` says: noted where it is
-    /// the lowest known.
-    pub(crate) fn peer(&mut self, rank: usize, detail: String) {
-        self.lower(rank, detail);
+    /// Rank `rank` failed, as `text` says (cut to [`MAX_ERROR_TEXT`]
+    /// bytes): noted where it is the lowest known.
+    pub(crate) fn peer(&mut self, rank: usize, text: String) {
+        if self.lowest.as_ref().is_none_or(|(r, _)| rank < *r) {
+            self.lowest = Some((rank, bounded_text(&text).to_string()));
+        }
     }
 
     /// This rank's own error, where its local work failed (kept; see
@@ -77,10 +75,18 @@ impl Failure {
         self.own.as_ref()
     }
 
-    /// `r`, of local work that may fail, as this rank's failure: its
-    /// value, or `None` once it failed (the error kept).
-    pub(crate) fn check<R>(&mut self, rank: usize, r: Result<R>) -> Option<R> {
-        match r {
+    /// `work`, local work that may fail, run only while no failure is
+    /// known: its value, or `None` where a failure was known already or
+    /// `work` failed (its error kept as this rank's, named `rank`).
+    pub(crate) fn attempt<R>(
+        &mut self,
+        rank: usize,
+        work: impl FnOnce() -> Result<R>,
+    ) -> Option<R> {
+        if self.failed() {
+            return None;
+        }
+        match work() {
             Ok(x) => Some(x),
             Err(e) => {
                 self.fail(rank, e);
@@ -89,9 +95,18 @@ impl Failure {
         }
     }
 
-    fn lower(&mut self, rank: usize, text: String) {
-        if self.lowest.as_ref().is_none_or(|(r, _)| rank < *r) {
-            self.lowest = Some((rank, text));
+    /// The outcome of an entry round that carried this rank's failure
+    /// ([`crate::Admission::failing`]): `Ok` where it failed, as it must,
+    /// alike on every rank; the round's transport error; an error where
+    /// it passed.
+    pub(crate) fn failed_entry<R>(round: Result<R>) -> Result<()> {
+        match round {
+            Err(e) if Self::is_agreed(&e) => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Err(Error::invalid(
+                "entry",
+                "an entry round carrying a failure succeeded",
+            )),
         }
     }
 
@@ -110,7 +125,7 @@ impl Failure {
     /// the lowest failing rank it knows and that rank's text.
     pub(crate) fn frame(&self) -> Vec<u8> {
         let (rank, text) = self.lowest.as_ref().map_or((0, ""), |(r, s)| (*r, s));
-        let text = &text.as_bytes()[..text.len().min(MAX_TEXT)];
+        let text = text.as_bytes();
         let mut out = Vec::with_capacity(HEAD + text.len() + TAIL);
         out.extend_from_slice(&MARK);
         out.extend_from_slice(&(rank as u32).to_le_bytes());
@@ -128,7 +143,8 @@ impl Failure {
     /// [`Error::Corrupt`] for a frame that names no rank of `p`, whose
     /// text is not of its length or whose hash is wrong.
     pub(crate) fn note(&mut self, b: &[u8], p: usize) -> Result<bool> {
-        if b.len() < HEAD + TAIL || b.len() > HEAD + MAX_TEXT + TAIL || b[..4] != MARK {
+        // A frame's text is at most `MAX_ERROR_TEXT` bytes (`Failure::peer`).
+        if b.len() < HEAD + TAIL || b.len() > HEAD + MAX_ERROR_TEXT + TAIL || b[..4] != MARK {
             return Ok(false);
         }
         let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as usize;
@@ -146,7 +162,7 @@ impl Failure {
                 ),
             ));
         }
-        self.lower(rank, String::from_utf8_lossy(&b[HEAD..body]).into_owned());
+        self.peer(rank, String::from_utf8_lossy(&b[HEAD..body]).into_owned());
         Ok(true)
     }
 
@@ -247,13 +263,13 @@ mod tests {
         assert!(!f.failed());
         // A long message that begins with the mark is not a frame.
         let mut long = frame;
-        long.resize(HEAD + MAX_TEXT + TAIL + 1, 0);
+        long.resize(HEAD + MAX_ERROR_TEXT + TAIL + 1, 0);
         assert!(!f.note(&long, 2).unwrap());
         // Text is cut to its bound.
         let mut big = Failure::default();
         big.fail(0, Error::invalid("x", "é".repeat(2000)));
         let frame = big.frame();
-        assert!(frame.len() <= HEAD + MAX_TEXT + TAIL);
+        assert!(frame.len() <= HEAD + MAX_ERROR_TEXT + TAIL);
         let mut g = Failure::default();
         assert!(g.note(&frame, 1).unwrap());
     }

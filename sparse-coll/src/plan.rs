@@ -343,14 +343,7 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     fn enter_failing(&mut self, t: &mut dyn Transport, v: &SparseVec<E>, e: Error) -> Result<()> {
         match self.next_entry() {
             Some(i) => self.candidates[i].enter_failing(t, v, e),
-            None => match self.profile_round(t, v, Err(e)) {
-                Err(e) if crate::failure::Failure::is_agreed(&e) => Ok(()),
-                Err(e) => Err(e),
-                Ok(_) => Err(Error::invalid(
-                    "auto",
-                    "a profile round carrying a failure succeeded",
-                )),
-            },
+            None => crate::failure::Failure::failed_entry(self.profile_round(t, v, Err(e))),
         }
     }
     fn body(

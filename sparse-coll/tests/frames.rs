@@ -242,6 +242,48 @@ fn overflowing(kind: &str, p: usize, h: &[usize]) -> Vec<SparseVec<f32>> {
         .collect()
 }
 
+/// Fails with every run in `bad`, if any.
+fn no_bad_runs(bad: &[String]) {
+    assert!(
+        bad.is_empty(),
+        "{} bad runs:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+/// Runs `build` on `p` ranks for every hot set of `sets` and kind of
+/// overflow of `kinds`: returns how many runs failed, and adds each run
+/// that breaks the contract ([`judge`], naming alike) to `bad` (up to
+/// `cap` of them, then it stops).
+fn sweep(
+    build: &Build<'_>,
+    p: usize,
+    sets: Vec<Vec<usize>>,
+    kinds: &[&str],
+    cap: usize,
+    tag: &str,
+    bad: &mut Vec<String>,
+) -> usize {
+    let (mut failed, mut bad_here) = (0, 0);
+    for h in sets {
+        for &kind in kinds {
+            let out = run(build, &overflowing(kind, p, &h));
+            if out.iter().any(|o| matches!(o, Ok(Err(_)))) {
+                failed += 1;
+            }
+            if let Some(why) = judge(&out, true) {
+                bad.push(format!("{tag} hot {h:?} {kind}: {why}"));
+                bad_here += 1;
+                if bad_here >= cap {
+                    return failed;
+                }
+            }
+        }
+    }
+    failed
+}
+
 const KINDS: [&str; 7] = ["pair", "triple", "mixed", "blocks", "two", "every", "odd"];
 
 // ---------------------------------------------------------------------
@@ -275,31 +317,12 @@ fn codecs_fail_alike_on_every_rank() {
     for p in (2..=9usize).chain([12, 16]) {
         for (spec, defaults) in codec_specs() {
             let build = || registry.build(&spec, defaults);
-            let mut bad_here = 0;
-            'sets: for h in hot_sets(p) {
-                for kind in KINDS {
-                    let out = run(&build, &overflowing(kind, p, &h));
-                    if out.iter().any(|o| matches!(o, Ok(Err(_)))) {
-                        failed_runs += 1;
-                    }
-                    if let Some(why) = judge(&out, true) {
-                        bad.push(format!("{spec} {defaults:?} P={p} hot {h:?} {kind}: {why}"));
-                        bad_here += 1;
-                        if bad_here >= 3 {
-                            break 'sets;
-                        }
-                    }
-                }
-            }
+            let tag = format!("{spec} {defaults:?} P={p}");
+            failed_runs += sweep(&build, p, hot_sets(p), &KINDS, 3, &tag, &mut bad);
         }
     }
     assert!(failed_runs > 300, "only {failed_runs} runs failed");
-    assert!(
-        bad.is_empty(),
-        "{} bad runs:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    no_bad_runs(&bad);
 }
 
 /// Several calls in a row with overflowing inputs on the same instance
@@ -331,7 +354,7 @@ fn codecs_fail_alike_call_after_call() {
             }
         }
     }
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    no_bad_runs(&bad);
 }
 
 // ---------------------------------------------------------------------
@@ -397,37 +420,16 @@ fn hierarchical_fails_alike_on_every_rank() {
                         &parts,
                     )?))
                 };
-                let mut bad_here = 0;
                 let mut sets = hot_sets(p);
                 sets.truncate(12);
-                'sets: for h in sets {
-                    for kind in ["pair", "triple", "mixed"] {
-                        let out = run(&build, &overflowing(kind, p, &h));
-                        if out.iter().any(|o| matches!(o, Ok(Err(_)))) {
-                            failed_runs += 1;
-                        }
-                        if let Some(why) = judge(&out, true) {
-                            bad.push(format!(
-                                "hierarchical:node={node},intra={intra},inter={inter} P={p} \
-                                 hot {h:?} {kind}: {why}"
-                            ));
-                            bad_here += 1;
-                            if bad_here >= 2 {
-                                break 'sets;
-                            }
-                        }
-                    }
-                }
+                let tag = format!("hierarchical:node={node},intra={intra},inter={inter} P={p}");
+                let kinds = ["pair", "triple", "mixed"];
+                failed_runs += sweep(&build, p, sets, &kinds, 2, &tag, &mut bad);
             }
         }
     }
     assert!(failed_runs > 200, "only {failed_runs} runs failed");
-    assert!(
-        bad.is_empty(),
-        "{} bad runs:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    no_bad_runs(&bad);
 }
 
 /// The hierarchical allreduce's agreed failures name the same failing
@@ -470,7 +472,7 @@ fn hierarchical_ranks_name_the_same_failing_rank() {
             ));
         }
     }
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    no_bad_runs(&bad);
 }
 
 // ---------------------------------------------------------------------
@@ -572,12 +574,7 @@ fn joint_calls_with_a_failing_call_fail_alike() {
     }
     println!("{failed_runs} joint runs failed on every rank");
     assert!(failed_runs > 200, "only {failed_runs} joint runs failed");
-    assert!(
-        bad.is_empty(),
-        "{} bad runs:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    no_bad_runs(&bad);
 }
 
 // ---------------------------------------------------------------------
@@ -653,10 +650,5 @@ fn a_corrupt_message_among_failure_frames_is_no_one_sided_outcome() {
     }
     println!("{fired_runs} corrupted runs");
     assert!(fired_runs > 200, "{fired_runs}");
-    assert!(
-        bad.is_empty(),
-        "{} bad runs:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    no_bad_runs(&bad);
 }

@@ -392,8 +392,9 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
                 })
                 .collect();
             debug_assert_eq!(holders[j], r);
-            let held = self.hold(s);
-            failure.check(r, held);
+            if let Err(e) = self.hold(s) {
+                failure.fail(r, e);
+            }
             let group = &mut Group::new(&mut *t, holders.clone())?;
             if let Some(e) = failure.error() {
                 self.inter.enter_failing(group, &shifted, e)?;

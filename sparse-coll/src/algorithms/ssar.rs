@@ -74,11 +74,7 @@ fn quantized<T: Transport + ?Sized, E: Element>(
     // failure. A failure is named by the lowest rank of those that hold
     // this same sum and so fail alike (`lowest`).
     let pack = |failure: &mut Failure, acc: &SparseVec<E>, lowest: usize| {
-        if failure.failed() {
-            None
-        } else {
-            failure.check(lowest, values.pack(acc))
-        }
+        failure.attempt(lowest, || values.pack(acc))
     };
     // A received message: `None` for a failure frame (noted).
     let read = |failure: &mut Failure, b: &[u8]| -> Result<Option<SparseVec<E>>> {

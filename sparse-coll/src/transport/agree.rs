@@ -162,7 +162,7 @@ pub(crate) fn agree_sharing<T: Transport + ?Sized>(
 }
 
 /// The most bytes of a failing rank's error text that reach the others.
-const MAX_ERROR_TEXT: usize = 1024;
+pub(crate) const MAX_ERROR_TEXT: usize = 1024;
 
 /// `s` cut to at most [`MAX_ERROR_TEXT`] bytes, at a character boundary.
 pub(crate) fn bounded_text(s: &str) -> &str {

@@ -106,11 +106,7 @@ fn gather_blocks<T: Transport + ?Sized, E: Element>(
     if !lay.values.is_raw() {
         // Every rank, this one included, takes the block as the codec
         // carries it; the owner keeps the exact remainder.
-        let packed = if failure.failed() {
-            None
-        } else {
-            failure.check(t.rank(), lay.values.pack(mine))
-        };
+        let packed = failure.attempt(t.rank(), || lay.values.pack(mine));
         let all = match packed {
             Some(packed) => {
                 *dropped = dropped.merge_sum(packed.rest())?;

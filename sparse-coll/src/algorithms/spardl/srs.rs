@@ -69,12 +69,12 @@ pub(super) fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
             let share = lay.share(j);
             let block = &blocks[j];
             if !raw {
-                if failure.failed() {
-                    break;
-                }
-                let (kept, cut) = split_topk(block, share);
+                let split = || {
+                    let (kept, cut) = split_topk(block, share);
+                    Ok((lay.values.pack(&kept)?, cut))
+                };
                 // What the codec cannot carry exactly stays here too.
-                let Some(packed) = failure.check(w, lay.values.pack(&kept)) else {
+                let Some((packed, cut)) = failure.attempt(w, split) else {
                     break;
                 };
                 *dropped = dropped.merge_sum(&cut)?.merge_sum(packed.rest())?;
