@@ -7,8 +7,23 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+/// `mode` on `n` ranks waiting as [`wait_for`] says.
 fn mpiexec(n: usize, mode: &str, timeout_s: u64) -> Output {
-    mpiexec_waiting(n, mode, timeout_s, "spin")
+    mpiexec_waiting(n, mode, timeout_s, wait_for(n))
+}
+
+/// How `n` ranks on this machine wait, as docs/mpi.md advises: spinning
+/// (`MpiWait::Spin`, the default) where every rank has a core of its own,
+/// yielding the core between polls (`MpiWait::Yield`) where ranks
+/// outnumber the cores. Spinning ranks on shared cores wait for the
+/// scheduler's slice at every message: the suite at `n` = 5 on 2 cores
+/// took 186 s spinning and 2.7 s yielding (0.25 s at `n` = 2), all of it
+/// time spent waiting, none of it checking anything more. On a machine
+/// with 5 cores or more every test here spins; the pausing waits have
+/// their own tests below, on as many ranks as cores and on more.
+fn wait_for(n: usize) -> &'static str {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    if n <= cores { "spin" } else { "yield" }
 }
 
 /// As [`mpiexec`], the ranks' transports waiting as `wait` says
@@ -111,7 +126,10 @@ fn point_to_point_and_non_blocking_calls() {
             let out = mpiexec(n, mode, 60);
             check_ok(n, mode, &out);
             // A spinning wait never gives its core up.
-            assert_eq!(pauses(n, &out, "spin"), vec![0; n], "{mode}");
+            let paused = pauses(n, &out, wait_for(n));
+            if wait_for(n) == "spin" {
+                assert_eq!(paused, vec![0; n], "{mode}");
+            }
         }
     }
 }
