@@ -265,22 +265,33 @@ impl MpiTransport {
     /// does) and then calls `MPI_Abort` on `MPI_COMM_WORLD`, so that a rank
     /// that fails ends the whole job with a non-zero status instead of
     /// leaving the other ranks blocked in a receive. Each process prints
-    /// its own panic, so the line after it names the rank (of
+    /// its own panic, so a line before it names the rank (of
     /// `MPI_COMM_WORLD`): where several ranks panic, each message is
-    /// told apart.
+    /// told apart. The hook waits [`MpiTransport::ABORT_GRACE`] between
+    /// the message and `MPI_Abort`: the launcher ends every process as
+    /// soon as one aborts, and a message still on its way to the
+    /// launcher's standard error could be lost so (seen here with the
+    /// machine busy: the panic's message arrived, the line after it did
+    /// not).
     pub fn abort_on_panic() {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            default(info);
             let world = SimpleCommunicator::world();
             eprintln!(
-                "sparse-coll: rank {} of {} panicked (the message above); calling MPI_Abort",
+                "sparse-coll: rank {} of {} panicked (the message below); calling MPI_Abort",
                 world.rank(),
                 world.size()
             );
+            default(info);
+            std::thread::sleep(Self::ABORT_GRACE);
             world.abort(101);
         }));
     }
+
+    /// How long [`MpiTransport::abort_on_panic`]'s hook waits after
+    /// printing a panic before it calls `MPI_Abort` (100 ms), so that the
+    /// launcher forwards the message before it ends the job.
+    pub const ABORT_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 
     /// `peer` as an MPI rank of the communicator.
     fn check_peer(&self, peer: usize) -> Result<i32> {
