@@ -195,14 +195,7 @@ fn check_pausing(ns: &[usize], modes: &[&str], wait: &str) {
 fn ranks_that_spin_and_ranks_that_pause_fail_at_once_without_a_hang() {
     for waits in [["spin", "yield"], ["sleep:20us", "spin"]] {
         let start = Instant::now();
-        let out = Command::new("mpiexec")
-            .env("MPIEXEC_TIMEOUT", "60")
-            .args(["-n", "1", "-env", "SPARSE_MPI_WAIT", waits[0]])
-            .args([env!("CARGO_BIN_EXE_mpi-suite"), "p2p", ":"])
-            .args(["-n", "1", "-env", "SPARSE_MPI_WAIT", waits[1]])
-            .args([env!("CARGO_BIN_EXE_mpi-suite"), "p2p"])
-            .output()
-            .expect("mpiexec runs (install mpich)");
+        let out = mpmd(&[(waits[0], ""), (waits[1], "")], "p2p");
         let took = start.elapsed();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -224,6 +217,64 @@ fn ranks_that_spin_and_ranks_that_pause_fail_at_once_without_a_hang() {
         );
         assert!(took < Duration::from_secs(20), "{waits:?}: took {took:?}");
     }
+}
+
+/// One job of `mode`, a rank for each of `ranks`: its wait
+/// (`SPARSE_MPI_WAIT`) and the CPUs it is bound to (`taskset -c`; none
+/// where empty).
+fn mpmd(ranks: &[(&str, &str)], mode: &str) -> Output {
+    let mut cmd = Command::new("mpiexec");
+    cmd.env("MPIEXEC_TIMEOUT", "60");
+    for (i, (wait, cpus)) in ranks.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args(["-n", "1", "-env", "SPARSE_MPI_WAIT", wait]);
+        if !cpus.is_empty() {
+            cmd.args(["taskset", "-c", cpus]);
+        }
+        cmd.args([env!("CARGO_BIN_EXE_mpi-suite"), mode]);
+    }
+    cmd.output().expect("mpiexec runs (install mpich)")
+}
+
+/// `MpiWait::Auto` (`SPARSE_MPI_WAIT=auto`, and where it is empty, as
+/// where unset): every rank spins where each has a CPU of its own and
+/// yields where ranks outnumber the CPUs of their affinity masks, on this
+/// machine's CPUs and bound with `taskset`; a rank that asks for the wait
+/// it chooses agrees with it, one that asks for the other fails every
+/// rank's `with_wait`.
+#[test]
+fn the_automatic_wait_spins_where_each_rank_has_a_cpu_and_yields_where_ranks_share() {
+    for n in [1usize, 2, 3] {
+        for wait in ["auto", ""] {
+            let out = mpiexec_waiting(n, "p2p", 60, wait);
+            check_ok(n, "p2p", &out);
+            pauses(n, &out, wait_for(n));
+        }
+    }
+    // Two ranks bound to CPU 0 yield, whatever the machine.
+    let out = mpmd(&[("auto", "0"), ("auto", "0")], "p2p");
+    check_ok(2, "p2p", &out);
+    pauses(2, &out, "yield");
+    let out = mpmd(&[("auto", "0"), ("yield", "0")], "p2p");
+    check_ok(2, "p2p", &out);
+    pauses(2, &out, "yield");
+    if std::thread::available_parallelism().map_or(1, |c| c.get()) < 2 {
+        return;
+    }
+    // Bound to CPUs of their own they spin, and a yielding rank then
+    // disagrees.
+    let out = mpmd(&[("auto", "0"), ("auto", "1")], "p2p");
+    check_ok(2, "p2p", &out);
+    pauses(2, &out, "spin");
+    let out = mpmd(&[("auto", "0"), ("yield", "1")], "p2p");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Disagreement") && stderr.contains("by rank: auto (spin), pause"),
+        "{stderr}"
+    );
 }
 
 /// A wait that does not parse stops the job with the variable's name and

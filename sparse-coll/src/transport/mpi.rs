@@ -109,13 +109,22 @@ impl MpiTransport {
     /// The same transport waiting as `wait` says ([`MpiWait`]: polling
     /// without pause, the default, or pausing between polls: sleeping
     /// where ranks outnumber cores, yielding where a rank's own threads
-    /// share its cores). It changes only when a rank notices a message,
+    /// share its cores; or [`MpiWait::Auto`], spinning or yielding as the
+    /// nodes' CPUs say). It changes only when a rank notices a message,
     /// never what it receives. Every rank of the communicator calls it
-    /// together (one `MPI_Allgather` of a byte), and either every rank
-    /// spins or every rank pauses (the pauses may differ): a spinning
-    /// rank runs MPICH's blocking collectives, a pausing one the
-    /// non-blocking ones, and the two never match (MPI-3.1, sec. 5.12):
-    /// the job would hang in its first dense call or barrier.
+    /// together (an `MPI_Allgather` of a byte; where some rank asks for
+    /// [`MpiWait::Auto`], a look at the nodes' CPUs too), and either
+    /// every rank spins or every rank pauses
+    /// (the pauses may differ): a spinning rank runs MPICH's blocking
+    /// collectives, a pausing one the non-blocking ones, and the two
+    /// never match (MPI-3.1, sec. 5.12): the job would hang in its first
+    /// dense call or barrier.
+    ///
+    /// [`MpiWait::Auto`] yields on every rank where on some node the
+    /// ranks outnumber the CPUs in the union of their affinity masks (or a
+    /// CPU quota, cgroups' `cpu.max`, below it that `available_parallelism`
+    /// shows a rank), and spins on every rank otherwise; it agrees with
+    /// ranks that ask for the wait it chooses and disagrees with others.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] (`wait`) on every rank where some
@@ -124,19 +133,37 @@ impl MpiTransport {
     /// ranks' waits) on every rank where some spin and others pause. The
     /// transport is dropped either way.
     pub fn with_wait(mut self, wait: MpiWait) -> Result<Self> {
+        const SPIN: u8 = 0;
+        const PAUSE: u8 = 1;
+        const INVALID: u8 = 2;
+        const AUTO: u8 = 3;
         let kind = match wait {
-            MpiWait::Spin => 0u8,
-            w if !w.is_valid() => 2,
-            _ => 1,
+            MpiWait::Spin => SPIN,
+            w if !w.is_valid() => INVALID,
+            MpiWait::Auto => AUTO,
+            _ => PAUSE,
         };
         let mut all = vec![0u8; self.abandoned.len()];
         self.comm().all_gather_into(&kind, &mut all[..]);
+        // Every rank sees the same `all`, so all look at the nodes or none.
+        let auto = if all.contains(&AUTO) && self.some_node_is_crowded() {
+            (PAUSE, MpiWait::Yield)
+        } else {
+            (SPIN, MpiWait::Spin)
+        };
+        let chosen = |k: u8| if k == AUTO { auto.0 } else { k };
         let by_rank = || {
             let names = ["spin", "pause", "invalid"];
-            let all: Vec<&str> = all.iter().map(|&k| names[usize::from(k.min(2))]).collect();
+            let all: Vec<String> = all
+                .iter()
+                .map(|&k| match k {
+                    AUTO => format!("auto ({})", auto.1),
+                    k => names[usize::from(k.min(INVALID))].to_string(),
+                })
+                .collect();
             all.join(", ")
         };
-        if all.contains(&2) {
+        if all.contains(&INVALID) {
             return Err(Error::invalid(
                 "wait",
                 format!(
@@ -145,7 +172,7 @@ impl MpiTransport {
                 ),
             ));
         }
-        if all.iter().any(|&k| k != kind) {
+        if all.iter().any(|&k| chosen(k) != chosen(kind)) {
             return Err(Error::Disagreement {
                 what: "wait",
                 detail: format!(
@@ -154,8 +181,25 @@ impl MpiTransport {
                 ),
             });
         }
-        self.wait = wait;
+        self.wait = if wait == MpiWait::Auto { auto.1 } else { wait };
         Ok(self)
+    }
+
+    /// Whether on some node the ranks of the communicator outnumber the
+    /// CPUs they may run on together (the union of their affinity masks,
+    /// at most a CPU quota that one of them sees): `MPI_Comm_split_type`
+    /// into nodes, an `MPI_Allgather` of the CPU records within each, and
+    /// one of the answers. Every rank of the communicator calls it
+    /// together, and every rank gets the same answer.
+    fn some_node_is_crowded(&self) -> bool {
+        use super::wait::{CPU_RECORD_BYTES, cpu_record, crowded};
+        let node = self.comm().split_shared(self.comm().rank());
+        let mut records = vec![0u8; CPU_RECORD_BYTES * node.size() as usize];
+        node.all_gather_into(&cpu_record()[..], &mut records[..]);
+        let mine = u8::from(crowded(&records));
+        let mut all = vec![0u8; self.abandoned.len()];
+        self.comm().all_gather_into(&mine, &mut all[..]);
+        all.contains(&1)
     }
 
     /// How this transport waits.
@@ -199,7 +243,7 @@ impl MpiTransport {
     {
         match self.wait {
             MpiWait::Spin => self.comm().all_reduce_into(x, out, op),
-            MpiWait::Sleep(_) | MpiWait::Yield => mpi::request::scope(|sc| {
+            MpiWait::Sleep(_) | MpiWait::Yield | MpiWait::Auto => mpi::request::scope(|sc| {
                 self.complete(self.comm().immediate_all_reduce_into(sc, x, out, op));
             }),
         }
@@ -214,7 +258,7 @@ impl MpiTransport {
     {
         match self.wait {
             MpiWait::Spin => self.comm().all_gather_into(x, out),
-            MpiWait::Sleep(_) | MpiWait::Yield => mpi::request::scope(|sc| {
+            MpiWait::Sleep(_) | MpiWait::Yield | MpiWait::Auto => mpi::request::scope(|sc| {
                 self.complete(self.comm().immediate_all_gather_into(sc, x, out));
             }),
         }
@@ -227,7 +271,7 @@ impl MpiTransport {
     pub fn barrier(&self) {
         match self.wait {
             MpiWait::Spin => self.comm().barrier(),
-            MpiWait::Sleep(_) | MpiWait::Yield => {
+            MpiWait::Sleep(_) | MpiWait::Yield | MpiWait::Auto => {
                 self.complete(self.comm().immediate_barrier());
             }
         }
