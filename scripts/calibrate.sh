@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Calibrates the simulator against the MPI engine on this machine and
-# prints the comparison table of bench/RESULTS.md: the MPI transport's
+# prints a comparison table (bench/RESULTS.md's "Real links" shows the
+# same comparison across shaped links): the MPI transport's
 # latency and time per byte (sparse-bench calibrate under mpiexec -n 2),
 # then every algorithm at P = 2, 3 and 4 measured under mpiexec and
 # simulated over the calibrated network with local computation counted

@@ -1,4 +1,4 @@
-"""Prints the markdown tables of bench/RESULTS.md's Fashion-MNIST section
+"""Prints the markdown tables of bench/RESULTS.md's "Training accuracy" section
 from the runs of scripts/fashion-table.sh: the convergence table per run,
 Zen's statistics of the real gradients per layer (first and last epoch),
 and the step times under mpiexec -n 2.

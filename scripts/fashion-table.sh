@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Fashion-MNIST convergence table of bench/RESULTS.md (issue 31): every
+# The Fashion-MNIST convergence table of bench/RESULTS.md ("Training
+# accuracy"): every
 # scheme at densities 1% and 0.1% against its dense counterpart, on the
 # threads of this machine, with the same hyperparameters and data order as
 # the dense baselines. Runs, one after another, each timed:

@@ -18,7 +18,8 @@
 #                       byte at the rate, but each refill is a timer and
 #                       softirq, and a timer served later than the bucket
 #                       lasts loses rate: with 0.5 ms, three ranks in a ring
-#                       on 2 cores got 40% of 1 Gb/s (bench/RESULTS.md)
+#                       on 2 cores got 40% of 1 Gb/s
+#                       (docs/notes/2026-11-27-tbf-bucket.md)
 #   --limit BYTES       tbf's queue (default: 2 x the burst, at least 4 MiB)
 #   --queue acks-first|fifo
 #                       the order of that queue (default acks-first): pure
@@ -35,7 +36,8 @@
 #                       and the receiver's own sends wait on acknowledgements
 #                       stuck behind it (1 MB shifted exchanges at P = 4, 100
 #                       Mb/s: 555-756 ms fifo, 503-515 acks-first, 505
-#                       alpha-beta; bench/RESULTS.md). fifo: one queue, as
+#                       alpha-beta; docs/notes/2026-11-28-acks-first.md).
+#                       fifo: one queue, as
 #                       tbf alone
 #   --nice N            run each rank's scheduling group at nice N (-20 to
 #                       19; the rank's autogroup, as Hydra starts each rank
@@ -67,8 +69,8 @@
 #                       progress thread) land on a peer's CPU and take its
 #                       time: the CNN at P = 2 with gradient hooks took
 #                       1.32-1.43x the steps fed after the pass unbound,
-#                       0.97-1.10x bound (bench/RESULTS.md, "Gradient hooks:
-#                       a rank's threads on its peer's core")
+#                       0.97-1.10x bound
+#                       (docs/notes/2026-11-29-hooked-steps-core-binding.md)
 #   --mtu BYTES         the veths' MTU (default 1500)
 #   --timeout S         MPIEXEC_TIMEOUT of the job (default 600)
 #   --stats FILE        write each rank's veth counters of the job to FILE:

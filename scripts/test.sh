@@ -42,6 +42,9 @@ cargo fmt --all -- --check
 step "structure: files <= 1100 lines, functions <= 110, no import cycle (scripts/check-structure.py)"
 python3 scripts/check-structure.py
 
+step "pages: RESULTS, notes, status, crate READMEs, links (scripts/check-docs.py)"
+python3 scripts/check-docs.py
+
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
@@ -508,6 +511,18 @@ rm -rf "$ck_dir"
 # libsimgrid-dev).
 step "SimGrid replay of spardl at P = 16 against sparse_coll::sim"
 scripts/simgrid-replay.sh --check "$bin/sparse-bench"
+
+# The library crates package as users get them: each one's tarball
+# unpacked and built against the others' (a local registry), no
+# dev-dependency cycle, no file outside the package. Nothing is published.
+step "cargo package --workspace --exclude bench"
+cargo package --workspace --exclude bench --locked
+
+# Each crate's minimum Rust version (rust-version): scripts/msrv.py checks
+# it is what the crate needs; scripts/msrv.sh builds the crates that
+# declare an older Rust than this toolchain with that Rust (from rustup).
+step "minimum Rust versions (scripts/msrv.sh)"
+bash scripts/msrv.sh
 
 # The CUDA configuration is checked (cubecl-llvm's LLVM bundle comes from
 # PyPI: scripts/cuda-llvm.sh), so CUDA code cannot rot. Its tests run where

@@ -7,7 +7,8 @@
 # of each run; then `sparse-bench step` over the link calibrated in the
 # same run predicts each measured step from its own local phases (forward
 # and backward, selection, update: measured by train) plus the simulated
-# communication. Prints the table of bench/RESULTS.md (issue 44, item 5).
+# communication. Prints the table of bench/RESULTS.md's "Training steps on
+# a shaped link".
 # The model has the shaper's bucket (MODEL_BUCKET=veth: its size, the
 # veth's own speed as its peak), and each row's communication is simulated
 # with the bucket at the level that row's local phases refill at the rate

@@ -15,7 +15,7 @@
 #         scripts/wire-bench.sh's GAP_MS): in a loop of calls without a
 #         pause the bucket holds what the previous calls and their floors
 #         left, which the replay of one call does not know
-#         (bench/RESULTS.md, "The shaper's bucket, modelled").
+#         (docs/notes/2026-11-27-tbf-bucket.md).
 #   fit   the peak fitted to the shaped ping-pong's messages that fit in
 #         the bucket (least squares of their time after the latency, through
 #         the origin): about twice the rate, what a ping-pong loop's steady

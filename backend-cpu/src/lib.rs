@@ -1,22 +1,8 @@
-//! # backend-cpu
+#![doc = include_str!("../README.md")]
 //!
-//! The reference [`Backend`](sparse_core::Backend): every device primitive
-//! written plainly over `Vec`s on the host, to be obviously right, for every
-//! element type (`f32`, `f64`, `f16`, `bf16`: one generic impl of each ops
-//! trait). Other backends are tested against it.
+//! ## Choices
 //!
-//! ```
-//! use backend_cpu::Cpu;
-//! use sparse_core::{BufferOps, SelectOps};
-//!
-//! let b = Cpu;
-//! let x = b.upload(&[0.5f32, -3.0, 3.0, 1.0])?;
-//! let top = b.topk_abs(&x, 2)?; // |-3| and |3| tie: both taken
-//! assert_eq!(b.download(&top.indices)?, vec![1, 2]);
-//! # Ok::<(), sparse_core::Error>(())
-//! ```
-//!
-//! Choices: "plain" means plain loops, not slow ones: the selection
+//! "plain" means plain loops, not slow ones: the selection
 //! primitives compare elements as integers of their width in loops that
 //! vectorize, and only visit element by element the chunks that hold a hit
 //! (see `keys`), so a pass runs near the speed of reading memory. Exact
@@ -102,29 +88,6 @@ fn check_indices(indices: &[u32], len: usize) -> Result<()> {
 #[cfg(test)]
 mod suite {
     sparse_core::backend_test_suite!(crate::Cpu; f32, f64, f16, bf16);
-
-    /// Every function of the backend suite is listed in
-    /// `backend_test_suite!`, and nothing else is; the same for the
-    /// differential tests and `differential_test_suite!`.
-    #[test]
-    fn the_backend_suite_macro_lists_every_suite_function() {
-        for (suite, macros) in [
-            (
-                include_str!("../../sparse-core/src/testing/suite.rs"),
-                include_str!("../../sparse-core/src/testing/mod.rs"),
-            ),
-            (
-                include_str!("../../sparse-core/src/testing/differential.rs"),
-                include_str!("../../sparse-core/src/testing/differential.rs"),
-            ),
-        ] {
-            let (missing, extra) = sparse_core::testing::unlisted_suite_fns(suite, macros);
-            assert!(
-                missing.is_empty() && extra.is_empty(),
-                "{missing:?} {extra:?}"
-            );
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,24 +1,4 @@
-//! # backend-cuda
-//!
-//! Every [`Backend`](sparse_core::Backend) primitive as a `cubecl` kernel,
-//! generic over the cubecl runtime: CUDA on NVIDIA GPUs (feature `cuda`),
-//! WGSL through wgpu on any Vulkan, Metal or DX12 device (feature `wgpu`,
-//! the default), including Mesa's software Vulkan driver (lavapipe), which
-//! runs the kernels on the CPU and is what the tests use where there is no
-//! GPU.
-//!
-//! ```no_run
-//! # #[cfg(feature = "wgpu")] {
-//! use backend_cuda::WgpuBackend;
-//! use sparse_core::{BufferOps, SelectOps};
-//!
-//! let b = WgpuBackend::new_default()?;
-//! let x = b.upload(&[0.5f32, -3.0, 3.0, 1.0])?;
-//! let top = b.topk_abs(&x, 2)?; // |-3| and |3| tie: both taken
-//! assert_eq!(b.download(&top.indices)?, vec![1, 2]);
-//! # }
-//! # Ok::<(), sparse_core::Error>(())
-//! ```
+#![doc = include_str!("../README.md")]
 //!
 //! ## What runs where
 //! - Selection works on the elements' `u32` bit patterns: order-preserving

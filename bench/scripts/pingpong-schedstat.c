@@ -1,8 +1,8 @@
 /* A blocking MPI ping-pong that says where its slow round trips went: for
  * each size, the round trips over 2 ms, their mean, and the run-queue wait
  * of both ranks' main threads in them (/proc/thread-self/schedstat: time
- * runnable but not running). bench/RESULTS.md, "Across network
- * namespaces", runs it across two namespaces, with and without --nice:
+ * runnable but not running). docs/notes/2026-11-27-scheduler-stalls.md
+ * runs it across two namespaces, with and without --nice:
  *   mpicc -O2 -o /tmp/pingpong-schedstat bench/scripts/pingpong-schedstat.c
  *   sudo scripts/netns-cluster.sh 2 1gbit [--nice -20] -- /tmp/pingpong-schedstat
  */

@@ -396,10 +396,18 @@ pub fn run_overlap<T: Transport + Send>(
 
 /// The overlap measurement of a run: medians over calls of the slowest
 /// rank, in milliseconds.
+///
+/// Overlap needs two CPUs per rank at once, one for the local step and one
+/// for the allreduce's progress thread: with fewer ([`Self::can_overlap`]
+/// false, as with 4 thread ranks on 2 cores) the two take turns on the
+/// same CPUs and the overlapped time only measures the scheduler, so no
+/// saving is reported.
 #[derive(Debug, Clone)]
 pub struct OverlapReport {
     /// The allreduce overlapped.
     pub algo: String,
+    /// The CPUs each rank had to itself ([`crate::allreduce::launch::Launch::cpus_per_rank`]).
+    pub cpus_per_rank: f64,
     /// The local step alone.
     pub compute_ms: f64,
     /// The allreduce alone.
@@ -410,11 +418,50 @@ pub struct OverlapReport {
     pub overlapped_ms: f64,
 }
 
-/// Combines every rank's overlap times.
-pub fn overlap_report(spec: &str, per_rank: &[[Vec<Duration>; 4]]) -> OverlapReport {
+impl OverlapReport {
+    /// Whether each rank had a CPU for its step and one for its allreduce.
+    pub fn can_overlap(&self) -> bool {
+        self.cpus_per_rank >= 2.0
+    }
+
+    /// The share of the sequential time that overlapping saved, where it
+    /// could overlap and saved anything (a run that cannot overlap, or a
+    /// measured saving of zero or less, is `None`).
+    pub fn saved(&self) -> Option<f64> {
+        let saved = 1.0 - self.overlapped_ms / self.sequential_ms;
+        (self.can_overlap() && saved > 0.0).then_some(saved)
+    }
+}
+
+/// The CPUs this thread may run on (its affinity mask, bounded by a CPU
+/// quota; 1 where that cannot be read).
+pub fn allowed_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// The machine's online CPUs (`/sys/devices/system/cpu/online`, a list such
+/// as `0-3,8`), where Linux says.
+pub fn online_cpus() -> Option<usize> {
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    let mut n = 0;
+    for part in list.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+        n += b.checked_sub(a)? + 1;
+    }
+    Some(n)
+}
+
+/// Combines every rank's overlap times; `cpus_per_rank` is the launch's.
+pub fn overlap_report(
+    spec: &str,
+    per_rank: &[[Vec<Duration>; 4]],
+    cpus_per_rank: f64,
+) -> OverlapReport {
     let col = |i: usize| slowest(&per_rank.iter().map(|x| x[i].as_slice()).collect::<Vec<_>>());
     OverlapReport {
         algo: spec.into(),
+        cpus_per_rank,
         compute_ms: col(0),
         allreduce_ms: col(1),
         sequential_ms: col(2),
@@ -816,7 +863,7 @@ pub fn run<L: Launch>(a: &AllreduceArgs, launch: &L) -> Result<Option<AllreduceR
             .iter()
             .map(|r| std::array::from_fn(|i| r.lists[i].clone()))
             .collect();
-        rep.overlap = Some(overlap_report(&spec, &over));
+        rep.overlap = Some(overlap_report(&spec, &over, launch.cpus_per_rank()));
     }
     hooks.rows(&mut rep, &per_rank, &setup.oracle);
     Ok(Some(rep))

@@ -104,3 +104,48 @@ fn the_auto_row_shows_its_choice_and_that_choices_model_bytes() {
     let bytes = row.bytes_recv_max.unwrap() as f64;
     assert!((row.model_bytes - bytes).abs() <= 0.1 * bytes, "{row:?}");
 }
+
+/// The overlap measurement reports a saving only where each rank had a CPU
+/// for its step and one for its allreduce, and only a positive one; with
+/// 4 thread ranks on this machine's CPUs it says how many each had.
+#[test]
+fn the_overlap_report_shows_no_saving_it_cannot_have() {
+    use bench::allreduce::OverlapReport;
+    let report = |cpus_per_rank: f64, overlapped_ms: f64| OverlapReport {
+        algo: "spardl".into(),
+        cpus_per_rank,
+        compute_ms: 1.0,
+        allreduce_ms: 1.0,
+        sequential_ms: 2.0,
+        overlapped_ms,
+    };
+    assert_eq!(report(2.0, 1.5).saved(), Some(0.25));
+    assert_eq!(
+        report(2.0, 2.5).saved(),
+        None,
+        "a slower overlapped run saved nothing"
+    );
+    assert_eq!(report(2.0, 2.0).saved(), None);
+    let crowded = report(0.5, 1.0);
+    assert!(!crowded.can_overlap() && crowded.saved().is_none());
+
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let a = AllreduceArgs {
+        ranks: 4,
+        n: 20_000,
+        density: 0.01,
+        overlap: 0.5,
+        algos: vec!["spardl".into()],
+        seed: 7,
+        reps: 1,
+        gap_ms: 0.0,
+        settle_ms: 0.0,
+    };
+    let o = run_threads(&a)
+        .unwrap()
+        .overlap
+        .expect("spardl is overlapped");
+    assert_eq!(o.cpus_per_rank, cpus as f64 / 4.0);
+    assert_eq!(o.can_overlap(), cpus >= 8);
+    assert!(o.saved().is_none_or(|s| s > 0.0 && s < 1.0), "{o:?}");
+}

@@ -286,7 +286,9 @@ impl Config {
         if global && (self.quantized || self.qsgd.is_some()) {
             return Err(Error::invalid(
                 "buckets",
-                "a global bucket budget chooses across layers before anything is quantized,                  and QSGD and RedSync's quantized mode quantize each layer's selection: use                  BucketBudget::PerLayer with them",
+                "a global bucket budget chooses across layers before anything is quantized, \
+                 and QSGD and RedSync's quantized mode quantize each layer's selection: use \
+                 BucketBudget::PerLayer with them",
             ));
         }
         Ok(self)

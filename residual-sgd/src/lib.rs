@@ -1,20 +1,15 @@
-//! # residual-sgd
+#![doc = include_str!("../README.md")]
 //!
-//! Error-feedback optimizers: gradients in, a selector picks what to send, a
-//! sparse allreduce sums it, the update is applied, and what was not sent
-//! stays in a residual for the next step. Generic over the device
-//! ([`sparse_core::Backend`]: weights, residuals and momenta live in backend
-//! buffers; only the selected pairs and the reduced result cross to the
-//! host), over the selection ([`sparse_select::Selector`]) and over the
-//! collective ([`sparse_coll::SparseAllreduce`], a user's own included).
+//! ## How a step works
 //!
 //! The three parts are separate, as GRACE and DDP hooks separate them: the
 //! residual memory (compensate: add the new gradient in; update: remove what
 //! was sent, add back what the collective dropped), the compressor (the
-//! selector, per layer) and the communicator (the allreduce, per layer, so
-//! stateful collectives keep one state per tensor). [`Trainer::step`] runs
-//! them for every layer and returns what was sent, what was dropped, the
-//! traffic and the time of each phase.
+//! selector, per layer) and the communicator (the allreduce, one per
+//! compressed layer, or one per bucket of them with [`Config::buckets`],
+//! so a stateful collective keeps one state per tensor or bucket it reduces).
+//! [`Trainer::step`] runs them for every layer and returns what was sent,
+//! what was dropped, the traffic and the time of each phase.
 //!
 //! Rules ([`Rule`]):
 //! - **SparCML's top-k SGD** (SparCML Alg. 1): `acc = eps + lr g`;
@@ -63,12 +58,13 @@
 //! Options: SparCML's `Q` ([`Config::qsgd`], QSGD with a fresh seed each
 //! step, its error fed back or not), RedSync's quantized mode
 //! ([`Config::quantized`]: top-k/low-k alternation and same-sign means,
-//! the output layer excepted) and tensor fusion of dense layers
-//! ([`Config::fuse`]).
+//! the output layer excepted), tensor fusion of dense layers
+//! ([`Config::fuse`]) and of compressed layers ([`Config::buckets`]: one
+//! collective call per bucket of layers, as DDP buckets gradients, with
+//! per-layer or global selection budgets, [`BucketBudget`]).
 //!
 //! SparDL's paper variant of residual collection is
-//! [`Collection::Paper`]. Not built yet (`docs/status.md` says so): fusion of
-//! compressed layers.
+//! [`Collection::Paper`].
 //!
 //! The parts are traits: a compressed layer's [`Memory`] (compensate,
 //! remove, restore; [`memory::Residual`] and [`memory::Momentum`] are the

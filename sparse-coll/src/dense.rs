@@ -31,7 +31,7 @@ pub fn from_bytes<E: Element>(b: &[u8], expected: usize) -> Result<Vec<E>> {
 /// The fold rule: ranks below `2 rem` take part, even ones handing over
 /// (`Some(true)`), odd ones receiving (`Some(false)`).
 fn role_of(rank: usize, rem: usize) -> Option<bool> {
-    (rank < 2 * rem).then_some(rank % 2 == 0)
+    (rank < 2 * rem).then_some(rank.is_multiple_of(2))
 }
 
 /// MPICH's fold of `P` ranks onto `p'`, the largest power of two not above

@@ -1,34 +1,28 @@
-//! # sparse-coll
+#![doc = include_str!("../README.md")]
 //!
-//! Collectives generic over a small [`Transport`] trait (rank, size, send,
-//! receive, and an exchange whose target and source may differ), with
-//! traffic counted per rank, and a [`Group`] view of a subset of ranks.
+//! ## Where things are
 //!
-//! - the embedded thread transport ([`ThreadCluster`]) and, with the
-//!   feature `mpi`, `MpiTransport` over MPICH;
-//! - non-blocking collectives ([`nonblocking`]): start, compute, wait;
-//! - dense baselines ([`dense`]): ring, recursive doubling, Rabenseifner,
-//!   Bruck and recursive-doubling allgather, functions of that module (they
-//!   are not sparse allreduces);
-//! - the sparse-allreduce contract ([`Reduced`], [`agree`]);
-//! - lossless sparse allreduces: TopkA ([`TopkA`]), TopkDSA ([`TopkDsa`]),
-//!   SparCML's SSAR_Recursive_double, SSAR_Split_allgather and
-//!   DSAR_Split_allgather ([`SsarRecursiveDouble`],
-//!   [`SsarSplitAllgather`], [`DsarSplitAllgather`]; QSGD makes the last
-//!   lossy), Zen's Balanced Parallelism ([`ZenBalancedParallelism`]; its
-//!   Hierarchical Centralization is SparCML's recursive doubling, as Zen's
-//!   Table 3 classifies it) and the OmniReduce-style block baseline
-//!   ([`OmniReduceBlocks`]);
-//! - lossy ones, which return what they cut in `dropped`: gTopk
-//!   ([`Gtopk`]), Ok-Topk ([`OkTopk`]), SparDL ([`Spardl`]) and SparDL with
-//!   R-SAG ([`SpardlRsag`]) or B-SAG ([`SpardlBsag`]);
-//! - one way to call all of them: the object-safe [`SparseAllreduce`]
-//!   (name, lossless, predicted cost for an input's [`Profile`], the call
-//!   in two steps, an entry round and a body, with its state across calls;
-//!   `allreduce` and `allreduce_into`), a [`Registry`] of names with parameters
-//!   (`spardl_bsag:k=40,d=2`) that a user's own algorithms join, and the
-//!   [`Auto`] planner over any of them;
-//! - the framing a collective of your own needs ([`wire`]).
+//! - transports: [`Transport`], [`ThreadCluster`], [`Group`] (a subset of
+//!   ranks), the simulated cluster ([`sim`]) and, with the feature `mpi`,
+//!   `MpiTransport`; non-blocking calls ([`nonblocking`]): start, compute,
+//!   wait;
+//! - dense baselines: functions of [`dense`] (they are not sparse
+//!   allreduces);
+//! - the contract of a sparse allreduce: [`SparseAllreduce`] (name,
+//!   lossless, predicted cost for an input's [`Profile`], the call in two
+//!   steps, an entry round and a body, with its state across calls),
+//!   [`Reduced`], [`agree`];
+//! - the algorithms: [`TopkA`], [`TopkDsa`], [`SsarRecursiveDouble`],
+//!   [`SsarSplitAllgather`], [`DsarSplitAllgather`],
+//!   [`ZenBalancedParallelism`] (Zen's Hierarchical Centralization is
+//!   SparCML's recursive doubling, as Zen's Table 3 classifies it),
+//!   [`OmniReduceBlocks`], [`Gtopk`], [`OkTopk`], [`Spardl`],
+//!   [`SpardlRsag`], [`SpardlBsag`], [`Hierarchical`]; the planner
+//!   [`Auto`]; the [`Registry`] of names with parameters
+//!   (`spardl_bsag:k=40,d=2`);
+//! - the framing a collective of your own needs ([`wire`]); with the
+//!   feature `testing`, the collective suite every transport runs
+//!   (`testing::collective_suite`).
 //!
 //! Adding a built-in algorithm is one file (the collective and a type
 //! implementing [`SparseAllreduce`] and [`Registered`], with every fact
@@ -36,8 +30,8 @@
 //! `sparse-bench` and the planner read the algorithms from the registry
 //! (`docs/adding-an-algorithm.md`). `examples/custom_scheme.rs` adds one
 //! from outside the crate.
-//! - with the feature `testing`, the collective suite every transport runs
-//!   (`testing::collective_suite`).
+//!
+//! A dense baseline:
 //!
 //! ```
 //! use sparse_coll::{ThreadCluster, Transport, dense};

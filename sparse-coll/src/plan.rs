@@ -165,7 +165,7 @@ impl<E: Element> Auto<E> {
     /// computes), not `prof.union`.
     pub fn next_choice(&self, prof: &Profile) -> usize {
         match self.last {
-            Some(i) if self.calls % self.every != 0 => i,
+            Some(i) if !self.calls.is_multiple_of(self.every) => i,
             _ => self.choose(&self.estimated(
                 prof.p,
                 prof.n,
@@ -315,7 +315,7 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
     /// entry round shares the profile ([`Auto::enter`]).
     fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let i = match self.last {
-            Some(i) if self.calls % self.every != 0 => i,
+            Some(i) if !self.calls.is_multiple_of(self.every) => i,
             _ => return None,
         };
         let admitted = self.candidates[i].admit(t, v)?;
@@ -391,7 +391,7 @@ impl<E: Element> Auto<E> {
     /// Counts a call that enters on its own round: `Some(i)` where it runs
     /// the last choice `i` without a profile, `None` where it profiles.
     fn next_entry(&mut self) -> Option<usize> {
-        let profiling = self.calls % self.every == 0;
+        let profiling = self.calls.is_multiple_of(self.every);
         self.calls = self.calls.wrapping_add(1);
         match (profiling, self.last) {
             (false, Some(i)) => Some(i),

@@ -241,7 +241,7 @@ fn ok_topk_reuses_its_thresholds_between_refreshes() {
         for (c, ins) in calls.iter().enumerate() {
             let reds: Vec<Reduced<f32>> = out.iter().map(|o| o[c].clone()).collect();
             assert_conserved(ins, &reds, &format!("ok-topk P={p} call {c}"));
-            let extra = if c as u64 % period == 0 {
+            let extra = if (c as u64).is_multiple_of(period) {
                 2 * ceil_lg(p)
             } else {
                 0

@@ -1,32 +1,11 @@
-//! # sparse-core
+#![doc = include_str!("../README.md")]
 //!
-//! The base of the sparse-communication workspace: element types
-//! ([`Element`]), sparse vectors ([`SparseVec`]) and SparCML's sparse
-//! streams ([`Stream`]), encodings ([`encoding`]), seeded hashing
-//! ([`hash`]), QSGD ([`qsgd`]), the alpha-beta cost model ([`cost`]), Zen's
-//! sparsity statistics ([`stats`]), the [`Backend`] traits of device
-//! primitives (generic over the element type), and one error type ([`Error`]).
+//! ## Where things are
 //!
-//! ```
-//! use sparse_core::{SparseVec, Stream, encoding::{Coo, Encoding, Raw}};
-//!
-//! let a = SparseVec::new(8, vec![1, 5], vec![1.0f32, -2.0])?;
-//! let b = SparseVec::new(8, vec![5, 6], vec![3.0f32, 4.0])?;
-//! let sum = a.merge_sum(&b)?;
-//! assert_eq!(sum.to_dense(), vec![0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 4.0, 0.0]);
-//!
-//! let bytes = Coo(Raw).encode(&sum)?;
-//! let back: SparseVec<f32> = Coo(Raw).decode(&bytes)?;
-//! assert_eq!(back, sum);
-//!
-//! // Three entries of eight stay sparse (delta = 8 * 4 / 8 = 4).
-//! assert!(!Stream::from_sparse(sum).is_dense());
-//! # Ok::<(), sparse_core::Error>(())
-//! ```
-//!
-//! Seeded synthetic gradients and test inputs: [`generate`].
-//!
-//! Features: `testing` exports the backend test suites (module `testing`).
+//! [`SparseVec`] and [`Stream`]; [`encoding`] (every [`encoding::Encoding`]);
+//! [`hash`], [`qsgd`], [`cost`], [`stats`], [`state`], [`budget`]; the
+//! [`Backend`] traits; [`Error`] and [`Result`]. Seeded synthetic gradients
+//! and test inputs: [`generate`].
 
 pub mod alloc;
 pub mod backend;

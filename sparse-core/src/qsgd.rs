@@ -409,7 +409,7 @@ pub fn decode_nonzeros<E: Element>(
     r.expect_items(nw, 4)?;
     let wb = r.bytes(nw * 4)?;
     let word = |w: usize| u32::from_le_bytes(wb[4 * w..4 * w + 4].try_into().expect("4 bytes"));
-    if nbits % 32 != 0 && nw > 0 && word(nw - 1) >> (nbits % 32) != 0 {
+    if !nbits.is_multiple_of(32) && nw > 0 && word(nw - 1) >> (nbits % 32) != 0 {
         return Err(Error::corrupt(r.what(), "non-zero padding bits"));
     }
     let (levels, per, mask) = (p.levels(), 32 / bits, (1u32 << bits) - 1);
@@ -616,7 +616,9 @@ mod tests {
     /// handle: negative zeros, zeros, subnormals, values far below their
     /// bucket's scale (lowered levels) and every sign.
     fn sparse_entries(rng: &mut impl rand::RngCore, n: usize) -> (Vec<u32>, Vec<f32>) {
-        let idx: Vec<u32> = (0..n as u32).filter(|_| rng.next_u32() % 5 == 0).collect();
+        let idx: Vec<u32> = (0..n as u32)
+            .filter(|_| rng.next_u32().is_multiple_of(5))
+            .collect();
         let val = idx
             .iter()
             .map(|_| {

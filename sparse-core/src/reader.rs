@@ -94,7 +94,7 @@ impl<'a> Reader<'a> {
     /// [`Error::Corrupt`] if truncated or padding bits are set.
     pub fn packed_words(&mut self, bits: usize) -> Result<Vec<u32>> {
         let words = self.u32s(bits.div_ceil(32))?;
-        if bits % 32 != 0 && words.last().is_some_and(|w| w >> (bits % 32) != 0) {
+        if !bits.is_multiple_of(32) && words.last().is_some_and(|w| w >> (bits % 32) != 0) {
             return Err(Error::corrupt(self.what, "non-zero padding bits"));
         }
         Ok(words)

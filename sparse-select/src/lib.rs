@@ -1,34 +1,13 @@
-//! # sparse-select
+#![doc = include_str!("../README.md")]
 //!
-//! Communication-set selection: which coordinates of a residual to send.
-//! Every algorithm here is orchestration over the primitives of
-//! [`sparse_core::Backend`], so it runs unchanged on every backend.
+//! ## Where things are
 //!
-//! | selector | paper | output |
-//! |---|---|---|
-//! | [`RadixTopK`] | RedSync sec. 5.2 (Alabi et al.'s radix select) | exact top-k (tie: lower index), by magnitude or signed (top-k / low-k) |
-//! | [`TrimmedTopK`] | RedSync Alg. 2 | exact top-k after trimming below a threshold from mean and max |
-//! | [`ThresholdBinarySearch`] | RedSync Alg. 3 | between k and 2k elements above a threshold |
-//! | [`ThresholdReuse`] | RedSync Alg. 5 | binary search, its threshold reused for `interval` calls |
-//! | [`SampledThreshold`] | DGC (Lin et al.), as RedSync discusses | threshold from a sample, re-selected on overshoot |
-//! | [`BlockTopK`] | SparDL | top-k/P in each of P blocks |
-//! | [`BucketTopK`] | SparCML | top-k' of every 512 consecutive elements |
-//! | [`Policy`] | RedSync Alg. 5 | per-layer choice by size, quantized top-k/low-k alternation |
-//! | [`ZenPartitioner`] | Zen Alg. 1 | non-zeros split into partitions by hierarchical hashing |
-//!
-//! ```
-//! use backend_cpu::Cpu;
-//! use sparse_core::BufferOps;
-//! use sparse_select::{RadixTopK, Selector};
-//!
-//! let x = Cpu.upload(&[0.1f32, -4.0, 2.0, 4.0, 0.0])?;
-//! let top = RadixTopK::magnitude().select(&Cpu, &x, 2)?;
-//! assert_eq!(Cpu.download(&top.indices)?, vec![1, 3]);
-//! # Ok::<(), sparse_core::Error>(())
-//! ```
-//!
-//! Input contract: NaN or infinity in `x` is [`Error::NonFinite`](sparse_core::Error::NonFinite); `k > n`
-//! is [`Error::KOutOfRange`](sparse_core::Error::KOutOfRange).
+//! [`RadixTopK`], [`TrimmedTopK`], [`ThresholdBinarySearch`],
+//! [`ThresholdReuse`], [`SampledThreshold`], [`BlockTopK`], [`BucketTopK`],
+//! [`Policy`] and [`ZenPartitioner`], each a [`Selector`]. Input contract:
+//! NaN or infinity in `x` is
+//! [`Error::NonFinite`](sparse_core::Error::NonFinite); `k > n` is
+//! [`Error::KOutOfRange`](sparse_core::Error::KOutOfRange).
 
 mod block;
 mod policy;

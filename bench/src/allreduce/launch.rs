@@ -75,6 +75,11 @@ pub trait Launch {
     /// Ranks in the run.
     fn ranks(&self) -> usize;
 
+    /// The CPUs each rank has to itself, on rank 0's machine: what decides
+    /// whether a rank's computation can overlap its allreduce, which needs
+    /// a CPU for each at once ([`crate::allreduce::OverlapReport`]).
+    fn cpus_per_rank(&self) -> f64;
+
     /// Runs `job` on every rank with that rank's hooks; on rank 0 returns
     /// its result, its hooks and every rank's bytes, elsewhere `None`.
     ///
@@ -118,6 +123,11 @@ impl Launch for Threads {
 
     fn ranks(&self) -> usize {
         self.ranks
+    }
+
+    /// The threads share this process's CPUs.
+    fn cpus_per_rank(&self) -> f64 {
+        crate::allreduce::allowed_cpus() as f64 / self.ranks as f64
     }
 
     fn gather<R: Send>(
@@ -206,6 +216,22 @@ mod mpi_launch {
 
         fn ranks(&self) -> usize {
             self.universe.world().size() as usize
+        }
+
+        /// A rank bound to CPUs of its own (an affinity mask narrower than
+        /// the machine's online CPUs, as `mpiexec -bind-to` or
+        /// `scripts/netns-cluster.sh --bind` set) has them to itself;
+        /// unbound ranks share the machine with the node's other ranks
+        /// (`MPI_LOCALNRANKS`, which MPICH's launcher sets; 1 without it).
+        fn cpus_per_rank(&self) -> f64 {
+            let allowed = crate::allreduce::allowed_cpus();
+            let bound = crate::allreduce::online_cpus().is_some_and(|online| allowed < online);
+            let local = std::env::var("MPI_LOCALNRANKS")
+                .ok()
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|&n| n > 0)
+                .unwrap_or(1);
+            allowed as f64 / if bound { 1.0 } else { local as f64 }
         }
 
         fn gather<R: Send>(

@@ -25,8 +25,8 @@ pub struct Device {
 }
 
 /// The devices of `--device`: the P100 the compute model has always
-/// assumed (RedSync's Piz Daint), and the two GPUs `bench/RESULTS.md`
-/// measured the selectors on. The throughput is half the FP32 peak, as
+/// assumed (RedSync's Piz Daint), and the two GPUs the selectors were
+/// measured on (2026-11-26). The throughput is half the FP32 peak, as
 /// [`models::DEVICE_GFLOPS`] takes it for the P100.
 pub const DEVICES: [Device; 3] = [
     Device {
@@ -71,7 +71,10 @@ pub fn device(name: &str) -> Result<Device> {
 }
 
 /// Radix top-k (`radix_topk`, the step's selector) measured on an NVIDIA
-/// H200 (`bench/RESULTS.md`, "On a GPU"; `bench/gpu/h200_select_cuda.txt`):
+/// H200 on 2026-11-26 (the run's output: `git show
+/// 8b2fbb5:bench/gpu/h200_select_cuda.txt`; later runs, 2-3x faster, are
+/// in `bench/gpu/select_h200.csv` and `bench/RESULTS.md`, "Selection on a
+/// GPU", and the step tables of RESULTS were made with these):
 /// `(n, density, ms, read_ms)`, `read_ms` being one read of the same array
 /// on the same device (`max_abs`). `ms / read_ms` (`x_read`) is the
 /// selection's cost in reads of its input, what [`topk_passes`] takes.

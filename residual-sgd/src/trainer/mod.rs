@@ -110,8 +110,11 @@ pub struct Trainer<B: Backend<f32>, S> {
 impl<B: Backend<f32> + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
     /// A trainer over `layers` starting from `weights` (the same on every
     /// rank), selecting with a clone of `selector` per compressed layer and
-    /// reducing it with the collective `comm(layer)` builds; each
-    /// compressed layer's memory is the rule's ([`memory::for_rule`]).
+    /// reducing it with the collective `comm(layer)` builds: one per
+    /// compressed layer, or with [`Config::buckets`] one per bucket, called
+    /// with a spec of the bucket's layers laid end to end (named
+    /// `bucket(a+b)`); each compressed layer's memory is the rule's
+    /// ([`memory::for_rule`]).
     ///
     /// Which layers are compressed is the settings' choice
     /// ([`Config::compresses`]); settings under which none is, other than
@@ -137,8 +140,8 @@ impl<B: Backend<f32> + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
         })
     }
 
-    /// As [`Trainer::new`], with each compressed layer's collective built
-    /// from `registry` by the spec `collective` (`"spardl"`,
+    /// As [`Trainer::new`], with each compressed layer's (or bucket's)
+    /// collective built from `registry` by the spec `collective` (`"spardl"`,
     /// `"ok_topk:period=8"`, ...) with the settings' budget
     /// ([`Config::budget`]) as its default: the density is given once, in
     /// `cfg`. A `k=` or `density=` in the spec overrides it for that

@@ -14,7 +14,7 @@ pub struct StepReport {
     /// Per layer, whether it was compressed and how much of it was sent.
     pub layers: Vec<LayerReport>,
     /// This rank's traffic over the step from its entry round on (that
-    /// round not counted): every layer's collective, the dense
+    /// round not counted): every compressed layer's or bucket's collective, the dense
     /// allreduces and the commit round.
     pub traffic: Traffic,
     /// Time spent selecting (and updating residuals before it).

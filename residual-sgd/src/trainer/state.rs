@@ -127,7 +127,9 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// digest, each dense layer's momentum, and each compressed layer's
     /// quantized-mode side, step count (QSGD's seed), memory
     /// ([`crate::Memory::save_state`]), selector ([`Selector::save_state`])
-    /// and collective ([`sparse_coll::SparseAllreduce::save_state`]), with
+    /// and collective ([`sparse_coll::SparseAllreduce::save_state`]; in a
+    /// bucket, its first layer holds the bucket's collective and the others
+    /// a marker that they are in it), with
     /// the settings
     /// ([`crate::Config`], density included: DGC's warm-up moves it) and
     /// each layer's shape, which [`Trainer::load_state`] checks. Restored

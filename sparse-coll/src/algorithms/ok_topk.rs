@@ -150,7 +150,7 @@ impl<E: Element> OkTopk<E> {
     /// `period` calls, and after a call whose global threshold could not be
     /// estimated.
     pub fn refreshes_next(&self) -> bool {
-        self.calls % self.period == 0 || self.global.is_none()
+        self.calls.is_multiple_of(self.period) || self.global.is_none()
     }
 
     /// Whether the regions in use cut `0..dim` among `p` ranks: a call on

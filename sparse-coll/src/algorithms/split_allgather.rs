@@ -821,7 +821,7 @@ mod tests {
                 match (i + x) % 8 {
                     0 => -0.0,
                     1 => f32::from_bits(1 + x % 1000),
-                    2 => (i % 5) as f32 * if r % 2 == 0 { 1.0 } else { -1.0 },
+                    2 => (i % 5) as f32 * if r.is_multiple_of(2) { 1.0 } else { -1.0 },
                     _ => (x >> 8) as f32 / (1 << 20) as f32 - 8.0,
                 }
             })

@@ -178,7 +178,7 @@ pub(crate) fn fold_rounds(p: usize) -> f64 {
 pub(crate) fn fold_rounds_of(p: usize, r: usize) -> u64 {
     let core = 1usize << p.ilog2();
     let rem = p - core;
-    match (r < 2 * rem, r % 2 == 0) {
+    match (r < 2 * rem, r.is_multiple_of(2)) {
         (true, true) => 2,
         (true, false) => u64::from(core.ilog2()) + 2,
         _ => core.ilog2().into(),

@@ -70,7 +70,7 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
         let p = ins.len();
         let rem = p - (1usize << p.ilog2());
         let split = crate::algorithms::split_allgather::split_bytes(ins, r, false);
-        Some(match (r < 2 * rem, r % 2 == 0) {
+        Some(match (r < 2 * rem, r.is_multiple_of(2)) {
             (true, true) => {
                 split + 4 + crate::algorithms::split_allgather::block_bytes(ins, r, false)
             }

@@ -59,8 +59,8 @@ pub trait Network: Send + Sync + fmt::Debug {
 /// the message starts to move only once the receiver has posted its
 /// receive, and the send completes when the message has arrived, not
 /// when its last byte has left. Routes and buckets are the inner
-/// network's. At `from_bytes = 0` every send is in rendezvous, as in the
-/// alpha-beta column of `bench/RESULTS.md`'s SimGrid tables.
+/// network's. At `from_bytes = 0` every send is in rendezvous, as SMPI's
+/// alpha-beta model sends them (`bench/RESULTS.md`, the SimGrid table).
 ///
 /// Blocking sends that eager buffering lets pass can deadlock in
 /// rendezvous (two ranks that send to each other before receiving), as

@@ -435,7 +435,7 @@ impl MpiTransport {
         // Pieces of `max_message` bytes, then a shorter one (empty where
         // the length is a multiple): one piece below `max_message`.
         let max = self.max_message;
-        let short = (copy.len() % max == 0).then_some(&copy[..0]);
+        let short = copy.len().is_multiple_of(max).then_some(&copy[..0]);
         let (sent, then) = mpi::request::scope(|scope| {
             // Every piece is posted before `then` runs, so that two ranks
             // exchanging split messages never wait on each other.

@@ -228,7 +228,7 @@ impl<E: Element, V: ValueCodec<E>> Encoding<E> for HashBitmap<V> {
         let words = set_len.div_ceil(32);
         r.expect_items(words, 4)?;
         let bits = r.bytes(4 * words)?;
-        if set_len % 32 != 0 {
+        if !set_len.is_multiple_of(32) {
             let last = u32::from_le_bytes(bits[bits.len() - 4..].try_into().expect("4 bytes"));
             if last >> (set_len % 32) != 0 {
                 return Err(Error::corrupt("hash-bitmap", "non-zero padding bits"));

@@ -346,7 +346,7 @@ impl<E: Element> Registered<E> for SpardlBsag {
 /// The smallest divisor above 1 of `p` (1 for `p = 1`): B-SAG's default
 /// teams.
 fn smallest_divisor(p: usize) -> usize {
-    (2..=p).find(|d| p % d == 0).unwrap_or(1)
+    (2..=p).find(|d| p.is_multiple_of(*d)).unwrap_or(1)
 }
 
 // SparDL's formula for B-SAG (Eq. 6 and Table 1).

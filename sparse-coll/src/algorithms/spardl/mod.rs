@@ -340,7 +340,7 @@ fn in_teams<T: Transport + ?Sized, E: Element>(
 /// worker is the `d` workers at its position, one per team.
 fn teams<T: Transport + ?Sized>(t: &T, d: usize) -> Result<(Vec<usize>, Vec<usize>)> {
     let p = t.size();
-    if d == 0 || p % d != 0 {
+    if d == 0 || !p.is_multiple_of(d) {
         return Err(Error::invalid(
             "d",
             format!(

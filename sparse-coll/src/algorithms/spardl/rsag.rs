@@ -141,7 +141,7 @@ impl SpardlRsag {
         }
     }
     fn teams(&self, p: usize) -> usize {
-        self.d.unwrap_or(if p % 2 == 0 { 2 } else { 1 })
+        self.d.unwrap_or(if p.is_multiple_of(2) { 2 } else { 1 })
     }
 }
 
@@ -204,7 +204,10 @@ impl<E: Element> Registered<E> for SpardlRsag {
     }
     /// The largest power of two up to 4 dividing `P` as its teams.
     fn suite_specs(p: usize) -> Vec<String> {
-        let d = [4usize, 2, 1].into_iter().find(|d| p % d == 0).unwrap_or(1);
+        let d = [4usize, 2, 1]
+            .into_iter()
+            .find(|d| p.is_multiple_of(*d))
+            .unwrap_or(1);
         vec![format!("{RSAG_NAME}:d={d}")]
     }
 }

@@ -308,7 +308,7 @@ impl Platform {
 /// most `rack` ranks (all of them where fewer), `rack / oversubscription`
 /// spines.
 fn fat_tree_shape(ranks: usize, rack: usize, oversubscription: usize) -> Result<(usize, usize)> {
-    if rack == 0 || oversubscription == 0 || rack % oversubscription != 0 {
+    if rack == 0 || oversubscription == 0 || !rack.is_multiple_of(oversubscription) {
         return Err(Error::invalid(
             "platform",
             format!(
