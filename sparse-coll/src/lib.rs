@@ -114,7 +114,9 @@ mod transport;
 mod values;
 pub mod wire;
 
-pub use algorithm::{Budget, Catalog, Defaults, Facts, Params, Registered, SparseAllreduce};
+pub use algorithm::{
+    Budget, Catalog, Defaults, Facts, Params, Promises, Registered, SparseAllreduce,
+};
 pub use algorithms::gtopk::Gtopk;
 pub use algorithms::hierarchical::Hierarchical;
 pub use algorithms::ok_topk::OkTopk;

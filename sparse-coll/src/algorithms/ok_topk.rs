@@ -2,7 +2,7 @@
 //! split and reduce over balanced regions, global selection by a reused
 //! threshold, then allgather.
 
-use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Admission, Reduced, admit};
 use crate::frame::{
@@ -580,17 +580,6 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(ok_topk(prof.p, self.budget.k_for(prof.n))))
     }
-    /// A first call refreshes: the split to the region owners (`P - 1`
-    /// steps) and three Bruck allgathers (boundaries, magnitudes, the
-    /// selections).
-    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
-        Some(p as u64 - 1 + 3 * u64::from(cost::ceil_log2(p)))
-    }
-    /// The owners' selections may together exceed `k` by the threshold's
-    /// estimate: at most 30% more.
-    fn max_result_entries(&self, dim: usize) -> Option<usize> {
-        Some(self.most(dim))
-    }
     /// The ranks agree on the budget, the period and the call counter, so
     /// a rank whose state is out of step is a disagreement.
     fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
@@ -601,18 +590,32 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         ];
         Some(admit(NAME, v, &fields, Ok(())))
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
         _: Entered,
         out: &mut Reduced<E>,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         let mut mem = std::mem::take(&mut self.mem);
         let done = self.reduce(t, v, mem.get::<Work<E>>(), out);
         self.mem = mem;
         done?;
-        Ok(())
+        Ok(Ok(()))
+    }
+}
+
+impl<E: Element> Promises<E> for OkTopk<E> {
+    /// A first call refreshes: the split to the region owners (`P - 1`
+    /// steps) and three Bruck allgathers (boundaries, magnitudes, the
+    /// selections).
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + 3 * u64::from(cost::ceil_log2(p)))
+    }
+    /// The owners' selections may together exceed `k` by the threshold's
+    /// estimate: at most 30% more.
+    fn max_result_entries(&self, dim: usize) -> Option<usize> {
+        Some(self.most(dim))
     }
 }
 

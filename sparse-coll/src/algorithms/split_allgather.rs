@@ -1,6 +1,6 @@
 //! SparCML's SSAR_Split_allgather and DSAR_Split_allgather (sec. 5.3.2-3).
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::bytes::{from_le_u32s, le_bytes, le_u32s};
 use crate::dense::{gather_bruck, gather_recursive_doubling};
 use crate::entry::{Admission, Reduced, admit};
@@ -145,6 +145,21 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(ssar_split_allgather(prof.p, prof.k_avg())))
     }
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        Some(split_admit(t, v, Phase::Sparse, SSAR_NAME))
+    }
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
+        split_allgather(t, v, Phase::Sparse, Gather::Bruck, out).map(Ok)
+    }
+}
+
+impl<E: Element> Promises<E> for SsarSplitAllgather {
     /// `P - 1` direct steps, then a Bruck allgather.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
         Some(p as u64 - 1 + u64::from(cost::ceil_log2(p)))
@@ -152,18 +167,6 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     /// The split phase's pieces, then the partitions' stream blocks.
     fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
         Some(split_bytes(ins, r, false))
-    }
-    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
-        Some(split_admit(t, v, Phase::Sparse, SSAR_NAME))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        _: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        split_allgather(t, v, Phase::Sparse, Gather::Bruck, out)
     }
 }
 
@@ -324,14 +327,6 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
             self.qsgd.map(|q| (q.bits(), q.bucket())),
         )))
     }
-    /// `P - 1` direct steps, then a Bruck allgather.
-    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
-        Some(p as u64 - 1 + u64::from(cost::ceil_log2(p)))
-    }
-    /// Without QSGD: the split phase's pieces, then the dense partitions.
-    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
-        self.qsgd.is_none().then(|| split_bytes(ins, r, true))
-    }
     /// The call counter counts calls that entered the round.
     fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         self.calls = self.calls.wrapping_add(1);
@@ -343,19 +338,6 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
             DSAR_NAME,
             probe,
         ))
-    }
-    /// The call after its entry round; a failure every rank agrees on (a
-    /// partition sum QSGD cannot scale) is returned as an error like any
-    /// other (a caller of `body` alone abandons the transport on it;
-    /// [`SparseAllreduce::allreduce_into`] does not).
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        entered: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        self.agreed_body(t, v, entered, out)?
     }
     /// The inner error: a partition sum that QSGD cannot scale, its
     /// owner's [`Error::Unencodable`] and the others' [`Error::PeerError`]
@@ -379,6 +361,17 @@ impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
         }
         self.warm = Some((v.dim(), t.size(), E::CODE));
         Ok(Ok(()))
+    }
+}
+
+impl<E: Element> Promises<E> for DsarSplitAllgather {
+    /// `P - 1` direct steps, then a Bruck allgather.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + u64::from(cost::ceil_log2(p)))
+    }
+    /// Without QSGD: the split phase's pieces, then the dense partitions.
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        self.qsgd.is_none().then(|| split_bytes(ins, r, true))
     }
 }
 

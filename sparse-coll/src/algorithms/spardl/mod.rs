@@ -12,7 +12,7 @@ mod srs;
 pub use bsag::{SpardlBsag, spardl_bsag};
 pub use rsag::{SpardlRsag, spardl_rsag};
 
-use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Admission, Reduced, admit};
 use crate::failure::Failure;
@@ -450,28 +450,12 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
             c.words / 2.0 * prof.pair_bytes() + 8.0 * prof.others(),
         )
     }
-    /// Spar-Reduce-Scatter and the all-gather, Bruck's each.
-    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
-        Some(2 * u64::from(cost::ceil_log2(p)))
-    }
-    fn max_result_entries(&self, dim: usize) -> Option<usize> {
-        Some(self.budget.k_for(dim))
-    }
     /// A codec's split checked before the round.
     fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let k = self.budget.k_for(v.dim());
         let extra = [("k", k as u64), ("values", self.values.code())];
         let ready = self.values.ready(v);
         Some(teams_admit(t, v, 1, NAME, &extra, ready))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        entered: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        self.agreed_body(t, v, entered, out)?
     }
     /// The inner error: a block a lossy codec cannot carry, that rank's
     /// own error and the others' [`Error::PeerError`] naming the lowest
@@ -501,6 +485,16 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
                 Ok(())
             },
         )
+    }
+}
+
+impl<E: Element> Promises<E> for Spardl<E> {
+    /// Spar-Reduce-Scatter and the all-gather, Bruck's each.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * u64::from(cost::ceil_log2(p)))
+    }
+    fn max_result_entries(&self, dim: usize) -> Option<usize> {
+        Some(self.budget.k_for(dim))
     }
 }
 
