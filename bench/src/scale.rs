@@ -6,7 +6,8 @@
 
 use sparse_coll::sim::{self, Compute, Network, SimCluster, Trace};
 use sparse_coll::{
-    Auto, Defaults, Profile, Promises, Registry, SimTransport, SparseAllreduce, Traffic, Transport,
+    Auto, Defaults, Profile, Promises, Registered, Registry, SimTransport, SparseAllreduce,
+    Traffic, Transport,
 };
 use sparse_core::generate::{GradientPool, GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
@@ -201,7 +202,7 @@ fn selection(a: &ScaleArgs) -> Vec<String> {
         Registry::<f32>::builtin()
             .names()
             .into_iter()
-            .filter(|n| *n != "auto")
+            .filter(|n| *n != <Auto<f32> as Registered<f32>>::NAME)
             .map(String::from)
             .collect()
     } else {

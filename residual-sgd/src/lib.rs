@@ -176,6 +176,7 @@ pub mod checkpoint;
 mod config;
 mod layer;
 pub mod memory;
+pub mod recipe;
 mod trainer;
 
 pub use bucket::{BucketBudget, Buckets, FillOrder};

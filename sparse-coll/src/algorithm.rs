@@ -602,12 +602,6 @@ pub(crate) fn is_name(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
-/// The teams of the SparDL variants: a fixed count, or chosen at each call
-/// from the number of ranks.
-pub(crate) fn teams_param(params: &mut Params) -> Result<Option<usize>> {
-    params.take::<usize>("d")
-}
-
 /// Saves each of `parts` as the child `{prefix}{i}` of `s` (the state of
 /// an algorithm made of others).
 pub(crate) fn save_parts<E: Element>(

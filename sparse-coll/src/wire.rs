@@ -66,7 +66,6 @@
 use crate::{Admission, Entered, Transport};
 use sparse_core::{Element, Result, SparseVec};
 
-pub use crate::algorithms::spardl::split_topk;
 pub use crate::bytes::{le_bytes, le_u32s};
 pub use crate::entry::entry_id;
 pub use crate::frame::{

@@ -335,7 +335,7 @@ impl<E: Element> Registered<E> for SpardlBsag {
     const HELP: &'static str = "SparDL with B-SAG: SRS in teams, an adaptive h between them; lossy";
     fn build(params: &mut Params, defaults: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let budget = params.take_budget(defaults)?;
-        match crate::algorithm::teams_param(params)? {
+        match super::teams_param(params)? {
             Some(d) => Self::new(budget, d),
             None => Ok(Self::auto_teams(budget)),
         }

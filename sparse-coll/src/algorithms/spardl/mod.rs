@@ -30,10 +30,10 @@ use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 use rsag::{RSAG_NAME, rsag_teams};
 use srs::spar_reduce_scatter;
 
-/// Top `k` of `v` by magnitude (ties: lower index), and the rest: the
-/// workspace's one host top-k ([`SparseVec::split_topk`]).
-pub fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E>, SparseVec<E>) {
-    v.split_topk(k)
+/// The teams of the SparDL variants' Spar-All-Gather (`d=`): a fixed
+/// count, or (`None`) chosen at each call from the number of ranks.
+fn teams_param(params: &mut Params) -> Result<Option<usize>> {
+    params.take::<usize>("d")
 }
 
 /// The block layout of SRS over `m` workers: block `j` is the even span

@@ -201,7 +201,7 @@ impl<E: Element> Registered<E> for SpardlRsag {
         "SparDL with R-SAG: SRS in teams, recursive doubling between them; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let budget = params.take_budget(d)?;
-        let teams = crate::algorithm::teams_param(params)?;
+        let teams = super::teams_param(params)?;
         teams.map_or(Ok(()), rsag_teams)?;
         Ok(Self::new(budget, teams))
     }
