@@ -100,61 +100,6 @@ pub fn schemes_named(names: &[String]) -> Result<Vec<Scheme>> {
         .collect()
 }
 
-/// The schemes `sparse-bench train` runs by default: each residual
-/// optimizer over the sparse allreduce of its paper.
-pub fn schemes() -> Vec<Scheme> {
-    vec![
-        Scheme {
-            name: "sparcml_topk_sgd",
-            family: Family::TopK,
-            collective: "ssar_recursive_double",
-        },
-        Scheme {
-            name: "redsync_rgc",
-            family: Family::Rgc,
-            collective: "topk_a",
-        },
-        Scheme {
-            name: "redsync_rgc_quantized",
-            family: Family::RgcQuantized,
-            collective: "topk_a:values=ssmean",
-        },
-        Scheme {
-            name: "dgc",
-            family: Family::Dgc,
-            collective: "topk_a",
-        },
-        Scheme {
-            name: "spardl_global_residual",
-            family: Family::Spardl,
-            collective: "spardl",
-        },
-    ]
-}
-
-/// The schemes `names` names, in [`schemes`]'s spelling (all when empty).
-///
-/// # Errors
-/// [`Error::InvalidParameter`] for an unknown name, listing the known ones.
-pub fn schemes_named(names: &[String]) -> Result<Vec<Scheme>> {
-    let all = schemes();
-    if names.is_empty() {
-        return Ok(all);
-    }
-    names
-        .iter()
-        .map(|name| {
-            all.iter().find(|s| s.name == name).cloned().ok_or_else(|| {
-                let known: Vec<&str> = all.iter().map(|s| s.name).collect();
-                Error::invalid(
-                    "scheme",
-                    format!("unknown {name:?}; known: {}", known.join(", ")),
-                )
-            })
-        })
-        .collect()
-}
-
 /// What a run trains.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Run {

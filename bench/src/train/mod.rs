@@ -214,22 +214,22 @@ impl Default for TrainArgs {
 /// RedSync's compress threshold (Sec. 5.4): 128 KiB.
 pub const REDSYNC_COMPRESS_THRESHOLD: usize = 128 << 10;
 
-/// The recipe's settings of this command line.
-///
-/// # Errors
-/// As [`TrainArgs::bucket_bytes`].
-pub fn hyper(&self) -> Result<Hyper> {
-    Ok(Hyper {
-        lr: self.lr,
-        momentum: self.momentum,
-        weight_decay: self.weight_decay,
-        clip: self.clip,
-        bucket_bytes: self.bucket_bytes()?,
-        global_budget: self.global_budget,
-    })
-}
-
 impl TrainArgs {
+    /// The recipe's settings of this command line.
+    ///
+    /// # Errors
+    /// As [`TrainArgs::bucket_bytes`].
+    pub fn hyper(&self) -> Result<Hyper> {
+        Ok(Hyper {
+            lr: self.lr,
+            momentum: self.momentum,
+            weight_decay: self.weight_decay,
+            clip: self.clip,
+            bucket_bytes: self.bucket_bytes()?,
+            global_budget: self.global_budget,
+        })
+    }
+
     /// The bucket cap in bytes (`--bucket-mib`), `None` for a call per
     /// layer.
     ///

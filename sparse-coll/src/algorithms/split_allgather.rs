@@ -65,7 +65,6 @@ pub struct SsarSplitAllgather;
 
 /// SSAR_Split_allgather's registry name, from which the entry id derives.
 const SSAR_NAME: &str = "ssar_split_allgather";
-/// DSAR_Split_allgather's (with QSGD too: the quantization is a parameter
 
 /// Rank `r`'s bytes in the split phase (from every other rank a stream of
 /// its entries in `r`'s partition) and the allgather of the partitions

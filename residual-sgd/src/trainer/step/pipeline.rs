@@ -107,9 +107,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
     /// # Errors
     /// As [`Feed::push`].
     pub fn push_host(&mut self, layer: usize, g: &[f32]) -> Result<()> {
-        let out = check_finite(g)
-            .and_then(|()| self.b.upload(g))
-            .and_then(|buf| self.take(layer, Grad::Owned(buf), || Ok(())));
+        let out = self
+            .b
+            .upload(g)
+            .and_then(|buf| self.take(layer, Grad::Owned(buf), || check_finite(g)));
         self.note(out)
     }
 

@@ -21,7 +21,8 @@ use sparse_core::state::{Scope, State};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec};
 
-/// the ranks agree on).
+/// DSAR_Split_allgather's registry name (with QSGD too: the quantization
+/// is a parameter the ranks agree on).
 const DSAR_NAME: &str = "dsar_split_allgather";
 
 /// DSAR_Split_allgather: the split phase of [`SsarSplitAllgather`], then
