@@ -9,7 +9,8 @@ pub use launch::{Gathered, Launch, RankHooks, ThreadHooks, Threads};
 #[cfg(feature = "mpi")]
 pub use launch::{Mpi, MpiHooks};
 use sparse_coll::{
-    Defaults, Profile, Reduced, Registry, SparseAllreduce, Traffic, Transport, dense,
+    Defaults, Params, Profile, Reduced, Registered, Registry, Spardl, SparseAllreduce, Traffic,
+    Transport, dense,
 };
 use sparse_core::generate::{GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
@@ -469,12 +470,14 @@ pub fn overlap_report(
     }
 }
 
-/// The algorithm the overlap measurement uses: SparDL when selected, else
-/// the first selected one.
+/// The algorithm the overlap measurement uses: SparDL ([`Spardl`], the
+/// paper whose training overlaps it) when selected, else the first
+/// selected one.
 pub fn overlap_algorithm(algos: &[String]) -> Option<String> {
+    let spardl = <Spardl<f32> as Registered<f32>>::NAME;
     algos
         .iter()
-        .find(|a| a.split(':').next() == Some("spardl"))
+        .find(|a| Params::parse(a).is_ok_and(|p| p.name() == spardl))
         .or(algos.first())
         .cloned()
 }

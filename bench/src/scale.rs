@@ -6,7 +6,8 @@
 
 use sparse_coll::sim::{self, Compute, Network, SimCluster, Trace};
 use sparse_coll::{
-    Auto, Defaults, Profile, Registry, SimTransport, SparseAllreduce, Traffic, Transport,
+    Auto, Defaults, Profile, Promises, Registered, Registry, SimTransport, SparseAllreduce,
+    Traffic, Transport,
 };
 use sparse_core::generate::{GradientPool, GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
@@ -201,7 +202,7 @@ fn selection(a: &ScaleArgs) -> Vec<String> {
         Registry::<f32>::builtin()
             .names()
             .into_iter()
-            .filter(|n| *n != "auto")
+            .filter(|n| *n != <Auto<f32> as Registered<f32>>::NAME)
             .map(String::from)
             .collect()
     } else {
@@ -220,17 +221,21 @@ pub const MARGIN: f64 = 1.25;
 
 /// The memory a run of `algo` on `prof` is estimated to need, bytes: every
 /// rank holds its input, the bytes the cost model says it receives and
-/// its result (the union of the index sets, or the algorithm's bound on
-/// its result where it has one), plus the index pool, with a margin of
+/// its result (the union of the index sets, or the bound it promises on
+/// its result, [`Promises::max_result_entries`]), plus the index pool, with a margin of
 /// [`MARGIN`], and [`PER_RANK`] per thread. The table prints the measured
 /// peak beside it.
-pub fn memory_estimate(algo: &dyn SparseAllreduce<f32>, prof: &Profile) -> u64 {
+pub fn memory_estimate(
+    algo: &dyn SparseAllreduce<f32>,
+    promises: Option<&dyn Promises<f32>>,
+    prof: &Profile,
+) -> u64 {
     let p = prof.p as f64;
     let recv = algo.cost(prof).bytes();
     // A lossy algorithm's result is bounded by its budget.
     let entries = prof.union.min(prof.n);
-    let entries = algo
-        .max_result_entries(prof.n)
+    let entries = promises
+        .and_then(|pr| pr.max_result_entries(prof.n))
         .map_or(entries, |m| m.min(entries));
     let result = 8.0 * entries as f64;
     let input = 8.0 * prof.k_max as f64;
@@ -343,8 +348,10 @@ fn check_memory(
         let prof = profile_for(p, a.n, shared, private);
         let nnz = prof.k_max;
         for spec in algos {
-            let algo = registry.build(spec, Defaults::k(nnz.max(1))?)?;
-            let est = memory_estimate(&*algo, &prof);
+            let defaults = Defaults::k(nnz.max(1))?;
+            let algo = registry.build(spec, defaults)?;
+            let promises = registry.promises(spec, defaults)?;
+            let est = memory_estimate(&*algo, promises.as_deref(), &prof);
             if est as f64 > cap.gib * GIB {
                 over.push(format!("{spec} at P = {p}: {:.1} GiB", est as f64 / GIB));
             }
@@ -493,7 +500,8 @@ pub fn run_one_traced(
     let model = registry.build(spec, defaults)?;
     let cost = model.cost(&prof);
     let lossless = model.lossless();
-    let mem_estimate = memory_estimate(&*model, &prof);
+    let promises = registry.promises(spec, defaults)?;
+    let mem_estimate = memory_estimate(&*model, promises.as_deref(), &prof);
     drop(model);
     // The pairs' floor: 8 bytes (index and value) per entry of the
     // largest input, as `MpiHooks` pads it.

@@ -1,6 +1,6 @@
 //! `sparse-bench step`: one training step of a paper's model
 //! ([`crate::models`]) with every residual optimizer of
-//! [`crate::train::schemes`] against dense allreduce, at each rank count,
+//! [`residual_sgd::recipe::schemes`] against dense allreduce, at each rank count,
 //! as RedSync's Fig. 7-9 plot speedup over dense per GPU count.
 //!
 //! # What is measured, modelled and simulated
@@ -77,8 +77,8 @@
 //! `tests/step.rs` checks the scaling against an unscaled run.
 
 use crate::models::{self, ModelPreset};
-use crate::train::{self, Family, Run, Scheme, TrainArgs};
 use backend_cpu::Cpu;
+use residual_sgd::recipe::{self, Family, Hyper, Run, Scheme};
 use residual_sgd::{Config, KeptDense, LayerSpec, Trainer};
 use sparse_coll::sim;
 use sparse_coll::{Defaults, Registry, ThreadCluster};
@@ -254,7 +254,7 @@ pub fn rule_name(k: &KeptDense) -> &'static str {
 }
 
 /// The optimizer settings of `run`: `sparse-bench train`'s
-/// ([`train::config`]), with RedSync's compress threshold for the RGC
+/// ([`recipe::config_with_threshold`] with [`Hyper`]'s defaults), with RedSync's compress threshold for the RGC
 /// families and none for top-k SGD (each rule's paper's), and DGC's
 /// one-dimension rule for all.
 ///
@@ -265,7 +265,7 @@ pub fn config(run: &Run) -> Result<Config> {
         Run::Sparse { scheme, .. } if scheme.family == Family::TopK => 0,
         _ => REDSYNC_COMPRESS_THRESHOLD,
     };
-    train::config_with_threshold(run, &TrainArgs::default(), threshold)
+    recipe::config_with_threshold(run, &Hyper::default(), threshold)
 }
 
 /// Which layers of `model` `run` compresses, by the real settings'
@@ -285,7 +285,7 @@ pub fn plan(run: &Run, model: &ModelPreset) -> Result<RunPlan> {
         .enumerate()
         .map(|(i, spec)| LayerPlan {
             kept_dense: config.kept_dense(&spec),
-            collective: train::layer_collective(run, Some(i) == output),
+            collective: recipe::layer_collective(run, Some(i) == output),
             spec,
         })
         .collect();
@@ -436,12 +436,11 @@ pub fn local_phases(plan: &RunPlan, grads: &[Vec<f32>], reps: usize) -> Result<(
                 &w0,
                 RadixTopK::magnitude(),
                 |spec| {
-                    let collective = plan
-                        .layers
-                        .iter()
-                        .find(|l| l.spec.name == spec.name)
-                        .map_or("topk_a", |l| l.collective);
-                    Registry::builtin().build(collective, defaults)
+                    let layer = plan.layers.iter().find(|l| l.spec.name == spec.name);
+                    let layer = layer.ok_or_else(|| {
+                        Error::invalid("layer", format!("{} is not in the plan", spec.name))
+                    })?;
+                    Registry::builtin().build(layer.collective, defaults)
                 },
             )?
         };
@@ -498,7 +497,7 @@ pub fn run(model: &ModelPreset, a: &StepArgs) -> Result<StepReport> {
     check(a)?;
     let device = device(&a.device)?;
     let compute = compute_ms(model, a, &device)?;
-    let plans = runs(&train::schemes_named(&a.schemes)?, a.density)
+    let plans = runs(&recipe::schemes_named(&a.schemes)?, a.density)
         .iter()
         .map(|r| plan(r, model))
         .collect::<Result<Vec<_>>>()?;

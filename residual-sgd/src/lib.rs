@@ -176,13 +176,14 @@ pub mod checkpoint;
 mod config;
 mod layer;
 pub mod memory;
+pub mod recipe;
 mod trainer;
 
 pub use bucket::{BucketBudget, Buckets, FillOrder};
 pub use config::{Collection, Config, KeptDense, Rule, dgc_density};
 pub use layer::LayerSpec;
 pub use memory::Memory;
-pub use trainer::{Feed, LayerReport, StepReport, Trainer};
+pub use trainer::{Feed, LayerReport, StepFailure, StepReport, Trainer};
 
 /// The agreement rounds ([`sparse_coll::agree_or_fail`], one small
 /// allgather among all ranks each where every rank succeeds; a failure

@@ -269,13 +269,13 @@ impl SparseAllreduce<f32> for Rogue {
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<Entered> {
         self.inner.enter(t, v)
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<f32>,
         entered: Entered,
         red: &mut Reduced<f32>,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         self.inner.body(t, v, entered, red)?;
         let (dim, mut idx, mut val) = (
             red.result.dim(),
@@ -294,7 +294,7 @@ impl SparseAllreduce<f32> for Rogue {
             dim
         };
         red.result = SparseVec::new_unchecked(dim, idx, val);
-        Ok(())
+        Ok(Ok(()))
     }
 }
 

@@ -867,17 +867,17 @@ impl sparse_coll::SparseAllreduce<f32> for Liar {
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<f32>) -> Result<sparse_coll::Entered> {
         self.inner.enter(t, v)
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<f32>,
         entered: sparse_coll::Entered,
         out: &mut sparse_coll::Reduced<f32>,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         self.calls += 1;
         self.inner.body(t, v, entered, out)?;
         if t.rank() != self.rank || self.calls != self.at {
-            return Ok(());
+            return Ok(Ok(()));
         }
         let dim = out.result.dim();
         let (mut idx, mut val) = (out.result.indices().to_vec(), out.result.values().to_vec());
@@ -907,14 +907,14 @@ impl sparse_coll::SparseAllreduce<f32> for Liar {
                         d.iter().map(|p| p.1).collect(),
                     )?;
                 }
-                return Ok(());
+                return Ok(Ok(()));
             }
             _ => return Err(Error::invalid("probe", "the collective fails on this rank")),
         }
         // Built unchecked where it is out of range: the trainer must catch it.
         out.result = SparseVec::new(dim, idx.clone(), val.clone())
             .unwrap_or_else(|_| SparseVec::new(dim + 4, idx, val).expect("probe: widened result"));
-        Ok(())
+        Ok(Ok(()))
     }
 }
 

@@ -40,20 +40,20 @@ impl SparseAllreduce<f32> for DenseRing {
     fn admit(&mut self, _: &dyn Transport, v: &SparseVec<f32>) -> Option<Admission> {
         Some(wire::admit("dense_ring", v, &[], Ok(())))
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<f32>,
         _: Entered,
         out: &mut Reduced<f32>,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         let sum = ring_allreduce(t, &v.to_dense())?;
         *out = Reduced {
             result: SparseVec::from_dense(&sum)?,
             dropped: SparseVec::zeros(v.dim())?,
             ..Reduced::default()
         };
-        Ok(())
+        Ok(Ok(()))
     }
 }
 

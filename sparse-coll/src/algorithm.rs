@@ -94,25 +94,6 @@ pub trait SparseAllreduce<E: Element>: Send {
     fn load_state(&mut self, state: &State) -> Result<()> {
         state.expect_stateless(&self.name())
     }
-    /// The rounds rank `r` of `p` takes in a first call of this instance
-    /// (the entry agreement excluded), where they follow from `p` and `r`
-    /// alone; `None` (the default) where they do not. The collective suite
-    /// (`sparse_coll::testing`) checks them.
-    fn expected_rounds(&self, _p: usize, _r: usize) -> Option<u64> {
-        None
-    }
-    /// The bytes rank `r` receives in a first call on the ranks' inputs
-    /// `ins` (by rank), where they follow from the inputs alone; `None`
-    /// (the default) where they do not. The collective suite checks them.
-    fn expected_bytes(&self, _ins: &[SparseVec<E>], _r: usize) -> Option<u64> {
-        None
-    }
-    /// The most entries a result of dimension `dim` may hold (a lossy
-    /// algorithm's budget); `None` (the default): no bound. The collective
-    /// suite checks it.
-    fn max_result_entries(&self, _dim: usize) -> Option<usize> {
-        None
-    }
     /// The local half of a call's entry round, where that round is only
     /// the agreement ([`crate::wire::admit`]): the input and this rank's
     /// readiness checked (its parameters, allocations made before the
@@ -177,46 +158,46 @@ pub trait SparseAllreduce<E: Element>: Send {
         };
         crate::failure::Failure::failed_entry(a.failing(e).enter(t))
     }
-    /// The rest of a call, once every rank has entered: its result and
-    /// dropped part into `out` (contents replaced; where the algorithm
-    /// builds its result in place, its allocations reused). Its traffic
-    /// is not the body's to count: [`SparseAllreduce::allreduce_into`]
-    /// records it in `out.traffic`. A failure here may leave peers
-    /// waiting on this rank: [`SparseAllreduce::allreduce_into`] abandons
-    /// the transport then.
+    /// The rest of a call, once every rank has entered, with its failures
+    /// told apart: its result and dropped part into `out` (contents
+    /// replaced; where the algorithm builds its result in place, its
+    /// allocations reused). The outer error may leave peers waiting on
+    /// this rank (the call abandons the transport on it); the inner one is
+    /// a failure every rank reached at the same point with no message left
+    /// unread (the transport stays usable, and the next call works). An
+    /// algorithm whose body cannot fail alike on every rank returns
+    /// `Ok(Ok(()))` or its outer error (`?` works as usual); those whose
+    /// body can fail so return the inner error: DSAR with QSGD (a
+    /// partition sum it cannot scale), SparDL and recursive doubling with a
+    /// lossy value codec (a partial sum it cannot carry, told to every rank
+    /// in failure frames), the hierarchical allreduce (a part's call that
+    /// failed on its group), the planner (its candidate's). Its traffic is
+    /// not the body's to count: [`SparseAllreduce::allreduce_into`] records
+    /// it in `out.traffic`.
     ///
     /// # Errors
     /// The algorithm's errors (a corrupt message, a failed peer, ...).
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        entered: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()>;
-    /// [`SparseAllreduce::body`] with its failures told apart: the outer
-    /// error may leave peers waiting on this rank (the call abandons the
-    /// transport on it), the inner one every rank reached at the same
-    /// point with no message left unread (the transport stays usable, and
-    /// the next call works). The default is `body`, every failure outer.
-    /// An algorithm whose body can fail alike on every rank overrides it
-    /// (and implements `body` as this method with the two errors as one):
-    /// DSAR with QSGD (a partition sum it cannot scale), SparDL and
-    /// recursive doubling with a lossy value codec (a partial sum it
-    /// cannot carry, told to every rank in failure frames), the
-    /// hierarchical allreduce (a part's call that failed on its group),
-    /// the planner (its candidate's).
-    ///
-    /// # Errors
-    /// As [`SparseAllreduce::body`].
     fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
         entered: Entered,
         out: &mut Reduced<E>,
-    ) -> Result<Result<()>> {
-        self.body(t, v, entered, out).map(Ok)
+    ) -> Result<Result<()>>;
+    /// [`SparseAllreduce::agreed_body`] with the two kinds of failure as
+    /// one, for a caller that does not tell them apart (a collective that
+    /// calls another's body inside its own).
+    ///
+    /// # Errors
+    /// As [`SparseAllreduce::agreed_body`].
+    fn body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        entered: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<()> {
+        self.agreed_body(t, v, entered, out)?
     }
     /// The body run as a call runs it, once every rank has entered
     /// ([`SparseAllreduce::allreduce_into`] and
@@ -474,10 +455,39 @@ impl Defaults {
     }
 }
 
+/// What a built-in style algorithm promises of its calls, besides its
+/// result, for the collective suite (`sparse_coll::testing`) to check: the
+/// rounds and bytes of a first call and the bound on its result. Apart
+/// from [`SparseAllreduce`], which every user implements: only a
+/// [`Registered`] algorithm states them (every method has a default,
+/// `None`: no promise), and the registry builds an instance to ask
+/// ([`crate::Registry::promises`]).
+pub trait Promises<E: Element> {
+    /// The rounds rank `r` of `p` takes in a first call of this instance
+    /// (the entry agreement excluded), where they follow from `p` and `r`
+    /// alone; `None` (the default) where they do not. The collective suite
+    /// (`sparse_coll::testing`) checks them.
+    fn expected_rounds(&self, _p: usize, _r: usize) -> Option<u64> {
+        None
+    }
+    /// The bytes rank `r` receives in a first call on the ranks' inputs
+    /// `ins` (by rank), where they follow from the inputs alone; `None`
+    /// (the default) where they do not. The collective suite checks them.
+    fn expected_bytes(&self, _ins: &[SparseVec<E>], _r: usize) -> Option<u64> {
+        None
+    }
+    /// The most entries a result of dimension `dim` may hold (a lossy
+    /// algorithm's budget); `None` (the default): no bound. The collective
+    /// suite checks it.
+    fn max_result_entries(&self, _dim: usize) -> Option<usize> {
+        None
+    }
+}
+
 /// A built-in algorithm's place in the registry: its name, its parameters,
 /// the facts the suites, `sparse-bench` and the planner read from the
 /// registry ([`Facts`]), and how to build it from its parameters.
-pub trait Registered<E: Element>: SparseAllreduce<E> + Sized + 'static {
+pub trait Registered<E: Element>: SparseAllreduce<E> + Promises<E> + Sized + 'static {
     /// The registry name.
     const NAME: &'static str;
     /// The parameters it takes, for `--help` (`"k, d (teams, default: ...)"`).
@@ -590,12 +600,6 @@ pub(crate) fn is_name(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
-
-/// The teams of the SparDL variants: a fixed count, or chosen at each call
-/// from the number of ranks.
-pub(crate) fn teams_param(params: &mut Params) -> Result<Option<usize>> {
-    params.take::<usize>("d")
 }
 
 /// Saves each of `parts` as the child `{prefix}{i}` of `s` (the state of

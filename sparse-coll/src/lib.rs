@@ -86,12 +86,12 @@
 // 8. `algorithm`: the `SparseAllreduce` and `Registered` traits,
 //    parameters, `Catalog` (on 2, 4, 7).
 // 9. `algorithms::*`: one file per built-in algorithm (on 1-8;
-//    `topk_dsa` on `split_allgather` and `ssar`, `gtopk` and `ok_topk` on
-//    `spardl::split_topk`, `omnireduce` and `zen` on `push_pull`).
+//    `topk_dsa` on `split_allgather` and `ssar`, `omnireduce` and `zen` on
+//    `push_pull`).
 // 10. `plan`: the `Auto` planner (on 2, 4, 7, 8).
 // 11. `registry`: names to algorithms (on 8-10).
 // 12. `wire` (the public framing for a user's algorithm: re-exports of
-//     1, 2, 4, 5, 6 and `spardl::split_topk`), `nonblocking` (on 2),
+//     1, 2, 4, 5 and 6), `nonblocking` (on 2),
 //     `sim` (on 2), `testing` (on all).
 mod algorithm;
 mod algorithms;
@@ -114,7 +114,9 @@ mod transport;
 mod values;
 pub mod wire;
 
-pub use algorithm::{Budget, Catalog, Defaults, Facts, Params, Registered, SparseAllreduce};
+pub use algorithm::{
+    Budget, Catalog, Defaults, Facts, Params, Promises, Registered, SparseAllreduce,
+};
 pub use algorithms::gtopk::Gtopk;
 pub use algorithms::hierarchical::Hierarchical;
 pub use algorithms::ok_topk::OkTopk;

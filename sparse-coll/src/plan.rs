@@ -2,7 +2,8 @@
 //! model finds cheapest for a call's [`Profile`].
 
 use crate::algorithm::{
-    Catalog, Defaults, Params, Registered, SparseAllreduce, is_name, load_parts, save_parts,
+    Catalog, Defaults, Params, Promises, Registered, SparseAllreduce, is_name, load_parts,
+    save_parts,
 };
 use crate::entry::entry_id;
 use crate::profile::Profile;
@@ -346,15 +347,6 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
             None => crate::failure::Failure::failed_entry(self.profile_round(t, v, Err(e))),
         }
     }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        entered: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        self.agreed_body(t, v, entered, out)?
-    }
     /// The chosen candidate's body (its agreed failures as its own); a
     /// profiling call then learns the densification from the result and
     /// revises the choice the calls up to the next profile run.
@@ -386,6 +378,8 @@ impl<E: Element> SparseAllreduce<E> for Auto<E> {
         Ok(Ok(()))
     }
 }
+
+impl<E: Element> Promises<E> for Auto<E> {}
 
 impl<E: Element> Auto<E> {
     /// Counts a call that enters on its own round: `Some(i)` where it runs

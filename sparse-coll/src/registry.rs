@@ -5,7 +5,9 @@
 //! algorithms from here.
 
 use crate::Auto;
-use crate::algorithm::{Catalog, Defaults, Facts, Params, Registered, SparseAllreduce, is_name};
+use crate::algorithm::{
+    Catalog, Defaults, Facts, Params, Promises, Registered, SparseAllreduce, is_name,
+};
 use crate::plan::lossless_candidates;
 use crate::values::{BUILTIN_CODECS, WireValues};
 use sparse_core::encoding::{USER_TAGS, ValueCodec};
@@ -30,6 +32,9 @@ type Builder<E> = Box<
         + Sync,
 >;
 
+type PromisesBuilder<E> =
+    Box<dyn Fn(&mut Params, Defaults, &Registry<E>) -> Result<Box<dyn Promises<E>>> + Send + Sync>;
+
 /// One entry of a [`Registry`].
 pub struct Entry<E> {
     name: String,
@@ -38,6 +43,9 @@ pub struct Entry<E> {
     facts: Facts,
     suite: Option<fn(usize) -> Vec<String>>,
     build: Builder<E>,
+    /// What it promises of its calls ([`Promises`]; only a
+    /// [`Registered`] one states them).
+    promises: Option<PromisesBuilder<E>>,
 }
 
 impl<E> Entry<E> {
@@ -168,6 +176,9 @@ impl<E: Element> Registry<E> {
             build: Box::new(|p, d, registry| {
                 Ok(Box::new(A::build(p, d, registry)?) as Box<dyn SparseAllreduce<E>>)
             }),
+            promises: Some(Box::new(|p, d, registry| {
+                Ok(Box::new(A::build(p, d, registry)?) as Box<dyn Promises<E>>)
+            })),
         })
         .expect("built-in names are distinct");
     }
@@ -215,6 +226,7 @@ impl<E: Element> Registry<E> {
             facts,
             suite: None,
             build: Box::new(move |p, d, _| build(p, d)),
+            promises: None,
         })
     }
 
@@ -361,7 +373,32 @@ impl<E: Element> Registry<E> {
     /// [`Error::InvalidParameter`] for an unknown name (listing the known
     /// ones), an unknown parameter or a bad value.
     pub fn build(&self, spec: &str, defaults: Defaults) -> Result<Box<dyn SparseAllreduce<E>>> {
-        let mut params = Params::parse(spec)?;
+        let (entry, mut params) = self.entry(spec)?;
+        let algo = (entry.build)(&mut params, defaults, self)?;
+        params.finish()?;
+        Ok(algo)
+    }
+
+    /// What `spec`, built with `defaults`, promises of its calls
+    /// ([`Promises`], for the collective suite): a fresh instance to ask,
+    /// or `None` for an algorithm registered without them
+    /// ([`Registry::register`]).
+    ///
+    /// # Errors
+    /// As [`Registry::build`].
+    pub fn promises(&self, spec: &str, defaults: Defaults) -> Result<Option<Box<dyn Promises<E>>>> {
+        let (entry, mut params) = self.entry(spec)?;
+        let Some(build) = &entry.promises else {
+            return Ok(None);
+        };
+        let promises = build(&mut params, defaults, self)?;
+        params.finish()?;
+        Ok(Some(promises))
+    }
+
+    /// The entry `spec` names, and its parameters parsed.
+    fn entry(&self, spec: &str) -> Result<(&Entry<E>, Params)> {
+        let params = Params::parse(spec)?;
         let entry = self
             .entries
             .iter()
@@ -376,9 +413,7 @@ impl<E: Element> Registry<E> {
                     ),
                 )
             })?;
-        let algo = (entry.build)(&mut params, defaults, self)?;
-        params.finish()?;
-        Ok(algo)
+        Ok((entry, params))
     }
 
     /// Builds every registered algorithm with its default parameters.

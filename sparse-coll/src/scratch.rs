@@ -55,7 +55,7 @@ impl<E> Default for Pairs<E> {
     }
 }
 
-/// The vectors the lossy collectives (gTopk, the SparDL variants, Ok-Topk) work
+/// The vectors the lossy collectives (gTopk, the SparDL variants) work
 /// in, kept across calls: blocks of a reduce-scatter, the two sides of a
 /// cut, a merge's output, the selection's keys and the message sent.
 #[derive(Debug)]
@@ -66,9 +66,6 @@ pub(crate) struct Work<E> {
     pub(crate) tmp: Pairs<E>,
     pub(crate) keys: Vec<u64>,
     pub(crate) msg: Vec<u8>,
-    /// Ok-Topk's selection and the entries of its region it sends on.
-    pub(crate) picked: Pairs<E>,
-    pub(crate) chosen: Pairs<E>,
 }
 
 impl<E> Default for Work<E> {
@@ -80,8 +77,6 @@ impl<E> Default for Work<E> {
             tmp: Pairs::default(),
             keys: Vec::new(),
             msg: Vec::new(),
-            picked: Pairs::default(),
-            chosen: Pairs::default(),
         }
     }
 }

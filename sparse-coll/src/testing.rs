@@ -213,10 +213,10 @@ pub fn collective_suite_in(t: &mut dyn Transport, registry: &Registry<f32>) -> R
 /// [`COST_FACTOR`] of the bytes the busiest rank receives in a first call
 /// (the planner trusts it). Also what the algorithm
 /// says of itself: its result's bound
-/// ([`crate::SparseAllreduce::max_result_entries`]), and in a first call
+/// ([`crate::Promises::max_result_entries`]), and in a first call
 /// its rounds and bytes where it names them
-/// ([`crate::SparseAllreduce::expected_rounds`],
-/// [`crate::SparseAllreduce::expected_bytes`]). Last, that no message is
+/// ([`crate::Promises::expected_rounds`],
+/// [`crate::Promises::expected_bytes`]). Last, that no message is
 /// left unread on any link.
 ///
 /// Run it on [`crate::ThreadCluster::synchronous`] threads: sends then
@@ -242,14 +242,16 @@ pub fn collective_suite_for(
         let ins = inputs_of(p, &case, exact)?;
         let defaults = budget(&case);
         let mut algo = registry.build(spec, defaults)?;
-        // What the fresh instance says its first call takes, by rank (no
-        // rounds on one rank).
+        // What the algorithm promises of a first call, by rank (no rounds
+        // on one rank), and of its result.
+        let promises = registry.promises(spec, defaults)?;
         let expected: Vec<_> = (0..p)
             .map(|q| {
-                let rounds = algo
-                    .expected_rounds(p, q)
-                    .map(|n| if p == 1 { 0 } else { n });
-                (rounds, algo.expected_bytes(&ins, q))
+                let Some(pr) = &promises else {
+                    return (None, None);
+                };
+                let rounds = pr.expected_rounds(p, q).map(|n| if p == 1 { 0 } else { n });
+                (rounds, pr.expected_bytes(&ins, q))
             })
             .collect();
         // What the fresh instance predicts of its first call (for the
@@ -307,7 +309,9 @@ pub fn collective_suite_for(
             }
             let outcome = Outcome {
                 ins: &ins,
-                most: algo.max_result_entries(case.dim),
+                most: promises
+                    .as_ref()
+                    .and_then(|pr| pr.max_result_entries(case.dim)),
                 expected: &expected,
                 predicted,
                 lossless: algo.lossless(),

@@ -33,13 +33,13 @@
 //!         // other calls of `sparse_coll::allreduce_jointly`.
 //!         Some(wire::admit("my_allreduce", v, &[], Ok(())))
 //!     }
-//!     fn body(
+//!     fn agreed_body(
 //!         &mut self,
 //!         t: &mut dyn Transport,
 //!         v: &SparseVec<f32>,
 //!         _: Entered,
 //!         out: &mut Reduced<f32>,
-//!     ) -> Result<()> {
+//!     ) -> Result<Result<()>> {
 //!         let mut msg = Vec::new();
 //!         wire::put_block(&mut msg, v);
 //!         let mut result = SparseVec::zeros(v.dim())?;
@@ -53,7 +53,7 @@
 //!             result,
 //!             ..Reduced::default()
 //!         };
-//!         Ok(())
+//!         Ok(Ok(()))
 //!     }
 //! }
 //! # let out = sparse_coll::ThreadCluster::new(3).run(|t| {
@@ -66,7 +66,6 @@
 use crate::{Admission, Entered, Transport};
 use sparse_core::{Element, Result, SparseVec};
 
-pub use crate::algorithms::spardl::split_topk;
 pub use crate::bytes::{le_bytes, le_u32s};
 pub use crate::entry::entry_id;
 pub use crate::frame::{

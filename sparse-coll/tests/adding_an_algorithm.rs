@@ -15,8 +15,8 @@ use sparse_coll::testing::{
     real_cases,
 };
 use sparse_coll::{
-    Catalog, Defaults, Entered, Params, Profile, Reduced, Registered, Registry, SparseAllreduce,
-    ThreadCluster, Transport, wire,
+    Catalog, Defaults, Entered, Params, Profile, Promises, Reduced, Registered, Registry,
+    SparseAllreduce, ThreadCluster, Transport, wire,
 };
 use sparse_core::cost::{Cost, ceil_log2};
 use sparse_core::{Element, Result, SparseVec};
@@ -45,27 +45,16 @@ impl<E: Element> SparseAllreduce<E> for NaiveSum {
         let bytes = prof.others() * (8.0 + prof.pair_bytes() * prof.k_avg() as f64);
         Cost::new(f64::from(ceil_log2(prof.p)), bytes / 4.0)
     }
-    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
-        Some(ceil_log2(p).into())
-    }
-    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
-        let others = (0..ins.len()).filter(|&q| q != r);
-        Some(
-            others
-                .map(|q| (8 + (4 + E::BYTES) * ins[q].nnz()) as u64)
-                .sum(),
-        )
-    }
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         wire::enter(t, NAME, v, &[], Ok(()))
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
         _: Entered,
         out: &mut Reduced<E>,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         let mut msg = Vec::new();
         wire::put_block(&mut msg, v);
         let mut result = SparseVec::zeros(v.dim())?;
@@ -85,7 +74,22 @@ impl<E: Element> SparseAllreduce<E> for NaiveSum {
             dropped: SparseVec::zeros(v.dim())?,
             ..Reduced::default()
         };
-        Ok(())
+        Ok(Ok(()))
+    }
+}
+
+/// What it promises of a first call, which the collective suite checks.
+impl<E: Element> Promises<E> for NaiveSum {
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(ceil_log2(p).into())
+    }
+    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
+        let others = (0..ins.len()).filter(|&q| q != r);
+        Some(
+            others
+                .map(|q| (8 + (4 + E::BYTES) * ins[q].nnz()) as u64)
+                .sum(),
+        )
     }
 }
 

@@ -349,14 +349,14 @@ impl SparseAllreduce<f32> for MyTopk {
     ) -> sparse_core::Result<Entered> {
         self.0.enter(t, v)
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn sparse_coll::Transport,
         v: &SparseVec<f32>,
         entered: Entered,
         out: &mut Reduced<f32>,
-    ) -> sparse_core::Result<()> {
-        self.0.body(t, v, entered, out)
+    ) -> sparse_core::Result<sparse_core::Result<()>> {
+        self.0.agreed_body(t, v, entered, out)
     }
 }
 

@@ -64,13 +64,13 @@ impl<E: Element> SparseAllreduce<E> for Rogue {
     fn enter(&mut self, t: &mut dyn Transport, v: &SparseVec<E>) -> Result<Entered> {
         wire::enter(t, "rogue", v, &[], Ok(()))
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
         _: Entered,
         out: &mut Reduced<E>,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         self.calls += 1;
         let (p, r) = (t.size(), t.rank());
         let mut msg = Vec::new();
@@ -105,7 +105,7 @@ impl<E: Element> SparseAllreduce<E> for Rogue {
             dropped: SparseVec::zeros(v.dim())?,
             ..Reduced::default()
         };
-        Ok(())
+        Ok(Ok(()))
     }
 }
 

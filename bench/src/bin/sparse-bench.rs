@@ -389,7 +389,11 @@ fn row_name(r: &bench::allreduce::AllreduceRow) -> String {
         .collect();
     match &r.chose {
         Some(c) => format!("auto -> {c}"),
-        None if r.algo == "auto" || shown.is_empty() => r.algo.clone(),
+        None if r.algo == <sparse_coll::Auto<f32> as sparse_coll::Registered<f32>>::NAME
+            || shown.is_empty() =>
+        {
+            r.algo.clone()
+        }
         None => format!("{}:{}", r.algo, shown.join(",")),
     }
 }

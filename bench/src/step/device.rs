@@ -5,7 +5,7 @@
 
 use super::RunPlan;
 use crate::models;
-use crate::train::{Family, Run};
+use residual_sgd::recipe::{Family, Run};
 use sparse_core::{Error, Result};
 
 /// A device the step's local phases are modelled on, with the

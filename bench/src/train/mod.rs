@@ -21,146 +21,14 @@ pub mod run;
 use data::{Data, Set};
 use model::{Kind, Model};
 pub use rank::train_rank;
-use residual_sgd::{BucketBudget, Buckets, Config, Rule};
+use residual_sgd::Config;
+use residual_sgd::recipe::{self, Hyper};
+pub use residual_sgd::recipe::{Family, Run, Scheme, layer_collective, schemes, schemes_named};
 use sparse_core::{Error, Result};
 
 /// The named, seedable generator of the training runs (shuffles, initial
 /// weights): ChaCha8, whose stream is fixed by its specification.
 pub type Rng = rand_chacha::ChaCha8Rng;
-
-/// The optimizer family of a scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    /// SparCML's top-k SGD (no momentum); dense counterpart: plain SGD.
-    TopK,
-    /// RedSync's RGC (momentum correction, factor masking).
-    Rgc,
-    /// RGC in RedSync's quantized mode (same-sign means, top-k/low-k).
-    RgcQuantized,
-    /// RGC with DGC's density warm-up and gradient clipping.
-    Dgc,
-    /// RGC over SparDL's collective with global residual collection.
-    Spardl,
-}
-
-/// A residual optimizer over a sparse allreduce.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scheme {
-    /// Name in reports.
-    pub name: &'static str,
-    /// The optimizer.
-    pub family: Family,
-    /// The collective (a registry name with parameters).
-    pub collective: &'static str,
-}
-
-/// The schemes `sparse-bench train` runs by default: each residual
-/// optimizer over the sparse allreduce of its paper.
-pub fn schemes() -> Vec<Scheme> {
-    vec![
-        Scheme {
-            name: "sparcml_topk_sgd",
-            family: Family::TopK,
-            collective: "ssar_recursive_double",
-        },
-        Scheme {
-            name: "redsync_rgc",
-            family: Family::Rgc,
-            collective: "topk_a",
-        },
-        Scheme {
-            name: "redsync_rgc_quantized",
-            family: Family::RgcQuantized,
-            collective: "topk_a:values=ssmean",
-        },
-        Scheme {
-            name: "dgc",
-            family: Family::Dgc,
-            collective: "topk_a",
-        },
-        Scheme {
-            name: "spardl_global_residual",
-            family: Family::Spardl,
-            collective: "spardl",
-        },
-    ]
-}
-
-/// The schemes `names` names, in [`schemes`]'s spelling (all when empty).
-///
-/// # Errors
-/// [`Error::InvalidParameter`] for an unknown name, listing the known ones.
-pub fn schemes_named(names: &[String]) -> Result<Vec<Scheme>> {
-    let all = schemes();
-    if names.is_empty() {
-        return Ok(all);
-    }
-    names
-        .iter()
-        .map(|name| {
-            all.iter().find(|s| s.name == name).cloned().ok_or_else(|| {
-                let known: Vec<&str> = all.iter().map(|s| s.name).collect();
-                Error::invalid(
-                    "scheme",
-                    format!("unknown {name:?}; known: {}", known.join(", ")),
-                )
-            })
-        })
-        .collect()
-}
-
-/// What a run trains.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Run {
-    /// Every layer through the transport's dense allreduce (the ring on
-    /// threads, `MPI_Allreduce` under MPI); momentum SGD when
-    /// `momentum` (else plain SGD).
-    Dense {
-        /// Momentum SGD (RGC's settings) or plain SGD.
-        momentum: bool,
-    },
-    /// A scheme at a density.
-    Sparse {
-        /// The scheme.
-        scheme: Scheme,
-        /// Final density of the sent set.
-        density: f64,
-    },
-}
-
-impl Run {
-    /// The report's name of the run.
-    pub fn name(&self) -> String {
-        match self {
-            Run::Dense { momentum: true } => "dense_momentum_sgd".into(),
-            Run::Dense { momentum: false } => "dense_sgd".into(),
-            Run::Sparse { scheme, .. } => scheme.name.into(),
-        }
-    }
-    /// The collective's name.
-    pub fn collective(&self) -> String {
-        match self {
-            Run::Dense { .. } => "dense_allreduce".into(),
-            Run::Sparse { scheme, .. } => scheme.collective.into(),
-        }
-    }
-    /// The final density of the sent set (1 for dense runs).
-    pub fn density(&self) -> f64 {
-        match self {
-            Run::Sparse { density, .. } => *density,
-            Run::Dense { .. } => 1.0,
-        }
-    }
-    /// The dense counterpart (same optimizer settings, dense allreduce).
-    pub fn dense(&self) -> Run {
-        match self {
-            Run::Sparse { scheme, .. } => Run::Dense {
-                momentum: scheme.family != Family::TopK,
-            },
-            d => d.clone(),
-        }
-    }
-}
 
 /// Where `sparse-bench train` computes gradients and keeps the weights
 /// (`--device`).
@@ -312,17 +180,18 @@ pub struct TrainArgs {
 
 impl Default for TrainArgs {
     fn default() -> Self {
+        let hyper = Hyper::default();
         Self {
             epochs: 40,
             data: Data::Digits,
             model: Kind::Mlp,
             hidden: None,
             batch: 16,
-            lr: 0.1,
-            momentum: 0.9,
-            weight_decay: 1e-4,
+            lr: hyper.lr,
+            momentum: hyper.momentum,
+            weight_decay: hyper.weight_decay,
             compress_threshold: None,
-            clip: 5.0,
+            clip: hyper.clip,
             warmup: 4,
             train_images: None,
             checkpoint_every: None,
@@ -346,6 +215,21 @@ impl Default for TrainArgs {
 pub const REDSYNC_COMPRESS_THRESHOLD: usize = 128 << 10;
 
 impl TrainArgs {
+    /// The recipe's settings of this command line.
+    ///
+    /// # Errors
+    /// As [`TrainArgs::bucket_bytes`].
+    pub fn hyper(&self) -> Result<Hyper> {
+        Ok(Hyper {
+            lr: self.lr,
+            momentum: self.momentum,
+            weight_decay: self.weight_decay,
+            clip: self.clip,
+            bucket_bytes: self.bucket_bytes()?,
+            global_budget: self.global_budget,
+        })
+    }
+
     /// The bucket cap in bytes (`--bucket-mib`), `None` for a call per
     /// layer.
     ///
@@ -469,77 +353,14 @@ pub struct RankRun {
     pub lost_steps: u64,
 }
 
-/// The optimizer settings a run uses: [`config_with_threshold`] with
-/// RedSync's compress threshold ([`TrainArgs::redsync_threshold`]) for
-/// the two RedSync schemes and none for the others, whose papers have no
-/// such rule.
+/// The optimizer settings a run uses ([`residual_sgd::recipe::config`]
+/// with this command line's settings and RedSync's compress threshold,
+/// [`TrainArgs::redsync_threshold`]).
 ///
 /// # Errors
 /// Invalid settings.
 pub fn config(run: &Run, a: &TrainArgs) -> Result<Config> {
-    let threshold = match run {
-        Run::Sparse { scheme, .. }
-            if matches!(scheme.family, Family::Rgc | Family::RgcQuantized) =>
-        {
-            a.redsync_threshold()
-        }
-        _ => 0,
-    };
-    config_with_threshold(run, a, threshold)
-}
-
-/// The optimizer settings of `run` with layers of at most
-/// `compress_threshold` bytes dense, and biases (one dimension) dense in
-/// every scheme (DGC's rule).
-///
-/// # Errors
-/// Invalid settings.
-pub fn config_with_threshold(
-    run: &Run,
-    a: &TrainArgs,
-    compress_threshold: usize,
-) -> Result<Config> {
-    let rgc = Rule::Rgc {
-        momentum: a.momentum,
-        nesterov: false,
-        weight_decay: a.weight_decay,
-        factor_masking: true,
-    };
-    let bucket = a.bucket_bytes()?;
-    Ok(match run {
-        Run::Dense { momentum: false } => {
-            Config::dense(a.lr, Rule::TopK)?.fuse(bucket.unwrap_or(0))
-        }
-        Run::Dense { momentum: true } => Config::dense(a.lr, rgc)?.fuse(bucket.unwrap_or(0)),
-        Run::Sparse { scheme, density } => {
-            let rule = if scheme.family == Family::TopK {
-                Rule::TopK
-            } else {
-                rgc
-            };
-            // Biases go dense in every scheme (DGC's rule, as this
-            // benchmark has always run them; `dense_layers` reports it).
-            let cfg = Config::new(a.lr, *density, rule)?
-                .compress_threshold(compress_threshold)
-                .compress_min_dims(2);
-            let cfg = match scheme.family {
-                Family::RgcQuantized => cfg.quantized()?,
-                Family::Dgc => cfg.clip(a.clip)?,
-                _ => cfg,
-            };
-            match bucket {
-                Some(bytes) => {
-                    let budget = if a.global_budget {
-                        BucketBudget::Global
-                    } else {
-                        BucketBudget::PerLayer
-                    };
-                    cfg.buckets(Buckets::new(bytes)?.budget(budget))?
-                }
-                None => cfg,
-            }
-        }
-    })
+    recipe::config(run, &a.hyper()?, a.redsync_threshold())
 }
 
 /// FNV-1a over the weights' bits.
@@ -574,19 +395,6 @@ fn at_least_one(s: &str) -> std::result::Result<usize, String> {
 /// The seed of `rank`'s shuffle of its shard in `epoch`.
 pub fn order_seed(seed: u64, epoch: usize, rank: usize) -> u64 {
     seed ^ (epoch as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((rank as u64) << 48)
-}
-
-/// The collective a compressed layer of `run` goes through: the scheme's,
-/// except TopkA for the output layer (`output`) in RedSync's quantized
-/// mode, which leaves that layer exact; TopkA for the dense runs (which
-/// compress no layer).
-pub fn layer_collective(run: &Run, output: bool) -> &'static str {
-    match run {
-        Run::Sparse { scheme, .. } if !(scheme.family == Family::RgcQuantized && output) => {
-            scheme.collective
-        }
-        _ => "topk_a",
-    }
 }
 
 /// Single-process SGD on the union of the ranks' batches, step by step (the

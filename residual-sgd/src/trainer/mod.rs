@@ -13,7 +13,7 @@ mod report;
 mod state;
 mod step;
 
-pub use report::{LayerReport, StepReport};
+pub use report::{LayerReport, StepFailure, StepReport};
 pub use step::Feed;
 
 /// A compressed layer's parts: its memory, its compressor and the bucket
@@ -105,6 +105,9 @@ pub struct Trainer<B: Backend<f32>, S> {
     /// that applied the same steps to the same weights hold the same
     /// digest; the entry round of each step compares it.
     history: u64,
+    /// What the last step did with this rank's gradients, where it failed
+    /// ([`Trainer::last_failure`]).
+    failure: Option<StepFailure>,
 }
 
 impl<B: Backend<f32> + 'static, S: Selector<B, f32> + Clone> Trainer<B, S> {
@@ -297,6 +300,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
             layers: out,
             buckets,
             history,
+            failure: None,
         })
     }
 }
@@ -376,6 +380,15 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     pub fn set_density(&mut self, density: f64) -> Result<()> {
         self.cfg = self.cfg.with_density(density)?;
         Ok(())
+    }
+
+    /// What the last step did with this rank's gradients, where it
+    /// failed (`None` after a step that succeeded, and before the first).
+    /// Every form of the step keeps one rule ([`Trainer::step_buffers`],
+    /// "A failed step"): the gradients it accepted for compressed layers
+    /// are in their memories, so the batch is dropped, not retried.
+    pub fn last_failure(&self) -> Option<&StepFailure> {
+        self.failure.as_ref()
     }
 
     /// Every layer's weights, downloaded (a copy on the host; see

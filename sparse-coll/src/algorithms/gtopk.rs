@@ -1,7 +1,7 @@
 //! gTopk (Shi et al., as SparDL's Table 1 states it): a reduction tree with
 //! top-k re-selection, then a broadcast tree.
 
-use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::entry::{Admission, Reduced, admit};
 use crate::frame::{PairsView, put_block, take_block_view, take_parts};
 use crate::profile::{Profile, bytes_cost};
@@ -174,6 +174,24 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(gtopk(prof.p, self.budget.k_for(prof.n)))
     }
+    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        let k = self.budget.k_for(v.dim());
+        Some(admit(NAME, v, &[("k", k as u64)], Ok(())))
+    }
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
+        let mem = self.mem.get::<Mem<E>>();
+        trees(t, v, self.budget.k_for(v.dim()), mem, out)?;
+        Ok(Ok(()))
+    }
+}
+
+impl<E: Element> Promises<E> for Gtopk {
     /// Binomial trees: a rank receives from each child and sends to its
     /// parent, then the mirror image.
     fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
@@ -187,21 +205,6 @@ impl<E: Element> SparseAllreduce<E> for Gtopk {
     }
     fn max_result_entries(&self, dim: usize) -> Option<usize> {
         Some(self.budget.k_for(dim))
-    }
-    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
-        let k = self.budget.k_for(v.dim());
-        Some(admit(NAME, v, &[("k", k as u64)], Ok(())))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        _: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        let mem = self.mem.get::<Mem<E>>();
-        trees(t, v, self.budget.k_for(v.dim()), mem, out)?;
-        Ok(())
     }
 }
 

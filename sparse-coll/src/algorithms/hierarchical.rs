@@ -2,7 +2,7 @@
 //! collective within each node, one across nodes on each rank's shard, and
 //! an allgather within each node, built on [`crate::Group`].
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce, is_name};
+use crate::algorithm::{Catalog, Defaults, Params, Promises, Registered, SparseAllreduce, is_name};
 use crate::dense::bruck_allgather;
 use crate::entry::{Admission, admit, entry_id};
 use crate::failure::Failure;
@@ -312,15 +312,6 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         ];
         Some(admit(NAME, v, &fields, Ok(())))
     }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        entered: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        self.agreed_body(t, v, entered, out)?
-    }
     /// The inner error: a part's call that failed on every rank of its
     /// group (an inter-node entry that refused a node's sum that
     /// overflowed, say), which fails the whole call on every rank with
@@ -438,6 +429,8 @@ impl<E: Element> SparseAllreduce<E> for Hierarchical<E> {
         Ok(Ok(()))
     }
 }
+
+impl<E: Element> Promises<E> for Hierarchical<E> {}
 
 /// The whole result from the node's members' blocks of shards.
 ///

@@ -2,14 +2,14 @@
 //! split and reduce over balanced regions, global selection by a reused
 //! threshold, then allgather.
 
-use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Admission, Reduced, admit};
 use crate::frame::{
     PairsView, put_block_parts, split_where_into, sum_parts, take_block_view, take_parts,
 };
 use crate::profile::{Profile, bytes_cost};
-use crate::scratch::{Scratch, Work, add_into, copy_into};
+use crate::scratch::{Pairs, Scratch, add_into, copy_into};
 use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::state::{Scope, State};
@@ -250,7 +250,7 @@ impl<E: Element> OkTopk<E> {
         &mut self,
         t: &mut T,
         v: &SparseVec<E>,
-        mem: &mut Work<E>,
+        mem: &mut Mem<E>,
         out: &mut Reduced<E>,
     ) -> Result<()> {
         let dim = v.dim();
@@ -302,7 +302,7 @@ impl<E: Element> OkTopk<E> {
         &mut self,
         v: &SparseVec<E>,
         refresh: bool,
-        mem: &mut Work<E>,
+        mem: &mut Mem<E>,
         dropped: &mut SparseVec<E>,
     ) -> Option<SparseVec<E>> {
         let dim = v.dim();
@@ -363,7 +363,7 @@ impl<E: Element> OkTopk<E> {
         &mut self,
         result: &mut SparseVec<E>,
         r: usize,
-        mem: &mut Work<E>,
+        mem: &mut Mem<E>,
         dropped: &mut SparseVec<E>,
     ) {
         let (dim, k) = (result.dim(), self.budget.k_for(result.dim()));
@@ -388,6 +388,35 @@ impl<E: Element> OkTopk<E> {
     }
 }
 
+/// The vectors Ok-Topk works in, kept across calls: the sums of its
+/// regions and the two sides of a cut, a merge's output, the selection's
+/// keys, the message sent, its own selection and the entries of its region
+/// it sends on.
+#[derive(Debug)]
+struct Mem<E> {
+    kept: Pairs<E>,
+    cut: Pairs<E>,
+    tmp: Pairs<E>,
+    keys: Vec<u64>,
+    msg: Vec<u8>,
+    picked: Pairs<E>,
+    chosen: Pairs<E>,
+}
+
+impl<E> Default for Mem<E> {
+    fn default() -> Self {
+        Self {
+            kept: Pairs::default(),
+            cut: Pairs::default(),
+            tmp: Pairs::default(),
+            keys: Vec::new(),
+            msg: Vec::new(),
+            picked: Pairs::default(),
+            chosen: Pairs::default(),
+        }
+    }
+}
+
 /// Step 3, split and reduce: in `P - 1` direct steps this rank sends the
 /// entries of `sel` in region `r + s` (of `bounds`) to that region's owner
 /// and receives its own region's from `r - s`; the region's sum in rank
@@ -396,7 +425,7 @@ fn split_and_reduce<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     sel: &SparseVec<E>,
     bounds: &[usize],
-    mem: &mut Work<E>,
+    mem: &mut Mem<E>,
 ) -> Result<SparseVec<E>> {
     let (p, r, dim) = (t.size(), t.rank(), sel.dim());
     let region = |j: usize| (bounds[j], bounds[j + 1] - bounds[j]);
@@ -452,7 +481,7 @@ fn gather_regions<T: Transport + ?Sized, E: Element>(
     t: &mut T,
     dim: usize,
     bounds: &[usize],
-    mem: &mut Work<E>,
+    mem: &mut Mem<E>,
     into: &mut SparseVec<E>,
 ) -> Result<SparseVec<E>> {
     mem.msg.clear();
@@ -580,17 +609,6 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(ok_topk(prof.p, self.budget.k_for(prof.n))))
     }
-    /// A first call refreshes: the split to the region owners (`P - 1`
-    /// steps) and three Bruck allgathers (boundaries, magnitudes, the
-    /// selections).
-    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
-        Some(p as u64 - 1 + 3 * u64::from(cost::ceil_log2(p)))
-    }
-    /// The owners' selections may together exceed `k` by the threshold's
-    /// estimate: at most 30% more.
-    fn max_result_entries(&self, dim: usize) -> Option<usize> {
-        Some(self.most(dim))
-    }
     /// The ranks agree on the budget, the period and the call counter, so
     /// a rank whose state is out of step is a disagreement.
     fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
@@ -601,18 +619,32 @@ impl<E: Element> SparseAllreduce<E> for OkTopk<E> {
         ];
         Some(admit(NAME, v, &fields, Ok(())))
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
         _: Entered,
         out: &mut Reduced<E>,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         let mut mem = std::mem::take(&mut self.mem);
-        let done = self.reduce(t, v, mem.get::<Work<E>>(), out);
+        let done = self.reduce(t, v, mem.get::<Mem<E>>(), out);
         self.mem = mem;
         done?;
-        Ok(())
+        Ok(Ok(()))
+    }
+}
+
+impl<E: Element> Promises<E> for OkTopk<E> {
+    /// A first call refreshes: the split to the region owners (`P - 1`
+    /// steps) and three Bruck allgathers (boundaries, magnitudes, the
+    /// selections).
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(p as u64 - 1 + 3 * u64::from(cost::ceil_log2(p)))
+    }
+    /// The owners' selections may together exceed `k` by the threshold's
+    /// estimate: at most 30% more.
+    fn max_result_entries(&self, dim: usize) -> Option<usize> {
+        Some(self.most(dim))
     }
 }
 

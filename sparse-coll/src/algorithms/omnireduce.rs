@@ -1,6 +1,6 @@
 //! The OmniReduce-style block baseline Zen improves on.
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::algorithms::push_pull::{Keeps, PushPull, Scheme, push_pull_into, split_by_owner};
 use crate::entry::{Admission, Reduced, admit};
 use crate::profile::{Profile, bytes_cost};
@@ -100,20 +100,16 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
         let pull = 16.0 + block * touched(prof.union as f64);
         bytes_cost(2.0 * prof.others(), prof.others() * (push + pull))
     }
-    /// Push to every other rank, then pull from every other rank.
-    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
-        Some(2 * (p as u64 - 1))
-    }
     fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         Some(admit(NAME, v, &[("block size", self.block as u64)], Ok(())))
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
         _: Entered,
         out: &mut Reduced<E>,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         let scheme = Omni {
             dim: v.dim(),
             p: t.size(),
@@ -121,7 +117,14 @@ impl<E: Element> SparseAllreduce<E> for OmniReduceBlocks {
         };
         let bufs = self.scratch.get::<PushPull<E>>();
         split_by_owner(v, &scheme, t.size(), bufs);
-        push_pull_into(t, v.dim(), &scheme, bufs, out)
+        push_pull_into(t, v.dim(), &scheme, bufs, out).map(Ok)
+    }
+}
+
+impl<E: Element> Promises<E> for OmniReduceBlocks {
+    /// Push to every other rank, then pull from every other rank.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * (p as u64 - 1))
     }
 }
 

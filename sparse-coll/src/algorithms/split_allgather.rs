@@ -1,6 +1,6 @@
 //! SparCML's SSAR_Split_allgather and DSAR_Split_allgather (sec. 5.3.2-3).
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::bytes::{from_le_u32s, le_bytes, le_u32s};
 use crate::dense::{gather_bruck, gather_recursive_doubling};
 use crate::entry::{Admission, Reduced, admit};
@@ -13,13 +13,13 @@ use crate::{Entered, Transport};
 use sparse_core::cost::{self, Cost};
 use sparse_core::encoding::{Qsgd, Reader, ValueCodec};
 use sparse_core::qsgd::QsgdParams;
-use sparse_core::state::{Scope, State};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::{Element, Error, Result, SparseVec, Stream};
 use std::borrow::Cow;
 
 mod dsar;
-use dsar::{DsarFrame, dsar_allgather};
+use dsar::dense_phase_bytes;
+pub use dsar::{DsarSplitAllgather, dsar_lower_bound, dsar_split_allgather};
 
 /// How the reduced partitions travel in the allgather phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,18 +38,6 @@ pub(crate) enum Gather {
     Bruck,
     /// Recursive doubling with MPICH's fold (TopkDSA as SparDL runs it).
     RecursiveDoubling,
-}
-
-/// The bytes DSAR holds at its peak for a result of dimension `dim`: the
-/// received dense partitions (`dim` values) and the result built from them
-/// (an index and a value per coordinate), plus this rank's own partition
-/// twice (the sum and its encoding).
-fn dense_phase_bytes<E: Element>(dim: usize, p: usize) -> u64 {
-    // Saturating: a dimension past what any machine holds is a refused
-    // probe (the input check names it), not an overflow.
-    let (dim, e) = (dim as u64, E::BYTES as u64);
-    dim.saturating_mul(2 * e + 4)
-        .saturating_add(dim.div_ceil(p.max(1) as u64).saturating_mul(2 * e))
 }
 
 /// `(P - 1)` direct steps, then a Bruck allgather.
@@ -77,9 +65,6 @@ pub struct SsarSplitAllgather;
 
 /// SSAR_Split_allgather's registry name, from which the entry id derives.
 const SSAR_NAME: &str = "ssar_split_allgather";
-/// DSAR_Split_allgather's (with QSGD too: the quantization is a parameter
-/// the ranks agree on).
-const DSAR_NAME: &str = "dsar_split_allgather";
 
 /// Rank `r`'s bytes in the split phase (from every other rank a stream of
 /// its entries in `r`'s partition) and the allgather of the partitions
@@ -145,6 +130,21 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(ssar_split_allgather(prof.p, prof.k_avg())))
     }
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        Some(split_admit(t, v, Phase::Sparse, SSAR_NAME))
+    }
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
+        split_allgather(t, v, Phase::Sparse, Gather::Bruck, out).map(Ok)
+    }
+}
+
+impl<E: Element> Promises<E> for SsarSplitAllgather {
     /// `P - 1` direct steps, then a Bruck allgather.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
         Some(p as u64 - 1 + u64::from(cost::ceil_log2(p)))
@@ -152,18 +152,6 @@ impl<E: Element> SparseAllreduce<E> for SsarSplitAllgather {
     /// The split phase's pieces, then the partitions' stream blocks.
     fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
         Some(split_bytes(ins, r, false))
-    }
-    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
-        Some(split_admit(t, v, Phase::Sparse, SSAR_NAME))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        _: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        split_allgather(t, v, Phase::Sparse, Gather::Bruck, out)
     }
 }
 
@@ -177,251 +165,6 @@ impl<E: Element> Registered<E> for SsarSplitAllgather {
         "SparCML's split phase, then a Bruck allgather of sparse streams; lossless";
     fn build(_: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         Ok(Self)
-    }
-}
-
-/// DSAR_Split_allgather: the split phase of [`SsarSplitAllgather`], then
-/// the partitions travel dense (`n / P` values each), as SparCML does when
-/// the result is expected past delta. With `qsgd`, the dense phase is
-/// QSGD-quantized (SparCML sec. 6): lossy, and each owner returns in
-/// `dropped` exactly what quantization removed from its partition, so that
-/// the inputs sum to `result` plus all `dropped`.
-///
-/// Memory per rank: the dense result, `n (2 E + 4) + 2 E ceil(n / P)` bytes
-/// (`E` the element's bytes), probed before the call: where the allocator
-/// refuses it every rank returns [`Error::OutOfMemory`] (its own) or
-/// [`Error::PeerError`], instead of the process aborting.
-///
-/// With its call counter: the QSGD seed of a call mixes the configured
-/// seed, the call number and the rank, so that no two calls (or ranks)
-/// repeat the same random draws. Registry names `dsar_split_allgather`
-/// and, with QSGD, `dsar_qsgd`.
-///
-/// # Errors
-/// [`Error::Disagreement`], transport errors, [`Error::Corrupt`]. With
-/// QSGD, a partition sum that is not finite (the inputs' sum overflowed:
-/// QSGD cannot scale it) fails on every rank, its owner with
-/// [`Error::Unencodable`] and the others with [`Error::PeerError`], and
-/// leaves the transport usable, as an entry round's failure does.
-///
-/// Once warm (a call at the same dimension, `P` and element type
-/// succeeded), a call
-/// allocates nothing that grows with the data: this rank's allgather
-/// frame (zero between calls but for its header, so that a call writes
-/// and clears only its partition's entries) and the buffers its messages
-/// are built and received in are kept here across calls, about `n E`
-/// bytes (`n E / 8` and less with QSGD), and the result is built in
-/// `out`'s vectors ([`SparseAllreduce::allreduce_into`]); the probe above
-/// is then skipped, as the frame it asks about is held. The result's
-/// vectors are the caller's: `allreduce_into` reuses them, while a caller
-/// that passes a fresh `Reduced` at each call (`allreduce`) has them
-/// allocated by the body, unprobed.
-#[derive(Debug, Clone)]
-pub struct DsarSplitAllgather {
-    qsgd: Option<QsgdParams>,
-    calls: u64,
-    frame: DsarFrame,
-    /// The dimension, `P` and element code of the last call that
-    /// succeeded.
-    warm: Option<(usize, usize, u8)>,
-}
-
-/// Equal where the parameters and the call count are: the frame kept
-/// across calls is a cache, not part of the value.
-impl PartialEq for DsarSplitAllgather {
-    fn eq(&self, other: &Self) -> bool {
-        (self.qsgd, self.calls) == (other.qsgd, other.calls)
-    }
-}
-
-impl DsarSplitAllgather {
-    /// DSAR, its dense phase QSGD-quantized with `qsgd`.
-    pub fn new(qsgd: Option<QsgdParams>) -> Self {
-        Self {
-            qsgd,
-            calls: 0,
-            frame: DsarFrame::default(),
-            warm: None,
-        }
-    }
-    /// The QSGD parameters.
-    pub fn qsgd(&self) -> Option<QsgdParams> {
-        self.qsgd
-    }
-    /// QSGD of `bits` bits (none without), with a name's `bucket` and
-    /// `seed` (defaults 512 and a fixed seed). The bits come from one
-    /// spelling per name (`qsgd=` for `dsar_split_allgather`, `bits=` for
-    /// `dsar_qsgd`): the other is left in `params`, so the registry rejects
-    /// it as unknown instead of dropping it; without QSGD `bucket` and
-    /// `seed` are left there too.
-    fn qsgd_from(params: &mut Params, bits: Option<u32>) -> Result<Option<QsgdParams>> {
-        let Some(bits) = bits else {
-            return Ok(None);
-        };
-        let bucket = params.take("bucket")?.unwrap_or(512);
-        let seed = params.take("seed")?.unwrap_or(0x95d);
-        Ok(Some(QsgdParams::new(bits, bucket, seed)?))
-    }
-}
-
-impl<E: Element> SparseAllreduce<E> for DsarSplitAllgather {
-    /// Restarts the call count that seeds QSGD's draws.
-    fn reset(&mut self) {
-        self.calls = 0;
-    }
-    /// The call count that seeds QSGD's draws, advanced alike on every
-    /// rank ([`Scope::Shared`]).
-    fn save_state(&self) -> Result<State> {
-        let mut s = State::new("sparse_coll::DsarSplitAllgather", 1);
-        s.put_u64("calls", Scope::Shared, self.calls);
-        Ok(s)
-    }
-    fn load_state(&mut self, s: &State) -> Result<()> {
-        s.expect("sparse_coll::DsarSplitAllgather", 1)?;
-        // Dropped by a reshard where it was a part whose layout depends on
-        // the rank count (the hierarchical allreduce's): a first call's.
-        self.calls = s.local_u64("calls", 0)?;
-        Ok(())
-    }
-    fn name(&self) -> String {
-        if self.qsgd.is_some() {
-            DSAR_QSGD_NAME.into()
-        } else {
-            DSAR_NAME.into()
-        }
-    }
-    fn params(&self) -> String {
-        self.qsgd.map_or(String::new(), |q| {
-            format!("bits={},bucket={},seed={}", q.bits(), q.bucket(), q.seed())
-        })
-    }
-    fn lossless(&self) -> bool {
-        self.qsgd.is_none()
-    }
-    /// The split phase, then every other partition dense (or its QSGD
-    /// section), in `(P - 1) + ceil(lg P)` rounds.
-    fn cost(&self, prof: &Profile) -> Cost {
-        let len = (prof.n as f64 / prof.p as f64).ceil();
-        let vb = prof.value_bytes as f64;
-        let block = match self.qsgd {
-            None => 4.0 + vb * len,
-            Some(q) => {
-                let scales = (len / q.bucket() as f64).ceil();
-                let words = (len * q.bits() as f64 / 32.0).ceil();
-                6.0 + vb * scales + 4.0 * words
-            }
-        };
-        // Each block behind its 4-byte frame length.
-        let bytes = prof.split_phase_bytes() + prof.others() * (4.0 + block);
-        bytes_cost(split_rounds(prof.p), bytes)
-    }
-    /// SparCML's bounds at the input's overlap.
-    fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
-        Some(prof.within(dsar_split_allgather(
-            prof.p,
-            prof.n,
-            prof.k_avg(),
-            self.qsgd.map(|q| (q.bits(), q.bucket())),
-        )))
-    }
-    /// `P - 1` direct steps, then a Bruck allgather.
-    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
-        Some(p as u64 - 1 + u64::from(cost::ceil_log2(p)))
-    }
-    /// Without QSGD: the split phase's pieces, then the dense partitions.
-    fn expected_bytes(&self, ins: &[SparseVec<E>], r: usize) -> Option<u64> {
-        self.qsgd.is_none().then(|| split_bytes(ins, r, true))
-    }
-    /// The call counter counts calls that entered the round.
-    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
-        self.calls = self.calls.wrapping_add(1);
-        let probe = self.warm != Some((v.dim(), t.size(), E::CODE));
-        Some(split_admit_probing(
-            t,
-            v,
-            Phase::Dense(self.qsgd),
-            DSAR_NAME,
-            probe,
-        ))
-    }
-    /// The call after its entry round; a failure every rank agrees on (a
-    /// partition sum QSGD cannot scale) is returned as an error like any
-    /// other (a caller of `body` alone abandons the transport on it;
-    /// [`SparseAllreduce::allreduce_into`] does not).
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        entered: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        self.agreed_body(t, v, entered, out)?
-    }
-    /// The inner error: a partition sum that QSGD cannot scale, its
-    /// owner's [`Error::Unencodable`] and the others' [`Error::PeerError`]
-    /// (every rank took part in every message, so the next call works,
-    /// alone or joint).
-    fn agreed_body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        _: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<Result<()>> {
-        let call = self.calls - 1;
-        let q = self.qsgd.map(|q| {
-            let mut mix = sparse_core::SplitMix64(q.seed() ^ call.rotate_left(32));
-            q.with_seed(mix.next_u64())
-        });
-        self.warm = None;
-        if let Err(e) = dsar_allgather(t, v, q, &mut self.frame, out)? {
-            return Ok(Err(e));
-        }
-        self.warm = Some((v.dim(), t.size(), E::CODE));
-        Ok(Ok(()))
-    }
-}
-
-impl<E: Element> Registered<E> for DsarSplitAllgather {
-    const NAME: &'static str = DSAR_NAME;
-    const LOSSLESS: bool = true;
-    const STATEFUL: bool = true;
-    const WARM: bool = true;
-    const PLANNED: bool = true;
-    const PARAMS: &'static str = "qsgd (bits: 2, 4 or 8; none by default), bucket (512), seed";
-    const HELP: &'static str =
-        "SparCML's split phase, then dense partitions allgathered; lossless without qsgd";
-    fn build(params: &mut Params, _: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
-        let bits = params.take("qsgd")?;
-        Ok(Self::new(Self::qsgd_from(params, bits)?))
-    }
-}
-
-/// The registry name of DSAR with QSGD.
-const DSAR_QSGD_NAME: &str = "dsar_qsgd";
-
-impl DsarSplitAllgather {
-    /// Registers `dsar_qsgd`: DSAR with QSGD in the dense phase (`bits` 4
-    /// by default), a second name of the same algorithm.
-    pub(crate) fn register_qsgd<E: Element>(r: &mut crate::Registry<E>) {
-        let facts = crate::Facts {
-            stateful: true,
-            warm: true,
-            ..crate::Facts::default()
-        };
-        r.register_with(
-            DSAR_QSGD_NAME,
-            "bits (2, 4 or 8; default 4), bucket (512), seed",
-            "DSAR with QSGD-quantized dense partitions; lossy, the quantization error in dropped",
-            facts,
-            |params, _| {
-                let bits = params.take("bits")?.unwrap_or(4);
-                Ok(Box::new(DsarSplitAllgather::new(
-                    DsarSplitAllgather::qsgd_from(params, Some(bits))?,
-                )))
-            },
-        )
-        .expect("a free name");
     }
 }
 
@@ -761,29 +504,6 @@ pub fn ssar_split_allgather(p: usize, k: usize) -> cost::Bounds {
     }
 }
 
-/// SparCML DSAR_Split_allgather (sec. 5.3.3): the split phase as in
-/// SSAR_Split_allgather (`P - 1` rounds, 0 to `k` items), then a dense
-/// allgather of the `n / P` partitions (`lg P` rounds, `(P - 1) / P n`
-/// values). With QSGD at `bits` bits in the dense phase, each value costs
-/// `bits / 32` words plus one scale word per bucket of `bucket` values.
-pub fn dsar_split_allgather(
-    p: usize,
-    n: usize,
-    k: usize,
-    qsgd: Option<(u32, usize)>,
-) -> cost::Bounds {
-    let r = p as f64 - 1.0 + cost::ceil_log2(p) as f64;
-    let dense = crate::profile::frac(p) * n as f64;
-    let dense_words = match qsgd {
-        None => dense,
-        Some((bits, bucket)) => dense * bits as f64 / 32.0 + dense / bucket as f64,
-    };
-    cost::Bounds {
-        lo: Cost::new(r, dense_words),
-        hi: Cost::new(r, dense_words + 2.0 * k as f64),
-    }
-}
-
 /// SparCML Lemma 5.1: any sparse allreduce needs `lg P` rounds and
 /// `(P - 1) k` items if the result has `kP` entries, `2 (P - 1) / P k` items
 /// if it has `k`: returned as `[K = k, K = kP]` in words.
@@ -795,14 +515,9 @@ pub fn sparse_allreduce_lower_bound(p: usize, k: usize) -> cost::Bounds {
     }
 }
 
-/// SparCML Lemma 5.2: a dynamic sparse allreduce (result of `delta` or more
-/// entries, dense) needs `lg P` rounds and `delta` dense words.
-pub fn dsar_lower_bound(p: usize, delta: usize) -> Cost {
-    Cost::new(cost::ceil_log2(p) as f64, delta as f64)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::dsar::{DsarFrame, dsar_allgather};
     use super::*;
     use crate::ThreadCluster;
     use rand::{RngCore, SeedableRng};

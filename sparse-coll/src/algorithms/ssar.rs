@@ -1,6 +1,6 @@
 //! SparCML's SSAR_Recursive_double (sec. 5.3.1).
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::dense::Fold;
 use crate::entry::{Admission, Reduced, admit};
 use crate::failure::Failure;
@@ -480,23 +480,10 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(ssar_recursive_double(prof.p, prof.k_avg())))
     }
-    /// Recursive doubling with MPICH's fold.
-    fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
-        Some(fold_rounds_of(p, r))
-    }
     /// A lossy codec's split checked before the round.
     fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let local = self.values.ready(v);
         Some(admit(NAME, v, &[("values", self.values.code())], local))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        entered: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        self.agreed_body(t, v, entered, out)?
     }
     /// The inner error: a partial sum a lossy codec cannot carry, that
     /// rank's own error and the others' [`Error::PeerError`] naming the
@@ -513,6 +500,13 @@ impl<E: Element> SparseAllreduce<E> for SsarRecursiveDouble<E> {
             return raw_into(t, v, out).map(Ok);
         }
         Ok(quantized(t, v, &self.values)?.map(|red| *out = red))
+    }
+}
+
+impl<E: Element> Promises<E> for SsarRecursiveDouble<E> {
+    /// Recursive doubling with MPICH's fold.
+    fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
+        Some(fold_rounds_of(p, r))
     }
 }
 

@@ -1,7 +1,7 @@
 //! TopkA / AGsparse (RedSync sec. 5.3, SparDL Table 1): every rank's
 //! selected pairs are allgathered and summed locally.
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::bytes::{le_bytes, le_u32s};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Admission, Reduced, admit};
@@ -134,6 +134,27 @@ impl<E: Element> SparseAllreduce<E> for TopkA<E> {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(topk_a(prof.p, prof.k_avg()))
     }
+    /// A lossy codec's split checked before the round.
+    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        let local = self.values.ready(v);
+        Some(admit(NAME, v, &[("values", self.values.code())], local))
+    }
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
+        if self.values.is_raw() {
+            return raw_into(t, v, out).map(Ok);
+        }
+        *out = quantized(t, v, &self.values)?;
+        Ok(Ok(()))
+    }
+}
+
+impl<E: Element> Promises<E> for TopkA<E> {
     /// A Bruck allgather: `ceil(lg P)` rounds on every rank.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
         Some(cost::ceil_log2(p).into())
@@ -147,24 +168,6 @@ impl<E: Element> SparseAllreduce<E> for TopkA<E> {
                 .map(|q| (4 + pair * ins[q].nnz()) as u64)
                 .sum()
         })
-    }
-    /// A lossy codec's split checked before the round.
-    fn admit(&mut self, _: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
-        let local = self.values.ready(v);
-        Some(admit(NAME, v, &[("values", self.values.code())], local))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        _: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        if self.values.is_raw() {
-            return raw_into(t, v, out);
-        }
-        *out = quantized(t, v, &self.values)?;
-        Ok(())
     }
 }
 

@@ -1,6 +1,6 @@
 //! TopkDSA (Renggli et al., as SparDL's Table 1 and experiments run it).
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::algorithms::split_allgather::{Gather, Phase, split_admit, split_allgather};
 use crate::profile::{Profile, bytes_cost};
 use crate::{Admission, Entered, Reduced, Transport};
@@ -59,6 +59,21 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
     fn paper_cost(&self, prof: &Profile) -> Option<Cost> {
         Some(prof.within(topk_dsa(prof.p, prof.n, prof.k_avg())))
     }
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        Some(split_admit(t, v, Phase::Sparse, NAME))
+    }
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
+        split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, out).map(Ok)
+    }
+}
+
+impl<E: Element> Promises<E> for TopkDsa {
     /// `P - 1` direct steps, then the recursive doubling with MPICH's fold.
     fn expected_rounds(&self, p: usize, r: usize) -> Option<u64> {
         Some(p as u64 - 1 + crate::algorithms::ssar::fold_rounds_of(p, r))
@@ -77,18 +92,6 @@ impl<E: Element> SparseAllreduce<E> for TopkDsa {
             (true, false) => split - 4,
             _ => split,
         })
-    }
-    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
-        Some(split_admit(t, v, Phase::Sparse, NAME))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        _: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        split_allgather(t, v, Phase::Sparse, Gather::RecursiveDoubling, out)
     }
 }
 

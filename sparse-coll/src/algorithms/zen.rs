@@ -3,7 +3,7 @@
 //! recursive doubling ([`crate::SsarRecursiveDouble`]), as Zen's Table 3
 //! classifies it.
 
-use crate::algorithm::{Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::algorithms::push_pull::{Keeps, PushPull, Scheme, push_pull_into, split_by_owner};
 use crate::entry::{Admission, Reduced, admit};
 use crate::frame::take_parts;
@@ -421,10 +421,6 @@ impl<H: ZenHashing<E>, E: Element> SparseAllreduce<E> for ZenBalancedParallelism
         let words = zen_balanced_parallelism(p, n, density, prof.densification(), 1.0);
         Some(Cost::new(2.0 * prof.others(), words))
     }
-    /// Push to every other server, then pull from every other server.
-    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
-        Some(2 * (p as u64 - 1))
-    }
     /// The partition index (built once) and this call's pieces are made
     /// before the round, so that their failure reaches every rank.
     fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
@@ -436,20 +432,27 @@ impl<H: ZenHashing<E>, E: Element> SparseAllreduce<E> for ZenBalancedParallelism
             .map(|()| self.scratch.get::<ZenBufs<E>>().ready = true);
         Some(admit(NAME, v, &[("h0 seed", self.seed)], ready))
     }
-    fn body(
+    fn agreed_body(
         &mut self,
         t: &mut dyn Transport,
         v: &SparseVec<E>,
         _: Entered,
         out: &mut Reduced<E>,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         let index = self.index_for(t.size(), v.dim())?;
         let bufs = self.scratch.get::<ZenBufs<E>>();
         assert!(
             std::mem::take(&mut bufs.ready),
             "the entry round made this call's pieces"
         );
-        push_pull_into(t, v.dim(), &Zen { index: &index }, &mut bufs.push_pull, out)
+        push_pull_into(t, v.dim(), &Zen { index: &index }, &mut bufs.push_pull, out).map(Ok)
+    }
+}
+
+impl<H: ZenHashing<E>, E: Element> Promises<E> for ZenBalancedParallelism<H> {
+    /// Push to every other server, then pull from every other server.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * (p as u64 - 1))
     }
 }
 

@@ -1,10 +1,11 @@
-//! One layer's part of a step: its gradient's clipping factor, a
-//! compressed layer's local work (compensate, select, quantize) and, once
-//! every rank holds the same checked result, its update (the residual
-//! collection and the step applied), and a dense layer's momentum SGD.
+//! One layer's part of a step: its local work (clipping and weight decay,
+//! then a compressed layer's compensation, selection and quantization),
+//! and, once every rank holds the same checked result, its update (the
+//! residual collection and the step applied; a dense layer's momentum
+//! SGD), or, where the step failed, its selection put back.
 
-use super::{Env, Outgoing};
-use crate::trainer::{Compressed, Layer, Part, StepReport};
+use super::work::{Ctx, Grad, Outgoing, Ready};
+use crate::trainer::{Compressed, Layer, LayerReport, Part, StepReport};
 use crate::{Collection, Config, Rule};
 use sparse_coll::Reduced;
 use sparse_coll::wire::WireValues;
@@ -14,14 +15,86 @@ use sparse_core::{Backend, Error, KeyOrder, Result, Selected, SparseVec};
 use sparse_select::{RadixTopK, Selection, Selector};
 use std::time::Instant;
 
+/// A layer's local work of a step: clipping and weight decay (on a copy
+/// of a caller's gradient buffer), then for a compressed layer
+/// compensation, selection of `k` and quantization (nothing taken
+/// from its memory yet); a dense layer's gradient downloaded.
+pub(super) fn prepare<B: Backend<f32>, S: Selector<B, f32>>(
+    ctx: &Ctx<'_, B>,
+    k: usize,
+    layer: &mut Layer<B, S>,
+    g: Grad<'_, B>,
+) -> Result<(Ready<B>, LayerReport)> {
+    let Ctx { b, cfg, .. } = *ctx;
+    let g = transformed(ctx, layer, g)?;
+    let g = g.get();
+    let compressed = matches!(layer.part, Part::Compressed(_));
+    let report = LayerReport {
+        compressed,
+        len: layer.spec.len,
+        sent: if compressed { 0 } else { layer.spec.len },
+    };
+    let ready = match &mut layer.part {
+        Part::Compressed(c) => Ready::Compressed(compress(b, cfg, c, g, k)?),
+        Part::Dense { .. } => Ready::Dense(b.download(g)?),
+    };
+    Ok((ready, report))
+}
+
+/// Where a step failed: layer's accepted gradient `g` absorbed into its
+/// memory (clipped and decayed as the step's local work does it, then
+/// compensated in, nothing taken out), as if the step had sent nothing; a
+/// dense layer keeps no residual, so its gradient is dropped.
+pub(super) fn absorb<B: Backend<f32>, S>(
+    ctx: &Ctx<'_, B>,
+    layer: &mut Layer<B, S>,
+    g: Grad<'_, B>,
+) -> Result<()> {
+    if !matches!(layer.part, Part::Compressed(_)) {
+        return Ok(());
+    }
+    let g = transformed(ctx, layer, g)?;
+    match &mut layer.part {
+        Part::Compressed(c) => c.memory.compensate(ctx.b, g.get()),
+        Part::Dense { .. } => Ok(()),
+    }
+}
+
+/// `g` as a layer's work takes it: DGC's local clipping to `c / sqrt(P)`
+/// (the factor from the norm, [`sparse_core::ReduceOps::sum_squares`], on
+/// the device) and RGC's weight decay into it (`G += wd w`), on a copy of
+/// a caller's buffer.
+fn transformed<'g, B: Backend<f32>, S>(
+    ctx: &Ctx<'_, B>,
+    layer: &Layer<B, S>,
+    g: Grad<'g, B>,
+) -> Result<Grad<'g, B>> {
+    let Ctx { b, cfg, p } = *ctx;
+    let factor = match cfg.clip {
+        Some(c) => clip_factor(b, g.get(), c / p.sqrt())?,
+        None => None,
+    };
+    let decay = match cfg.rule {
+        Rule::Rgc { weight_decay, .. } if weight_decay != 0.0 => Some(weight_decay),
+        _ => None,
+    };
+    if factor.is_none() && decay.is_none() {
+        return Ok(g);
+    }
+    let mut x = g.into_owned(b)?;
+    if let Some(f) = factor {
+        b.scale(f, &mut x)?;
+    }
+    if let Some(wd) = decay {
+        b.axpy(wd, &layer.w, &mut x)?;
+    }
+    Ok(Grad::Owned(x))
+}
+
 /// The factor that scales `g` down to an L2 norm of at most `max`, if it
 /// is above (the norm from [`sparse_core::ReduceOps::sum_squares`], on the
 /// device).
-pub(super) fn clip_factor<B: Backend<f32>>(
-    b: &B,
-    g: &B::Buffer<f32>,
-    max: f32,
-) -> Result<Option<f32>> {
+fn clip_factor<B: Backend<f32>>(b: &B, g: &B::Buffer<f32>, max: f32) -> Result<Option<f32>> {
     let norm = b.sum_squares(g)?.sqrt();
     Ok((norm > f64::from(max)).then(|| (f64::from(max) / norm) as f32))
 }
@@ -29,7 +102,7 @@ pub(super) fn clip_factor<B: Backend<f32>>(
 /// A compressed layer's local work: compensate, select `k`, quantize. Its
 /// memory holds the compensated accumulator afterwards, with nothing taken
 /// out yet.
-pub(super) fn compress<B: Backend<f32>, S: Selector<B, f32>>(
+fn compress<B: Backend<f32>, S: Selector<B, f32>>(
     b: &B,
     cfg: &Config,
     c: &mut Compressed<B, S>,
@@ -141,14 +214,14 @@ fn qsgd(cfg: &Config, steps: u64, sent: &mut SparseVec<f32>) -> Result<Option<Sp
 /// A compressed layer's update once every rank holds the same checked
 /// result: take the selection from the memory, collect, apply.
 pub(super) fn compressed_apply<B: Backend<f32>, S: Selector<B, f32>>(
-    env: &Env<'_, B>,
+    ctx: &Ctx<'_, B>,
     c: &mut Compressed<B, S>,
     w: &mut B::Buffer<f32>,
     x: Outgoing<B>,
     red: Reduced<f32>,
     rep: &mut StepReport,
 ) -> Result<(SparseVec<f32>, SparseVec<f32>)> {
-    let Env { b, cfg, p } = *env;
+    let Ctx { b, cfg, p } = *ctx;
     let Outgoing {
         indices,
         sent,
@@ -281,4 +354,15 @@ pub(super) fn dense_apply<B: Backend<f32>, S>(
     }
     rep.apply += clock.elapsed();
     Ok(())
+}
+
+/// Where a step failed: a fused selection ([`Compressed::taken`]) back
+/// into its memory, scatter-added (`+0 + value`, exact), so that the
+/// memory holds what the separate calls would have left: its compensated
+/// accumulator, nothing taken out.
+pub(super) fn put_back<B: Backend<f32>, S>(b: &B, c: &mut Compressed<B, S>) -> Result<()> {
+    match c.taken.take() {
+        Some(t) => b.scatter_add(c.memory.accumulator_mut(), &t.indices, &t.values),
+        None => Ok(()),
+    }
 }

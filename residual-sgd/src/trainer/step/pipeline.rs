@@ -15,22 +15,22 @@
 //! collectives still complete, and its error reaches every rank in the
 //! results round, before anything is applied.
 
-use super::{
-    Grad, LayerPrep, Outgoing, Ready, Received, dense_call, dense_groups, prepare_layer,
-    reduce_call,
-};
+use super::calls::{cut_bucket, dense_call, dense_groups, reduce_call};
+use super::layer;
+use super::work::{Ctx, Grad, Outgoing, Ready, Received};
 use crate::Config;
-use crate::trainer::{Layer, LayerReport, Part, StepReport, Trainer};
+use crate::trainer::report::Fate;
+use crate::trainer::{Bucket, Layer, LayerReport, Part, StepReport, Trainer};
 use sparse_coll::Transport;
 use sparse_core::backend::{check_finite, check_finite_buffer};
 use sparse_core::{Backend, Error, Result, SparseVec};
 use sparse_select::Selector;
 use std::collections::BTreeMap;
-use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 /// One collective call of a pipelined step: its bucket (`None`: a dense
-/// group's allreduce, [`super::dense_groups`]), its layers (list order)
+/// group's allreduce, `calls::dense_groups`), its layers (list order)
 /// and how many of them are not in yet.
 struct Call {
     bucket: Option<usize>,
@@ -73,6 +73,9 @@ pub struct Feed<'a, B: Backend<f32>, S> {
     calls: Vec<Call>,
     ready: Vec<Option<Ready<B>>>,
     reports: Vec<Option<LayerReport>>,
+    /// Per layer, what becomes of its gradient if the step fails: held
+    /// by the step, so that a producer that panics leaves it.
+    fates: &'a Mutex<Vec<Fate>>,
     select: Duration,
     failed: Option<Error>,
     tx: mpsc::Sender<(usize, Payload<B>)>,
@@ -104,9 +107,10 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
     /// # Errors
     /// As [`Feed::push`].
     pub fn push_host(&mut self, layer: usize, g: &[f32]) -> Result<()> {
-        let out = check_finite(g)
-            .and_then(|()| self.b.upload(g))
-            .and_then(|buf| self.take(layer, Grad::Owned(buf), || Ok(())));
+        let out = self
+            .b
+            .upload(g)
+            .and_then(|buf| self.take(layer, Grad::Owned(buf), || check_finite(g)));
         self.note(out)
     }
 
@@ -149,6 +153,37 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
+        self.accept(l, &g, finite)?;
+        let clock = Instant::now();
+        let ctx = Ctx {
+            b: self.b,
+            cfg: self.cfg,
+            p: self.p,
+        };
+        let (ready, report) = layer::prepare(&ctx, self.ks[l], &mut self.layers[l], g)
+            .inspect_err(|_| self.fate(l, Fate::Failed))?;
+        self.fate(l, Fate::Absorbed);
+        self.select += clock.elapsed();
+        self.reports[l] = Some(report);
+        self.ready[l] = Some(ready);
+        if let Some(c) = self.call_of[l] {
+            self.calls[c].missing -= 1;
+            if self.calls[c].missing == 0 {
+                self.send(c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether layer `l` takes `g` in this step: a layer of the trainer
+    /// not pushed yet, a gradient of its length, finite; a refused
+    /// gradient is noted so (it goes in no memory).
+    fn accept(
+        &mut self,
+        l: usize,
+        g: &Grad<'_, B>,
+        finite: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let n = self.layers.len();
         let Some(layer) = self.layers.get(l) else {
             return Err(Error::invalid(
@@ -162,33 +197,23 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
                 format!("layer {l} ({}) pushed twice in one step", layer.spec.name),
             ));
         }
-        let got = self.b.len(g.get());
-        if got != layer.spec.len {
-            return Err(Error::LengthMismatch {
+        let checked = match self.b.len(g.get()) {
+            got if got != layer.spec.len => Err(Error::LengthMismatch {
                 what: "layer gradient",
                 expected: layer.spec.len,
                 got,
-            });
-        }
-        finite()?;
-        let clock = Instant::now();
-        let env = LayerPrep {
-            b: self.b,
-            cfg: self.cfg,
-            p: self.p,
-            k: self.ks[l],
+            }),
+            _ => finite(),
         };
-        let (ready, report) = prepare_layer(&env, &mut self.layers[l], g)?;
-        self.select += clock.elapsed();
-        self.reports[l] = Some(report);
-        self.ready[l] = Some(ready);
-        if let Some(c) = self.call_of[l] {
-            self.calls[c].missing -= 1;
-            if self.calls[c].missing == 0 {
-                self.send(c)?;
-            }
+        if checked.is_err() {
+            self.fate(l, Fate::Refused);
         }
-        Ok(())
+        checked
+    }
+
+    /// Layer `l`'s gradient's fate, noted for the step.
+    fn fate(&self, l: usize, fate: Fate) {
+        self.fates.lock().unwrap_or_else(PoisonError::into_inner)[l] = fate;
     }
 
     /// Call `c`'s layers' selections (cut to a shared budget) to its
@@ -205,7 +230,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Feed<'_, B, S> {
             }
             if let Some(k) = call.global_k {
                 let mut refs: Vec<&mut Outgoing<B>> = outs.iter_mut().collect();
-                super::cut_bucket(self.b, &mut refs, k)?;
+                cut_bucket(self.b, &mut refs, k)?;
             }
             Payload::Sparse(outs)
         } else {
@@ -264,7 +289,7 @@ where
         grads: &[B::Buffer<f32>],
     ) -> Result<StepReport> {
         let n = self.layers.len();
-        self.step_with(t, |feed| {
+        let out = self.step_with(t, |feed| {
             if grads.len() != n {
                 return Err(Error::LengthMismatch {
                     what: "gradients",
@@ -273,7 +298,28 @@ where
                 });
             }
             (0..n).rev().try_for_each(|l| feed.push(l, &grads[l]))
-        })
+        });
+        // The gradients were handed over with the call, as to
+        // `step_buffers`: where the entry round failed before the producer
+        // ran, they are accepted or refused together there too.
+        match out {
+            Err(e)
+                if self
+                    .failure
+                    .as_ref()
+                    .is_some_and(|f| f.not_received.len() == n) =>
+            {
+                let (left, fates) = match self.check_buffers(grads) {
+                    Ok(()) => (
+                        grads.iter().map(|g| Some(Grad::Borrowed(g))).collect(),
+                        vec![Fate::Absorbed; n],
+                    ),
+                    Err(_) => (Vec::new(), vec![Fate::Refused; n]),
+                };
+                Err(self.failed(e, left, &fates, t.size() as f32))
+            }
+            out => out,
+        }
     }
 
     /// One step whose gradients `produce` hands over layer by layer as it
@@ -291,9 +337,12 @@ where
     /// [`Trainer::step_buffers`]: nothing is applied until every rank
     /// holds every result, checked, and the producer succeeded everywhere.
     /// A producer's error (its own, or a push's) fails the step on every
-    /// rank with no weight moved and no residual lost; results are
-    /// checked while later buckets are in flight, but applied only after
-    /// the commit round, so no bucket's update is applied early.
+    /// rank with no weight moved; results are checked while later buckets
+    /// are in flight, but applied only after the commit round, so no
+    /// bucket's update is applied early. A failed step keeps the rule of
+    /// [`Trainer::step_buffers`] ("A failed step"): each gradient a push
+    /// accepted is in its layer's memory (the push compensated it), a
+    /// refused one or one never pushed in none ([`Trainer::last_failure`]).
     ///
     /// # Errors
     /// As [`Trainer::step_buffers`]; the producer's errors; a layer not
@@ -303,15 +352,25 @@ where
         F: for<'f> FnOnce(&mut Feed<'f, B, S>) -> Result<()> + Send,
     {
         let clock = Instant::now();
-        self.enter(t, Ok(()))?;
-        let start = t.traffic();
         let p = t.size() as f32;
+        // Until the producer runs, no gradient has reached the trainer.
+        let fates = Mutex::new(vec![Fate::NotReceived; self.layers.len()]);
+        let fates_now =
+            |f: &Mutex<Vec<Fate>>| f.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Err(e) = self.enter(t, Ok(())) {
+            return Err(self.failed(e, Vec::new(), &fates_now(&fates), p));
+        }
+        let start = t.traffic();
         let mut rep = StepReport {
             agree: clock.elapsed(),
             ..StepReport::default()
         };
-        let outcome = self.pipelined(t, produce, p, &mut rep);
-        self.settle(outcome)?;
+        let outcome = self.pipelined(t, produce, p, &mut rep, &fates);
+        if let Err(e) = self.settle(outcome) {
+            // Every gradient a push accepted was compensated there.
+            return Err(self.failed(e, Vec::new(), &fates_now(&fates), p));
+        }
+        self.failure = None;
         rep.traffic = t.traffic().since(&start);
         Ok(rep)
     }
@@ -357,6 +416,7 @@ where
         produce: F,
         p: f32,
         rep: &mut StepReport,
+        fates: &Mutex<Vec<Fate>>,
     ) -> Result<u64>
     where
         F: for<'f> FnOnce(&mut Feed<'f, B, S>) -> Result<()> + Send,
@@ -399,6 +459,7 @@ where
             calls,
             ready: (0..n).map(|_| None).collect(),
             reports: vec![None; n],
+            fates,
             select: Duration::ZERO,
             failed: None,
             tx,
@@ -462,7 +523,7 @@ where
 /// without it, on empty selections, so that peers complete theirs).
 fn run_calls<B: Backend<f32>>(
     t: &mut dyn Transport,
-    buckets: &mut [super::super::Bucket],
+    buckets: &mut [Bucket],
     order: &[Order],
     dims: &[usize],
     rx: &mpsc::Receiver<(usize, Payload<B>)>,

@@ -2,7 +2,7 @@
 //! of each worker's top `h` between the workers of a column, `h` adjusted
 //! from call to call by Alg. 2.
 
-use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::dense::gather_bruck;
 use crate::entry::Reduced;
 use crate::frame::{put_block, sum_parts, take_block_view, take_parts};
@@ -294,6 +294,26 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
         let k = self.budget.k_for(prof.n);
         Some(prof.within(spardl_bsag(prof.p, k, d)))
     }
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        let d = self.teams(t.size());
+        Some(sag_admit(t, v, self.budget.k_for(v.dim()), d, BSAG_NAME))
+    }
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
+        let mut mem = std::mem::take(&mut self.mem);
+        let done = self.reduce(t, v, mem.get::<Mem<E>>(), out);
+        self.mem = mem;
+        done?;
+        Ok(Ok(()))
+    }
+}
+
+impl<E: Element> Promises<E> for SpardlBsag {
     /// SRS in teams of `P / d` and its all-gather, with a Bruck
     /// allgather of `ceil(lg d)` steps between.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
@@ -302,23 +322,6 @@ impl<E: Element> SparseAllreduce<E> for SpardlBsag {
     }
     fn max_result_entries(&self, dim: usize) -> Option<usize> {
         Some(self.budget.k_for(dim))
-    }
-    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
-        let d = self.teams(t.size());
-        Some(sag_admit(t, v, self.budget.k_for(v.dim()), d, BSAG_NAME))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        _: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        let mut mem = std::mem::take(&mut self.mem);
-        let done = self.reduce(t, v, mem.get::<Mem<E>>(), out);
-        self.mem = mem;
-        done?;
-        Ok(())
     }
 }
 
@@ -332,7 +335,7 @@ impl<E: Element> Registered<E> for SpardlBsag {
     const HELP: &'static str = "SparDL with B-SAG: SRS in teams, an adaptive h between them; lossy";
     fn build(params: &mut Params, defaults: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let budget = params.take_budget(defaults)?;
-        match crate::algorithm::teams_param(params)? {
+        match super::teams_param(params)? {
             Some(d) => Self::new(budget, d),
             None => Ok(Self::auto_teams(budget)),
         }

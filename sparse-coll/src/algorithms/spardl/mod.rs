@@ -12,7 +12,7 @@ mod srs;
 pub use bsag::{SpardlBsag, spardl_bsag};
 pub use rsag::{SpardlRsag, spardl_rsag};
 
-use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::dense::{bruck_allgather, gather_bruck};
 use crate::entry::{Admission, Reduced, admit};
 use crate::failure::Failure;
@@ -30,10 +30,10 @@ use sparse_core::{Element, Error, Result, SparseVec, abs_key};
 use rsag::{RSAG_NAME, rsag_teams};
 use srs::spar_reduce_scatter;
 
-/// Top `k` of `v` by magnitude (ties: lower index), and the rest: the
-/// workspace's one host top-k ([`SparseVec::split_topk`]).
-pub fn split_topk<E: Element>(v: &SparseVec<E>, k: usize) -> (SparseVec<E>, SparseVec<E>) {
-    v.split_topk(k)
+/// The teams of the SparDL variants' Spar-All-Gather (`d=`): a fixed
+/// count, or (`None`) chosen at each call from the number of ranks.
+fn teams_param(params: &mut Params) -> Result<Option<usize>> {
+    params.take::<usize>("d")
 }
 
 /// The block layout of SRS over `m` workers: block `j` is the even span
@@ -450,28 +450,12 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
             c.words / 2.0 * prof.pair_bytes() + 8.0 * prof.others(),
         )
     }
-    /// Spar-Reduce-Scatter and the all-gather, Bruck's each.
-    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
-        Some(2 * u64::from(cost::ceil_log2(p)))
-    }
-    fn max_result_entries(&self, dim: usize) -> Option<usize> {
-        Some(self.budget.k_for(dim))
-    }
     /// A codec's split checked before the round.
     fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
         let k = self.budget.k_for(v.dim());
         let extra = [("k", k as u64), ("values", self.values.code())];
         let ready = self.values.ready(v);
         Some(teams_admit(t, v, 1, NAME, &extra, ready))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        entered: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        self.agreed_body(t, v, entered, out)?
     }
     /// The inner error: a block a lossy codec cannot carry, that rank's
     /// own error and the others' [`Error::PeerError`] naming the lowest
@@ -501,6 +485,16 @@ impl<E: Element> SparseAllreduce<E> for Spardl<E> {
                 Ok(())
             },
         )
+    }
+}
+
+impl<E: Element> Promises<E> for Spardl<E> {
+    /// Spar-Reduce-Scatter and the all-gather, Bruck's each.
+    fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
+        Some(2 * u64::from(cost::ceil_log2(p)))
+    }
+    fn max_result_entries(&self, dim: usize) -> Option<usize> {
+        Some(self.budget.k_for(dim))
     }
 }
 

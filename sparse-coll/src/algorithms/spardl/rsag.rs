@@ -1,7 +1,7 @@
 //! SparDL with R-SAG (Sec. 3.3): SRS inside teams, then recursive
 //! doubling between the workers of a column.
 
-use crate::algorithm::{Budget, Catalog, Defaults, Params, Registered, SparseAllreduce};
+use crate::algorithm::{Budget, Catalog, Defaults, Params, Promises, Registered, SparseAllreduce};
 use crate::entry::Reduced;
 use crate::frame::{put_block, take_block_view};
 use crate::profile::{Profile, bytes_cost};
@@ -161,6 +161,25 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
         let c = spardl_rsag(prof.p, k, self.teams(prof.p));
         bytes_cost(c.rounds, c.words / 2.0 * prof.pair_bytes())
     }
+    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
+        let d = self.teams(t.size());
+        Some(sag_admit(t, v, self.budget.k_for(v.dim()), d, RSAG_NAME))
+    }
+    fn agreed_body(
+        &mut self,
+        t: &mut dyn Transport,
+        v: &SparseVec<E>,
+        _: Entered,
+        out: &mut Reduced<E>,
+    ) -> Result<Result<()>> {
+        let k = self.budget.k_for(v.dim());
+        let d = self.teams(t.size());
+        rsag(t, v, k, d, self.mem.get::<Mem<E>>(), out)?;
+        Ok(Ok(()))
+    }
+}
+
+impl<E: Element> Promises<E> for SpardlRsag {
     /// SRS in teams of `P / d` and its all-gather, with `lg d` steps of
     /// recursive doubling between.
     fn expected_rounds(&self, p: usize, _r: usize) -> Option<u64> {
@@ -169,22 +188,6 @@ impl<E: Element> SparseAllreduce<E> for SpardlRsag {
     }
     fn max_result_entries(&self, dim: usize) -> Option<usize> {
         Some(self.budget.k_for(dim))
-    }
-    fn admit(&mut self, t: &dyn Transport, v: &SparseVec<E>) -> Option<Admission> {
-        let d = self.teams(t.size());
-        Some(sag_admit(t, v, self.budget.k_for(v.dim()), d, RSAG_NAME))
-    }
-    fn body(
-        &mut self,
-        t: &mut dyn Transport,
-        v: &SparseVec<E>,
-        _: Entered,
-        out: &mut Reduced<E>,
-    ) -> Result<()> {
-        let k = self.budget.k_for(v.dim());
-        let d = self.teams(t.size());
-        rsag(t, v, k, d, self.mem.get::<Mem<E>>(), out)?;
-        Ok(())
     }
 }
 
@@ -198,7 +201,7 @@ impl<E: Element> Registered<E> for SpardlRsag {
         "SparDL with R-SAG: SRS in teams, recursive doubling between them; lossy";
     fn build(params: &mut Params, d: Defaults, _: &dyn Catalog<E>) -> Result<Self> {
         let budget = params.take_budget(d)?;
-        let teams = crate::algorithm::teams_param(params)?;
+        let teams = super::teams_param(params)?;
         teams.map_or(Ok(()), rsag_teams)?;
         Ok(Self::new(budget, teams))
     }

@@ -2,7 +2,7 @@
 //! blocks with bags, for any number of workers, that SparDL and both its
 //! SAG variants start with.
 
-use super::{Layout, Mem, empty, split_topk};
+use super::{Layout, Mem, empty};
 use crate::Transport;
 use crate::failure::Failure;
 use crate::frame::{put_block, put_block_parts, take_block_view};
@@ -70,7 +70,7 @@ pub(super) fn spar_reduce_scatter<T: Transport + ?Sized, E: Element>(
             let block = &blocks[j];
             if !raw {
                 let split = || {
-                    let (kept, cut) = split_topk(block, share);
+                    let (kept, cut) = block.split_topk(share);
                     Ok((lay.values.pack(&kept)?, cut))
                 };
                 // What the codec cannot carry exactly stays here too.
