@@ -42,6 +42,10 @@ use sparse_select::{Selection, Selector};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// A bucket's input (its parameters' selections laid end to end) and
+/// each parameter's selection.
+type Selected<B> = (SparseVec<f32>, Vec<Selection<B, f32>>);
+
 /// A selector for each parameter, made fresh.
 pub type SelectorFactory<B> = Box<dyn Fn() -> Box<dyn Selector<B, f32> + Send> + Send>;
 
@@ -165,6 +169,11 @@ impl<B: Backend<f32> + 'static> BucketFeedback<B> {
         self.params.iter().map(|p| p.name.as_str()).collect()
     }
 
+    /// The parameters' lengths, in order.
+    pub fn lens(&self) -> Vec<usize> {
+        self.params.iter().map(|p| p.len).collect()
+    }
+
     /// Reduces one bucket on every rank: `grad` holds the gradients of the
     /// parameters `params` (indices into this feedback's parameters, in
     /// the bucket's order) laid end to end; `out` (of `grad`'s length)
@@ -275,12 +284,7 @@ impl<B: Backend<f32> + 'static> BucketFeedback<B> {
     /// Every parameter's compensation and selection of its share, and the
     /// bucket's input: the selections (the accumulator's values at the
     /// selected indices) laid end to end.
-    fn select(
-        &mut self,
-        params: &[usize],
-        grad: &[f32],
-        len: usize,
-    ) -> Result<(SparseVec<f32>, Vec<Selection<B, f32>>)> {
+    fn select(&mut self, params: &[usize], grad: &[f32], len: usize) -> Result<Selected<B>> {
         let (mut idx, mut val) = (Vec::new(), Vec::new());
         let mut sels = Vec::with_capacity(params.len());
         let mut at = 0usize;
