@@ -60,3 +60,30 @@ def test_the_hooks_mean_is_the_trainers_step_bit_for_bit(world):
         for rank, r in enumerate(per_rank):
             got = r[0][(rule, algo)][1]
             assert got == want[rank], f"{rule} {algo}: rank {rank} differs from the trainer"
+
+
+def half_buckets(rank, world):
+    import torch
+    from sparse_comm.torch import SparseState
+
+    net = torch.nn.Linear(16, 4)
+    out = {}
+    for dtype in (torch.float16, torch.bfloat16):
+        wide = SparseState(model=net, algorithm="spardl", density=0.25, blocking=True)
+        half = SparseState(model=net, algorithm="spardl", density=0.25, blocking=True)
+        rng = np.random.default_rng(5 + rank)
+        for step in range(4):
+            # Multiples of 1/8 below 16: exact in float16 and bfloat16.
+            g = (rng.integers(-128, 129, size=68) / 8).astype(np.float32)
+            want = wide._reduce(0, [1, 0], torch.from_numpy(g.copy()))
+            got = half._reduce(0, [1, 0], torch.from_numpy(g.copy()).to(dtype))
+            assert got.dtype == dtype, got.dtype
+            assert torch.equal(got, want.to(dtype)), (dtype, step)
+        assert all(torch.equal(a, b) for a, b in zip(wide.residuals(), half.residuals()))
+        out[str(dtype)] = True
+    return out
+
+
+def test_half_buckets_keep_float32_residuals_and_return_their_dtype():
+    assert all(r == {"torch.float16": True, "torch.bfloat16": True}
+               for r in values(run(half_buckets, 2, timeout=60)))
