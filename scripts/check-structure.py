@@ -21,7 +21,7 @@ import sys
 MAX_FILE = 1100
 MAX_FN = 110
 CRATES = ["sparse-core", "sparse-select", "sparse-coll", "backend-cpu", "backend-cuda",
-          "residual-sgd", "bench"]
+          "residual-sgd", "bench", "python"]
 
 
 def test_module_files(src):

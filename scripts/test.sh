@@ -15,7 +15,10 @@ step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"
 # MIT licence; the IDX files under /usr/share/datasets/fashion-mnist) for
 # the IDX reader's test on the real files. apt-get update runs only when
 # one is missing. python3 runs the structure check.
-required_pkgs=(libmpich-dev mpich libclang-dev mesa-vulkan-drivers libvulkan1 dataset-fashion-mnist python3)
+# Debian's PyTorch (1.13, CPU, gloo), venv and pytest for the sparse_comm
+# package's tests.
+required_pkgs=(libmpich-dev mpich libclang-dev mesa-vulkan-drivers libvulkan1 dataset-fashion-mnist python3
+    python3-torch python3-venv python3-pytest python3-numpy)
 need_pkgs=()
 for pkg in "${required_pkgs[@]}"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
@@ -511,6 +514,18 @@ rm -rf "$ck_dir"
 # libsimgrid-dev).
 step "SimGrid replay of spardl at P = 16 against sparse_coll::sim"
 scripts/simgrid-replay.sh --check "$bin/sparse-bench"
+
+# PyTorch users' way in: `pip install ./python` (maturin, the PyO3
+# extension in release) in a virtual environment that sees Debian's torch,
+# then the package's tests on gloo with 2 and 4 processes: the collective
+# suite of every registry algorithm over the process group, the hook
+# against residual_sgd::Trainer bit for bit, training within a point of
+# dense DDP, a resumed run bit for bit, and the failures on every rank.
+step "PyTorch: pip install ./python and its tests (pytest, gloo)"
+venv="$(realpath -m "${CARGO_TARGET_DIR:-target}")/venv-sparse-comm"
+[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check ./python
+(cd python && "$venv/bin/python" -m pytest -q tests)
 
 # The library crates package as users get them: each one's tarball
 # unpacked and built against the others' (a local registry), no

@@ -174,6 +174,7 @@ pub mod burn_device;
 pub mod burn_hook;
 pub mod checkpoint;
 mod config;
+pub mod hook;
 mod layer;
 pub mod memory;
 pub mod recipe;

@@ -188,7 +188,11 @@ fn check<S: Selector<Cpu, f32> + Clone + Send + Sync + 'static>(
             // round before the failure reached it, and run its producer.
             Point::Transport(c) if form == Form::With && c <= ENTRY_ROUNDS && r != FAILING => {
                 let ran = expected(form, Point::Transport(ENTRY_ROUNDS + 1), false);
-                if *failure == ran { ran } else { expected(form, point, false) }
+                if *failure == ran {
+                    ran
+                } else {
+                    expected(form, point, false)
+                }
             }
             Point::Transport(_) => expected(form, point, false),
             _ => expected(form, point, r == FAILING),
@@ -196,7 +200,11 @@ fn check<S: Selector<Cpu, f32> + Clone + Send + Sync + 'static>(
         assert_eq!(failure, &want, "{ctx}: rank {r} ({e})");
         let text = failure.to_string();
         assert!(text.starts_with("the step failed on this rank"), "{text}");
-        assert_eq!(text.contains("drop the batch"), !want.absorbed.is_empty(), "{text}");
+        assert_eq!(
+            text.contains("drop the batch"),
+            !want.absorbed.is_empty(),
+            "{text}"
+        );
         for (l, (now, before)) in tr.residuals()?.iter().zip(&r0).enumerate() {
             let absorbed: Vec<f32> = before.iter().zip(&g[l]).map(|(r, g)| r + LR * g).collect();
             let want = if want.absorbed.contains(&l) {
