@@ -223,6 +223,20 @@ where
     })
 }
 
+/// A step of `tr` on the CPU, pipelined (`step_overlapped`) or not.
+fn cpu_step<S: Selector<Cpu, f32> + Send>(
+    tr: &mut Trainer<Cpu, S>,
+    t: &mut dyn Transport,
+    g: &[Vec<f32>],
+    pipelined: bool,
+) -> Result<StepReport> {
+    if pipelined {
+        tr.step_overlapped(t, g)
+    } else {
+        tr.step(t, g)
+    }
+}
+
 /// The densities the density probes step through, k from 0.05 n to n
 /// and back.
 const DENSITIES: [f64; 7] = [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5];
@@ -304,6 +318,22 @@ fn on_every_rank(p: usize, f: impl Fn(&mut ThreadTransport) -> Result<()> + Sync
     }
 }
 
+/// `f` on the ranks of a fresh `cluster()` twice, with memories that
+/// fuse (as their own memories do) and with memories that never fuse:
+/// each rank's two results, unwrapped.
+fn fused_and_separate<T: Send>(
+    cluster: impl Fn() -> ThreadCluster,
+    f: impl Fn(&mut ThreadTransport, Fuse) -> Result<T> + Sync,
+) -> Vec<(T, T)> {
+    let fused = cluster().run(|t| f(t, Fuse::Inner));
+    let separate = cluster().run(|t| f(t, Fuse::Never));
+    fused
+        .into_iter()
+        .zip(separate)
+        .map(|(x, y)| (x.unwrap(), y.unwrap()))
+        .collect()
+}
+
 fn err_text<T>(r: &Result<T>) -> String {
     match r {
         Ok(_) => "ok".into(),
@@ -312,6 +342,15 @@ fn err_text<T>(r: &Result<T>) -> String {
 }
 
 const SIZES: [usize; 3] = [300, 120, 64];
+
+/// Gradients of a layer of two that drive RGC's momentum (0.9, learning
+/// rate 1) to an infinity at index 0 and then a NaN at index 1.
+const TOWARDS_NAN: [[f32; 2]; 4] = [
+    [3.4e38, 3.0e38],
+    [3.4e38, 0.0],
+    [0.0, -3.4e38],
+    [0.0, -3.4e38],
+];
 
 /// Steps a fusing and a non-fusing trainer over layers of `sizes` and the
 /// collective `spec` on backend `be` side by side, `steps` steps of
@@ -441,13 +480,7 @@ fn wgpu_overflow_fails_as_the_separate_path() {
             side_by_side(t, &gpu, cfg, (&[2], "topk_a"), false, (1, 1.0))?;
             let count = Arc::new(AtomicUsize::new(0));
             let (mut a, mut b) = pair(&gpu, cfg, &[3000, 2], "topk_a", &count)?;
-            let steps: [[f32; 2]; 4] = [
-                [3.4e38, 3.0e38],
-                [3.4e38, 0.0],
-                [0.0, -3.4e38],
-                [0.0, -3.4e38],
-            ];
-            for (s, g2) in steps.iter().enumerate() {
+            for (s, g2) in TOWARDS_NAN.iter().enumerate() {
                 let mut big = vec![0.25f32; 3000];
                 big[2998] = g2[0];
                 big[2999] = g2[1];
@@ -525,13 +558,7 @@ fn infinity_before_nan_names_the_first_non_finite() {
         let cfg = Config::new(1.0, 0.5, rgc(0.9, false, false))?.compress_threshold(0);
         let sizes = [2usize];
         let (mut a, mut b) = cpu_pair(cfg, &sizes, "topk_a")?;
-        let steps: [[f32; 2]; 4] = [
-            [3.4e38, 3.0e38],
-            [3.4e38, 0.0],
-            [0.0, -3.4e38],
-            [0.0, -3.4e38],
-        ];
-        for (s, g) in steps.iter().enumerate() {
+        for (s, g) in TOWARDS_NAN.iter().enumerate() {
             let g = vec![g.to_vec()];
             let (ra, rb) = (a.step(t, &g), b.step(t, &g));
             assert_eq!(err_text(&ra), err_text(&rb), "step {s}");
@@ -563,35 +590,31 @@ fn injected_faults_lose_nothing() {
         for pipelined in [false, true] {
             for rank in 0..3 {
                 for nth in (1..60u64).step_by(2) {
-                    let run = |fuse| {
-                        ThreadCluster::new(3)
-                            .timeout(std::time::Duration::from_secs(2))
-                            .fault(rank, nth)
-                            .run(move |t| -> Result<(String, Snap)> {
-                                let mut tr = cpu(cfg, &SIZES, "ok_topk", fuse)?;
-                                let mut rng = Rng::seed_from_u64(5 + t.rank() as u64);
-                                let mut last = String::new();
-                                for _ in 0..4 {
-                                    let g = random(&SIZES, &mut rng, 0.9);
-                                    let r = if pipelined {
-                                        tr.step_overlapped(t, &g)
-                                    } else {
-                                        tr.step(t, &g)
-                                    };
-                                    if r.is_err() {
-                                        last = err_text(&r);
-                                        break;
-                                    }
-                                    last = "ok".into();
+                    let both = fused_and_separate(
+                        || {
+                            ThreadCluster::new(3)
+                                .timeout(std::time::Duration::from_secs(2))
+                                .fault(rank, nth)
+                        },
+                        |t, fuse| -> Result<(String, Snap)> {
+                            let mut tr = cpu(cfg, &SIZES, "ok_topk", fuse)?;
+                            let mut rng = Rng::seed_from_u64(5 + t.rank() as u64);
+                            let mut last = String::new();
+                            for _ in 0..4 {
+                                let g = random(&SIZES, &mut rng, 0.9);
+                                let r = cpu_step(&mut tr, t, &g, pipelined);
+                                if r.is_err() {
+                                    last = err_text(&r);
+                                    break;
                                 }
-                                Ok((last, snap(&tr)?))
-                            })
-                    };
-                    let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
-                    for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
+                                last = "ok".into();
+                            }
+                            Ok((last, snap(&tr)?))
+                        },
+                    );
+                    for (r, (x, y)) in both.into_iter().enumerate() {
                         let ctx =
                             format!("cfg {ci} pipelined {pipelined} fault {rank}@{nth} rank {r}");
-                        let (x, y) = (x.unwrap(), y.unwrap());
                         // Which peer a rank finds gone first is timing's.
                         assert_eq!(x.0 == "ok", y.0 == "ok", "{ctx}: {} / {}", x.0, y.0);
                         assert_eq!(x.1, y.1, "{ctx}: state ({} / {})", x.0, y.0);
@@ -620,8 +643,9 @@ fn failing_producers_lose_nothing() {
     ];
     for (ci, cfg) in cfgs.into_iter().enumerate() {
         for how in 0..7 {
-            let run = |fuse| {
-                ThreadCluster::new(3).run(move |t| -> Result<(Vec<String>, Snap)> {
+            let both = fused_and_separate(
+                || ThreadCluster::new(3),
+                |t, fuse| -> Result<(Vec<String>, Snap)> {
                     let mut tr = cpu(cfg, &SIZES, "topk_a", fuse)?;
                     let mut rng = Rng::seed_from_u64(9 + t.rank() as u64);
                     let mut errs = Vec::new();
@@ -655,11 +679,9 @@ fn failing_producers_lose_nothing() {
                         errs.push(err_text(&r));
                     }
                     Ok((errs, snap(&tr)?))
-                })
-            };
-            let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
-            for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
-                let (x, y) = (x.unwrap(), y.unwrap());
+                },
+            );
+            for (r, (x, y)) in both.into_iter().enumerate() {
                 assert_ne!(
                     x.0[1], "ok",
                     "cfg {ci} how {how} rank {r}: step 1 must fail"
@@ -677,8 +699,9 @@ fn failing_producers_lose_nothing() {
 #[test]
 fn checkpoint_after_failed_step_reloads_alike() {
     let cfg = rgc_cfg(true);
-    let run = |fuse| {
-        ThreadCluster::new(3).run(move |t| -> Result<Vec<Snap>> {
+    let both = fused_and_separate(
+        || ThreadCluster::new(3),
+        |t, fuse| -> Result<Vec<Snap>> {
             let mut tr = cpu(cfg, &SIZES, "spardl", fuse)?;
             let mut rng = Rng::seed_from_u64(21 + t.rank() as u64);
             let mut out = Vec::new();
@@ -700,11 +723,10 @@ fn checkpoint_after_failed_step_reloads_alike() {
                 out.push(snap(&fresh)?);
             }
             Ok(out)
-        })
-    };
-    let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
-    for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
-        assert_eq!(x.unwrap(), y.unwrap(), "rank {r}");
+        },
+    );
+    for (r, (x, y)) in both.into_iter().enumerate() {
+        assert_eq!(x, y, "rank {r}");
     }
 }
 
@@ -724,11 +746,10 @@ fn density_changes_and_tiny_layers() {
                 let mut rng = Rng::seed_from_u64(1 + t.rank() as u64);
                 for (s, d) in DENSITIES.into_iter().enumerate() {
                     let g = at_density((&mut a, &mut b), (s, d), &sizes, &mut rng)?;
-                    let (ra, rb) = if pipelined {
-                        (a.step_overlapped(t, &g), b.step_overlapped(t, &g))
-                    } else {
-                        (a.step(t, &g), b.step(t, &g))
-                    };
+                    let (ra, rb) = (
+                        cpu_step(&mut a, t, &g, pipelined),
+                        cpu_step(&mut b, t, &g, pipelined),
+                    );
                     let ctx = format!("{rule:?} variant {variant} pipelined {pipelined} step {s}");
                     assert_eq!(err_text(&ra), err_text(&rb), "{ctx}");
                     assert_eq!(snap(&a)?, snap(&b)?, "{ctx} density {d}");
@@ -827,11 +848,7 @@ fn a_bad_fusing_memory_loses_no_other_layer() {
             let mut b = cpu(cfg, &SIZES, "topk_a", Fuse::Never)?;
             let mut rng = Rng::seed_from_u64(2 + t.rank() as u64);
             let g = random(&SIZES, &mut rng, 1.0);
-            let ra = if pipelined {
-                a.step_overlapped(t, &g)
-            } else {
-                a.step(t, &g)
-            };
+            let ra = cpu_step(&mut a, t, &g, pipelined);
             assert!(ra.is_err(), "a corrupt fused selection must fail the step");
             // The oracle: the separate trainer after a step that fails
             // once every layer is compensated (its producer's error).
@@ -979,8 +996,9 @@ fn lying_collectives_lose_nothing() {
     for (ci, cfg) in cfgs.into_iter().enumerate() {
         for pipelined in [false, true] {
             for how in 0..5u8 {
-                let run = |fuse| {
-                    ThreadCluster::new(3).run(move |t| -> Result<(Vec<bool>, Snap)> {
+                let both = fused_and_separate(
+                    || ThreadCluster::new(3),
+                    |t, fuse| -> Result<(Vec<bool>, Snap)> {
                         let w0 = initial(&SIZES);
                         let mut tr = Trainer::with_memory(
                             Cpu,
@@ -1005,20 +1023,14 @@ fn lying_collectives_lose_nothing() {
                         let mut oks = Vec::new();
                         for _ in 0..4 {
                             let g = random(&SIZES, &mut rng, 0.9);
-                            let r = if pipelined {
-                                tr.step_overlapped(t, &g)
-                            } else {
-                                tr.step(t, &g)
-                            };
+                            let r = cpu_step(&mut tr, t, &g, pipelined);
                             oks.push(r.is_ok());
                         }
                         Ok((oks, snap(&tr)?))
-                    })
-                };
-                let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
-                for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
+                    },
+                );
+                for (r, (x, y)) in both.into_iter().enumerate() {
                     let ctx = format!("cfg {ci} pipelined {pipelined} how {how} rank {r}");
-                    let (x, y) = (x.unwrap(), y.unwrap());
                     assert_eq!(x.0, y.0, "{ctx}: outcomes");
                     assert_eq!(
                         x.0[1],
