@@ -9,33 +9,12 @@
 
 mod common;
 
-use common::{bits, same_selection, wgpu};
+use common::{Rng, bits, same_selection, wgpu};
 
 use backend_cpu::Cpu;
 use backend_cuda::{Transfers, WgpuBackend};
 use sparse_core::{BufferOps as _, CounterRng, Error, SelectOps as _};
 use sparse_select::{BucketTopK, SampledThreshold, Selector};
-
-/// A small deterministic generator (splitmix64): the crate has no rand.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 // ---------------------------------------------------------------------
 // gather_sampled
@@ -335,7 +314,7 @@ fn values(family: usize, n: usize, rng: &mut Rng) -> Vec<f32> {
 #[test]
 fn buckets_equal_the_oracle_around_every_bound() {
     let b = wgpu();
-    let mut rng = Rng(43);
+    let mut rng = Rng::seed_from_u64(43);
     for bucket in [1usize, 2, 3, 255, 512, 2047, 2048, 2049, 4096] {
         let mut ns = vec![
             0usize,
@@ -369,7 +348,7 @@ fn buckets_equal_the_oracle_around_every_bound() {
 #[test]
 fn buckets_every_family_at_2048_and_2049() {
     let b = wgpu();
-    let mut rng = Rng(2048);
+    let mut rng = Rng::seed_from_u64(2048);
     for family in 0..6 {
         for bucket in [2048usize, 2049] {
             let n = 5 * bucket + 17;
@@ -392,7 +371,7 @@ fn buckets_every_family_at_2048_and_2049() {
 #[test]
 fn buckets_past_the_input_and_zero() {
     let b = wgpu();
-    let mut rng = Rng(1);
+    let mut rng = Rng::seed_from_u64(1);
     for n in [0usize, 1, 100, 3000] {
         let x = values(0, n, &mut rng);
         for bucket in [0usize, n + 1, 2 * n + 5, 1 << 40, usize::MAX] {
@@ -414,7 +393,7 @@ fn buckets_past_the_input_and_zero() {
 #[test]
 fn buckets_many() {
     let b = wgpu();
-    let mut rng = Rng(17);
+    let mut rng = Rng::seed_from_u64(17);
     // One case: lavapipe runs each cube's 256 units in turn, so 2^17
     // buckets cost about 9 s a call there.
     for (bucket, n) in [(2usize, (1 << 18) + 1)] {
@@ -437,7 +416,7 @@ fn buckets_many() {
 #[test]
 fn buckets_nan_anywhere_names_the_first() {
     let b = wgpu();
-    let mut rng = Rng(99);
+    let mut rng = Rng::seed_from_u64(99);
     for bucket in [512usize, 2048, 2049] {
         let n = 4 * bucket + 1;
         for per in [0usize, 1, bucket] {
@@ -493,7 +472,7 @@ fn buckets_nan_anywhere_names_the_first() {
 #[test]
 fn bucket_selector_equal_on_both_backends() {
     let b = wgpu();
-    let mut rng = Rng(5);
+    let mut rng = Rng::seed_from_u64(5);
     for n in [1usize, 2047, 2049, 10_000] {
         for family in [0usize, 2, 5] {
             let x = values(family, n, &mut rng);
@@ -542,7 +521,7 @@ fn bucket_selector_equal_on_both_backends() {
 #[test]
 fn bucket_selector_huge_bucket_derives_per_without_overflow() {
     let b = wgpu();
-    let mut rng = Rng(11);
+    let mut rng = Rng::seed_from_u64(11);
     let n = 1000usize;
     let x = values(0, n, &mut rng);
     for bucket in [usize::MAX, usize::MAX / 2, 1 << 60] {
@@ -567,7 +546,7 @@ fn bucket_selector_huge_bucket_derives_per_without_overflow() {
 #[test]
 fn sampled_threshold_equal_on_both_backends() {
     let b = wgpu();
-    let mut rng = Rng(3);
+    let mut rng = Rng::seed_from_u64(3);
     for n in [1usize, 100, 5000, 3 * (1 << 20) + 12_345] {
         // The large input: one family, the default sample (its 1%).
         let big = n > 1 << 20;
@@ -617,7 +596,7 @@ fn sampled_threshold_equal_on_both_backends() {
 #[test]
 fn bucket_topk_and_gather_sampled_write_nothing() {
     let b = wgpu();
-    let mut rng = Rng(8);
+    let mut rng = Rng::seed_from_u64(8);
     for n in [1usize, 2048, 2049, (1 << 17) + 1] {
         let x = values(0, n, &mut rng);
         let buf = b.upload(&x).unwrap();

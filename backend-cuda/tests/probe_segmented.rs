@@ -7,39 +7,12 @@
 
 mod common;
 
-use common::{bits, same_selection, wgpu};
+use common::{Rng, bits, same_selection, wgpu};
 
 use backend_cpu::Cpu;
 use backend_cuda::WgpuBackend;
 use sparse_core::{BufferOps as _, SelectOps as _};
 use sparse_select::{BlockTopK, BucketTopK};
-
-/// A small deterministic generator (splitmix64): the crate has no rand.
-struct Rng(u64);
-
-impl Rng {
-    fn seed_from_u64(s: u64) -> Self {
-        Self(s)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn coin(&mut self) -> bool {
-        self.next() & 1 == 1
-    }
-    /// Uniform in `lo..hi`.
-    fn below(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo) as u64) as i64
-    }
-}
 
 /// The kernels' answer and the CPU's: equal, errors included.
 fn check(b: &WgpuBackend, x: &[f32], offsets: &[usize], ks: &[usize], what: &str) {
@@ -91,7 +64,7 @@ fn values(family: usize, n: usize, rng: &mut Rng) -> Vec<f32> {
             }
             // Differing only in the last bits.
             2 => {
-                f32::from_bits(1.0f32.to_bits() + rng.below(0, 4) as u32)
+                f32::from_bits(1.0f32.to_bits() + rng.between(0, 4) as u32)
                     * if i % 2 == 0 { 1.0 } else { -1.0 }
             }
             // Signed zeros.
@@ -103,14 +76,14 @@ fn values(family: usize, n: usize, rng: &mut Rng) -> Vec<f32> {
                 }
             }
             // Subnormals and zeros.
-            4 => match rng.below(0, 4) {
-                0 => f32::from_bits(rng.below(1, 0x007f_ffff) as u32),
+            4 => match rng.between(0, 4) {
+                0 => f32::from_bits(rng.between(1, 0x007f_ffff) as u32),
                 1 => -sub,
                 2 => -0.0,
                 _ => sub,
             },
             // Infinities among ordinary values and zeros.
-            5 => match rng.below(0, 6) {
+            5 => match rng.between(0, 6) {
                 0 => f32::INFINITY,
                 1 => f32::NEG_INFINITY,
                 2 => -0.0,
@@ -118,19 +91,19 @@ fn values(family: usize, n: usize, rng: &mut Rng) -> Vec<f32> {
                 _ => rng.unit() - 0.5,
             },
             // Few distinct values (many ties at every digit level).
-            _ => (rng.below(0, 3) as f32 - 1.0) * 2f32.powi(rng.below(-3, 3) as i32),
+            _ => (rng.between(0, 3) as f32 - 1.0) * 2f32.powi(rng.between(-3, 3) as i32),
         })
         .collect()
 }
 
 /// A k for a segment of `len`: 0, 1, len - 1, len or random.
 fn pick_k(len: usize, rng: &mut Rng) -> usize {
-    match rng.below(0, 5) {
+    match rng.between(0, 5) {
         0 => 0,
         1 => 1.min(len),
         2 => len.saturating_sub(1),
         3 => len,
-        _ => rng.below(0, len as i64 + 1) as usize,
+        _ => rng.between(0, len as i64 + 1) as usize,
     }
 }
 
@@ -138,11 +111,28 @@ fn pick_k(len: usize, rng: &mut Rng) -> usize {
 fn pick_len(rng: &mut Rng, long: bool) -> usize {
     let short = [0usize, 0, 1, 2, 3, 31, 1023, 2047];
     let longs = [2048usize, 2049, 4095, 4096, 4097, 6000];
-    if long && rng.below(0, 4) == 0 {
-        longs[rng.below(0, longs.len() as i64) as usize]
+    if long && rng.between(0, 4) == 0 {
+        longs[rng.between(0, longs.len() as i64) as usize]
     } else {
-        short[rng.below(0, short.len() as i64) as usize]
+        short[rng.between(0, short.len() as i64) as usize]
     }
+}
+
+/// The offsets of segments of `lens`, from 0.
+fn offsets_of(lens: &[usize]) -> Vec<usize> {
+    let mut offsets = vec![0usize];
+    for l in lens {
+        offsets.push(offsets.last().unwrap() + l);
+    }
+    offsets
+}
+
+/// `segs` segments of random lengths ([`pick_len`], long ones among
+/// them), then a random k each ([`pick_k`]): their offsets and ks.
+fn random_layout(rng: &mut Rng, segs: usize) -> (Vec<usize>, Vec<usize>) {
+    let lens: Vec<usize> = (0..segs).map(|_| pick_len(rng, true)).collect();
+    let ks = lens.iter().map(|&l| pick_k(l, rng)).collect();
+    (offsets_of(&lens), ks)
 }
 
 #[test]
@@ -152,21 +142,11 @@ fn adversarial_layouts_and_values_equal_the_cpu() {
     for family in 0..7 {
         for round in 0..3 {
             let segs = if round == 0 { 1200 } else { 40 };
-            let lens: Vec<usize> = (0..segs).map(|_| pick_len(&mut rng, true)).collect();
-            let mut offsets = vec![0usize];
-            for l in &lens {
-                offsets.push(offsets.last().unwrap() + l);
-            }
+            let (offsets, ks) = random_layout(&mut rng, segs);
             let n = *offsets.last().unwrap();
-            let ks: Vec<usize> = lens.iter().map(|&l| pick_k(l, &mut rng)).collect();
             let x = values(family, n, &mut rng);
-            check(
-                &b,
-                &x,
-                &offsets,
-                &ks,
-                &format!("family {family} round {round} n {n} segs {segs}"),
-            );
+            let what = format!("family {family} round {round} n {n} segs {segs}");
+            check(&b, &x, &offsets, &ks, &what);
         }
     }
 }
@@ -211,17 +191,14 @@ fn nan_anywhere_names_the_first() {
     let b = wgpu();
     let mut rng = Rng::seed_from_u64(99);
     let lens = [2049usize, 0, 4096, 1, 2048, 3000];
-    let mut offsets = vec![0usize];
-    for l in lens {
-        offsets.push(offsets.last().unwrap() + l);
-    }
+    let offsets = offsets_of(&lens);
     let n = *offsets.last().unwrap();
     for trial in 0..30 {
         let mut x = values(5, n, &mut rng);
         let ks: Vec<usize> = lens.iter().map(|&l| pick_k(l, &mut rng)).collect();
-        let nans = rng.below(1, 4);
+        let nans = rng.between(1, 4);
         for _ in 0..nans {
-            let at = rng.below(0, n as i64) as usize;
+            let at = rng.between(0, n as i64) as usize;
             x[at] = if rng.coin() { f32::NAN } else { -f32::NAN };
         }
         check(&b, &x, &offsets, &ks, &format!("trial {trial} ks {ks:?}"));
@@ -293,10 +270,7 @@ fn digit_level_ties_over_many_long_segments() {
         let base = 1.0f32.to_bits() & !((1u32 << 21) - 1);
         let segs = 300;
         let lens: Vec<usize> = (0..segs).map(|i| 2049 + (i * 37) % 3000).collect();
-        let mut offsets = vec![0usize];
-        for l in &lens {
-            offsets.push(offsets.last().unwrap() + l);
-        }
+        let offsets = offsets_of(&lens);
         let n = *offsets.last().unwrap();
         let x: Vec<f32> = (0..n)
             .map(|_| {
@@ -317,10 +291,7 @@ fn very_long_segments() {
     let mut rng = Rng::seed_from_u64(77);
     for family in 0..7 {
         let lens = [5usize, (1 << 20) + 3, 0, 70_000, 2048, 2049];
-        let mut offsets = vec![0usize];
-        for l in lens {
-            offsets.push(offsets.last().unwrap() + l);
-        }
+        let offsets = offsets_of(&lens);
         let n = *offsets.last().unwrap();
         let x = values(family, n, &mut rng);
         let ks: Vec<usize> = lens.iter().map(|&l| pick_k(l, &mut rng)).collect();
@@ -334,23 +305,13 @@ fn random_layouts_many_seeds() {
     let b = wgpu();
     for seed in 0..60u64 {
         let mut rng = Rng::seed_from_u64(seed);
-        let segs = rng.below(1, 200) as usize;
-        let lens: Vec<usize> = (0..segs).map(|_| pick_len(&mut rng, true)).collect();
-        let mut offsets = vec![0usize];
-        for l in &lens {
-            offsets.push(offsets.last().unwrap() + l);
-        }
+        let segs = rng.between(1, 200) as usize;
+        let (offsets, ks) = random_layout(&mut rng, segs);
         let n = *offsets.last().unwrap();
-        let ks: Vec<usize> = lens.iter().map(|&l| pick_k(l, &mut rng)).collect();
-        let family = rng.below(0, 7) as usize;
+        let family = rng.between(0, 7) as usize;
         let x = values(family, n, &mut rng);
-        check(
-            &b,
-            &x,
-            &offsets,
-            &ks,
-            &format!("seed {seed} family {family}"),
-        );
+        let what = format!("seed {seed} family {family}");
+        check(&b, &x, &offsets, &ks, &what);
     }
 }
 
@@ -401,10 +362,7 @@ fn more_segments_than_one_grid_dimension() {
         ),
     ];
     for (name, (lens, ks)) in layouts {
-        let mut offsets = vec![0usize];
-        for l in &lens {
-            offsets.push(offsets.last().unwrap() + l);
-        }
+        let offsets = offsets_of(&lens);
         let n = *offsets.last().unwrap();
         let x = values(0, n, &mut rng);
         check(&b, &x, &offsets, &ks, name);
@@ -420,10 +378,7 @@ fn nothing_or_everything_selected() {
     let b = wgpu();
     let mut rng = Rng::seed_from_u64(0);
     let lens = [2049usize, 0, 3, 4096, 2048, 1, 7000];
-    let mut offsets = vec![0usize];
-    for l in lens {
-        offsets.push(offsets.last().unwrap() + l);
-    }
+    let offsets = offsets_of(&lens);
     let n = *offsets.last().unwrap();
     for rep in 0..3 {
         for family in 0..7 {
@@ -456,7 +411,7 @@ fn nothing_or_everything_selected() {
                 &mixed,
                 &format!("rep {rep} family {family}: mixed"),
             );
-            x[rng.below(0, n as i64) as usize] = f32::NAN;
+            x[rng.between(0, n as i64) as usize] = f32::NAN;
             check(
                 &b,
                 &x,

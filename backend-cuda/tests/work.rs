@@ -7,7 +7,7 @@
 #![cfg(feature = "wgpu")]
 
 use backend_cpu::Cpu;
-use backend_cuda::{WgpuBackend, Work};
+use backend_cuda::{CubeBuffer, WgpuBackend, Work};
 use sparse_core::{BufferOps, DenseOps, Error, Extreme, KeyOrder, ReduceOps, SelectOps};
 use sparse_select::{BucketTopK, RadixTopK, SampledThreshold, Selector};
 
@@ -64,7 +64,6 @@ fn check(
     let w = b.work().since(&before);
     let want = g(&x.to_vec());
     assert_eq!(got.0, want.0, "{what}: indices");
-    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&got.1), bits(&want.1), "{what}: values");
     w
 }
@@ -188,33 +187,13 @@ fn radix_topk_selector_near_2_pow_22_stays_within_three_passes() {
     let b = wgpu();
     let n = (1 << 22) - 3;
     for (name, x) in inputs(n) {
-        let buf = b.upload(&x).unwrap();
         for order in [KeyOrder::Abs, KeyOrder::Signed, KeyOrder::SignedReversed] {
             let k = n / 1000;
             let what = format!("{name}, {order:?}, k = {k}");
-            let (got, w) = b.work_of(|| RadixTopK { order }.select(&b, &buf, k));
-            // Naming the first infinity is the error path's own work.
-            if got.is_ok() {
-                bound(w, &what);
-            }
-            let cpu_buf = x.clone();
-            let want = RadixTopK { order }.select(&Cpu, &cpu_buf, k);
-            match (got, want) {
-                (Ok(got), Ok(want)) => {
-                    assert_eq!(b.download(&got.indices).unwrap(), want.indices, "{what}");
-                }
-                (Err(got), Err(want)) => {
-                    assert!(
-                        matches!(got, Error::NonFinite { index: 7 }),
-                        "{what}: {got:?}"
-                    );
-                    assert_eq!(got, want, "{what}");
-                }
-                (got, want) => panic!(
-                    "{what}: {:?} against the CPU's {:?}",
-                    got.map(|s| s.count),
-                    want.map(|s| s.count)
-                ),
+            match select_both(&b, &RadixTopK { order }, &x, k, &what) {
+                Ok(w) => bound(w, &what),
+                // Naming the first infinity is the error path's own work.
+                Err(e) => assert!(matches!(e, Error::NonFinite { index: 7 }), "{what}: {e:?}"),
             }
         }
     }
@@ -260,33 +239,32 @@ fn nan_is_reported_with_its_index() {
 
 /// `s.select` on the kernels, with its work, against the same selector
 /// (a fresh copy) on the CPU: the same indices, values and threshold, or
-/// the same error.
+/// the same error (returned).
 fn select_both<S: Selector<WgpuBackend, f32> + Selector<Cpu, f32> + Clone>(
     b: &WgpuBackend,
     s: &S,
     x: &[f32],
     k: usize,
     what: &str,
-) -> Option<Work> {
+) -> Result<Work, Error> {
     let buf = b.upload(x).unwrap();
     let (got, w) = b.work_of(|| s.clone().select(b, &buf, k));
     let want = s.clone().select(&Cpu, &x.to_vec(), k);
     match (got, want) {
         (Ok(got), Ok(want)) => {
-            assert_eq!(b.download(&got.indices).unwrap(), want.indices, "{what}");
-            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&b.download(&got.values).unwrap()),
-                bits(&want.values),
-                "{what}: values"
+            same_pairs(
+                b,
+                (&got.indices, &got.values),
+                (&want.indices, &want.values),
+                what,
             );
             assert_eq!(got.count, want.count, "{what}: count");
             assert_eq!(got.threshold, want.threshold, "{what}: threshold");
-            Some(w)
+            Ok(w)
         }
         (Err(got), Err(want)) => {
             assert_eq!(got, want, "{what}");
-            None
+            Err(got)
         }
         (got, want) => panic!(
             "{what}: {:?} against the CPU's {:?}",
@@ -316,7 +294,7 @@ fn bucket_topk_and_sampled_threshold_take_at_most_two_round_trips() {
                         bucket,
                         per_bucket: None,
                     };
-                    if let Some(w) = select_both(&b, &s, &x, k, &what) {
+                    if let Ok(w) = select_both(&b, &s, &x, k, &what) {
                         assert!(w.round_trips <= 2 && w.passes <= 2, "{what}: {w:?}");
                     }
                 }
@@ -325,7 +303,7 @@ fn bucket_topk_and_sampled_threshold_take_at_most_two_round_trips() {
                     min_sample: 64,
                     ..SampledThreshold::default()
                 };
-                if let Some(w) = select_both(&b, &s, &x, k, &what) {
+                if let Ok(w) = select_both(&b, &s, &x, k, &what) {
                     assert!(w.round_trips <= 2 && w.passes <= 4, "{what}: {w:?}");
                 }
             }
@@ -344,11 +322,11 @@ fn bucket_topk_and_sampled_threshold_near_2_pow_22() {
     for (name, x) in inputs(n) {
         for k in [n / 1000, n / 100] {
             let what = format!("bucket, {name}, k = {k}");
-            if let Some(w) = select_both(&b, &BucketTopK::default(), &x, k, &what) {
+            if let Ok(w) = select_both(&b, &BucketTopK::default(), &x, k, &what) {
                 assert!(w.round_trips <= 2 && w.passes <= 2, "{what}: {w:?}");
             }
             let what = format!("sampled, {name}, k = {k}");
-            if let Some(w) = select_both(&b, &SampledThreshold::default(), &x, k, &what) {
+            if let Ok(w) = select_both(&b, &SampledThreshold::default(), &x, k, &what) {
                 assert!(w.round_trips <= 2 && w.passes <= 4, "{what}: {w:?}");
                 if name == "normal-ish" {
                     assert_eq!((w.round_trips, w.passes), (1, 1), "{what}: {w:?}");
@@ -379,16 +357,7 @@ fn segmented_topk_equals_the_cpu_on_every_path() {
         for (offsets, ks) in cases {
             let what = format!("{name}, {offsets:?}, {ks:?}");
             let buf = b.upload(&x).unwrap();
-            let got = b.topk_abs_segmented(&buf, &offsets, &ks);
-            let want = Cpu.topk_abs_segmented(&x, &offsets, &ks).unwrap();
-            let got = got.unwrap();
-            assert_eq!(b.download(&got.indices).unwrap(), want.indices, "{what}");
-            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&b.download(&got.values).unwrap()),
-                bits(&want.values),
-                "{what}"
-            );
+            segmented_both(&b, &buf, &x, &offsets, &ks, &what);
         }
     }
 }
@@ -451,7 +420,6 @@ fn error_feedback_fused_into_the_selection_takes_three_passes() {
                         Feedback::Plain { gain: 0.25 }
                     };
                     let want = Cpu.accumulate_topk(&mut cv, &g, fb, k).unwrap();
-                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                     let (idx, val) = (
                         b.download(&sel.indices).unwrap(),
                         b.download(&sel.values).unwrap(),
@@ -501,14 +469,34 @@ fn segmented_both(
 ) -> Work {
     let (got, w) = b.work_of(|| b.topk_abs_segmented(buf, offsets, ks).unwrap());
     let want = Cpu.topk_abs_segmented(&x.to_vec(), offsets, ks).unwrap();
-    assert_eq!(b.download(&got.indices).unwrap(), want.indices, "{what}");
-    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    assert_eq!(
-        bits(&b.download(&got.values).unwrap()),
-        bits(&want.values),
-        "{what}: values"
+    same_pairs(
+        b,
+        (&got.indices, &got.values),
+        (&want.indices, &want.values),
+        what,
     );
     w
+}
+
+/// The kernels' selected pairs (`got`, on the device) are the CPU's
+/// (`want`): the same indices, the values bit for bit.
+fn same_pairs(
+    b: &WgpuBackend,
+    got: (&CubeBuffer<u32>, &CubeBuffer<f32>),
+    want: (&[u32], &[f32]),
+    what: &str,
+) {
+    assert_eq!(b.download(got.0).unwrap(), want.0, "{what}: indices");
+    assert_eq!(
+        bits(&b.download(got.1).unwrap()),
+        bits(want.1),
+        "{what}: values"
+    );
+}
+
+/// Values as their bits, to compare them exactly.
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|v| v.to_bits()).collect()
 }
 
 /// The k patterns of a segmented call over segments of `lens`: none, all,
@@ -536,6 +524,27 @@ fn k_patterns(lens: &[usize], shares: Vec<usize>) -> Vec<(&'static str, Vec<usiz
     ]
 }
 
+/// Every k pattern ([`k_patterns`], with `shares`) of a segmented call
+/// over `offsets` of `x` (uploaded as `buf`): the CPU's selection, in one
+/// round trip, at most four passes and 12 launches.
+fn every_k_pattern(
+    b: &WgpuBackend,
+    (x, buf): (&[f32], &<WgpuBackend as BufferOps>::Buffer<f32>),
+    offsets: &[usize],
+    shares: Vec<usize>,
+    name: &str,
+) {
+    let lens: Vec<usize> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
+    for (kname, ks) in k_patterns(&lens, shares) {
+        let what = format!("{name}, {kname}");
+        let w = segmented_both(b, buf, x, offsets, &ks, &what);
+        assert!(
+            w.round_trips <= 1 && w.passes <= 4 && w.launches <= 12,
+            "{what}: {w:?}"
+        );
+    }
+}
+
 /// SparDL's block top-k (P blocks of n/P at P = 3, 7, 64) near 2^16 and
 /// 2^20 elements, on adversarial inputs, for every k pattern: one host
 /// round trip and at most four passes per call (blocks of at most 2,048:
@@ -551,15 +560,8 @@ fn block_topk_over_long_segments_takes_one_round_trip() {
             let buf = b.upload(&x).unwrap();
             for p in [3usize, 7, 64] {
                 let (offsets, shares) = BlockTopK { blocks: p }.plan(n, n / 1000).unwrap();
-                let lens: Vec<usize> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
-                for (kname, ks) in k_patterns(&lens, shares) {
-                    let what = format!("{name}, n = {n}, P = {p}, {kname}");
-                    let w = segmented_both(&b, &buf, &x, &offsets, &ks, &what);
-                    assert!(
-                        w.round_trips <= 1 && w.passes <= 4 && w.launches <= 12,
-                        "{what}: {w:?}"
-                    );
-                }
+                let what = format!("{name}, n = {n}, P = {p}");
+                every_k_pattern(&b, (&x, &buf), &offsets, shares, &what);
             }
         }
     }
@@ -583,14 +585,7 @@ fn segmented_topk_over_mixed_lengths_takes_one_round_trip() {
     for (name, x) in inputs(n) {
         let buf = b.upload(&x).unwrap();
         let shares = lens.iter().map(|&l| l / 100).collect();
-        for (kname, ks) in k_patterns(&lens, shares) {
-            let what = format!("{name}, {kname}");
-            let w = segmented_both(&b, &buf, &x, &offsets, &ks, &what);
-            assert!(
-                w.round_trips <= 1 && w.passes <= 4 && w.launches <= 12,
-                "{what}: {w:?}"
-            );
-        }
+        every_k_pattern(&b, (&x, &buf), &offsets, shares, name);
     }
 }
 
@@ -629,7 +624,7 @@ fn block_and_long_bucket_selectors_near_2_pow_22() {
         for k in [n / 1000, n / 100] {
             for p in [3, 7, 64] {
                 let what = format!("block P = {p}, {name}, k = {k}");
-                if let Some(w) = select_both(&b, &BlockTopK { blocks: p }, &x, k, &what) {
+                if let Ok(w) = select_both(&b, &BlockTopK { blocks: p }, &x, k, &what) {
                     assert!(w.round_trips <= 2 && w.passes <= 5, "{what}: {w:?}");
                 }
             }
@@ -638,7 +633,7 @@ fn block_and_long_bucket_selectors_near_2_pow_22() {
                 bucket: 4096,
                 per_bucket: None,
             };
-            if let Some(w) = select_both(&b, &s, &x, k, &what) {
+            if let Ok(w) = select_both(&b, &s, &x, k, &what) {
                 assert!(w.round_trips <= 2 && w.passes <= 5, "{what}: {w:?}");
             }
         }

@@ -384,16 +384,9 @@ fn the_sent_values_come_from_the_accumulator() {
         let cfg = Config::new(0.5, 0.1, Rule::TopK)?.compress_threshold(0);
         let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.0; n]).collect();
         let comm = |_: &LayerSpec| Registry::builtin().build("topk_a", Defaults::lossless());
-        let mut honest = Trainer::new(
-            Cpu,
-            cfg,
-            LayerSpec::matrices(&sizes),
-            &w0,
-            RadixTopK::magnitude(),
-            comm,
-        )?;
-        let mut doubling =
-            Trainer::new(Cpu, cfg, LayerSpec::matrices(&sizes), &w0, Doubling, comm)?;
+        let layers = LayerSpec::matrices(&sizes);
+        let mut honest = Trainer::new(Cpu, cfg, layers.clone(), &w0, RadixTopK::magnitude(), comm)?;
+        let mut doubling = Trainer::new(Cpu, cfg, layers, &w0, Doubling, comm)?;
         for step in 0..5 {
             let g = grads(t.rank(), step, &sizes);
             let a = honest.step(t, &g)?;
@@ -511,22 +504,21 @@ fn a_failure_in_local_work_fails_every_rank_and_the_next_step_goes_on() {
                         "{spec} P = {p}, fused {fused}, pipelined {pipelined}, {who} rank fails \
                          at selection {call}"
                     );
-                    local_failure(spec, &sizes, p, fused, pipelined, who, call, &ctx);
+                    local_failure(spec, &sizes, (p, fused, pipelined), (who, call), &ctx);
                 }
             }
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One run of the test above: `spec` over layers of `sizes` on `p`
+/// ranks, fused or not, pipelined or not, the local work of `who` (the
+/// first rank, the last, every one) failing at its selection `call`.
 fn local_failure(
     spec: &str,
     sizes: &[usize],
-    p: usize,
-    fused: bool,
-    pipelined: bool,
-    who: &str,
-    call: usize,
+    (p, fused, pipelined): (usize, bool, bool),
+    (who, call): (&str, usize),
     ctx: &str,
 ) {
     let out = ThreadCluster::new(p)

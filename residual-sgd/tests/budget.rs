@@ -48,6 +48,25 @@ fn layers() -> Vec<LayerSpec> {
     LayerSpec::matrices(&[N])
 }
 
+/// A trainer over [`layers`] from weights `w` whose collective is `spec`
+/// of `registry`, built at `cfg`'s budget.
+fn built(
+    cfg: Config,
+    w: &[Vec<f32>],
+    registry: &Registry<f32>,
+    spec: &str,
+) -> Result<Trainer<Cpu, RadixTopK>> {
+    Trainer::from_registry(
+        Cpu,
+        cfg,
+        layers(),
+        w,
+        RadixTopK::magnitude(),
+        registry,
+        spec,
+    )
+}
+
 #[test]
 fn the_trainer_hands_its_budget_to_the_collectives_it_builds() {
     let w = vec![vec![0.25f32; N]];
@@ -55,17 +74,7 @@ fn the_trainer_hands_its_budget_to_the_collectives_it_builds() {
     // gTopk is lossy: with no budget from anywhere it does not build, so
     // building at all shows the settings' budget reached it.
     assert!(registry.build("gtopk", Defaults::lossless()).is_err());
-    let from_registry = run(|cfg| {
-        Trainer::from_registry(
-            Cpu,
-            cfg,
-            layers(),
-            &w,
-            RadixTopK::magnitude(),
-            &registry,
-            "gtopk",
-        )
-    });
+    let from_registry = run(|cfg| built(cfg, &w, &registry, "gtopk"));
     // The oracle: the same density passed by hand, as before.
     let by_hand = run(|cfg| {
         Trainer::new(Cpu, cfg, layers(), &w, RadixTopK::magnitude(), |_| {
@@ -77,17 +86,7 @@ fn the_trainer_hands_its_budget_to_the_collectives_it_builds() {
     // tree's root reports what it cut).
     assert!(from_registry.iter().any(|(_, d)| d.iter().all(|&n| n > 0)));
     // The spec's own budget overrides the settings': density 1 keeps all.
-    let overridden = run(|cfg| {
-        Trainer::from_registry(
-            Cpu,
-            cfg,
-            layers(),
-            &w,
-            RadixTopK::magnitude(),
-            &registry,
-            "gtopk:density=1",
-        )
-    });
+    let overridden = run(|cfg| built(cfg, &w, &registry, "gtopk:density=1"));
     assert!(overridden.iter().all(|(_, d)| d.iter().all(|&n| n == 0)));
     assert_ne!(overridden[0].0, from_registry[0].0);
 }
@@ -110,16 +109,8 @@ fn an_unknown_collective_is_an_error_naming_it() {
     let cfg = Config::new(0.1, DENSITY, Rule::TopK)
         .unwrap()
         .compress_threshold(0);
-    let e = Trainer::from_registry(
-        Cpu,
-        cfg,
-        layers(),
-        &w,
-        RadixTopK::magnitude(),
-        &Registry::builtin(),
-        "no_such_scheme",
-    )
-    .err()
-    .expect("an unknown name is an error");
+    let e = built(cfg, &w, &Registry::builtin(), "no_such_scheme")
+        .err()
+        .expect("an unknown name is an error");
     assert!(e.to_string().contains("no_such_scheme"), "{e}");
 }

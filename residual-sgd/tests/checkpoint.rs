@@ -8,93 +8,26 @@
 //! mutated files, never panics and allocates no more than its input's
 //! length allows.
 
-use backend_cpu::Cpu;
+mod common;
+
+use common::{
+    P, SIZES, Tr, copy_dir, meta, rgc_trainer, saved_run, step, tmpdir, trainer, weight_bits,
+};
 use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::checkpoint::{self, LATEST, MANIFEST};
-use residual_sgd::{Config, LayerSpec, Rule, Trainer};
-use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
+use sparse_coll::{ThreadCluster, Transport};
 use sparse_core::testing::Rng;
 use sparse_core::testing::peak::{PeakAlloc, peak_during};
 use sparse_core::{Error, Result};
-use sparse_select::RadixTopK;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[global_allocator]
 static ALLOC: PeakAlloc = PeakAlloc;
 
-const SIZES: [usize; 2] = [500, 60];
-const P: usize = 3;
-
-fn trainer() -> Result<Trainer<Cpu, RadixTopK>> {
-    trainer_of(0.1, 0.9, "ok_topk:period=2")
-}
-
 /// RGC with factor masking at learning rate `lr` and `momentum`, over
 /// `spec` at density 5%.
-fn trainer_of(lr: f32, momentum: f32, spec: &str) -> Result<Trainer<Cpu, RadixTopK>> {
-    let rule = Rule::Rgc {
-        momentum,
-        nesterov: false,
-        weight_decay: 0.0,
-        factor_masking: true,
-    };
-    let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.25; n]).collect();
-    Trainer::new(
-        Cpu,
-        Config::new(lr, 0.05, rule)?.compress_threshold(0),
-        LayerSpec::matrices(&SIZES),
-        &w0,
-        RadixTopK::magnitude(),
-        |_| Registry::builtin().build(spec, Defaults::density(0.05)?),
-    )
-}
-
-fn step(tr: &mut Trainer<Cpu, RadixTopK>, t: &mut dyn Transport, s: u64) -> Result<()> {
-    let mut rng = Rng::seed_from_u64(s * 31 + t.rank() as u64);
-    let g: Vec<Vec<f32>> = SIZES
-        .iter()
-        .map(|&n| (0..n).map(|_| rng.random::<f32>() - 0.5).collect())
-        .collect();
-    tr.step(t, &g).map(drop)
-}
-
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "residual-sgd-checkpoint-{tag}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn meta(step: u64) -> BTreeMap<String, String> {
-    BTreeMap::from([("step".to_string(), step.to_string())])
-}
-
-/// The weights' bits after 6 uninterrupted steps, and a directory with
-/// checkpoints after 3 steps (`step-3`) and 6 steps (`step-6`).
-fn saved_run(dir: &Path) -> Vec<Vec<Vec<u32>>> {
-    let out = ThreadCluster::new(P).run(|t| {
-        let mut tr = trainer()?;
-        for s in 0..6 {
-            step(&mut tr, t, s)?;
-            if s == 2 || s == 5 {
-                let name = format!("step-{}", s + 1);
-                checkpoint::save(t, dir, &name, &tr.save_state()?, &meta(s + 1))?;
-            }
-        }
-        bits(&tr)
-    });
-    out.into_iter().map(Result::unwrap).collect()
-}
-
-fn bits(tr: &Trainer<Cpu, RadixTopK>) -> Result<Vec<Vec<u32>>> {
-    Ok(tr
-        .weights()?
-        .iter()
-        .map(|l| l.iter().map(|x| x.to_bits()).collect())
-        .collect())
+fn trainer_of(lr: f32, momentum: f32, spec: &str) -> Result<Tr> {
+    rgc_trainer(lr, momentum, 0.05, spec)
 }
 
 /// Fresh trainers load `path` on P ranks and, where it is `step-3`, take
@@ -109,7 +42,7 @@ fn resume(path: &Path, from: u64) -> Vec<Result<Vec<Vec<u32>>>> {
         for s in from..6 {
             step(&mut tr, t, s)?;
         }
-        bits(&tr)
+        weight_bits(&tr)
     })
 }
 
@@ -222,14 +155,6 @@ fn prune_removes_rejected_checkpoints_but_never_the_latest() {
     }
     assert!(bad_latest.join("step-6").join(MANIFEST).is_file());
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-    }
 }
 
 /// Every hostile change to a checkpoint is an error on every rank: the
@@ -454,11 +379,11 @@ fn summed(states: &[sparse_core::state::State]) -> Vec<Vec<u32>> {
 
 /// A trainer whose every value stays dyadic: gradients in multiples of
 /// 1/8, learning rate and momentum powers of two.
-fn dyadic_trainer(spec: &str) -> Result<Trainer<Cpu, RadixTopK>> {
+fn dyadic_trainer(spec: &str) -> Result<Tr> {
     trainer_of(0.5, 0.5, spec)
 }
 
-fn dyadic_step(tr: &mut Trainer<Cpu, RadixTopK>, t: &mut dyn Transport, s: u64) -> Result<()> {
+fn dyadic_step(tr: &mut Tr, t: &mut dyn Transport, s: u64) -> Result<()> {
     let mut rng = Rng::seed_from_u64(s * 131 + t.rank() as u64);
     let g: Vec<Vec<f32>> = SIZES
         .iter()
@@ -490,7 +415,7 @@ fn reshard_conserves_the_residual_mass_exactly() {
             }
             let state = tr.save_state()?;
             checkpoint::save(t, &dir, "step-4", &state, &meta(4))?;
-            Ok((state, bits(&tr)?))
+            Ok((state, weight_bits(&tr)?))
         });
         let before: Vec<_> = before.into_iter().map(Result::unwrap).collect();
         let old_states: Vec<_> = before.iter().map(|(s, _)| s.clone()).collect();
@@ -502,7 +427,7 @@ fn reshard_conserves_the_residual_mass_exactly() {
             let mut tr = dyadic_trainer(spec)?;
             tr.load_state(t, &state)?;
             let loaded = tr.save_state()?;
-            let w = bits(&tr)?;
+            let w = weight_bits(&tr)?;
             // P-dependent collective state is a fresh instance's.
             let fresh = dyadic_trainer(spec)?.save_state()?;
             for l in 0..SIZES.len() {
@@ -521,7 +446,7 @@ fn reshard_conserves_the_residual_mass_exactly() {
             for s in 4..6 {
                 dyadic_step(&mut tr, t, s)?;
             }
-            Ok((loaded, w, bits(&tr)?))
+            Ok((loaded, w, weight_bits(&tr)?))
         });
         let after: Vec<_> = after.into_iter().map(Result::unwrap).collect();
         let new_states: Vec<_> = after.iter().map(|(s, _, _)| s.clone()).collect();

@@ -22,7 +22,12 @@ fn comm(_: &LayerSpec) -> Result<Box<dyn SparseAllreduce<f32>>> {
 
 fn build(cfg: Config, layers: Vec<LayerSpec>) -> Result<Tr> {
     let w: Vec<Vec<f32>> = layers.iter().map(|l| vec![0.0; l.len]).collect();
-    Trainer::new(Cpu, cfg, layers, &w, RadixTopK::magnitude(), comm)
+    build_from(cfg, layers, &w)
+}
+
+/// The exact top-k over TopkA at `cfg`, on `layers` from the weights `w`.
+fn build_from(cfg: Config, layers: Vec<LayerSpec>, w: &[Vec<f32>]) -> Result<Tr> {
+    Trainer::new(Cpu, cfg, layers, w, RadixTopK::magnitude(), comm)
 }
 
 fn layer(name: &str, len: usize, dims: usize) -> LayerSpec {
@@ -222,14 +227,7 @@ fn step_buffers_equals_step_and_only_reads_the_gradients() {
     let run = |buffers: bool| {
         ThreadCluster::new(2).run(|t| {
             let w0 = vec![vec![0.25f32; 400], vec![0.5f32; 30]];
-            let mut tr: Tr = Trainer::new(
-                Cpu,
-                cfg,
-                LayerSpec::matrices(&sizes),
-                &w0,
-                RadixTopK::magnitude(),
-                comm,
-            )?;
+            let mut tr = build_from(cfg, LayerSpec::matrices(&sizes), &w0)?;
             let mut out = Vec::new();
             for s in 0..10 {
                 let g = grads(t.rank(), s);

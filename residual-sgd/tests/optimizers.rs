@@ -39,6 +39,16 @@ fn trainer(cfg: Config, sizes: &[usize], w: &[Vec<f32>], spec: &str) -> Trainer<
     .unwrap()
 }
 
+/// The exact top-k over TopkA (at density 1) at `cfg`, on `layers` from
+/// the weights `w`.
+fn topk_a_trainer(
+    cfg: Config,
+    layers: Vec<LayerSpec>,
+    w: &[Vec<f32>],
+) -> Result<Trainer<Cpu, RadixTopK>> {
+    Trainer::new(Cpu, cfg, layers, w, RadixTopK::magnitude(), comm("topk_a"))
+}
+
 /// Every layer dense ([`Config::dense`]) or every layer compressed at
 /// density 1.
 fn dense_or_compressed(dense: bool, lr: f32, rule: Rule) -> Config {
@@ -107,14 +117,7 @@ fn nesterov_equals_pytorch_by_hand_and_on_the_dense_path() {
     for dense in [false, true] {
         let cfg = dense_or_compressed(dense, 0.5, rgc(0.5, true, 0.0, false));
         let out = ThreadCluster::new(1).run(|t| {
-            let mut tr = Trainer::new(
-                Cpu,
-                cfg,
-                layers(&[1]),
-                &[vec![1.0]],
-                RadixTopK::magnitude(),
-                comm("topk_a"),
-            )?;
+            let mut tr = topk_a_trainer(cfg, layers(&[1]), &[vec![1.0]])?;
             assert_eq!(tr.compressed(), vec![!dense]);
             let mut ws = Vec::new();
             for g in [1.0f32, 2.0] {
@@ -137,14 +140,7 @@ fn nesterov_equals_pytorch_by_hand_and_on_the_dense_path() {
     for dense in [false, true] {
         let cfg = dense_or_compressed(dense, lr, rgc(m, true, 0.0, false));
         let out = ThreadCluster::new(1).run(|t| {
-            let mut tr = Trainer::new(
-                Cpu,
-                cfg,
-                layers(&[64]),
-                &[vec![0.0; 64]],
-                RadixTopK::magnitude(),
-                comm("topk_a"),
-            )?;
+            let mut tr = topk_a_trainer(cfg, layers(&[64]), &[vec![0.0; 64]])?;
             for g in &grads {
                 tr.step(t, std::slice::from_ref(g))?;
             }
@@ -484,14 +480,7 @@ fn fused_dense_layers_equal_unfused_in_fewer_messages() {
             ThreadCluster::new(p).run(|t| {
                 let cfg = Config::dense(0.25, rgc(0.5, false, 0.0, false))?.fuse(fusion);
                 let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![1.0; n]).collect();
-                let mut tr = Trainer::new(
-                    Cpu,
-                    cfg,
-                    layers(&sizes),
-                    &w0,
-                    RadixTopK::magnitude(),
-                    comm("topk_a"),
-                )?;
+                let mut tr = topk_a_trainer(cfg, layers(&sizes), &w0)?;
                 let mut rng = Rng::seed_from_u64(t.rank() as u64);
                 let mut msgs = 0;
                 for _ in 0..10 {
@@ -684,14 +673,7 @@ fn quantized_mode_exempts_the_output_weights_before_a_bias() {
             .compress_threshold(0)
             .compress_min_dims(2);
         let w: Vec<Vec<f32>> = specs.iter().map(|s| vec![0.0; s.len]).collect();
-        let mut tr = Trainer::new(
-            Cpu,
-            cfg,
-            specs.clone(),
-            &w,
-            RadixTopK::magnitude(),
-            comm("topk_a"),
-        )?;
+        let mut tr = topk_a_trainer(cfg, specs.clone(), &w)?;
         assert_eq!(tr.compressed(), vec![true, false, true, false]);
         let mut rng = Rng::seed_from_u64(3);
         let g: Vec<Vec<f32>> = specs.iter().map(|s| dyadic(s.len, &mut rng)).collect();
@@ -763,14 +745,7 @@ fn ranks_that_compress_different_layers_all_get_an_error() {
                     },
                 ];
                 let w = vec![vec![0.0; 64], vec![0.0; 128]];
-                let mut tr = Trainer::new(
-                    Cpu,
-                    cfg,
-                    specs.clone(),
-                    &w,
-                    RadixTopK::magnitude(),
-                    comm("topk_a"),
-                )?;
+                let mut tr = topk_a_trainer(cfg, specs.clone(), &w)?;
                 let res = tr.step(t, &[vec![1.0; 64], vec![2.0; 128]]);
                 // The transport still works.
                 let mut same = trainer(

@@ -7,8 +7,10 @@
 use backend_cpu::Cpu;
 use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::memory::for_rule;
-use residual_sgd::{BucketBudget, Buckets, Collection, Config, LayerSpec, Memory, Rule, Trainer};
-use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
+use residual_sgd::{
+    BucketBudget, Buckets, Collection, Config, LayerSpec, Memory, Rule, StepReport, Trainer,
+};
+use sparse_coll::{Defaults, Registry, ThreadCluster, ThreadTransport, Transport};
 use sparse_core::state::State;
 use sparse_core::testing::Rng;
 use sparse_core::{Backend, Error, Result, Selected, SparseVec};
@@ -90,6 +92,20 @@ impl<B: Backend<f32>> Memory<B> for Wrapped<B> {
     }
 }
 
+/// RGC at learning rate 0.07, density 5% and momentum 0.9, with or
+/// without factor masking, every layer compressed.
+fn rgc_cfg(factor_masking: bool) -> Config {
+    Config::new(0.07, 0.05, rgc(0.9, false, factor_masking))
+        .unwrap()
+        .compress_threshold(0)
+}
+
+/// `cfg` with buckets of `bytes` under a global budget.
+fn global_buckets(cfg: Config, bytes: usize) -> Config {
+    cfg.buckets(Buckets::new(bytes).unwrap().budget(BucketBudget::Global))
+        .unwrap()
+}
+
 fn rgc(momentum: f32, nesterov: bool, factor_masking: bool) -> Rule {
     Rule::Rgc {
         momentum,
@@ -114,23 +130,143 @@ where
     B: Backend<f32> + Clone + 'static,
     S: Selector<B, f32> + Clone,
 {
-    let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.5; n]).collect();
-    let (rule, lr) = (cfg.rule(), cfg.lr());
     let mut l = 0;
     Trainer::with_memory(
         b,
         cfg,
         LayerSpec::matrices(sizes),
-        &w0,
+        &initial(sizes),
         sel,
         |_| Registry::builtin().build(spec, Defaults::density(0.05)?),
         |b, layer| {
-            let m = for_rule(b, rule, lr, layer.len)?;
             let f = fuse(l);
             l += 1;
-            Ok(Box::new(Wrapped(m, f, count.clone())))
+            wrapped(b, cfg, layer.len, f, count)
         },
     )
+}
+
+/// The initial weights of layers of `sizes`: 0.5 everywhere.
+fn initial(sizes: &[usize]) -> Vec<Vec<f32>> {
+    sizes.iter().map(|&n| vec![0.5; n]).collect()
+}
+
+/// The memory of `cfg`'s rule for a layer of `len`, answering as `fuse`
+/// says (fusions counted in `count`).
+fn wrapped<B: Backend<f32> + 'static>(
+    b: &B,
+    cfg: Config,
+    len: usize,
+    fuse: Fuse,
+    count: &Arc<AtomicUsize>,
+) -> Result<Box<dyn Memory<B>>> {
+    let m = for_rule(b, cfg.rule(), cfg.lr(), len)?;
+    Ok(Box::new(Wrapped(m, fuse, count.clone())))
+}
+
+/// A trainer whose memories fuse as their own do, and the oracle beside
+/// it, alike but for memories that never fuse (fusions counted in
+/// `count`).
+fn pair<B>(
+    be: &B,
+    cfg: Config,
+    sizes: &[usize],
+    spec: &str,
+    count: &Arc<AtomicUsize>,
+) -> Result<(Trainer<B, RadixTopK>, Trainer<B, RadixTopK>)>
+where
+    B: Backend<f32> + Clone + 'static,
+{
+    let mk = |f| {
+        build(
+            be.clone(),
+            cfg,
+            sizes,
+            spec,
+            RadixTopK::magnitude(),
+            move |_| f,
+            count,
+        )
+    };
+    Ok((mk(Fuse::Inner)?, mk(Fuse::Never)?))
+}
+
+/// [`pair`] on the CPU.
+fn cpu_pair(
+    cfg: Config,
+    sizes: &[usize],
+    spec: &str,
+) -> Result<(Trainer<Cpu, RadixTopK>, Trainer<Cpu, RadixTopK>)> {
+    pair(&Cpu, cfg, sizes, spec, &Arc::new(AtomicUsize::new(0)))
+}
+
+/// A pipelined step whose producer pushes every layer of `g`, the last
+/// first, then fails where `fail` says.
+fn push_all_then_fail<B, S>(
+    tr: &mut Trainer<B, S>,
+    t: &mut dyn Transport,
+    g: &[Vec<f32>],
+    fail: bool,
+) -> Result<StepReport>
+where
+    B: Backend<f32> + Sync,
+    S: Selector<B, f32> + Send,
+{
+    tr.step_with(t, |feed| {
+        for l in (0..g.len()).rev() {
+            feed.push_host(l, &g[l])?;
+        }
+        if fail {
+            return Err(Error::invalid("probe", "producer fails"));
+        }
+        Ok(())
+    })
+}
+
+/// A step of `tr` on the CPU, pipelined (`step_overlapped`) or not.
+fn cpu_step<S: Selector<Cpu, f32> + Send>(
+    tr: &mut Trainer<Cpu, S>,
+    t: &mut dyn Transport,
+    g: &[Vec<f32>],
+    pipelined: bool,
+) -> Result<StepReport> {
+    if pipelined {
+        tr.step_overlapped(t, g)
+    } else {
+        tr.step(t, g)
+    }
+}
+
+/// The densities the density probes step through, k from 0.05 n to n
+/// and back.
+const DENSITIES: [f64; 7] = [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5];
+
+/// Step `s` of a density probe: `a` and `b` set to density `d`, and the
+/// step's gradients (scaled by 2), with zeros of both signs at every
+/// third entry on odd steps.
+fn at_density<B, S>(
+    (a, b): (&mut Trainer<B, S>, &mut Trainer<B, S>),
+    (s, d): (usize, f64),
+    sizes: &[usize],
+    rng: &mut Rng,
+) -> Result<Vec<Vec<f32>>>
+where
+    B: Backend<f32>,
+    S: Selector<B, f32>,
+{
+    a.set_density(d)?;
+    b.set_density(d)?;
+    let mut g = random(sizes, rng, 2.0);
+    if s % 2 == 1 {
+        for l in &mut g {
+            for (i, x) in l.iter_mut().enumerate() {
+                if i % 3 == 0 {
+                    *x = if i % 2 == 0 { -0.0 } else { 0.0 };
+                }
+            }
+        }
+    }
+    Ok(g)
 }
 
 fn cpu(cfg: Config, sizes: &[usize], spec: &str, fuse: Fuse) -> Result<Trainer<Cpu, RadixTopK>> {
@@ -175,6 +311,29 @@ fn random(sizes: &[usize], rng: &mut Rng, scale: f32) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// `f` on `p` thread ranks, every rank's result unwrapped.
+fn on_every_rank(p: usize, f: impl Fn(&mut ThreadTransport) -> Result<()> + Sync) {
+    for r in ThreadCluster::new(p).run(f) {
+        r.unwrap();
+    }
+}
+
+/// `f` on the ranks of a fresh `cluster()` twice, with memories that
+/// fuse (as their own memories do) and with memories that never fuse:
+/// each rank's two results, unwrapped.
+fn fused_and_separate<T: Send>(
+    cluster: impl Fn() -> ThreadCluster,
+    f: impl Fn(&mut ThreadTransport, Fuse) -> Result<T> + Sync,
+) -> Vec<(T, T)> {
+    let fused = cluster().run(|t| f(t, Fuse::Inner));
+    let separate = cluster().run(|t| f(t, Fuse::Never));
+    fused
+        .into_iter()
+        .zip(separate)
+        .map(|(x, y)| (x.unwrap(), y.unwrap()))
+        .collect()
+}
+
 fn err_text<T>(r: &Result<T>) -> String {
     match r {
         Ok(_) => "ok".into(),
@@ -184,36 +343,32 @@ fn err_text<T>(r: &Result<T>) -> String {
 
 const SIZES: [usize; 3] = [300, 120, 64];
 
-/// Steps a fusing and a non-fusing trainer on backend `be` side by side
-/// with inexact gradients: the reports' pairs, the errors, the weights,
-/// residuals and training state agree bit for bit at every step.
-#[allow(clippy::too_many_arguments)]
+/// Gradients of a layer of two that drive RGC's momentum (0.9, learning
+/// rate 1) to an infinity at index 0 and then a NaN at index 1.
+const TOWARDS_NAN: [[f32; 2]; 4] = [
+    [3.4e38, 3.0e38],
+    [3.4e38, 0.0],
+    [0.0, -3.4e38],
+    [0.0, -3.4e38],
+];
+
+/// Steps a fusing and a non-fusing trainer over layers of `sizes` and the
+/// collective `spec` on backend `be` side by side, `steps` steps of
+/// inexact gradients (times `scale`): the reports' pairs, the errors, the
+/// weights, residuals and training state agree bit for bit at every step.
 fn side_by_side<B>(
     t: &mut dyn Transport,
     be: &B,
     cfg: Config,
-    sizes: &[usize],
-    spec: &str,
+    (sizes, spec): (&[usize], &str),
     pipelined: bool,
-    steps: usize,
-    scale: f32,
+    (steps, scale): (usize, f32),
 ) -> Result<()>
 where
     B: Backend<f32> + Clone + Sync + 'static,
 {
     let count = Arc::new(AtomicUsize::new(0));
-    let mk = |f| {
-        build(
-            be.clone(),
-            cfg,
-            sizes,
-            spec,
-            RadixTopK::magnitude(),
-            move |_| f,
-            &count,
-        )
-    };
-    let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
+    let (mut a, mut b) = pair(be, cfg, sizes, spec, &count)?;
     let mut rng = Rng::seed_from_u64(11 + t.rank() as u64);
     for s in 0..steps {
         let g = random(sizes, &mut rng, scale);
@@ -254,7 +409,7 @@ fn settings() -> Result<Vec<Config>> {
         out.push(base);
         out.push(base.collection(Collection::Paper));
         out.push(base.buckets(Buckets::new(4 * 500)?)?);
-        out.push(base.buckets(Buckets::new(4 * 500)?.budget(BucketBudget::Global))?);
+        out.push(global_buckets(base, 4 * 500));
         if rule == Rule::TopK {
             out.push(base.qsgd(4, 64, true)?);
         }
@@ -284,17 +439,16 @@ fn settings() -> Result<Vec<Config>> {
 #[test]
 fn inexact_values_bit_for_bit() {
     let cfgs = settings().unwrap();
-    let out = ThreadCluster::new(3).run(|t| {
+    on_every_rank(3, |t| {
         for cfg in &cfgs {
             for spec in ["topk_a", "spardl", "ok_topk"] {
                 for pipelined in [false, true] {
-                    side_by_side(t, &Cpu, *cfg, &SIZES, spec, pipelined, 5, 1.3)?;
+                    side_by_side(t, &Cpu, *cfg, (&SIZES, spec), pipelined, (5, 1.3))?;
                 }
             }
         }
         Ok(())
     });
-    out.into_iter().for_each(|r| r.unwrap());
 }
 
 /// The same on the kernel backend (wgpu; lavapipe without a GPU), where
@@ -304,47 +458,29 @@ fn inexact_values_bit_for_bit() {
 fn wgpu_inexact_values_bit_for_bit() {
     let cfgs = settings().unwrap();
     let sizes = [5000usize, 300, 64];
-    let out = ThreadCluster::new(2).run(|t| {
+    on_every_rank(2, |t| {
         let gpu = backend_cuda::WgpuBackend::new_default()?;
         for cfg in &cfgs {
             for pipelined in [false, true] {
-                side_by_side(t, &gpu, *cfg, &sizes, "topk_a", pipelined, 4, 1.3)?;
+                side_by_side(t, &gpu, *cfg, (&sizes, "topk_a"), pipelined, (4, 1.3))?;
             }
         }
         Ok(())
     });
-    out.into_iter().for_each(|r| r.unwrap());
 }
 
 /// Overflow on the kernel backend: the same errors and states as its
 /// separate calls (huge gradients, RGC's momentum, a huge learning rate).
 #[test]
 fn wgpu_overflow_fails_as_the_separate_path() {
-    let out = ThreadCluster::new(1).run(|t| {
+    on_every_rank(1, |t| {
         let gpu = backend_cuda::WgpuBackend::new_default()?;
         for (rule, lr) in [(rgc(0.9, false, false), 1.0f32), (Rule::TopK, 1e30)] {
             let cfg = Config::new(lr, 0.5, rule)?.compress_threshold(0);
-            side_by_side(t, &gpu, cfg, &[2], "topk_a", false, 1, 1.0)?;
+            side_by_side(t, &gpu, cfg, (&[2], "topk_a"), false, (1, 1.0))?;
             let count = Arc::new(AtomicUsize::new(0));
-            let mk = |f| {
-                build(
-                    gpu.clone(),
-                    cfg,
-                    &[3000, 2],
-                    "topk_a",
-                    RadixTopK::magnitude(),
-                    move |_| f,
-                    &count,
-                )
-            };
-            let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
-            let steps: [[f32; 2]; 4] = [
-                [3.4e38, 3.0e38],
-                [3.4e38, 0.0],
-                [0.0, -3.4e38],
-                [0.0, -3.4e38],
-            ];
-            for (s, g2) in steps.iter().enumerate() {
+            let (mut a, mut b) = pair(&gpu, cfg, &[3000, 2], "topk_a", &count)?;
+            for (s, g2) in TOWARDS_NAN.iter().enumerate() {
                 let mut big = vec![0.25f32; 3000];
                 big[2998] = g2[0];
                 big[2999] = g2[1];
@@ -360,7 +496,6 @@ fn wgpu_overflow_fails_as_the_separate_path() {
         }
         Ok(())
     });
-    out.into_iter().for_each(|r| r.unwrap());
 }
 
 /// Accumulators that overflow (huge gradients, top-k SGD with a huge
@@ -374,11 +509,10 @@ fn overflowing_accumulators_fail_as_the_separate_path() {
             (rgc(0.9, false, true), 1.0),
             (Rule::TopK, 1e30),
         ] {
-            let out = ThreadCluster::new(p).run(|t| {
+            on_every_rank(p, |t| {
                 let sizes = [8usize, 5];
                 let cfg = Config::new(lr, 0.25, rule)?.compress_threshold(0);
-                let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
-                let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
+                let (mut a, mut b) = cpu_pair(cfg, &sizes, "topk_a")?;
                 let mut rng = Rng::seed_from_u64(3);
                 let mut wrong = Vec::new();
                 let pick = [3.4e38f32, -3.4e38, 1e38, -1e38, 2e10, -2e10, 0.0, 1.0];
@@ -410,7 +544,6 @@ fn overflowing_accumulators_fail_as_the_separate_path() {
                 );
                 Ok(())
             });
-            out.into_iter().for_each(|r| r.unwrap());
         }
     }
 }
@@ -421,18 +554,11 @@ fn overflowing_accumulators_fail_as_the_separate_path() {
 /// must too.
 #[test]
 fn infinity_before_nan_names_the_first_non_finite() {
-    let out = ThreadCluster::new(1).run(|t| {
+    on_every_rank(1, |t| {
         let cfg = Config::new(1.0, 0.5, rgc(0.9, false, false))?.compress_threshold(0);
         let sizes = [2usize];
-        let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
-        let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
-        let steps: [[f32; 2]; 4] = [
-            [3.4e38, 3.0e38],
-            [3.4e38, 0.0],
-            [0.0, -3.4e38],
-            [0.0, -3.4e38],
-        ];
-        for (s, g) in steps.iter().enumerate() {
+        let (mut a, mut b) = cpu_pair(cfg, &sizes, "topk_a")?;
+        for (s, g) in TOWARDS_NAN.iter().enumerate() {
             let g = vec![g.to_vec()];
             let (ra, rb) = (a.step(t, &g), b.step(t, &g));
             assert_eq!(err_text(&ra), err_text(&rb), "step {s}");
@@ -441,7 +567,6 @@ fn infinity_before_nan_names_the_first_non_finite() {
         assert!(v[0][0].is_infinite() && v[0][1].is_nan(), "setup: {v:?}");
         Ok(())
     });
-    out.into_iter().for_each(|r| r.unwrap());
 }
 
 /// A fault injected at every transport call of the second step, on each
@@ -451,11 +576,11 @@ fn infinity_before_nan_names_the_first_non_finite() {
 #[test]
 fn injected_faults_lose_nothing() {
     let cfgs = || -> Result<Vec<Config>> {
-        let base = Config::new(0.07, 0.05, rgc(0.9, false, true))?.compress_threshold(0);
+        let base = rgc_cfg(true);
         let topk = Config::new(0.1, 0.05, Rule::TopK)?.compress_threshold(0);
         Ok(vec![
             base,
-            base.buckets(Buckets::new(4 * 500)?.budget(BucketBudget::Global))?,
+            global_buckets(base, 4 * 500),
             base.collection(Collection::Paper),
             topk.qsgd(4, 64, true)?,
         ])
@@ -465,35 +590,31 @@ fn injected_faults_lose_nothing() {
         for pipelined in [false, true] {
             for rank in 0..3 {
                 for nth in (1..60u64).step_by(2) {
-                    let run = |fuse| {
-                        ThreadCluster::new(3)
-                            .timeout(std::time::Duration::from_secs(2))
-                            .fault(rank, nth)
-                            .run(move |t| -> Result<(String, Snap)> {
-                                let mut tr = cpu(cfg, &SIZES, "ok_topk", fuse)?;
-                                let mut rng = Rng::seed_from_u64(5 + t.rank() as u64);
-                                let mut last = String::new();
-                                for _ in 0..4 {
-                                    let g = random(&SIZES, &mut rng, 0.9);
-                                    let r = if pipelined {
-                                        tr.step_overlapped(t, &g)
-                                    } else {
-                                        tr.step(t, &g)
-                                    };
-                                    if r.is_err() {
-                                        last = err_text(&r);
-                                        break;
-                                    }
-                                    last = "ok".into();
+                    let both = fused_and_separate(
+                        || {
+                            ThreadCluster::new(3)
+                                .timeout(std::time::Duration::from_secs(2))
+                                .fault(rank, nth)
+                        },
+                        |t, fuse| -> Result<(String, Snap)> {
+                            let mut tr = cpu(cfg, &SIZES, "ok_topk", fuse)?;
+                            let mut rng = Rng::seed_from_u64(5 + t.rank() as u64);
+                            let mut last = String::new();
+                            for _ in 0..4 {
+                                let g = random(&SIZES, &mut rng, 0.9);
+                                let r = cpu_step(&mut tr, t, &g, pipelined);
+                                if r.is_err() {
+                                    last = err_text(&r);
+                                    break;
                                 }
-                                Ok((last, snap(&tr)?))
-                            })
-                    };
-                    let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
-                    for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
+                                last = "ok".into();
+                            }
+                            Ok((last, snap(&tr)?))
+                        },
+                    );
+                    for (r, (x, y)) in both.into_iter().enumerate() {
                         let ctx =
                             format!("cfg {ci} pipelined {pipelined} fault {rank}@{nth} rank {r}");
-                        let (x, y) = (x.unwrap(), y.unwrap());
                         // Which peer a rank finds gone first is timing's.
                         assert_eq!(x.0 == "ok", y.0 == "ok", "{ctx}: {} / {}", x.0, y.0);
                         assert_eq!(x.1, y.1, "{ctx}: state ({} / {})", x.0, y.0);
@@ -514,19 +635,17 @@ fn injected_faults_lose_nothing() {
 /// steps agree too.
 #[test]
 fn failing_producers_lose_nothing() {
-    let base = Config::new(0.07, 0.05, rgc(0.9, false, false))
-        .unwrap()
-        .compress_threshold(0);
+    let base = rgc_cfg(false);
     let cfgs = [
         base,
         base.buckets(Buckets::new(4 * 500).unwrap()).unwrap(),
-        base.buckets(Buckets::new(4 * 500).unwrap().budget(BucketBudget::Global))
-            .unwrap(),
+        global_buckets(base, 4 * 500),
     ];
     for (ci, cfg) in cfgs.into_iter().enumerate() {
         for how in 0..7 {
-            let run = |fuse| {
-                ThreadCluster::new(3).run(move |t| -> Result<(Vec<String>, Snap)> {
+            let both = fused_and_separate(
+                || ThreadCluster::new(3),
+                |t, fuse| -> Result<(Vec<String>, Snap)> {
                     let mut tr = cpu(cfg, &SIZES, "topk_a", fuse)?;
                     let mut rng = Rng::seed_from_u64(9 + t.rank() as u64);
                     let mut errs = Vec::new();
@@ -560,11 +679,9 @@ fn failing_producers_lose_nothing() {
                         errs.push(err_text(&r));
                     }
                     Ok((errs, snap(&tr)?))
-                })
-            };
-            let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
-            for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
-                let (x, y) = (x.unwrap(), y.unwrap());
+                },
+            );
+            for (r, (x, y)) in both.into_iter().enumerate() {
                 assert_ne!(
                     x.0[1], "ok",
                     "cfg {ci} how {how} rank {r}: step 1 must fail"
@@ -581,11 +698,10 @@ fn failing_producers_lose_nothing() {
 /// the separate runs agree at every step.
 #[test]
 fn checkpoint_after_failed_step_reloads_alike() {
-    let cfg = Config::new(0.07, 0.05, rgc(0.9, false, true))
-        .unwrap()
-        .compress_threshold(0);
-    let run = |fuse| {
-        ThreadCluster::new(3).run(move |t| -> Result<Vec<Snap>> {
+    let cfg = rgc_cfg(true);
+    let both = fused_and_separate(
+        || ThreadCluster::new(3),
+        |t, fuse| -> Result<Vec<Snap>> {
             let mut tr = cpu(cfg, &SIZES, "spardl", fuse)?;
             let mut rng = Rng::seed_from_u64(21 + t.rank() as u64);
             let mut out = Vec::new();
@@ -594,15 +710,7 @@ fn checkpoint_after_failed_step_reloads_alike() {
                 let fail = s == 1 && t.rank() == 2;
                 // Step 1 fails on every rank: rank 2's producer errs once
                 // every layer is in (and its buckets were reduced).
-                let r = tr.step_with(t, |feed| {
-                    for l in (0..SIZES.len()).rev() {
-                        feed.push_host(l, &g[l])?;
-                    }
-                    if fail {
-                        return Err(Error::invalid("probe", "producer fails"));
-                    }
-                    Ok(())
-                });
+                let r = push_all_then_fail(&mut tr, t, &g, fail);
                 assert_eq!(r.is_err(), s == 1, "step {s}: {}", err_text(&r));
             }
             out.push(snap(&tr)?);
@@ -615,11 +723,10 @@ fn checkpoint_after_failed_step_reloads_alike() {
                 out.push(snap(&fresh)?);
             }
             Ok(out)
-        })
-    };
-    let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
-    for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
-        assert_eq!(x.unwrap(), y.unwrap(), "rank {r}");
+        },
+    );
+    for (r, (x, y)) in both.into_iter().enumerate() {
+        assert_eq!(x, y, "rank {r}");
     }
 }
 
@@ -630,42 +737,25 @@ fn density_changes_and_tiny_layers() {
     let sizes = [1usize, 2, 300, 1];
     for rule in [Rule::TopK, rgc(0.9, false, true), rgc(0.5, false, false)] {
         for (variant, pipelined) in [(0, false), (0, true), (1, false), (1, true)] {
-            let out = ThreadCluster::new(2).run(|t| {
+            on_every_rank(2, |t| {
                 let mut cfg = Config::new(0.1, 0.05, rule)?.compress_threshold(0);
                 if variant == 1 {
                     cfg = cfg.buckets(Buckets::new(4 * 200)?.budget(BucketBudget::Global))?;
                 }
-                let mut a = cpu(cfg, &sizes, "topk_a", Fuse::Inner)?;
-                let mut b = cpu(cfg, &sizes, "topk_a", Fuse::Never)?;
+                let (mut a, mut b) = cpu_pair(cfg, &sizes, "topk_a")?;
                 let mut rng = Rng::seed_from_u64(1 + t.rank() as u64);
-                for (s, d) in [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5]
-                    .into_iter()
-                    .enumerate()
-                {
-                    a.set_density(d)?;
-                    b.set_density(d)?;
-                    let mut g = random(&sizes, &mut rng, 2.0);
-                    if s % 2 == 1 {
-                        for l in &mut g {
-                            for (i, x) in l.iter_mut().enumerate() {
-                                if i % 3 == 0 {
-                                    *x = if i % 2 == 0 { -0.0 } else { 0.0 };
-                                }
-                            }
-                        }
-                    }
-                    let (ra, rb) = if pipelined {
-                        (a.step_overlapped(t, &g), b.step_overlapped(t, &g))
-                    } else {
-                        (a.step(t, &g), b.step(t, &g))
-                    };
+                for (s, d) in DENSITIES.into_iter().enumerate() {
+                    let g = at_density((&mut a, &mut b), (s, d), &sizes, &mut rng)?;
+                    let (ra, rb) = (
+                        cpu_step(&mut a, t, &g, pipelined),
+                        cpu_step(&mut b, t, &g, pipelined),
+                    );
                     let ctx = format!("{rule:?} variant {variant} pipelined {pipelined} step {s}");
                     assert_eq!(err_text(&ra), err_text(&rb), "{ctx}");
                     assert_eq!(snap(&a)?, snap(&b)?, "{ctx} density {d}");
                 }
                 Ok(())
             });
-            out.into_iter().for_each(|r| r.unwrap());
         }
     }
 }
@@ -673,7 +763,7 @@ fn density_changes_and_tiny_layers() {
 /// Nesterov's momentum must not fuse; a boxed RadixTopK must.
 #[test]
 fn nesterov_never_fuses_and_boxed_radix_does() {
-    let out = ThreadCluster::new(2).run(|t| {
+    on_every_rank(2, |t| {
         let cfg = Config::new(0.1, 0.05, rgc(0.9, true, false))?.compress_threshold(0);
         let count = Arc::new(AtomicUsize::new(0));
         let mut a = build(
@@ -697,8 +787,7 @@ fn nesterov_never_fuses_and_boxed_radix_does() {
 
         let cfg = Config::new(0.1, 0.05, rgc(0.9, false, true))?.compress_threshold(0);
         let count = Arc::new(AtomicUsize::new(0));
-        let (rule, lr) = (cfg.rule(), cfg.lr());
-        let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
+        let w0 = initial(&SIZES);
         let mk = |fuse: Fuse| {
             let c = count.clone();
             Trainer::<Cpu, Box<dyn Selector<Cpu, f32> + Send>>::with_parts(
@@ -708,12 +797,7 @@ fn nesterov_never_fuses_and_boxed_radix_does() {
                 &w0,
                 |_| Ok(Box::new(RadixTopK::magnitude()) as Box<dyn Selector<Cpu, f32> + Send>),
                 |_| Registry::builtin().build("topk_a", Defaults::density(0.05)?),
-                move |b, l| {
-                    Ok(
-                        Box::new(Wrapped(for_rule(b, rule, lr, l.len)?, fuse, c.clone()))
-                            as Box<dyn Memory<Cpu>>,
-                    )
-                },
+                move |b, l| wrapped(b, cfg, l.len, fuse, &c),
             )
         };
         let mut a = mk(Fuse::Inner)?;
@@ -731,7 +815,6 @@ fn nesterov_never_fuses_and_boxed_radix_does() {
         );
         Ok(())
     });
-    out.into_iter().for_each(|r| r.unwrap());
 }
 
 /// A user memory that fuses badly (an index past its layer) on the first
@@ -741,11 +824,9 @@ fn nesterov_never_fuses_and_boxed_radix_does() {
 /// path (their selections put back).
 #[test]
 fn a_bad_fusing_memory_loses_no_other_layer() {
-    let cfg = Config::new(0.07, 0.05, rgc(0.9, false, false))
-        .unwrap()
-        .compress_threshold(0);
+    let cfg = rgc_cfg(false);
     for pipelined in [false, true] {
-        let out = ThreadCluster::new(2).run(|t| {
+        on_every_rank(2, |t| {
             let count = Arc::new(AtomicUsize::new(0));
             let bad_layer = if pipelined { 0 } else { SIZES.len() - 1 };
             let fuse = |l| {
@@ -767,20 +848,11 @@ fn a_bad_fusing_memory_loses_no_other_layer() {
             let mut b = cpu(cfg, &SIZES, "topk_a", Fuse::Never)?;
             let mut rng = Rng::seed_from_u64(2 + t.rank() as u64);
             let g = random(&SIZES, &mut rng, 1.0);
-            let ra = if pipelined {
-                a.step_overlapped(t, &g)
-            } else {
-                a.step(t, &g)
-            };
+            let ra = cpu_step(&mut a, t, &g, pipelined);
             assert!(ra.is_err(), "a corrupt fused selection must fail the step");
             // The oracle: the separate trainer after a step that fails
             // once every layer is compensated (its producer's error).
-            let rb = b.step_with(t, |feed| {
-                for l in (0..SIZES.len()).rev() {
-                    feed.push_host(l, &g[l])?;
-                }
-                Err(Error::invalid("probe", "fail after every push"))
-            });
+            let rb = push_all_then_fail(&mut b, t, &g, true);
             assert!(rb.is_err());
             let (va, vb) = (bits(&a.residuals()?), bits(&b.residuals()?));
             for l in 0..SIZES.len() {
@@ -790,7 +862,6 @@ fn a_bad_fusing_memory_loses_no_other_layer() {
             }
             Ok(())
         });
-        out.into_iter().for_each(|r| r.unwrap());
     }
 }
 
@@ -808,10 +879,8 @@ fn rank(t: &dyn Transport) -> usize {
 /// neither in the memory nor put back.
 #[test]
 fn a_failing_remove_loses_no_fused_selection() {
-    let cfg = Config::new(0.07, 0.05, rgc(0.9, false, false))
-        .unwrap()
-        .compress_threshold(0);
-    let out = ThreadCluster::new(1).run(|t| {
+    let cfg = rgc_cfg(false);
+    on_every_rank(1, |t| {
         let sizes = [300usize];
         let mut a = cpu(cfg, &sizes, "topk_a", Fuse::InnerBadRemove)?;
         let mut b = cpu(cfg, &sizes, "topk_a", Fuse::NeverBadRemove)?;
@@ -831,7 +900,6 @@ fn a_failing_remove_loses_no_fused_selection() {
         );
         Ok(())
     });
-    out.into_iter().for_each(|r| r.unwrap());
 }
 
 /// A collective that lies on rank `rank` at its `at`-th call: a result
@@ -923,21 +991,15 @@ impl sparse_coll::SparseAllreduce<f32> for Liar {
 /// failed) with the same state on every rank.
 #[test]
 fn lying_collectives_lose_nothing() {
-    let base = Config::new(0.07, 0.05, rgc(0.9, false, true))
-        .unwrap()
-        .compress_threshold(0);
-    let cfgs = [
-        base,
-        base.buckets(Buckets::new(4 * 500).unwrap().budget(BucketBudget::Global))
-            .unwrap(),
-    ];
+    let base = rgc_cfg(true);
+    let cfgs = [base, global_buckets(base, 4 * 500)];
     for (ci, cfg) in cfgs.into_iter().enumerate() {
         for pipelined in [false, true] {
             for how in 0..5u8 {
-                let run = |fuse| {
-                    ThreadCluster::new(3).run(move |t| -> Result<(Vec<bool>, Snap)> {
-                        let (rule, lr) = (cfg.rule(), cfg.lr());
-                        let w0: Vec<Vec<f32>> = SIZES.iter().map(|&n| vec![0.5; n]).collect();
+                let both = fused_and_separate(
+                    || ThreadCluster::new(3),
+                    |t, fuse| -> Result<(Vec<bool>, Snap)> {
+                        let w0 = initial(&SIZES);
                         let mut tr = Trainer::with_memory(
                             Cpu,
                             cfg,
@@ -955,30 +1017,20 @@ fn lying_collectives_lose_nothing() {
                                 })
                                     as Box<dyn sparse_coll::SparseAllreduce<f32>>)
                             },
-                            |b, l| {
-                                let m = for_rule(b, rule, lr, l.len)?;
-                                Ok(Box::new(Wrapped(m, fuse, Arc::new(AtomicUsize::new(0))))
-                                    as Box<dyn Memory<Cpu>>)
-                            },
+                            |b, l| wrapped(b, cfg, l.len, fuse, &Arc::new(AtomicUsize::new(0))),
                         )?;
                         let mut rng = Rng::seed_from_u64(31 + t.rank() as u64);
                         let mut oks = Vec::new();
                         for _ in 0..4 {
                             let g = random(&SIZES, &mut rng, 0.9);
-                            let r = if pipelined {
-                                tr.step_overlapped(t, &g)
-                            } else {
-                                tr.step(t, &g)
-                            };
+                            let r = cpu_step(&mut tr, t, &g, pipelined);
                             oks.push(r.is_ok());
                         }
                         Ok((oks, snap(&tr)?))
-                    })
-                };
-                let (fa, fb) = (run(Fuse::Inner), run(Fuse::Never));
-                for (r, (x, y)) in fa.into_iter().zip(fb).enumerate() {
+                    },
+                );
+                for (r, (x, y)) in both.into_iter().enumerate() {
                     let ctx = format!("cfg {ci} pipelined {pipelined} how {how} rank {r}");
-                    let (x, y) = (x.unwrap(), y.unwrap());
                     assert_eq!(x.0, y.0, "{ctx}: outcomes");
                     assert_eq!(
                         x.0[1],
@@ -1019,45 +1071,20 @@ fn state_bits(s: &State, at: &str) -> Vec<(String, Vec<u64>)> {
 /// calls leave them.
 #[test]
 fn wgpu_failed_steps_lose_nothing() {
-    let base = Config::new(0.07, 0.05, rgc(0.9, false, true))
-        .unwrap()
-        .compress_threshold(0);
-    let cfgs = [
-        base,
-        base.buckets(Buckets::new(4 * 3000).unwrap().budget(BucketBudget::Global))
-            .unwrap(),
-    ];
+    let base = rgc_cfg(true);
+    let cfgs = [base, global_buckets(base, 4 * 3000)];
     let sizes = [5000usize, 300, 64];
-    let out = ThreadCluster::new(2).run(|t| {
+    on_every_rank(2, |t| {
         let gpu = backend_cuda::WgpuBackend::new_default()?;
         for (ci, cfg) in cfgs.iter().enumerate() {
             let count = Arc::new(AtomicUsize::new(0));
-            let mk = |f| {
-                build(
-                    gpu.clone(),
-                    *cfg,
-                    &sizes,
-                    "topk_a",
-                    RadixTopK::magnitude(),
-                    move |_| f,
-                    &count,
-                )
-            };
-            let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
+            let (mut a, mut b) = pair(&gpu, *cfg, &sizes, "topk_a", &count)?;
             let mut rng = Rng::seed_from_u64(3 + t.rank() as u64);
             for s in 0..4 {
                 let g = random(&sizes, &mut rng, 1.1);
                 let fail = s % 2 == 0 && t.rank() == 1;
                 for tr in [&mut a, &mut b] {
-                    let r = tr.step_with(t, |feed| {
-                        for l in (0..sizes.len()).rev() {
-                            feed.push_host(l, &g[l])?;
-                        }
-                        if fail {
-                            return Err(Error::invalid("probe", "producer fails"));
-                        }
-                        Ok(())
-                    });
+                    let r = push_all_then_fail(tr, t, &g, fail);
                     assert_eq!(r.is_err(), s % 2 == 0, "cfg {ci} step {s}");
                 }
                 assert_eq!(snap(&a)?, snap(&b)?, "cfg {ci} step {s}");
@@ -1066,7 +1093,6 @@ fn wgpu_failed_steps_lose_nothing() {
         }
         Ok(())
     });
-    out.into_iter().for_each(|r| r.unwrap());
 }
 
 /// On the kernel backend: density changed between steps (k up to n),
@@ -1074,41 +1100,16 @@ fn wgpu_failed_steps_lose_nothing() {
 #[test]
 fn wgpu_density_changes_and_tiny_layers() {
     let sizes = [1usize, 2, 3000, 1];
-    let out = ThreadCluster::new(2).run(|t| {
+    on_every_rank(2, |t| {
         let gpu = backend_cuda::WgpuBackend::new_default()?;
         for rule in [Rule::TopK, rgc(0.9, false, true), rgc(0.5, false, false)] {
             for pipelined in [false, true] {
                 let cfg = Config::new(0.1, 0.05, rule)?.compress_threshold(0);
                 let count = Arc::new(AtomicUsize::new(0));
-                let mk = |f| {
-                    build(
-                        gpu.clone(),
-                        cfg,
-                        &sizes,
-                        "topk_a",
-                        RadixTopK::magnitude(),
-                        move |_| f,
-                        &count,
-                    )
-                };
-                let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
+                let (mut a, mut b) = pair(&gpu, cfg, &sizes, "topk_a", &count)?;
                 let mut rng = Rng::seed_from_u64(1 + t.rank() as u64);
-                for (s, d) in [0.05, 1.0, 1.0, 0.3, 0.001, 1.0, 0.5]
-                    .into_iter()
-                    .enumerate()
-                {
-                    a.set_density(d)?;
-                    b.set_density(d)?;
-                    let mut g = random(&sizes, &mut rng, 2.0);
-                    if s % 2 == 1 {
-                        for l in &mut g {
-                            for (i, x) in l.iter_mut().enumerate() {
-                                if i % 3 == 0 {
-                                    *x = if i % 2 == 0 { -0.0 } else { 0.0 };
-                                }
-                            }
-                        }
-                    }
+                for (s, d) in DENSITIES.into_iter().enumerate() {
+                    let g = at_density((&mut a, &mut b), (s, d), &sizes, &mut rng)?;
                     let (ra, rb) = if pipelined {
                         let up = |g: &Vec<Vec<f32>>| {
                             g.iter()
@@ -1131,7 +1132,6 @@ fn wgpu_density_changes_and_tiny_layers() {
         }
         Ok(())
     });
-    out.into_iter().for_each(|r| r.unwrap());
 }
 
 /// Layers whose selectors differ (the exact top-k by magnitude, which
@@ -1142,16 +1142,11 @@ fn wgpu_density_changes_and_tiny_layers() {
 fn mixed_selectors_in_one_globally_budgeted_bucket() {
     type Dyn = Box<dyn Selector<Cpu, f32> + Send>;
     let sizes = [300usize, 120, 64, 200];
-    let cfg = Config::new(0.07, 0.05, rgc(0.9, false, true))
-        .unwrap()
-        .compress_threshold(0)
-        .buckets(Buckets::new(4 * 1000).unwrap().budget(BucketBudget::Global))
-        .unwrap();
+    let cfg = global_buckets(rgc_cfg(true), 4 * 1000);
     for pipelined in [false, true] {
-        let out = ThreadCluster::new(2).run(|t| {
+        on_every_rank(2, |t| {
             let count = Arc::new(AtomicUsize::new(0));
-            let (rule, lr) = (cfg.rule(), cfg.lr());
-            let w0: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.5; n]).collect();
+            let w0 = initial(&sizes);
             let mk = |fuse: Fuse| {
                 let c = count.clone();
                 let mut l = 0;
@@ -1169,12 +1164,7 @@ fn mixed_selectors_in_one_globally_budgeted_bucket() {
                         })
                     },
                     |_| Registry::builtin().build("topk_a", Defaults::density(0.05)?),
-                    move |b, l| {
-                        Ok(
-                            Box::new(Wrapped(for_rule(b, rule, lr, l.len)?, fuse, c.clone()))
-                                as Box<dyn Memory<Cpu>>,
-                        )
-                    },
+                    move |b, l| wrapped(b, cfg, l.len, fuse, &c),
                 )
             };
             let (mut a, mut b) = (mk(Fuse::Inner)?, mk(Fuse::Never)?);
@@ -1184,15 +1174,7 @@ fn mixed_selectors_in_one_globally_budgeted_bucket() {
                 let fail = s == 2 && t.rank() == 0;
                 for tr in [&mut a, &mut b] {
                     let r = if pipelined {
-                        tr.step_with(t, |feed| {
-                            for l in (0..sizes.len()).rev() {
-                                feed.push_host(l, &g[l])?;
-                            }
-                            if fail {
-                                return Err(Error::invalid("probe", "producer fails"));
-                            }
-                            Ok(())
-                        })
+                        push_all_then_fail(tr, t, &g, fail)
                     } else if s == 2 {
                         // A NaN on one rank: the entry round fails everywhere.
                         let mut g = g.clone();
@@ -1210,6 +1192,5 @@ fn mixed_selectors_in_one_globally_budgeted_bucket() {
             assert!(count.load(Ordering::Relaxed) > 0);
             Ok(())
         });
-        out.into_iter().for_each(|r| r.unwrap());
     }
 }

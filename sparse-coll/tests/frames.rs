@@ -382,6 +382,37 @@ impl Catalog<f32> for Parts {
     }
 }
 
+/// The hierarchical collective over nodes of `node` ranks, `intra` inside
+/// them and `inter` across, at k = 8.
+fn hierarchical(
+    node: usize,
+    intra: &str,
+    inter: &str,
+    parts: &Parts,
+) -> Result<Box<dyn SparseAllreduce<f32>>> {
+    Ok(Box::new(Hierarchical::new(
+        node,
+        intra,
+        inter,
+        Defaults::k(8)?,
+        parts,
+    )?))
+}
+
+/// `spec` of `registry` at k = 8, or for `"hier"` the hierarchical
+/// collective over pairs of ranks, lossy inside and across.
+fn build_k8(
+    registry: &Registry<f32>,
+    parts: &Parts,
+    spec: &str,
+) -> Result<Box<dyn SparseAllreduce<f32>>> {
+    if spec == "hier" {
+        hierarchical(2, "spardl_bf16", "ssar_bf16", parts)
+    } else {
+        registry.build(spec, Defaults::k(8)?)
+    }
+}
+
 const HIER: [(&str, &str); 11] = [
     ("ssar_split_allgather", "ssar_split_allgather"),
     ("spardl_bf16", "ssar_split_allgather"),
@@ -411,15 +442,7 @@ fn hierarchical_fails_alike_on_every_rank() {
                 continue; // one node (P <= node): the intra part alone
             }
             for (intra, inter) in HIER {
-                let build = || -> Result<Box<dyn SparseAllreduce<f32>>> {
-                    Ok(Box::new(Hierarchical::new(
-                        node,
-                        intra,
-                        inter,
-                        Defaults::k(8)?,
-                        &parts,
-                    )?))
-                };
+                let build = || hierarchical(node, intra, inter, &parts);
                 let mut sets = hot_sets(p);
                 sets.truncate(12);
                 let tag = format!("hierarchical:node={node},intra={intra},inter={inter} P={p}");
@@ -456,15 +479,7 @@ fn hierarchical_ranks_name_the_same_failing_rank() {
         // in the inter-node part of shard 0.
         (3, 6, "ssar_split_allgather", "ssar_bf16", vec![1, 4]),
     ] {
-        let build = || -> Result<Box<dyn SparseAllreduce<f32>>> {
-            Ok(Box::new(Hierarchical::new(
-                node,
-                intra,
-                inter,
-                Defaults::k(8)?,
-                &parts,
-            )?))
-        };
+        let build = || hierarchical(node, intra, inter, &parts);
         let out = run(&build, &overflowing("pair", p, &h));
         if let Some(why) = judge(&out, true) {
             bad.push(format!(
@@ -512,19 +527,7 @@ fn joint_calls_with_a_failing_call_fail_alike() {
                         let r = t.rank();
                         let mut algs: Vec<Box<dyn SparseAllreduce<f32>>> = list
                             .iter()
-                            .map(|s| -> Result<Box<dyn SparseAllreduce<f32>>> {
-                                if *s == "hier" {
-                                    Ok(Box::new(Hierarchical::new(
-                                        2,
-                                        "spardl_bf16",
-                                        "ssar_bf16",
-                                        Defaults::k(8)?,
-                                        &parts,
-                                    )?))
-                                } else {
-                                    registry.build(s, Defaults::k(8)?)
-                                }
-                            })
+                            .map(|s| build_k8(&registry, &parts, s))
                             .collect::<Result<_>>()?;
                         // The failing inputs on the lossy calls, ordinary
                         // ones on the others.
@@ -606,17 +609,7 @@ fn a_corrupt_message_among_failure_frames_is_no_one_sided_outcome() {
                     for nth in 1u64..=40 {
                         let out = ThreadCluster::new(p).timeout(TIMEOUT).run(|t| {
                             let r = t.rank();
-                            let mut algo: Box<dyn SparseAllreduce<f32>> = if spec == "hier" {
-                                Box::new(Hierarchical::new(
-                                    2,
-                                    "spardl_bf16",
-                                    "ssar_bf16",
-                                    Defaults::k(8)?,
-                                    &parts,
-                                )?)
-                            } else {
-                                registry.build(spec, Defaults::k(8)?)?
-                            };
+                            let mut algo = build_k8(&registry, &parts, spec)?;
                             let mut c = Corrupting::new(t, (r == victim).then_some(nth));
                             let first = algo.allreduce(&mut c, &hot[r]);
                             let fired = c.fired();

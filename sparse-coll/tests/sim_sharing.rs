@@ -2,6 +2,8 @@
 //! at once share its bandwidth max-min fairly (SimGrid's flow model), in
 //! closed form and against a brute-force fluid simulation.
 
+mod common;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sparse_coll::sim::{AlphaBeta, FullBisection, Link, Network, Op, Trace, TwoLevel, replay};
@@ -118,21 +120,7 @@ fn a_flow_bottlenecked_elsewhere_leaves_bandwidth_to_others() {
 fn private_links_keep_the_alpha_beta_times() {
     let net = ethernet();
     let (alpha, beta, m) = (1e-6, 1e-9, 1000usize);
-    let traces: Vec<Trace> = (0..4)
-        .map(|r| {
-            let mut t = Vec::new();
-            if r > 0 {
-                t.push(Op::Recv { from: r - 1 });
-            }
-            if r < 3 {
-                t.push(Op::Send {
-                    to: r + 1,
-                    bytes: m,
-                });
-            }
-            t
-        })
-        .collect();
+    let traces = common::chain(4, m);
     let t = replay(&traces, &net).unwrap();
     // Each hop: the message leaves `m beta` after its sender had the one
     // before, and arrives `alpha` later.

@@ -7,6 +7,8 @@
 //! with a closed-form alpha-beta time gives that time, as the simulator's
 //! replay does, or the time that shows where the two differ.
 
+mod common;
+
 use sparse_coll::sim::smpi::{self, Platform, SmpiModel};
 use sparse_coll::sim::{
     AlphaBeta, FullBisection, Link, Network, Op, Rendezvous, Route, Trace, TwoLevel,
@@ -314,21 +316,7 @@ fn close(got: f64, want: f64) -> bool {
 fn smpirun_replays_closed_form_patterns_in_their_alpha_beta_time() {
     let (alpha, beta, m) = (2e-5, 1.0 / GIB, 1_000_000usize);
     let net = full(alpha);
-    let chain: Vec<Trace> = (0..4)
-        .map(|r| {
-            let mut t = Vec::new();
-            if r > 0 {
-                t.push(Op::Recv { from: r - 1 });
-            }
-            if r < 3 {
-                t.push(Op::Send {
-                    to: r + 1,
-                    bytes: m,
-                });
-            }
-            t
-        })
-        .collect();
+    let chain = common::chain(4, m);
     let incast: Vec<Trace> = (0..4)
         .map(|r| match r {
             0 => (1..4).map(|from| Op::Recv { from }).collect(),

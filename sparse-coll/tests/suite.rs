@@ -1,7 +1,9 @@
 //! The collective suite (`sparse_coll::testing`) on the thread transport,
 //! for P = 1..=9, 16 and 17.
 
-use sparse_coll::testing::{algorithms, cases, check_facts, collective_suite_for, real_cases};
+mod common;
+
+use sparse_coll::testing::{algorithms, check_facts};
 use sparse_coll::{Registry, ThreadCluster};
 
 /// Every built-in algorithm at every `P`, each pair a run of its own, with
@@ -17,18 +19,7 @@ fn collective_suite_on_threads() {
     let mut runs = 0;
     for p in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17] {
         for spec in algorithms(p) {
-            for (r, res) in ThreadCluster::new(p)
-                .synchronous(true)
-                .run(|t| collective_suite_for(t, &registry, &spec))
-                .into_iter()
-                .enumerate()
-            {
-                match res {
-                    Ok(n) if n == cases(p).len() + real_cases(p).len() => runs += 1,
-                    Ok(n) => failures.push(format!("{spec} P={p} rank {r}: {n} cases ran")),
-                    Err(e) => failures.push(format!("{spec} P={p} rank {r}: {e}")),
-                }
-            }
+            runs += common::suite_on_threads(&registry, p, &spec, &mut failures);
         }
     }
     assert!(

@@ -3,10 +3,11 @@
 //! quantization error kept exactly in `dropped`; a codec's split is
 //! checked, and the bytes receivers decode are the ones the split made.
 
-use sparse_coll::testing::{cases, collective_suite_for, real_cases};
+mod common;
+
 use sparse_coll::wire::WireValues;
 use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
-use sparse_core::encoding::{Qsgd, Reader, Split, USER_TAGS, ValueCodec};
+use sparse_core::encoding::{Qsgd, Reader, Split, USER_TAGS, ValueCodec, split_by_round_trip};
 use sparse_core::testing::generate::{GradientSpec, ValueDist};
 use sparse_core::{Error, Result, SparseVec};
 
@@ -60,55 +61,40 @@ impl ValueCodec<f32> for U8 {
     }
 }
 
-/// QSGD with 4 bits under a user's tag: a random (stochastic) rounding, so
-/// that encoding the decoded values again gives other values.
+/// A user's codec that writes its values as `inner` does, under its own
+/// tag `TAG` and `name` (always lossy); with `lie`, a split that breaks
+/// the rules: it claims to send every value as encoded, whatever the
+/// remainder.
 #[derive(Debug, Clone, Copy)]
-struct UserQsgd(Qsgd);
-
-impl ValueCodec<f32> for UserQsgd {
-    const TAG: u8 = 201;
-    fn name(&self) -> String {
-        "uqsgd".into()
-    }
-    fn lossless(&self) -> bool {
-        false
-    }
-    fn encoded_len(&self, n: usize) -> usize {
-        ValueCodec::<f32>::encoded_len(&self.0, n)
-    }
-    fn encode(&self, values: &[f32], out: &mut Vec<u8>) -> Result<()> {
-        self.0.encode(values, out)
-    }
-    fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<f32>> {
-        self.0.decode(r, n)
-    }
+struct Forward<C, const TAG: u8> {
+    name: &'static str,
+    inner: C,
+    lie: bool,
 }
 
-/// A codec whose split lies: it claims to send every value as encoded,
-/// whatever the remainder.
-#[derive(Debug, Clone, Copy)]
-struct Liar;
-
-impl ValueCodec<f32> for Liar {
-    const TAG: u8 = 202;
+impl<C: ValueCodec<f32>, const TAG: u8> ValueCodec<f32> for Forward<C, TAG> {
+    const TAG: u8 = TAG;
     fn name(&self) -> String {
-        "liar".into()
+        self.name.into()
     }
     fn lossless(&self) -> bool {
         false
     }
     fn encoded_len(&self, n: usize) -> usize {
-        U8.encoded_len(n)
+        self.inner.encoded_len(n)
     }
     fn encode(&self, values: &[f32], out: &mut Vec<u8>) -> Result<()> {
-        U8.encode(values, out)
+        self.inner.encode(values, out)
     }
     fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<f32>> {
-        U8.decode(r, n)
+        self.inner.decode(r, n)
     }
     fn split(&self, values: &[f32]) -> Result<Split> {
+        if !self.lie {
+            return split_by_round_trip(self, values, <[f32]>::to_vec);
+        }
         let mut bytes = Vec::new();
-        U8.encode(values, &mut bytes)?;
+        self.encode(values, &mut bytes)?;
         Ok(Split {
             kept: (0..values.len()).collect(),
             bytes,
@@ -116,11 +102,33 @@ impl ValueCodec<f32> for Liar {
     }
 }
 
+/// `inner` under the tag `TAG` and `name`, splitting by the rules.
+fn forward<C, const TAG: u8>(name: &'static str, inner: C) -> Forward<C, TAG> {
+    Forward {
+        name,
+        inner,
+        lie: false,
+    }
+}
+
+/// QSGD with 4 bits under a user's tag: a random (stochastic) rounding, so
+/// that encoding the decoded values again gives other values.
+fn user_qsgd(seed: u64) -> Forward<Qsgd, 201> {
+    forward("uqsgd", Qsgd::new(4, seed).unwrap())
+}
+
+/// U8's values under another tag, with a split that lies.
+const LIAR: Forward<U8, 202> = Forward {
+    name: "liar",
+    inner: U8,
+    lie: true,
+};
+
 fn registry() -> Registry<f32> {
     let mut r = Registry::builtin();
     r.add_values(U8).unwrap();
-    r.add_values(UserQsgd(Qsgd::new(4, 11).unwrap())).unwrap();
-    r.add_values(Liar).unwrap();
+    r.add_values(user_qsgd(11)).unwrap();
+    r.add_values(LIAR).unwrap();
     r.add_values(MeanScaled).unwrap();
     r
 }
@@ -142,18 +150,7 @@ fn a_user_codec_passes_the_suite_in_every_collective_that_carries_values() {
             .collect();
         for spec in specs {
             specs_run.insert(spec.split(':').next().unwrap().to_string());
-            for (r, res) in ThreadCluster::new(p)
-                .synchronous(true)
-                .run(|t| collective_suite_for(t, &registry, &spec))
-                .into_iter()
-                .enumerate()
-            {
-                match res {
-                    Ok(n) if n == cases(p).len() + real_cases(p).len() => {}
-                    Ok(n) => failures.push(format!("{spec} P={p} rank {r}: {n} cases ran")),
-                    Err(e) => failures.push(format!("{spec} P={p} rank {r}: {e}")),
-                }
-            }
+            common::suite_on_threads(&registry, p, &spec, &mut failures);
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -273,7 +270,7 @@ impl ValueCodec<f32> for MeanScaled {
 fn a_codec_sends_its_splits_own_bytes() {
     let v = &gradient(1, 4000, 9)[0];
     let mean = MeanScaled;
-    let qsgd = UserQsgd(Qsgd::new(4, 5).unwrap());
+    let qsgd = user_qsgd(5);
     for (values, again) in [
         (
             WireValues::codec(mean),
@@ -414,28 +411,9 @@ fn a_lying_split_is_an_error_naming_the_codec() {
 /// listing the known ones.
 #[test]
 fn registration_refuses_reserved_tags_and_taken_names() {
-    #[derive(Debug, Clone, Copy)]
-    struct Reserved;
-    impl ValueCodec<f32> for Reserved {
-        const TAG: u8 = 5;
-        fn name(&self) -> String {
-            "reserved".into()
-        }
-        fn lossless(&self) -> bool {
-            false
-        }
-        fn encoded_len(&self, n: usize) -> usize {
-            U8.encoded_len(n)
-        }
-        fn encode(&self, values: &[f32], out: &mut Vec<u8>) -> Result<()> {
-            U8.encode(values, out)
-        }
-        fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<f32>> {
-            U8.decode(r, n)
-        }
-    }
     let mut r = Registry::<f32>::builtin();
-    let err = r.add_values(Reserved).unwrap_err().to_string();
+    let reserved = forward::<_, 5>("reserved", U8);
+    let err = r.add_values(reserved).unwrap_err().to_string();
     assert!(err.contains("128..=255"), "{err}");
     assert_eq!(*USER_TAGS.start(), 128);
     // Built-in tags are all below the user range.
@@ -447,29 +425,10 @@ fn registration_refuses_reserved_tags_and_taken_names() {
     assert!(!USER_TAGS.contains(&qsgd.tag()));
     r.add_values(U8).unwrap();
     assert!(r.add_values(U8).is_err(), "a name twice");
-    assert!(r.add_values(Liar).is_ok());
-    // UserQsgd under U8's tag would be refused: tags are unique.
-    #[derive(Debug, Clone, Copy)]
-    struct SameTag;
-    impl ValueCodec<f32> for SameTag {
-        const TAG: u8 = 200;
-        fn name(&self) -> String {
-            "same_tag".into()
-        }
-        fn lossless(&self) -> bool {
-            false
-        }
-        fn encoded_len(&self, n: usize) -> usize {
-            U8.encoded_len(n)
-        }
-        fn encode(&self, values: &[f32], out: &mut Vec<u8>) -> Result<()> {
-            U8.encode(values, out)
-        }
-        fn decode(&self, r: &mut Reader<'_>, n: usize) -> Result<Vec<f32>> {
-            U8.decode(r, n)
-        }
-    }
-    assert!(r.add_values(SameTag).is_err(), "a tag twice");
+    assert!(r.add_values(LIAR).is_ok());
+    // Another codec under U8's tag is refused: tags are unique.
+    let same_tag = forward::<_, 200>("same_tag", U8);
+    assert!(r.add_values(same_tag).is_err(), "a tag twice");
     assert!(r.build("topk_a:values=u8", Defaults::lossless()).is_ok());
     let err = r
         .build("topk_a:values=u7", Defaults::lossless())

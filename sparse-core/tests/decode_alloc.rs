@@ -35,12 +35,10 @@ struct Case<E: Element> {
 }
 
 fn random_vec<E: Element>(dim: usize, nnz: usize, rng: &mut Rng, positive: bool) -> SparseVec<E> {
-    let mut idx: Vec<u32> = (0..dim as u32).collect();
-    for i in 0..nnz {
-        let j = i + rng.random_range(0..(dim - i) as u64) as usize;
-        idx.swap(i, j);
-    }
-    idx.truncate(nnz);
+    let mut idx: Vec<u32> = rand::seq::index::sample(rng, dim, nnz)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
     idx.sort_unstable();
     let vals = (0..nnz)
         .map(|_| {

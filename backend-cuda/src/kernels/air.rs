@@ -30,7 +30,10 @@
 //! launches) carry the walk between kernels; the host reads them back
 //! once, at the end, for the NaN and infinity counts.
 
-use super::{ITEMS, TILE, UNITS, cube_exclusive_scan, is_nan, key_of};
+use super::{
+    TILE, TileLists, UNITS, add_bins, collect_tile, cube_exclusive_scan, emit_lists, key_of, quota,
+    zeroed_bins,
+};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
@@ -84,14 +87,8 @@ pub(crate) fn air_histogram(
     #[comptime] level: u32,
     #[comptime] order: u32,
 ) {
-    let local = Shared::<[Atomic<u32>]>::new_slice(BINS);
+    let local = zeroed_bins(BINS);
     let unit = UNIT_POS as usize;
-    let mut b = unit;
-    while b < BINS {
-        local[b].store(0u32);
-        b += UNITS as usize;
-    }
-    sync_cube();
     let start = CUBE_POS * TILE;
     let mut end = min(start + TILE, x.len());
     let mut want = 0u32;
@@ -125,15 +122,7 @@ pub(crate) fn air_histogram(
         table[last as usize].fetch_add(run);
     }
     sync_cube();
-    let row = comptime![(level as usize - 1) * BINS];
-    let mut b = unit;
-    while b < BINS {
-        let c = local[b].load();
-        if c > 0u32 {
-            hist[row + b].fetch_add(c);
-        }
-        b += UNITS as usize;
-    }
+    add_bins(&local, hist, comptime![(level as usize - 1) * BINS], BINS);
 }
 
 /// The digit of the `bins` counters `h[base..base + bins]` that holds the
@@ -257,41 +246,7 @@ pub(crate) fn air_collect(
     let start = tile * TILE;
     let end = min(start + TILE, x.len());
     let key = st[ST_KEY].load();
-    let lo = min(start + UNIT_POS as usize * ITEMS, end);
-    let hi = min(lo + ITEMS, end);
-    let mut above = 0u32;
-    let mut equal = 0u32;
-    let mut nan = 0u32;
-    let mut inf = 0u32;
-    for i in lo..hi {
-        let bits = x[i];
-        let k = key_of(bits, order);
-        if k > key {
-            above += 1;
-        }
-        if k == key {
-            equal += 1;
-        }
-        if is_nan(bits) {
-            nan += 1;
-        }
-        if (bits & 0x7fff_ffffu32) == 0x7f80_0000u32 {
-            inf += 1;
-        }
-    }
-    let mut a = cube_exclusive_scan(above);
-    let mut e = cube_exclusive_scan(equal);
-    for i in lo..hi {
-        let k = key_of(x[i], order);
-        if k > key {
-            tmp[start + a as usize] = i as u32;
-            a += 1;
-        }
-        if k == key {
-            tmp[start + TILE - 1 - e as usize] = i as u32;
-            e += 1;
-        }
-    }
+    let (a, e, nan, inf) = collect_tile(x, tmp, start, end, start + TILE, key, order);
     if UNIT_POS == UNITS - 1 && start < x.len() {
         counts[tile * 2] = a;
         counts[tile * 2 + 1] = e;
@@ -344,10 +299,7 @@ pub(crate) fn tile_bases(
     let mut out = 0u32;
     for t in first..last {
         let e = counts[t as usize * 2 + 1];
-        let mut q = 0u32;
-        if take > eq_before {
-            q = min(take - eq_before, e);
-        }
+        let q = quota(take, eq_before, e);
         eq_before += e;
         out += counts[t as usize * 2] + q;
     }
@@ -355,37 +307,13 @@ pub(crate) fn tile_bases(
     eq_before = cube_exclusive_scan(eq);
     for t in first..last {
         let e = counts[t as usize * 2 + 1];
-        let mut q = 0u32;
-        if take > eq_before {
-            q = min(take - eq_before, e);
-        }
+        let q = quota(take, eq_before, e);
         eq_before += e;
         bases[t as usize * 2] = start + base;
         bases[t as usize * 2 + 1] = q;
         base += counts[t as usize * 2] + q;
     }
     base
-}
-
-/// How many of the `len` increasing indices in `tmp` (from `from`, every
-/// `step`-th word: 1 forward, or backwards with `back`) are below `i`.
-#[cube]
-pub(crate) fn below(tmp: &[u32], from: usize, len: u32, i: u32, #[comptime] back: bool) -> u32 {
-    let mut lo = 0u32;
-    let mut hi = len;
-    while lo < hi {
-        let mid = (lo + hi) / 2u32;
-        let mut at = from + mid as usize;
-        if comptime![back] {
-            at = from - mid as usize;
-        }
-        if tmp[at] < i {
-            lo = mid + 1u32;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
 }
 
 /// Per tile: its keys above the k-th key and the first `q` equal to it,
@@ -405,36 +333,14 @@ pub(crate) fn air_emit(
     let tile = CUBE_POS;
     if tile < counts.len() / 2 {
         let start = tile * TILE;
-        let above = counts[tile * 2];
-        let base = bases[tile * 2];
-        let q = bases[tile * 2 + 1];
-        let back = start + TILE - 1;
-        let mut j = UNIT_POS;
-        while j < above {
-            let i = tmp[start + j as usize];
-            let pos = (base + j + below(tmp, back, q, i, true)) as usize;
-            if pos < out_idx.len() {
-                out_idx[pos] = i;
-                out_val[pos] = x[i as usize];
-                if comptime![zero] {
-                    x[i as usize] = 0u32;
-                }
-            }
-            j += UNITS;
-        }
-        let mut r = UNIT_POS;
-        while r < q {
-            let i = tmp[back - r as usize];
-            let pos = (base + r + below(tmp, start, above, i, false)) as usize;
-            if pos < out_idx.len() {
-                out_idx[pos] = i;
-                out_val[pos] = x[i as usize];
-                if comptime![zero] {
-                    x[i as usize] = 0u32;
-                }
-            }
-            r += UNITS;
-        }
+        let lists = TileLists {
+            start,
+            back: start + TILE - 1,
+            above: counts[tile * 2],
+            q: bases[tile * 2 + 1],
+            base: bases[tile * 2],
+        };
+        emit_lists(x, tmp, &lists, out_idx, out_val, zero);
     }
 }
 
@@ -460,91 +366,81 @@ pub(crate) struct AirArgs<'a> {
 // bases below `2 tiles`, and check every output position against the
 // output's length.
 
+impl AirArgs<'_> {
+    /// The input's tiles: one cube each.
+    fn tile_grid(&self) -> CubeCount {
+        super::grid(self.x.len.div_ceil(TILE))
+    }
+}
+
 /// Launches [`air_histogram`] over the input's tiles.
 pub(crate) fn launch_histogram(client: &Client, a: &AirArgs<'_>, level: u32, order: u32) {
-    let tiles = a.x.len.div_ceil(TILE);
     unsafe {
-        air_histogram::launch_unchecked(
+        launch_kernel!(
+            air_histogram,
             client,
-            super::grid(tiles),
-            super::cube_dim(),
-            a.x.arg(),
-            a.st.arg(),
-            a.hist.arg(),
-            a.table.arg(),
+            a.tile_grid(),
+            [a.x, a.st, a.hist, a.table],
             level,
-            order,
-        );
+            order
+        )
     }
 }
 
 /// Launches [`air_choose`] on one cube.
 pub(crate) fn launch_choose(client: &Client, a: &AirArgs<'_>, k: u32, level: u32, rule: u32) {
     unsafe {
-        air_choose::launch_unchecked(
+        launch_kernel!(
+            air_choose,
             client,
             super::grid(1),
-            super::cube_dim(),
-            a.st.arg(),
-            a.hist.arg(),
-            a.table.arg(),
+            [a.st, a.hist, a.table],
             k,
             level,
-            rule,
-        );
+            rule
+        )
     }
 }
 
 /// Launches [`air_collect`] over the input's tiles.
 pub(crate) fn launch_collect(client: &Client, a: &AirArgs<'_>, order: u32) {
-    let tiles = a.x.len.div_ceil(TILE);
     unsafe {
-        air_collect::launch_unchecked(
+        launch_kernel!(
+            air_collect,
             client,
-            super::grid(tiles),
-            super::cube_dim(),
-            a.x.arg(),
-            a.st.arg(),
-            a.tmp.arg(),
-            a.counts.arg(),
-            order,
-        );
+            a.tile_grid(),
+            [a.x, a.st, a.tmp, a.counts],
+            order
+        )
     }
 }
 
 /// Launches [`air_offsets`] on one cube.
 pub(crate) fn launch_offsets(client: &Client, a: &AirArgs<'_>) {
     let tiles = a.x.len.div_ceil(TILE);
+    let per = tiles.div_ceil(UNITS as usize) as u32;
     unsafe {
-        air_offsets::launch_unchecked(
+        launch_kernel!(
+            air_offsets,
             client,
             super::grid(1),
-            super::cube_dim(),
-            a.st.arg(),
-            a.counts.arg(),
-            a.bases.arg(),
+            [a.st, a.counts, a.bases],
             tiles as u32,
-            tiles.div_ceil(UNITS as usize) as u32,
-        );
+            per
+        )
     }
 }
 
 /// Launches [`air_emit`] over the input's tiles (with `zero`, taking the
 /// selected elements out of the input).
 pub(crate) fn launch_emit(client: &Client, a: &AirArgs<'_>, zero: bool) {
-    let tiles = a.x.len.div_ceil(TILE);
     unsafe {
-        air_emit::launch_unchecked(
+        launch_kernel!(
+            air_emit,
             client,
-            super::grid(tiles),
-            super::cube_dim(),
-            a.x.arg(),
-            a.tmp.arg(),
-            a.counts.arg(),
-            a.bases.arg(),
-            a.out_idx.arg(),
-            a.out_val.arg(),
-            zero,
-        );
+            a.tile_grid(),
+            [a.x, a.tmp, a.counts, a.bases, a.out_idx, a.out_val],
+            zero
+        )
     }
 }

@@ -23,7 +23,5 @@ pub(crate) fn launch_axpy(
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
-    unsafe {
-        axpy::launch_unchecked(client, cubes, super::cube_dim(), a, x.arg(), y.arg());
-    }
+    unsafe { launch_kernel!(axpy, client, cubes, [], a, x.arg(), y.arg()) }
 }

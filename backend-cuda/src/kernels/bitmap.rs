@@ -108,16 +108,7 @@ pub(crate) fn launch_bitmap_flags(
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
-    unsafe {
-        bitmap_flags::launch_unchecked(
-            client,
-            cubes,
-            super::cube_dim(),
-            indices.arg(),
-            lo,
-            flags.arg(),
-        );
-    }
+    unsafe { launch_kernel!(bitmap_flags, client, cubes, [indices], lo, flags.arg()) }
 }
 
 /// Launches [`bitmap_pack`] on `cubes` cubes of [`super::UNITS`] units.
@@ -130,9 +121,7 @@ pub(crate) fn launch_bitmap_pack(
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
-    unsafe {
-        bitmap_pack::launch_unchecked(client, cubes, super::cube_dim(), flags.arg(), words.arg());
-    }
+    unsafe { launch_kernel!(bitmap_pack, client, cubes, [flags, words]) }
 }
 
 /// Launches [`bitmap_count`] on `cubes` cubes of [`super::UNITS`] units.
@@ -146,16 +135,7 @@ pub(crate) fn launch_bitmap_count(
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
-    unsafe {
-        bitmap_count::launch_unchecked(
-            client,
-            cubes,
-            super::cube_dim(),
-            words.arg(),
-            len,
-            counts.arg(),
-        );
-    }
+    unsafe { launch_kernel!(bitmap_count, client, cubes, [words], len, counts.arg()) }
 }
 
 /// Launches [`bitmap_write`] on `cubes` cubes of [`super::UNITS`] units.
@@ -172,15 +152,15 @@ pub(crate) fn launch_bitmap_write(
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
     unsafe {
-        bitmap_write::launch_unchecked(
+        launch_kernel!(
+            bitmap_write,
             client,
             cubes,
-            super::cube_dim(),
-            words.arg(),
+            [words],
             len,
             lo,
             bases.arg(),
-            out.arg(),
-        );
+            out.arg()
+        )
     }
 }

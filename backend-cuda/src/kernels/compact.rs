@@ -8,7 +8,8 @@
 //! position; the host supplied each tile's rank among its segment's equals
 //! and its output offset from pass 1's counts.
 
-use super::{ITEMS, cube_exclusive_scan, key_of};
+use super::count::KeyArgs;
+use super::{ITEMS, cube_exclusive_scan, key_of, quota, tally};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
@@ -44,23 +45,10 @@ pub(crate) fn compact_keys(
         lo = min(start + UNIT_POS as usize * ITEMS, end);
         hi = min(lo + ITEMS, end);
     }
-    let mut above = 0u32;
-    let mut equal = 0u32;
-    for i in lo..hi {
-        let k = key_of(x[i], order);
-        if k > key {
-            above += 1;
-        }
-        if k == key {
-            equal += 1;
-        }
-    }
+    let (above, equal, _nan, _inf) = tally(x, lo, hi, key, 1usize, order);
     // Rank of this unit's first equal key within the segment.
     let rank = eq_before + cube_exclusive_scan(equal);
-    let mut taken = 0u32;
-    if take > rank {
-        taken = min(take - rank, equal);
-    }
+    let taken = quota(take, rank, equal);
     let mut out = out_base + cube_exclusive_scan(above + taken);
     let mut r = rank;
     for i in lo..hi {
@@ -79,14 +67,11 @@ pub(crate) fn compact_keys(
     }
 }
 
-/// Launches [`compact_keys`] on `cubes` cubes of [`super::UNITS`] units.
-#[allow(clippy::too_many_arguments)]
+/// Launches [`compact_keys`] over the tiles, with each tile's `bases`
+/// (from the first pass's counts), into `out_idx` and `out_val`.
 pub(crate) fn launch_compact_keys(
     client: &Client,
-    cubes: CubeCount,
-    x: &CubeBuffer<u32>,
-    tiles: &CubeBuffer<u32>,
-    keys: &CubeBuffer<u32>,
+    a: &KeyArgs<'_>,
     bases: &CubeBuffer<u32>,
     out_idx: &CubeBuffer<u32>,
     out_val: &CubeBuffer<u32>,
@@ -96,17 +81,12 @@ pub(crate) fn launch_compact_keys(
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
     unsafe {
-        compact_keys::launch_unchecked(
+        launch_kernel!(
+            compact_keys,
             client,
-            cubes,
-            super::cube_dim(),
-            x.arg(),
-            tiles.arg(),
-            keys.arg(),
-            bases.arg(),
-            out_idx.arg(),
-            out_val.arg(),
-            order,
-        );
+            a.tile_grid(),
+            [a.x, a.tiles, a.keys, bases, out_idx, out_val],
+            order
+        )
     }
 }

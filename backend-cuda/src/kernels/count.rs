@@ -1,7 +1,7 @@
 //! Compaction, pass 1: per tile, how many keys are above the segment's key,
 //! how many equal it, and how many elements are NaN.
 
-use super::{UNITS, is_nan, key_of};
+use super::{UNITS, tally};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
@@ -21,24 +21,8 @@ pub(crate) fn count_keys(
         let start = tiles[tile * 3] as usize;
         let end = tiles[tile * 3 + 1] as usize;
         let key = keys[tiles[tile * 3 + 2] as usize * 2];
-        let mut above = 0u32;
-        let mut equal = 0u32;
-        let mut nan = 0u32;
-        let mut i = start + UNIT_POS as usize;
-        while i < end {
-            let bits = x[i];
-            let k = key_of(bits, order);
-            if k > key {
-                above += 1;
-            }
-            if k == key {
-                equal += 1;
-            }
-            if is_nan(bits) {
-                nan += 1;
-            }
-            i += UNITS as usize;
-        }
+        let from = start + UNIT_POS as usize;
+        let (above, equal, nan, _inf) = tally(x, from, end, key, comptime![UNITS as usize], order);
         if above > 0 {
             counts[tile * 3].fetch_add(above);
         }
@@ -51,13 +35,26 @@ pub(crate) fn count_keys(
     }
 }
 
-/// Launches [`count_keys`] on `cubes` cubes of [`super::UNITS`] units.
+/// The buffers both passes of the compaction read: the input's bits, its
+/// tiles (`(start, end, segment)` triples, one cube each) and the
+/// segments' `(key, take)` pairs.
+pub(crate) struct KeyArgs<'a> {
+    pub x: &'a CubeBuffer<u32>,
+    pub tiles: &'a CubeBuffer<u32>,
+    pub keys: &'a CubeBuffer<u32>,
+}
+
+impl KeyArgs<'_> {
+    /// One cube per tile.
+    pub(crate) fn tile_grid(&self) -> CubeCount {
+        super::grid(self.tiles.len / 3)
+    }
+}
+
+/// Launches [`count_keys`] over the tiles, adding to `counts`.
 pub(crate) fn launch_count_keys(
     client: &Client,
-    cubes: CubeCount,
-    x: &CubeBuffer<u32>,
-    tiles: &CubeBuffer<u32>,
-    keys: &CubeBuffer<u32>,
+    a: &KeyArgs<'_>,
     counts: &CubeBuffer<u32>,
     order: u32,
 ) {
@@ -65,15 +62,12 @@ pub(crate) fn launch_count_keys(
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
     unsafe {
-        count_keys::launch_unchecked(
+        launch_kernel!(
+            count_keys,
             client,
-            cubes,
-            super::cube_dim(),
-            x.arg(),
-            tiles.arg(),
-            keys.arg(),
-            counts.arg(),
-            order,
-        );
+            a.tile_grid(),
+            [a.x, a.tiles, a.keys, counts],
+            order
+        )
     }
 }

@@ -7,7 +7,7 @@
 //! read of the arrays.
 
 use super::air::BINS;
-use super::{ABS, TILE, UNITS, key_of};
+use super::{ABS, TILE, UNITS, add_bins, key_of, zeroed_bins};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
@@ -25,14 +25,8 @@ pub(crate) fn feedback_histogram(
     m: f32,
     #[comptime] momentum: bool,
 ) {
-    let local = Shared::<[Atomic<u32>]>::new_slice(BINS);
+    let local = zeroed_bins(BINS);
     let unit = UNIT_POS as usize;
-    let mut b = unit;
-    while b < BINS {
-        local[b].store(0u32);
-        b += UNITS as usize;
-    }
-    sync_cube();
     let start = CUBE_POS * TILE;
     let end = min(start + TILE, v.len());
     let mut i = start + unit;
@@ -51,45 +45,37 @@ pub(crate) fn feedback_histogram(
         i += UNITS as usize;
     }
     sync_cube();
-    let mut b = unit;
-    while b < BINS {
-        let c = local[b].load();
-        if c > 0u32 {
-            hist[b].fetch_add(c);
-        }
-        b += UNITS as usize;
-    }
+    add_bins(&local, hist, 0usize, BINS);
 }
 
-/// Launches [`feedback_histogram`] over the residual's tiles.
-#[allow(clippy::too_many_arguments)]
+/// Launches [`feedback_histogram`] over the residual's tiles: `v += gain
+/// g`, or with `momentum` (`u` and its factor) RGC's update; without one,
+/// `spare` (any buffer but `v` and `g`) is bound in `u`'s place.
 pub(crate) fn launch_feedback_histogram(
     client: &Client,
     v: &CubeBuffer<f32>,
     g: &CubeBuffer<f32>,
-    u: &CubeBuffer<f32>,
     hist: &CubeBuffer<u32>,
     gain: f32,
-    m: f32,
-    momentum: bool,
+    momentum: Option<(&CubeBuffer<f32>, f32)>,
+    spare: &CubeBuffer<f32>,
 ) {
+    let (u, m) = momentum.unwrap_or((spare, 0.0));
+    let cubes = super::grid(v.len.div_ceil(TILE));
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`); the caller checked that `g` (and, with
     // `momentum`, `u`) is as long as `v`, the kernel reads and writes them
     // below `v`'s length only, and the histogram at a masked 11-bit digit
     // (`hist` holds at least `BINS` words).
     unsafe {
-        feedback_histogram::launch_unchecked(
+        launch_kernel!(
+            feedback_histogram,
             client,
-            super::grid(v.len.div_ceil(TILE)),
-            super::cube_dim(),
-            v.arg(),
-            g.arg(),
-            u.arg(),
-            hist.arg(),
+            cubes,
+            [v, g, u, hist],
             gain,
             m,
-            momentum,
-        );
+            momentum.is_some()
+        )
     }
 }

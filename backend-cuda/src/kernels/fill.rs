@@ -20,12 +20,5 @@ pub(crate) fn launch_clear<T>(client: &Client, x: &CubeBuffer<T>) {
     // SAFETY: the buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks every write against
     // that length.
-    unsafe {
-        clear::launch_unchecked(
-            client,
-            super::grid(super::cubes_for(x.words)),
-            super::cube_dim(),
-            x.arg(),
-        );
-    }
+    unsafe { launch_kernel!(clear, client, super::grid(super::cubes_for(x.words)), [x]) }
 }

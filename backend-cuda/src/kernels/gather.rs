@@ -41,16 +41,14 @@ pub(crate) fn launch_gather(
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
     unsafe {
-        gather::launch_unchecked(
+        launch_kernel!(
+            gather,
             client,
             cubes,
-            super::cube_dim(),
-            x.arg(),
-            indices.arg(),
-            out.arg(),
+            [x, indices, out],
             x.len as u32,
-            fault.arg(),
-        );
+            fault.arg()
+        )
     }
 }
 
@@ -79,15 +77,14 @@ pub(crate) fn launch_gather_sampled(
     // of `draw * len` with `draw < 2^32`), and the kernel bounds `j` by
     // `out`'s length.
     unsafe {
-        gather_sampled::launch_unchecked(
+        launch_kernel!(
+            gather_sampled,
             client,
             cubes,
-            super::cube_dim(),
-            x.arg(),
-            out.arg(),
+            [x, out],
             x.len as u32,
             keys[0],
-            keys[1],
-        );
+            keys[1]
+        )
     }
 }

@@ -1,10 +1,10 @@
 //! Zen's hierarchical hashing (Alg. 1) in parallel rounds.
 //!
-//! Round `f` (one per rehash function): every entry not yet placed reads
-//! its slot `h_f(i) mod r1` in partition `h0(i)` and, if empty, writes its
-//! index there ([`hash_claim`]); after the launch ends, each such entry reads
-//! the slot back ([`hash_confirm`]) and owns it only if it reads its own
-//! index. Between the two launches no slot changes, so exactly one writer
+//! Round `f` (one per rehash function, two launches of [`hash_round`]):
+//! every entry not yet placed reads its slot `h_f(i) mod r1` in partition
+//! `h0(i)` and, if empty, writes its index there (the claim); after the
+//! launch ends, each such entry reads the slot back (the confirmation) and
+//! owns it only if it reads its own index. Between the two launches no slot changes, so exactly one writer
 //! wins each slot: this read-after-write check needs no compare-exchange,
 //! which the WGSL path lacks. Entries still unplaced take a position in the
 //! partition's serial overflow area from an atomic counter, and past its end
@@ -35,36 +35,13 @@ fn slot_of(tables: &[u32], i: u32, parts: u32, r1: u32, width: u32, f: u32) -> u
     part as usize * width as usize + (tab_hash(tables, f as usize * 1024, i) % r1) as usize
 }
 
-/// Round `f`, write: unplaced entries (`state[j] == 0`) write into empty
-/// slots.
+/// Round `f`, one of its two launches. The claim: unplaced entries
+/// (`state[j] == 0`) write their index into empty slots. The confirmation
+/// (`confirm`, after the claim's launch has ended): the entry that reads
+/// its own index back owns the slot, writes its value there and is placed.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn hash_claim(
-    indices: &[u32],
-    state: &[u32],
-    slots: &mut [Atomic<u32>],
-    tables: &[u32],
-    parts: u32,
-    r1: u32,
-    width: u32,
-    f: u32,
-) {
-    let j = ABSOLUTE_POS;
-    if j < indices.len() {
-        if state[j] == 0u32 {
-            let i = indices[j];
-            let q = slot_of(tables, i, parts, r1, width, f);
-            if slots[q * 2].load() == 0u32 {
-                slots[q * 2].store(i + 1);
-            }
-        }
-    }
-}
-
-/// Round `f`, read back: the entry that reads its own index owns the slot.
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn hash_confirm(
+pub(crate) fn hash_round(
     indices: &[u32],
     values: &[u32],
     state: &mut [u32],
@@ -74,15 +51,20 @@ pub(crate) fn hash_confirm(
     r1: u32,
     width: u32,
     f: u32,
+    #[comptime] confirm: bool,
 ) {
     let j = ABSOLUTE_POS;
     if j < indices.len() {
         if state[j] == 0u32 {
             let i = indices[j];
             let q = slot_of(tables, i, parts, r1, width, f);
-            if slots[q * 2].load() == i + 1 {
-                slots[q * 2 + 1].store(values[j]);
-                state[j] = 1u32;
+            if comptime![confirm] {
+                if slots[q * 2].load() == i + 1 {
+                    slots[q * 2 + 1].store(values[j]);
+                    state[j] = 1u32;
+                }
+            } else if slots[q * 2].load() == 0u32 {
+                slots[q * 2].store(i + 1);
             }
         }
     }
@@ -124,110 +106,68 @@ pub(crate) fn hash_serial(
     }
 }
 
-/// Launches [`hash_claim`] on `cubes` cubes of [`super::UNITS`] units.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_hash_claim(
-    client: &Client,
-    cubes: CubeCount,
-    indices: &CubeBuffer<u32>,
-    state: &CubeBuffer<u32>,
-    slots: &CubeBuffer<u32>,
-    tables: &CubeBuffer<u32>,
-    parts: u32,
-    r1: u32,
-    width: u32,
-    f: u32,
-) {
-    // SAFETY: every buffer argument covers exactly its allocation
-    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
-    // those lengths and the offsets its caller derived from them.
-    unsafe {
-        hash_claim::launch_unchecked(
-            client,
-            cubes,
-            super::cube_dim(),
-            indices.arg(),
-            state.arg(),
-            slots.arg(),
-            tables.arg(),
-            parts,
-            r1,
-            width,
-            f,
-        );
+/// The buffers and sizes of one hashing: the entries (indices and value
+/// bits), their placement state (1 once placed), the slots (`parts`
+/// partitions of `r1` hashed and `r2` serial slots, two words each), the
+/// serial counters (one a partition, then the fallback's), the fallback
+/// pairs and the tabulation tables (`h0`'s, then each rehash function's).
+pub(crate) struct HashArgs<'a> {
+    pub indices: &'a CubeBuffer<u32>,
+    pub values: &'a CubeBuffer<u32>,
+    pub state: &'a CubeBuffer<u32>,
+    pub slots: &'a CubeBuffer<u32>,
+    pub counters: &'a CubeBuffer<u32>,
+    pub fallback: &'a CubeBuffer<u32>,
+    pub tables: &'a CubeBuffer<u32>,
+    pub parts: u32,
+    pub r1: u32,
+    pub r2: u32,
+}
+
+impl HashArgs<'_> {
+    /// One unit per entry.
+    fn entry_grid(&self) -> CubeCount {
+        super::grid(super::cubes_for(self.indices.len))
     }
 }
 
-/// Launches [`hash_confirm`] on `cubes` cubes of [`super::UNITS`] units.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_hash_confirm(
-    client: &Client,
-    cubes: CubeCount,
-    indices: &CubeBuffer<u32>,
-    values: &CubeBuffer<u32>,
-    state: &CubeBuffer<u32>,
-    slots: &CubeBuffer<u32>,
-    tables: &CubeBuffer<u32>,
-    parts: u32,
-    r1: u32,
-    width: u32,
-    f: u32,
-) {
-    // SAFETY: every buffer argument covers exactly its allocation
-    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
-    // those lengths and the offsets its caller derived from them.
+// SAFETY (both launchers): every buffer argument covers exactly its
+// allocation (`CubeBuffer::arg`), and the kernels bounds-check their
+// accesses against those lengths and the offsets their caller derived from
+// them.
+
+/// Launches round `f` of [`hash_round`]: its claim, or with `confirm` its
+/// confirmation.
+pub(crate) fn launch_round(client: &Client, a: &HashArgs<'_>, f: u32, confirm: bool) {
+    let width = (a.r1 as usize + a.r2 as usize) as u32;
     unsafe {
-        hash_confirm::launch_unchecked(
+        launch_kernel!(
+            hash_round,
             client,
-            cubes,
-            super::cube_dim(),
-            indices.arg(),
-            values.arg(),
-            state.arg(),
-            slots.arg(),
-            tables.arg(),
-            parts,
-            r1,
+            a.entry_grid(),
+            [a.indices, a.values, a.state, a.slots, a.tables],
+            a.parts,
+            a.r1,
             width,
             f,
-        );
+            confirm
+        )
     }
 }
 
-/// Launches [`hash_serial`] on `cubes` cubes of [`super::UNITS`] units.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_hash_serial(
-    client: &Client,
-    cubes: CubeCount,
-    indices: &CubeBuffer<u32>,
-    values: &CubeBuffer<u32>,
-    state: &CubeBuffer<u32>,
-    counters: &CubeBuffer<u32>,
-    slots: &CubeBuffer<u32>,
-    fallback: &CubeBuffer<u32>,
-    tables: &CubeBuffer<u32>,
-    parts: u32,
-    r1: u32,
-    r2: u32,
-) {
-    // SAFETY: every buffer argument covers exactly its allocation
-    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
-    // those lengths and the offsets its caller derived from them.
+/// Launches [`hash_serial`]: the entries no round placed.
+pub(crate) fn launch_serial(client: &Client, a: &HashArgs<'_>) {
     unsafe {
-        hash_serial::launch_unchecked(
+        launch_kernel!(
+            hash_serial,
             client,
-            cubes,
-            super::cube_dim(),
-            indices.arg(),
-            values.arg(),
-            state.arg(),
-            counters.arg(),
-            slots.arg(),
-            fallback.arg(),
-            tables.arg(),
-            parts,
-            r1,
-            r2,
-        );
+            a.entry_grid(),
+            [
+                a.indices, a.values, a.state, a.counters, a.slots, a.fallback, a.tables
+            ],
+            a.parts,
+            a.r1,
+            a.r2
+        )
     }
 }

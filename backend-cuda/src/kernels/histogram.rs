@@ -3,7 +3,7 @@
 //! segment's row. Digits wider than 11 bits count straight into global
 //! memory (their shared table would not fit).
 
-use super::{UNITS, is_nan, key_of};
+use super::{UNITS, add_bins, is_nan, key_of, zeroed_bins};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
@@ -25,16 +25,9 @@ pub(crate) fn digit_histogram(
     #[comptime] order: u32,
     #[comptime] global: bool,
 ) {
-    let local = Shared::<[Atomic<u32>]>::new_slice(comptime![if global { 1usize } else { bins }]);
+    // Global counting leaves the shared histogram unused: one counter.
+    let local = zeroed_bins(comptime![if global { 1usize } else { bins }]);
     let unit = UNIT_POS as usize;
-    if comptime![!global] {
-        let mut b = unit;
-        while b < bins {
-            local[b].store(0u32);
-            b += UNITS as usize;
-        }
-    }
-    sync_cube();
     let tile = CUBE_POS;
     let valid = tile < tiles.len() / 3;
     let mut row = 0usize;
@@ -70,50 +63,45 @@ pub(crate) fn digit_histogram(
     sync_cube();
     if comptime![!global] {
         if valid {
-            let mut b = unit;
-            while b < bins {
-                let c = local[b].load();
-                if c > 0 {
-                    hist[row + b].fetch_add(c);
-                }
-                b += UNITS as usize;
-            }
+            add_bins(&local, hist, row, bins);
         }
     }
 }
 
-/// Launches [`digit_histogram`] on `cubes` cubes of [`super::UNITS`] units.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_digit_histogram(
-    client: &Client,
-    cubes: CubeCount,
-    x: &CubeBuffer<u32>,
-    tiles: &CubeBuffer<u32>,
-    want: &CubeBuffer<u32>,
-    hist: &CubeBuffer<u32>,
-    hi_mask: u32,
-    shift: u32,
-    bins: usize,
-    order: u32,
-    global: bool,
-) {
+/// One digit's histogram per segment: the input's bits over `tiles`, the
+/// segments' `want` pairs, the rows (`2^bits + 1` counters a segment),
+/// and the digit: the bits above it that must equal the segment's
+/// (`hi_mask`), its `shift` and width `bits`, in key `order`.
+pub(crate) struct DigitArgs<'a> {
+    pub x: &'a CubeBuffer<u32>,
+    pub tiles: &'a CubeBuffer<u32>,
+    pub want: &'a CubeBuffer<u32>,
+    pub hist: &'a CubeBuffer<u32>,
+    pub hi_mask: u32,
+    pub shift: u32,
+    pub bits: u32,
+    pub order: u32,
+}
+
+/// Launches [`digit_histogram`] over the tiles, one cube each; digits
+/// wider than 11 bits count in global memory.
+pub(crate) fn launch_digit_histogram(client: &Client, a: &DigitArgs<'_>) {
+    let cubes = super::grid(a.tiles.len / 3);
+    let bins = 1usize << a.bits;
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
     unsafe {
-        digit_histogram::launch_unchecked(
+        launch_kernel!(
+            digit_histogram,
             client,
             cubes,
-            super::cube_dim(),
-            x.arg(),
-            tiles.arg(),
-            want.arg(),
-            hist.arg(),
-            hi_mask,
-            shift,
+            [a.x, a.tiles, a.want, a.hist],
+            a.hi_mask,
+            a.shift,
             bins,
-            order,
-            global,
-        );
+            a.order,
+            a.bits > 11
+        )
     }
 }

@@ -32,14 +32,13 @@ pub(crate) fn launch_mask(
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
     unsafe {
-        mask::launch_unchecked(
+        launch_kernel!(
+            mask,
             client,
             cubes,
-            super::cube_dim(),
-            dense.arg(),
-            indices.arg(),
+            [dense, indices],
             dense.len as u32,
-            fault.arg(),
-        );
+            fault.arg()
+        )
     }
 }

@@ -22,6 +22,25 @@
     clippy::assign_op_pattern
 )]
 
+/// Launches the kernel `$kernel` (a `#[cube(launch_unchecked)]` function
+/// in scope) on `client` over the grid `$cubes` of [`UNITS`]-unit cubes:
+/// the buffers first, each as its [`crate::CubeBuffer::arg`] (which covers
+/// exactly its allocation), then the other arguments, in the kernel's
+/// order. It expands to the unchecked launch, so each launcher writes it
+/// inside `unsafe`, with the reason the kernel stays within those buffers.
+/// (Defined before the kernel modules, so in scope in each.)
+macro_rules! launch_kernel {
+    ($kernel:ident, $client:expr, $cubes:expr, [$($buffer:expr),* $(,)?] $(, $arg:expr)* $(,)?) => {
+        $kernel::launch_unchecked(
+            $client,
+            $cubes,
+            $crate::kernels::cube_dim(),
+            $($buffer.arg(),)*
+            $($arg),*
+        )
+    };
+}
+
 pub(crate) mod air;
 pub(crate) mod axpy;
 pub(crate) mod bitmap;
@@ -175,6 +194,208 @@ pub(crate) fn cube_reduce<N: Numeric>(v: N, #[comptime] take_max: bool) -> N {
         sync_cube();
     }
     scratch[0]
+}
+
+/// A cube's shared histogram of `bins` counters, zeroed (each unit clears
+/// every [`UNITS`]-th bin). Every unit of the cube must call it: it
+/// synchronizes.
+#[cube]
+pub(crate) fn zeroed_bins(#[comptime] bins: usize) -> Shared<[Atomic<u32>]> {
+    let local = Shared::<[Atomic<u32>]>::new_slice(bins);
+    let mut b = UNIT_POS as usize;
+    while b < bins {
+        local[b].store(0u32);
+        b += UNITS as usize;
+    }
+    sync_cube();
+    local
+}
+
+/// Adds the non-zero counters of a cube's shared histogram `local` to
+/// `hist[row..row + bins]` with global atomics (each unit every
+/// [`UNITS`]-th bin).
+#[cube]
+pub(crate) fn add_bins(
+    local: &Shared<[Atomic<u32>]>,
+    hist: &mut [Atomic<u32>],
+    row: usize,
+    #[comptime] bins: usize,
+) {
+    let mut b = UNIT_POS as usize;
+    while b < bins {
+        let c = local[b].load();
+        if c > 0u32 {
+            hist[row + b].fetch_add(c);
+        }
+        b += UNITS as usize;
+    }
+}
+
+/// Over `x[lo..hi]`, every `step`-th element: how many keys (in `order`)
+/// are above `key`, how many equal it, how many elements are NaN and how
+/// many infinite.
+#[cube]
+pub(crate) fn tally(
+    x: &[u32],
+    lo: usize,
+    hi: usize,
+    key: u32,
+    #[comptime] step: usize,
+    #[comptime] order: u32,
+) -> (u32, u32, u32, u32) {
+    let mut above = 0u32;
+    let mut equal = 0u32;
+    let mut nan = 0u32;
+    let mut inf = 0u32;
+    let mut i = lo;
+    while i < hi {
+        let bits = x[i];
+        let k = key_of(bits, order);
+        if k > key {
+            above += 1;
+        }
+        if k == key {
+            equal += 1;
+        }
+        if is_nan(bits) {
+            nan += 1;
+        }
+        if (bits & 0x7fff_ffffu32) == 0x7f80_0000u32 {
+            inf += 1;
+        }
+        i += step;
+    }
+    (above, equal, nan, inf)
+}
+
+/// How many of `equal` keys equal to the k-th one are taken where `before`
+/// came earlier in index order and `take` are taken in all.
+#[cube]
+pub(crate) fn quota(take: u32, before: u32, equal: u32) -> u32 {
+    let mut q = 0u32;
+    if take > before {
+        q = min(take - before, equal);
+    }
+    q
+}
+
+/// The collection of one tile `x[start..end]` against the k-th key `key`:
+/// each unit takes its [`ITEMS`] consecutive elements and writes, in index
+/// order, the indices of those whose keys are above `key` from
+/// `tmp[start]` on and of those equal to it from `tmp[back - 1]` down (two
+/// cube-wide scans place them after the units before). Returns the
+/// unit's counts past its elements, above and equal (the last unit's:
+/// the tile's), and its NaNs and infinities. Every unit of the cube must
+/// call it: it synchronizes.
+#[cube]
+pub(crate) fn collect_tile(
+    x: &[u32],
+    tmp: &mut [u32],
+    start: usize,
+    end: usize,
+    back: usize,
+    key: u32,
+    #[comptime] order: u32,
+) -> (u32, u32, u32, u32) {
+    let lo = min(start + UNIT_POS as usize * ITEMS, end);
+    let hi = min(lo + ITEMS, end);
+    let (above, equal, nan, inf) = tally(x, lo, hi, key, 1usize, order);
+    let mut a = cube_exclusive_scan(above);
+    let mut e = cube_exclusive_scan(equal);
+    for i in lo..hi {
+        let k = key_of(x[i], order);
+        if k > key {
+            tmp[start + a as usize] = i as u32;
+            a += 1;
+        }
+        if k == key {
+            tmp[back - 1 - e as usize] = i as u32;
+            e += 1;
+        }
+    }
+    (a, e, nan, inf)
+}
+
+/// A tile's two lists in the scratch buffer, as a collection left them:
+/// `above` indices from `start` on, `q` taken of those equal to the k-th
+/// key from `back` down; their merge goes to the output from `base`.
+#[derive(CubeType)]
+pub(crate) struct TileLists {
+    pub start: usize,
+    pub back: usize,
+    pub above: u32,
+    pub q: u32,
+    pub base: u32,
+}
+
+/// Merges a tile's two lists (`t`) in index order into the output at
+/// `t.base`, with their values from `x` (a binary search of each entry in
+/// the other list gives its place); with `zero`, each selected element of
+/// `x` becomes `+0.0` once its value is out.
+#[cube]
+pub(crate) fn emit_lists(
+    x: &mut [u32],
+    tmp: &[u32],
+    t: &TileLists,
+    out_idx: &mut [u32],
+    out_val: &mut [u32],
+    #[comptime] zero: bool,
+) {
+    let mut j = UNIT_POS;
+    while j < t.above {
+        let i = tmp[t.start + j as usize];
+        let pos = (t.base + j + below(tmp, t.back, t.q, i, true)) as usize;
+        emit_one(x, i, pos, out_idx, out_val, zero);
+        j += UNITS;
+    }
+    let mut r = UNIT_POS;
+    while r < t.q {
+        let i = tmp[t.back - r as usize];
+        let pos = (t.base + r + below(tmp, t.start, t.above, i, false)) as usize;
+        emit_one(x, i, pos, out_idx, out_val, zero);
+        r += UNITS;
+    }
+}
+
+/// Index `i` and its value at output position `pos` (nothing past the
+/// output's end); with `zero`, `x[i]` becomes `+0.0`.
+#[cube]
+fn emit_one(
+    x: &mut [u32],
+    i: u32,
+    pos: usize,
+    out_idx: &mut [u32],
+    out_val: &mut [u32],
+    #[comptime] zero: bool,
+) {
+    if pos < out_idx.len() {
+        out_idx[pos] = i;
+        out_val[pos] = x[i as usize];
+        if comptime![zero] {
+            x[i as usize] = 0u32;
+        }
+    }
+}
+
+/// How many of the `len` increasing indices in `tmp` (from `from`, every
+/// `step`-th word: 1 forward, or backwards with `back`) are below `i`.
+#[cube]
+pub(crate) fn below(tmp: &[u32], from: usize, len: u32, i: u32, #[comptime] back: bool) -> u32 {
+    let mut lo = 0u32;
+    let mut hi = len;
+    while lo < hi {
+        let mid = (lo + hi) / 2u32;
+        let mut at = from + mid as usize;
+        if comptime![back] {
+            at = from - mid as usize;
+        }
+        if tmp[at] < i {
+            lo = mid + 1u32;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 /// A launch grid of `cubes` cubes: at most 65535 along x (the WGSL limit),

@@ -30,14 +30,14 @@ pub(crate) fn launch_count_outside(
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
     unsafe {
-        count_outside::launch_unchecked(
+        launch_kernel!(
+            count_outside,
             client,
             cubes,
-            super::cube_dim(),
-            indices.arg(),
+            [indices],
             lo,
             len,
-            count.arg(),
-        );
+            count.arg()
+        )
     }
 }

@@ -8,6 +8,8 @@ use super::{UNITS, counter_u32, cube_reduce};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
+use sparse_core::CounterRng;
+use sparse_core::qsgd::QsgdParams;
 
 /// One cube per bucket: `scales[b]` = the bits of `max |x|` over bucket `b`;
 /// `bad[0]` counts the non-finite values.
@@ -129,94 +131,82 @@ pub(crate) fn qsgd_decode(
     }
 }
 
-/// Launches [`qsgd_scales`] on `cubes` cubes of [`super::UNITS`] units.
+// SAFETY (every launcher below): every buffer argument covers exactly its
+// allocation (`CubeBuffer::arg`), and the kernels bounds-check their
+// accesses against those lengths and the offsets their caller derived
+// from them.
+
+/// Launches [`qsgd_scales`], one cube per bucket of `scales`.
 pub(crate) fn launch_qsgd_scales(
     client: &Client,
-    cubes: CubeCount,
     x: &CubeBuffer<u32>,
-    bucket: u32,
+    p: &QsgdParams,
     scales: &CubeBuffer<u32>,
     bad: &CubeBuffer<u32>,
 ) {
-    // SAFETY: every buffer argument covers exactly its allocation
-    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
-    // those lengths and the offsets its caller derived from them.
+    let (cubes, bucket) = (super::grid(scales.len), p.bucket() as u32);
     unsafe {
-        qsgd_scales::launch_unchecked(
+        launch_kernel!(
+            qsgd_scales,
             client,
             cubes,
-            super::cube_dim(),
-            x.arg(),
+            [x],
             bucket,
             scales.arg(),
-            bad.arg(),
-        );
+            bad.arg()
+        )
     }
 }
 
-/// Launches [`qsgd_codes`] on `cubes` cubes of [`super::UNITS`] units.
-#[allow(clippy::too_many_arguments)]
+/// Launches [`qsgd_codes`], one unit per code word of `words`, the draws
+/// from counter `counter_base` of `p`'s generator.
 pub(crate) fn launch_qsgd_codes(
     client: &Client,
-    cubes: CubeCount,
     x: &CubeBuffer<f32>,
     scales: &CubeBuffer<f32>,
     words: &CubeBuffer<u32>,
-    bucket: u32,
-    levels: u32,
-    key0: u32,
-    key1: u32,
+    p: &QsgdParams,
     counter_base: u32,
-    bits: u32,
 ) {
-    // SAFETY: every buffer argument covers exactly its allocation
-    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
-    // those lengths and the offsets its caller derived from them.
+    let cubes = super::grid(super::cubes_for(words.len));
+    let [key0, key1] = CounterRng::new(p.seed()).keys();
+    let (bucket, levels) = (p.bucket() as u32, p.levels());
     unsafe {
-        qsgd_codes::launch_unchecked(
+        launch_kernel!(
+            qsgd_codes,
             client,
             cubes,
-            super::cube_dim(),
-            x.arg(),
-            scales.arg(),
-            words.arg(),
+            [x, scales, words],
             bucket,
             levels,
             key0,
             key1,
             counter_base,
             1.0f32,
-            bits,
-        );
+            p.bits()
+        )
     }
 }
 
-/// Launches [`qsgd_decode`] on `cubes` cubes of [`super::UNITS`] units.
-#[allow(clippy::too_many_arguments)]
+/// Launches [`qsgd_decode`], one unit per value of `out`.
 pub(crate) fn launch_qsgd_decode(
     client: &Client,
-    cubes: CubeCount,
     words: &CubeBuffer<u32>,
     scales: &CubeBuffer<f32>,
     out: &CubeBuffer<f32>,
-    bucket: u32,
-    levels: u32,
-    bits: u32,
+    p: &QsgdParams,
 ) {
-    // SAFETY: every buffer argument covers exactly its allocation
-    // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
-    // those lengths and the offsets its caller derived from them.
+    let cubes = super::grid(super::cubes_for(out.len));
+    let (bucket, levels) = (p.bucket() as u32, p.levels());
     unsafe {
-        qsgd_decode::launch_unchecked(
+        launch_kernel!(
+            qsgd_decode,
             client,
             cubes,
-            super::cube_dim(),
-            words.arg(),
-            scales.arg(),
-            out.arg(),
+            [words, scales, out],
             bucket,
             levels,
-            bits,
-        );
+            p.bits()
+        )
     }
 }

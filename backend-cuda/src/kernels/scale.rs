@@ -17,7 +17,5 @@ pub(crate) fn launch_scale(client: &Client, cubes: CubeCount, a: f32, x: &CubeBu
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
-    unsafe {
-        scale::launch_unchecked(client, cubes, super::cube_dim(), a, x.arg());
-    }
+    unsafe { launch_kernel!(scale, client, cubes, [], a, x.arg()) }
 }

@@ -39,15 +39,13 @@ pub(crate) fn launch_scatter_add(
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
     unsafe {
-        scatter_add::launch_unchecked(
+        launch_kernel!(
+            scatter_add,
             client,
             cubes,
-            super::cube_dim(),
-            dense.arg(),
-            indices.arg(),
-            values.arg(),
+            [dense, indices, values],
             dense.len as u32,
-            fault.arg(),
-        );
+            fault.arg()
+        )
     }
 }

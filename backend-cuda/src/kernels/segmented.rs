@@ -32,8 +32,8 @@
 //! one per segment would not fit, so the last digit costs a third
 //! histogram pass, and a call takes four passes.
 
-use super::air::{below, find_digit, tile_bases};
-use super::{ITEMS, UNITS, cube_exclusive_scan, is_nan, key_of};
+use super::air::{find_digit, tile_bases};
+use super::{TileLists, UNITS, add_bins, collect_tile, emit_lists, key_of, zeroed_bins};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
@@ -86,14 +86,8 @@ pub(crate) fn seg_histogram(
     #[comptime] level: u32,
     #[comptime] order: u32,
 ) {
-    let local = Shared::<[Atomic<u32>]>::new_slice(BINS);
+    let local = zeroed_bins(BINS);
     let unit = UNIT_POS as usize;
-    let mut b = unit;
-    while b < BINS {
-        local[b].store(0u32);
-        b += UNITS as usize;
-    }
-    sync_cube();
     let t = CUBE_POS;
     let valid = t < tiles.len() / 3;
     let mut start = 0usize;
@@ -126,14 +120,7 @@ pub(crate) fn seg_histogram(
     }
     sync_cube();
     if valid {
-        let mut b = unit;
-        while b < BINS {
-            let c = local[b].load();
-            if c > 0u32 {
-                hist[row + b].fetch_add(c);
-            }
-            b += UNITS as usize;
-        }
+        add_bins(&local, hist, row, BINS);
     }
 }
 
@@ -237,37 +224,7 @@ pub(crate) fn seg_collect(
         end = tiles[t * 3 + 1] as usize;
         key = seg[tiles[t * 3 + 2] as usize * SG_WORDS + SG_KEY];
     }
-    let lo = min(start + UNIT_POS as usize * ITEMS, end);
-    let hi = min(lo + ITEMS, end);
-    let mut above = 0u32;
-    let mut equal = 0u32;
-    let mut nan = 0u32;
-    for i in lo..hi {
-        let bits = x[i];
-        let k = key_of(bits, order);
-        if k > key {
-            above += 1;
-        }
-        if k == key {
-            equal += 1;
-        }
-        if is_nan(bits) {
-            nan += 1;
-        }
-    }
-    let mut a = cube_exclusive_scan(above);
-    let mut e = cube_exclusive_scan(equal);
-    for i in lo..hi {
-        let k = key_of(x[i], order);
-        if k > key {
-            tmp[start + a as usize] = i as u32;
-            a += 1;
-        }
-        if k == key {
-            tmp[end - 1 - e as usize] = i as u32;
-            e += 1;
-        }
-    }
+    let (a, e, nan, _inf) = collect_tile(x, tmp, start, end, end, key, order);
     if UNIT_POS == UNITS - 1 && valid {
         counts[t * 2] = a;
         counts[t * 2 + 1] = e;
@@ -320,10 +277,11 @@ pub(crate) fn seg_offsets(
 
 /// Per tile: its keys above the k-th key and the first `q` equal to it,
 /// merged in index order into the output at the tile's offset, with their
-/// values.
+/// values (`x` is only read; mutable as [`super::air::air_emit`]'s, whose
+/// merge it shares).
 #[cube(launch_unchecked)]
 pub(crate) fn seg_emit(
-    x: &[u32],
+    x: &mut [u32],
     tiles: &[u32],
     tmp: &[u32],
     counts: &[u32],
@@ -333,31 +291,14 @@ pub(crate) fn seg_emit(
 ) {
     let t = CUBE_POS;
     if t < tiles.len() / 3 {
-        let start = tiles[t * 3] as usize;
-        let back = tiles[t * 3 + 1] as usize - 1;
-        let above = counts[t * 2];
-        let base = bases[t * 2];
-        let q = bases[t * 2 + 1];
-        let mut j = UNIT_POS;
-        while j < above {
-            let i = tmp[start + j as usize];
-            let pos = (base + j + below(tmp, back, q, i, true)) as usize;
-            if pos < out_idx.len() {
-                out_idx[pos] = i;
-                out_val[pos] = x[i as usize];
-            }
-            j += UNITS;
-        }
-        let mut r = UNIT_POS;
-        while r < q {
-            let i = tmp[back - r as usize];
-            let pos = (base + r + below(tmp, start, above, i, false)) as usize;
-            if pos < out_idx.len() {
-                out_idx[pos] = i;
-                out_val[pos] = x[i as usize];
-            }
-            r += UNITS;
-        }
+        let lists = TileLists {
+            start: tiles[t * 3] as usize,
+            back: tiles[t * 3 + 1] as usize - 1,
+            above: counts[t * 2],
+            q: bases[t * 2 + 1],
+            base: bases[t * 2],
+        };
+        emit_lists(x, tmp, &lists, out_idx, out_val, false);
     }
 }
 
@@ -395,84 +336,66 @@ pub(crate) struct SegArgs<'a> {
 
 /// Launches [`seg_histogram`] of `level` over the histogram tiles.
 pub(crate) fn launch_histogram(client: &Client, a: &SegArgs<'_>, level: u32, order: u32) {
+    let cubes = super::grid(a.hist_tiles.len / 3);
     unsafe {
-        seg_histogram::launch_unchecked(
+        launch_kernel!(
+            seg_histogram,
             client,
-            super::grid(a.hist_tiles.len / 3),
-            super::cube_dim(),
-            a.x.arg(),
-            a.hist_tiles.arg(),
-            a.seg.arg(),
-            a.hist.arg(),
+            cubes,
+            [a.x, a.hist_tiles, a.seg, a.hist],
             level,
-            order,
-        );
+            order
+        )
     }
 }
 
 /// Launches [`seg_choose`] of `level`, one cube per histogram row.
 pub(crate) fn launch_choose(client: &Client, a: &SegArgs<'_>, level: u32) {
-    unsafe {
-        seg_choose::launch_unchecked(
-            client,
-            super::grid(a.rows.len),
-            super::cube_dim(),
-            a.seg.arg(),
-            a.rows.arg(),
-            a.hist.arg(),
-            level,
-        );
-    }
+    let cubes = super::grid(a.rows.len);
+    unsafe { launch_kernel!(seg_choose, client, cubes, [a.seg, a.rows, a.hist], level) }
 }
 
 /// Launches [`seg_collect`] over the collection tiles.
 pub(crate) fn launch_collect(client: &Client, a: &SegArgs<'_>, order: u32) {
     unsafe {
-        seg_collect::launch_unchecked(
+        launch_kernel!(
+            seg_collect,
             client,
-            super::grid(a.tiles.len / 3),
-            super::cube_dim(),
-            a.x.arg(),
-            a.tiles.arg(),
-            a.seg.arg(),
-            a.tmp.arg(),
-            a.counts.arg(),
-            a.g.arg(),
-            order,
-        );
+            a.tile_grid(),
+            [a.x, a.tiles, a.seg, a.tmp, a.counts, a.g],
+            order
+        )
     }
 }
 
 /// Launches [`seg_offsets`], one cube per collection segment.
 pub(crate) fn launch_offsets(client: &Client, a: &SegArgs<'_>) {
+    let cubes = super::grid(a.segs.len);
     unsafe {
-        seg_offsets::launch_unchecked(
+        launch_kernel!(
+            seg_offsets,
             client,
-            super::grid(a.segs.len),
-            super::cube_dim(),
-            a.seg.arg(),
-            a.segs.arg(),
-            a.counts.arg(),
-            a.bases.arg(),
-            a.g.arg(),
-        );
+            cubes,
+            [a.seg, a.segs, a.counts, a.bases, a.g]
+        )
     }
 }
 
 /// Launches [`seg_emit`] over the collection tiles.
 pub(crate) fn launch_emit(client: &Client, a: &SegArgs<'_>) {
     unsafe {
-        seg_emit::launch_unchecked(
+        launch_kernel!(
+            seg_emit,
             client,
-            super::grid(a.tiles.len / 3),
-            super::cube_dim(),
-            a.x.arg(),
-            a.tiles.arg(),
-            a.tmp.arg(),
-            a.counts.arg(),
-            a.bases.arg(),
-            a.out_idx.arg(),
-            a.out_val.arg(),
-        );
+            a.tile_grid(),
+            [a.x, a.tiles, a.tmp, a.counts, a.bases, a.out_idx, a.out_val]
+        )
+    }
+}
+
+impl SegArgs<'_> {
+    /// The collection tiles: one cube each.
+    fn tile_grid(&self) -> CubeCount {
+        super::grid(self.tiles.len / 3)
     }
 }

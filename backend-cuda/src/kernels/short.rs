@@ -9,7 +9,7 @@
 //! elements took 450 ms on an H100 where block top-k took 0.8 ms. Beside
 //! longer segments (`segmented.rs`) it takes the short ones that select.
 
-use super::{UNITS, cube_exclusive_scan, is_nan, key_of};
+use super::{UNITS, cube_exclusive_scan, is_nan, key_of, quota};
 use crate::CubeBuffer;
 use cubecl::client::Client;
 use cubecl::prelude::*;
@@ -143,10 +143,7 @@ fn emit_top(
         }
     }
     let rank = cube_exclusive_scan(equal);
-    let mut taken = 0u32;
-    if take > rank {
-        taken = min(take - rank, equal);
-    }
+    let taken = quota(take, rank, equal);
     let mut at = base + cube_exclusive_scan(above + taken);
     let mut r = rank;
     for i in lo..hi {
@@ -170,12 +167,10 @@ fn emit_top(
 /// cube's units.
 const PER: usize = SHORT / UNITS as usize;
 
-/// Launches [`short_topk`] on `cubes` cubes of [`super::UNITS`] units:
-/// the selection into `out` (indices) and `vals` (bit patterns).
-#[allow(clippy::too_many_arguments)]
+/// Launches [`short_topk`], one cube per record of `segs` (four words
+/// each): the selection into `out` (indices) and `vals` (bit patterns).
 pub(crate) fn launch_short_topk(
     client: &Client,
-    cubes: CubeCount,
     x: &CubeBuffer<u32>,
     segs: &CubeBuffer<u32>,
     out: &CubeBuffer<u32>,
@@ -183,24 +178,13 @@ pub(crate) fn launch_short_topk(
     bad: &CubeBuffer<u32>,
     order: u32,
 ) {
+    let cubes = super::grid(segs.len / 4);
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`); the kernel reads `x` only inside the segments
     // its caller derived from `x`'s length, each at most `SHORT` long,
     // and checks every output position against `out`'s length (`vals` is
     // as long).
-    unsafe {
-        short_topk::launch_unchecked(
-            client,
-            cubes,
-            super::cube_dim(),
-            x.arg(),
-            segs.arg(),
-            out.arg(),
-            vals.arg(),
-            bad.arg(),
-            order,
-        );
-    }
+    unsafe { launch_kernel!(short_topk, client, cubes, [x, segs, out, vals, bad], order) }
 }
 
 /// The records of [`short_topk`] for equal buckets (SparCML's):
@@ -229,20 +213,11 @@ pub(crate) fn launch_bucket_segs(
     bucket: u32,
     per: u32,
 ) {
+    let cubes = super::grid(super::cubes_for(segs.len / 4));
     // SAFETY: `segs` covers exactly its allocation and the kernel writes
     // only the records below `segs.len / 4`; its caller made that the
     // number of buckets of `len`, so `start < len`.
-    unsafe {
-        bucket_segs::launch_unchecked(
-            client,
-            super::grid(super::cubes_for(segs.len / 4)),
-            super::cube_dim(),
-            segs.arg(),
-            len,
-            bucket,
-            per,
-        );
-    }
+    unsafe { launch_kernel!(bucket_segs, client, cubes, [segs], len, bucket, per) }
 }
 
 // One unit per histogram bin.

@@ -63,7 +63,5 @@ pub(crate) fn launch_abs_stats(
     // SAFETY: every buffer argument covers exactly its allocation
     // (`CubeBuffer::arg`), and the kernel bounds-checks its accesses against
     // those lengths and the offsets its caller derived from them.
-    unsafe {
-        abs_stats::launch_unchecked(client, cubes, super::cube_dim(), x.arg(), tkey, parts.arg());
-    }
+    unsafe { launch_kernel!(abs_stats, client, cubes, [x], tkey, parts.arg()) }
 }

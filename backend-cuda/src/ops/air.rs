@@ -102,9 +102,8 @@ impl<R: Runtime> CubeBackend<R> {
         // Without a momentum, a word of its own in its place (a buffer
         // bound twice as writable is invalid on some runtimes).
         let unused = self.uninit::<f32>(1);
-        let (um, m) = u.unwrap_or((&unused, 0.0));
         self.launch(Reads::Whole, |c| {
-            feedback::launch_feedback_histogram(c, v, g, um, &hist, gain, m, u.is_some())
+            feedback::launch_feedback_histogram(c, v, g, &hist, gain, u, &unused)
         });
         let bits = v.bits();
         let search = Search {

@@ -1,11 +1,11 @@
 //! [`CodecOps`]: QSGD's quantization on the device.
 
-use crate::kernels::{cubes_for, grid, qsgd};
+use crate::kernels::qsgd;
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::backend::check_len;
 use sparse_core::qsgd::QsgdParams;
-use sparse_core::{CodecOps, CounterRng, Result};
+use sparse_core::{CodecOps, Result};
 
 impl<R: Runtime> CodecOps<f32> for CubeBackend<R> {
     fn qsgd_quantize(
@@ -24,26 +24,13 @@ impl<R: Runtime> CodecOps<f32> for CubeBackend<R> {
         let words = self.uninit::<u32>(nw);
         let bits = x.bits();
         self.launch(Reads::Whole, |c| {
-            qsgd::launch_qsgd_scales(c, grid(nb), &bits, p.bucket() as u32, &scales, &bad)
+            qsgd::launch_qsgd_scales(c, &bits, p, &scales, &bad)
         });
         if self.get(&bad)?[0] > 0 {
             return Err(self.first_key_above(&bits, 0x7f7f_ffff));
         }
-        let [key0, key1] = CounterRng::new(p.seed()).keys();
         self.launch(Reads::Whole, |c| {
-            qsgd::launch_qsgd_codes(
-                c,
-                grid(cubes_for(nw)),
-                x,
-                &scales.floats(),
-                &words,
-                p.bucket() as u32,
-                p.levels(),
-                key0,
-                key1,
-                counter_base,
-                p.bits(),
-            )
+            qsgd::launch_qsgd_codes(c, x, &scales.floats(), &words, p, counter_base)
         });
         Ok((scales.floats(), words))
     }
@@ -59,16 +46,7 @@ impl<R: Runtime> CodecOps<f32> for CubeBackend<R> {
         let out = self.uninit::<f32>(n);
         if n > 0 {
             self.launch(Reads::Whole, |c| {
-                qsgd::launch_qsgd_decode(
-                    c,
-                    grid(cubes_for(n)),
-                    words,
-                    scales,
-                    &out,
-                    p.bucket() as u32,
-                    p.levels(),
-                    p.bits(),
-                )
+                qsgd::launch_qsgd_decode(c, words, scales, &out, p)
             });
         }
         Ok(out)

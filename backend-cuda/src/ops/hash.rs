@@ -1,6 +1,6 @@
 //! [`HashOps`]: Zen's hierarchical hashing.
 
-use crate::kernels::{cubes_for, grid, hash};
+use crate::kernels::hash::{self, HashArgs};
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::backend::check_len;
@@ -51,45 +51,25 @@ impl<R: Runtime> CubeBackend<R> {
         let counters = self.zeroed::<u32>(parts as usize + 1);
         let fallback = self.uninit::<u32>(2 * n);
         let vals = values.bits();
+        let a = HashArgs {
+            indices,
+            values: &vals,
+            state: &state,
+            slots: &slots,
+            counters: &counters,
+            fallback: &fallback,
+            tables: &tables,
+            parts,
+            r1,
+            r2,
+        };
         if n > 0 {
-            let count = grid(cubes_for(n));
             for f in 1..=h.rehash.len() as u32 {
-                self.launch(Reads::Whole, |c| {
-                    hash::launch_hash_claim(
-                        c,
-                        count.clone(),
-                        indices,
-                        &state,
-                        &slots,
-                        &tables,
-                        parts,
-                        r1,
-                        width as u32,
-                        f,
-                    )
-                });
-                self.launch(Reads::Whole, |c| {
-                    hash::launch_hash_confirm(
-                        c,
-                        count.clone(),
-                        indices,
-                        &vals,
-                        &state,
-                        &slots,
-                        &tables,
-                        parts,
-                        r1,
-                        width as u32,
-                        f,
-                    )
-                });
+                for confirm in [false, true] {
+                    self.launch(Reads::Whole, |c| hash::launch_round(c, &a, f, confirm));
+                }
             }
-            self.launch(Reads::Whole, |c| {
-                hash::launch_hash_serial(
-                    c, count, indices, &vals, &state, &counters, &slots, &fallback, &tables, parts,
-                    r1, r2,
-                )
-            });
+            self.launch(Reads::Whole, |c| hash::launch_serial(c, &a));
         }
         Placed {
             slots,

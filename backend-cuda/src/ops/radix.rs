@@ -1,58 +1,23 @@
 //! The segmented top-k (SparDL's block and SparCML's bucket top-k) over
 //! its three engines (short segments on chip, one segment by the
-//! whole-buffer top-k, the segmented select on the device), and what
-//! `digit_histogram` and the compactions share: one digit's histogram per
-//! segment and the two-pass compaction that takes the keys above a key and
-//! its tie quota.
+//! whole-buffer top-k, the segmented select on the device), and what the
+//! compactions share: the two-pass compaction that takes the keys above a
+//! key and its tie quota.
 
 use super::air::Search;
 use super::tiles;
 use crate::kernels::air::TAKE_FIT;
+use crate::kernels::count::{self, KeyArgs};
 use crate::kernels::segmented::{
     self, BINS, G_MISMATCH, G_NAN, G_WORDS, SG_BASE, SG_DONE, SG_K, SG_KEY, SG_ROW, SG_T0, SG_T1,
     SG_TAKE, SG_WORDS, SegArgs,
 };
-use crate::kernels::{TILE, compact, count, grid, histogram, short};
+use crate::kernels::{TILE, compact, short};
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
 use sparse_core::{Error, Result, Selected};
 
 impl<R: Runtime> CubeBackend<R> {
-    /// One digit's histogram per segment over `tiles`: rows of `2^bits + 1`
-    /// entries (the last counts NaNs).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn histogram(
-        &self,
-        x: &CubeBuffer<u32>,
-        tiles: &CubeBuffer<u32>,
-        want: &[u32],
-        hi_mask: u32,
-        shift: u32,
-        bits: u32,
-        order: u32,
-    ) -> Result<Vec<u32>> {
-        let bins = 1usize << bits;
-        let segments = want.len() / 2;
-        let hist = self.zeroed::<u32>(segments * (bins + 1));
-        let want = self.put(want);
-        self.launch(Reads::Whole, |c| {
-            histogram::launch_digit_histogram(
-                c,
-                grid(tiles.len / 3),
-                x,
-                tiles,
-                &want,
-                &hist,
-                hi_mask,
-                shift,
-                bins,
-                order,
-                bits > 11,
-            )
-        });
-        self.get(&hist)
-    }
-
     /// Per segment `s`, every element whose key is above `keys[s].0` plus
     /// the first `keys[s].1` equal to it, in index order.
     pub(super) fn compact(
@@ -70,9 +35,14 @@ impl<R: Runtime> CubeBackend<R> {
         let tiles_b = self.put(&tiles);
         let flat: Vec<u32> = keys.iter().flat_map(|&(k, t)| [k, t]).collect();
         let keys_b = self.put(&flat);
+        let a = KeyArgs {
+            x,
+            tiles: &tiles_b,
+            keys: &keys_b,
+        };
         let counts_b = self.zeroed::<u32>(nt * 3);
         self.launch(Reads::Whole, |c| {
-            count::launch_count_keys(c, grid(nt), x, &tiles_b, &keys_b, &counts_b, order)
+            count::launch_count_keys(c, &a, &counts_b, order)
         });
         let counts = self.get(&counts_b)?;
         if counts.chunks(3).any(|c| c[2] > 0) {
@@ -97,17 +67,7 @@ impl<R: Runtime> CubeBackend<R> {
         if total > 0 {
             let bases = self.put(&bases);
             self.launch(Reads::Whole, |c| {
-                compact::launch_compact_keys(
-                    c,
-                    grid(nt),
-                    x,
-                    &tiles_b,
-                    &keys_b,
-                    &bases,
-                    &out_idx,
-                    &out_val,
-                    order,
-                )
+                compact::launch_compact_keys(c, &a, &bases, &out_idx, &out_val, order)
             });
         }
         Ok((out_idx, out_val))
@@ -127,8 +87,14 @@ impl<R: Runtime> CubeBackend<R> {
         ks: &[usize],
     ) -> Result<Selected<Self, f32>> {
         let bits = x.bits();
+        let s = Segments {
+            x: &bits,
+            order,
+            offsets,
+            ks,
+        };
         if offsets.windows(2).all(|w| w[1] - w[0] <= short::SHORT) {
-            return self.short_topk(&bits, order, offsets, ks);
+            return self.short_topk(&s);
         }
         if ks.len() == 1 {
             let search = Search {
@@ -140,7 +106,7 @@ impl<R: Runtime> CubeBackend<R> {
             };
             return Ok(self.air_select(&bits, order, &search)?.0);
         }
-        self.segmented_topk(&bits, order, offsets, ks)
+        self.segmented_topk(&s)
     }
 
     /// Exact top-k of each segment where some are longer than
@@ -154,13 +120,13 @@ impl<R: Runtime> CubeBackend<R> {
     /// input, 1 round trip (the two global words: NaNs and a kernel
     /// fault's count, 8 bytes); 11 launches with the short kernel, 9
     /// without selecting long segments (no histogram).
-    pub(super) fn segmented_topk(
-        &self,
-        x: &CubeBuffer<u32>,
-        order: u32,
-        offsets: &[usize],
-        ks: &[usize],
-    ) -> Result<Selected<Self, f32>> {
+    fn segmented_topk(&self, s: &Segments<'_>) -> Result<Selected<Self, f32>> {
+        let Segments {
+            x,
+            order,
+            offsets,
+            ks,
+        } = *s;
         let plan = SegPlan::new(offsets, ks)?;
         let out_idx = self.uninit::<u32>(plan.total);
         let out_val = self.uninit::<u32>(plan.total);
@@ -168,16 +134,7 @@ impl<R: Runtime> CubeBackend<R> {
         if !plan.short.is_empty() {
             let segs = self.put(&plan.short);
             self.launch(Reads::Part, |c| {
-                short::launch_short_topk(
-                    c,
-                    grid(plan.short.len() / 4),
-                    x,
-                    &segs,
-                    &out_idx,
-                    &out_val,
-                    &g,
-                    order,
-                )
+                short::launch_short_topk(c, x, &segs, &out_idx, &out_val, &g, order)
             });
         }
         let seg = self.put(&plan.seg);
@@ -247,27 +204,22 @@ impl<R: Runtime> CubeBackend<R> {
     /// and writes its top k at the sum of the ks before it, so the call is
     /// one launch over the input (one pass) and one round trip (the NaN
     /// count), whatever the segments' number.
-    fn short_topk(
-        &self,
-        x: &CubeBuffer<u32>,
-        order: u32,
-        offsets: &[usize],
-        ks: &[usize],
-    ) -> Result<Selected<Self, f32>> {
+    fn short_topk(&self, s: &Segments<'_>) -> Result<Selected<Self, f32>> {
+        let (offsets, ks) = (s.offsets, s.ks);
         let total: usize = ks.iter().sum();
         let segments = ks.len();
         let mut segs = Vec::with_capacity(4 * segments);
         let mut base = 0u32;
-        for (s, &k) in ks.iter().enumerate() {
-            segs.extend([offsets[s] as u32, offsets[s + 1] as u32, k as u32, base]);
+        for (j, &k) in ks.iter().enumerate() {
+            segs.extend([offsets[j] as u32, offsets[j + 1] as u32, k as u32, base]);
             base += k as u32;
         }
-        let segs = if segments > 0 && x.len > 0 {
+        let segs = if segments > 0 && s.x.len > 0 {
             self.put(&segs)
         } else {
             self.uninit::<u32>(0)
         };
-        self.short_topk_on(x, order, &segs, total)
+        self.short_topk_on(s.x, s.order, &segs, total)
     }
 
     /// [`CubeBackend::short_topk`] over equal buckets (`bucket` at most
@@ -311,16 +263,7 @@ impl<R: Runtime> CubeBackend<R> {
         if segments > 0 && x.len > 0 {
             let bad = self.zeroed::<u32>(1);
             self.launch(Reads::Whole, |c| {
-                short::launch_short_topk(
-                    c,
-                    grid(segments),
-                    x,
-                    segs,
-                    &out_idx,
-                    &out_val,
-                    &bad,
-                    order,
-                )
+                short::launch_short_topk(c, x, segs, &out_idx, &out_val, &bad, order)
             });
             if self.get(&bad)?[0] > 0 {
                 return Err(self.first_nan(x));
@@ -346,6 +289,17 @@ impl<R: Runtime> CubeBackend<R> {
             values: values.floats(),
         })
     }
+}
+
+/// A segmented top-k as [`CubeBackend::topk`] hands it to its engines:
+/// the input's bits, the key order's code, the segments' offsets and
+/// their ks (checked by the caller).
+#[derive(Clone, Copy)]
+struct Segments<'a> {
+    x: &'a CubeBuffer<u32>,
+    order: u32,
+    offsets: &'a [usize],
+    ks: &'a [usize],
 }
 
 /// What the host lays out for [`CubeBackend::segmented_topk`]: the

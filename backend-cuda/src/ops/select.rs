@@ -4,6 +4,7 @@
 use super::air::Search;
 use super::tiles;
 use crate::kernels::air::{TAKE_ALL, TAKE_NONE};
+use crate::kernels::histogram::{self, DigitArgs};
 use crate::kernels::{ABS, REVERSED, SIGNED, cubes_for, gather, grid, order_code, short};
 use crate::{CubeBackend, CubeBuffer, Reads};
 use cubecl_runtime::runtime::Runtime;
@@ -34,15 +35,20 @@ impl<R: Runtime> SelectOps<f32> for CubeBackend<R> {
         };
         let bits = x.bits();
         let tiles = self.put(&tiles(&[0, x.len], |_| true));
-        let mut hist = self.histogram(
-            &bits,
-            &tiles,
-            &want,
+        let hist = self.zeroed::<u32>(bins + 1);
+        let want = self.put(&want);
+        let a = DigitArgs {
+            x: &bits,
+            tiles: &tiles,
+            want: &want,
+            hist: &hist,
             hi_mask,
-            d.shift,
-            d.digit_bits,
-            order_code(order),
-        )?;
+            shift: d.shift,
+            bits: d.digit_bits,
+            order: order_code(order),
+        };
+        self.launch(Reads::Whole, |c| histogram::launch_digit_histogram(c, &a));
+        let mut hist = self.get(&hist)?;
         if hist[bins] > 0 {
             return Err(self.first_nan(&bits));
         }

@@ -72,3 +72,33 @@ where
         ),
     }
 }
+
+/// A small deterministic generator for the probes (SplitMix64's stream):
+/// the crate has no rand.
+#[allow(dead_code)]
+pub struct Rng(sparse_core::SplitMix64);
+
+#[allow(dead_code)]
+impl Rng {
+    pub fn seed_from_u64(s: u64) -> Self {
+        Self(sparse_core::SplitMix64(s))
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    pub fn coin(&mut self) -> bool {
+        self.next() & 1 == 1
+    }
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Uniform in `lo..hi`.
+    pub fn between(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo) as u64) as i64
+    }
+}

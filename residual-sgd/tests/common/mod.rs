@@ -22,8 +22,14 @@ pub type Tr = Trainer<Cpu, RadixTopK>;
 /// RGC with factor masking at learning rate `lr`, momentum 0.9 and
 /// density `density`, Ok-Topk as the collective.
 pub fn trainer_with(lr: f32, density: f64) -> Result<Tr> {
+    rgc_trainer(lr, 0.9, density, "ok_topk:period=2")
+}
+
+/// RGC with factor masking at learning rate `lr`, `momentum` and
+/// `density`, over the collective `spec` at density 5%.
+pub fn rgc_trainer(lr: f32, momentum: f32, density: f64, spec: &str) -> Result<Tr> {
     let rule = Rule::Rgc {
-        momentum: 0.9,
+        momentum,
         nesterov: false,
         weight_decay: 0.0,
         factor_masking: true,
@@ -35,7 +41,7 @@ pub fn trainer_with(lr: f32, density: f64) -> Result<Tr> {
         LayerSpec::matrices(&SIZES),
         &w0,
         RadixTopK::magnitude(),
-        |_| Registry::builtin().build("ok_topk:period=2", Defaults::density(0.05)?),
+        |_| Registry::builtin().build(spec, Defaults::density(0.05)?),
     )
 }
 
@@ -64,8 +70,9 @@ pub fn meta(step: u64) -> BTreeMap<String, String> {
 }
 
 /// Saves checkpoints after 3 steps (`step-3`) and 6 steps (`step-6`) in
-/// `dir`, on P ranks; `LATEST` names `step-6`.
-pub fn saved_run(dir: &Path) {
+/// `dir`, on P ranks (`LATEST` names `step-6`); returns each rank's
+/// weights' bits after the 6 steps.
+pub fn saved_run(dir: &Path) -> Vec<Vec<Vec<u32>>> {
     let out = ThreadCluster::new(P).run(|t| {
         let mut tr = trainer()?;
         for s in 0..6 {
@@ -75,9 +82,18 @@ pub fn saved_run(dir: &Path) {
                 checkpoint::save(t, dir, &name, &tr.save_state()?, &meta(s + 1))?;
             }
         }
-        Ok(())
+        weight_bits(&tr)
     });
-    out.into_iter().for_each(|r| r.unwrap());
+    out.into_iter().map(Result::unwrap).collect()
+}
+
+/// The bits of `tr`'s weights.
+pub fn weight_bits(tr: &Tr) -> Result<Vec<Vec<u32>>> {
+    Ok(tr
+        .weights()?
+        .iter()
+        .map(|l| l.iter().map(|x| x.to_bits()).collect())
+        .collect())
 }
 
 pub fn copy_dir(from: &Path, to: &Path) {

@@ -1,7 +1,9 @@
 //! Inputs, oracle and runner shared by the collective tests.
 #![allow(dead_code)]
 
-use sparse_coll::{Reduced, ThreadCluster, ThreadTransport, Transport};
+use sparse_coll::sim::{Op, Trace};
+use sparse_coll::testing::{cases, collective_suite_for, real_cases};
+use sparse_coll::{Reduced, Registry, ThreadCluster, ThreadTransport, Transport};
 use sparse_core::stats::{even_len, even_start};
 use sparse_core::testing::generate::{GradientSpec, Skew, ValueDist};
 use sparse_core::{Result, SparseVec};
@@ -125,4 +127,47 @@ pub fn topk_by_sort(v: &SparseVec<f32>, k: usize) -> SparseVec<f32> {
     order.sort_by_key(|e| e.0);
     let (i, x) = order.into_iter().unzip();
     SparseVec::new(v.dim(), i, x).unwrap()
+}
+
+/// The collective suite for `spec` of `registry` on `p` thread ranks with
+/// synchronous sends: each rank that fails, or runs another number of
+/// cases than the suite's, adds a line to `failures`. Returns the ranks
+/// that passed.
+pub fn suite_on_threads(
+    registry: &Registry<f32>,
+    p: usize,
+    spec: &str,
+    failures: &mut Vec<String>,
+) -> usize {
+    let mut passed = 0;
+    for (r, res) in ThreadCluster::new(p)
+        .synchronous(true)
+        .run(|t| collective_suite_for(t, registry, spec))
+        .into_iter()
+        .enumerate()
+    {
+        match res {
+            Ok(n) if n == cases(p).len() + real_cases(p).len() => passed += 1,
+            Ok(n) => failures.push(format!("{spec} P={p} rank {r}: {n} cases ran")),
+            Err(e) => failures.push(format!("{spec} P={p} rank {r}: {e}")),
+        }
+    }
+    passed
+}
+
+/// A chain of `ranks` ranks: each receives from the one before it, then
+/// sends `bytes` to the one after.
+pub fn chain(ranks: usize, bytes: usize) -> Vec<Trace> {
+    (0..ranks)
+        .map(|r| {
+            let mut t = Vec::new();
+            if r > 0 {
+                t.push(Op::Recv { from: r - 1 });
+            }
+            if r + 1 < ranks {
+                t.push(Op::Send { to: r + 1, bytes });
+            }
+            t
+        })
+        .collect()
 }

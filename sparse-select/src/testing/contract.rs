@@ -8,6 +8,7 @@ use crate::{Selection, Selector};
 use sparse_core::testing::generate::{ValueDist, dense_values};
 use sparse_core::testing::suite::convert;
 use sparse_core::{Backend, Element, Error, KeyOrder, Result, abs_key};
+use std::marker::PhantomData;
 use std::ops::Range;
 
 /// A selection downloaded to the host, as an oracle of
@@ -417,6 +418,7 @@ where
         name: sel.name(),
         make,
         oracle,
+        _selects: PhantomData,
     };
     suite.empty_input(&mut sel);
     let mut checked = 0;
@@ -508,40 +510,37 @@ fn steps<E: Element>(n: usize, seed: u64) -> Vec<(String, Vec<E>)> {
 }
 
 /// The suite's settings, shared by its parts.
-struct Suite<'a, B, M, O> {
+struct Suite<'a, B, E, S, M, O> {
     b: &'a B,
     name: String,
     make: M,
     oracle: O,
+    _selects: PhantomData<fn(&mut S, &[E])>,
 }
 
-impl<B, M, O> Suite<'_, B, M, O> {
+impl<B, E, S, M, O> Suite<'_, B, E, S, M, O>
+where
+    B: Backend<E>,
+    E: Element,
+    S: Selector<B, E>,
+    M: Fn() -> S,
+    O: Fn(&[E], usize, &HostSelection<E>) -> std::result::Result<(), String>,
+{
     /// One selection, downloaded.
-    fn call<E, S>(&self, s: &mut S, x: &B::Buffer<E>, k: usize) -> Result<HostSelection<E>>
-    where
-        B: Backend<E>,
-        E: Element,
-        S: Selector<B, E>,
-    {
+    fn call(&self, s: &mut S, x: &B::Buffer<E>, k: usize) -> Result<HostSelection<E>> {
         let sel = s.select(self.b, x, k)?;
         HostSelection::download(self.b, &sel)
     }
 
     /// One selection of `x` (uploaded as `buf`), checked: the basic
     /// contract, then the oracle.
-    fn check<E, S>(
+    fn check(
         &self,
         what: &str,
         s: &mut S,
         (x, buf): (&[E], &B::Buffer<E>),
         k: usize,
-    ) -> HostSelection<E>
-    where
-        B: Backend<E>,
-        E: Element,
-        S: Selector<B, E>,
-        O: Fn(&[E], usize, &HostSelection<E>) -> std::result::Result<(), String>,
-    {
+    ) -> HostSelection<E> {
         let got = self
             .call(s, buf, k)
             .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -559,24 +558,14 @@ impl<B, M, O> Suite<'_, B, M, O> {
         got
     }
 
-    fn upload<E: Element>(&self, x: &[E]) -> B::Buffer<E>
-    where
-        B: Backend<E>,
-    {
+    fn upload(&self, x: &[E]) -> B::Buffer<E> {
         self.b.upload(x).expect("upload")
     }
-}
 
-impl<B, M, O> Suite<'_, B, M, O> {
     /// The empty input: nothing at `k = 0`, an error at `k = 1`.
-    fn empty_input<E, S>(&self, sel: &mut S)
-    where
-        B: Backend<E>,
-        E: Element,
-        S: Selector<B, E>,
-    {
+    fn empty_input(&self, sel: &mut S) {
         let name = &self.name;
-        let none = self.upload::<E>(&[]);
+        let none = self.upload(&[]);
         let empty = self
             .call(sel, &none, 0)
             .unwrap_or_else(|e| panic!("{name}: empty input, k = 0: {e}"));
@@ -596,14 +585,7 @@ impl<B, M, O> Suite<'_, B, M, O> {
     /// then the instance that has selected from every input before, twice
     /// (a selector that keeps state may choose otherwise, within its
     /// promise); `k = n + 1` is an error.
-    fn case<E, S>(&self, sel: &mut S, case: &str, x: &[E]) -> usize
-    where
-        B: Backend<E>,
-        E: Element,
-        S: Selector<B, E>,
-        M: Fn() -> S,
-        O: Fn(&[E], usize, &HostSelection<E>) -> std::result::Result<(), String>,
-    {
+    fn case(&self, sel: &mut S, case: &str, x: &[E]) -> usize {
         let (n, name) = (x.len(), &self.name);
         let buf = self.upload(x);
         let ks = super::ks(n);
@@ -637,14 +619,7 @@ impl<B, M, O> Suite<'_, B, M, O> {
     /// inputs of [`steps`] in turn, each selected from by a fresh instance
     /// (which has seen only this shape's earlier steps) and by `sel` (which
     /// has seen everything before).
-    fn same_shape_new_data<E, S>(&self, sel: &mut S) -> usize
-    where
-        B: Backend<E>,
-        E: Element,
-        S: Selector<B, E>,
-        M: Fn() -> S,
-        O: Fn(&[E], usize, &HostSelection<E>) -> std::result::Result<(), String>,
-    {
+    fn same_shape_new_data(&self, sel: &mut S) -> usize {
         let mut checked = 0;
         for (j, &(n, k)) in SHAPES.iter().enumerate() {
             let mut fresh = (self.make)();
@@ -673,13 +648,7 @@ impl<B, M, O> Suite<'_, B, M, O> {
     /// shape with new data right after a call that kept a threshold (the
     /// policy keeps one at this size), past every kernel's single-block
     /// paths. Three calls: a selector is slow here on software Vulkan.
-    fn past_2_pow_22<E, S>(&self, sel: &mut S) -> usize
-    where
-        B: Backend<E>,
-        E: Element,
-        S: Selector<B, E>,
-        O: Fn(&[E], usize, &HostSelection<E>) -> std::result::Result<(), String>,
-    {
+    fn past_2_pow_22(&self, sel: &mut S) -> usize {
         let draw = past_2_pow_22_draw::<E>();
         let n = draw.len();
         // The same magnitudes elsewhere, signs flipped: a kept threshold
@@ -707,13 +676,7 @@ impl<B, M, O> Suite<'_, B, M, O> {
     /// NaN and infinity, each first at the start, in the middle and at the
     /// end, for every k, on the instance that just selected from a good
     /// input (a kept threshold must not skip the check) and on a fresh one.
-    fn non_finite<E, S>(&self, sel: &mut S) -> usize
-    where
-        B: Backend<E>,
-        E: Element,
-        S: Selector<B, E>,
-        M: Fn() -> S,
-    {
+    fn non_finite(&self, sel: &mut S) -> usize {
         let name = &self.name;
         let good: Vec<E> = (0..1000)
             .map(|i| E::from_f64_nearest(f64::from(i % 97) - 48.0))

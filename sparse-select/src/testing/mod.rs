@@ -336,31 +336,37 @@ pub fn block_and_bucket_equal_their_per_block_oracles<B: Backend<E>, E: Element>
                     k.min(n),
                     "{name}: block shares sum to k"
                 );
-                let s = BlockTopK { blocks: p }
-                    .select(b, &buf, k)
-                    .map(|s| host(b, s))
-                    .unwrap();
-                assert_eq!(
-                    indices(&s),
-                    per_block_oracle(&keys, &plan.0, &plan.1),
-                    "{name} P={p} k={k}"
-                );
+                let what = format!("{name} P={p} k={k}");
+                per_block(b, BlockTopK { blocks: p }, (&buf, k), &keys, &plan, &what);
             }
             let bucket = BucketTopK::default();
             let plan = bucket.plan(n, k).unwrap();
-            let s = BucketTopK::default()
-                .select(b, &buf, k)
-                .map(|s| host(b, s))
-                .unwrap();
-            assert_eq!(
-                indices(&s),
-                per_block_oracle(&keys, &plan.0, &plan.1),
-                "{name} buckets k={k}"
-            );
+            let what = format!("{name} buckets k={k}");
+            let s = per_block(b, bucket, (&buf, k), &keys, &plan, &what);
             assert!(s.count >= k, "{name}: bucket top-k selects at least k");
             assert!(plan.0.windows(2).all(|w| w[1] - w[0] <= 512));
         }
     }
+}
+
+/// `sel`'s selection of `k` from `buf`, checked against
+/// [`per_block_oracle`] over its `plan` (the blocks' offsets and shares)
+/// of the input's `keys`.
+fn per_block<B: Backend<E>, E: Element, S: Selector<B, E>>(
+    b: &B,
+    mut sel: S,
+    (buf, k): (&B::Buffer<E>, usize),
+    keys: &[u64],
+    plan: &(Vec<usize>, Vec<usize>),
+    what: &str,
+) -> HostSelection<E> {
+    let s = host(b, sel.select(b, buf, k).unwrap());
+    assert_eq!(
+        indices(&s),
+        per_block_oracle(keys, &plan.0, &plan.1),
+        "{what}"
+    );
+    s
 }
 
 fn per_block_oracle(keys: &[u64], offsets: &[usize], ks: &[usize]) -> Vec<u32> {
