@@ -309,7 +309,13 @@ fn bad_inputs_are_errors_on_every_rank() {
             let absorbed: Vec<Vec<f32>> = if t.rank() == p - 1 {
                 before.1.clone()
             } else {
-                vec![before.1[0].iter().zip(&g[0]).map(|(r, g)| r + 0.1 * g).collect()]
+                vec![
+                    before.1[0]
+                        .iter()
+                        .zip(&g[0])
+                        .map(|(r, g)| r + 0.1 * g)
+                        .collect(),
+                ]
             };
             assert_eq!(tr.weights()?, before.0, "no weight moved");
             assert_eq!(tr.residuals()?, absorbed, "rank {}'s residual", t.rank());
