@@ -179,20 +179,10 @@ def module_edges(crate):
         for s, e in reversed(test_spans(code)):
             code = code[:s] + code[e + 1:]
         used = set()
-        # crate::b::..., and `use crate::{b::x, y}` groups.
-        for m in re.finditer(r"\bcrate::(\{[^}]*\}|\w+)", code):
-            group = m.group(1)
-            heads = re.findall(r"(?:^|[{,])\s*(\w+)", group) if group.startswith("{") else [group]
-            for h in heads:
-                if h in tops:
-                    used.add(h)
-                elif h in reexports:
-                    used.add(reexports[h])
-        # super:: from a top-level module file is the crate root.
-        depth = len(os.path.relpath(f, os.path.join(crate, "src")).split(os.sep))
-        is_top_file = depth == 1 or (depth == 2 and f.endswith("mod.rs"))
-        if is_top_file:
-            for m in re.finditer(r"\bsuper::(\{[^}]*\}|\w+)", code):
+
+        def note(prefix):
+            # prefix::b::..., and `use prefix::{b::x, y}` groups.
+            for m in re.finditer(r"\b" + prefix + r"::(\{[^}]*\}|\w+)", code):
                 group = m.group(1)
                 heads = re.findall(r"(?:^|[{,])\s*(\w+)", group) if group.startswith("{") else [group]
                 for h in heads:
@@ -200,6 +190,12 @@ def module_edges(crate):
                         used.add(h)
                     elif h in reexports:
                         used.add(reexports[h])
+
+        note("crate")
+        # super:: from a top-level module file is the crate root.
+        depth = len(os.path.relpath(f, os.path.join(crate, "src")).split(os.sep))
+        if depth == 1 or (depth == 2 and f.endswith("mod.rs")):
+            note("super")
         used.discard(a)
         edges.setdefault(a, set()).update(used)
     return edges

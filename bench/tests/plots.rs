@@ -2,6 +2,8 @@
 //! links, and every SVG kept under `bench/`, is parsed and drawn to pixels
 //! (`resvg`, without text), and the drawing holds lines, not a blank page.
 
+mod svg;
+
 use std::path::{Path, PathBuf};
 
 /// The SVGs kept under `dir`, found by walking it.
@@ -20,15 +22,7 @@ fn svgs_under(dir: &Path, out: &mut Vec<PathBuf>) {
 /// white, and its size.
 fn drawn(path: &Path) -> (f64, (u32, u32)) {
     let svg = std::fs::read_to_string(path).unwrap();
-    let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default())
-        .unwrap_or_else(|e| panic!("{}: not an SVG resvg reads: {e}", path.display()));
-    let size = tree.size().to_int_size();
-    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
-    resvg::render(
-        &tree,
-        resvg::tiny_skia::Transform::default(),
-        &mut pixmap.as_mut(),
-    );
+    let pixmap = svg::render(&svg, &path.display().to_string());
     let inked = pixmap
         .pixels()
         .iter()
@@ -36,7 +30,7 @@ fn drawn(path: &Path) -> (f64, (u32, u32)) {
         .count();
     (
         inked as f64 / pixmap.pixels().len() as f64,
-        (size.width(), size.height()),
+        (pixmap.width(), pixmap.height()),
     )
 }
 

@@ -2,6 +2,8 @@
 //! transport's for the same inputs, a run over the memory cap is refused
 //! before anything runs, and the report names its network as simulated.
 
+mod svg;
+
 use bench::scale::{self, ScaleArgs};
 use sparse_coll::{Defaults, Registry, ThreadCluster, Traffic};
 use sparse_core::Error;
@@ -155,14 +157,7 @@ fn draw(report: &scale::ScaleReport, name: &str) -> (String, resvg::tiny_skia::P
     let path = dir.join("scale.svg");
     scale::plot(report, &path).unwrap();
     let svg = std::fs::read_to_string(&path).unwrap();
-    let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
-    let size = tree.size().to_int_size();
-    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
-    resvg::render(
-        &tree,
-        resvg::tiny_skia::Transform::default(),
-        &mut pixmap.as_mut(),
-    );
+    let pixmap = svg::render(&svg, "the scale plot");
     pixmap.save_png(dir.join("scale.png")).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     (svg, pixmap)

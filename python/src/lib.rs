@@ -429,12 +429,11 @@ fn collective_suite(
 /// The reference of the hook: `residual_sgd::Trainer` on `size` thread
 /// ranks, learning rate 1 and zero weights, the parameters of lengths
 /// `lens` as layers in one bucket in list order, stepping on `grads[r][s]`
-/// (rank `r`'s flat float32 bytes at step `s`). Returns each rank's
+/// (rank `r`'s flat float32 bytes at step `s`), RGC with the hook's
+/// default momentum and masking. Returns each rank's
 /// weights after each step: the hook's means applied as `w -= mean` give
 /// them bit for bit.
 #[pyfunction]
-#[pyo3(signature = (lens, grads, algorithm, density, rule_name, momentum=0.9, nesterov=false, masking=true))]
-#[allow(clippy::too_many_arguments)]
 fn trainer_reference<'py>(
     py: Python<'py>,
     lens: Vec<usize>,
@@ -442,11 +441,9 @@ fn trainer_reference<'py>(
     algorithm: &str,
     density: f64,
     rule_name: &str,
-    momentum: f32,
-    nesterov: bool,
-    masking: bool,
 ) -> PyResult<Vec<Vec<Bound<'py, PyBytes>>>> {
-    let rule = rule(rule_name, momentum, nesterov, masking)?;
+    // RGC with the hook's defaults (momentum 0.9, factor masking).
+    let rule = rule(rule_name, 0.9, false, true)?;
     let grads: Vec<Vec<Vec<f32>>> = grads
         .iter()
         .map(|steps| {

@@ -219,12 +219,26 @@ impl<B: Backend<f32> + 'static> BucketFeedback<B> {
         };
         let traffic = t.traffic().since(&before);
         let communicate = clock.elapsed();
+        // What the collective returned is checked before anything moves:
+        // a result of another dimension, unsorted or not finite is an
+        // error, the gradients absorbed as after any failure.
+        for (what, v) in [("reduced result", &red.result), ("dropped", &red.dropped)] {
+            v.check()?;
+            if v.dim() != input.dim() {
+                return Err(Error::LengthMismatch {
+                    what,
+                    expected: input.dim(),
+                    got: v.dim(),
+                });
+            }
+            check_finite(v.values())?;
+        }
         let clock = Instant::now();
         let p = t.size() as f32;
         let mut at = 0;
         for (&m, sel) in params.iter().zip(sels) {
             let n = self.params[m].len;
-            let dropped = cut(&red.dropped, at, n);
+            let dropped = crate::trainer::cut(&red.dropped, at, n, input.dim());
             let param = &mut self.params[m];
             param.memory.remove(&self.b, &sel.indices)?;
             param.memory.restore(&self.b, &dropped)?;
@@ -455,17 +469,4 @@ fn bucket_name(params: &[usize]) -> String {
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join("_")
-}
-
-/// The part of `v` in `at..at + n`, as a vector of dimension `n`.
-fn cut(v: &SparseVec<f32>, at: usize, n: usize) -> SparseVec<f32> {
-    let span = v.span(at, n);
-    SparseVec::new_unchecked(
-        n,
-        v.indices()[span.clone()]
-            .iter()
-            .map(|&i| i - at as u32)
-            .collect(),
-        v.values()[span].to_vec(),
-    )
 }

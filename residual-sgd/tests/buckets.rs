@@ -5,12 +5,12 @@
 //! mass exactly; fused trainers save and load, and a state saved with
 //! another bucket layout is refused.
 
+mod common;
+
 use backend_cpu::Cpu;
-use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::{BucketBudget, Buckets, Config, FillOrder, LayerSpec, Rule, Trainer};
 use sparse_coll::{Registry, ThreadCluster, Transport};
 use sparse_core::backend::BufferOps as _;
-use sparse_core::testing::Rng;
 use sparse_core::{Error, Result, SparseVec};
 use sparse_select::RadixTopK;
 
@@ -20,15 +20,7 @@ const SIZES: [usize; 5] = [300, 40, 500, 7, 120];
 
 /// Dyadic values (multiples of 1/8): every sum below is exact.
 fn grads(rank: usize, step: u64) -> Vec<Vec<f32>> {
-    let mut rng = Rng::seed_from_u64(step * 1000 + rank as u64);
-    SIZES
-        .iter()
-        .map(|&n| {
-            (0..n)
-                .map(|_| (rng.random_range(0..129) as f32 - 64.0) / 8.0)
-                .collect()
-        })
-        .collect()
+    common::dyadic(step * 1000 + rank as u64, &SIZES)
 }
 
 fn rgc() -> Rule {

@@ -11,12 +11,12 @@
 //! exact on dyadic values), a refused or unreceived one in none, and
 //! [`Trainer::last_failure`] says which.
 
+mod common;
+
 use backend_cpu::Cpu;
-use rand::{Rng as _, SeedableRng as _};
 use residual_sgd::{Buckets, Config, LayerSpec, Rule, StepFailure, Trainer};
 use sparse_coll::{Defaults, Registry, ThreadCluster, Transport};
 use sparse_core::backend::BufferOps as _;
-use sparse_core::testing::Rng;
 use sparse_core::{Error, Result};
 use sparse_select::{RadixTopK, Selector, ThresholdBinarySearch};
 use std::time::Duration;
@@ -81,15 +81,7 @@ fn trainer<S: Selector<Cpu, f32> + Clone + 'static>(buckets: bool, sel: S) -> Tr
 
 /// Dyadic values (multiples of 1/8): every sum and every `r + lr g` exact.
 fn grads(rank: usize, step: u64) -> Vec<Vec<f32>> {
-    let mut rng = Rng::seed_from_u64(step * 100 + rank as u64);
-    SIZES
-        .iter()
-        .map(|&n| {
-            (0..n)
-                .map(|_| (rng.random_range(0..129) as f32 - 64.0) / 8.0)
-                .collect()
-        })
-        .collect()
+    common::dyadic(step * 100 + rank as u64, &SIZES)
 }
 
 /// The step of `form`; at `point`, on rank `FAILING`, the failure.

@@ -15,6 +15,7 @@ mod step;
 
 pub use report::{LayerReport, StepFailure, StepReport};
 pub use step::Feed;
+pub(crate) use step::cut;
 
 /// A compressed layer's parts: its memory, its compressor and the bucket
 /// whose collective reduces it.

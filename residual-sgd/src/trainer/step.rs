@@ -23,6 +23,7 @@ mod pipeline;
 mod rounds;
 mod work;
 use super::report::Fate;
+pub(crate) use calls::cut;
 use calls::{bucket_input, dense_call, dense_groups, split_result};
 use layer::{compressed_apply, dense_apply};
 pub use pipeline::Feed;

@@ -141,3 +141,17 @@ pub fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Se
     rx.recv_timeout(std::time::Duration::from_secs(60))
         .unwrap_or_else(|_| panic!("{what}: still blocked after a minute"))
 }
+
+/// Seeded gradients of `sizes`, in multiples of 1/8 in [-8, 8]: every sum
+/// of a few of them is exact.
+pub fn dyadic(seed: u64, sizes: &[usize]) -> Vec<Vec<f32>> {
+    let mut rng = Rng::seed_from_u64(seed);
+    sizes
+        .iter()
+        .map(|&n| {
+            (0..n)
+                .map(|_| (rng.random_range(0..129) as f32 - 64.0) / 8.0)
+                .collect()
+        })
+        .collect()
+}

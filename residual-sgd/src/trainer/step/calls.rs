@@ -26,7 +26,7 @@ fn join(sents: &[&SparseVec<f32>], len: usize) -> Result<SparseVec<f32>> {
 /// falls in `at..at + n`, as a vector of dimension `n`. A vector of
 /// another dimension than the bucket's comes back as it is, for the
 /// check of every result to name it.
-fn cut(v: &SparseVec<f32>, at: usize, n: usize, len: usize) -> SparseVec<f32> {
+pub(crate) fn cut(v: &SparseVec<f32>, at: usize, n: usize, len: usize) -> SparseVec<f32> {
     if v.dim() != len {
         return v.clone();
     }
