@@ -290,6 +290,9 @@ fn run_scale(a: &bench::scale::ScaleArgs, json: bool) -> sparse_core::Result<()>
                 &header.iter().map(String::as_str).collect::<Vec<_>>(),
                 &rows,
             );
+            for note in scale::referee::notes(&report.referee) {
+                bench::out!("{note}");
+            }
         }
     }
     if let Some(path) = &a.svg {

@@ -221,6 +221,14 @@ pub struct RefereeRow {
     /// The simulator's time of the same traces (the makespan of the cut
     /// call), seconds: on `same` only.
     pub sim_s: Option<f64>,
+    /// The simulator's time of the same traces with its sends as this
+    /// model sends them, on the platform's network
+    /// ([`SmpiModel::simulator`]: in rendezvous for `alpha-beta`,
+    /// detached for `alpha-beta-eager`), seconds: on `same` only, and
+    /// not for `default`.
+    pub matched_s: Option<f64>,
+    /// How those sends go ([`SmpiModel::sends`]).
+    pub matched_sends: Option<&'static str>,
     /// SimGrid's simulated time, seconds, or why there is none (a
     /// deadlock under rendezvous sends, a timeout).
     pub simgrid_s: std::result::Result<f64, String>,
@@ -229,12 +237,21 @@ pub struct RefereeRow {
 }
 
 impl RefereeRow {
-    /// SimGrid's time over the simulator's, minus 1 (where both exist).
+    /// The simulator's time over SimGrid's, minus 1 (where both exist).
     pub fn error(&self) -> Option<f64> {
-        match (&self.simgrid_s, self.sim_s) {
-            (Ok(sg), Some(sim)) if sim > 0.0 => Some(sim / sg - 1.0),
-            _ => None,
-        }
+        relative(self.sim_s, &self.simgrid_s)
+    }
+    /// The simulator's time with the model's sends ([`Self::matched_s`])
+    /// over SimGrid's, minus 1 (where both exist).
+    pub fn matched_error(&self) -> Option<f64> {
+        relative(self.matched_s, &self.simgrid_s)
+    }
+}
+
+fn relative(sim: Option<f64>, sg: &std::result::Result<f64, String>) -> Option<f64> {
+    match (sg, sim) {
+        (Ok(sg), Some(sim)) if sim > 0.0 && *sg > 0.0 => Some(sim / sg - 1.0),
+        _ => None,
     }
 }
 
@@ -311,6 +328,11 @@ pub fn judge(
     let mut rows = Vec::new();
     if r.replay {
         for (t, platform, m, args) in runs {
+            // The simulator with SMPI's sends, on SimGrid's platform.
+            let matched_s = match (t, m.simulator(same.network("platform")?)) {
+                (Topology::Same, Some(like)) => Some(replay(&call, &*like)?.makespan()),
+                _ => None,
+            };
             let start = Instant::now();
             let simgrid_s =
                 smpi::replay_dir_with(&dir, &args, r.timeout).map_err(|e| e.to_string());
@@ -321,6 +343,8 @@ pub fn judge(
                 platform,
                 model: m.name().into(),
                 sim_s: (t == Topology::Same).then_some(sim_s),
+                matched_s,
+                matched_sends: matched_s.and(m.sends()),
                 simgrid_s,
                 wall: start.elapsed(),
             });
@@ -340,20 +364,25 @@ fn write(dir: &Path, name: &str, text: &str) -> Result<()> {
 
 /// The referee's table: a row per algorithm and rank count, the
 /// simulator's time and then SimGrid's per model and platform (with the
-/// simulator's error against it on `same`).
+/// simulator's error against it on `same`, and that of the simulator
+/// with the model's sends, `sim_rendezvous_vs_alpha-beta` and
+/// `sim_detached_vs_alpha-beta-eager`).
 pub fn table(rows: &[RefereeRow]) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut variants: Vec<(String, String)> = Vec::new();
+    let mut variants: Vec<(String, String, Option<&'static str>)> = Vec::new();
     for row in rows {
-        let v = (row.model.clone(), row.topology.clone());
-        if !variants.contains(&v) {
+        let v = (row.model.clone(), row.topology.clone(), row.matched_sends);
+        if !variants.iter().any(|w| w.0 == v.0 && w.1 == v.1) {
             variants.push(v);
         }
     }
     let mut header = vec!["algorithm".to_string(), "P".into(), "sim_ms".into()];
-    for (m, t) in &variants {
+    for (m, t, sends) in &variants {
         header.push(format!("simgrid_{m}_{t}_ms"));
         if t == "same" {
             header.push(format!("sim_vs_{m}"));
+            if let Some(s) = sends {
+                header.push(format!("sim_{s}_vs_{m}"));
+            }
         }
     }
     let mut keys: Vec<(usize, String)> = Vec::new();
@@ -376,7 +405,9 @@ pub fn table(rows: &[RefereeRow]) -> (Vec<String>, Vec<Vec<String>>) {
                 p.to_string(),
                 sim.map_or_else(|| "-".into(), |s| format!("{:.3}", s * 1e3)),
             ];
-            for (m, t) in &variants {
+            let percent =
+                |e: Option<f64>| e.map_or_else(|| "-".into(), |e| format!("{:+.1}%", 100.0 * e));
+            for (m, t, sends) in &variants {
                 let cell = mine.iter().find(|r| &r.model == m && &r.topology == t);
                 line.push(match cell.map(|c| &c.simgrid_s) {
                     Some(Ok(s)) => format!("{:.3}", s * 1e3),
@@ -384,10 +415,10 @@ pub fn table(rows: &[RefereeRow]) -> (Vec<String>, Vec<Vec<String>>) {
                     None => "-".into(),
                 });
                 if t == "same" {
-                    line.push(
-                        cell.and_then(|c| c.error())
-                            .map_or_else(|| "-".into(), |e| format!("{:+.1}%", 100.0 * e)),
-                    );
+                    line.push(percent(cell.and_then(|c| c.error())));
+                    if sends.is_some() {
+                        line.push(percent(cell.and_then(|c| c.matched_error())));
+                    }
                 }
             }
             line
@@ -412,8 +443,49 @@ pub fn json(network: &str, rows: &[RefereeRow]) -> Vec<serde_json::Value> {
                 "simgrid_ms": r.simgrid_s.as_ref().ok().map(|s| s * 1e3),
                 "simgrid_error": r.simgrid_s.as_ref().err(),
                 "sim_vs_simgrid": r.error(),
+                "sim_matched_sends": r.matched_sends,
+                "sim_matched_ms": r.matched_s.map(|s| s * 1e3),
+                "sim_matched_vs_simgrid": r.matched_error(),
                 "wall_s": r.wall.as_secs_f64(),
             })
         })
         .collect()
+}
+
+/// The notes under the referee's table: what its columns compare, and
+/// where the simulator's own sends differ from SMPI's (the limit of
+/// `sim_vs_<model>`).
+pub fn notes(rows: &[RefereeRow]) -> Vec<String> {
+    let has = |m: SmpiModel| rows.iter().any(|r| r.model == m.name());
+    let mut out = Vec::new();
+    if rows.iter().any(|r| r.matched_s.is_some()) {
+        out.push(
+            "sim_vs_<model>: the simulator with --network's sends; sim_rendezvous_vs_alpha-beta and \
+             sim_detached_vs_alpha-beta-eager: the simulator on SimGrid's platform with the \
+             model's sends (--network NET:rendezvous, NET:detached), like for like."
+                .into(),
+        );
+    }
+    if has(SmpiModel::AlphaBetaEager) {
+        out.push(
+            "alpha-beta-eager's sends are detached: a rank whose receive is done runs ahead \
+             with its send still moving, its next sends sharing its link with it. Without \
+             :detached the simulator's eager send returns when its last byte has left, one \
+             message of a rank moving at a time, and that is the limit of its times: where \
+             ranks would run ahead over a shared link, detached sends take up to 3x longer \
+             (omnireduce_blocks on nvlink8-25gbe at overlap 0.9, P = 512: 32.7 ms, 92.2 ms \
+             detached, SMPI 88.1 ms), and detached \
+             times there move by up to 20% with a few bytes per message in either engine \
+             (docs/sparse-bench.md, \"Detached sends\")."
+                .into(),
+        );
+    }
+    if has(SmpiModel::AlphaBeta) {
+        out.push(
+            "alpha-beta's sends are in rendezvous: a send across a slower link than its \
+             receive waits for that link's latency, which the simulator's eager send does not."
+                .into(),
+        );
+    }
+    out
 }

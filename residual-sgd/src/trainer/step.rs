@@ -86,7 +86,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
     /// the pipelined [`Trainer::step_with`] makes.)
     ///
     /// The collectives (one per bucket: per compressed layer unless
-    /// [`Config::buckets`] fuses them) are entered in one round for them
+    /// [`Config::buckets`](crate::Config::buckets) fuses them) are entered in one round for them
     /// all ([`sparse_coll::allreduce_jointly`]), where calls one by one
     /// would make one each: an invalid or non-finite selection, or a call
     /// that differs between ranks, fails every rank there, before any body
@@ -226,7 +226,7 @@ impl<B: Backend<f32>, S: Selector<B, f32>> Trainer<B, S> {
 
     /// The step's communication, once every rank has done its local work:
     /// every bucket's collective (one per compressed layer unless
-    /// [`Config::buckets`] fuses them), in bucket order with one entry
+    /// [`Config::buckets`](crate::Config::buckets) fuses them), in bucket order with one entry
     /// round for them all ([`sparse_coll::allreduce_jointly`]), then the
     /// dense layers' (fused) allreduces, in layer order. Nothing is
     /// applied here. A layer with nothing `ready` (this rank's local work

@@ -48,6 +48,16 @@
 //! and a rank whose send crosses a slower link than its receive waits for
 //! the slower latency.
 //!
+//! An eager send may also be detached instead ([`Detached`], SMPI's send
+//! below its detach limit, an MPI whose eager messages a buffer takes at
+//! once): it completes at once, and its rank goes on with its message
+//! still moving, so that it may have several messages of its own on its
+//! link, sharing it. Without that a rank has one message of its own
+//! moving at a time; where ranks would run ahead over a shared link the
+//! two differ most (OmniReduce's block messages across a node's NIC:
+//! 32.7 ms against 92.2 ms detached at P = 512 on `nvlink8-25gbe`,
+//! `docs/sparse-bench.md`).
+//!
 //! A link may have a token bucket in front of it ([`Bucket`], from
 //! [`Network::bucket`]: a Linux `tbf` shaper): while the bucket holds
 //! tokens the link carries up to the bucket's peak, and its flows' bytes
@@ -65,7 +75,7 @@ pub mod smpi;
 
 pub use crate::transport::sim::{Compute, MAX_RANKS, Op, SimCluster, SimRun, SimTransport, Trace};
 pub use network::{
-    AlphaBeta, Bucket, FullBisection, Link, MAX_NETWORK_FILE, Network, PRESETS, Rendezvous, Route,
-    TwoLevel, full_bisection_file, network, parse_network, preset, read_network,
+    AlphaBeta, Bucket, Detached, FullBisection, Link, MAX_NETWORK_FILE, Network, PRESETS,
+    Rendezvous, Route, TwoLevel, full_bisection_file, network, parse_network, preset, read_network,
 };
 pub use replay::{Timeline, replay};

@@ -52,6 +52,15 @@ pub trait Network: Send + Sync + fmt::Debug {
     fn rendezvous_bytes(&self) -> Option<usize> {
         None
     }
+    /// Whether its eager sends are detached ([`Detached`]): such a send
+    /// completes at once, its message still moving, so that its rank goes
+    /// on and may have several messages of its own on its link. Where
+    /// this is `false` (the default) an eager send completes when its
+    /// message's last byte has left. Sends in rendezvous are never
+    /// detached.
+    fn detached(&self) -> bool {
+        false
+    }
 }
 
 /// A network whose sends of at least `from_bytes` follow MPI's rendezvous
@@ -94,6 +103,54 @@ impl Network for Rendezvous {
     }
     fn rendezvous_bytes(&self) -> Option<usize> {
         Some(self.from_bytes)
+    }
+    fn detached(&self) -> bool {
+        self.inner.detached()
+    }
+}
+
+/// A network whose eager sends are detached, as SMPI sends a message below
+/// `smpi/send-is-detached-thresh` (and as an MPI whose eager messages a
+/// buffer takes at once, a TCP socket's say, completes them): the send
+/// completes at once and its message moves on, so that a rank whose
+/// receive is done runs ahead with its send still on its link, sharing the
+/// link with its next ones. A blocking send returns at once; an exchange
+/// returns when its receive has arrived. Routes, buckets and the
+/// rendezvous size are the inner network's (sends in rendezvous still wait
+/// for their receive and their arrival).
+///
+/// SMPI's `alpha-beta-eager` replay ([`super::smpi::SmpiModel::AlphaBetaEager`])
+/// sends so. Without it a rank has one message of its own moving at a
+/// time: where ranks would run ahead over a shared link (OmniReduce's
+/// block messages across a node's NIC, `docs/sparse-bench.md`) the two
+/// differ by up to 3x.
+#[derive(Debug)]
+pub struct Detached {
+    inner: Box<dyn Network>,
+}
+
+impl Detached {
+    /// `inner` with its eager sends detached.
+    pub fn new(inner: Box<dyn Network>) -> Self {
+        Self { inner }
+    }
+}
+
+impl Network for Detached {
+    fn label(&self) -> String {
+        format!("{}; eager sends detached", self.inner.label())
+    }
+    fn route(&self, from: usize, to: usize) -> Route {
+        self.inner.route(from, to)
+    }
+    fn bucket(&self, link: Link) -> Option<Bucket> {
+        self.inner.bucket(link)
+    }
+    fn rendezvous_bytes(&self) -> Option<usize> {
+        self.inner.rendezvous_bytes()
+    }
+    fn detached(&self) -> bool {
+        true
     }
 }
 
@@ -698,7 +755,9 @@ fn read_regular(path: &Path, max: u64) -> std::result::Result<String, String> {
 /// The network `spec` names: a preset ([`PRESETS`]) or, where it names
 /// none, the path of a network file ([`read_network`]); either followed
 /// by `:rendezvous` (every send in rendezvous) or `:rendezvous=BYTES`
-/// (sends of at least `BYTES`), which wraps it in [`Rendezvous`].
+/// (sends of at least `BYTES`), which wraps it in [`Rendezvous`], and by
+/// `:detached` (eager sends detached), which wraps it in [`Detached`];
+/// both may follow, in either order (`nvlink8-25gbe:detached:rendezvous=65536`).
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] named `network`: neither a preset nor an
@@ -725,6 +784,9 @@ pub fn network(spec: &str) -> Result<Box<dyn Network>> {
             }
         };
         return Ok(Box::new(Rendezvous::new(network(base)?, from_bytes)));
+    }
+    if let Some(base) = spec.strip_suffix(":detached") {
+        return Ok(Box::new(Detached::new(network(base)?)));
     }
     if PRESETS.iter().any(|(n, _)| *n == spec) {
         return preset(spec);

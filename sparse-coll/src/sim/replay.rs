@@ -358,7 +358,11 @@ impl<'a> Replay<'a> {
             rendezvous,
             started: false,
         });
-        self.ranks[r].sending = Some(m);
+        // A detached eager send is done at once; any other waits for its
+        // message to leave (eager) or to arrive (rendezvous).
+        if rendezvous || !self.net.detached() {
+            self.ranks[r].sending = Some(m);
+        }
         if claimed || !rendezvous {
             self.start(m, now)?;
         }

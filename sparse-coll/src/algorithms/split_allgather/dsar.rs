@@ -25,7 +25,7 @@ use sparse_core::{Element, Error, Result, SparseVec};
 /// is a parameter the ranks agree on).
 const DSAR_NAME: &str = "dsar_split_allgather";
 
-/// DSAR_Split_allgather: the split phase of [`SsarSplitAllgather`], then
+/// DSAR_Split_allgather: the split phase of [`SsarSplitAllgather`](super::SsarSplitAllgather), then
 /// the partitions travel dense (`n / P` values each), as SparCML does when
 /// the result is expected past delta. With `qsgd`, the dense phase is
 /// QSGD-quantized (SparCML sec. 6): lossy, and each owner returns in

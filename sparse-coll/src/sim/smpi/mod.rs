@@ -25,14 +25,16 @@
 //! default) detached: `MPI_Send` returns at once; above it, it waits for
 //! its message to arrive (rendezvous). And a message starts to move only
 //! once its receive is posted, unless it is below `smpi/async-small-thresh`
-//! (0 by default; SMPI wants it at most the first). The simulator's send
-//! returns when its message has left the sender's link, and the message
-//! moves from the send on. SMPI has neither exactly:
-//! [`SmpiModel::AlphaBeta`] sends in rendezvous (both thresholds 0), so a
-//! rank has no more messages on its link than the ones it waits for, as in
-//! the simulator; [`SmpiModel::AlphaBetaEager`] sends detached and eager
-//! (both at their maximum): a rank whose receive is done goes on while its
-//! send still moves, and its next send shares its link with that one.
+//! (0 by default; SMPI wants it at most the first). The simulator's
+//! eager send returns when its message has left the sender's link, and the
+//! message moves from the send on: SMPI has no such send.
+//! [`SmpiModel::AlphaBeta`] sends in rendezvous (both thresholds 0), as
+//! the simulator's [`Rendezvous`](crate::sim::Rendezvous) at 0 bytes does;
+//! [`SmpiModel::AlphaBetaEager`] sends detached and eager (both at their
+//! maximum), as the simulator's [`Detached`](crate::sim::Detached) does: a
+//! rank whose receive is done goes on while its send still moves, and its
+//! next send shares its link with that one. [`SmpiModel::simulator`] gives
+//! each its like in the simulator.
 //! [`SmpiModel::Default`] keeps SMPI's defaults.
 //!
 //! # What differs between the models with alpha-beta settings
@@ -49,7 +51,16 @@
 //! arrived, `alpha` after the simulator's send returns. Where a rank's
 //! send crosses a link of larger latency than its receive (a node's NIC
 //! against NVLink), it waits for that latency under rendezvous and not in
-//! the simulator, whose times there lie near [`SmpiModel::AlphaBetaEager`].
+//! the simulator's eager send. That send is not SMPI's eager one either: it
+//! keeps a rank to one message of its own moving at a time, where
+//! [`SmpiModel::AlphaBetaEager`]'s detached sends let a rank run ahead and
+//! share its link among several. Most calls take about the same time
+//! both ways; where ranks do run ahead over a shared link (OmniReduce's
+//! block messages across a node's NIC) the detached sends are up to 3x
+//! slower, and only [`Detached`](crate::sim::Detached) matches them (to
+//! 5% at P = 512, `docs/sparse-bench.md`: how much running ahead costs
+//! depends on the order of events, so much that SimGrid's own lazy and
+//! full updates differ by 8%).
 //! On the two-level platform, ranks of a node talk over the host's
 //! loopback, which SimGrid does not share at all (`FATPIPE`) where the
 //! simulator shares each rank's own ports among its messages.

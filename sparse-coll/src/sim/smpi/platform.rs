@@ -3,7 +3,7 @@
 //! oversubscribed racks, a dragonfly).
 
 use super::trace::HOST_SPEED;
-use crate::sim::{AlphaBeta, Link, Network, Route};
+use crate::sim::{AlphaBeta, FullBisection, Link, Network, Route, TwoLevel};
 use sparse_core::{Error, Result};
 use std::fmt::Write as _;
 
@@ -132,6 +132,34 @@ impl Platform {
             }
         }
         Ok(platform)
+    }
+
+    /// The simulator's network of this platform, named `name`, where the
+    /// simulator has it (cluster and nodes): the network [`Platform::of`]
+    /// reads back as this platform, without what SimGrid's platform has
+    /// not (a token bucket, a send protocol).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] named `platform` for a fat tree or a
+    /// dragonfly.
+    pub fn network(&self, name: &str) -> Result<Box<dyn Network>> {
+        match self {
+            Platform::Cluster { link } => Ok(Box::new(FullBisection::new(name, *link))),
+            Platform::Nodes {
+                ranks_per_node,
+                intra,
+                inter,
+            } => Ok(Box::new(TwoLevel::new(
+                name,
+                *ranks_per_node,
+                *intra,
+                *inter,
+            )?)),
+            _ => Err(Error::invalid(
+                "platform",
+                format!("{} has no network in the simulator", self.describe()),
+            )),
+        }
     }
 
     /// The simulator's route from `a` to `b` on this platform, where the

@@ -2,6 +2,7 @@
 //! its simulated time.
 
 use super::trace::INDEX_FILE;
+use crate::sim::{Detached, Network, Rendezvous};
 use sparse_core::{Error, Result};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -29,14 +30,16 @@ pub enum SmpiModel {
     /// and bandwidth factors 1, no weight by latency), no TCP window bound
     /// (`TCP-gamma` 0), no cross-traffic of acknowledgements; and every
     /// send in rendezvous (it completes when its message has arrived, so a
-    /// rank never has more than its current messages on its link, as in
-    /// the simulator, whose send returns when its message has left).
+    /// rank never has more than its current messages on its link), as the
+    /// simulator's [`Rendezvous`] at 0 bytes sends.
     /// [`SmpiModel::cfg`] lists the settings.
     AlphaBeta,
     /// [`SmpiModel::AlphaBeta`]'s network with every send detached and
     /// eager: it returns at once and its message moves at once, so a rank
     /// that has its receive runs ahead with its send still on its link,
-    /// sharing the link with its next ones.
+    /// sharing the link with its next ones, as the simulator's
+    /// [`Detached`] sends (its plain eager send keeps a rank to one
+    /// message of its own moving at a time).
     AlphaBetaEager,
     /// SMPI's defaults: the `SMPI` network model (piecewise latency and
     /// bandwidth factors fitted on a real cluster, a flow's share weighted
@@ -73,6 +76,29 @@ impl SmpiModel {
             ],
         });
         out
+    }
+    /// The simulator's network whose sends are this model's, over `base`
+    /// (the platform's network, [`super::Platform::network`]): in
+    /// rendezvous for [`SmpiModel::AlphaBeta`] ([`Rendezvous`] at 0 bytes),
+    /// eager and detached for [`SmpiModel::AlphaBetaEager`] ([`Detached`]);
+    /// `None` for [`SmpiModel::Default`], whose correction factors the
+    /// simulator does not have. `base` must send eagerly (a platform's
+    /// network does).
+    pub fn simulator(self, base: Box<dyn Network>) -> Option<Box<dyn Network>> {
+        match self {
+            SmpiModel::AlphaBeta => Some(Box::new(Rendezvous::new(base, 0))),
+            SmpiModel::AlphaBetaEager => Some(Box::new(Detached::new(base))),
+            SmpiModel::Default => None,
+        }
+    }
+    /// How [`SmpiModel::simulator`]'s network sends: `rendezvous` or
+    /// `detached` (`None` for [`SmpiModel::Default`]).
+    pub fn sends(self) -> Option<&'static str> {
+        match self {
+            SmpiModel::AlphaBeta => Some("rendezvous"),
+            SmpiModel::AlphaBetaEager => Some("detached"),
+            SmpiModel::Default => None,
+        }
     }
     /// Every model, in the order of [`SmpiModel::name`]'s list.
     pub const ALL: [SmpiModel; 3] = [
