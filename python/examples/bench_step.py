@@ -92,6 +92,9 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--blocking", action="store_true",
+                   help="each sparse configuration also with the hook blocking (no overlap); "
+                        "without it, only the first one's")
     p.add_argument("--local", type=int, default=0, help="run P processes on loopback")
     p.add_argument("--port", type=int, default=29517)
     a = p.parse_args()
@@ -103,27 +106,38 @@ def main():
         run(int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"]), "198.18.0.1", a)
 
 
-def run(rank, world, master, a):
-    from sparse_comm.torch import SparseState
-
+def init(rank, world, master, port):
+    """gloo over the namespace's link (or loopback), one compute thread."""
     torch.set_num_threads(1)
     if master != "127.0.0.1":
         # The namespace's one link besides loopback carries gloo.
         os.environ.setdefault("GLOO_SOCKET_IFNAME",
                               next(n for n in os.listdir("/sys/class/net") if n != "lo"))
-    dist.init_process_group("gloo", init_method=f"tcp://{master}:{a.port}", rank=rank,
+    dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=120))
+
+
+def run(rank, world, master, a):
+    from sparse_comm.torch import SparseState
+
+    init(rank, world, master, a.port)
     x, y = images(4096)
     algorithms = a.algorithm or ["topk_a", "spardl", "gtopk", "ok_topk"]
     densities = a.density or [0.01, 0.001]
-    configs = [("dense", None)] + [(f"{al}@{d:g}", (al, d)) for al in algorithms for d in densities]
+    configs = [("dense", None)]
+    for al in algorithms:
+        for d in densities:
+            configs.append((f"{al}@{d:g}", (al, d, False)))
+            if a.blocking or len(configs) == 2:
+                configs.append((f"{al}@{d:g} blocking", (al, d, True)))
     rounds = {name: [] for name, _ in configs}
     for rep in range(a.reps):
         for name, cfg in configs:
             model = net(a.model)
             state = None
             if cfg is not None:
-                state = SparseState(model=model, algorithm=cfg[0], density=cfg[1], rule="rgc")
+                state = SparseState(model=model, algorithm=cfg[0], density=cfg[1], rule="rgc",
+                                    blocking=cfg[2])
             times = steps(model, state, x, y, a.batch, a.warmup + a.steps, rank, world)[a.warmup:]
             ms = 1e3 * statistics.median(times)
             row = {"model": a.model, "ranks": world, "config": name, "rep": rep, "step_ms": ms}
@@ -142,6 +156,8 @@ def run(rank, world, master, a):
             med = statistics.median(r["step_ms"] for r in rows)
             print(json.dumps({"model": a.model, "ranks": world, "config": name, "median_step_ms": med,
                               "vs_dense": med / dense}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -500,6 +500,70 @@ fn trainer_reference<'py>(
         .collect()
 }
 
+/// The hook's reduction of one bucket of parameters of lengths `lens` on
+/// `size` thread ranks in this process (the thread transport) instead of
+/// over a process group, for measuring what the process group's hop
+/// costs: each rank's gradients are a fixed pseudo-random sequence; returns
+/// rank 0's seconds of each of `calls` calls, after three untimed ones.
+#[pyfunction]
+fn thread_reduce_seconds(
+    py: Python<'_>,
+    lens: Vec<usize>,
+    algorithm: &str,
+    density: f64,
+    rule_name: &str,
+    size: usize,
+    calls: usize,
+) -> PyResult<Vec<f64>> {
+    let warmup = 3;
+    let rule = rule(rule_name, 0.9, false, true)?;
+    let cfg = Config::new(1.0, density, rule)
+        .map_err(|e| SparseCommError::new_err(e.to_string()))?
+        .compress_threshold(0);
+    let names: Vec<String> = (0..lens.len()).map(|i| format!("p{i}")).collect();
+    let params: Vec<usize> = (0..lens.len()).collect();
+    let n: usize = lens.iter().sum();
+    let spec = spec(algorithm, None);
+    let per_rank = py.detach(|| {
+        ThreadCluster::new(size).run(|t| {
+            let mut fb = BucketFeedback::new(
+                Cpu,
+                cfg,
+                &names,
+                &lens,
+                Box::new(|| Box::new(RadixTopK::magnitude()) as Box<dyn Selector<Cpu, f32> + Send>),
+                Registry::builtin(),
+                &spec,
+            )?;
+            // A xorshift sequence per rank: gradients in (-1, 1).
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t.rank() as u64 + 1);
+            let mut out = vec![0.0f32; n];
+            let mut secs = Vec::with_capacity(calls);
+            for c in 0..warmup + calls {
+                let grad: Vec<f32> = (0..n)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+                    })
+                    .collect();
+                let start = std::time::Instant::now();
+                fb.reduce(t, &params, &grad, &mut out)?;
+                if c >= warmup {
+                    secs.push(start.elapsed().as_secs_f64());
+                }
+            }
+            Ok(secs)
+        })
+    });
+    per_rank
+        .into_iter()
+        .next()
+        .unwrap_or(Ok(Vec::new()))
+        .map_err(|e: Error| SparseCommError::new_err(e.to_string()))
+}
+
 /// The module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -511,5 +575,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(collective_suite, m)?)?;
     m.add_function(wrap_pyfunction!(trainer_reference, m)?)?;
+    m.add_function(wrap_pyfunction!(thread_reduce_seconds, m)?)?;
     Ok(())
 }
