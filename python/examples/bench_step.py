@@ -97,7 +97,12 @@ def main():
                         "without it, only the first one's")
     p.add_argument("--local", type=int, default=0, help="run P processes on loopback")
     p.add_argument("--port", type=int, default=29517)
-    a = p.parse_args()
+    launch(run, p.parse_args())
+
+
+def launch(run, a):
+    """``run(rank, world, master, a)`` on ``a.local`` processes on loopback,
+    or as this process's rank under ``scripts/netns-cluster.sh``."""
     if a.local:
         import torch.multiprocessing as mp
 

@@ -13,7 +13,6 @@ measurement, medians of ``--reps`` interleaved repetitions.
 
 import argparse
 import json
-import os
 import statistics
 import time
 
@@ -100,13 +99,7 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--local", type=int, default=0, help="run P processes on loopback")
     p.add_argument("--port", type=int, default=29518)
-    a = p.parse_args()
-    if a.local:
-        import torch.multiprocessing as mp
-
-        mp.spawn(run, args=(a.local, "127.0.0.1", a), nprocs=a.local, join=True)
-    else:
-        run(int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"]), "198.18.0.1", a)
+    bench_step.launch(run, p.parse_args())
 
 
 if __name__ == "__main__":
