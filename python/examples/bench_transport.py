@@ -1,5 +1,5 @@
 """What the process group's hop costs: a message through the hook's
-transport (``ProcessGroupComm``: a length, then the payload) against the
+transport (``ProcessGroupComm``: one message of its length and payload) against the
 same bytes through ``dist.send``/``dist.recv``, and a whole bucket's
 reduction over the process group (``SparseState``'s call, selection and
 update included) against the same reduction on the thread transport in

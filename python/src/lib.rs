@@ -147,8 +147,19 @@ fn f32s(bytes: &[u8], what: &str) -> PyResult<Vec<f32>> {
         .collect())
 }
 
-fn to_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+/// `v` as little-endian bytes into `out` (of `4 * v.len()` bytes).
+fn write_le(v: &[f32], out: &mut [u8]) {
+    for (o, x) in out.chunks_exact_mut(4).zip(v) {
+        o.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// `v` as a Python `bytes` of little-endian `f32`s, written in place.
+fn py_f32s<'py>(py: Python<'py>, v: &[f32]) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, 4 * v.len(), |out| {
+        write_le(v, out);
+        Ok(())
+    })
 }
 
 /// The rule of a name: `topk` (SparCML's top-k SGD) or `rgc` (RedSync's
@@ -207,6 +218,9 @@ struct Canonical {
     params: Vec<usize>,
     /// Per parameter of the canonical order, its span in DDP's layout.
     spans: Vec<std::ops::Range<usize>>,
+    /// DDP's layout is the canonical one already (its rebuilt buckets'
+    /// usual case): nothing to reorder.
+    identity: bool,
 }
 
 impl Canonical {
@@ -224,10 +238,12 @@ impl Canonical {
             spans.push((m, at..at + n));
             at += n;
         }
+        let identity = spans.windows(2).all(|w| w[0].0 < w[1].0);
         spans.sort_by_key(|(m, _)| *m);
         Ok(Self {
             params: spans.iter().map(|(m, _)| *m).collect(),
             spans: spans.into_iter().map(|(_, s)| s).collect(),
+            identity,
         })
     }
     /// DDP's layout in the canonical order (a bucket of another length is
@@ -316,10 +332,14 @@ impl Engine {
             .detach(|| {
                 let mut fb = self.inner.lock().unwrap_or_else(|p| p.into_inner());
                 let canon = Canonical::of(&fb, &params)?;
-                let grad = canon.forward(&grad);
                 let mut out = vec![0.0f32; grad.len()];
+                if canon.identity {
+                    let rep = fb.reduce(&mut t, &canon.params, &grad, &mut out)?;
+                    return Ok::<_, Error>((out, rep));
+                }
+                let grad = canon.forward(&grad);
                 let rep = fb.reduce(&mut t, &canon.params, &grad, &mut out)?;
-                Ok::<_, Error>((canon.back(&out), rep))
+                Ok((canon.back(&out), rep))
             })
             .map_err(|e| py_err(rank, &e))?;
         let stats = PyDict::new(py);
@@ -331,7 +351,7 @@ impl Engine {
         stats.set_item("select_s", rep.select.as_secs_f64())?;
         stats.set_item("communicate_s", rep.communicate.as_secs_f64())?;
         stats.set_item("update_s", rep.update.as_secs_f64())?;
-        Ok((PyBytes::new(py, &to_bytes(&out)), stats))
+        Ok((py_f32s(py, &out)?, stats))
     }
 
     /// Every parameter's residual, as float32 bytes.
@@ -340,7 +360,7 @@ impl Engine {
         let res = fb
             .residuals()
             .map_err(|e| SparseCommError::new_err(e.to_string()))?;
-        Ok(res.iter().map(|r| PyBytes::new(py, &to_bytes(r))).collect())
+        res.iter().map(|r| py_f32s(py, r)).collect()
     }
 
     /// The whole state (every residual and momentum, the selectors' and
@@ -492,10 +512,7 @@ fn trainer_reference<'py>(
         .into_iter()
         .map(|r| {
             let steps = r.map_err(|e| SparseCommError::new_err(e.to_string()))?;
-            Ok(steps
-                .iter()
-                .map(|w| PyBytes::new(py, &to_bytes(w)))
-                .collect())
+            steps.iter().map(|w| py_f32s(py, w)).collect()
         })
         .collect()
 }
