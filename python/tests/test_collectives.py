@@ -22,7 +22,11 @@ def suite_on(rank, world, specs, first_bytes, ordered_bytes):
 # of their rest, some exchanges on one side only: on 2 ranks the ordered
 # first message of an exchange with one peer, on 4 also the concurrent one
 # of a shifted exchange.
-@pytest.mark.parametrize("world,first_bytes,ordered_bytes", [(2, 1 << 22, 48), (4, 64, 32)])
+# And with the default caps on odd rank counts (3, 5), where the
+# algorithms fold ranks and shift their exchanges.
+@pytest.mark.parametrize("world,first_bytes,ordered_bytes",
+                         [(2, 1 << 22, 48), (4, 64, 32), (3, 1 << 22, 1 << 15),
+                          (5, 1 << 22, 1 << 15)])
 def test_every_algorithm_passes_the_collective_suite_over_the_process_group(
         world, first_bytes, ordered_bytes):
     specs = sparse_comm.suite_specs(world)
