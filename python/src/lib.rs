@@ -21,6 +21,7 @@ use pyo3::types::{PyBytes, PyDict};
 use residual_sgd::hook::{BucketFeedback, SelectorFactory};
 use residual_sgd::{BucketBudget, Buckets, Config, FillOrder, LayerSpec, Rule, Trainer};
 use sparse_coll::{Registry, ThreadCluster, Traffic, TrafficCounter, Transport};
+use sparse_core::generate::{ValueDist, dense_values};
 use sparse_core::{Error, Result};
 use sparse_select::{
     RadixTopK, SampledThreshold, Selector, ThresholdBinarySearch, ThresholdReuse, TrimmedTopK,
@@ -247,18 +248,24 @@ impl Canonical {
         })
     }
     /// DDP's layout in the canonical order (a bucket of another length is
-    /// passed on for the feedback to refuse).
-    fn forward(&self, x: &[f32]) -> Vec<f32> {
-        if self.spans.iter().map(|s| s.len()).sum::<usize>() != x.len() {
-            return x.to_vec();
+    /// passed on for the feedback to refuse); borrowed where the layouts
+    /// are one.
+    fn forward<'a>(&self, x: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        if self.identity || self.spans.iter().map(|s| s.len()).sum::<usize>() != x.len() {
+            return x.into();
         }
         self.spans
             .iter()
             .flat_map(|s| x[s.clone()].iter().copied())
-            .collect()
+            .collect::<Vec<_>>()
+            .into()
     }
-    /// The canonical order back in DDP's layout.
-    fn back(&self, y: &[f32]) -> Vec<f32> {
+    /// The canonical order back in DDP's layout (`y` itself where the
+    /// layouts are one).
+    fn back(&self, y: Vec<f32>) -> Vec<f32> {
+        if self.identity {
+            return y;
+        }
         let mut out = vec![0.0; y.len()];
         let mut at = 0;
         for s in &self.spans {
@@ -332,14 +339,10 @@ impl Engine {
             .detach(|| {
                 let mut fb = self.inner.lock().unwrap_or_else(|p| p.into_inner());
                 let canon = Canonical::of(&fb, &params)?;
-                let mut out = vec![0.0f32; grad.len()];
-                if canon.identity {
-                    let rep = fb.reduce(&mut t, &canon.params, &grad, &mut out)?;
-                    return Ok::<_, Error>((out, rep));
-                }
                 let grad = canon.forward(&grad);
+                let mut out = vec![0.0f32; grad.len()];
                 let rep = fb.reduce(&mut t, &canon.params, &grad, &mut out)?;
-                Ok((canon.back(&out), rep))
+                Ok::<_, Error>((canon.back(out), rep))
             })
             .map_err(|e| py_err(rank, &e))?;
         let stats = PyDict::new(py);
@@ -520,7 +523,7 @@ fn trainer_reference<'py>(
 /// The hook's reduction of one bucket of parameters of lengths `lens` on
 /// `size` thread ranks in this process (the thread transport) instead of
 /// over a process group, for measuring what the process group's hop
-/// costs: each rank's gradients are a fixed pseudo-random sequence; returns
+/// costs: each rank's gradients are seeded uniform values in [-1, 1]; returns
 /// rank 0's seconds of each of `calls` calls, after three untimed ones.
 #[pyfunction]
 fn thread_reduce_seconds(
@@ -543,28 +546,15 @@ fn thread_reduce_seconds(
     let spec = spec(algorithm, None);
     let per_rank = py.detach(|| {
         ThreadCluster::new(size).run(|t| {
-            let mut fb = BucketFeedback::new(
-                Cpu,
-                cfg,
-                &names,
-                &lens,
-                Box::new(|| Box::new(RadixTopK::magnitude()) as Box<dyn Selector<Cpu, f32> + Send>),
-                Registry::builtin(),
-                &spec,
-            )?;
-            // A xorshift sequence per rank: gradients in (-1, 1).
-            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t.rank() as u64 + 1);
+            let radix = selector("radix").map_err(|e| Error::invalid("selector", e.to_string()))?;
+            let mut fb =
+                BucketFeedback::new(Cpu, cfg, &names, &lens, radix, Registry::builtin(), &spec)?;
             let mut out = vec![0.0f32; n];
             let mut secs = Vec::with_capacity(calls);
             for c in 0..warmup + calls {
-                let grad: Vec<f32> = (0..n)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-                    })
-                    .collect();
+                // Uniform in [-1, 1], a seed per rank and call.
+                let seed = (t.rank() * (warmup + calls) + c) as u64;
+                let grad: Vec<f32> = dense_values(n, ValueDist::Uniform { half_width: 1.0 }, seed);
                 let start = std::time::Instant::now();
                 fb.reduce(t, &params, &grad, &mut out)?;
                 if c >= warmup {
